@@ -1,0 +1,134 @@
+"""Parsing of delays and deadlines, with no I/O.
+
+A delay is seconds (``int``/``float``), a :class:`datetime.timedelta`, or a string of
+numbers with units, largest unit first: ``"250ms"``, ``"90s"``, ``"1.5h"``, ``"1h30m"``.
+A deadline (``at=``) is an aware :class:`datetime.datetime` or epoch seconds. A
+negative delay, or a deadline in the past, means "due now"; NaN, infinities,
+naive datetimes and unknown strings raise :class:`ValueError`; ``bool`` and other
+types raise :class:`TypeError`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime, timedelta
+
+__all__ = [
+    "AtLike",
+    "DelayLike",
+    "at_to_epoch",
+    "deadline_from",
+    "delay_to_seconds",
+    "due_at_ms",
+]
+
+DelayLike = float | int | timedelta | str
+AtLike = datetime | float | int
+
+_UNIT_SECONDS = {"d": 86_400.0, "h": 3_600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6}
+_UNIT_RANK = {unit: rank for rank, unit in enumerate(_UNIT_SECONDS)}
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|us|d|h|m|s)")
+_WHOLE = re.compile(r"(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ms|us|d|h|m|s))+")
+_INF = math.inf
+
+
+def _parse_duration_string(text: str) -> float:
+    if _WHOLE.fullmatch(text) is None:
+        raise ValueError(
+            f"unknown duration {text!r}: use a number with a unit (us, ms, s, m, h, d), "
+            'largest unit first, e.g. "250ms", "90s", "1.5h", "1h30m"'
+        )
+    total = 0.0
+    last_rank = -1
+    for match in _PART.finditer(text):
+        rank = _UNIT_RANK[match.group(2)]
+        if rank <= last_rank:
+            raise ValueError(
+                f"unknown duration {text!r}: each unit at most once, largest first (e.g. '1h30m')"
+            )
+        last_rank = rank
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if not total < _INF:
+        raise ValueError(f"duration {text!r} is too large")
+    return total
+
+
+def delay_to_seconds(delay: object) -> float:
+    """Return ``delay`` in seconds (may be negative, meaning "due now")."""
+    kind = type(delay)
+    if kind is float or kind is int:
+        seconds = float(delay)  # type: ignore[arg-type]
+    elif kind is bool:
+        raise TypeError("a bool is not a delay")
+    elif isinstance(delay, timedelta):
+        seconds = delay.total_seconds()
+    elif isinstance(delay, str):
+        return _parse_duration_string(delay)
+    elif isinstance(delay, (int, float)):  # int/float subclasses (e.g. numpy scalars)
+        seconds = float(delay)
+    else:
+        raise TypeError(
+            f"delay must be seconds (int/float), a timedelta or a string like '30m', "
+            f"not {kind.__name__}"
+        )
+    if not -_INF < seconds < _INF:
+        raise ValueError(f"delay must be finite, got {delay!r}")
+    return seconds
+
+
+def at_to_epoch(at: object) -> float:
+    """Return the deadline ``at`` as epoch seconds."""
+    if isinstance(at, datetime):
+        if at.tzinfo is None or at.tzinfo.utcoffset(at) is None:
+            raise ValueError(
+                "at= needs an aware datetime (e.g. datetime.now(timezone.utc)); "
+                f"got the naive {at!r}"
+            )
+        return at.timestamp()
+    if type(at) is bool:
+        raise TypeError("a bool is not a deadline")
+    if isinstance(at, (int, float)):
+        epoch = float(at)
+        if not -_INF < epoch < _INF:
+            raise ValueError(f"at= must be finite epoch seconds, got {at!r}")
+        return epoch
+    raise TypeError(f"at= must be an aware datetime or epoch seconds, not {type(at).__name__}")
+
+
+def deadline_from(delay: object, at: object, mono_now: float, wall_now: float) -> float:
+    """The monotonic deadline for ``delay=`` or ``at=`` (never earlier than ``mono_now``).
+
+    ``at`` is converted once, through the gap between the wall and monotonic clocks.
+    """
+    if at is not None:
+        if delay is not None:
+            raise ValueError("give delay= or at=, not both")
+        seconds = at_to_epoch(at) - wall_now
+    elif delay is None:
+        return mono_now
+    else:
+        seconds = delay_to_seconds(delay)
+    if seconds <= 0.0:
+        return mono_now
+    deadline = mono_now + seconds
+    if not deadline < _INF:
+        raise ValueError(f"deadline out of range: delay of {seconds!r} s")
+    return deadline
+
+
+def due_at_ms(delay: object, at: object, now_ms: int) -> int:
+    """Epoch milliseconds at which a message is due, rounded up so it never fires early.
+
+    ``now_ms`` is the current epoch time in milliseconds; a past deadline or a
+    negative delay gives ``now_ms``.
+    """
+    if at is not None:
+        if delay is not None:
+            raise ValueError("give delay= or at=, not both")
+        due = math.ceil(at_to_epoch(at) * 1000.0)
+    elif delay is None:
+        return now_ms
+    else:
+        due = now_ms + math.ceil(delay_to_seconds(delay) * 1000.0)
+    return due if due > now_ms else now_ms
