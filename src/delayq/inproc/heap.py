@@ -1,5 +1,12 @@
 """HeapStore: a binary heap with lazy deletion, for any mix of deadlines.
 
+Beside the heap runs a *lane*: a deque of entries whose keys never decrease.
+An entry whose deadline is not before the lane's last one is appended there in
+O(1) instead of sifted into the heap; the earliest entry is the smaller of the two
+fronts. Timers of one fixed delay (order timeouts, keep-alives, retries of one
+policy) therefore never touch the heap, and the heap stays small and hot in
+cache (the idea of Node.js's per-duration timer lists, without the grouping).
+
 Cancel marks a handle retired and leaves it in the heap; reschedule leaves the old
 entry behind and pushes a *moved entry* ``[deadline, seq, handle, state]`` (a plain
 list) that the handle points to. Dead entries are skipped when they reach the top,
@@ -14,6 +21,7 @@ again (the old entry is retired) or the item comes out or is cancelled.
 from __future__ import annotations
 
 import itertools
+from collections import deque
 from heapq import heapify, heappop, heappush
 from typing import Any, Generic, TypeVar, cast
 
@@ -32,55 +40,77 @@ def _handle_of(entry: _Entry) -> Handle[Any]:
 
 
 class HeapStore(Generic[T]):
-    """Pending items in a binary heap: O(log n) put, pop and reschedule, O(1) cancel."""
+    """Pending items in a binary heap (plus a FIFO lane for nondecreasing deadlines):
+    O(log n) put, pop and reschedule, O(1) cancel; O(1) put and pop for timers that
+    arrive in deadline order."""
 
-    __slots__ = ("__weakref__", "_heap", "_live", "_next_seq", "_retired")
+    __slots__ = ("__weakref__", "_dead", "_heap", "_lane", "_next_seq", "_retired")
 
     def __init__(self) -> None:
         self._heap: list[_Entry] = []
-        self._live = 0
+        self._lane: deque[_Entry] = deque()
+        self._dead = 0  # entries in _heap and _lane that are no longer live
         self._next_seq = itertools.count(1.0).__next__
         self._retired = Retired(self)
+
+    def _insert(self, entry: _Entry) -> None:
+        lane = self._lane
+        if not lane or lane[-1][DEADLINE] <= entry[DEADLINE]:
+            lane.append(entry)
+        else:
+            heappush(self._heap, entry)
 
     def push(self, value: T, deadline: float) -> Handle[T]:
         """Add ``value`` due at ``deadline``."""
         handle: Handle[T] = Handle((deadline, self._next_seq(), value, self))
-        heappush(self._heap, handle)
-        self._live += 1
+        lane = self._lane  # _insert, inlined: this is the hot path
+        if not lane or lane[-1][DEADLINE] <= deadline:
+            lane.append(handle)
+        else:
+            heappush(self._heap, handle)
         return handle
 
     def pop_due(self, now: float) -> Handle[T] | None:
         """Remove and return the earliest item due at ``now``."""
         heap = self._heap
-        while heap:
-            top = heap[0]
-            if top[DEADLINE] > now:
+        lane = self._lane
+        while True:
+            if heap:
+                top = heap[0]
+                if lane and lane[0] < top:
+                    top = lane[0]
+                    if top[DEADLINE] > now:
+                        return None
+                    lane.popleft()
+                else:
+                    if top[DEADLINE] > now:
+                        return None
+                    heappop(heap)
+            elif lane:
+                top = lane[0]
+                if top[DEADLINE] > now:
+                    return None
+                lane.popleft()
+            else:
                 return None
-            heappop(heap)
             if top[STATE] is self:
                 top[STATE] = self._retired
-                self._live -= 1
                 return top if type(top) is not list else top[_HANDLE]  # type: ignore[return-value]
-        return None
+            self._dead -= 1
 
     def pop_due_many(self, now: float, limit: int) -> list[Handle[T]]:
         """Remove and return up to ``limit`` due items, earliest first."""
         out: list[Handle[T]] = []
-        heap = self._heap
-        retired = self._retired
-        while heap and len(out) < limit:
-            top = heap[0]
-            if top[DEADLINE] > now:
+        pop_due = self.pop_due
+        while len(out) < limit:
+            handle = pop_due(now)
+            if handle is None:
                 break
-            heappop(heap)
-            if top[STATE] is self:
-                top[STATE] = retired
-                out.append(_handle_of(top))
-        self._live -= len(out)
+            out.append(handle)
         return out
 
     def _live_entry(self, handle: Handle[T]) -> _Entry | None:
-        """The heap entry that carries ``handle`` while pending; None once it is done."""
+        """The entry that carries ``handle`` while pending; None once it is done."""
         state = handle[STATE]
         if state is self:
             return handle
@@ -93,12 +123,12 @@ class HeapStore(Generic[T]):
         raise ValueError("this handle belongs to another queue")
 
     def cancel(self, handle: Handle[T]) -> bool:
-        """Drop a pending item (lazily: its entry is skipped when it reaches the top)."""
+        """Drop a pending item (lazily: its entry is skipped when it reaches the front)."""
         entry = self._live_entry(handle)
         if entry is None:
             return False
         entry[STATE] = self._retired
-        self._live -= 1
+        self._dead += 1
         self._compact_if_sparse()
         return True
 
@@ -111,25 +141,35 @@ class HeapStore(Generic[T]):
         if entry is not handle:
             entry[STATE] = self._retired
         handle[STATE] = moved
-        heappush(self._heap, moved)
+        self._insert(moved)
+        self._dead += 1
         self._compact_if_sparse()
         return True
 
     def _compact_if_sparse(self) -> None:
         heap = self._heap
-        if len(heap) > 2 * self._live + 8:
-            # Rebuild in place: callers may hold a reference to the list.
+        if 2 * self._dead > len(heap) + len(self._lane) + 16:
+            # Rebuild in place; the lane stays sorted when filtered.
             heap[:] = [entry for entry in heap if entry[STATE] is self]
             heapify(heap)
+            live_lane = [entry for entry in self._lane if entry[STATE] is self]
+            self._lane.clear()
+            self._lane.extend(live_lane)
+            self._dead = 0
 
     def _clean_top(self) -> _Entry | None:
+        """The live entry that comes out first (dropping dead ones in front of it)."""
         heap = self._heap
-        while heap:
-            top = heap[0]
-            if top[STATE] is self:
-                return top
+        lane = self._lane
+        while heap and heap[0][STATE] is not self:
             heappop(heap)
-        return None
+            self._dead -= 1
+        while lane and lane[0][STATE] is not self:
+            lane.popleft()
+            self._dead -= 1
+        if heap and (not lane or heap[0] < lane[0]):
+            return heap[0]
+        return lane[0] if lane else None
 
     def next_deadline(self) -> float | None:
         """The earliest deadline pending, or None."""
@@ -143,18 +183,25 @@ class HeapStore(Generic[T]):
 
     def clear(self) -> list[Handle[T]]:
         """Drop every pending item; return their handles, earliest first."""
-        live = sorted(entry for entry in self._heap if entry[STATE] is self)
+        live = sorted(
+            entry
+            for entries in (self._heap, self._lane)
+            for entry in entries
+            if entry[STATE] is self
+        )
         retired = self._retired
         dropped: list[Handle[T]] = []
         for entry in live:
             entry[STATE] = retired
             dropped.append(_handle_of(entry))
         self._heap.clear()
-        self._live = 0
+        self._lane.clear()
+        self._dead = 0
         return dropped
 
     def __len__(self) -> int:
-        return self._live
+        return len(self._heap) + len(self._lane) - self._dead
 
     def __repr__(self) -> str:
-        return f"<HeapStore pending={self._live} entries={len(self._heap)}>"
+        entries = len(self._heap) + len(self._lane)
+        return f"<HeapStore pending={len(self)} entries={entries}>"
