@@ -14,7 +14,16 @@ from .errors import (
     QueueClosed,
     UnsupportedURL,
 )
-from .inproc import AsyncDelayQueue, DelayQueue, Handle, HeapStore, TimerStore, WheelStore
+from .inproc import (
+    AsyncDelayQueue,
+    DelayQueue,
+    Handle,
+    HeapStore,
+    Scheduler,
+    Timer,
+    TimerStore,
+    WheelStore,
+)
 
 __version__ = "0.1.0"
 
@@ -30,7 +39,9 @@ __all__ = [
     "LeaseLost",
     "PayloadTooLarge",
     "QueueClosed",
+    "Scheduler",
     "SystemClock",
+    "Timer",
     "TimerStore",
     "UnsupportedURL",
     "WheelStore",

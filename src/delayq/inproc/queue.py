@@ -100,6 +100,7 @@ class QueueCore(Generic[T]):
         ``at`` is an aware datetime or epoch seconds. Returns the item's handle.
         Raises :class:`QueueClosed` after :meth:`close`.
         """
+        # self._deadline(delay, at), inlined for the common cases: this is the hot path.
         if at is None and (delay is None or type(delay) is float or type(delay) is int):
             deadline = self._monotonic()
             if delay is None:
@@ -125,37 +126,59 @@ class QueueCore(Generic[T]):
             lock.release()
         return handle
 
-    def _check_handle(self, handle: object) -> Handle[T]:
+    def _deadline(self, delay: object, at: object) -> float:
+        """The monotonic deadline for ``delay=`` / ``at=`` (neither: now)."""
+        if at is None and (type(delay) is float or type(delay) is int):
+            if delay > 0:
+                deadline: float = self._monotonic() + delay
+                if deadline < INF:
+                    return deadline
+            elif delay > -INF:
+                return self._monotonic()
+        return deadline_from(delay, at, self._monotonic(), self._clock.time())
+
+    @staticmethod
+    def _check_handle(handle: object) -> None:
         if not isinstance(handle, Handle):
             raise TypeError(f"expected a Handle returned by put(), not {type(handle).__name__}")
-        return handle
 
     def cancel(self, handle: Handle[T]) -> bool:
         """Drop a pending item: True if it was pending, False if it already came out
         or was cancelled. A handle of another queue raises :class:`ValueError`."""
-        handle = self._check_handle(handle)
-        with self._lock:
-            old_deadline = handle.deadline
+        if type(handle) is not Handle:
+            self._check_handle(handle)
+        lock = self._lock
+        lock.acquire()
+        try:
+            # Only sleeping getters care whether this was the head they wait for.
+            old_deadline = handle.deadline if self._waiters else INF
             if not self._store.cancel(handle):
                 return False
             if self._waiters and (old_deadline <= self._wake_at or self._closed):
                 self._notify_after_change()
             return True
+        finally:
+            lock.release()
 
     def reschedule(self, handle: Handle[T], delay: object = None, at: object = None) -> bool:
         """Move a pending item to a new due time (``delay=`` or ``at=``, neither: now).
 
         It goes behind items already due at that time. False if it is no longer pending.
         """
-        handle = self._check_handle(handle)
-        deadline = deadline_from(delay, at, self._monotonic(), self._clock.time())
-        with self._lock:
-            old_deadline = handle.deadline
+        if type(handle) is not Handle:
+            self._check_handle(handle)
+        deadline = self._deadline(delay, at)
+        lock = self._lock
+        lock.acquire()
+        try:
+            old_deadline = handle.deadline if self._waiters else INF
             if not self._store.reschedule(handle, deadline):
                 return False
             if self._waiters and (old_deadline <= self._wake_at or deadline < self._wake_at):
                 self._notify_after_change()
             return True
+        finally:
+            lock.release()
 
     def _notify_after_change(self) -> None:
         # The head moved or vanished: let one sleeper re-read it (others still sleep
