@@ -57,8 +57,15 @@ def _parse_duration_string(text: str) -> float:
 def delay_to_seconds(delay: object) -> float:
     """Return ``delay`` in seconds (may be negative, meaning "due now")."""
     kind = type(delay)
-    if kind is float or kind is int:
-        seconds = float(delay)  # type: ignore[arg-type]
+    if kind is float:
+        seconds: float = delay  # type: ignore[assignment]
+    elif kind is int:
+        try:
+            seconds = float(delay)  # type: ignore[arg-type]
+        except OverflowError:
+            raise ValueError(
+                f"delay must be finite, got an int of {len(str(delay))} digits"
+            ) from None
     elif kind is bool:
         raise TypeError("a bool is not a delay")
     elif isinstance(delay, timedelta):
@@ -66,7 +73,10 @@ def delay_to_seconds(delay: object) -> float:
     elif isinstance(delay, str):
         return _parse_duration_string(delay)
     elif isinstance(delay, (int, float)):  # int/float subclasses (e.g. numpy scalars)
-        seconds = float(delay)
+        try:
+            seconds = float(delay)
+        except OverflowError:
+            raise ValueError("delay must be finite") from None
     else:
         raise TypeError(
             f"delay must be seconds (int/float), a timedelta or a string like '30m', "

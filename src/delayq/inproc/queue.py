@@ -106,9 +106,12 @@ class QueueCore(Generic[T]):
             if delay is None:
                 pass
             elif delay > 0:
-                deadline += delay
+                try:
+                    deadline += delay
+                except OverflowError:  # an int beyond any float
+                    deadline = INF
                 if not deadline < INF:
-                    raise ValueError(f"delay must be finite, got {delay!r}")
+                    raise ValueError("delay must be finite and not beyond the clock's range")
             elif not delay > -INF:  # NaN or -inf
                 raise ValueError(f"delay must be finite, got {delay!r}")
         else:
@@ -128,7 +131,7 @@ class QueueCore(Generic[T]):
 
     def _deadline(self, delay: object, at: object) -> float:
         """The monotonic deadline for ``delay=`` / ``at=`` (neither: now)."""
-        if at is None and (type(delay) is float or type(delay) is int):
+        if at is None and type(delay) is float:
             if delay > 0:
                 deadline: float = self._monotonic() + delay
                 if deadline < INF:

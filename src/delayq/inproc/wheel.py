@@ -39,7 +39,10 @@ _SLOTS = 1 << WHEEL_BITS
 _MASK = _SLOTS - 1
 _WHERE = 4  # a wheel handle's 5th item: its _Slot, or its entry in _ready
 _OVERFLOW_LEVEL = -1
-_ReadyEntry = tuple[float, float, Handle[Any]]
+# [deadline, seq, handle]; a cancelled or moved entry drops its handle (None) at once,
+# so the heap never keeps a cancelled item alive.
+_ReadyEntry = list[Any]
+_ENTRY_HANDLE = 2
 
 
 class _Slot(dict[Handle[Any], None]):
@@ -106,8 +109,8 @@ class WheelStore(Generic[T]):
         deadline = handle[DEADLINE]
         tick = self._tick_of(deadline)
         cursor = self._cursor
-        if tick <= cursor:
-            entry = (deadline, handle[SEQ], handle)
+        if tick <= cursor or cursor >= WHEEL_MAX_TICKS - 1:  # opened (the overflow too)
+            entry = [deadline, handle[SEQ], handle]
             handle[_WHERE] = entry
             heappush(self._ready, entry)
             self._ready_live += 1
@@ -129,13 +132,24 @@ class WheelStore(Generic[T]):
         slot[handle] = None
         handle[_WHERE] = slot
 
+    def _start_of(self, tick: int) -> float:
+        """The earliest time that falls in ``tick`` or later. (``tick * self._tick``
+        may round a float ulp above a deadline of that tick, or below the tick.)"""
+        start = tick * self._tick
+        while self._tick_of(start) < tick:
+            start = math.nextafter(start, INF)
+        while self._tick_of(before := math.nextafter(start, -INF)) >= tick:
+            start = before
+        return start
+
     def _unplace(self, handle: Handle[T]) -> None:
         where = handle[_WHERE]
         handle[_WHERE] = None
-        if type(where) is tuple:  # in _ready: its entry goes stale
+        if type(where) is list:  # in _ready: its entry goes stale
+            where[_ENTRY_HANDLE] = None
             self._ready_live -= 1
             if len(self._ready) > 2 * self._ready_live + 8:
-                self._ready = [e for e in self._ready if e[2][_WHERE] is e]
+                self._ready = [e for e in self._ready if e[_ENTRY_HANDLE] is not None]
                 heapify(self._ready)
             return
         del where[handle]
@@ -179,7 +193,7 @@ class WheelStore(Generic[T]):
         if self._overflow and target >= WHEEL_MAX_TICKS - 1:
             for handle in list(self._overflow):
                 del self._overflow[handle]
-                entry = (handle[DEADLINE], handle[SEQ], handle)
+                entry = [handle[DEADLINE], handle[SEQ], handle]
                 handle[_WHERE] = entry
                 heappush(self._ready, entry)
                 self._ready_live += 1
@@ -195,8 +209,8 @@ class WheelStore(Generic[T]):
             if entry[0] > now:
                 return None
             heappop(ready)
-            handle = entry[2]
-            if handle[_WHERE] is entry:
+            handle: Handle[T] | None = entry[_ENTRY_HANDLE]
+            if handle is not None:
                 handle[_WHERE] = None
                 handle[STATE] = self._retired
                 self._ready_live -= 1
@@ -233,8 +247,8 @@ class WheelStore(Generic[T]):
 
     def reschedule(self, handle: Handle[T], deadline: float) -> bool:
         """Move a pending item to ``deadline``; it goes behind items already due then."""
-        if not self._check_pending(handle):
-            return False
+        if handle[STATE] is not self:
+            return self._check_pending(handle)  # False, or ValueError for a foreign handle
         where = handle[_WHERE]
         later = deadline >= handle[DEADLINE]
         handle[DEADLINE] = deadline
@@ -249,8 +263,8 @@ class WheelStore(Generic[T]):
         ready = self._ready
         while ready:
             entry = ready[0]
-            if entry[2][_WHERE] is entry:
-                return entry  # type: ignore[no-any-return]
+            if entry[_ENTRY_HANDLE] is not None:
+                return entry
             heappop(ready)
         return None
 
@@ -259,10 +273,10 @@ class WheelStore(Generic[T]):
         opened item, else the time the next slot opens."""
         entry = self._clean_ready()
         if entry is not None:
-            return entry[0]
+            return float(entry[0])
         event = self._next_event()
         if event is not None:
-            return event[2] * self._tick
+            return self._start_of(event[2])
         if self._overflow:
             return min(float(handle[DEADLINE]) for handle in self._overflow)
         return None
@@ -271,7 +285,7 @@ class WheelStore(Generic[T]):
         """The pending item that comes out first (scans the first occupied slots)."""
         entry = self._clean_ready()
         if entry is not None:
-            return entry[2]
+            return entry[_ENTRY_HANDLE]  # type: ignore[no-any-return]
         best: Handle[T] | None = None
         for level, slots in enumerate(self._levels):
             shift = level * WHEEL_BITS
@@ -284,13 +298,17 @@ class WheelStore(Generic[T]):
                 candidate = min(slot)
                 if best is None or candidate < best:
                     best = candidate
-        if best is None and self._overflow:
-            best = min(self._overflow)
+        if self._overflow:  # a slot may hold an item rescheduled into the overflow range
+            candidate = min(self._overflow)
+            if best is None or candidate < best:
+                best = candidate
         return best
 
     def clear(self) -> list[Handle[T]]:
         """Drop every pending item; return their handles, earliest first."""
-        live: list[Handle[T]] = [entry[2] for entry in self._ready if entry[2][_WHERE] is entry]
+        live: list[Handle[T]] = [
+            entry[_ENTRY_HANDLE] for entry in self._ready if entry[_ENTRY_HANDLE] is not None
+        ]
         for slots in self._levels:
             for slot in slots:
                 if slot:

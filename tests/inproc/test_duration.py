@@ -1,0 +1,222 @@
+"""Parsing of delays and deadlines (_duration.py): what a user may write, and what not."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta, timezone, tzinfo
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from delayq import _duration
+from delayq._duration import at_to_epoch, deadline_from, delay_to_seconds, due_at_ms
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("250ms", 0.25),
+        ("90s", 90.0),
+        ("30m", 1_800.0),
+        ("1h30m", 5_400.0),
+        ("1.5h", 5_400.0),
+        ("2d", 172_800.0),
+        ("500us", 0.0005),
+        ("1d2h3m4s5ms6us", 86_400 + 7_200 + 180 + 4 + 0.005 + 0.000006),
+        ("0s", 0.0),
+        (".5s", 0.5),
+        ("1.s", 1.0),
+        ("1h1ms", 3_600.001),
+        ("10m0.5s", 600.5),
+    ],
+)
+def test_duration_strings(text: str, seconds: float) -> None:
+    assert delay_to_seconds(text) == pytest.approx(seconds, rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "5",
+        "5 minutes",
+        "5min",
+        "1m1h",  # smallest unit first
+        "1h1h",  # a unit twice
+        "30m1h",
+        " 5s",
+        "5s ",
+        "1h 30m",
+        "-5s",
+        "+5s",
+        "1e3s",
+        "s",
+        "ms",
+        "5S",
+        "1,5h",
+        "inf s",
+        "nans",
+        "5ms5us5ms",
+    ],
+)
+def test_unknown_duration_strings_raise_value_error(text: str) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        delay_to_seconds(text)
+
+
+def test_a_duration_too_large_for_a_float_raises() -> None:
+    with pytest.raises(ValueError, match="too large"):
+        delay_to_seconds("9" * 400 + "d")
+
+
+@pytest.mark.parametrize(
+    ("delay", "seconds"),
+    [
+        (0, 0.0),
+        (2, 2.0),
+        (1.5, 1.5),
+        (-3, -3.0),
+        (-0.5, -0.5),
+        (timedelta(minutes=2), 120.0),
+        (timedelta(milliseconds=-5), -0.005),
+        (timedelta(days=365 * 100), 100 * 365 * 86_400.0),
+    ],
+)
+def test_numbers_and_timedeltas(delay: object, seconds: float) -> None:
+    assert delay_to_seconds(delay) == seconds
+
+
+def test_int_and_float_subclasses_are_delays() -> None:
+    class MyFloat(float):
+        pass
+
+    class MyInt(int):
+        pass
+
+    assert delay_to_seconds(MyFloat(1.25)) == 1.25
+    assert delay_to_seconds(MyInt(3)) == 3.0
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, float("-nan")])
+def test_non_finite_delays_raise_value_error(bad: float) -> None:
+    with pytest.raises(ValueError, match="finite"):
+        delay_to_seconds(bad)
+
+
+@pytest.mark.parametrize("bad", [True, False, None, [1], b"5s", object(), 1j])
+def test_other_types_raise_type_error(bad: object) -> None:
+    with pytest.raises(TypeError):
+        delay_to_seconds(bad)
+
+
+def test_at_to_epoch() -> None:
+    aware = datetime(2030, 1, 2, 3, 4, 5, 678_000, tzinfo=timezone.utc)
+    assert at_to_epoch(aware) == aware.timestamp()
+    plus2 = aware.astimezone(timezone(timedelta(hours=2)))
+    assert at_to_epoch(plus2) == aware.timestamp()
+    assert at_to_epoch(1_700_000_000) == 1_700_000_000.0
+    assert at_to_epoch(1.5) == 1.5
+    with pytest.raises(ValueError, match="aware"):
+        at_to_epoch(datetime(2030, 1, 1))  # naive
+    for bad in (math.nan, math.inf, -math.inf):
+        with pytest.raises(ValueError, match="finite"):
+            at_to_epoch(bad)
+    for wrong in (True, "2030-01-01", None, timedelta(1)):
+        with pytest.raises(TypeError):
+            at_to_epoch(wrong)
+
+
+def test_at_with_a_tzinfo_that_gives_no_offset_is_naive() -> None:
+    class Floating(tzinfo):
+        def utcoffset(self, dt: datetime | None) -> timedelta | None:
+            return None
+
+    with pytest.raises(ValueError, match="aware"):
+        at_to_epoch(datetime(2030, 1, 1, tzinfo=Floating()))
+
+
+MONO, WALL = 500.0, 1_700_000_000.0
+
+
+def test_deadline_from() -> None:
+    assert deadline_from(None, None, MONO, WALL) == MONO
+    assert deadline_from(2.5, None, MONO, WALL) == MONO + 2.5
+    assert deadline_from("1m", None, MONO, WALL) == MONO + 60
+    assert deadline_from(timedelta(seconds=3), None, MONO, WALL) == MONO + 3
+    # at= goes through the gap between wall and monotonic time, once.
+    assert deadline_from(None, WALL + 10, MONO, WALL) == MONO + 10
+    when = datetime.fromtimestamp(WALL + 90, tz=timezone.utc)
+    assert deadline_from(None, when, MONO, WALL) == pytest.approx(MONO + 90)
+    # The past and negative delays mean now, never earlier.
+    assert deadline_from(-5, None, MONO, WALL) == MONO
+    assert deadline_from("0s", None, MONO, WALL) == MONO
+    assert deadline_from(None, WALL - 3_600, MONO, WALL) == MONO
+    assert deadline_from(None, 0, MONO, WALL) == MONO
+
+
+def test_deadline_from_rejects_both_and_out_of_range() -> None:
+    with pytest.raises(ValueError, match="not both"):
+        deadline_from(1, WALL, MONO, WALL)
+    with pytest.raises(ValueError, match="not both"):
+        deadline_from(0, 0, MONO, WALL)
+    with pytest.raises(ValueError, match="range"):
+        deadline_from(1e308, None, 1e308, WALL)
+
+
+def test_due_at_ms_rounds_up() -> None:
+    now = 1_700_000_000_000
+    assert due_at_ms(None, None, now) == now
+    assert due_at_ms(1, None, now) == now + 1_000
+    assert due_at_ms(0.0001, None, now) == now + 1  # 0.1 ms: a whole ms later, never 0
+    assert due_at_ms(0.0011, None, now) == now + 2
+    assert due_at_ms("250ms", None, now) == now + 250
+    assert due_at_ms(0.001, None, now) == now + 1  # float noise does not add a ms
+    assert due_at_ms(timedelta(milliseconds=7), None, now) == now + 7
+    assert due_at_ms(-5, None, now) == now
+    assert due_at_ms(None, (now + 1_234) / 1000, now) == now + 1_234
+    assert due_at_ms(None, (now + 1_234.5) / 1000, now) == now + 1_235
+    assert due_at_ms(None, 1.0001, 0) == 1_001
+    assert due_at_ms(None, 0, now) == now  # the past: now
+    when = datetime.fromtimestamp((now + 10_000.25) / 1000, tz=timezone.utc)
+    assert due_at_ms(None, when, now) == now + 10_001
+    with pytest.raises(ValueError, match="not both"):
+        due_at_ms(1, 1, now)
+    with pytest.raises(ValueError, match="finite"):
+        due_at_ms(math.nan, None, now)
+    with pytest.raises(ValueError, match="aware"):
+        due_at_ms(None, datetime(2030, 1, 1), now)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    now_ms=st.integers(min_value=0, max_value=4_000_000_000_000),
+    delay=st.floats(min_value=-1e6, max_value=1e7, allow_nan=False),
+)
+def test_due_at_ms_is_never_early_for_delays(now_ms: int, delay: float) -> None:
+    due = due_at_ms(delay, None, now_ms)
+    assert isinstance(due, int)
+    assert due >= now_ms
+    # Never early: at least the delay (up to the float's own noise, far below a ms)...
+    assert due - now_ms >= delay * 1000 - 1e-6
+    # ...and never more than a ms late.
+    assert due - now_ms <= max(delay, 0.0) * 1000 + 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    now_ms=st.integers(min_value=0, max_value=4_000_000_000_000),
+    at=st.floats(min_value=0, max_value=4_000_000_000, allow_nan=False),
+)
+def test_due_at_ms_is_never_early_for_deadlines(now_ms: int, at: float) -> None:
+    due = due_at_ms(None, at, now_ms)
+    assert due >= now_ms
+    exact = Fraction(at) * 1000
+    # Within the float's noise of `at` (its last ulp), never before it.
+    assert due >= exact - Fraction(1, 1_000)
+    assert due <= max(exact, Fraction(now_ms)) + 1
+
+
+def test_the_module_exports() -> None:
+    assert set(_duration.__all__) >= {"delay_to_seconds", "at_to_epoch", "deadline_from"}
