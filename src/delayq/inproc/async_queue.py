@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from collections import deque
 from typing import Any, TypeVar
 
 from .._clock import Clock
 from .._constants import DEFAULT_GET_MANY, INF
+from .._waiters import LoopSleeper, resolve
 from ..errors import QueueClosed
 from .queue import QueueCore, check_max
 from .store import VALUE, Handle, TimerStore
@@ -24,36 +24,6 @@ from .store import VALUE, Handle, TimerStore
 __all__ = ["AsyncDelayQueue"]
 
 T = TypeVar("T")
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-class _Sleeper:
-    """A getter parked on a future of its event loop."""
-
-    __slots__ = ("future", "loop", "thread_id")
-
-    def __init__(self, future: asyncio.Future[None], loop: asyncio.AbstractEventLoop) -> None:
-        self.future = future
-        self.loop = loop
-        self.thread_id = threading.get_ident()
-
-    def wake(self) -> bool:
-        """Wake the getter; False if it had already woken by itself."""
-        future = self.future
-        if future.done():
-            return False
-        if threading.get_ident() == self.thread_id:
-            future.set_result(None)
-            return True
-        try:
-            self.loop.call_soon_threadsafe(_resolve, future)
-        except RuntimeError:  # the loop is closed: nobody is left to wake
-            return False
-        return True
 
 
 class AsyncDelayQueue(QueueCore[T]):
@@ -67,7 +37,7 @@ class AsyncDelayQueue(QueueCore[T]):
 
     def __init__(self, store: TimerStore[T] | None = None, *, clock: Clock | None = None) -> None:
         super().__init__(store, clock=clock)
-        self._sleepers: deque[_Sleeper] = deque()
+        self._sleepers: deque[LoopSleeper] = deque()
 
     def _notify_one(self) -> None:
         sleepers = self._sleepers
@@ -105,7 +75,7 @@ class AsyncDelayQueue(QueueCore[T]):
     async def _wait(self, limit: int) -> list[Handle[T]]:
         loop = asyncio.get_running_loop()
         clock = self._clock
-        sleeper: _Sleeper | None = None
+        sleeper: LoopSleeper | None = None
         timer: asyncio.TimerHandle | None = None
         with self._lock:
             self._waiters += 1
@@ -121,12 +91,12 @@ class AsyncDelayQueue(QueueCore[T]):
                     self._raise_if_drained()
                     head = self._store.next_deadline()
                     self._wake_at = INF if head is None else head
-                    sleeper = _Sleeper(loop.create_future(), loop)
+                    sleeper = LoopSleeper(loop)
                     self._sleepers.append(sleeper)
                 if head is not None:
                     seconds = clock.wait_timeout(head - now)
                     if seconds is not None:
-                        timer = loop.call_later(seconds, _resolve, sleeper.future)
+                        timer = loop.call_later(seconds, resolve, sleeper.future)
                 try:
                     await sleeper.future
                 finally:
@@ -139,7 +109,7 @@ class AsyncDelayQueue(QueueCore[T]):
                     self._forget(sleeper)
                 self._leave_wait()
 
-    def _forget(self, sleeper: _Sleeper) -> None:
+    def _forget(self, sleeper: LoopSleeper) -> None:
         with contextlib.suppress(ValueError):  # already taken by a notifier
             self._sleepers.remove(sleeper)
 
