@@ -20,3 +20,52 @@ DEFAULT_SCHEDULER_WORKERS = 4
 
 #: The name of the logger delayq writes to.
 LOGGER_NAME = "delayq"
+
+# -- durable queues ----------------------------------------------------------------
+
+#: The queue URL used when neither ``url=`` nor ``$DELAYQ_URL`` is given.
+DEFAULT_QUEUE_URL = "sqlite:///delayq.db"
+#: The environment variable that holds the default queue URL.
+QUEUE_URL_ENV = "DELAYQ_URL"
+#: The queue name used when none is given.
+DEFAULT_QUEUE_NAME = "default"
+#: Default size limit of a serialized payload, in bytes (1 MiB).
+DEFAULT_MAX_PAYLOAD = 1024 * 1024
+#: Longest message id and queue name, in characters.
+MAX_ID_LENGTH = 255
+#: ``last_error`` strings are cut to this many characters.
+MAX_ERROR_LENGTH = 8192
+#: Default lease of ``reserve``, in seconds.
+DEFAULT_LEASE = 30.0
+#: Default number of messages ``dead()`` returns.
+DEFAULT_DEAD_LIMIT = 100
+#: The ``last_error`` of a message whose lease expired.
+LEASE_EXPIRED_ERROR = "lease expired"
+#: The ``encoding`` of a payload given as bytes and stored untouched.
+RAW_ENCODING = "bytes"
+
+#: RetryPolicy defaults: attempts, first delay (s), growth factor, cap (s), jitter (fraction).
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_RETRY_BASE = 1.0
+DEFAULT_RETRY_FACTOR = 2.0
+DEFAULT_RETRY_MAX_DELAY = 3600.0
+DEFAULT_RETRY_JITTER = 0.1
+#: The latest due time delayq accepts, in epoch ms (the end of year 9999).
+MAX_DUE_MS = 253_402_300_799_999
+
+# -- sqlite:// ---------------------------------------------------------------------
+
+#: Longest time (s) a busy SQLite database is waited for before TimeoutError.
+SQLITE_BUSY_TIMEOUT = 30.0
+#: Longest time (s) SQLite's own busy handler waits per try (delayq then retries).
+SQLITE_BUSY_HANDLER_TIMEOUT = 1.0
+#: How often (s) a waiting consumer checks whether another process committed.
+SQLITE_POLL_INTERVAL = 0.02
+#: How long (s) the change watcher outlives its last waiter.
+SQLITE_WATCHER_LINGER = 1.0
+#: Default ``PRAGMA synchronous``: NORMAL is durable across process crashes in WAL mode.
+SQLITE_SYNCHRONOUS = "normal"
+#: Worker threads of an async SQLite backend.
+SQLITE_ASYNC_THREADS = 4
+#: ``PRAGMA wal_autocheckpoint`` (pages): fewer, larger checkpoints than SQLite's 1000.
+SQLITE_WAL_AUTOCHECKPOINT = 4000

@@ -1,11 +1,13 @@
 """HeapStore: a binary heap with lazy deletion, for any mix of deadlines.
 
-Beside the heap runs a *lane*: a deque of entries whose keys never decrease.
-An entry whose deadline is not before the lane's last one is appended there in
-O(1) instead of sifted into the heap; the earliest entry is the smaller of the two
-fronts. Timers of one fixed delay (order timeouts, keep-alives, retries of one
-policy) therefore never touch the heap, and the heap stays small and hot in
-cache (the idea of Node.js's per-duration timer lists, without the grouping).
+Beside the heap run two *lanes*: deques whose deadlines never decrease. An entry
+whose deadline is not before the lane's last one is appended there in O(1)
+instead of sifted into the heap, and items due at once (``push_due``: their
+deadline is the clock at put) go to a lane of their own, so far-future items never
+block it. The earliest entry is the smallest of the three fronts. Timers of one
+fixed delay (order timeouts, keep-alives, retries of one policy) and items due now
+therefore never touch the heap, which stays small and hot in cache (the idea of
+Node.js's per-duration timer lists, without the grouping).
 
 Cancel marks a handle retired and leaves it in the heap; reschedule leaves the old
 entry behind and pushes a *moved entry* ``[deadline, seq, handle, state]`` (a plain
@@ -40,16 +42,17 @@ def _handle_of(entry: _Entry) -> Handle[Any]:
 
 
 class HeapStore(Generic[T]):
-    """Pending items in a binary heap (plus a FIFO lane for nondecreasing deadlines):
-    O(log n) put, pop and reschedule, O(1) cancel; O(1) put and pop for timers that
-    arrive in deadline order."""
+    """Pending items in a binary heap, plus two FIFO lanes for items that arrive in
+    deadline order: O(log n) put, pop and reschedule, O(1) cancel, and O(1) put and
+    pop for items due at once or of one fixed delay."""
 
-    __slots__ = ("__weakref__", "_dead", "_heap", "_lane", "_next_seq", "_retired")
+    __slots__ = ("__weakref__", "_dead", "_due", "_heap", "_lane", "_next_seq", "_retired")
 
     def __init__(self) -> None:
         self._heap: list[_Entry] = []
-        self._lane: deque[_Entry] = deque()
-        self._dead = 0  # entries in _heap and _lane that are no longer live
+        self._lane: deque[_Entry] = deque()  # nondecreasing deadlines
+        self._due: deque[_Entry] = deque()  # items due when put, in put order
+        self._dead = 0  # entries in the heap and lanes that are no longer live
         self._next_seq = itertools.count(1.0).__next__
         self._retired = Retired(self)
 
@@ -70,29 +73,47 @@ class HeapStore(Generic[T]):
             heappush(self._heap, handle)
         return handle
 
+    def push_due(self, value: T, deadline: float) -> Handle[T]:
+        """Add ``value`` that is due at once (``deadline`` is the current time)."""
+        handle: Handle[T] = Handle((deadline, self._next_seq(), value, self))
+        due = self._due
+        if not due or due[-1][DEADLINE] <= deadline:
+            due.append(handle)
+        else:  # another thread read the clock later but pushed first
+            self._insert(handle)
+        return handle
+
     def pop_due(self, now: float) -> Handle[T] | None:
         """Remove and return the earliest item due at ``now``."""
         heap = self._heap
         lane = self._lane
+        due = self._due
         while True:
-            if heap:
-                top = heap[0]
+            # The smallest of the three fronts (each source is sorted).
+            source: Any
+            if due:
+                top = due[0]
+                source = due
                 if lane and lane[0] < top:
                     top = lane[0]
-                    if top[DEADLINE] > now:
-                        return None
-                    lane.popleft()
-                else:
-                    if top[DEADLINE] > now:
-                        return None
-                    heappop(heap)
+                    source = lane
             elif lane:
                 top = lane[0]
-                if top[DEADLINE] > now:
-                    return None
-                lane.popleft()
+                source = lane
+            elif heap:
+                top = heap[0]
+                source = heap
             else:
                 return None
+            if heap and heap[0] < top:
+                top = heap[0]
+                source = heap
+            if top[DEADLINE] > now:
+                return None
+            if source is heap:
+                heappop(heap)
+            else:
+                source.popleft()
             if top[STATE] is self:
                 top[STATE] = self._retired
                 return top if type(top) is not list else top[_HANDLE]  # type: ignore[return-value]
@@ -148,28 +169,30 @@ class HeapStore(Generic[T]):
 
     def _compact_if_sparse(self) -> None:
         heap = self._heap
-        if 2 * self._dead > len(heap) + len(self._lane) + 16:
-            # Rebuild in place; the lane stays sorted when filtered.
+        if 2 * self._dead > len(heap) + len(self._lane) + len(self._due) + 16:
+            # Rebuild in place; the lanes stay sorted when filtered.
             heap[:] = [entry for entry in heap if entry[STATE] is self]
             heapify(heap)
-            live_lane = [entry for entry in self._lane if entry[STATE] is self]
-            self._lane.clear()
-            self._lane.extend(live_lane)
+            for lane in (self._lane, self._due):
+                live = [entry for entry in lane if entry[STATE] is self]
+                lane.clear()
+                lane.extend(live)
             self._dead = 0
 
     def _clean_top(self) -> _Entry | None:
         """The live entry that comes out first (dropping dead ones in front of it)."""
         heap = self._heap
-        lane = self._lane
         while heap and heap[0][STATE] is not self:
             heappop(heap)
             self._dead -= 1
-        while lane and lane[0][STATE] is not self:
-            lane.popleft()
-            self._dead -= 1
-        if heap and (not lane or heap[0] < lane[0]):
-            return heap[0]
-        return lane[0] if lane else None
+        fronts = [heap[0]] if heap else []
+        for lane in (self._lane, self._due):
+            while lane and lane[0][STATE] is not self:
+                lane.popleft()
+                self._dead -= 1
+            if lane:
+                fronts.append(lane[0])
+        return min(fronts) if fronts else None
 
     def next_deadline(self) -> float | None:
         """The earliest deadline pending, or None."""
@@ -185,7 +208,7 @@ class HeapStore(Generic[T]):
         """Drop every pending item; return their handles, earliest first."""
         live = sorted(
             entry
-            for entries in (self._heap, self._lane)
+            for entries in (self._heap, self._lane, self._due)
             for entry in entries
             if entry[STATE] is self
         )
@@ -196,12 +219,13 @@ class HeapStore(Generic[T]):
             dropped.append(_handle_of(entry))
         self._heap.clear()
         self._lane.clear()
+        self._due.clear()
         self._dead = 0
         return dropped
 
     def __len__(self) -> int:
-        return len(self._heap) + len(self._lane) - self._dead
+        return len(self._heap) + len(self._lane) + len(self._due) - self._dead
 
     def __repr__(self) -> str:
-        entries = len(self._heap) + len(self._lane)
+        entries = len(self._heap) + len(self._lane) + len(self._due)
         return f"<HeapStore pending={len(self)} entries={entries}>"

@@ -73,6 +73,7 @@ class QueueCore(Generic[T]):
         self._clock = clock
         self._monotonic = clock.monotonic
         self._push = store.push
+        self._push_due = store.push_due
         self._pop_due = store.pop_due
         self._lock = threading.Lock()
         self._waiters = 0
@@ -101,11 +102,13 @@ class QueueCore(Generic[T]):
         Raises :class:`QueueClosed` after :meth:`close`.
         """
         # self._deadline(delay, at), inlined for the common cases: this is the hot path.
+        push = self._push_due
         if at is None and (delay is None or type(delay) is float or type(delay) is int):
             deadline = self._monotonic()
             if delay is None:
                 pass
             elif delay > 0:
+                push = self._push
                 try:
                     deadline += delay
                 except OverflowError:  # an int beyond any float
@@ -115,13 +118,16 @@ class QueueCore(Generic[T]):
             elif not delay > -INF:  # NaN or -inf
                 raise ValueError(f"delay must be finite, got {delay!r}")
         else:
-            deadline = deadline_from(delay, at, self._monotonic(), self._clock.time())
+            now = self._monotonic()
+            deadline = deadline_from(delay, at, now, self._clock.time())
+            if deadline > now:
+                push = self._push
         lock = self._lock
         lock.acquire()
         try:
             if self._closed:
                 raise QueueClosed("put() on a closed queue")
-            handle = self._push(item, deadline)
+            handle = push(item, deadline)
             if deadline < self._wake_at:
                 self._wake_at = deadline
                 self._notify_one()

@@ -87,6 +87,13 @@ class TimerStore(Protocol[T]):
         """Add ``value`` due at ``deadline``; return its handle."""
         ...
 
+    def push_due(self, value: T, deadline: float) -> Handle[T]:
+        """Add ``value`` that is due at once: ``deadline`` is the current time.
+
+        The same as :meth:`push`, as a hint: such items arrive in deadline order.
+        """
+        ...
+
     def pop_due(self, now: float) -> Handle[T] | None:
         """Remove and return the earliest item due at ``now``, or None."""
         ...

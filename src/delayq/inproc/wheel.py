@@ -165,6 +165,8 @@ class WheelStore(Generic[T]):
         self._count += 1
         return handle
 
+    push_due = push  # due items go straight to the opened heap: nothing to gain apart
+
     def _next_event(self) -> tuple[int, int, int] | None:
         """(level, slot index, tick at which it opens) of the next slot to open."""
         for level, bitmap in enumerate(self._bitmaps):

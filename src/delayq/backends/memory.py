@@ -1,0 +1,512 @@
+"""``memory://``: the durable contract in one process, for tests and single-process apps.
+
+Every ``memory://`` queue of one name shares one store in the process (``memory://ns``
+gives a separate namespace ``ns``). A store is a dict of records plus two heaps with
+lazy deletion: ``(due_at, seq, id)`` of scheduled messages and ``(lease_until, id,
+token)`` of leases. Each operation holds the store's lock once and runs the pure
+transitions of :mod:`delayq.durable.message`, so it is atomic.
+
+Waiting ``reserve`` calls sleep until the earliest due time or lease expiry; puts,
+nacks, reschedules and ``retry_dead`` wake them at once (threads through a
+condition, asyncio tasks through their loop), so nothing polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from .._clock import SYSTEM_CLOCK, Clock
+from .._constants import INF
+from .._waiters import LoopSleeper, resolve
+from ..durable.message import (
+    PutRequest,
+    Record,
+    State,
+    Stats,
+    apply_ack,
+    apply_extend,
+    apply_nack,
+    apply_put,
+    apply_reschedule,
+    apply_reserve,
+    apply_retry_dead,
+    can_cancel,
+    compute_stats,
+    matches_state,
+    observe,
+    resolve_due,
+    settle,
+)
+from ..errors import QueueClosed, UnsupportedURL
+
+__all__ = ["AsyncMemoryBackend", "MemoryBackend", "open_async_backend", "open_backend"]
+
+T = TypeVar("T")
+
+
+class _Store:
+    """One queue's messages; every method runs with ``lock`` held."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.records: dict[str, Record] = {}
+        self.due: list[tuple[int, int, str]] = []
+        self.leases: list[tuple[int, str, str]] = []
+        self.seq = itertools.count(1)
+        self.sleepers: set[LoopSleeper] = set()
+        self.thread_waiters = 0
+
+    def wake_all(self) -> None:
+        if self.thread_waiters:
+            self.cond.notify_all()
+        for sleeper in self.sleepers:
+            sleeper.wake()
+
+    def write(self, record: Record) -> None:
+        self.records[record.id] = record
+        if record.state is State.SCHEDULED:
+            heapq.heappush(self.due, (record.due_at, record.seq, record.id))
+        elif record.state is State.ACTIVE and record.lease_until is not None:
+            heapq.heappush(self.leases, (record.lease_until, record.id, record.lease or ""))
+
+    def load(self, id: str, now_ms: int) -> Record | None:
+        """The record with a lease expiry already applied (and written back)."""
+        record = self.records.get(id)
+        if record is not None:
+            settled = settle(record, now_ms)
+            if settled is not record:
+                self.write(settled)
+            record = settled
+        return record
+
+    def expire(self, now_ms: int) -> None:
+        leases = self.leases
+        while leases and leases[0][0] <= now_ms:
+            _, id, _ = heapq.heappop(leases)
+            self.load(id, now_ms)
+
+    def _head_due(self) -> int | None:
+        due, records = self.due, self.records
+        while due:
+            due_at, seq, id = due[0]
+            record = records.get(id)
+            if (
+                record is not None
+                and record.state is State.SCHEDULED
+                and record.seq == seq
+                and record.due_at == due_at
+            ):
+                return due_at
+            heapq.heappop(due)
+        return None
+
+    def _head_lease(self) -> int | None:
+        leases, records = self.leases, self.records
+        while leases:
+            until, id, token = leases[0]
+            record = records.get(id)
+            if record is not None and record.lease == token and record.lease_until == until:
+                return until
+            heapq.heappop(leases)
+        return None
+
+    def next_event(self) -> int | None:
+        """Epoch ms of the next due time or lease expiry (None: nothing pending)."""
+        events = [t for t in (self._head_due(), self._head_lease()) if t is not None]
+        return min(events) if events else None
+
+    def claim(self, now_ms: int, limit: int, lease_ms: int) -> list[Record]:
+        self.expire(now_ms)
+        claimed: list[Record] = []
+        while len(claimed) < limit:
+            head = self._head_due()
+            if head is None or head > now_ms:
+                break
+            _, _, id = heapq.heappop(self.due)
+            record = apply_reserve(self.records[id], now_ms, lease_ms, uuid.uuid4().hex)
+            self.write(record)
+            claimed.append(record)
+        self._compact()
+        return claimed
+
+    def _compact(self) -> None:
+        live = len(self.records)
+        if len(self.due) > 2 * live + 1024:
+            self.due = [
+                (r.due_at, r.seq, r.id) for r in self.records.values() if r.state is State.SCHEDULED
+            ]
+            heapq.heapify(self.due)
+        if len(self.leases) > 2 * live + 1024:
+            self.leases = [
+                (r.lease_until, r.id, r.lease or "")
+                for r in self.records.values()
+                if r.state is State.ACTIVE and r.lease_until is not None
+            ]
+            heapq.heapify(self.leases)
+
+
+_STORES: dict[tuple[str, str], _Store] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def _store(namespace: str, queue: str) -> _Store:
+    key = (namespace, queue)
+    store = _STORES.get(key)
+    if store is None:
+        with _STORES_LOCK:
+            store = _STORES.setdefault(key, _Store())
+    return store
+
+
+def _namespace(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "memory" or parts.path not in ("", "/") or parts.query:
+        raise UnsupportedURL(f"a memory URL is memory:// or memory://<namespace>, not {url!r}")
+    return parts.netloc
+
+
+class _Core:
+    """What both faces share: the namespace, the clock, and every non-waiting operation."""
+
+    def __init__(self, url: str, clock: Clock | None = None) -> None:
+        if clock is None:
+            clock = SYSTEM_CLOCK
+        elif not isinstance(clock, Clock):
+            raise TypeError(f"clock must implement delayq.Clock, not {type(clock).__name__}")
+        self._namespace = _namespace(url)
+        self._clock = clock
+        self._closed = False
+        self._used: set[_Store] = set()
+        self._used_lock = threading.Lock()
+        clock.subscribe(self._on_clock_jump)
+
+    def _now(self) -> int:
+        return int(self._clock.time() * 1000.0)
+
+    def _store(self, queue: str) -> _Store:
+        if self._closed:
+            raise QueueClosed("the queue is closed")
+        store = _store(self._namespace, queue)
+        if store not in self._used:
+            with self._used_lock:
+                self._used.add(store)
+        return store
+
+    def _run(self, queue: str, step: Callable[[_Store, int], T]) -> T:
+        store = self._store(queue)
+        with store.lock:
+            return step(store, self._now())
+
+    def _wake_used(self) -> None:
+        with self._used_lock:
+            stores = list(self._used)
+        for store in stores:
+            with store.lock:
+                store.wake_all()
+
+    def _on_clock_jump(self) -> None:
+        self._wake_used()
+
+    def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._clock.unsubscribe(self._on_clock_jump)
+        self._wake_used()
+
+    # -- the operations that never wait ------------------------------------------
+    def _put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+        def step(store: _Store, now: int) -> list[str]:
+            staged: dict[str, Record | None] = {}
+            for request in requests:
+                current = (
+                    staged[request.id] if request.id in staged else store.records.get(request.id)
+                )
+                new = apply_put(current, request, now, next(store.seq))
+                if new is not None:
+                    staged[request.id] = new
+            for record in staged.values():
+                if record is not None:
+                    store.write(record)
+            if staged:
+                store.wake_all()
+            return [request.id for request in requests]
+
+        return self._run(queue, step)
+
+    def _ack(self, queue: str, id: str, token: str) -> None:
+        def step(store: _Store, now: int) -> None:
+            apply_ack(store.load(id, now), token, now)
+            del store.records[id]
+
+        self._run(queue, step)
+
+    def _nack(self, queue: str, id: str, token: str, delay_ms: int, error: str | None) -> State:
+        def step(store: _Store, now: int) -> State:
+            record = apply_nack(
+                store.load(id, now), token, now, delay_ms=delay_ms, error=error, seq=next(store.seq)
+            )
+            store.write(record)
+            if record.state is State.SCHEDULED:
+                store.wake_all()
+            return record.state
+
+        return self._run(queue, step)
+
+    def _extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
+        def step(store: _Store, now: int) -> int:
+            record = apply_extend(store.load(id, now), token, now, lease_ms)
+            store.write(record)
+            return record.lease_until or 0
+
+        return self._run(queue, step)
+
+    def _cancel(self, queue: str, id: str) -> bool:
+        def step(store: _Store, now: int) -> bool:
+            if not can_cancel(store.load(id, now), now):
+                return False
+            del store.records[id]
+            return True
+
+        return self._run(queue, step)
+
+    def _reschedule(self, queue: str, id: str, delay_ms: int | None, at_ms: int | None) -> bool:
+        def step(store: _Store, now: int) -> bool:
+            due_at = resolve_due(delay_ms, at_ms, now)
+            record = apply_reschedule(store.load(id, now), now, due_at, next(store.seq))
+            if record is None:
+                return False
+            store.write(record)
+            store.wake_all()
+            return True
+
+        return self._run(queue, step)
+
+    def _get(self, queue: str, id: str) -> Record | None:
+        def step(store: _Store, now: int) -> Record | None:
+            record = store.records.get(id)
+            return None if record is None else observe(record, now, with_lease=False)
+
+        return self._run(queue, step)
+
+    def _stats(self, queue: str) -> Stats:
+        return self._run(queue, lambda store, now: compute_stats(store.records.values(), now))
+
+    def _dead(self, queue: str, limit: int) -> list[Record]:
+        def step(store: _Store, now: int) -> list[Record]:
+            store.expire(now)
+            dead = [r for r in store.records.values() if r.state is State.DEAD]
+            dead.sort(key=lambda r: r.seq)
+            return dead[:limit]
+
+        return self._run(queue, step)
+
+    def _retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
+        def step(store: _Store, now: int) -> int:
+            store.expire(now)
+            chosen = list(store.records) if ids is None else list(dict.fromkeys(ids))
+            revived = 0
+            for id in chosen:
+                record = apply_retry_dead(store.records.get(id), now, next(store.seq))
+                if record is not None:
+                    store.write(record)
+                    revived += 1
+            if revived:
+                store.wake_all()
+            return revived
+
+        return self._run(queue, step)
+
+    def _purge(self, queue: str, state: State | None) -> int:
+        def step(store: _Store, now: int) -> int:
+            doomed = [r.id for r in store.records.values() if matches_state(r, state, now)]
+            for id in doomed:
+                del store.records[id]
+            if state is None:
+                store.due.clear()
+                store.leases.clear()
+            return len(doomed)
+
+        return self._run(queue, step)
+
+    def _sleep_for(self, store: _Store, now_ms: int, give_up: float) -> float | None:
+        """Real seconds to sleep (None: until woken); lock held."""
+        until = store.next_event()
+        seconds = INF if until is None else max(until - now_ms, 1) / 1000.0
+        seconds = min(seconds, give_up - self._clock.monotonic())
+        if seconds == INF:
+            return None
+        return self._clock.wait_timeout(max(seconds, 0.0))
+
+
+class MemoryBackend(_Core):
+    """The sync face of ``memory://`` (see :class:`~delayq.durable.backend.Backend`)."""
+
+    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+        """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
+        return self._put(queue, requests)
+
+    def reserve(self, queue: str, *, limit: int, lease_ms: int, wait: float | None) -> list[Record]:
+        """See :meth:`Backend.reserve <delayq.durable.backend.Backend.reserve>`."""
+        store = self._store(queue)
+        give_up = INF if wait is None else self._clock.monotonic() + wait
+        with store.lock:
+            store.thread_waiters += 1
+            try:
+                while True:
+                    if self._closed:
+                        raise QueueClosed("the queue was closed")
+                    now = self._now()
+                    claimed = store.claim(now, limit, lease_ms)
+                    if claimed or self._clock.monotonic() >= give_up:
+                        return claimed
+                    store.cond.wait(self._sleep_for(store, now, give_up))
+            finally:
+                store.thread_waiters -= 1
+
+    def ack(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
+        self._ack(queue, id, token)
+
+    def nack(self, queue: str, id: str, token: str, *, delay_ms: int, error: str | None) -> State:
+        """See :meth:`Backend.nack <delayq.durable.backend.Backend.nack>`."""
+        return self._nack(queue, id, token, delay_ms, error)
+
+    def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
+        """See :meth:`Backend.extend <delayq.durable.backend.Backend.extend>`."""
+        return self._extend(queue, id, token, lease_ms)
+
+    def cancel(self, queue: str, id: str) -> bool:
+        """See :meth:`Backend.cancel <delayq.durable.backend.Backend.cancel>`."""
+        return self._cancel(queue, id)
+
+    def reschedule(self, queue: str, id: str, *, delay_ms: int | None, at_ms: int | None) -> bool:
+        """See :meth:`Backend.reschedule <delayq.durable.backend.Backend.reschedule>`."""
+        return self._reschedule(queue, id, delay_ms, at_ms)
+
+    def get(self, queue: str, id: str) -> Record | None:
+        """See :meth:`Backend.get <delayq.durable.backend.Backend.get>`."""
+        return self._get(queue, id)
+
+    def stats(self, queue: str) -> Stats:
+        """See :meth:`Backend.stats <delayq.durable.backend.Backend.stats>`."""
+        return self._stats(queue)
+
+    def dead(self, queue: str, limit: int) -> list[Record]:
+        """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
+        return self._dead(queue, limit)
+
+    def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
+        """See :meth:`Backend.retry_dead <delayq.durable.backend.Backend.retry_dead>`."""
+        return self._retry_dead(queue, ids)
+
+    def purge(self, queue: str, state: State | None) -> int:
+        """See :meth:`Backend.purge <delayq.durable.backend.Backend.purge>`."""
+        return self._purge(queue, state)
+
+    def close(self) -> None:
+        """Wake this backend's waiting reserves (they raise QueueClosed); the shared
+        store and its messages stay for other queues of the process."""
+        self._close()
+
+
+class AsyncMemoryBackend(_Core):
+    """The asyncio face of ``memory://``: the same store; only a waiting ``reserve``
+    awaits, every other operation holds the store lock for microseconds."""
+
+    async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+        """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
+        return self._put(queue, requests)
+
+    async def reserve(
+        self, queue: str, *, limit: int, lease_ms: int, wait: float | None
+    ) -> list[Record]:
+        """See :meth:`Backend.reserve <delayq.durable.backend.Backend.reserve>`."""
+        loop = asyncio.get_running_loop()
+        store = self._store(queue)
+        give_up = INF if wait is None else self._clock.monotonic() + wait
+        while True:
+            with store.lock:
+                if self._closed:
+                    raise QueueClosed("the queue was closed")
+                now = self._now()
+                claimed = store.claim(now, limit, lease_ms)
+                if claimed or self._clock.monotonic() >= give_up:
+                    return claimed
+                sleeper = LoopSleeper(loop)
+                store.sleepers.add(sleeper)
+                seconds = self._sleep_for(store, now, give_up)
+            timer = None if seconds is None else loop.call_later(seconds, resolve, sleeper.future)
+            try:
+                await sleeper.future
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                with store.lock:
+                    store.sleepers.discard(sleeper)
+
+    async def ack(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
+        self._ack(queue, id, token)
+
+    async def nack(
+        self, queue: str, id: str, token: str, *, delay_ms: int, error: str | None
+    ) -> State:
+        """See :meth:`Backend.nack <delayq.durable.backend.Backend.nack>`."""
+        return self._nack(queue, id, token, delay_ms, error)
+
+    async def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
+        """See :meth:`Backend.extend <delayq.durable.backend.Backend.extend>`."""
+        return self._extend(queue, id, token, lease_ms)
+
+    async def cancel(self, queue: str, id: str) -> bool:
+        """See :meth:`Backend.cancel <delayq.durable.backend.Backend.cancel>`."""
+        return self._cancel(queue, id)
+
+    async def reschedule(
+        self, queue: str, id: str, *, delay_ms: int | None, at_ms: int | None
+    ) -> bool:
+        """See :meth:`Backend.reschedule <delayq.durable.backend.Backend.reschedule>`."""
+        return self._reschedule(queue, id, delay_ms, at_ms)
+
+    async def get(self, queue: str, id: str) -> Record | None:
+        """See :meth:`Backend.get <delayq.durable.backend.Backend.get>`."""
+        return self._get(queue, id)
+
+    async def stats(self, queue: str) -> Stats:
+        """See :meth:`Backend.stats <delayq.durable.backend.Backend.stats>`."""
+        return self._stats(queue)
+
+    async def dead(self, queue: str, limit: int) -> list[Record]:
+        """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
+        return self._dead(queue, limit)
+
+    async def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
+        """See :meth:`Backend.retry_dead <delayq.durable.backend.Backend.retry_dead>`."""
+        return self._retry_dead(queue, ids)
+
+    async def purge(self, queue: str, state: State | None) -> int:
+        """See :meth:`Backend.purge <delayq.durable.backend.Backend.purge>`."""
+        return self._purge(queue, state)
+
+    async def close(self) -> None:
+        """See :meth:`MemoryBackend.close`."""
+        self._close()
+
+
+def open_backend(url: str, **options: Any) -> MemoryBackend:
+    """Open the sync face of ``memory://`` (option: ``clock=`` a :class:`delayq.Clock`)."""
+    return MemoryBackend(url, **options)
+
+
+def open_async_backend(url: str, **options: Any) -> AsyncMemoryBackend:
+    """Open the async face of ``memory://`` (option: ``clock=`` a :class:`delayq.Clock`)."""
+    return AsyncMemoryBackend(url, **options)

@@ -1,0 +1,72 @@
+"""``sqlite:///`` URLs and options (documented in :mod:`.backend`)."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from ..._constants import SQLITE_BUSY_TIMEOUT, SQLITE_POLL_INTERVAL, SQLITE_SYNCHRONOUS
+from ...errors import UnsupportedURL
+
+__all__ = ["OPTIONS", "parse_url"]
+
+#: The options a sqlite URL or ``Queue(...)`` keyword may set.
+OPTIONS = frozenset({"busy_timeout", "synchronous", "poll_interval"})
+_SYNCHRONOUS = ("off", "normal", "full", "extra")
+
+
+def parse_url(url: str, **options: Any) -> tuple[str, dict[str, Any]]:
+    """The absolute file path of a ``sqlite:///`` URL and its checked options
+    (keyword ``options`` override the URL's query). :class:`UnsupportedURL` for a
+    malformed URL, :class:`TypeError`/:class:`ValueError` for a bad option."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "sqlite":
+        raise UnsupportedURL(f"not a sqlite:// URL: {url!r}")
+    if parts.netloc:
+        raise UnsupportedURL(
+            f"a sqlite URL has no host: sqlite:///relative.db or sqlite:////abs.db, not {url!r}"
+        )
+    path = unquote(parts.path)[1:]
+    if not path:
+        raise UnsupportedURL(f"the sqlite URL {url!r} names no file: sqlite:///path/to/file.db")
+    if path == ":memory:" or path.startswith("file:"):
+        raise UnsupportedURL(
+            f"{url!r}: an in-memory SQLite database is private to one connection, so "
+            "it cannot hold a queue; use memory:// or a file path"
+        )
+    given: dict[str, Any] = dict(parse_qsl(parts.query, keep_blank_values=True))
+    unknown = sorted(set(given) - OPTIONS)
+    if unknown:
+        raise UnsupportedURL(f"unknown sqlite URL parameter(s) {', '.join(unknown)} in {url!r}")
+    unknown = sorted(set(options) - OPTIONS)
+    if unknown:
+        raise TypeError(f"unknown sqlite option(s): {', '.join(unknown)}")
+    given.update(options)
+    checked = {
+        "busy_timeout": _seconds(
+            "busy_timeout", given.get("busy_timeout", SQLITE_BUSY_TIMEOUT), 3600.0
+        ),
+        "poll_interval": _seconds(
+            "poll_interval", given.get("poll_interval", SQLITE_POLL_INTERVAL), 1.0
+        ),
+        "synchronous": str(given.get("synchronous", SQLITE_SYNCHRONOUS)).lower(),
+    }
+    if checked["synchronous"] not in _SYNCHRONOUS:
+        raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")
+    return os.path.abspath(path), checked
+
+
+def _seconds(name: str, value: object, high: float) -> float:
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"{name} must be a number of seconds, not {value!r}") from None
+    if type(value) is bool or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    number = float(value)
+    if not (0.0 < number <= high) or math.isnan(number):
+        raise ValueError(f"{name} must be more than 0 and at most {high:g} seconds")
+    return number

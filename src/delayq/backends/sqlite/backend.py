@@ -1,0 +1,592 @@
+"""``sqlite:///``: the embedded durable backend, one SQLite file shared by processes.
+
+URLs: ``sqlite:///relative/path.db`` (relative to the current directory when the
+queue is opened) or ``sqlite:////absolute/path.db``. The file and its schema are
+created on first use. ``sqlite:///:memory:`` is refused: an in-memory database
+exists per connection, so the connections of one queue (one per thread), its change
+watcher and other processes would each see a different, empty database; use
+``memory://`` for an in-process queue, or a file in a temporary directory.
+
+Options (keyword arguments of ``Queue``/``AsyncQueue``, or URL query parameters):
+
+* ``busy_timeout`` (seconds, default 30): how long a busy database is waited for,
+  retried inside delayq, before :class:`TimeoutError`; "database is locked" never
+  reaches the caller before that.
+* ``synchronous`` (``"normal"`` by default, or ``"full"``/``"extra"``/``"off"``):
+  SQLite's ``PRAGMA synchronous``. In WAL mode ``normal`` loses nothing when a
+  process crashes or is killed; only an OS crash or power loss may drop the last
+  commits. ``full`` makes every commit survive those too, at a cost in throughput.
+* ``poll_interval`` (seconds, default 0.02): how often a waiting consumer checks
+  whether another process committed.
+
+How it works: WAL mode; every operation is one transaction (``BEGIN IMMEDIATE`` when
+it writes) of the statements in :mod:`.statements`, each the mirror of a pure
+transition of :mod:`delayq.durable.message`; a claim is one ``UPDATE ... RETURNING``
+over the partial index ``(queue, due_at, seq)``, right after the lease expiries of
+that queue are settled in the same transaction. "Now" is this machine's wall clock
+in epoch ms (the processes sharing a file share that clock); ``seq`` comes from a
+counter row bumped in the writing transaction, so it increases across processes.
+Connections: :mod:`._connection`; waiting: :mod:`._wakeup`; URLs: :mod:`._url`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from ..._constants import (
+    LEASE_EXPIRED_ERROR,
+    SQLITE_ASYNC_THREADS,
+    SQLITE_BUSY_HANDLER_TIMEOUT,
+)
+from ...durable.message import PutRequest, Record, State, Stats, observe, resolve_due
+from ...errors import DuplicateId, LeaseLost, QueueClosed
+from . import statements as sql
+from ._connection import Pool
+from ._url import parse_url
+from ._wakeup import Wakeup
+
+__all__ = [
+    "AsyncSQLiteBackend",
+    "SQLiteBackend",
+    "open_async_backend",
+    "open_backend",
+    "parse_url",
+]
+
+T = TypeVar("T")
+
+_STATES = {state.value: state for state in State}
+_LEASE_LOST = "the lease expired or the message was reserved, acked or removed since"
+
+
+# -- rows -------------------------------------------------------------------------------
+
+
+def _record(row: Sequence[Any]) -> Record:
+    headers = row[8]
+    return Record(
+        id=row[0],
+        payload=row[1],
+        encoding=row[2],
+        due_at=row[3],
+        seq=row[4],
+        attempts=row[5],
+        max_attempts=row[6],
+        state=_STATES[row[7]],
+        headers=json.loads(headers) if headers else {},
+        last_error=row[9],
+        lease=row[10],
+        lease_until=row[11],
+    )
+
+
+def _headers(headers: Mapping[str, str]) -> str | None:
+    return json.dumps(dict(headers), separators=(",", ":")) if headers else None
+
+
+def _next_event(conn: sqlite3.Connection, queue: str) -> int | None:
+    due, lease = conn.execute(sql.NEXT_EVENT, {"queue": queue}).fetchall()[0]
+    events = [t for t in (due, lease) if t is not None]
+    return min(events) if events else None
+
+
+def _settle(conn: sqlite3.Connection, queue: str, now: int) -> None:
+    conn.execute(sql.SETTLE, {"queue": queue, "now": now, "expired": LEASE_EXPIRED_ERROR})
+
+
+def _next_seq(conn: sqlite3.Connection, count: int) -> int:
+    """Reserve ``count`` sequence numbers; return the first."""
+    last = conn.execute(sql.NEXT_SEQ, (count,)).fetchall()[0][0]
+    return int(last) - count + 1
+
+
+def _seconds_until(next_ms: int | None, give_up: float | None) -> float | None:
+    """How long to sleep: until ``next_ms`` (epoch ms) or ``give_up`` (monotonic)."""
+    timeout: float | None = None
+    if next_ms is not None:
+        timeout = max(0.0, next_ms / 1000.0 - time.time())
+    if give_up is not None:
+        left = max(0.0, give_up - time.monotonic())
+        timeout = left if timeout is None else min(timeout, left)
+    return timeout
+
+
+# -- the operations, written once -------------------------------------------------------
+
+
+class _Core:
+    """Everything but waiting: each method is one transaction, shared by both faces."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        path, checked = parse_url(url, **options)
+        busy = checked["busy_timeout"]
+        self.pool = Pool(
+            path,
+            busy_timeout=min(busy, SQLITE_BUSY_HANDLER_TIMEOUT),
+            busy_budget=busy,
+            synchronous=checked["synchronous"],
+        )
+        self.wake = Wakeup(self.pool, checked["poll_interval"])
+        self.closed = False
+
+    def check_open(self) -> None:
+        """Raise :class:`QueueClosed` once closed."""
+        if self.closed:
+            raise QueueClosed("the queue is closed")
+
+    def close(self) -> None:
+        """Wake the waiters (they raise QueueClosed) and close the connections."""
+        self.closed = True
+        self.wake.close()
+        self.pool.close()
+
+    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+        """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
+        self.check_open()
+
+        def work(conn: sqlite3.Connection, now: int) -> list[str]:
+            seq = _next_seq(conn, len(requests))
+            ignored: list[tuple[Any, ...]] = []  # a run of "ignore" rows, inserted at once
+            for request in requests:
+                row = (
+                    queue,
+                    request.id,
+                    request.payload,
+                    request.encoding,
+                    resolve_due(request.delay_ms, request.at_ms, now),
+                    seq,
+                    request.max_attempts,
+                    _headers(request.headers),
+                )
+                seq += 1
+                if request.on_conflict == "ignore":
+                    ignored.append(row)
+                    continue
+                if ignored:
+                    conn.executemany(sql.INSERT_IGNORE, ignored)
+                    ignored = []
+                if request.on_conflict == "error":
+                    try:
+                        conn.execute(sql.INSERT, row)
+                    except sqlite3.IntegrityError:
+                        raise DuplicateId(f"a message with id {request.id!r} exists") from None
+                elif not conn.execute(sql.REPLACE, (*row, now)).fetchall():
+                    raise DuplicateId(f"message {request.id!r} is in flight: it cannot be replaced")
+            if ignored:
+                conn.executemany(sql.INSERT_IGNORE, ignored)
+            return [request.id for request in requests]
+
+        ids = self.pool.write(work)
+        self.wake.bump()
+        return ids
+
+    def claim(
+        self, queue: str, limit: int, lease_ms: int, peek: bool
+    ) -> tuple[list[Record], int | None]:
+        """Settle expired leases and claim up to ``limit`` due messages, in one
+        transaction. Returns what was claimed (in order) and, when nothing was, the
+        epoch ms of the next due time or lease expiry. With ``peek``, a read-only look
+        comes first and the write lock is taken only if something is due."""
+        self.check_open()
+        if peek:
+            next_ms, now = self.pool.read(lambda conn, now: (_next_event(conn, queue), now))
+            if next_ms is None or next_ms > now:
+                return [], next_ms
+
+        def work(conn: sqlite3.Connection, now: int) -> tuple[list[Record], int | None]:
+            _settle(conn, queue, now)
+            params = {"queue": queue, "now": now, "lease_ms": lease_ms, "limit": limit}
+            rows = conn.execute(sql.CLAIM, params).fetchall()
+            if not rows:
+                return [], _next_event(conn, queue)
+            records = [_record(row) for row in rows]
+            records.sort(key=lambda record: (record.due_at, record.seq))
+            return records, None
+
+        return self.pool.write(work)
+
+    def release(self, queue: str, records: Sequence[Record]) -> None:
+        """Undo the claim of ``records`` (nobody received them): each goes back to
+        exactly what it was before, if its lease is still the claim's."""
+
+        def work(conn: sqlite3.Connection, now: int) -> None:
+            conn.executemany(sql.RELEASE, [(queue, r.id, r.lease) for r in records])
+
+        if not self.pool.closed:
+            self.pool.write(work)
+            self.wake.bump()
+
+    def ack(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
+        self.check_open()
+
+        def work(conn: sqlite3.Connection, now: int) -> None:
+            if conn.execute(sql.ACK, (queue, id, token, now)).rowcount != 1:
+                raise LeaseLost(_LEASE_LOST)
+
+        self.pool.write(work)
+
+    def nack(self, queue: str, id: str, token: str, delay_ms: int, error: str | None) -> State:
+        """See :meth:`Backend.nack <delayq.durable.backend.Backend.nack>`."""
+        self.check_open()
+
+        def work(conn: sqlite3.Connection, now: int) -> State:
+            params = {
+                "queue": queue,
+                "id": id,
+                "token": token,
+                "now": now,
+                "delay_ms": delay_ms,
+                "error": error,
+                "seq": _next_seq(conn, 1),
+            }
+            rows = conn.execute(sql.NACK, params).fetchall()
+            if not rows:
+                raise LeaseLost(_LEASE_LOST)
+            return _STATES[rows[0][0]]
+
+        state = self.pool.write(work)
+        if state is State.SCHEDULED:
+            self.wake.bump()
+        return state
+
+    def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
+        """See :meth:`Backend.extend <delayq.durable.backend.Backend.extend>`."""
+        self.check_open()
+
+        def work(conn: sqlite3.Connection, now: int) -> int:
+            params = {"queue": queue, "id": id, "token": token, "now": now, "lease_ms": lease_ms}
+            rows = conn.execute(sql.EXTEND, params).fetchall()
+            if not rows:
+                raise LeaseLost(_LEASE_LOST)
+            return int(rows[0][0])
+
+        return self.pool.write(work)
+
+    def cancel(self, queue: str, id: str) -> bool:
+        """See :meth:`Backend.cancel <delayq.durable.backend.Backend.cancel>`."""
+        self.check_open()
+        return self.pool.write(
+            lambda conn, now: conn.execute(sql.CANCEL, (queue, id, now)).rowcount == 1
+        )
+
+    def reschedule(self, queue: str, id: str, delay_ms: int | None, at_ms: int | None) -> bool:
+        """See :meth:`Backend.reschedule <delayq.durable.backend.Backend.reschedule>`."""
+        self.check_open()
+
+        def work(conn: sqlite3.Connection, now: int) -> bool:
+            _settle(conn, queue, now)
+            params = {
+                "queue": queue,
+                "id": id,
+                "now": now,
+                "due_at": resolve_due(delay_ms, at_ms, now),
+                "seq": _next_seq(conn, 1),
+            }
+            return conn.execute(sql.RESCHEDULE, params).rowcount == 1
+
+        moved = self.pool.write(work)
+        if moved:
+            self.wake.bump()
+        return moved
+
+    def get(self, queue: str, id: str) -> Record | None:
+        """See :meth:`Backend.get <delayq.durable.backend.Backend.get>`."""
+        self.check_open()
+
+        def work(conn: sqlite3.Connection, now: int) -> Record | None:
+            rows = conn.execute(sql.GET, (queue, id)).fetchall()
+            return observe(_record(rows[0]), now, with_lease=False) if rows else None
+
+        return self.pool.read(work)
+
+    def stats(self, queue: str) -> Stats:
+        """See :meth:`Backend.stats <delayq.durable.backend.Backend.stats>`."""
+        self.check_open()
+
+        def work(conn: sqlite3.Connection, now: int) -> Stats:
+            row = conn.execute(sql.STATS, {"queue": queue, "now": now}).fetchall()[0]
+            scheduled, ready, active, dead, next_due, oldest_ready = row
+            return Stats(
+                scheduled=scheduled,
+                ready=ready,
+                active=active,
+                dead=dead,
+                next_due_at=next_due,
+                lag=0.0 if oldest_ready is None else max(0, now - oldest_ready) / 1000.0,
+            )
+
+        return self.pool.read(work)
+
+    def dead(self, queue: str, limit: int) -> list[Record]:
+        """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
+        self.check_open()
+
+        def work(conn: sqlite3.Connection, now: int) -> list[Record]:
+            params = {"queue": queue, "now": now, "limit": limit}
+            rows = conn.execute(sql.DEAD, params).fetchall()
+            return [observe(_record(row), now, with_lease=False) for row in rows]
+
+        return self.pool.read(work)
+
+    def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
+        """See :meth:`Backend.retry_dead <delayq.durable.backend.Backend.retry_dead>`."""
+        self.check_open()
+
+        def work(conn: sqlite3.Connection, now: int) -> int:
+            _settle(conn, queue, now)
+            if ids is None:
+                rowids = [row[0] for row in conn.execute(sql.DEAD_ROWIDS_ALL, (queue,))]
+            else:
+                rowids = [
+                    row[0]
+                    for id in dict.fromkeys(ids)
+                    for row in conn.execute(sql.DEAD_ROWIDS, (queue, id)).fetchall()
+                ]
+            if rowids:
+                seq = _next_seq(conn, len(rowids))
+                rows = [(now, seq + i, rowid) for i, rowid in enumerate(rowids)]
+                conn.executemany(sql.RETRY_DEAD, rows)
+            return len(rowids)
+
+        revived = self.pool.write(work)
+        if revived:
+            self.wake.bump()
+        return revived
+
+    def purge(self, queue: str, state: State | None) -> int:
+        """See :meth:`Backend.purge <delayq.durable.backend.Backend.purge>`."""
+        self.check_open()
+        statement = sql.PURGE[None if state is None else state.value]
+
+        def work(conn: sqlite3.Connection, now: int) -> int:
+            _settle(conn, queue, now)
+            return conn.execute(statement, {"queue": queue, "now": now}).rowcount
+
+        return self.pool.write(work)
+
+
+# -- the sync face --------------------------------------------------------------------------
+
+
+class SQLiteBackend:
+    """The sync face of ``sqlite:///`` (see :class:`~delayq.durable.backend.Backend`).
+
+    Safe to share between threads: each call borrows a connection of the object's
+    pool for one transaction. Opening creates the file and schema if needed.
+    """
+
+    def __init__(self, url: str, **options: Any) -> None:
+        self._core = _Core(url, **options)
+        self._core.pool.run(lambda conn: None)  # open (and create) the file now
+
+    @property
+    def path(self) -> str:
+        """The absolute path of the database file."""
+        return self._core.pool.path
+
+    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+        """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
+        return self._core.put(queue, requests)
+
+    def reserve(self, queue: str, *, limit: int, lease_ms: int, wait: float | None) -> list[Record]:
+        """See :meth:`Backend.reserve <delayq.durable.backend.Backend.reserve>`."""
+        core = self._core
+        give_up = None if wait is None else time.monotonic() + wait
+        peek = False
+        while True:
+            generation = core.wake.generation
+            records, next_ms = core.claim(queue, limit, lease_ms, peek)
+            if records or (give_up is not None and time.monotonic() >= give_up):
+                return records
+            timeout = _seconds_until(next_ms, give_up)
+            if timeout is None or timeout > 0.0:
+                core.wake.wait(generation, timeout)
+            peek = True
+
+    def ack(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
+        self._core.ack(queue, id, token)
+
+    def nack(self, queue: str, id: str, token: str, *, delay_ms: int, error: str | None) -> State:
+        """See :meth:`Backend.nack <delayq.durable.backend.Backend.nack>`."""
+        return self._core.nack(queue, id, token, delay_ms, error)
+
+    def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
+        """See :meth:`Backend.extend <delayq.durable.backend.Backend.extend>`."""
+        return self._core.extend(queue, id, token, lease_ms)
+
+    def cancel(self, queue: str, id: str) -> bool:
+        """See :meth:`Backend.cancel <delayq.durable.backend.Backend.cancel>`."""
+        return self._core.cancel(queue, id)
+
+    def reschedule(self, queue: str, id: str, *, delay_ms: int | None, at_ms: int | None) -> bool:
+        """See :meth:`Backend.reschedule <delayq.durable.backend.Backend.reschedule>`."""
+        return self._core.reschedule(queue, id, delay_ms, at_ms)
+
+    def get(self, queue: str, id: str) -> Record | None:
+        """See :meth:`Backend.get <delayq.durable.backend.Backend.get>`."""
+        return self._core.get(queue, id)
+
+    def stats(self, queue: str) -> Stats:
+        """See :meth:`Backend.stats <delayq.durable.backend.Backend.stats>`."""
+        return self._core.stats(queue)
+
+    def dead(self, queue: str, limit: int) -> list[Record]:
+        """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
+        return self._core.dead(queue, limit)
+
+    def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
+        """See :meth:`Backend.retry_dead <delayq.durable.backend.Backend.retry_dead>`."""
+        return self._core.retry_dead(queue, ids)
+
+    def purge(self, queue: str, state: State | None) -> int:
+        """See :meth:`Backend.purge <delayq.durable.backend.Backend.purge>`."""
+        return self._core.purge(queue, state)
+
+    def close(self) -> None:
+        """See :meth:`Backend.close <delayq.durable.backend.Backend.close>`; the file
+        and its messages stay."""
+        self._core.close()
+
+
+# -- the async face -------------------------------------------------------------------------
+
+
+class AsyncSQLiteBackend:
+    """The asyncio face of ``sqlite:///`` (see :class:`~delayq.durable.backend.AsyncBackend`).
+
+    Every operation runs on a small thread pool of its own, so the event loop never
+    waits for SQLite; a waiting ``reserve`` sleeps on the loop itself. Creating it does
+    no I/O: the file is opened on first use. A cancelled ``reserve`` claims nothing;
+    a cancelled call of another operation may still take effect.
+    """
+
+    def __init__(self, url: str, **options: Any) -> None:
+        self._core = _Core(url, **options)
+        self._executor = ThreadPoolExecutor(
+            max_workers=SQLITE_ASYNC_THREADS, thread_name_prefix="delayq-sqlite"
+        )
+
+    @property
+    def path(self) -> str:
+        """The absolute path of the database file."""
+        return self._core.pool.path
+
+    async def _call(self, function: Callable[..., T], *args: Any) -> T:
+        self._core.check_open()
+        return await asyncio.wrap_future(self._executor.submit(function, *args))
+
+    async def _claim(
+        self, queue: str, limit: int, lease_ms: int, peek: bool
+    ) -> tuple[list[Record], int | None]:
+        future = self._executor.submit(self._core.claim, queue, limit, lease_ms, peek)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            future.add_done_callback(lambda done: self._release(queue, done))
+            raise
+
+    def _release(self, queue: str, done: Future[tuple[list[Record], int | None]]) -> None:
+        """After a cancelled claim finished anyway: give back what it claimed."""
+        if done.cancelled() or done.exception() is not None:
+            return
+        records = done.result()[0]
+        if records:
+            try:
+                self._executor.submit(self._core.release, queue, records)
+            except RuntimeError:  # the executor is shut down: release here
+                self._core.release(queue, records)
+
+    async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+        """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
+        return await self._call(self._core.put, queue, requests)
+
+    async def reserve(
+        self, queue: str, *, limit: int, lease_ms: int, wait: float | None
+    ) -> list[Record]:
+        """See :meth:`Backend.reserve <delayq.durable.backend.Backend.reserve>`."""
+        core = self._core
+        give_up = None if wait is None else time.monotonic() + wait
+        peek = False
+        while True:
+            core.check_open()
+            generation = core.wake.generation
+            records, next_ms = await self._claim(queue, limit, lease_ms, peek)
+            if records or (give_up is not None and time.monotonic() >= give_up):
+                return records
+            timeout = _seconds_until(next_ms, give_up)
+            if timeout is None or timeout > 0.0:
+                await core.wake.wait_async(generation, timeout)
+            peek = True
+
+    async def ack(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
+        await self._call(self._core.ack, queue, id, token)
+
+    async def nack(
+        self, queue: str, id: str, token: str, *, delay_ms: int, error: str | None
+    ) -> State:
+        """See :meth:`Backend.nack <delayq.durable.backend.Backend.nack>`."""
+        return await self._call(self._core.nack, queue, id, token, delay_ms, error)
+
+    async def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
+        """See :meth:`Backend.extend <delayq.durable.backend.Backend.extend>`."""
+        return await self._call(self._core.extend, queue, id, token, lease_ms)
+
+    async def cancel(self, queue: str, id: str) -> bool:
+        """See :meth:`Backend.cancel <delayq.durable.backend.Backend.cancel>`."""
+        return await self._call(self._core.cancel, queue, id)
+
+    async def reschedule(
+        self, queue: str, id: str, *, delay_ms: int | None, at_ms: int | None
+    ) -> bool:
+        """See :meth:`Backend.reschedule <delayq.durable.backend.Backend.reschedule>`."""
+        return await self._call(self._core.reschedule, queue, id, delay_ms, at_ms)
+
+    async def get(self, queue: str, id: str) -> Record | None:
+        """See :meth:`Backend.get <delayq.durable.backend.Backend.get>`."""
+        return await self._call(self._core.get, queue, id)
+
+    async def stats(self, queue: str) -> Stats:
+        """See :meth:`Backend.stats <delayq.durable.backend.Backend.stats>`."""
+        return await self._call(self._core.stats, queue)
+
+    async def dead(self, queue: str, limit: int) -> list[Record]:
+        """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
+        return await self._call(self._core.dead, queue, limit)
+
+    async def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
+        """See :meth:`Backend.retry_dead <delayq.durable.backend.Backend.retry_dead>`."""
+        return await self._call(self._core.retry_dead, queue, ids)
+
+    async def purge(self, queue: str, state: State | None) -> int:
+        """See :meth:`Backend.purge <delayq.durable.backend.Backend.purge>`."""
+        return await self._call(self._core.purge, queue, state)
+
+    async def close(self) -> None:
+        """See :meth:`Backend.close <delayq.durable.backend.Backend.close>`; the file
+        and its messages stay."""
+        if self._core.closed:
+            return
+        self._core.closed = True
+        self._core.wake.close()
+        # Closing the last connection checkpoints the WAL: not on the event loop.
+        await asyncio.wrap_future(self._executor.submit(self._core.pool.close))
+        self._executor.shutdown(wait=False)
+
+
+def open_backend(url: str, **options: Any) -> SQLiteBackend:
+    """Open the sync face of ``sqlite:///path`` (options: see the module docstring)."""
+    return SQLiteBackend(url, **options)
+
+
+def open_async_backend(url: str, **options: Any) -> AsyncSQLiteBackend:
+    """Open the async face of ``sqlite:///path`` (options: see the module docstring)."""
+    return AsyncSQLiteBackend(url, **options)

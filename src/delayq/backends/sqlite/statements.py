@@ -1,0 +1,246 @@
+"""Every SQL statement of the SQLite backend, each the mirror of a pure transition.
+
+The state machine is written once, in :mod:`delayq.durable.message`; each statement
+below names the function it mirrors. Conventions shared by all of them:
+
+* ``:now`` is the backend's "now" in epoch ms, read once per transaction;
+* a row is *in flight* when ``state = 'active' AND lease_until > :now``; an active row
+  whose lease has expired is, logically, already settled
+  (:func:`~delayq.durable.message.settle`): scheduled again due at ``lease_until``, or
+  dead once ``attempts >= max_attempts``. :data:`SETTLE` applies that for one queue;
+  statements that run without it spell the settled state out inline;
+* the literal ``state = '...'`` terms match the partial indexes of ``schema.sql``
+  (a bound parameter would not let SQLite use them).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ACK",
+    "CANCEL",
+    "CLAIM",
+    "COLUMNS",
+    "DEAD",
+    "DEAD_ROWIDS",
+    "DEAD_ROWIDS_ALL",
+    "EXTEND",
+    "GET",
+    "INSERT",
+    "INSERT_IGNORE",
+    "NACK",
+    "NEXT_EVENT",
+    "NEXT_SEQ",
+    "PURGE",
+    "RELEASE",
+    "REPLACE",
+    "RESCHEDULE",
+    "RETRY_DEAD",
+    "SCHEMA_VERSION",
+    "SETTLE",
+    "STATS",
+]
+
+#: The columns of a :class:`~delayq.durable.message.Record`, in its field order.
+COLUMNS = (
+    "id, payload, encoding, due_at, seq, attempts, max_attempts, state, headers, "
+    "last_error, lease, lease_until"
+)
+
+#: Reserve ``?`` sequence numbers; returns the last one (the batch ends there).
+NEXT_SEQ = "UPDATE delayq_meta SET value = value + ? WHERE key = 'seq' RETURNING value"
+
+SCHEMA_VERSION = "SELECT value FROM delayq_meta WHERE key = 'schema'"
+
+# -- settle(): lease expiry, for a whole queue -------------------------------------
+
+#: settle(): expired leases of ``:queue`` become scheduled at their expiry, or dead.
+SETTLE = """
+UPDATE delayq_messages
+SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'scheduled' END,
+    due_at = CASE WHEN attempts >= max_attempts THEN due_at ELSE lease_until END,
+    lease = NULL,
+    lease_until = NULL,
+    last_error = :expired
+WHERE queue = :queue AND state = 'active' AND lease_until <= :now
+"""
+
+# -- apply_put() --------------------------------------------------------------------
+
+_INSERT = """
+INSERT INTO delayq_messages
+    (queue, id, payload, encoding, due_at, seq, attempts, max_attempts, state, headers)
+VALUES (?, ?, ?, ?, ?, ?, 0, ?, 'scheduled', ?)
+"""
+
+#: apply_put(on_conflict="ignore"): a stored id keeps its message.
+INSERT_IGNORE = _INSERT + "ON CONFLICT (queue, id) DO NOTHING"
+
+#: apply_put(on_conflict="error"): a stored id violates the primary key -> DuplicateId.
+INSERT = _INSERT
+
+#: apply_put(on_conflict="replace"): a fresh message over the stored one, unless that
+#: one is in flight (then no row comes back -> DuplicateId). The 9th parameter is now.
+REPLACE = (
+    _INSERT
+    + """
+ON CONFLICT (queue, id) DO UPDATE SET
+    payload = excluded.payload,
+    encoding = excluded.encoding,
+    due_at = excluded.due_at,
+    seq = excluded.seq,
+    attempts = 0,
+    max_attempts = excluded.max_attempts,
+    state = 'scheduled',
+    headers = excluded.headers,
+    last_error = NULL,
+    lease = NULL,
+    lease_until = NULL
+WHERE NOT (delayq_messages.state = 'active' AND delayq_messages.lease_until > ?)
+RETURNING 1
+"""
+)
+
+# -- apply_reserve() ----------------------------------------------------------------
+
+#: apply_reserve() on up to ``:limit`` due messages, earliest due first, then by seq,
+#: each with a fresh random 128-bit lease token. Runs right after SETTLE, in the same
+#: transaction. RETURNING gives rows in no particular order: the caller sorts them.
+CLAIM = f"""
+UPDATE delayq_messages
+SET state = 'active',
+    attempts = attempts + 1,
+    lease = lower(hex(randomblob(16))),
+    lease_until = :now + :lease_ms
+WHERE rowid IN (
+    SELECT rowid FROM delayq_messages
+    WHERE queue = :queue AND state = 'scheduled' AND due_at <= :now
+    ORDER BY due_at, seq
+    LIMIT :limit
+)
+RETURNING {COLUMNS}
+"""
+
+#: When to look again: the earliest due time and the earliest lease expiry.
+NEXT_EVENT = """
+SELECT
+    (SELECT min(due_at) FROM delayq_messages WHERE queue = :queue AND state = 'scheduled'),
+    (SELECT min(lease_until) FROM delayq_messages WHERE queue = :queue AND state = 'active')
+"""
+
+#: Undo a claim nobody received (a cancelled async reserve): the exact row before it.
+RELEASE = """
+UPDATE delayq_messages
+SET state = 'scheduled', attempts = attempts - 1, lease = NULL, lease_until = NULL
+WHERE queue = ? AND id = ? AND state = 'active' AND lease = ?
+"""
+
+# -- apply_ack() / apply_nack() / apply_extend(): the token must hold the lease ------
+
+#: apply_ack(): delete the message if the token holds its unexpired lease.
+ACK = """
+DELETE FROM delayq_messages
+WHERE queue = ? AND id = ? AND state = 'active' AND lease = ? AND lease_until > ?
+"""
+
+#: apply_nack(): scheduled ``:delay_ms`` from now (never before now), or dead once out
+#: of attempts (due time kept); ``last_error`` set, a new seq, the lease dropped.
+NACK = """
+UPDATE delayq_messages
+SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'scheduled' END,
+    due_at = CASE WHEN attempts >= max_attempts THEN due_at
+                  ELSE max(:now + :delay_ms, :now) END,
+    seq = :seq,
+    lease = NULL,
+    lease_until = NULL,
+    last_error = :error
+WHERE queue = :queue AND id = :id AND state = 'active' AND lease = :token
+  AND lease_until > :now
+RETURNING state
+"""
+
+#: apply_extend(): the lease now expires at ``now + lease_ms``.
+EXTEND = """
+UPDATE delayq_messages
+SET lease_until = :now + :lease_ms
+WHERE queue = :queue AND id = :id AND state = 'active' AND lease = :token
+  AND lease_until > :now
+RETURNING lease_until
+"""
+
+# -- can_cancel() / apply_reschedule() / apply_retry_dead() --------------------------
+
+#: can_cancel(): delete unless in flight.
+CANCEL = """
+DELETE FROM delayq_messages
+WHERE queue = ? AND id = ? AND NOT (state = 'active' AND lease_until > ?)
+"""
+
+#: apply_reschedule() (after SETTLE): a scheduled message moves to ``max(due, now)``.
+RESCHEDULE = """
+UPDATE delayq_messages
+SET due_at = max(:due_at, :now), seq = :seq
+WHERE queue = :queue AND id = :id AND state = 'scheduled'
+"""
+
+#: Dead rows of a queue in the order they died (after SETTLE), for retry_dead().
+DEAD_ROWIDS_ALL = (
+    "SELECT rowid FROM delayq_messages WHERE queue = ? AND state = 'dead' ORDER BY seq"
+)
+
+#: The row of one id if it is dead (after SETTLE), for retry_dead(ids).
+DEAD_ROWIDS = "SELECT rowid FROM delayq_messages WHERE queue = ? AND id = ? AND state = 'dead'"
+
+#: apply_retry_dead(): ready now, attempts back to 0, a new seq, last_error kept.
+RETRY_DEAD = """
+UPDATE delayq_messages SET state = 'scheduled', due_at = ?, seq = ?, attempts = 0
+WHERE rowid = ?
+"""
+
+# -- matches_state() for purge() (after SETTLE) -------------------------------------
+
+_PURGE = "DELETE FROM delayq_messages WHERE queue = :queue"
+
+#: purge(state): the observed state of a settled row, per State value (None: all).
+PURGE: dict[str | None, str] = {
+    None: _PURGE,
+    "scheduled": _PURGE + " AND state = 'scheduled' AND due_at > :now",
+    "ready": _PURGE + " AND state = 'scheduled' AND due_at <= :now",
+    "active": _PURGE + " AND state = 'active'",
+    "dead": _PURGE + " AND state = 'dead'",
+}
+
+# -- reads: observe() / compute_stats(), settled inline ------------------------------
+
+#: get(): the stored row; the caller applies observe() to it.
+GET = f"SELECT {COLUMNS} FROM delayq_messages WHERE queue = ? AND id = ?"
+
+#: dead(): stored dead rows and rows whose expired lease made them dead, by seq.
+DEAD = f"""
+SELECT {COLUMNS} FROM delayq_messages
+WHERE queue = :queue AND (
+    state = 'dead'
+    OR (state = 'active' AND lease_until <= :now AND attempts >= max_attempts))
+ORDER BY seq
+LIMIT :limit
+"""
+
+_EXPIRED_BACK = "state = 'active' AND lease_until <= :now AND attempts < max_attempts"
+
+#: compute_stats(): counts per observed state, the next due time and the oldest ready
+#: due time, with expired leases settled inline (scheduled at lease_until, or dead).
+STATS = f"""
+SELECT
+    count(CASE WHEN state = 'scheduled' AND due_at > :now THEN 1 END),
+    count(CASE WHEN (state = 'scheduled' AND due_at <= :now) OR ({_EXPIRED_BACK})
+               THEN 1 END),
+    count(CASE WHEN state = 'active' AND lease_until > :now THEN 1 END),
+    count(CASE WHEN state = 'dead'
+                 OR (state = 'active' AND lease_until <= :now AND attempts >= max_attempts)
+               THEN 1 END),
+    min(CASE WHEN state = 'scheduled' THEN due_at
+             WHEN {_EXPIRED_BACK} THEN lease_until END),
+    min(CASE WHEN state = 'scheduled' AND due_at <= :now THEN due_at
+             WHEN {_EXPIRED_BACK} THEN lease_until END)
+FROM delayq_messages
+WHERE queue = :queue
+"""

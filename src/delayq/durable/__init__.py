@@ -1,0 +1,28 @@
+"""Durable queues: one contract (:mod:`.backend`) over backends chosen by URL.
+
+:class:`Queue` / :class:`AsyncQueue` are the faces; :class:`Message`, :class:`State`
+and :class:`Stats` what they return; :class:`RetryPolicy` how failures are retried.
+"""
+
+from .backend import AsyncBackend, Backend
+from .message import Message, PutRequest, Record, State, Stats
+from .queue import AsyncQueue, Queue
+from .registry import register_scheme
+from .retry import RetryPolicy
+from .serializer import JSONSerializer, Serializer
+
+__all__ = [
+    "AsyncBackend",
+    "AsyncQueue",
+    "Backend",
+    "JSONSerializer",
+    "Message",
+    "PutRequest",
+    "Queue",
+    "Record",
+    "RetryPolicy",
+    "Serializer",
+    "State",
+    "Stats",
+    "register_scheme",
+]

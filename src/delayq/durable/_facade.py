@@ -1,0 +1,269 @@
+"""What :class:`~delayq.Queue` and :class:`~delayq.AsyncQueue` share: argument checks,
+payload encoding, the retry policy, and the mapping between records and messages.
+
+Every check runs before the backend is called, so bad input raises and stores
+nothing. ``TypeError`` means a wrong kind of value, ``ValueError`` a wrong value.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import uuid
+from collections.abc import Iterable, Mapping
+
+from .._constants import (
+    MAX_DUE_MS,
+    MAX_ERROR_LENGTH,
+    MAX_ID_LENGTH,
+)
+from .._duration import at_to_epoch, delay_to_seconds
+from ..errors import QueueClosed
+from .message import Message, OnConflict, PutRequest, Record, State
+from .registry import default_url, scheme_of
+from .retry import RetryPolicy
+from .serializer import Codec
+
+__all__ = ["QueueBase"]
+
+_ON_CONFLICT = ("ignore", "replace", "error")
+_PUT_KEYS = frozenset(("payload", "delay", "at", "id", "on_conflict", "max_attempts", "headers"))
+
+
+def check_identifier(kind: str, value: object) -> str:
+    """A message id or queue name: a non-empty str of at most 255 characters, no NUL."""
+    if not isinstance(value, str):
+        raise TypeError(f"{kind} must be a str, not {type(value).__name__}")
+    if not value or len(value) > MAX_ID_LENGTH or "\x00" in value:
+        raise ValueError(
+            f"{kind} must be 1 to {MAX_ID_LENGTH} characters without NUL, got {value!r:.80}"
+        )
+    return value
+
+
+def check_int(kind: str, value: object, low: int) -> int:
+    """An int (not a bool) >= ``low``."""
+    if type(value) is not int:
+        raise TypeError(f"{kind} must be an int, not {type(value).__name__}")
+    if value < low:
+        raise ValueError(f"{kind} must be >= {low}, got {value}")
+    return value
+
+
+def check_headers(headers: object) -> dict[str, str]:
+    """A mapping of str to str (copied)."""
+    if headers is None:
+        return {}
+    if not isinstance(headers, Mapping):
+        raise TypeError(f"headers must be a dict of str to str, not {type(headers).__name__}")
+    for key, value in headers.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"headers must map str to str, got {key!r}: {value!r:.80}")
+    return dict(headers)
+
+
+def check_seconds(kind: str, value: object, *, positive: bool) -> float:
+    """Seconds (a number, timedelta or duration string), > 0 or >= 0."""
+    seconds = delay_to_seconds(value)
+    if seconds < 0 or (positive and seconds == 0):
+        raise ValueError(f"{kind} must be {'> 0' if positive else '>= 0'} seconds, got {value!r}")
+    return seconds
+
+
+def to_ms(seconds: float) -> int:
+    """Seconds as whole milliseconds, rounded up (a due time is never early)."""
+    ms = math.ceil(seconds * 1000.0)
+    if ms > MAX_DUE_MS:
+        raise ValueError(f"{seconds!r} seconds is out of range")
+    return ms
+
+
+def due_arguments(delay: object, at: object) -> tuple[int | None, int | None]:
+    """``(delay_ms, at_ms)`` for ``delay=``/``at=``; negative or past means due now."""
+    if at is not None:
+        if delay is not None:
+            raise ValueError("give delay= or at=, not both")
+        return None, max(0, to_ms(at_to_epoch(at)))
+    if delay is None:
+        return None, None
+    return max(0, to_ms(delay_to_seconds(delay))), None
+
+
+def error_text(error: object) -> str | None:
+    """``last_error`` for ``nack(error=...)``: a str or an exception, cut to 8192 chars."""
+    if error is None:
+        return None
+    if isinstance(error, BaseException):
+        text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    elif isinstance(error, str):
+        text = error
+    else:
+        raise TypeError(f"error must be a str or an exception, not {type(error).__name__}")
+    return text[:MAX_ERROR_LENGTH]
+
+
+class QueueBase:
+    """The shared, I/O-free half of the two queue facades."""
+
+    def __init__(
+        self,
+        url: str | None,
+        name: str,
+        retry: RetryPolicy | None,
+        serializer: object,
+        max_payload: int | None,
+    ) -> None:
+        if url is None:
+            url = default_url()
+        scheme_of(url)  # UnsupportedURL before anything else
+        self._url = url
+        self._name = check_identifier("name", name)
+        if retry is None:
+            retry = RetryPolicy()
+        elif not isinstance(retry, RetryPolicy):
+            raise TypeError(f"retry must be a RetryPolicy, not {type(retry).__name__}")
+        self._retry = retry
+        self._codec = Codec(serializer, max_payload)
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        """The queue's name (its namespace in the backend)."""
+        return self._name
+
+    @property
+    def url(self) -> str:
+        """The URL the backend was opened from."""
+        return self._url
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """The queue's retry policy (``max_attempts`` default and ``nack`` backoff)."""
+        return self._retry
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueClosed(f"queue {self._name!r} is closed")
+
+    def _request(
+        self,
+        payload: object,
+        *,
+        delay: object = None,
+        at: object = None,
+        id: object = None,
+        on_conflict: object = "ignore",
+        max_attempts: object = None,
+        headers: object = None,
+    ) -> PutRequest:
+        if on_conflict not in _ON_CONFLICT:
+            raise ValueError(f"on_conflict must be one of {_ON_CONFLICT}, got {on_conflict!r}")
+        mode: OnConflict = on_conflict  # type: ignore[assignment]
+        message_id = uuid.uuid4().hex if id is None else check_identifier("id", id)
+        attempts = (
+            self._retry.max_attempts
+            if max_attempts is None
+            else check_int("max_attempts", max_attempts, 1)
+        )
+        header_map = check_headers(headers)
+        delay_ms, at_ms = due_arguments(delay, at)
+        data, encoding = self._codec.encode(payload)
+        return PutRequest(
+            id=message_id,
+            payload=data,
+            encoding=encoding,
+            max_attempts=attempts,
+            headers=header_map,
+            delay_ms=delay_ms,
+            at_ms=at_ms,
+            on_conflict=mode,
+        )
+
+    def _requests(self, items: object) -> list[PutRequest]:
+        if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+            raise TypeError(f"put_many takes a list of dicts, not {type(items).__name__}")
+        requests = []
+        for index, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise TypeError(f"put_many item {index} is a {type(item).__name__}, not a dict")
+            unknown = set(item) - _PUT_KEYS
+            if unknown:
+                raise TypeError(f"put_many item {index} has unknown keys {sorted(unknown)}")
+            if "payload" not in item:
+                raise TypeError(f"put_many item {index} has no 'payload'")
+            requests.append(self._request(**item))
+        return requests
+
+    def _reserve_arguments(
+        self, wait: object, lease: object, max: object
+    ) -> tuple[float | None, int, int]:
+        wait_s = None if wait is None else check_seconds("wait", wait, positive=False)
+        lease_ms = to_ms(check_seconds("lease", lease, positive=True))
+        return wait_s, lease_ms, check_int("max", max, 1)
+
+    def _held(self, msg: object) -> tuple[str, str]:
+        if not isinstance(msg, Message):
+            raise TypeError(f"expected a Message from reserve(), not {type(msg).__name__}")
+        if msg.queue != self._name:
+            raise ValueError(
+                f"message {msg.id!r} belongs to queue {msg.queue!r}, not {self._name!r}"
+            )
+        if msg.lease is None:
+            raise ValueError(
+                f"message {msg.id!r} carries no lease: only messages from reserve() "
+                "can be acked, nacked or extended"
+            )
+        return msg.id, msg.lease
+
+    def _nack_delay(self, msg: Message, delay: object) -> int:
+        if delay is None:
+            seconds = self._retry.delay_for(max(msg.attempts, 1), random.random())
+            return to_ms(seconds)
+        return max(0, to_ms(delay_to_seconds(delay)))
+
+    @staticmethod
+    def _limit(limit: object) -> int:
+        return check_int("limit", limit, 1)
+
+    @staticmethod
+    def _state(state: object) -> State | None:
+        if state is None or isinstance(state, State):
+            return state
+        if isinstance(state, str):
+            try:
+                return State(state.lower())
+            except ValueError:
+                pass
+        raise ValueError(f"state must be a delayq.State or None, got {state!r}")
+
+    @staticmethod
+    def _ids(ids: object) -> list[str] | None:
+        if ids is None:
+            return None
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+            raise TypeError(f"ids must be a list of str or None, not {type(ids).__name__}")
+        return [check_identifier("id", value) for value in ids]
+
+    def _message(self, record: Record) -> Message:
+        return Message(
+            id=record.id,
+            queue=self._name,
+            payload=self._codec.decode(record.payload, record.encoding),
+            due_at=record.due_at,
+            attempts=record.attempts,
+            max_attempts=record.max_attempts,
+            state=record.state,
+            headers=dict(record.headers),
+            last_error=record.last_error,
+            lease=record.lease,
+            lease_expires_at=record.lease_until,
+        )
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<{type(self).__name__} {self._name!r} at {self._url!r} {state}>"

@@ -1,0 +1,227 @@
+"""The broker contract every durable backend implements, in a sync and an async face.
+
+:class:`~delayq.Queue` and :class:`~delayq.AsyncQueue` validate arguments, serialize
+payloads and apply the retry policy; then they call a backend, which stores
+:class:`~delayq.durable.message.Record` objects (payload as bytes) and runs the state
+machine of :mod:`delayq.durable.message`. A backend never sees user objects and
+never validates user input (the facade did); it must guarantee:
+
+* **Atomicity per operation.** Each call below is one atomic step on the server (one
+  SQL transaction, one Lua script, one lock hold): ``put`` of a whole batch, a claim
+  of up to ``limit`` messages, an ack, a nack, a cancel, a reschedule, a lease
+  expiry. Nothing is decided by a read in one round trip and a write in another.
+  A call that raises has changed nothing.
+* **The server's clock decides "now".** Due times, lease expiries and "is it due"
+  use the clock of the store (Redis ``TIME``, ``clock_timestamp()``, the SQLite
+  process's wall clock, the memory backend's clock), in epoch milliseconds; a
+  :class:`PutRequest` carries ``delay_ms`` *relative* to that now, or an absolute
+  ``at_ms``. A past ``at_ms`` or a negative delay means "due now".
+* **Never early.** A message is reserved only when ``due_at <= now_ms`` (the
+  facade rounds due times *up* to the millisecond; a backend must not round its
+  now up).
+* **Order.** Among due messages, earliest ``due_at`` first; among equal due times,
+  the order of their ``seq``, an increasing sequence given on every put, requeue
+  (nack, lease expiry), reschedule and retry_dead: that is, put order.
+* **Lease fencing.** ``reserve`` counts an attempt and gives each message a new,
+  unique lease token, valid until ``lease_until``. ``ack``/``nack``/``extend``
+  succeed only while that token holds an unexpired lease; otherwise (expired,
+  reserved again, acked, cancelled, purged, dead) they raise
+  :class:`~delayq.LeaseLost` and change nothing.
+* **Lease expiry.** An expired lease makes the message scheduled again, due at its
+  ``lease_until`` and with the attempt counted, and ``last_error`` set to
+  ``"lease expired"``; or dead once ``attempts`` has reached ``max_attempts``
+  (:func:`~delayq.durable.message.settle`). It may be applied lazily, but every
+  operation must observe it as if it had happened at ``lease_until``.
+* **Observed states.** Returned records carry the state at the server's now:
+  ``READY`` for a scheduled message that is due (:func:`~delayq.durable.message.observe`).
+* **Waiting.** ``reserve(wait=...)`` sleeps until the earliest due time (or lease
+  expiry), or until a put/nack/reschedule/retry_dead makes something due earlier,
+  or ``wait`` seconds pass; no busy polling. A put through the same backend object
+  must wake a waiter at once. ``close()`` wakes every waiter of this backend
+  object, which then raises :class:`~delayq.QueueClosed`.
+* **Threads and tasks.** A sync backend is safe to call from many threads at once;
+  an async backend from many tasks of one event loop, and never blocks the loop.
+* **Isolation.** Queues are namespaces: ``queue`` is part of every key. The same
+  id may exist in two queues.
+
+A backend module (``delayq.backends.<name>``) exposes two openers, found through
+the scheme registry of :mod:`delayq.durable.registry`::
+
+    def open_backend(url: str, **options: Any) -> Backend: ...
+    def open_async_backend(url: str, **options: Any) -> AsyncBackend: ...
+
+``url`` is the full URL as the user gave it; ``options`` are the extra keyword
+arguments of ``Queue``/``AsyncQueue`` (an unknown option raises ``TypeError``).
+Opening must not block for long: async backends connect lazily on first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from .message import PutRequest, Record, State, Stats
+
+__all__ = ["AsyncBackend", "Backend"]
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """The sync face of a durable backend (see the module docstring for its guarantees)."""
+
+    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+        """Store every request in one atomic step, in order; return their ids.
+
+        Per request (:func:`~delayq.durable.message.apply_put`): a new id is stored
+        with ``attempts=0``, due at ``resolve_due(delay_ms, at_ms, now)``; an existing
+        id with ``on_conflict="ignore"`` keeps the stored message (its id is
+        returned); ``"replace"`` overwrites it as a fresh message (new payload,
+        headers, due time, ``max_attempts``, ``attempts=0``, ``last_error`` cleared);
+        ``"error"`` raises :class:`~delayq.DuplicateId`. ``"replace"`` of a message
+        in flight (unexpired lease) raises :class:`~delayq.DuplicateId`. Requests of
+        one batch see the effect of earlier requests of that batch. Any raise
+        stores nothing of the batch. ``requests`` is never empty.
+        """
+        ...
+
+    def reserve(self, queue: str, *, limit: int, lease_ms: int, wait: float | None) -> list[Record]:
+        """Claim up to ``limit`` due messages, earliest due first, FIFO among equals.
+
+        Each claimed record comes back ``ACTIVE`` with ``attempts`` incremented, a new
+        unique ``lease`` token and ``lease_until = now + lease_ms``. Messages whose
+        lease expired are due again (or dead) first. If nothing is due, block up to
+        ``wait`` seconds (None: forever, 0: return at once) and claim as soon as
+        something falls due; return ``[]`` when the wait ran out. ``limit >= 1``,
+        ``lease_ms >= 1``. Raises :class:`~delayq.QueueClosed` once closed.
+        """
+        ...
+
+    def ack(self, queue: str, id: str, token: str) -> None:
+        """Delete the message if ``token`` holds its unexpired lease; otherwise raise
+        :class:`~delayq.LeaseLost` and change nothing."""
+        ...
+
+    def nack(self, queue: str, id: str, token: str, *, delay_ms: int, error: str | None) -> State:
+        """Give the message back if ``token`` holds its unexpired lease, else raise
+        :class:`~delayq.LeaseLost`.
+
+        With ``attempts < max_attempts`` it becomes ``SCHEDULED``, due ``delay_ms``
+        after now (a new ``seq``); otherwise ``DEAD``. Either way ``last_error =
+        error`` and the lease is dropped. Returns the new state.
+        """
+        ...
+
+    def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
+        """Renew a held lease to expire at ``now + lease_ms``; return that epoch ms.
+        A stale token raises :class:`~delayq.LeaseLost` and changes nothing."""
+        ...
+
+    def cancel(self, queue: str, id: str) -> bool:
+        """Delete a message that is not in flight (scheduled, ready or dead): True.
+        False when it is unknown or holds an unexpired lease (nothing changes)."""
+        ...
+
+    def reschedule(self, queue: str, id: str, *, delay_ms: int | None, at_ms: int | None) -> bool:
+        """Move a scheduled or ready message to ``resolve_due(delay_ms, at_ms, now)``
+        with a new ``seq``; True. False when unknown, in flight or dead."""
+        ...
+
+    def get(self, queue: str, id: str) -> Record | None:
+        """The message with this id in its observed state, or None. The record never
+        carries a lease token (``lease``/``lease_until`` are None)."""
+        ...
+
+    def stats(self, queue: str) -> Stats:
+        """Counts per observed state, ``next_due_at`` (earliest ``due_at`` of a
+        scheduled or ready message, None when none) and ``lag`` (seconds the oldest
+        ready message is overdue, 0.0 when none)
+        (:func:`~delayq.durable.message.compute_stats`)."""
+        ...
+
+    def dead(self, queue: str, limit: int) -> list[Record]:
+        """Up to ``limit`` dead messages, oldest ``seq`` first (about the order they
+        died), without lease."""
+        ...
+
+    def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
+        """Make dead messages (all of them when ``ids`` is None, else those of
+        ``ids`` that are dead) scheduled, due now, ``attempts=0``, a new ``seq``;
+        ``last_error`` is kept. Return how many were revived."""
+        ...
+
+    def purge(self, queue: str, state: State | None) -> int:
+        """Delete every message of the queue in the observed ``state`` (None: all,
+        in flight included); return how many. Purged leases become stale."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and wake waiting ``reserve`` calls (they raise
+        :class:`~delayq.QueueClosed`). Idempotent; later calls raise ``QueueClosed``."""
+        ...
+
+
+@runtime_checkable
+class AsyncBackend(Protocol):
+    """The async face of a durable backend: :class:`Backend`'s operations, awaited.
+
+    Same arguments, results, errors and guarantees; a waiting ``reserve`` must not
+    block the event loop, and cancelling it leaves nothing claimed.
+    """
+
+    async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+        """See :meth:`Backend.put`."""
+        ...
+
+    async def reserve(
+        self, queue: str, *, limit: int, lease_ms: int, wait: float | None
+    ) -> list[Record]:
+        """See :meth:`Backend.reserve`."""
+        ...
+
+    async def ack(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.ack`."""
+        ...
+
+    async def nack(
+        self, queue: str, id: str, token: str, *, delay_ms: int, error: str | None
+    ) -> State:
+        """See :meth:`Backend.nack`."""
+        ...
+
+    async def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
+        """See :meth:`Backend.extend`."""
+        ...
+
+    async def cancel(self, queue: str, id: str) -> bool:
+        """See :meth:`Backend.cancel`."""
+        ...
+
+    async def reschedule(
+        self, queue: str, id: str, *, delay_ms: int | None, at_ms: int | None
+    ) -> bool:
+        """See :meth:`Backend.reschedule`."""
+        ...
+
+    async def get(self, queue: str, id: str) -> Record | None:
+        """See :meth:`Backend.get`."""
+        ...
+
+    async def stats(self, queue: str) -> Stats:
+        """See :meth:`Backend.stats`."""
+        ...
+
+    async def dead(self, queue: str, limit: int) -> list[Record]:
+        """See :meth:`Backend.dead`."""
+        ...
+
+    async def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
+        """See :meth:`Backend.retry_dead`."""
+        ...
+
+    async def purge(self, queue: str, state: State | None) -> int:
+        """See :meth:`Backend.purge`."""
+        ...
+
+    async def close(self) -> None:
+        """See :meth:`Backend.close`."""
+        ...

@@ -1,0 +1,366 @@
+"""Messages, their states, and the pure state transitions of the durable contract.
+
+Two shapes of a message live here:
+
+* :class:`Record` is what a backend stores and returns: the payload as bytes, the
+  due time in epoch milliseconds, a sequence number for FIFO among equal due times,
+  and the lease (token and expiry) while the message is in flight.
+* :class:`Message` is what a user sees: the payload deserialized, and the lease
+  token only when it came from ``reserve``.
+
+The ``apply_*`` functions are the contract's state machine, written once. Each takes
+a stored record and ``now_ms`` (the backend's clock, never the client's), does no
+I/O, and returns the record to store (or raises and changes nothing). The memory
+backend calls them directly; SQL statements and Lua scripts mirror them line by line.
+
+Stored states are ``SCHEDULED``, ``ACTIVE`` and ``DEAD``. ``READY`` is never stored: it
+is a scheduled message whose due time has passed (:func:`observe`). An ``ACTIVE``
+message whose lease has expired is, logically, already back to scheduled (due at its
+lease expiry) or dead; :func:`settle` makes that explicit and every transition
+starts from a settled record.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from .._constants import LEASE_EXPIRED_ERROR
+from ..errors import DuplicateId, LeaseLost
+
+__all__ = [
+    "Message",
+    "OnConflict",
+    "PutRequest",
+    "Record",
+    "State",
+    "Stats",
+    "apply_ack",
+    "apply_extend",
+    "apply_nack",
+    "apply_put",
+    "apply_reschedule",
+    "apply_reserve",
+    "apply_retry_dead",
+    "can_cancel",
+    "compute_stats",
+    "is_due",
+    "matches_state",
+    "observe",
+    "resolve_due",
+    "settle",
+]
+
+OnConflict = Literal["ignore", "replace", "error"]
+
+
+class State(str, enum.Enum):
+    """Where a message is in its life: ``scheduled -> ready -> active -> (gone |
+    scheduled | dead)``."""
+
+    SCHEDULED = "scheduled"
+    """Waiting for its due time."""
+    READY = "ready"
+    """Due, waiting for a consumer (never stored: a scheduled message past its due time)."""
+    ACTIVE = "active"
+    """Reserved by a consumer that holds an unexpired lease."""
+    DEAD = "dead"
+    """Out of attempts; kept with its last error until retried or purged."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A durable message as a user sees it.
+
+    ``due_at`` is epoch milliseconds; ``attempts`` counts how many times the message
+    was reserved. ``lease`` (the fencing token) and ``lease_expires_at`` (epoch ms) are
+    set only on messages returned by ``reserve``; ``ack``/``nack``/``extend`` need them.
+    """
+
+    id: str
+    queue: str
+    payload: Any
+    due_at: int
+    attempts: int
+    max_attempts: int
+    state: State
+    headers: Mapping[str, str] = field(default_factory=dict)
+    last_error: str | None = None
+    lease: str | None = None
+    lease_expires_at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """A snapshot of one queue.
+
+    Counts per state; ``next_due_at`` is the earliest due time (epoch ms) of a message
+    waiting to be reserved, ready ones included (None when there is none); ``lag`` is
+    how many seconds the oldest ready message is overdue (0.0 when none is ready).
+    """
+
+    scheduled: int = 0
+    ready: int = 0
+    active: int = 0
+    dead: int = 0
+    next_due_at: int | None = None
+    lag: float = 0.0
+
+    @property
+    def total(self) -> int:
+        """Every message of the queue, in any state."""
+        return self.scheduled + self.ready + self.active + self.dead
+
+
+@dataclass(frozen=True, slots=True)
+class PutRequest:
+    """One validated, serialized ``put``, as the facade hands it to a backend.
+
+    At most one of ``delay_ms`` (relative to the backend's now) and ``at_ms`` (epoch
+    ms) is set; neither means due now. Both are already rounded up by the facade.
+    ``encoding`` is ``"bytes"`` for a payload the user gave as bytes, otherwise the
+    name of the serializer that produced ``payload``.
+    """
+
+    id: str
+    payload: bytes
+    encoding: str
+    max_attempts: int
+    headers: Mapping[str, str] = field(default_factory=dict)
+    delay_ms: int | None = None
+    at_ms: int | None = None
+    on_conflict: OnConflict = "ignore"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A message as a backend stores it.
+
+    ``seq`` orders messages of equal ``due_at`` (put order); backends give each put,
+    requeue, reschedule and death a new, increasing one. ``lease``/``lease_until``
+    are set only while ``state`` is ``ACTIVE``. When a backend returns a record its
+    ``state`` is the *observed* one (:func:`observe`: ``READY`` when due).
+    """
+
+    id: str
+    payload: bytes
+    encoding: str
+    due_at: int
+    seq: int
+    attempts: int
+    max_attempts: int
+    state: State
+    headers: Mapping[str, str] = field(default_factory=dict)
+    last_error: str | None = None
+    lease: str | None = None
+    lease_until: int | None = None
+
+
+# -- helpers -----------------------------------------------------------------------
+
+
+def resolve_due(delay_ms: int | None, at_ms: int | None, now_ms: int) -> int:
+    """The due time for ``delay_ms`` or ``at_ms`` at ``now_ms``; never before now."""
+    if at_ms is not None:
+        due = at_ms
+    elif delay_ms is not None:
+        due = now_ms + delay_ms
+    else:
+        return now_ms
+    return due if due > now_ms else now_ms
+
+
+def settle(record: Record, now_ms: int) -> Record:
+    """Apply a lease expiry that has already happened (the same record otherwise).
+
+    An expired lease makes the message scheduled again, due at the lease expiry, with
+    the attempt counted; or dead once ``attempts`` has reached ``max_attempts``.
+    """
+    if record.state is not State.ACTIVE or record.lease_until is None:
+        return record
+    if record.lease_until > now_ms:
+        return record
+    if record.attempts >= record.max_attempts:
+        return replace(
+            record,
+            state=State.DEAD,
+            lease=None,
+            lease_until=None,
+            last_error=LEASE_EXPIRED_ERROR,
+        )
+    return replace(
+        record,
+        state=State.SCHEDULED,
+        due_at=record.lease_until,
+        lease=None,
+        lease_until=None,
+        last_error=LEASE_EXPIRED_ERROR,
+    )
+
+
+def is_due(record: Record, now_ms: int) -> bool:
+    """True when a settled record may be reserved at ``now_ms``."""
+    return record.state is State.SCHEDULED and record.due_at <= now_ms
+
+
+def observe(record: Record, now_ms: int, *, with_lease: bool = True) -> Record:
+    """The record as a caller should see it at ``now_ms``: settled, ``READY`` when due,
+    and without its lease unless ``with_lease`` (``get`` never shows the token)."""
+    record = settle(record, now_ms)
+    if is_due(record, now_ms):
+        record = replace(record, state=State.READY)
+    if not with_lease and record.lease is not None:
+        record = replace(record, lease=None, lease_until=None)
+    return record
+
+
+def matches_state(record: Record, state: State | None, now_ms: int) -> bool:
+    """True when the settled record is in the observed ``state`` (None matches all)."""
+    return state is None or observe(record, now_ms).state is state
+
+
+# -- transitions -------------------------------------------------------------------
+
+
+def apply_put(existing: Record | None, request: PutRequest, now_ms: int, seq: int) -> Record | None:
+    """Store ``request`` over ``existing`` (the record with its id, if any).
+
+    Returns the record to store, or None when nothing changes (``ignore`` of an
+    existing id). ``error`` on an existing id, and ``replace`` of a message in flight,
+    raise :class:`DuplicateId`. A replaced message starts afresh (attempts 0).
+    """
+    if existing is not None:
+        existing = settle(existing, now_ms)
+        if request.on_conflict == "ignore":
+            return None
+        if request.on_conflict == "error":
+            raise DuplicateId(f"a message with id {request.id!r} exists")
+        if existing.state is State.ACTIVE:
+            raise DuplicateId(f"message {request.id!r} is in flight: it cannot be replaced")
+    return Record(
+        id=request.id,
+        payload=request.payload,
+        encoding=request.encoding,
+        due_at=resolve_due(request.delay_ms, request.at_ms, now_ms),
+        seq=seq,
+        attempts=0,
+        max_attempts=request.max_attempts,
+        state=State.SCHEDULED,
+        headers=dict(request.headers),
+    )
+
+
+def apply_reserve(record: Record, now_ms: int, lease_ms: int, token: str) -> Record:
+    """Claim a due record: ``ACTIVE`` under ``token`` until ``now_ms + lease_ms``, with
+    one more attempt counted. The caller has checked :func:`is_due`."""
+    return replace(
+        record,
+        state=State.ACTIVE,
+        attempts=record.attempts + 1,
+        lease=token,
+        lease_until=now_ms + lease_ms,
+    )
+
+
+def _held(record: Record | None, token: str, now_ms: int) -> Record:
+    """The settled record if ``token`` still holds its lease; :class:`LeaseLost` if not."""
+    if record is not None:
+        record = settle(record, now_ms)
+        if record.state is State.ACTIVE and record.lease == token:
+            return record
+    raise LeaseLost("the lease expired or the message was reserved, acked or removed since")
+
+
+def apply_ack(record: Record | None, token: str, now_ms: int) -> None:
+    """Check that ``token`` holds the lease; the caller then deletes the record."""
+    _held(record, token, now_ms)
+
+
+def apply_nack(
+    record: Record | None,
+    token: str,
+    now_ms: int,
+    *,
+    delay_ms: int,
+    error: str | None,
+    seq: int,
+) -> Record:
+    """Give a held message back: scheduled in ``delay_ms``, or dead once ``attempts``
+    has reached ``max_attempts``; ``error`` becomes its ``last_error``."""
+    held = _held(record, token, now_ms)
+    if held.attempts >= held.max_attempts:
+        return replace(
+            held, state=State.DEAD, lease=None, lease_until=None, last_error=error, seq=seq
+        )
+    return replace(
+        held,
+        state=State.SCHEDULED,
+        due_at=resolve_due(delay_ms, None, now_ms),
+        seq=seq,
+        lease=None,
+        lease_until=None,
+        last_error=error,
+    )
+
+
+def apply_extend(record: Record | None, token: str, now_ms: int, lease_ms: int) -> Record:
+    """Renew a held lease: it now expires at ``now_ms + lease_ms``."""
+    held = _held(record, token, now_ms)
+    return replace(held, lease_until=now_ms + lease_ms)
+
+
+def can_cancel(record: Record | None, now_ms: int) -> bool:
+    """True when the record exists and is not in flight (the caller then deletes it)."""
+    return record is not None and settle(record, now_ms).state is not State.ACTIVE
+
+
+def apply_reschedule(record: Record | None, now_ms: int, due_at: int, seq: int) -> Record | None:
+    """Move a scheduled or ready message to ``due_at`` (behind messages already due
+    then); None when it is unknown, in flight or dead."""
+    if record is None:
+        return None
+    record = settle(record, now_ms)
+    if record.state is not State.SCHEDULED:
+        return None
+    return replace(record, due_at=max(due_at, now_ms), seq=seq)
+
+
+def apply_retry_dead(record: Record | None, now_ms: int, seq: int) -> Record | None:
+    """Make a dead message ready now with ``attempts`` reset to 0 (``last_error``
+    kept); None when the record is not dead."""
+    if record is None:
+        return None
+    record = settle(record, now_ms)
+    if record.state is not State.DEAD:
+        return None
+    return replace(record, state=State.SCHEDULED, due_at=now_ms, seq=seq, attempts=0)
+
+
+def compute_stats(records: Iterable[Record], now_ms: int) -> Stats:
+    """Counts per observed state, the next due time and the lag, at ``now_ms``."""
+    counts = dict.fromkeys(State, 0)
+    next_due: int | None = None
+    oldest_ready: int | None = None
+    for stored in records:
+        record = observe(stored, now_ms)
+        counts[record.state] += 1
+        if record.state is State.SCHEDULED or record.state is State.READY:
+            if next_due is None or record.due_at < next_due:
+                next_due = record.due_at
+            if record.state is State.READY and (
+                oldest_ready is None or record.due_at < oldest_ready
+            ):
+                oldest_ready = record.due_at
+    return Stats(
+        scheduled=counts[State.SCHEDULED],
+        ready=counts[State.READY],
+        active=counts[State.ACTIVE],
+        dead=counts[State.DEAD],
+        next_due_at=next_due,
+        lag=0.0 if oldest_ready is None else max(0, now_ms - oldest_ready) / 1000.0,
+    )

@@ -1,0 +1,344 @@
+"""Queue and AsyncQueue: the durable queue as users see it, over any backend.
+
+Both faces validate every argument and serialize the payload before the backend is
+called, then delegate the operation, as one atomic step, to the backend the URL
+names (:mod:`delayq.durable.registry`). The logic lives in the backend and in the
+pure transitions of :mod:`delayq.durable.message`; these classes are thin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any
+
+from .._constants import DEFAULT_DEAD_LIMIT, DEFAULT_LEASE, DEFAULT_MAX_PAYLOAD, DEFAULT_QUEUE_NAME
+from ._facade import QueueBase, check_identifier, check_seconds, due_arguments, error_text, to_ms
+from .backend import AsyncBackend, Backend
+from .message import Message, OnConflict, State, Stats
+from .registry import open_async_backend, open_backend
+from .retry import RetryPolicy
+
+__all__ = ["AsyncQueue", "Queue"]
+
+
+class Queue(QueueBase):
+    """A durable delay queue (sync face), safe to share between threads.
+
+    ``url`` picks the backend: ``"memory://"``, ``"sqlite:///path.db"``, ... (default:
+    ``$DELAYQ_URL``, else ``sqlite:///delayq.db``). ``name`` is the queue within it.
+    ``retry`` sets ``max_attempts`` and the backoff of ``nack``; ``serializer`` is
+    any object with ``dumps``/``loads`` (JSON by default; bytes always pass through
+    untouched); ``max_payload`` limits a serialized payload in bytes (None: no
+    limit). Further keyword arguments go to the backend (``memory://`` takes
+    ``clock=``). Delivery is at least once: a message is gone only once acked.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        name: str = DEFAULT_QUEUE_NAME,
+        retry: RetryPolicy | None = None,
+        serializer: object = None,
+        max_payload: int | None = DEFAULT_MAX_PAYLOAD,
+        **options: Any,
+    ) -> None:
+        super().__init__(url, name, retry, serializer, max_payload)
+        self._backend: Backend = open_backend(self._url, **options)
+
+    @property
+    def backend(self) -> Backend:
+        """The backend this queue talks to."""
+        return self._backend
+
+    def put(
+        self,
+        payload: Any,
+        *,
+        delay: Any = None,
+        at: Any = None,
+        id: str | None = None,
+        on_conflict: OnConflict = "ignore",
+        max_attempts: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> str:
+        """Store a message due after ``delay`` or at ``at`` (neither: now); return its id.
+
+        ``delay`` is seconds, a timedelta or a string like ``"30m"``; ``at`` an aware
+        datetime or epoch seconds. With an ``id`` that exists, ``on_conflict`` decides:
+        ``"ignore"`` keeps the stored message, ``"replace"`` overwrites it (not while in
+        flight), ``"error"`` raises :class:`~delayq.DuplicateId`. ``max_attempts``
+        overrides the retry policy's for this message.
+        """
+        self._check_open()
+        request = self._request(
+            payload,
+            delay=delay,
+            at=at,
+            id=id,
+            on_conflict=on_conflict,
+            max_attempts=max_attempts,
+            headers=headers,
+        )
+        return self._backend.put(self._name, [request])[0]
+
+    def put_many(self, items: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Store many messages in one atomic step: all of them or, on any error, none.
+
+        Each item is a dict of :meth:`put`'s arguments, e.g. ``{"payload": ...,
+        "delay": "5m", "id": "order-1"}``. Returns the ids in order.
+        """
+        self._check_open()
+        requests = self._requests(items)
+        return self._backend.put(self._name, requests) if requests else []
+
+    def reserve(
+        self, *, wait: Any = None, lease: Any = DEFAULT_LEASE, max: int = 1
+    ) -> list[Message]:
+        """Claim up to ``max`` due messages, earliest due first, each under a lease.
+
+        Blocks up to ``wait`` seconds (None: until a message is due; 0: not at all) and
+        returns ``[]`` if none came. A message not acked or nacked within ``lease``
+        seconds (see :meth:`extend`) becomes ready again, its attempt counted.
+        """
+        self._check_open()
+        wait_s, lease_ms, limit = self._reserve_arguments(wait, lease, max)
+        records = self._backend.reserve(self._name, limit=limit, lease_ms=lease_ms, wait=wait_s)
+        return [self._message(record) for record in records]
+
+    def ack(self, msg: Message) -> None:
+        """Done with ``msg``: remove it. :class:`~delayq.LeaseLost` if its lease is
+        no longer held (nothing changes then)."""
+        self._check_open()
+        id, token = self._held(msg)
+        self._backend.ack(self._name, id, token)
+
+    def nack(self, msg: Message, *, delay: Any = None, error: Any = None) -> State:
+        """``msg`` failed: retry it after ``delay`` (default: the retry policy's backoff),
+        or make it dead once it has had ``max_attempts``. ``error`` (a str or an
+        exception) is kept as its ``last_error``. Returns its new state
+        (SCHEDULED or DEAD); :class:`~delayq.LeaseLost` if the lease is no longer held.
+        """
+        self._check_open()
+        id, token = self._held(msg)
+        delay_ms = self._nack_delay(msg, delay)
+        text = error_text(error)
+        return self._backend.nack(self._name, id, token, delay_ms=delay_ms, error=text)
+
+    def extend(self, msg: Message, lease: Any = DEFAULT_LEASE) -> int:
+        """Renew ``msg``'s lease to ``lease`` seconds from now; return the new expiry
+        (epoch ms). :class:`~delayq.LeaseLost` if the lease is no longer held."""
+        self._check_open()
+        id, token = self._held(msg)
+        lease_ms = to_ms(check_seconds("lease", lease, positive=True))
+        return self._backend.extend(self._name, id, token, lease_ms)
+
+    def cancel(self, id: str) -> bool:
+        """Remove a message that is not in flight (scheduled, ready or dead): True;
+        False when it is unknown or in flight."""
+        self._check_open()
+        return self._backend.cancel(self._name, check_identifier("id", id))
+
+    def reschedule(self, id: str, *, delay: Any = None, at: Any = None) -> bool:
+        """Move a scheduled or ready message to a new due time (neither: now); False
+        when it is unknown, in flight or dead."""
+        self._check_open()
+        message_id = check_identifier("id", id)
+        delay_ms, at_ms = due_arguments(delay, at)
+        return self._backend.reschedule(self._name, message_id, delay_ms=delay_ms, at_ms=at_ms)
+
+    def get(self, id: str) -> Message | None:
+        """The message with this id (state, due time, attempts, last error), never
+        with a lease token; None if there is none."""
+        self._check_open()
+        record = self._backend.get(self._name, check_identifier("id", id))
+        return None if record is None else self._message(record)
+
+    def stats(self) -> Stats:
+        """Counts per state, the next due time (epoch ms) and the lag (seconds)."""
+        self._check_open()
+        return self._backend.stats(self._name)
+
+    def dead(self, limit: int = DEFAULT_DEAD_LIMIT) -> list[Message]:
+        """Up to ``limit`` dead messages, oldest first."""
+        self._check_open()
+        records = self._backend.dead(self._name, self._limit(limit))
+        return [self._message(record) for record in records]
+
+    def retry_dead(self, ids: Iterable[str] | None = None) -> int:
+        """Make dead messages (all, or those of ``ids``) ready now with attempts reset
+        to 0; return how many."""
+        self._check_open()
+        return self._backend.retry_dead(self._name, self._ids(ids))
+
+    def purge(self, state: State | None = None) -> int:
+        """Remove every message in ``state`` (None: all of this queue, in flight
+        included); return how many."""
+        self._check_open()
+        return self._backend.purge(self._name, self._state(state))
+
+    def close(self) -> None:
+        """Close the backend; a waiting :meth:`reserve` raises :class:`~delayq.QueueClosed`,
+        as does every later call. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._backend.close()
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class AsyncQueue(QueueBase):
+    """A durable delay queue (asyncio face), safe to share between tasks of a loop.
+
+    The arguments and every method are those of :class:`Queue`, awaited; ``close``
+    is a coroutine and the queue is an async context manager. Creating it does no
+    I/O: the backend connects on first use.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        name: str = DEFAULT_QUEUE_NAME,
+        retry: RetryPolicy | None = None,
+        serializer: object = None,
+        max_payload: int | None = DEFAULT_MAX_PAYLOAD,
+        **options: Any,
+    ) -> None:
+        super().__init__(url, name, retry, serializer, max_payload)
+        self._backend: AsyncBackend = open_async_backend(self._url, **options)
+
+    @property
+    def backend(self) -> AsyncBackend:
+        """The backend this queue talks to."""
+        return self._backend
+
+    async def put(
+        self,
+        payload: Any,
+        *,
+        delay: Any = None,
+        at: Any = None,
+        id: str | None = None,
+        on_conflict: OnConflict = "ignore",
+        max_attempts: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> str:
+        """See :meth:`Queue.put`."""
+        self._check_open()
+        request = self._request(
+            payload,
+            delay=delay,
+            at=at,
+            id=id,
+            on_conflict=on_conflict,
+            max_attempts=max_attempts,
+            headers=headers,
+        )
+        return (await self._backend.put(self._name, [request]))[0]
+
+    async def put_many(self, items: Iterable[Mapping[str, Any]]) -> list[str]:
+        """See :meth:`Queue.put_many`."""
+        self._check_open()
+        requests = self._requests(items)
+        return await self._backend.put(self._name, requests) if requests else []
+
+    async def reserve(
+        self, *, wait: Any = None, lease: Any = DEFAULT_LEASE, max: int = 1
+    ) -> list[Message]:
+        """See :meth:`Queue.reserve`."""
+        self._check_open()
+        wait_s, lease_ms, limit = self._reserve_arguments(wait, lease, max)
+        records = await self._backend.reserve(
+            self._name, limit=limit, lease_ms=lease_ms, wait=wait_s
+        )
+        return [self._message(record) for record in records]
+
+    async def ack(self, msg: Message) -> None:
+        """See :meth:`Queue.ack`."""
+        self._check_open()
+        id, token = self._held(msg)
+        await self._backend.ack(self._name, id, token)
+
+    async def nack(self, msg: Message, *, delay: Any = None, error: Any = None) -> State:
+        """See :meth:`Queue.nack`."""
+        self._check_open()
+        id, token = self._held(msg)
+        delay_ms = self._nack_delay(msg, delay)
+        text = error_text(error)
+        return await self._backend.nack(self._name, id, token, delay_ms=delay_ms, error=text)
+
+    async def extend(self, msg: Message, lease: Any = DEFAULT_LEASE) -> int:
+        """See :meth:`Queue.extend`."""
+        self._check_open()
+        id, token = self._held(msg)
+        lease_ms = to_ms(check_seconds("lease", lease, positive=True))
+        return await self._backend.extend(self._name, id, token, lease_ms)
+
+    async def cancel(self, id: str) -> bool:
+        """See :meth:`Queue.cancel`."""
+        self._check_open()
+        return await self._backend.cancel(self._name, check_identifier("id", id))
+
+    async def reschedule(self, id: str, *, delay: Any = None, at: Any = None) -> bool:
+        """See :meth:`Queue.reschedule`."""
+        self._check_open()
+        message_id = check_identifier("id", id)
+        delay_ms, at_ms = due_arguments(delay, at)
+        return await self._backend.reschedule(
+            self._name, message_id, delay_ms=delay_ms, at_ms=at_ms
+        )
+
+    async def get(self, id: str) -> Message | None:
+        """See :meth:`Queue.get`."""
+        self._check_open()
+        record = await self._backend.get(self._name, check_identifier("id", id))
+        return None if record is None else self._message(record)
+
+    async def stats(self) -> Stats:
+        """See :meth:`Queue.stats`."""
+        self._check_open()
+        return await self._backend.stats(self._name)
+
+    async def dead(self, limit: int = DEFAULT_DEAD_LIMIT) -> list[Message]:
+        """See :meth:`Queue.dead`."""
+        self._check_open()
+        records = await self._backend.dead(self._name, self._limit(limit))
+        return [self._message(record) for record in records]
+
+    async def retry_dead(self, ids: Iterable[str] | None = None) -> int:
+        """See :meth:`Queue.retry_dead`."""
+        self._check_open()
+        return await self._backend.retry_dead(self._name, self._ids(ids))
+
+    async def purge(self, state: State | None = None) -> int:
+        """See :meth:`Queue.purge`."""
+        self._check_open()
+        return await self._backend.purge(self._name, self._state(state))
+
+    async def close(self) -> None:
+        """See :meth:`Queue.close`."""
+        if not self._closed:
+            self._closed = True
+            await self._backend.close()
+
+    async def __aenter__(self) -> AsyncQueue:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,1 @@
+"""Tests of what is specific to one durable backend."""

@@ -1,0 +1,516 @@
+"""What is specific to ``sqlite:///`` (the shared contract is in tests/conformance).
+
+URLs and options, the schema (WAL, the claim index), persistence across objects,
+several processes on one file, cross-process wake-up, busy databases, fork, and the
+async face's promises (the loop never blocks, a cancelled reserve claims nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from delayq import DuplicateId, QueueClosed, UnsupportedURL
+from delayq.backends.sqlite import AsyncSQLiteBackend, SQLiteBackend
+from delayq.backends.sqlite import statements as sql
+from delayq.backends.sqlite.backend import parse_url
+from delayq.durable import AsyncBackend, AsyncQueue, Backend, PutRequest, Queue, State
+
+#: Generous bound for "promptly" in real time: these tests check that something
+#: happens, never how fast (benchmarks/durable.py measures that).
+PROMPTLY = 5.0
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    """A fresh database file."""
+    return f"sqlite:///{tmp_path / 'q.db'}"
+
+
+@pytest.fixture
+def queue(url: str) -> Iterator[Queue]:
+    """A sync queue on the fresh file."""
+    with Queue(url, name="jobs") as q:
+        yield q
+
+
+def run_python(code: str, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter; fail the test on a non-zero exit."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+# -- URLs and options ---------------------------------------------------------------
+
+
+def test_url_paths_are_relative_with_three_slashes_and_absolute_with_four(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert parse_url("sqlite:///sub/q.db")[0] == str(tmp_path / "sub" / "q.db")
+    assert parse_url(f"sqlite:///{tmp_path}/abs.db")[0] == str(tmp_path / "abs.db")
+    assert parse_url("sqlite:///with%20space.db")[0] == str(tmp_path / "with space.db")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "sqlite:///:memory:",
+        "sqlite://",
+        "sqlite:///",
+        "sqlite://host/q.db",
+        "sqlite:///q.db?colour=blue",
+        "sqlite:///file:x?mode=memory",
+    ],
+)
+def test_bad_urls_are_refused_clearly(bad: str) -> None:
+    with pytest.raises(UnsupportedURL):
+        parse_url(bad)
+
+
+def test_memory_database_refusal_points_to_memory_scheme() -> None:
+    with pytest.raises(UnsupportedURL, match="memory://"):
+        Queue("sqlite:///:memory:")
+
+
+def test_options_come_from_keywords_or_the_query() -> None:
+    _, options = parse_url("sqlite:///q.db?synchronous=FULL&busy_timeout=2.5")
+    assert options["synchronous"] == "full"
+    assert options["busy_timeout"] == 2.5
+    _, options = parse_url("sqlite:///q.db?synchronous=full", synchronous="normal")
+    assert options["synchronous"] == "normal"
+    with pytest.raises(TypeError, match="colour"):
+        parse_url("sqlite:///q.db", colour="blue")
+    with pytest.raises(ValueError, match="synchronous"):
+        parse_url("sqlite:///q.db", synchronous="sometimes")
+    for bad in (0, -1, float("nan"), "soon"):
+        with pytest.raises(ValueError, match="poll_interval"):
+            parse_url("sqlite:///q.db", poll_interval=bad)
+    with pytest.raises(TypeError, match="busy_timeout"):
+        parse_url("sqlite:///q.db", busy_timeout=True)
+
+
+def test_unknown_option_raises_type_error_through_queue(url: str) -> None:
+    with pytest.raises(TypeError):
+        Queue(url, colour="blue")
+
+
+def test_the_backend_implements_both_protocols(url: str) -> None:
+    with Queue(url) as q:
+        assert isinstance(q.backend, SQLiteBackend)
+        assert isinstance(q.backend, Backend)
+    backend = AsyncSQLiteBackend(url)
+    assert isinstance(backend, AsyncBackend)
+    asyncio.run(backend.close())
+
+
+# -- schema --------------------------------------------------------------------------
+
+
+def test_the_file_is_in_wal_mode_with_the_schema(queue: Queue, tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "q.db")
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        assert {"delayq_messages", "delayq_meta", "delayq_messages_due"} <= names
+        plan = " ".join(
+            str(row[-1])
+            for row in conn.execute(
+                "EXPLAIN QUERY PLAN " + sql.CLAIM,
+                {"queue": "jobs", "now": 0, "lease_ms": 1, "limit": 10},
+            )
+        )
+        assert "delayq_messages_due" in plan
+        assert "TEMP B-TREE" not in plan  # the index gives the order: no sort
+    finally:
+        conn.close()
+
+
+def test_opening_twice_and_from_many_threads_keeps_one_schema(url: str) -> None:
+    errors: list[BaseException] = []
+
+    def open_and_put(i: int) -> None:
+        try:
+            with Queue(url, name="t") as q:
+                q.put(i, id=f"m{i}")
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_and_put, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    with Queue(url, name="t") as q:
+        assert q.stats().total == 8
+
+
+def test_messages_and_due_times_survive_closing_and_reopening(url: str) -> None:
+    with Queue(url, name="keep") as q:
+        soon = q.put("soon", delay=0.05)
+        later = q.put({"x": 1}, delay="1h", headers={"k": "v"})
+        before = {id: q.get(id) for id in (soon, later)}
+    with Queue(url, name="keep") as q:
+        for id, message in before.items():
+            again = q.get(id)
+            assert again is not None
+            assert message is not None
+            assert (again.payload, again.due_at, again.headers) == (
+                message.payload,
+                message.due_at,
+                message.headers,
+            )
+
+
+def test_seq_increases_across_backend_objects(url: str) -> None:
+    """Two writers on one file, one due time: reserve returns them in put order."""
+    at = time.time() - 1
+    with Queue(url, name="fifo") as a, Queue(url, name="fifo") as b:
+        ids = [(a if i % 2 else b).put(i, at=at) for i in range(10)]
+        got = [m.id for m in a.reserve(max=10, wait=0)]
+    assert got == ids
+
+
+def test_put_many_mixes_conflict_modes_in_one_transaction(queue: Queue) -> None:
+    queue.put("old", id="a")
+    ids = queue.put_many(
+        [
+            {"payload": 1, "id": "a"},
+            {"payload": 2, "id": "b"},
+            {"payload": 3, "id": "a", "on_conflict": "replace"},
+            {"payload": 4, "id": "b"},
+        ]
+    )
+    assert ids == ["a", "b", "a", "b"]
+    assert [queue.get(i).payload for i in "ab"] == [3, 2]  # type: ignore[union-attr]
+    with pytest.raises(DuplicateId):
+        queue.put_many(
+            [{"payload": 5, "id": "c"}, {"payload": 6, "id": "b", "on_conflict": "error"}]
+        )
+    assert queue.get("c") is None
+
+
+# -- several processes ------------------------------------------------------------------
+
+_WORKER = """
+import json, sys
+from delayq.durable import Queue
+
+url, me, per, workers = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+acked = []
+with Queue(url, name="shared") as q, Queue(url, name="done") as done:
+    for start in range(0, per, 50):  # one by one and in batches
+        if start % 100:
+            q.put_many([{"payload": me, "id": f"{me}-{i}"} for i in range(start, start + 50)])
+        else:
+            for i in range(start, start + 50):
+                q.put(me, id=f"{me}-{i}")
+        for message in q.reserve(max=20, wait=0):
+            q.ack(message)
+            acked.append(message.id)
+    done.put(me, id=me)
+    while True:
+        messages = q.reserve(max=20, wait=0.05, lease=60)
+        for message in messages:
+            q.ack(message)
+            acked.append(message.id)
+        if not messages and done.stats().total == workers and q.stats().total == 0:
+            break
+print(json.dumps(acked))
+"""
+
+
+def test_four_processes_produce_and_consume_one_file_exactly_once(url: str) -> None:
+    workers, per = 4, 1000
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, url, f"w{n}", str(per), str(workers)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(workers)
+    ]
+    acked: Counter[str] = Counter()
+    for proc in procs:
+        out, err = proc.communicate(timeout=90)
+        assert proc.returncode == 0, err
+        assert "locked" not in err
+        assert "busy" not in err
+        acked.update(json.loads(out))
+    expected = {f"w{n}-{i}" for n in range(workers) for i in range(per)}
+    assert set(acked) == expected
+    assert max(acked.values()) == 1
+
+
+def test_a_waiting_consumer_gets_a_put_from_another_process(url: str, tmp_path: Path) -> None:
+    consumer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+                import json, sys, time
+                from delayq.durable import Queue
+                with Queue(sys.argv[1], name="wake") as q:
+                    q.stats()
+                    print("waiting", flush=True)
+                    got = q.reserve(wait=30)
+                    print(json.dumps([m.payload for m in got]), time.time(), flush=True)
+                """
+            ),
+            url,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert consumer.stdout is not None
+        assert consumer.stdout.readline().strip() == "waiting"
+        time.sleep(0.3)  # let it settle into its wait
+        with Queue(url, name="wake") as q:
+            sent = time.time()
+            q.put("hello")
+        payloads, received = consumer.stdout.readline().split()
+        assert json.loads(payloads) == ["hello"]
+        assert float(received) - sent < PROMPTLY
+    finally:
+        consumer.kill()
+        consumer.communicate()
+
+
+def test_a_waiting_thread_wakes_for_a_put_through_the_same_queue(queue: Queue) -> None:
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.extend(queue.reserve(wait=30)))
+    waiter.start()
+    time.sleep(0.2)
+    queue.put("now")
+    waiter.join(PROMPTLY)
+    assert not waiter.is_alive()
+    assert [m.payload for m in got] == ["now"]
+
+
+def test_a_waiting_thread_wakes_for_a_put_through_another_queue_object(url: str) -> None:
+    with Queue(url, name="x") as waiting, Queue(url, name="x") as other:
+        got: list[Any] = []
+        waiter = threading.Thread(target=lambda: got.extend(waiting.reserve(wait=30)))
+        waiter.start()
+        time.sleep(0.2)
+        other.put("via the file")
+        waiter.join(PROMPTLY)
+        assert not waiter.is_alive()
+        assert [m.payload for m in got] == ["via the file"]
+
+
+def test_close_wakes_a_waiting_reserve(url: str) -> None:
+    q = Queue(url, name="c")
+    errors: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            q.reserve(wait=30)
+        except BaseException as exc:
+            errors.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.1)
+    q.close()
+    waiter.join(PROMPTLY)
+    assert not waiter.is_alive()
+    assert [type(e) for e in errors] == [QueueClosed]
+
+
+# -- busy databases ------------------------------------------------------------------
+
+
+def _hold_write_lock(path: Path, seconds: float) -> threading.Thread:
+    locked = threading.Event()
+
+    def hold() -> None:
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        locked.set()
+        time.sleep(seconds)
+        conn.execute("COMMIT")
+        conn.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    locked.wait()
+    return thread
+
+
+def test_a_busy_database_is_waited_for_not_reported(queue: Queue, tmp_path: Path) -> None:
+    holder = _hold_write_lock(tmp_path / "q.db", 1.3)  # longer than one busy_timeout try
+    started = time.monotonic()
+    queue.put("patient")
+    assert time.monotonic() - started >= 1.0
+    holder.join()
+    assert queue.stats().ready == 1
+
+
+def test_a_database_busy_beyond_busy_timeout_raises_timeout_error(tmp_path: Path) -> None:
+    with Queue(f"sqlite:///{tmp_path / 'q.db'}", busy_timeout=0.2) as q:
+        holder = _hold_write_lock(tmp_path / "q.db", 1.0)
+        with pytest.raises(TimeoutError, match="busy"):
+            q.put("impatient")
+        holder.join()
+        assert q.stats().total == 0
+
+
+# -- fork --------------------------------------------------------------------------
+
+
+def _child(queue: Queue) -> None:
+    """In a forked child: write through the inherited queue, then wait for a put of
+    the parent (which needs the child's own change watcher)."""
+    queue.put("from the child", id="child", delay="1h")
+    got = queue.reserve(wait=20)
+    queue.close()
+    if [m.id for m in got] != ["ping"]:
+        raise SystemExit(3)
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")
+def test_a_forked_child_opens_its_own_connections(queue: Queue) -> None:
+    assert queue.reserve(wait=0.05) == []  # the parent's watcher runs at fork time
+    child = multiprocessing.get_context("fork").Process(target=_child, args=(queue,))
+    child.start()
+    deadline = time.monotonic() + 20
+    while queue.get("child") is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)  # into its wait
+    queue.put("from the parent", id="ping")
+    child.join(30)
+    assert child.exitcode == 0
+    ping = queue.get("ping")
+    assert ping is not None
+    assert ping.state is State.ACTIVE  # the child holds it
+    queue.put("parent still fine", id="after")
+    assert queue.stats().total == 3
+
+
+# -- the async face ------------------------------------------------------------------
+
+
+def test_async_reserve_cancelled_while_waiting_claims_nothing(url: str) -> None:
+    async def main() -> None:
+        async with AsyncQueue(url, name="cancel") as q:
+            task = asyncio.ensure_future(q.reserve(wait=30))
+            await asyncio.sleep(0.1)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await q.put("left alone")
+            await asyncio.sleep(0.1)
+            stats = await q.stats()
+            assert (stats.ready, stats.active) == (1, 0)
+
+    asyncio.run(main())
+
+
+def test_async_reserve_cancelled_mid_claim_gives_the_claim_back(url: str) -> None:
+    """The claim runs in a thread; cancelled while it runs, the claimed message goes
+    back exactly as it was (no attempt counted)."""
+
+    async def main() -> None:
+        async with AsyncQueue(url, name="mid") as q:
+            await q.put("x", id="x")
+            backend = q.backend
+            assert isinstance(backend, AsyncSQLiteBackend)
+            core = backend._core
+            claim = core.claim
+            entered = threading.Event()
+
+            def slow_claim(*args: Any) -> Any:
+                entered.set()
+                time.sleep(0.3)
+                return claim(*args)
+
+            core.claim = slow_claim  # type: ignore[method-assign,assignment]
+            task = asyncio.ensure_future(q.reserve(wait=0))
+            while not entered.is_set():
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            core.claim = claim  # type: ignore[method-assign]
+            for _ in range(100):
+                message = await q.get("x")
+                if message is not None and message.state is State.READY:
+                    break
+                await asyncio.sleep(0.02)
+            assert message is not None
+            assert (message.state, message.attempts) == (State.READY, 0)
+
+    asyncio.run(main())
+
+
+def test_async_operations_never_block_the_loop(url: str, tmp_path: Path) -> None:
+    async def main() -> None:
+        async with AsyncQueue(url, name="loop") as q:
+            await q.put("warm up")
+            ticks = 0
+            stop = False
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while not stop:
+                    ticks += 1
+                    await asyncio.sleep(0.01)
+
+            ticking = asyncio.ensure_future(ticker())
+            holder = _hold_write_lock(tmp_path / "q.db", 0.5)
+            await q.put("waits for the lock in a thread")
+            holder.join()
+            assert await q.reserve(wait=0.3, max=5)
+            stop = True
+            await ticking
+            assert ticks >= 30  # 0.5 s of lock wait, the loop kept ticking
+
+    asyncio.run(main())
+
+
+def test_async_backend_opens_lazily_and_serves_sync_writers(tmp_path: Path) -> None:
+    path = tmp_path / "lazy.db"
+    backend = AsyncSQLiteBackend(f"sqlite:///{path}")
+    assert not path.exists()
+
+    async def main() -> None:
+        request = PutRequest(id="r", payload=b"raw", encoding="bytes", max_attempts=3)
+        assert await backend.put("q", [request]) == ["r"]
+        records = await backend.reserve("q", limit=1, lease_ms=1000, wait=0)
+        assert [r.id for r in records] == ["r"]
+        await backend.close()
+
+    asyncio.run(main())
+    assert path.exists()
+
+
+def test_a_file_that_cannot_be_opened_names_its_path(tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such" / "dir" / "q.db"
+    with pytest.raises(sqlite3.OperationalError, match="no/such/dir"):
+        Queue(f"sqlite:///{missing}")

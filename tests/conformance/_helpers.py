@@ -1,0 +1,36 @@
+"""Small helpers shared by the conformance tests."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def now_ms() -> int:
+    """The local wall clock in epoch ms (the servers under test run on this machine)."""
+    return int(time.time() * 1000)
+
+
+def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
+    """Run ``fn`` in a new daemon thread; its result or exception lands in the future."""
+    future: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=run, daemon=True).start()
+    return future
+
+
+def total(q: Any) -> int:
+    """How many messages the queue holds, in any state."""
+    stats = q.stats()
+    return int(stats.scheduled + stats.ready + stats.active + stats.dead)

@@ -1,0 +1,168 @@
+"""Fixtures of the conformance suite: every test runs for each backend x each face.
+
+A backend joins the suite with one entry in ``BACKENDS``: a generator function that
+takes pytest's ``tmp_path`` and yields a URL for a fresh, isolated store (and cleans
+it up afterwards). When its server is unreachable it calls :func:`unavailable`,
+which skips the backend locally but fails the run when the backend is listed in
+``$DELAYQ_REQUIRE`` (``DELAYQ_REQUIRE=redis,postgres``; ``all`` requires every one).
+
+The async face runs through :class:`AsyncFace`, which drives an ``AsyncQueue`` on an
+event loop in a helper thread, so each test is written once against the sync API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import os
+import threading
+import uuid
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import pytest
+
+from delayq.durable import AsyncQueue, Queue
+
+T = TypeVar("T")
+
+
+def unavailable(backend: str, reason: str) -> NoReturn:
+    """Skip tests of ``backend`` (its server is not reachable), or fail them when
+    ``$DELAYQ_REQUIRE`` lists it."""
+    required = {name.strip() for name in os.environ.get("DELAYQ_REQUIRE", "").split(",")}
+    if backend in required or "all" in required:
+        pytest.fail(f"{backend} is required by DELAYQ_REQUIRE but unavailable: {reason}")
+    pytest.skip(f"{backend} unavailable: {reason}")
+
+
+def memory_url(tmp_path: Path) -> Iterator[str]:
+    """A private namespace of the process-wide memory store."""
+    yield f"memory://conformance-{uuid.uuid4().hex}"
+
+
+def sqlite_url(tmp_path: Path) -> Iterator[str]:
+    """A fresh database file in the test's temporary directory."""
+    yield f"sqlite:///{tmp_path / 'conformance.db'}"
+
+
+# One entry per backend; e.g. sqlite joins with ``"sqlite": sqlite_url`` where
+# ``def sqlite_url(tmp_path): yield f"sqlite:///{tmp_path / 'q.db'}"``.
+BACKENDS: dict[str, Callable[[Path], Iterator[str]]] = {
+    "memory": memory_url,
+    "sqlite": sqlite_url,
+}
+
+
+class LoopThread:
+    """An event loop running in a daemon thread; ``run(coro)`` waits for the result."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = 60.0) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return future.result(timeout)
+
+    def stop(self) -> None:
+        async def drain() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        self.run(drain())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        self.loop.close()
+
+
+class AsyncFace:
+    """An :class:`AsyncQueue` seen through the sync API: each coroutine method runs to
+    completion on the loop thread (so many caller threads mean many tasks)."""
+
+    def __init__(self, runner: LoopThread, queue: AsyncQueue) -> None:
+        self._runner = runner
+        self._queue = queue
+
+    @property
+    def inner(self) -> AsyncQueue:
+        """The wrapped AsyncQueue."""
+        return self._queue
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._queue, name)
+        if not inspect.iscoroutinefunction(attribute):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._runner.run(attribute(*args, **kwargs))
+
+        return call
+
+    def __enter__(self) -> AsyncFace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._runner.run(self._queue.close())
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A URL of a fresh, isolated store for each backend of ``BACKENDS``."""
+    yield from BACKENDS[request.param](tmp_path)
+
+
+@pytest.fixture(params=["sync", "async"])
+def face(request: pytest.FixtureRequest) -> str:
+    """Which face the test drives: ``Queue`` or ``AsyncQueue`` (through AsyncFace)."""
+    return str(request.param)
+
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def make_queue(backend_url: str, face: str) -> Iterator[Callable[..., Any]]:
+    """``make_queue(name=None, **kwargs)``: a queue of this test's store and face.
+
+    Without ``name`` each call makes a new, unique queue name; queues made with the
+    same name share their messages. Every queue is purged and closed afterwards.
+    """
+    runner = LoopThread() if face == "async" else None
+    made: list[Any] = []
+
+    def make(name: str | None = None, **kwargs: Any) -> Any:
+        queue_name = f"q{next(_names)}-{uuid.uuid4().hex[:8]}" if name is None else name
+        queue: Any
+        if runner is None:
+            queue = Queue(backend_url, name=queue_name, **kwargs)
+        else:
+
+            async def build() -> AsyncQueue:
+                return AsyncQueue(backend_url, name=queue_name, **kwargs)
+
+            queue = AsyncFace(runner, runner.run(build()))
+        made.append(queue)
+        return queue
+
+    try:
+        yield make
+    finally:
+        for queue in made:
+            if not queue.closed:
+                queue.purge()
+                queue.close()
+        if runner is not None:
+            runner.stop()
+
+
+@pytest.fixture
+def q(make_queue: Callable[..., Any]) -> Any:
+    """A fresh queue with the default settings."""
+    return make_queue()

@@ -1,0 +1,89 @@
+"""What only the async face can show: it never blocks the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from delayq.durable import AsyncQueue
+
+from .conftest import BACKENDS
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from BACKENDS[request.param](tmp_path)
+
+
+def test_waiting_reserve_does_not_block_the_loop(url: str) -> None:
+    async def main() -> tuple[int, float]:
+        async with AsyncQueue(url, name="loop") as q:
+            ticks = 0
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+
+            task = asyncio.create_task(ticker())
+            await q.put("x", delay=0.3)
+            started = time.monotonic()
+            [msg] = await q.reserve(wait=5)
+            elapsed = time.monotonic() - started
+            await q.ack(msg)
+            task.cancel()
+            await q.purge()
+            return ticks, elapsed
+
+    ticks, elapsed = asyncio.run(main())
+    assert elapsed >= 0.25
+    assert ticks >= 10
+
+
+def test_cancelled_reserve_claims_nothing(url: str) -> None:
+    async def main() -> int:
+        async with AsyncQueue(url, name="cancel") as q:
+            waiter = asyncio.create_task(q.reserve(wait=30))
+            await asyncio.sleep(0.05)
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            await q.put("x")
+            got = await q.reserve(wait=0)
+            await q.purge()
+            return len(got)
+
+    assert asyncio.run(main()) == 1
+
+
+def test_many_tasks_share_one_queue(url: str) -> None:
+    async def main() -> list[int]:
+        async with AsyncQueue(url, name="tasks") as q:
+            got: list[int] = []
+
+            async def consumer() -> None:
+                while True:
+                    for msg in await q.reserve(wait=1, max=5):
+                        got.append(msg.payload)
+                        await q.ack(msg)
+
+            tasks = [asyncio.create_task(consumer()) for _ in range(8)]
+            await asyncio.sleep(0.05)
+            for i in range(200):
+                await q.put(i, delay=(i % 5) / 100)
+            for _ in range(500):
+                if len(got) == 200:
+                    break
+                await asyncio.sleep(0.01)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await q.purge()
+            return got
+
+    assert sorted(asyncio.run(main())) == list(range(200))

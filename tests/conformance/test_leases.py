@@ -1,0 +1,183 @@
+"""Leases: one holder at a time, expiry, fencing tokens, extend."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import pytest
+
+from delayq import LeaseLost
+from delayq.durable import State
+
+from ._helpers import now_ms
+
+
+def test_two_consumers_never_hold_the_same_message(make_queue: Any) -> None:
+    name = "lease-one-holder"
+    first, second = make_queue(name=name), make_queue(name=name)
+    first.put("x")
+    [msg] = first.reserve(wait=0)
+    assert second.reserve(wait=0) == []
+    assert first.get(msg.id).state is State.ACTIVE
+
+
+def test_reserved_message_carries_a_lease(q: Any) -> None:
+    q.put("x")
+    before = now_ms()
+    [msg] = q.reserve(wait=0, lease=30)
+    assert msg.lease
+    assert msg.attempts == 1
+    assert before + 30_000 <= msg.lease_expires_at <= now_ms() + 30_000
+
+
+def test_get_never_carries_a_lease_token(q: Any) -> None:
+    msg_id = q.put("x")
+    q.reserve(wait=0)
+    seen = q.get(msg_id)
+    assert seen.state is State.ACTIVE
+    assert seen.lease is None
+    assert seen.lease_expires_at is None
+
+
+def test_expired_lease_makes_the_message_ready_with_the_attempt_counted(q: Any) -> None:
+    msg_id = q.put("x")
+    [first] = q.reserve(wait=0, lease=0.1)
+    assert q.reserve(wait=0) == []
+    time.sleep(0.2)
+    seen = q.get(msg_id)
+    assert seen.state is State.READY
+    assert seen.attempts == 1
+    assert seen.last_error == "lease expired"
+    assert q.stats().ready == 1
+    [second] = q.reserve(wait=0)
+    assert second.id == msg_id
+    assert second.attempts == 2
+    assert second.lease != first.lease
+
+
+def test_waiting_reserve_wakes_when_a_lease_expires(q: Any) -> None:
+    q.put("x")
+    [first] = q.reserve(wait=0, lease=0.2)
+    started = time.monotonic()
+    [again] = q.reserve(wait=5)
+    assert again.id == first.id
+    assert 0.15 <= time.monotonic() - started < 4
+
+
+def test_expired_lease_on_the_last_attempt_makes_the_message_dead(q: Any) -> None:
+    msg_id = q.put("x", max_attempts=1)
+    q.reserve(wait=0, lease=0.05)
+    time.sleep(0.15)
+    seen = q.get(msg_id)
+    assert seen.state is State.DEAD
+    assert seen.last_error == "lease expired"
+    assert q.reserve(wait=0) == []
+    assert [m.id for m in q.dead()] == [msg_id]
+
+
+def _assert_unchanged(q: Any, msg_id: str, attempts: int) -> None:
+    seen = q.get(msg_id)
+    assert seen.state is State.ACTIVE
+    assert seen.attempts == attempts
+
+
+def test_stale_token_after_redelivery_raises_lease_lost_and_changes_nothing(q: Any) -> None:
+    msg_id = q.put("x")
+    [stale] = q.reserve(wait=0, lease=0.05)
+    time.sleep(0.12)
+    [current] = q.reserve(wait=0, lease=30)
+    with pytest.raises(LeaseLost):
+        q.ack(stale)
+    _assert_unchanged(q, msg_id, 2)
+    with pytest.raises(LeaseLost):
+        q.nack(stale, delay=0, error="late")
+    _assert_unchanged(q, msg_id, 2)
+    assert q.get(msg_id).last_error == "lease expired"
+    with pytest.raises(LeaseLost):
+        q.extend(stale, 60)
+    _assert_unchanged(q, msg_id, 2)
+    q.ack(current)
+    assert q.get(msg_id) is None
+
+
+def test_ack_after_the_lease_expired_raises_lease_lost(q: Any) -> None:
+    msg_id = q.put("x")
+    [msg] = q.reserve(wait=0, lease=0.05)
+    time.sleep(0.12)
+    with pytest.raises(LeaseLost):
+        q.ack(msg)
+    with pytest.raises(LeaseLost):
+        q.extend(msg, 10)
+    with pytest.raises(LeaseLost):
+        q.nack(msg)
+    assert q.get(msg_id).state is State.READY
+
+
+def test_second_ack_raises_lease_lost(q: Any) -> None:
+    q.put("x")
+    [msg] = q.reserve(wait=0)
+    q.ack(msg)
+    with pytest.raises(LeaseLost):
+        q.ack(msg)
+    with pytest.raises(LeaseLost):
+        q.nack(msg)
+    assert q.stats().total == 0
+
+
+def test_nack_then_old_token_is_stale(q: Any) -> None:
+    msg_id = q.put("x")
+    [msg] = q.reserve(wait=0)
+    q.nack(msg, delay=60, error="first")
+    with pytest.raises(LeaseLost):
+        q.ack(msg)
+    with pytest.raises(LeaseLost):
+        q.nack(msg, delay=0, error="second")
+    seen = q.get(msg_id)
+    assert seen.state is State.SCHEDULED
+    assert seen.last_error == "first"
+
+
+def test_purged_message_lease_is_lost(q: Any) -> None:
+    q.put("a")
+    [msg] = q.reserve(wait=0)
+    assert q.purge(State.ACTIVE) == 1
+    with pytest.raises(LeaseLost):
+        q.ack(msg)
+    assert q.stats().total == 0
+
+
+def test_dead_message_lease_is_lost(q: Any) -> None:
+    msg_id = q.put("a", max_attempts=1)
+    [msg] = q.reserve(wait=0)
+    assert q.nack(msg, error="boom") is State.DEAD
+    with pytest.raises(LeaseLost):
+        q.extend(msg)
+    with pytest.raises(LeaseLost):
+        q.ack(msg)
+    assert q.get(msg_id).state is State.DEAD
+
+
+def test_extend_keeps_the_lease(q: Any) -> None:
+    msg_id = q.put("x")
+    [msg] = q.reserve(wait=0, lease=0.2)
+    before = now_ms()
+    expires = q.extend(msg, 2)
+    assert before + 2000 <= expires <= now_ms() + 2000
+    time.sleep(0.3)
+    assert q.reserve(wait=0) == []
+    assert q.get(msg_id).state is State.ACTIVE
+    q.ack(msg)
+    assert q.get(msg_id) is None
+
+
+def test_lease_of_another_message_is_not_accepted(q: Any) -> None:
+    q.put("a")
+    q.put("b")
+    a, b = q.reserve(wait=0, max=2)
+    forged = dataclasses.replace(a, lease=b.lease)
+    with pytest.raises(LeaseLost):
+        q.ack(forged)
+    q.ack(a)
+    q.ack(b)

@@ -1,0 +1,59 @@
+"""Queue URLs: the default, the scheme registry, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from delayq import UnsupportedURL
+from delayq.durable import Queue, registry
+from delayq.durable.registry import default_url, register_scheme, scheme_of
+
+
+def test_default_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DELAYQ_URL", raising=False)
+    assert default_url() == "sqlite:///delayq.db"
+    monkeypatch.setenv("DELAYQ_URL", "")
+    assert default_url() == "sqlite:///delayq.db"
+    monkeypatch.setenv("DELAYQ_URL", "memory://env")
+    assert default_url() == "memory://env"
+    with Queue(name="from-env") as q:
+        assert q.url == "memory://env"
+        q.put("x")
+        assert q.stats().ready == 1
+        q.purge()
+
+
+@pytest.mark.parametrize("url", ["ftp://host/x", "mongodb://localhost", "memory", "", "::"])
+def test_unknown_or_malformed_url_names_the_supported_schemes(url: str) -> None:
+    with pytest.raises(UnsupportedURL, match="memory://"):
+        Queue(url)
+
+
+def test_bad_port_and_non_str() -> None:
+    with pytest.raises(UnsupportedURL, match="malformed"):
+        scheme_of("redis://localhost:notaport/0")
+    with pytest.raises(UnsupportedURL, match="str"):
+        scheme_of(42)
+
+
+def test_scheme_is_case_insensitive() -> None:
+    assert scheme_of("MEMORY://") == "memory"
+
+
+def test_memory_url_rejects_a_path() -> None:
+    with pytest.raises(UnsupportedURL, match="memory://"):
+        Queue("memory://ns/some/path")
+
+
+def test_unsupported_url_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="scheme"):
+        Queue("nope://")
+
+
+def test_register_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(registry.SCHEMES, "mem2", None)
+    with pytest.raises(UnsupportedURL, match="not yet available"):
+        Queue("mem2://")
+    register_scheme("mem2", "delayq.backends.memory")
+    with pytest.raises(UnsupportedURL, match="memory URL"):
+        Queue("mem2://")  # served by the memory module, which wants memory://
