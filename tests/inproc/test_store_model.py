@@ -86,8 +86,8 @@ HEAP_SLACK = 16
 
 
 def heap_entries(store: HeapStore[Any]) -> int:
-    """Entries a HeapStore holds, dead or alive (its heap plus its FIFO lane, if any)."""
-    return sum(len(getattr(store, name, ())) for name in ("_heap", "_lane"))
+    """Entries a HeapStore holds, dead or alive (its heap plus its FIFO lanes)."""
+    return sum(len(getattr(store, name, ())) for name in ("_heap", "_lane", "_due"))
 
 
 class Item:
@@ -167,6 +167,21 @@ class StoreModel(RuleBasedStateMachine):
     @rule(target=handles, offset=offsets)
     def push_relative(self, offset: float) -> Handle[Item]:
         return self.push(self.now + offset)
+
+    @rule(target=handles, lag=st.sampled_from([0.0, 0.0, 0.0, 1e-9, 0.5]))
+    def push_due(self, lag: float) -> Handle[Item]:
+        """An item due at once, as a queue puts it: its deadline is the clock's now
+        (a little before now when another thread read the clock first)."""
+        deadline = self.now - lag
+        self.n += 1
+        value = Item(self.n)
+        handle = self.store.push_due(value, deadline)
+        assert handle.value is value
+        assert handle.deadline == deadline
+        self.values[id(handle)] = value
+        self.all_handles.append(handle)
+        self._model_add(handle, deadline)
+        return handle
 
     @rule(handle=handles)
     def cancel(self, handle: Handle[Item]) -> None:

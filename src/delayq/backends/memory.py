@@ -337,10 +337,12 @@ class _Core:
 
         return self._run(queue, step)
 
-    def _sleep_for(self, store: _Store, now_ms: int, give_up: float) -> float | None:
+    def _sleep_for(self, store: _Store, give_up: float) -> float | None:
         """Real seconds to sleep (None: until woken); lock held."""
         until = store.next_event()
-        seconds = INF if until is None else max(until - now_ms, 1) / 1000.0
+        # Wake at the due millisecond itself (plus a hair, so the floored now has
+        # reached it), not a whole millisecond after now_ms.
+        seconds = INF if until is None else max(until / 1000.0 - self._clock.time(), 0.0) + 5e-5
         seconds = min(seconds, give_up - self._clock.monotonic())
         if seconds == INF:
             return None
@@ -368,7 +370,7 @@ class MemoryBackend(_Core):
                     claimed = store.claim(now, limit, lease_ms)
                     if claimed or self._clock.monotonic() >= give_up:
                         return claimed
-                    store.cond.wait(self._sleep_for(store, now, give_up))
+                    store.cond.wait(self._sleep_for(store, give_up))
             finally:
                 store.thread_waiters -= 1
 
@@ -443,7 +445,7 @@ class AsyncMemoryBackend(_Core):
                     return claimed
                 sleeper = LoopSleeper(loop)
                 store.sleepers.add(sleeper)
-                seconds = self._sleep_for(store, now, give_up)
+                seconds = self._sleep_for(store, give_up)
             timer = None if seconds is None else loop.call_later(seconds, resolve, sleeper.future)
             try:
                 await sleeper.future

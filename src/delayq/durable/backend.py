@@ -20,8 +20,9 @@ never validates user input (the facade did); it must guarantee:
   facade rounds due times *up* to the millisecond; a backend must not round its
   now up).
 * **Order.** Among due messages, earliest ``due_at`` first; among equal due times,
-  the order of their ``seq``, an increasing sequence given on every put, requeue
-  (nack, lease expiry), reschedule and retry_dead: that is, put order.
+  the order of their ``seq``, an increasing sequence given on every put, nack,
+  reschedule and retry_dead: that is, put order. A lease expiry keeps the
+  message's ``seq`` (:func:`~delayq.durable.message.settle`).
 * **Lease fencing.** ``reserve`` counts an attempt and gives each message a new,
   unique lease token, valid until ``lease_until``. ``ack``/``nack``/``extend``
   succeed only while that token holds an unexpired lease; otherwise (expired,

@@ -27,6 +27,7 @@ from collections import deque
 from heapq import heapify, heappop, heappush
 from typing import Any, Generic, TypeVar, cast
 
+from .._constants import INF
 from .store import DEADLINE, STATE, Handle, Retired
 
 __all__ = ["HeapStore"]
@@ -46,27 +47,51 @@ class HeapStore(Generic[T]):
     deadline order: O(log n) put, pop and reschedule, O(1) cancel, and O(1) put and
     pop for items due at once or of one fixed delay."""
 
-    __slots__ = ("__weakref__", "_dead", "_due", "_heap", "_lane", "_next_seq", "_retired")
+    __slots__ = (
+        "__weakref__",
+        "_dead",
+        "_due",
+        "_far",
+        "_heap",
+        "_lane",
+        "_next_seq",
+        "_retired",
+    )
 
     def __init__(self) -> None:
         self._heap: list[_Entry] = []
         self._lane: deque[_Entry] = deque()  # nondecreasing deadlines
         self._due: deque[_Entry] = deque()  # items due when put, in put order
         self._dead = 0  # entries in the heap and lanes that are no longer live
+        # Never above the deadline at the front of _heap or _lane: a due item earlier
+        # than this comes out without comparing against either front.
+        self._far = INF
         self._next_seq = itertools.count(1.0).__next__
         self._retired = Retired(self)
 
     def _insert(self, entry: _Entry) -> None:
+        deadline = entry[DEADLINE]
+        self._far = min(self._far, deadline)
         lane = self._lane
-        if not lane or lane[-1][DEADLINE] <= entry[DEADLINE]:
+        if not lane or lane[-1][DEADLINE] <= deadline:
             lane.append(entry)
         else:
             heappush(self._heap, entry)
 
+    def _far_front(self) -> float:
+        heap = self._heap
+        lane = self._lane
+        if heap:
+            front = heap[0] if not lane or heap[0] < lane[0] else lane[0]
+            return front[DEADLINE]  # type: ignore[no-any-return]
+        return lane[0][DEADLINE] if lane else INF
+
     def push(self, value: T, deadline: float) -> Handle[T]:
         """Add ``value`` due at ``deadline``."""
         handle: Handle[T] = Handle((deadline, self._next_seq(), value, self))
-        lane = self._lane  # _insert, inlined: this is the hot path
+        if deadline < self._far:  # noqa: PLR1730 (_insert inlined: this is the hot path)
+            self._far = deadline
+        lane = self._lane
         if not lane or lane[-1][DEADLINE] <= deadline:
             lane.append(handle)
         else:
@@ -89,31 +114,40 @@ class HeapStore(Generic[T]):
         lane = self._lane
         due = self._due
         while True:
-            # The smallest of the three fronts (each source is sorted).
-            source: Any
-            if due:
+            if due and due[0][DEADLINE] < self._far:  # the fast path: no other front is earlier
                 top = due[0]
-                source = due
-                if lane and lane[0] < top:
+                if top[DEADLINE] > now:
+                    return None
+                due.popleft()
+            else:
+                # The smallest of the three fronts (each source is sorted).
+                source: Any
+                if due:
+                    top = due[0]
+                    source = due
+                    if lane and lane[0] < top:
+                        top = lane[0]
+                        source = lane
+                elif lane:
                     top = lane[0]
                     source = lane
-            elif lane:
-                top = lane[0]
-                source = lane
-            elif heap:
-                top = heap[0]
-                source = heap
-            else:
-                return None
-            if heap and heap[0] < top:
-                top = heap[0]
-                source = heap
-            if top[DEADLINE] > now:
-                return None
-            if source is heap:
-                heappop(heap)
-            else:
-                source.popleft()
+                elif heap:
+                    top = heap[0]
+                    source = heap
+                else:
+                    return None
+                if heap and heap[0] < top:
+                    top = heap[0]
+                    source = heap
+                if top[DEADLINE] > now:
+                    self._far = self._far_front()
+                    return None
+                if source is heap:
+                    heappop(heap)
+                else:
+                    source.popleft()
+                if source is not due:
+                    self._far = self._far_front()
             if top[STATE] is self:
                 top[STATE] = self._retired
                 return top if type(top) is not list else top[_HANDLE]  # type: ignore[return-value]
@@ -178,6 +212,7 @@ class HeapStore(Generic[T]):
                 lane.clear()
                 lane.extend(live)
             self._dead = 0
+            self._far = self._far_front()
 
     def _clean_top(self) -> _Entry | None:
         """The live entry that comes out first (dropping dead ones in front of it)."""
@@ -221,6 +256,7 @@ class HeapStore(Generic[T]):
         self._lane.clear()
         self._due.clear()
         self._dead = 0
+        self._far = INF
         return dropped
 
     def __len__(self) -> int:
