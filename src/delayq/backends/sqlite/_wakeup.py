@@ -27,31 +27,13 @@ import time
 import weakref
 
 from ..._constants import LOGGER_NAME, SQLITE_WATCHER_LINGER
+from ..._waiters import LoopSleeper, resolve
 from ._connection import Pool
 
 __all__ = ["Wakeup"]
 
 _log = logging.getLogger(LOGGER_NAME)
 _WAKEUPS: weakref.WeakSet[Wakeup] = weakref.WeakSet()
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-class _Sleeper:
-    """An asyncio waiter parked on a future of its loop."""
-
-    __slots__ = ("future", "loop")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.future: asyncio.Future[None] = loop.create_future()
-
-    def wake(self) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to wake
-            self.loop.call_soon_threadsafe(_resolve, self.future)
 
 
 class Wakeup:
@@ -62,7 +44,7 @@ class Wakeup:
         self._poll_interval = poll_interval
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._sleepers: set[_Sleeper] = set()
+        self._sleepers: set[LoopSleeper] = set()
         self._waiters = 0
         self._watcher: threading.Thread | None = None
         self._stop = threading.Event()
@@ -81,10 +63,17 @@ class Wakeup:
             sleeper.wake()
 
     def close(self) -> None:
-        """Wake every waiter for good and stop the watcher. Idempotent."""
+        """Wake every waiter for good and stop the watcher. Idempotent.
+
+        Waits (briefly) for the watcher to close its connection, so the last
+        connection of the process closes and SQLite removes the -wal/-shm files.
+        """
         self._closed = True
         self._stop.set()
         self.bump()
+        watcher = self._watcher
+        if watcher is not None and watcher is not threading.current_thread():
+            watcher.join(timeout=1.0)
 
     def after_fork(self) -> None:
         """In a child process: fresh locks, no watcher, no waiters of the parent."""
@@ -116,10 +105,10 @@ class Wakeup:
         with self._lock:
             if self.generation != generation or self._closed:
                 return
-            sleeper = _Sleeper(loop)
+            sleeper = LoopSleeper(loop)
             self._sleepers.add(sleeper)
             self._enter()
-        timer = None if timeout is None else loop.call_later(timeout, _resolve, sleeper.future)
+        timer = None if timeout is None else loop.call_later(timeout, resolve, sleeper.future)
         try:
             await sleeper.future
         finally:
