@@ -8,8 +8,8 @@ nothing. ``TypeError`` means a wrong kind of value, ``ValueError`` a wrong value
 from __future__ import annotations
 
 import math
+import os
 import random
-import uuid
 from collections.abc import Iterable, Mapping
 
 from .._constants import (
@@ -164,7 +164,8 @@ class QueueBase:
         if on_conflict not in _ON_CONFLICT:
             raise ValueError(f"on_conflict must be one of {_ON_CONFLICT}, got {on_conflict!r}")
         mode: OnConflict = on_conflict  # type: ignore[assignment]
-        message_id = uuid.uuid4().hex if id is None else check_identifier("id", id)
+        # 128 random bits, as uuid4 has, without building a UUID object.
+        message_id = os.urandom(16).hex() if id is None else check_identifier("id", id)
         attempts = (
             self._retry.max_attempts
             if max_attempts is None

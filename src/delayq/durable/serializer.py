@@ -39,10 +39,12 @@ class JSONSerializer:
     """Compact UTF-8 JSON; NaN and infinities are refused (they are not JSON)."""
 
     name = "json"
+    # One encoder for every call: json.dumps with options builds a new one each time.
+    _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
     def dumps(self, obj: Any, /) -> bytes:
         """Encode ``obj`` as JSON bytes."""
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+        return self._encode(obj).encode()
 
     def loads(self, data: bytes, /) -> Any:
         """Decode JSON bytes."""
