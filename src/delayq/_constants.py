@@ -69,3 +69,46 @@ SQLITE_SYNCHRONOUS = "normal"
 SQLITE_ASYNC_THREADS = 4
 #: ``PRAGMA wal_autocheckpoint`` (pages): fewer, larger checkpoints than SQLite's 1000.
 SQLITE_WAL_AUTOCHECKPOINT = 4000
+
+# -- worker, app and cron ----------------------------------------------------------
+
+#: Default number of handlers one :class:`~delayq.worker.Worker` runs at once.
+DEFAULT_WORKER_CONCURRENCY = 8
+#: Default seconds running handlers get to finish after SIGTERM/SIGINT or ``stop()``.
+DEFAULT_WORKER_GRACE = 30.0
+#: A running handler's lease is renewed every ``lease / WORKER_EXTEND_DIVISOR`` seconds.
+WORKER_EXTEND_DIVISOR = 3.0
+#: Longest single blocking ``reserve`` of an idle worker (s); it then simply reserves again.
+WORKER_IDLE_WAIT = 5.0
+#: Pause (s) after a backend error in the reserve loop before trying again.
+WORKER_ERROR_BACKOFF = 1.0
+#: Header that marks a cron tick; its value is the tick time in epoch ms.
+CRON_TICK_HEADER = "delayq-cron-tick"
+#: A cron run is acked at least this long (s) after its tick, so that an on-time put of
+#: the same tick id can never land in the millisecond of the ack (see delayq._cron).
+CRON_ACK_GUARD = 0.002
+#: Longest sleep (s) of a cron producer; it re-puts its next tick (a no-op) after it.
+CRON_PRODUCER_MAX_SLEEP = 60.0
+
+# -- redis:// ----------------------------------------------------------------------
+
+#: The first part of every key delayq writes (``<prefix>:{<queue>:<shard>}:<suffix>``).
+REDIS_DEFAULT_PREFIX = "delayq"
+#: The keys of one queue shard, in the order every Lua script takes them as KEYS.
+REDIS_KEY_SUFFIXES = (b"msg", b"due", b"lease", b"dead", b"seq", b"wake")
+#: Seconds a listener blocks in BLPOP on the wake-up marker before it blocks again; its
+#: waiting consumers then look at the queue once more (which bounds how long any missed
+#: wake-up could last), so an idle consumer costs about two commands per this period.
+REDIS_LISTEN_TIMEOUT = 2.0
+#: Extra seconds the listener's socket waits beyond its BLPOP timeout (a dead peer).
+REDIS_LISTEN_SLACK = 3.0
+#: Socket timeouts (s) of the shared connections: reading a reply, and connecting.
+REDIS_SOCKET_TIMEOUT = 30.0
+REDIS_CONNECT_TIMEOUT = 5.0
+#: How often redis-py retries a command after a connection error, and its backoff (s).
+REDIS_RETRIES = 3
+REDIS_RETRY_BASE = 0.02
+REDIS_RETRY_CAP = 0.5
+#: Backoff (s) of a waiting consumer or listener that lost Redis: first and longest.
+REDIS_RECONNECT_FIRST = 0.05
+REDIS_RECONNECT_MAX = 1.0

@@ -49,10 +49,35 @@ def sqlite_url(tmp_path: Path) -> Iterator[str]:
     yield f"sqlite:///{tmp_path / 'conformance.db'}"
 
 
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A private key prefix on the test Redis (``$DELAYQ_TEST_REDIS``, by default
+    ``redis://127.0.0.1:6379/0``); every key under it is deleted afterwards."""
+    try:
+        import redis  # noqa: PLC0415 (optional: the backend is skipped without it)
+    except ImportError:
+        unavailable("redis", "redis-py is not installed (pip install 'delayq[redis]')")
+    base = os.environ.get("DELAYQ_TEST_REDIS", "redis://127.0.0.1:6379/0")
+    prefix = f"delayq-test-{uuid.uuid4().hex[:12]}"
+    client = redis.Redis.from_url(base, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        client.close()
+        unavailable("redis", f"{base}: {exc}")
+    try:
+        yield f"{base}{'&' if '?' in base else '?'}prefix={prefix}"
+    finally:
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+
 # One entry per backend; e.g. sqlite joins with ``"sqlite": sqlite_url`` where
 # ``def sqlite_url(tmp_path): yield f"sqlite:///{tmp_path / 'q.db'}"``.
 BACKENDS: dict[str, Callable[[Path], Iterator[str]]] = {
     "memory": memory_url,
+    "redis": redis_url,
     "sqlite": sqlite_url,
 }
 

@@ -31,8 +31,8 @@ __all__ = [
 SCHEMES: dict[str, str | None] = {
     "memory": "memory",
     "sqlite": "sqlite",
-    "redis": None,
-    "rediss": None,
+    "redis": "redis",
+    "rediss": "redis",
     "redis+cluster": None,
     "postgresql": None,
     "postgres": None,

@@ -1,0 +1,175 @@
+"""What the worker needs besides its main loop: a thread pool of daemon threads,
+concurrency slots, structured logging, and the two operations the durable contract
+does not have yet ("dead now" and "release without charging an attempt").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from queue import SimpleQueue
+from typing import Any, ParamSpec, TypeVar
+
+from ._constants import LOGGER_NAME
+from .durable._facade import error_text
+from .durable.message import Message, State
+from .durable.queue import AsyncQueue
+
+__all__ = ["DaemonPool", "Slots", "log_event", "nack_dead", "release"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+logger = logging.getLogger(LOGGER_NAME)
+
+
+def log_event(level: int, event: str, **fields: object) -> None:
+    """Log ``event`` on the ``delayq`` logger as ``event key=value ...``; the fields
+    also go to the record as ``record.delayq`` (a dict) for structured handlers."""
+    if logger.isEnabledFor(level):
+        text = " ".join(f"{key}={value}" for key, value in fields.items() if value is not None)
+        logger.log(level, "%s %s", event, text, extra={"delayq": {"event": event, **fields}})
+
+
+class DaemonPool(Executor):
+    """Threads for sync handlers: one per handler running at once, reused when idle.
+
+    Daemon threads, unlike ``ThreadPoolExecutor``'s, do not keep a stopping process
+    alive: a sync handler still running after the grace period cannot be killed, and
+    its message has been released already.
+    """
+
+    def __init__(self, name: str = "delayq-worker") -> None:
+        self._name = name
+        self._jobs: SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._threads = 0
+        self._closed = False
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        """Run ``fn(*args, **kwargs)`` on an idle thread (or a new one)."""
+        future: Future[T] = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the pool is shut down")
+            if self._idle:
+                self._idle -= 1
+            else:
+                self._threads += 1
+                thread = threading.Thread(
+                    target=self._serve, name=f"{self._name}-{self._threads}", daemon=True
+                )
+                thread.start()
+        self._jobs.put((future, lambda: fn(*args, **kwargs)))
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            future, call = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = call()
+                except BaseException as exc:
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+            del job, future, call
+            with self._lock:
+                self._idle += 1
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Let idle threads end; running ones end when their handler returns."""
+        with self._lock:
+            self._closed = True
+            count = self._threads
+        for _ in range(count):
+            self._jobs.put(None)
+
+
+class Slots:
+    """How many more handlers may start (asyncio, one loop)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.free = total
+        self._changed = asyncio.Event()
+
+    async def take_all(self) -> int:
+        """Wait for at least one free slot, then take every free slot."""
+        while self.free == 0:
+            self._changed.clear()
+            await self._changed.wait()
+        taken, self.free = self.free, 0
+        return taken
+
+    def give(self, count: int = 1) -> None:
+        """Return ``count`` slots."""
+        if count:
+            self.free += count
+            self._changed.set()
+
+
+def _has_parameters(function: object, *names: str) -> bool:
+    try:
+        parameters = inspect.signature(function).parameters  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return all(name in parameters for name in names)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, text: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        logger.warning(text)
+
+
+async def nack_dead(queue: AsyncQueue, msg: Message, error: object) -> State:
+    """Send a held message to dead now, whatever its attempts.
+
+    Needs a backend whose ``nack`` takes ``dead=True`` (a proposed addition to the
+    contract). Without it the message is nacked as an ordinary failure, so it is
+    retried until its attempts run out (a warning says so once).
+    """
+    backend = queue.backend
+    if _has_parameters(backend.nack, "dead") and msg.lease is not None:
+        result: State = await backend.nack(  # type: ignore[call-arg]
+            queue.name, msg.id, msg.lease, delay_ms=0, error=error_text(error), dead=True
+        )
+        return result
+    _warn_once(
+        f"dead:{type(backend).__name__}",
+        f"{type(backend).__name__} has no nack(dead=True): a discarded message is "
+        "retried until its attempts run out instead of going to dead at once",
+    )
+    return await queue.nack(msg, error=error)
+
+
+async def release(queue: AsyncQueue, msg: Message) -> None:
+    """Give a held message back, due now, without charging the attempt.
+
+    Needs a backend with ``release(queue, id, token)`` (a proposed addition to the
+    contract). Without it the message is nacked due now, which counts the attempt
+    (a warning says so once).
+    """
+    backend = queue.backend
+    method = getattr(backend, "release", None)
+    if method is not None and _has_parameters(method, "queue", "id", "token"):
+        await method(queue.name, msg.id, msg.lease)
+        return
+    _warn_once(
+        f"release:{type(backend).__name__}",
+        f"{type(backend).__name__} has no release(): a message given back at shutdown "
+        "is nacked due now, which counts an attempt",
+    )
+    await queue.nack(msg, delay=0, error="released by a stopping worker")

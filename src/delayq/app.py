@@ -1,0 +1,511 @@
+"""App and tasks: declare what runs, send it with a delay, run it with a Worker.
+
+::
+
+    app = App("sqlite:///shop.db")
+
+    @app.task(max_attempts=3, backoff=RetryPolicy(base=2.0))
+    def cancel_order(order_id: int) -> None: ...
+
+    cancel_order.send(42, delay="30m", id="cancel:42")   # -> the message id
+    cancel_order.cancel("cancel:42")                      # paid in time
+
+    @app.cron("0 1 * * *", tz="Europe/Berlin")
+    def nightly() -> None: ...
+
+A message is the JSON envelope ``{"task": name, "args": [...], "kwargs": {...}}`` in
+the task's queue. ``send``/``cancel``/``reschedule`` block (they suit scripts, web
+handlers in threads and sync tasks); ``send_async``/``cancel_async``/
+``reschedule_async`` are their awaitable twins for coroutines, which must not block
+their event loop on a database write. Cron schedules: see :mod:`delayq._cron`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from ._constants import CRON_TICK_HEADER, DEFAULT_QUEUE_NAME
+from ._cron import CronSchedule, EverySchedule, Schedule, tick_id
+from .durable._facade import check_identifier
+from .durable.message import Message, OnConflict
+from .durable.queue import AsyncQueue, Queue
+from .durable.registry import default_url
+from .durable.retry import RetryPolicy
+
+__all__ = ["App", "CronJob", "Task", "TaskMessage", "UnknownTask", "decode_envelope"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: Keywords of ``send`` that are options of the message, not arguments of the task.
+SEND_OPTIONS = frozenset(("delay", "at", "id", "on_conflict", "headers"))
+
+
+class UnknownTask(LookupError):
+    """A message names a task this app does not have, or is not a task envelope."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskMessage:
+    """One call of a task to send, built by :meth:`Task.message`, for
+    :meth:`App.send_many`."""
+
+    task: Task[..., Any]
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    delay: Any = None
+    at: Any = None
+    id: str | None = None
+    on_conflict: OnConflict = "ignore"
+    headers: Mapping[str, str] | None = None
+
+    def put_item(self) -> dict[str, Any]:
+        """The ``put``/``put_many`` arguments of this message."""
+        item: dict[str, Any] = {
+            "payload": {
+                "task": self.task.name,
+                "args": list(self.args),
+                "kwargs": dict(self.kwargs),
+            },
+            "delay": self.delay,
+            "at": self.at,
+            "id": self.id,
+            "on_conflict": self.on_conflict,
+            "max_attempts": self.task.max_attempts,
+        }
+        if self.headers:
+            item["headers"] = self.headers
+        return item
+
+
+class Task(Generic[P, R]):
+    """A function registered with :meth:`App.task`; calling it still calls the
+    function, :meth:`send` runs it later on a worker."""
+
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[P, R],
+        *,
+        name: str,
+        queue: str,
+        max_attempts: int,
+        backoff: RetryPolicy,
+        timeout: float | None,
+    ) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.queue = queue
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self.timeout = timeout
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self._signature = _signature(fn)
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Call the function now, in this process."""
+        return self.fn(*args, **kwargs)
+
+    def message(
+        self,
+        *args: Any,
+        delay: Any = None,
+        at: Any = None,
+        id: str | None = None,
+        on_conflict: OnConflict = "ignore",
+        headers: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> TaskMessage:
+        """A call of this task to send later (see :meth:`App.send_many`). The
+        arguments are checked against the function's signature now."""
+        if self._signature is not None:
+            try:
+                self._signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"task {self.name!r}: {exc}") from None
+        return TaskMessage(self, args, kwargs, delay, at, id, on_conflict, headers)
+
+    def send(
+        self,
+        *args: Any,
+        delay: Any = None,
+        at: Any = None,
+        id: str | None = None,
+        on_conflict: OnConflict = "ignore",
+        headers: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """Run ``fn(*args, **kwargs)`` on a worker after ``delay`` or at ``at``
+        (neither: now); return the message id. ``id``/``on_conflict`` as in
+        :meth:`~delayq.Queue.put`: sending the same id twice runs the task once."""
+        msg = self.message(
+            *args, delay=delay, at=at, id=id, on_conflict=on_conflict, headers=headers, **kwargs
+        )
+        return self.app.queue(self.queue).put(**msg.put_item())
+
+    async def send_async(
+        self,
+        *args: Any,
+        delay: Any = None,
+        at: Any = None,
+        id: str | None = None,
+        on_conflict: OnConflict = "ignore",
+        headers: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """:meth:`send`, awaited (for coroutines)."""
+        msg = self.message(
+            *args, delay=delay, at=at, id=id, on_conflict=on_conflict, headers=headers, **kwargs
+        )
+        return await self.app.async_queue(self.queue).put(**msg.put_item())
+
+    def cancel(self, id: str) -> bool:
+        """Remove the message ``id`` unless it is running: True if it was removed."""
+        return self.app.queue(self.queue).cancel(id)
+
+    async def cancel_async(self, id: str) -> bool:
+        """:meth:`cancel`, awaited."""
+        return await self.app.async_queue(self.queue).cancel(id)
+
+    def reschedule(self, id: str, *, delay: Any = None, at: Any = None) -> bool:
+        """Move the message ``id`` to a new time: True if it was waiting."""
+        return self.app.queue(self.queue).reschedule(id, delay=delay, at=at)
+
+    async def reschedule_async(self, id: str, *, delay: Any = None, at: Any = None) -> bool:
+        """:meth:`reschedule`, awaited."""
+        return await self.app.async_queue(self.queue).reschedule(id, delay=delay, at=at)
+
+    def get(self, id: str) -> Message | None:
+        """The message ``id`` (state, due time, attempts, last error), or None."""
+        return self.app.queue(self.queue).get(id)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name!r} queue={self.queue!r}>"
+
+
+@dataclass(frozen=True, slots=True)
+class CronJob:
+    """A task run on a schedule (:meth:`App.cron`, :meth:`App.every`)."""
+
+    task: Task[[], Any]
+    schedule: Schedule
+    catch_up: bool = True
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def tick_item(self, tick_ms: int) -> dict[str, Any]:
+        """The ``put`` arguments of tick ``tick_ms``."""
+        return {
+            "payload": {"task": self.task.name, "args": [], "kwargs": {}},
+            "at": tick_ms / 1000.0,
+            "id": tick_id(self.task.name, tick_ms),
+            "on_conflict": "ignore",
+            "max_attempts": self.task.max_attempts,
+            "headers": {CRON_TICK_HEADER: str(tick_ms)},
+        }
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
+def decode_envelope(payload: object) -> tuple[str, list[Any], dict[str, Any]]:
+    """``(task name, args, kwargs)`` of a task message; :class:`UnknownTask` when
+    ``payload`` is not an envelope."""
+    if (
+        isinstance(payload, dict)
+        and isinstance(payload.get("task"), str)
+        and isinstance(payload.get("args", []), list)
+        and isinstance(payload.get("kwargs", {}), dict)
+    ):
+        return payload["task"], payload.get("args", []), payload.get("kwargs", {})
+    raise UnknownTask(
+        f"not a task message: expected {{'task': name, 'args': [...], 'kwargs': {{...}}}}, "
+        f"got {payload!r:.200}"
+    )
+
+
+class App:
+    """Tasks and schedules over one backend URL (default: ``$DELAYQ_URL``, else
+    ``sqlite:///delayq.db``).
+
+    ``retry`` is the default policy of tasks without ``backoff=``; further keyword
+    arguments go to every queue (``memory://`` takes ``clock=``). The app opens one
+    :class:`~delayq.Queue` and one :class:`~delayq.AsyncQueue` per queue name, on
+    first use; :meth:`close` / :meth:`aclose` close them.
+    """
+
+    def __init__(
+        self, url: str | None = None, *, retry: RetryPolicy | None = None, **options: Any
+    ) -> None:
+        self.url = default_url() if url is None else url
+        self.retry = RetryPolicy() if retry is None else retry
+        self.options = options
+        self.tasks: dict[str, Task[..., Any]] = {}
+        self.crons: dict[str, CronJob] = {}
+        self._queues: dict[str, Queue] = {}
+        self._async_queues: dict[str, AsyncQueue] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def queue_names(self) -> list[str]:
+        """The queues of every task, sorted."""
+        return sorted({task.queue for task in self.tasks.values()})
+
+    # -- declaring --------------------------------------------------------------------
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE_NAME,
+        max_attempts: int | None = None,
+        backoff: RetryPolicy | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(  # type: ignore[misc]  # mypy cannot match a ParamSpec-generic decorator
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE_NAME,
+        max_attempts: int | None = None,
+        backoff: RetryPolicy | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Register a task (``@app.task`` or ``@app.task(...)``).
+
+        ``name`` defaults to the function's name and must be unique in the app;
+        ``max_attempts`` defaults to ``backoff``'s, else the app's retry policy's;
+        ``backoff`` sets the delays between attempts; ``timeout`` (seconds) makes a
+        longer run a failure. Sync functions run on a worker's threads, async ones on
+        its event loop.
+        """
+
+        def register(function: Callable[..., Any]) -> Task[..., Any]:
+            return self._register(
+                function,
+                name=name,
+                queue=queue,
+                max_attempts=max_attempts,
+                backoff=backoff,
+                timeout=timeout,
+            )
+
+        return register if fn is None else register(fn)
+
+    def cron(
+        self,
+        expression: str,
+        *,
+        tz: str = "UTC",
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE_NAME,
+        catch_up: bool = True,
+        max_attempts: int | None = None,
+        backoff: RetryPolicy | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[Callable[[], R]], Task[[], R]]:
+        """Run the decorated function (no arguments) at each tick of the cron
+        ``expression`` in time zone ``tz``, once per tick across every worker.
+
+        A worker started after missed ticks runs one catch-up run (``catch_up=False``:
+        none). The function is also a task: ``nightly.send()`` runs it once more.
+        """
+        schedule = CronSchedule(expression, tz)
+        return self._scheduled(
+            schedule,
+            name=name,
+            queue=queue,
+            catch_up=catch_up,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            timeout=timeout,
+        )
+
+    def every(
+        self,
+        interval: Any,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE_NAME,
+        catch_up: bool = True,
+        max_attempts: int | None = None,
+        backoff: RetryPolicy | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[Callable[[], R]], Task[[], R]]:
+        """Run the decorated function every ``interval`` (``"5m"``, seconds, a
+        timedelta), at multiples of it since the Unix epoch; otherwise as :meth:`cron`."""
+        schedule = EverySchedule(interval)
+        return self._scheduled(
+            schedule,
+            name=name,
+            queue=queue,
+            catch_up=catch_up,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            timeout=timeout,
+        )
+
+    def _scheduled(
+        self,
+        schedule: Schedule,
+        *,
+        name: str | None,
+        queue: str,
+        catch_up: bool,
+        max_attempts: int | None,
+        backoff: RetryPolicy | None,
+        timeout: float | None,
+    ) -> Callable[[Callable[[], R]], Task[[], R]]:
+        def register(function: Callable[[], R]) -> Task[[], R]:
+            signature = _signature(function)
+            if signature is not None:
+                try:
+                    signature.bind()
+                except TypeError:
+                    raise TypeError(
+                        f"a scheduled function is called without arguments: {signature}"
+                    ) from None
+            task = self._register(
+                function,
+                name=name,
+                queue=queue,
+                max_attempts=max_attempts,
+                backoff=backoff,
+                timeout=timeout,
+            )
+            self.crons[task.name] = CronJob(task, schedule, bool(catch_up))
+            return task
+
+        return register
+
+    def _register(
+        self,
+        fn: Callable[P, R],
+        *,
+        name: str | None,
+        queue: str,
+        max_attempts: int | None,
+        backoff: RetryPolicy | None,
+        timeout: float | None,
+    ) -> Task[P, R]:
+        if not callable(fn):
+            raise TypeError(f"a task is a function, not {type(fn).__name__}")
+        task_name = check_identifier("task name", name or getattr(fn, "__name__", ""))
+        check_identifier("queue", queue)
+        if task_name in self.tasks:
+            raise ValueError(f"a task named {task_name!r} is registered already")
+        if backoff is not None and not isinstance(backoff, RetryPolicy):
+            raise TypeError(f"backoff must be a RetryPolicy, not {type(backoff).__name__}")
+        policy = backoff or self.retry
+        attempts = policy.max_attempts if max_attempts is None else max_attempts
+        if type(attempts) is not int or attempts < 1:
+            raise ValueError(f"max_attempts must be an int >= 1, got {attempts!r}")
+        if timeout is not None and (
+            type(timeout) not in (int, float) or not 0 < timeout < float("inf")
+        ):
+            raise ValueError(f"timeout must be seconds > 0 or None, got {timeout!r}")
+        task = Task(
+            self,
+            fn,
+            name=task_name,
+            queue=queue,
+            max_attempts=attempts,
+            backoff=policy,
+            timeout=None if timeout is None else float(timeout),
+        )
+        self.tasks[task_name] = task
+        return task
+
+    # -- sending ----------------------------------------------------------------------
+    def send_many(self, messages: Iterable[TaskMessage]) -> list[str]:
+        """Send many task calls (from :meth:`Task.message`); return their ids in order.
+        The messages of one queue are stored in one atomic step (all or none)."""
+        batches = self._batches(messages)
+        ids: dict[int, str] = {}
+        for queue, batch in batches.items():
+            stored = self.queue(queue).put_many([item for _, item in batch])
+            ids.update(zip((index for index, _ in batch), stored, strict=True))
+        return [ids[index] for index in range(len(ids))]
+
+    async def send_many_async(self, messages: Iterable[TaskMessage]) -> list[str]:
+        """:meth:`send_many`, awaited."""
+        batches = self._batches(messages)
+        ids: dict[int, str] = {}
+        for queue, batch in batches.items():
+            stored = await self.async_queue(queue).put_many([item for _, item in batch])
+            ids.update(zip((index for index, _ in batch), stored, strict=True))
+        return [ids[index] for index in range(len(ids))]
+
+    @staticmethod
+    def _batches(messages: Iterable[TaskMessage]) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+        batches: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        for index, msg in enumerate(messages):
+            if not isinstance(msg, TaskMessage):
+                raise TypeError(
+                    f"send_many takes task.message(...) items, not {type(msg).__name__}"
+                )
+            batches.setdefault(msg.task.queue, []).append((index, msg.put_item()))
+        return batches
+
+    # -- queues -----------------------------------------------------------------------
+    def queue(self, name: str = DEFAULT_QUEUE_NAME) -> Queue:
+        """The app's sync queue ``name`` (opened on first use)."""
+        with self._lock:
+            queue = self._queues.get(name)
+            if queue is None:
+                queue = self._queues[name] = Queue(
+                    self.url, name=name, retry=self.retry, **self.options
+                )
+            return queue
+
+    def async_queue(self, name: str = DEFAULT_QUEUE_NAME) -> AsyncQueue:
+        """The app's asyncio queue ``name`` (opened on first use)."""
+        with self._lock:
+            queue = self._async_queues.get(name)
+            if queue is None:
+                queue = self._async_queues[name] = self.open_async_queue(name)
+            return queue
+
+    def open_async_queue(self, name: str) -> AsyncQueue:
+        """A new asyncio queue ``name`` on the app's URL, owned by the caller."""
+        return AsyncQueue(self.url, name=name, retry=self.retry, **self.options)
+
+    def close(self) -> None:
+        """Close the sync queues the app opened (async ones: :meth:`aclose`)."""
+        with self._lock:
+            queues, self._queues = list(self._queues.values()), {}
+        for queue in queues:
+            queue.close()
+
+    async def aclose(self) -> None:
+        """Close every queue the app opened."""
+        self.close()
+        with self._lock:
+            queues, self._async_queues = list(self._async_queues.values()), {}
+        for queue in queues:
+            await queue.close()
+
+    def __enter__(self) -> App:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<App {self.url!r} tasks={sorted(self.tasks)}>"

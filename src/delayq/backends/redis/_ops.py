@@ -1,0 +1,178 @@
+"""The operations of the Redis backend, written once for both faces.
+
+Each method returns a :class:`Call`: which script to run with which KEYS and ARGV, and how
+to turn its reply into the result (or the error) of the operation. The faces only run
+calls, on ``redis.Redis`` or ``redis.asyncio.Redis``, and wait.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Generic, TypeVar
+
+from ...durable.message import PutRequest, Record, State, Stats
+from ...errors import LeaseLost
+from ._scripts import (
+    Claim,
+    decode_claim,
+    decode_record,
+    decode_stats,
+    nack_args,
+    nack_state,
+    pack_id,
+    put_args,
+    queue_keys,
+    raise_put_status,
+)
+
+__all__ = ["Call", "Operations"]
+
+T = TypeVar("T")
+
+_LEASE_LOST = "the lease expired or the message was reserved, acked or removed since"
+_KEY_CACHE = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One script run: ``decode(reply)`` gives the operation's result."""
+
+    script: str
+    keys: list[bytes]
+    args: list[Any]
+    decode: Callable[[Any], T]
+
+
+def _lost() -> LeaseLost:
+    return LeaseLost(_LEASE_LOST)
+
+
+def _put_woke(reply: Any) -> bool:
+    raise_put_status(reply)
+    return bool(int(reply[1]))
+
+
+def _acked(reply: Any) -> None:
+    if int(reply) != 1:
+        raise _lost()
+
+
+def _nacked(reply: Any) -> State:
+    state = nack_state(reply)
+    if state is None:
+        raise _lost()
+    return state
+
+
+def _extended(reply: Any) -> int:
+    if not int(reply):
+        raise _lost()
+    return int(reply)
+
+
+def _flag(reply: Any) -> bool:
+    return bool(int(reply))
+
+
+def _count(reply: Any) -> int:
+    return int(reply)
+
+
+def _record(reply: Any) -> Record | None:
+    return None if reply is None else decode_record(reply)
+
+
+def _records(reply: Any) -> list[Record]:
+    return [decode_record(row) for row in reply]
+
+
+def _nothing(reply: Any) -> None:
+    return None
+
+
+def _ms(value: int | None) -> bytes | int:
+    return b"" if value is None else value
+
+
+class Operations:
+    """The calls of every backend operation for queues under one key prefix."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.keys = lru_cache(maxsize=_KEY_CACHE)(self._keys)
+
+    def _keys(self, queue: str) -> list[bytes]:
+        return queue_keys(self.prefix, queue)
+
+    def wake_key(self, queue: str) -> bytes:
+        """The queue's wake-up marker list."""
+        return self.keys(queue)[5]
+
+    def put(self, queue: str, requests: Sequence[PutRequest]) -> Call[bool]:
+        """``put.lua``; the result says whether waiting consumers were woken."""
+        return Call("put", self.keys(queue), put_args(requests), _put_woke)
+
+    def claim(self, queue: str, limit: int, lease_ms: int) -> Call[Claim]:
+        """``reserve.lua``: one claim, with a fresh random token base."""
+        token = secrets.token_hex(12) + "."
+        return Call("reserve", self.keys(queue), [limit, lease_ms, token], decode_claim)
+
+    def release(self, queue: str, records: Sequence[Record]) -> Call[int]:
+        """``release.lua``: give back what a cancelled reserve claimed."""
+        args: list[Any] = []
+        for record in records:
+            args += (pack_id(record.id), record.lease or "")
+        return Call("release", self.keys(queue), args, _count)
+
+    def ack(self, queue: str, id: str, token: str) -> Call[None]:
+        """``ack.lua``."""
+        return Call("ack", self.keys(queue), [pack_id(id), token], _acked)
+
+    def nack(
+        self, queue: str, id: str, token: str, delay_ms: int, error: str | None
+    ) -> Call[State]:
+        """``nack.lua``."""
+        return Call("nack", self.keys(queue), nack_args(id, token, delay_ms, error), _nacked)
+
+    def extend(self, queue: str, id: str, token: str, lease_ms: int) -> Call[int]:
+        """``extend.lua``."""
+        return Call("extend", self.keys(queue), [pack_id(id), token, lease_ms], _extended)
+
+    def cancel(self, queue: str, id: str) -> Call[bool]:
+        """``cancel.lua``."""
+        return Call("cancel", self.keys(queue), [pack_id(id)], _flag)
+
+    def reschedule(
+        self, queue: str, id: str, delay_ms: int | None, at_ms: int | None
+    ) -> Call[bool]:
+        """``reschedule.lua``."""
+        args = [pack_id(id), _ms(delay_ms), _ms(at_ms)]
+        return Call("reschedule", self.keys(queue), args, _flag)
+
+    def get(self, queue: str, id: str) -> Call[Record | None]:
+        """``get.lua``."""
+        return Call("get", self.keys(queue), [pack_id(id)], _record)
+
+    def stats(self, queue: str) -> Call[Stats]:
+        """``stats.lua``."""
+        return Call("stats", self.keys(queue), [], decode_stats)
+
+    def dead(self, queue: str, limit: int) -> Call[list[Record]]:
+        """``dead.lua``."""
+        return Call("dead", self.keys(queue), [limit], _records)
+
+    def retry_dead(self, queue: str, ids: Sequence[str] | None) -> Call[int]:
+        """``retry_dead.lua``."""
+        args: list[Any] = [b"1"] if ids is None else [b"0", *(pack_id(id) for id in ids)]
+        return Call("retry_dead", self.keys(queue), args, _count)
+
+    def purge(self, queue: str, state: State | None) -> Call[int]:
+        """``purge.lua``."""
+        return Call("purge", self.keys(queue), [b"" if state is None else state.value], _count)
+
+    def wake(self, queue: str) -> Call[None]:
+        """``wake.lua``: put the wake-up marker (back)."""
+        return Call("wake", self.keys(queue), [], _nothing)

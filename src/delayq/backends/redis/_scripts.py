@@ -1,0 +1,209 @@
+"""The Redis side of the backend: key names, the Lua scripts, and the codecs between
+Python values and script arguments and replies, shared by both faces (no I/O here).
+
+Every state change is one script of ``scripts/*.lua``; each is sent as the shared
+prelude ``lib.lua`` followed by its own body, and takes the same six KEYS of one queue
+shard (:func:`queue_keys`). Replies are decoded here into
+:class:`~delayq.durable.message.Record` / :class:`~delayq.durable.message.Stats`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from ..._constants import LEASE_EXPIRED_ERROR, REDIS_KEY_SUFFIXES
+from ...durable.message import PutRequest, Record, State, Stats
+from ...errors import DuplicateId
+
+__all__ = [
+    "SCRIPT_NAMES",
+    "Claim",
+    "decode_claim",
+    "decode_record",
+    "decode_stats",
+    "nack_args",
+    "pack_id",
+    "put_args",
+    "queue_keys",
+    "raise_put_status",
+    "script_source",
+    "unpack_id",
+]
+
+#: Every script of ``scripts/`` but the prelude, by the name the backends call it.
+SCRIPT_NAMES = (
+    "ack",
+    "cancel",
+    "dead",
+    "extend",
+    "get",
+    "nack",
+    "purge",
+    "put",
+    "release",
+    "reschedule",
+    "reserve",
+    "retry_dead",
+    "stats",
+    "wake",
+)
+
+_HEX_ID = re.compile(r"[0-9a-f]{32}")
+_STATES = {state.value: state for state in State}
+_CONFLICT = {"ignore": b"i", "replace": b"r", "error": b"e"}
+#: The default serializer's name is stored as an empty string (a few bytes a message).
+_DEFAULT_ENCODING = "json"
+_NACK_STATES = {1: State.SCHEDULED, 3: State.DEAD}
+
+
+def queue_keys(prefix: str, queue: str, shard: int = 0) -> list[bytes]:
+    """The KEYS of every script for one shard of ``queue``: ``<prefix>:{<queue>:<shard>}:
+    <suffix>`` for the suffixes msg, due, lease, dead, seq, wake.
+
+    The braces make the queue shard one cluster hash slot. The shard index is always
+    present (a single-node queue is shard 0), so the key names of queue ``"a:1"`` and of
+    shard 1 of queue ``"a"`` differ; no suffix holds a brace, so two queues never share a
+    key even when a name holds ``}`` (which only narrows its hash tag).
+    """
+    base = f"{prefix}:{{{queue}:{shard}}}:".encode("utf-8", "surrogatepass")
+    return [base + suffix for suffix in REDIS_KEY_SUFFIXES]
+
+
+def pack_id(id: str) -> bytes:
+    """The stored form of a message id: a generated id (32 lowercase hex digits) as NUL
+    plus its 16 bytes, which saves 32 bytes of memory per message (ids never hold NUL,
+    so the two forms cannot meet); any other id as UTF-8."""
+    if len(id) == 32 and _HEX_ID.fullmatch(id):
+        return b"\x00" + bytes.fromhex(id)
+    return id.encode("utf-8", "surrogatepass")
+
+
+def unpack_id(data: bytes) -> str:
+    """The inverse of :func:`pack_id`."""
+    if len(data) == 17 and data[0] == 0:
+        return data[1:].hex()
+    return data.decode("utf-8", "surrogatepass")
+
+
+@cache
+def script_source(name: str) -> str:
+    """The text sent to Redis for script ``name``: the prelude, then the script."""
+    folder = resources.files(__package__).joinpath("scripts")
+    prelude = folder.joinpath("lib.lua").read_text("utf-8")
+    prelude = prelude.replace("@LEASE_EXPIRED@", json.dumps(LEASE_EXPIRED_ERROR))
+    return prelude + folder.joinpath(f"{name}.lua").read_text("utf-8")
+
+
+def _ms(value: int | None) -> bytes | int:
+    return b"" if value is None else value
+
+
+def put_args(requests: Sequence[PutRequest]) -> list[Any]:
+    """ARGV of ``put.lua``."""
+    args: list[Any] = [len(requests)]
+    for request in requests:
+        encoding = "" if request.encoding == _DEFAULT_ENCODING else request.encoding
+        headers = (
+            json.dumps(dict(request.headers), separators=(",", ":")) if request.headers else ""
+        )
+        args += (
+            pack_id(request.id),
+            _CONFLICT[request.on_conflict],
+            _ms(request.delay_ms),
+            _ms(request.at_ms),
+            request.max_attempts,
+            encoding,
+            headers,
+            request.payload,
+        )
+    return args
+
+
+def raise_put_status(reply: Sequence[Any]) -> None:
+    """Raise what ``put.lua``'s status reply means (nothing for ``{0}``)."""
+    status = int(reply[0])
+    if status == 1:
+        raise DuplicateId(f"a message with id {unpack_id(reply[1])!r} exists")
+    if status == 2:
+        raise DuplicateId(f"message {unpack_id(reply[1])!r} is in flight: it cannot be replaced")
+
+
+def nack_args(id: str, token: str, delay_ms: int, error: str | None) -> list[Any]:
+    """ARGV of ``nack.lua``."""
+    return [pack_id(id), token, delay_ms, b"0" if error is None else b"1", error or ""]
+
+
+def nack_state(reply: Any) -> State | None:
+    """The state ``nack.lua`` reports, None when the lease was lost."""
+    return _NACK_STATES.get(int(reply))
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode("utf-8", "surrogatepass")
+
+
+def decode_record(row: Sequence[Any]) -> Record:
+    """A record from ``reply()`` of ``lib.lua``."""
+    headers: Mapping[str, str] = json.loads(row[8]) if row[8] else {}
+    encoding = row[2].decode() if row[2] else _DEFAULT_ENCODING
+    return Record(
+        id=unpack_id(row[0]),
+        payload=row[1],
+        encoding=encoding,
+        due_at=int(row[3]),
+        seq=int(row[4]),
+        attempts=int(row[5]),
+        max_attempts=int(row[6]),
+        state=_STATES[row[7].decode()],
+        headers=headers,
+        last_error=_text(row[9]),
+        lease=_text(row[10]),
+        lease_until=None if row[11] is None else int(row[11]),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What one ``reserve.lua`` call did: the claimed records, the server's clock, and
+    the next due time or lease expiry (epoch ms; None when nothing is pending)."""
+
+    records: list[Record]
+    now_ms: int
+    now_us: int
+    next_ms: int | None
+
+    def seconds_until_next(self) -> float | None:
+        """Seconds from the server's now to the next event (None: no event)."""
+        if self.next_ms is None:
+            return None
+        return max(0.0, (self.next_ms - self.now_ms) / 1000.0 - self.now_us / 1e6)
+
+
+def decode_claim(reply: Sequence[Any]) -> Claim:
+    """The :class:`Claim` of a ``reserve.lua`` reply."""
+    return Claim(
+        records=[decode_record(row) for row in reply[3:]],
+        now_ms=int(reply[0]),
+        now_us=int(reply[1]),
+        next_ms=None if reply[2] is None else int(reply[2]),
+    )
+
+
+def decode_stats(reply: Sequence[Any]) -> Stats:
+    """The :class:`Stats` of a ``stats.lua`` reply."""
+    scheduled, ready, active, dead, now = (int(reply[i]) for i in (0, 1, 2, 3, 5))
+    next_due = None if reply[4] is None else int(reply[4])
+    return Stats(
+        scheduled=scheduled,
+        ready=ready,
+        active=active,
+        dead=dead,
+        next_due_at=next_due,
+        lag=max(0, now - next_due) / 1000.0 if ready and next_due is not None else 0.0,
+    )

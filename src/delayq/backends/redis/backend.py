@@ -1,0 +1,476 @@
+"""``redis://host:port/db`` (and ``rediss://``): the durable contract on one Redis node.
+
+URLs: ``redis://[user:password@]host[:port][/db][?prefix=...&socket_timeout=...]``;
+``rediss://`` for TLS. Options (keyword arguments of ``Queue``/``AsyncQueue``, or URL
+parameters): ``prefix`` (default ``"delayq"``), the start of every key. Other URL
+parameters are redis-py's own (``socket_timeout``, ``max_connections``, ...).
+
+Data, per queue shard (``<prefix>:{<queue>:<shard>}:...``, one hash tag, so one cluster
+slot; a single-node queue is shard 0):
+
+* ``msg``: a hash, message id -> the record, packed with cmsgpack (one hash per queue:
+  measured at a third of the memory of a hash per message);
+* ``due``: a sorted set of scheduled messages, score = due time (epoch ms), member = the
+  8-byte big-endian ``seq`` followed by the id, so members of equal score sort by put
+  order: FIFO among equal due times is exact;
+* ``lease``: a sorted set of active messages scored by lease expiry; ``dead``: a sorted
+  set of dead messages scored by ``seq``; ``seq``: the queue's counter; ``wake``: the
+  wake-up marker (see :mod:`._listen`).
+
+Every operation is one Lua script (:mod:`._scripts`, ``scripts/*.lua``), each the mirror
+of a pure transition of :mod:`delayq.durable.message`; "now" is Redis's ``TIME`` read in
+the script, so the client's clock plays no part. Expired leases are settled inside the
+scripts (the reserve script first of all), so no separate process is needed. Scripts
+are sent once per client (``EVALSHA``; reloaded after ``NOSCRIPT``).
+
+Connections: a shared pool per backend object for the scripts (redis-py retries a
+command after a connection error, with backoff), plus, per queue with a waiting
+consumer, one listener connection that blocks on the wake-up marker. Durability is
+Redis's: with ``appendonly yes`` and ``appendfsync always`` an acknowledged put survives
+a crash of the server; with the defaults the last second of writes may be lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import redis
+import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.retry import Retry
+
+from ..._constants import (
+    LOGGER_NAME,
+    REDIS_CONNECT_TIMEOUT,
+    REDIS_LISTEN_SLACK,
+    REDIS_LISTEN_TIMEOUT,
+    REDIS_RECONNECT_FIRST,
+    REDIS_RETRIES,
+    REDIS_RETRY_BASE,
+    REDIS_RETRY_CAP,
+    REDIS_SOCKET_TIMEOUT,
+)
+from ...durable.message import PutRequest, Record, State, Stats
+from ...errors import QueueClosed
+from ._listen import CONNECTION_ERRORS, AsyncListener, Listener, next_backoff
+from ._ops import Call, Operations
+from ._scripts import SCRIPT_NAMES, Claim, script_source
+from ._url import Settings, parse_url
+
+__all__ = [
+    "AsyncRedisBackend",
+    "RedisBackend",
+    "open_async_backend",
+    "open_backend",
+    "parse_url",
+]
+
+T = TypeVar("T")
+logger = logging.getLogger(LOGGER_NAME)
+
+#: A reserve wakes this long after the due instant, so the server's clock has passed it.
+_HAIR = 0.0001
+
+
+def _client_options(listener: bool) -> dict[str, Any]:
+    """redis-py keyword arguments (a URL parameter overrides them)."""
+    if listener:
+        return {
+            "socket_timeout": REDIS_LISTEN_TIMEOUT + REDIS_LISTEN_SLACK,
+            "socket_connect_timeout": REDIS_CONNECT_TIMEOUT,
+        }
+    return {
+        "socket_timeout": REDIS_SOCKET_TIMEOUT,
+        "socket_connect_timeout": REDIS_CONNECT_TIMEOUT,
+    }
+
+
+def _sleep_for(claim: Claim, give_up: float | None) -> float | None:
+    """How long a reserve that claimed nothing sleeps: until the next event (server
+    clock) or its own deadline (monotonic), whichever comes first; None: no limit."""
+    timeout = claim.seconds_until_next()
+    if timeout is not None:
+        timeout += _HAIR
+    if give_up is not None:
+        left = max(0.0, give_up - time.monotonic())
+        timeout = left if timeout is None else min(timeout, left)
+    return timeout
+
+
+def _expired(give_up: float | None) -> bool:
+    return give_up is not None and time.monotonic() >= give_up
+
+
+class _Base:
+    """What both faces hold: the settings, the operations, the listeners, the flag."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        self._settings: Settings = parse_url(url, **options)
+        self._ops = Operations(self._settings.prefix)
+        self._closed = False
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix of this backend's queues."""
+        return self._settings.prefix
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueClosed("the queue is closed")
+
+
+# -- the sync face ---------------------------------------------------------------------
+
+
+class RedisBackend(_Base):
+    """The sync face of ``redis://`` (see :class:`~delayq.durable.backend.Backend`).
+
+    Safe to share between threads: each call borrows a connection of the object's pool
+    for one script. Creating it does no I/O; it connects on first use.
+    """
+
+    def __init__(self, url: str, **options: Any) -> None:
+        super().__init__(url, **options)
+        self._client = redis.Redis.from_url(
+            self._settings.url,
+            retry=Retry(ExponentialBackoff(REDIS_RETRY_CAP, REDIS_RETRY_BASE), REDIS_RETRIES),
+            **_client_options(listener=False),
+        )
+        self._scripts = {
+            name: self._client.register_script(script_source(name)) for name in SCRIPT_NAMES
+        }
+        self._listeners: dict[str, Listener] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> redis.Redis:
+        """The redis-py client of the shared pool."""
+        return self._client
+
+    def _run(self, call: Call[T]) -> T:
+        self._check_open()
+        try:
+            reply = self._scripts[call.script](keys=call.keys, args=call.args)
+        except CONNECTION_ERRORS:
+            self._check_open()
+            raise
+        return call.decode(reply)
+
+    def _listener(self, queue: str) -> Listener:
+        listener = self._listeners.get(queue)
+        if listener is None:
+            with self._lock:
+                self._check_open()
+                listener = self._listeners.get(queue)
+                if listener is None:
+                    listener = Listener(
+                        lambda: redis.Redis.from_url(
+                            self._settings.url,
+                            retry=Retry(NoBackoff(), 0),
+                            **_client_options(listener=True),
+                        ),
+                        self._ops.wake_key(queue),
+                        lambda: self._run(self._ops.wake(queue)),
+                    )
+                    self._listeners[queue] = listener
+        return listener
+
+    def _bump(self, queue: str) -> None:
+        listener = self._listeners.get(queue)
+        if listener is not None:
+            listener.bump()
+
+    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+        """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
+        if self._run(self._ops.put(queue, requests)):
+            self._bump(queue)
+        return [request.id for request in requests]
+
+    def reserve(self, queue: str, *, limit: int, lease_ms: int, wait: float | None) -> list[Record]:
+        """See :meth:`Backend.reserve <delayq.durable.backend.Backend.reserve>`."""
+        if wait == 0:
+            return self._run(self._ops.claim(queue, limit, lease_ms)).records
+        give_up = None if wait is None else time.monotonic() + wait
+        listener = self._listener(queue)
+        backoff = REDIS_RECONNECT_FIRST
+        with listener.session():
+            while True:
+                generation = listener.generation
+                try:
+                    claim = self._run(self._ops.claim(queue, limit, lease_ms))
+                except CONNECTION_ERRORS as exc:
+                    if _expired(give_up):
+                        raise
+                    logger.warning("reserve lost Redis (%s); retrying in %.2f s", exc, backoff)
+                    listener.wait(listener.generation, backoff)
+                    backoff = next_backoff(backoff)
+                    continue
+                backoff = REDIS_RECONNECT_FIRST
+                if claim.records or _expired(give_up):
+                    return claim.records
+                listener.wait(generation, _sleep_for(claim, give_up))
+                self._check_open()
+
+    def ack(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
+        self._run(self._ops.ack(queue, id, token))
+
+    def nack(self, queue: str, id: str, token: str, *, delay_ms: int, error: str | None) -> State:
+        """See :meth:`Backend.nack <delayq.durable.backend.Backend.nack>`."""
+        state = self._run(self._ops.nack(queue, id, token, delay_ms, error))
+        self._bump(queue)
+        return state
+
+    def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
+        """See :meth:`Backend.extend <delayq.durable.backend.Backend.extend>`."""
+        return self._run(self._ops.extend(queue, id, token, lease_ms))
+
+    def cancel(self, queue: str, id: str) -> bool:
+        """See :meth:`Backend.cancel <delayq.durable.backend.Backend.cancel>`."""
+        return self._run(self._ops.cancel(queue, id))
+
+    def reschedule(self, queue: str, id: str, *, delay_ms: int | None, at_ms: int | None) -> bool:
+        """See :meth:`Backend.reschedule <delayq.durable.backend.Backend.reschedule>`."""
+        moved = self._run(self._ops.reschedule(queue, id, delay_ms, at_ms))
+        if moved:
+            self._bump(queue)
+        return moved
+
+    def get(self, queue: str, id: str) -> Record | None:
+        """See :meth:`Backend.get <delayq.durable.backend.Backend.get>`."""
+        return self._run(self._ops.get(queue, id))
+
+    def stats(self, queue: str) -> Stats:
+        """See :meth:`Backend.stats <delayq.durable.backend.Backend.stats>`."""
+        return self._run(self._ops.stats(queue))
+
+    def dead(self, queue: str, limit: int) -> list[Record]:
+        """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
+        return self._run(self._ops.dead(queue, limit))
+
+    def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
+        """See :meth:`Backend.retry_dead <delayq.durable.backend.Backend.retry_dead>`."""
+        revived = self._run(self._ops.retry_dead(queue, ids))
+        if revived:
+            self._bump(queue)
+        return revived
+
+    def purge(self, queue: str, state: State | None) -> int:
+        """See :meth:`Backend.purge <delayq.durable.backend.Backend.purge>`."""
+        return self._run(self._ops.purge(queue, state))
+
+    def close(self) -> None:
+        """See :meth:`Backend.close <delayq.durable.backend.Backend.close>`; the
+        messages stay in Redis."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            listeners = list(self._listeners.values())
+        for listener in listeners:
+            listener.close()
+        self._client.close()
+
+
+# -- the async face --------------------------------------------------------------------
+
+
+class AsyncRedisBackend(_Base):
+    """The asyncio face of ``redis://`` (see :class:`~delayq.durable.backend.AsyncBackend`).
+
+    Creating it does no I/O: it connects on first use, on the loop that uses it. A
+    reserve cancelled while it waits claims nothing; one cancelled while its claim is
+    on the wire gives back what the claim took, as soon as the reply comes.
+    """
+
+    def __init__(self, url: str, **options: Any) -> None:
+        super().__init__(url, **options)
+        self._client = redis.asyncio.Redis.from_url(
+            self._settings.url,
+            retry=AsyncRetry(ExponentialBackoff(REDIS_RETRY_CAP, REDIS_RETRY_BASE), REDIS_RETRIES),
+            **_client_options(listener=False),
+        )
+        self._scripts = {
+            name: self._client.register_script(script_source(name)) for name in SCRIPT_NAMES
+        }
+        self._listeners: dict[str, AsyncListener] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+
+    @property
+    def client(self) -> redis.asyncio.Redis:
+        """The redis-py asyncio client of the shared pool."""
+        return self._client
+
+    async def _run(self, call: Call[T]) -> T:
+        self._check_open()
+        try:
+            reply = await self._scripts[call.script](keys=call.keys, args=call.args)
+        except CONNECTION_ERRORS:
+            self._check_open()
+            raise
+        return call.decode(reply)
+
+    def _listener(self, queue: str) -> AsyncListener:
+        listener = self._listeners.get(queue)
+        if listener is None:
+
+            async def rewake() -> None:
+                await self._run(self._ops.wake(queue))
+
+            listener = AsyncListener(
+                lambda: redis.asyncio.Redis.from_url(
+                    self._settings.url,
+                    retry=AsyncRetry(NoBackoff(), 0),
+                    **_client_options(listener=True),
+                ),
+                self._ops.wake_key(queue),
+                rewake,
+            )
+            self._listeners[queue] = listener
+        return listener
+
+    def _bump(self, queue: str) -> None:
+        listener = self._listeners.get(queue)
+        if listener is not None:
+            listener.bump()
+
+    async def _claim(self, queue: str, limit: int, lease_ms: int) -> Claim:
+        """One claim that is never lost: if the caller is cancelled while the script
+        runs, what it claimed is released once its reply is in."""
+        task = asyncio.ensure_future(self._run(self._ops.claim(queue, limit, lease_ms)))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(lambda done: self._release_later(queue, done))
+            raise
+
+    def _release_later(self, queue: str, done: asyncio.Future[Claim]) -> None:
+        if done.cancelled() or done.exception() is not None or not done.result().records:
+            return
+        release = asyncio.ensure_future(self._release(queue, done.result().records))
+        self._background.add(release)
+        release.add_done_callback(self._background.discard)
+
+    async def _release(self, queue: str, records: list[Record]) -> None:
+        try:
+            await self._scripts["release"](
+                keys=self._ops.keys(queue), args=self._ops.release(queue, records).args
+            )
+        except CONNECTION_ERRORS as exc:  # the leases will expire instead
+            logger.warning("could not release %d claimed messages: %s", len(records), exc)
+        self._bump(queue)
+
+    async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+        """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
+        if await self._run(self._ops.put(queue, requests)):
+            self._bump(queue)
+        return [request.id for request in requests]
+
+    async def reserve(
+        self, queue: str, *, limit: int, lease_ms: int, wait: float | None
+    ) -> list[Record]:
+        """See :meth:`Backend.reserve <delayq.durable.backend.Backend.reserve>`."""
+        if wait == 0:
+            return (await self._claim(queue, limit, lease_ms)).records
+        give_up = None if wait is None else time.monotonic() + wait
+        listener = self._listener(queue)
+        backoff = REDIS_RECONNECT_FIRST
+        with listener.session():
+            while True:
+                generation = listener.generation
+                try:
+                    claim = await self._claim(queue, limit, lease_ms)
+                except CONNECTION_ERRORS as exc:
+                    if _expired(give_up):
+                        raise
+                    logger.warning("reserve lost Redis (%s); retrying in %.2f s", exc, backoff)
+                    await listener.wait(listener.generation, backoff)
+                    backoff = next_backoff(backoff)
+                    continue
+                backoff = REDIS_RECONNECT_FIRST
+                if claim.records or _expired(give_up):
+                    return claim.records
+                await listener.wait(generation, _sleep_for(claim, give_up))
+                self._check_open()
+
+    async def ack(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
+        await self._run(self._ops.ack(queue, id, token))
+
+    async def nack(
+        self, queue: str, id: str, token: str, *, delay_ms: int, error: str | None
+    ) -> State:
+        """See :meth:`Backend.nack <delayq.durable.backend.Backend.nack>`."""
+        state = await self._run(self._ops.nack(queue, id, token, delay_ms, error))
+        self._bump(queue)
+        return state
+
+    async def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
+        """See :meth:`Backend.extend <delayq.durable.backend.Backend.extend>`."""
+        return await self._run(self._ops.extend(queue, id, token, lease_ms))
+
+    async def cancel(self, queue: str, id: str) -> bool:
+        """See :meth:`Backend.cancel <delayq.durable.backend.Backend.cancel>`."""
+        return await self._run(self._ops.cancel(queue, id))
+
+    async def reschedule(
+        self, queue: str, id: str, *, delay_ms: int | None, at_ms: int | None
+    ) -> bool:
+        """See :meth:`Backend.reschedule <delayq.durable.backend.Backend.reschedule>`."""
+        moved = await self._run(self._ops.reschedule(queue, id, delay_ms, at_ms))
+        if moved:
+            self._bump(queue)
+        return moved
+
+    async def get(self, queue: str, id: str) -> Record | None:
+        """See :meth:`Backend.get <delayq.durable.backend.Backend.get>`."""
+        return await self._run(self._ops.get(queue, id))
+
+    async def stats(self, queue: str) -> Stats:
+        """See :meth:`Backend.stats <delayq.durable.backend.Backend.stats>`."""
+        return await self._run(self._ops.stats(queue))
+
+    async def dead(self, queue: str, limit: int) -> list[Record]:
+        """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
+        return await self._run(self._ops.dead(queue, limit))
+
+    async def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
+        """See :meth:`Backend.retry_dead <delayq.durable.backend.Backend.retry_dead>`."""
+        revived = await self._run(self._ops.retry_dead(queue, ids))
+        if revived:
+            self._bump(queue)
+        return revived
+
+    async def purge(self, queue: str, state: State | None) -> int:
+        """See :meth:`Backend.purge <delayq.durable.backend.Backend.purge>`."""
+        return await self._run(self._ops.purge(queue, state))
+
+    async def close(self) -> None:
+        """See :meth:`Backend.close <delayq.durable.backend.Backend.close>`; the
+        messages stay in Redis."""
+        if self._closed:
+            return
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        self._closed = True
+        for listener in list(self._listeners.values()):
+            await listener.close()
+        with contextlib.suppress(*CONNECTION_ERRORS):
+            await self._client.aclose()
+
+
+def open_backend(url: str, **options: Any) -> RedisBackend:
+    """Open the sync face of ``redis://host:port/db`` (options: see the module docstring)."""
+    return RedisBackend(url, **options)
+
+
+def open_async_backend(url: str, **options: Any) -> AsyncRedisBackend:
+    """Open the async face of ``redis://host:port/db`` (options: see the module docstring)."""
+    return AsyncRedisBackend(url, **options)

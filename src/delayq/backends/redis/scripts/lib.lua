@@ -1,0 +1,175 @@
+-- lib.lua: the prelude prepended to every script below (not a script of its own).
+-- KEYS, the same six in this order for every script, all under one hash tag
+-- ("<prefix>:{<queue>:<shard>}:..."), so a queue shard lives in one cluster slot:
+--   KEYS[1] msg    hash   id -> the packed record (cmsgpack, see pack())
+--   KEYS[2] due    zset   scheduled messages: score due_at ms, member seq (8 bytes BE) .. id
+--   KEYS[3] lease  zset   active messages: score lease_until ms, member id
+--   KEYS[4] dead   zset   dead messages: score seq, member id
+--   KEYS[5] seq    string the queue's sequence counter (INCRBY)
+--   KEYS[6] wake   list   the wake-up marker (at most one element) consumers BLPOP
+-- ARGV: per script. "Now" is always the server's TIME. Each function mirrors the
+-- function of the same name in delayq/durable/message.py. Writing after TIME needs
+-- effects replication: the default since Redis 5.
+
+local K_MSG, K_DUE, K_LEASE, K_DEAD, K_SEQ, K_WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local SCHEDULED, ACTIVE, DEAD = 1, 2, 3
+local LEASE_EXPIRED = @LEASE_EXPIRED@
+local CHUNK = 500
+
+-- Epoch ms (floored) and the microseconds past it.
+local function clock()
+  local t = redis.call('TIME')
+  local usec = tonumber(t[2])
+  return tonumber(t[1]) * 1000 + math.floor(usec / 1000), usec % 1000
+end
+
+local function due_member(seq, id)
+  return struct.pack('>I8', seq) .. id
+end
+
+-- Record fields, in the packed order; optional trailing fields are left out.
+local function pack(r)
+  if r.lease then
+    return cmsgpack.pack(r.state, r.due, r.seq, r.attempts, r.max, r.enc, r.payload,
+      r.headers, r.err, r.lease, r.lease_until)
+  elseif r.err then
+    return cmsgpack.pack(r.state, r.due, r.seq, r.attempts, r.max, r.enc, r.payload,
+      r.headers, r.err)
+  elseif r.headers then
+    return cmsgpack.pack(r.state, r.due, r.seq, r.attempts, r.max, r.enc, r.payload, r.headers)
+  end
+  return cmsgpack.pack(r.state, r.due, r.seq, r.attempts, r.max, r.enc, r.payload)
+end
+
+local function load(id)
+  local raw = redis.call('HGET', K_MSG, id)
+  if not raw then return nil end
+  local st, due, seq, att, max, enc, payload, headers, err, lease, lu = cmsgpack.unpack(raw)
+  return {id = id, state = st, due = due, seq = seq, attempts = att, max = max, enc = enc,
+    payload = payload, headers = headers, err = err, lease = lease, lease_until = lu}
+end
+
+local function copy(r)
+  local c = {}
+  for k, v in pairs(r) do c[k] = v end
+  return c
+end
+
+-- Remove r (as stored) from the index of its state.
+local function unindex(r)
+  if r.state == SCHEDULED then
+    redis.call('ZREM', K_DUE, due_member(r.seq, r.id))
+  elseif r.state == ACTIVE then
+    redis.call('ZREM', K_LEASE, r.id)
+  else
+    redis.call('ZREM', K_DEAD, r.id)
+  end
+end
+
+-- Write r and add it to the index of its state (the old version is unindexed).
+local function store(r)
+  redis.call('HSET', K_MSG, r.id, pack(r))
+  if r.state == SCHEDULED then
+    redis.call('ZADD', K_DUE, r.due, due_member(r.seq, r.id))
+  elseif r.state == ACTIVE then
+    redis.call('ZADD', K_LEASE, r.lease_until, r.id)
+  else
+    redis.call('ZADD', K_DEAD, r.seq, r.id)
+  end
+end
+
+local function wake()
+  if redis.call('LLEN', K_WAKE) == 0 then redis.call('RPUSH', K_WAKE, 1) end
+end
+
+-- settle(): an expired lease makes the message scheduled at lease_until, or dead.
+local function settle(r, now)
+  if r.state ~= ACTIVE or r.lease_until > now then return r, false end
+  local s = copy(r)
+  s.lease, s.lease_until, s.err = nil, nil, LEASE_EXPIRED
+  if r.attempts >= r.max then
+    s.state = DEAD
+  else
+    s.state, s.due = SCHEDULED, r.lease_until
+  end
+  return s, true
+end
+
+-- The record with a lease expiry applied and written back (nil when unknown).
+local function load_settled(id, now)
+  local r = load(id)
+  if not r then return nil end
+  local s, changed = settle(r, now)
+  if changed then
+    unindex(r)
+    store(s)
+    if s.state == SCHEDULED then wake() end
+  end
+  return s
+end
+
+-- settle() for every expired lease of the queue.
+local function settle_expired(now)
+  local ids = redis.call('ZRANGEBYSCORE', K_LEASE, '-inf', now)
+  if #ids == 0 then return end
+  local woke = false
+  for _, id in ipairs(ids) do
+    local r = load(id)
+    if r then
+      local s = settle(r, now)
+      store(s)
+      if s.state == SCHEDULED and not woke then wake(); woke = true end
+    end
+  end
+  redis.call('ZREMRANGEBYSCORE', K_LEASE, '-inf', now)
+end
+
+-- _held(): true when token holds the unexpired lease of the settled record.
+local function held(r, token)
+  return r ~= nil and r.state == ACTIVE and r.lease == token
+end
+
+-- The earliest due time or lease expiry (false when there is none).
+local function next_event()
+  local best = false
+  local d = redis.call('ZRANGE', K_DUE, 0, 0, 'WITHSCORES')
+  if d[2] then best = tonumber(d[2]) end
+  local l = redis.call('ZRANGE', K_LEASE, 0, 0, 'WITHSCORES')
+  if l[2] then
+    local t = tonumber(l[2])
+    if not best or t < best then best = t end
+  end
+  return best
+end
+
+-- resolve_due(): '' means absent; never before now.
+local function resolve_due(delay_ms, at_ms, now)
+  local due = now
+  if at_ms ~= '' then
+    due = tonumber(at_ms)
+  elseif delay_ms ~= '' then
+    due = now + tonumber(delay_ms)
+  end
+  if due > now then return due end
+  return now
+end
+
+local STATE_NAMES = {'scheduled', 'active', 'dead'}
+
+-- observe(): the record as a reply, READY when due; the lease only if asked.
+local function reply(r, now, with_lease)
+  local name = STATE_NAMES[r.state]
+  if r.state == SCHEDULED and r.due <= now then name = 'ready' end
+  local lease, lease_until = false, false
+  if with_lease and r.lease then lease, lease_until = r.lease, r.lease_until end
+  return {r.id, r.payload, r.enc or '', r.due, r.seq, r.attempts, r.max, name,
+    r.headers or false, r.err or false, lease, lease_until}
+end
+
+-- HDEL/ZREM many members, in chunks (unpack() has a stack limit).
+local function remove_all(key, cmd, members)
+  for i = 1, #members, CHUNK do
+    redis.call(cmd, key, unpack(members, i, math.min(i + CHUNK - 1, #members)))
+  end
+end
+

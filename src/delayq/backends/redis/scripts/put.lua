@@ -1,0 +1,62 @@
+-- put.lua: apply_put() for a batch of requests, all or nothing.
+-- KEYS: msg, due, lease, dead, seq, wake (see lib.lua).
+-- ARGV[1]: n, the number of requests; then 8 values per request:
+--   id, on_conflict ('i' ignore, 'r' replace, 'e' error), delay_ms or '', at_ms or '',
+--   max_attempts, encoding ('' for json), headers (JSON or ''), payload.
+-- Returns {0, woke} when stored (woke: 1 if the marker was pushed, else 0); {1, id} when
+-- id exists and on_conflict is 'e'; {2, id} when 'r' would replace a message in flight.
+-- Nothing is written unless it returns {0, woke}.
+local now = clock()
+local n = tonumber(ARGV[1])
+local staged, original, order = {}, {}, {}
+-- First pass: decide every request (later ones see earlier ones), write nothing.
+for i = 0, n - 1 do
+  local b = 2 + i * 8
+  local id, mode = ARGV[b], ARGV[b + 1]
+  local current = staged[id]
+  if current == nil then
+    current = load(id) or false
+    original[id] = current
+    staged[id] = current
+  end
+  local keep = false
+  if current then
+    local settled = settle(current, now)
+    if mode == 'i' then
+      keep = true
+    elseif mode == 'e' then
+      return {1, id}
+    elseif settled.state == ACTIVE then
+      return {2, id}
+    end
+  end
+  if not keep then
+    local headers, enc = ARGV[b + 6], ARGV[b + 5]
+    if headers == '' then headers = nil end
+    if enc == '' then enc = nil end
+    if current == false or current.fresh == nil then order[#order + 1] = id end
+    staged[id] = {id = id, state = SCHEDULED, due = resolve_due(ARGV[b + 2], ARGV[b + 3], now),
+      index = i, attempts = 0, max = tonumber(ARGV[b + 4]), enc = enc, headers = headers,
+      payload = ARGV[b + 7], fresh = true}
+  end
+end
+if #order == 0 then return {0, 0} end
+-- Second pass: one seq per request, as if each had taken the next one.
+local base = redis.call('INCRBY', K_SEQ, n) - n
+-- A marker already waits for a consumer: no need to know what was first.
+local pending = redis.call('LLEN', K_WAKE) > 0
+local before = pending or next_event()
+local earliest = false
+for _, id in ipairs(order) do
+  local r = staged[id]
+  r.seq, r.index, r.fresh = base + r.index + 1, nil, nil
+  if original[id] then unindex(original[id]) end
+  store(r)
+  if not earliest or r.due < earliest then earliest = r.due end
+end
+if pending then return {0, 1} end
+if not before or earliest < before then
+  redis.call('RPUSH', K_WAKE, 1)
+  return {0, 1}
+end
+return {0, 0}

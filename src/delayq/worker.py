@@ -1,0 +1,591 @@
+"""Worker: runs handlers for reserved messages, keeps their leases, shuts down gently.
+
+One asyncio loop per worker. Per queue a reserver claims up to as many messages as
+there are free slots (``concurrency``) and starts a job for each: async handlers
+run on the loop, sync ones on a daemon thread each. While a job runs its lease is
+renewed every third of the lease, so a long job is never handed to someone else
+while it is alive. Outcomes:
+
+* returned: ``ack``;
+* raised :class:`Retry`: ``nack`` after the asked delay (the attempt counts);
+* raised :class:`Discard`, or an unknown task: dead at once;
+* raised anything else, or ran past its timeout: ``nack`` with the task's backoff,
+  dead once its attempts are used up.
+
+``stop()`` (or SIGTERM/SIGINT under :meth:`Worker.run`) stops reserving, lets running
+handlers finish for ``grace`` seconds, then gives the rest back and returns; a second
+signal skips the grace period. Every change is logged on the ``delayq`` logger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import logging
+import math
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ._clock import SYSTEM_CLOCK, Clock
+from ._constants import (
+    CRON_ACK_GUARD,
+    CRON_PRODUCER_MAX_SLEEP,
+    CRON_TICK_HEADER,
+    DEFAULT_LEASE,
+    DEFAULT_WORKER_CONCURRENCY,
+    DEFAULT_WORKER_GRACE,
+    WORKER_ERROR_BACKOFF,
+    WORKER_EXTEND_DIVISOR,
+    WORKER_IDLE_WAIT,
+)
+from ._cron import plan_tick, tick_id
+from ._duration import delay_to_seconds
+from ._runtime import DaemonPool, Slots, log_event, nack_dead, release
+from .app import App, CronJob, UnknownTask, decode_envelope
+from .durable.message import Message, State
+from .durable.queue import AsyncQueue
+from .durable.retry import RetryPolicy
+from .errors import LeaseLost, QueueClosed
+
+__all__ = ["Discard", "Handler", "HandlerTimeout", "Retry", "Worker", "current_message"]
+
+#: A handler of plain messages: ``handler(msg)``, sync or async.
+Handler = Callable[[Message], Any]
+
+_current: contextvars.ContextVar[Message] = contextvars.ContextVar("delayq_current_message")
+
+
+def current_message() -> Message:
+    """The message whose handler or task is running (in that handler, sync or async):
+    its id, attempts, headers... ``LookupError`` outside a handler."""
+    return _current.get()
+
+
+_INFO, _WARNING, _ERROR, _DEBUG = logging.INFO, logging.WARNING, logging.ERROR, logging.DEBUG
+
+
+class Retry(Exception):
+    """Raise in a handler to try the message again after ``delay`` (seconds, a
+    timedelta or ``"30s"``; None: the retry policy's backoff). The attempt counts:
+    once attempts are used up the message goes to dead."""
+
+    def __init__(self, delay: Any = None, reason: str = "retry requested") -> None:
+        super().__init__(reason)
+        self.delay = None if delay is None else max(0.0, delay_to_seconds(delay))
+        self.reason = reason
+
+
+class Discard(Exception):
+    """Raise in a handler to send the message to dead at once, with ``reason`` as
+    its last error."""
+
+    def __init__(self, reason: str = "discarded") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class _Call:
+    """What a job runs for one message."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    is_async: bool
+    label: str
+    timeout: float | None
+    retry: RetryPolicy
+    cron: CronJob | None = None
+    tick_ms: int | None = None
+
+
+class Worker:
+    """Runs the tasks of an :class:`~delayq.app.App` (every queue it uses, or those in
+    ``queues``), or ``handler(msg)`` for the messages of one
+    :class:`~delayq.AsyncQueue`.
+
+    ``concurrency`` handlers run at once; ``lease`` (seconds) is each reservation's
+    lease, renewed while the handler runs; ``grace`` is how long running handlers may
+    finish after a stop; ``timeout`` (seconds) is the default limit of one run (a
+    task's own ``timeout`` wins). ``clock`` (default: the app's ``clock=`` option,
+    else the system clock) is what cron schedules read.
+    """
+
+    def __init__(
+        self,
+        source: App | AsyncQueue,
+        handler: Handler | None = None,
+        *,
+        concurrency: int = DEFAULT_WORKER_CONCURRENCY,
+        lease: float = DEFAULT_LEASE,
+        grace: float = DEFAULT_WORKER_GRACE,
+        timeout: float | None = None,
+        queues: Iterable[str] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        if isinstance(source, App):
+            if handler is not None:
+                raise TypeError("a Worker of an App runs its tasks: give no handler")
+            names = source.queue_names if queues is None else list(queues)
+            unknown = sorted(set(names) - set(source.queue_names))
+            if unknown:
+                raise ValueError(f"no task of the app uses the queues {unknown}")
+            if not names:
+                raise ValueError("the app has no tasks: nothing to run")
+            self._app: App | None = source
+            self._queue: AsyncQueue | None = None
+            self._queue_names = names
+            option = source.options.get("clock")
+            self._clock: Clock = clock or (option if isinstance(option, Clock) else SYSTEM_CLOCK)
+        elif isinstance(source, AsyncQueue):
+            if handler is None or not callable(handler):
+                raise TypeError("a Worker of a queue needs handler(msg), a function")
+            if queues is not None:
+                raise TypeError("queues= is for a Worker of an App")
+            self._app, self._queue, self._queue_names = None, source, [source.name]
+            self._clock = clock or SYSTEM_CLOCK
+        else:
+            raise TypeError(f"a Worker runs an App or an AsyncQueue, not {type(source).__name__}")
+        if type(concurrency) is not int or concurrency < 1:
+            raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        self._handler = handler
+        self._handler_is_async = handler is not None and _is_async(handler)
+        self.concurrency = concurrency
+        self.lease = _positive("lease", lease)
+        self.grace = _positive("grace", grace, zero=True)
+        self.timeout = None if timeout is None else _positive("timeout", timeout)
+        self.counts: Counter[str] = Counter()
+        """How many messages ended how: ``succeeded``, ``retried``, ``dead``,
+        ``skipped`` (cron ticks not run), ``released``, ``lease_lost``."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_requested = False
+        self._force = False
+        self._stopped: asyncio.Event | None = None
+        self._forced: asyncio.Event | None = None
+        self._releasing = False
+        self._running: dict[asyncio.Task[None], Message] = {}
+        self._queues: dict[str, AsyncQueue] = {}
+        self._pool = DaemonPool()
+        self._slots: Slots | None = None
+
+    # -- running ----------------------------------------------------------------------
+    def run(self) -> None:
+        """Run until SIGTERM/SIGINT (or :meth:`stop`), then drain and return.
+
+        Blocks; starts its own event loop. A second signal skips the grace period.
+        """
+        asyncio.run(self._run_with_signals())
+
+    async def _run_with_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        installed = []
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(signum, self._on_signal, signum)
+                installed.append(signum)
+            except (NotImplementedError, RuntimeError):  # not the main thread, or Windows
+                pass
+        try:
+            await self.serve()
+        finally:
+            for signum in installed:
+                loop.remove_signal_handler(signum)
+
+    def _on_signal(self, signum: int) -> None:
+        graceful = not self._stop_requested
+        log_event(_INFO, "worker.signal", signal=signal.Signals(signum).name, graceful=graceful)
+        self.stop(graceful=graceful)
+
+    def stop(self, *, graceful: bool = True) -> None:
+        """Stop reserving; running handlers get ``grace`` seconds (none when not
+        ``graceful``), then the rest are given back. Safe from any thread, and
+        before :meth:`serve` started (it then returns at once)."""
+        loop = self._loop
+        if loop is not None and _other_thread(loop):
+            loop.call_soon_threadsafe(functools.partial(self.stop, graceful=graceful))
+            return
+        self._stop_requested = True
+        self._force = self._force or not graceful
+        if self._stopped is not None:
+            self._stopped.set()
+        if self._forced is not None and self._force:
+            self._forced.set()
+
+    async def serve(self) -> None:
+        """Run on the current event loop until :meth:`stop`, then drain and return."""
+        self._loop = asyncio.get_running_loop()
+        self._stopped, self._forced = asyncio.Event(), asyncio.Event()
+        if self._stop_requested:
+            self._stopped.set()
+        if self._force:
+            self._forced.set()
+        self._slots = Slots(self.concurrency)
+        self._open_queues()
+        background = [
+            asyncio.create_task(self._reserve_loop(queue), name=f"delayq-reserve-{name}")
+            for name, queue in self._queues.items()
+        ]
+        for job in self._cron_jobs():
+            background.append(asyncio.create_task(self._produce(job), name="delayq-cron"))
+        log_event(
+            _INFO,
+            "worker.started",
+            queues=",".join(self._queues),
+            concurrency=self.concurrency,
+            lease=self.lease,
+            crons=",".join(job.task.name for job in self._cron_jobs()) or None,
+        )
+        try:
+            await self._stopped.wait()
+        finally:
+            log_event(_INFO, "worker.stopping", running=len(self._running), grace=self.grace)
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            await self._drain()
+            self._pool.shutdown(wait=False)
+            await self._close_queues()
+            self._loop = None
+            log_event(_INFO, "worker.stopped", **dict(self.counts))
+
+    def _open_queues(self) -> None:
+        if self._queue is not None:
+            self._queues = {self._queue.name: self._queue}
+        else:
+            assert self._app is not None
+            self._queues = {name: self._app.open_async_queue(name) for name in self._queue_names}
+
+    async def _close_queues(self) -> None:
+        if self._app is not None:  # a queue given by the caller stays the caller's
+            for queue in self._queues.values():
+                await queue.close()
+
+    def _cron_jobs(self) -> list[CronJob]:
+        if self._app is None:
+            return []
+        return [job for job in self._app.crons.values() if job.task.queue in self._queues]
+
+    async def _drain(self) -> None:
+        """Wait for running jobs up to ``grace`` (or a forced stop), then give back
+        the messages of those still running."""
+        assert self._forced is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (0.0 if self._force else self.grace)
+        forced = asyncio.create_task(self._forced.wait())
+        try:
+            while True:
+                left = {task for task in self._running if not task.done()}
+                remaining = deadline - loop.time()
+                if not left or forced.done() or remaining <= 0:
+                    break
+                await asyncio.wait(
+                    left | {forced}, timeout=remaining, return_when="FIRST_COMPLETED"
+                )
+        finally:
+            forced.cancel()
+        left = {task for task in self._running if not task.done()}
+        if left:
+            log_event(_WARNING, "worker.releasing", running=len(left))
+            self._releasing = True
+            for task in left:
+                task.cancel()
+            await asyncio.gather(*left, return_exceptions=True)
+
+    # -- reserving --------------------------------------------------------------------
+    async def _reserve_loop(self, queue: AsyncQueue) -> None:
+        slots = self._slots
+        assert slots is not None
+        while True:
+            taken = await slots.take_all()
+            try:
+                msgs = await queue.reserve(max=taken, wait=0, lease=self.lease)
+                if not msgs:
+                    # Block holding one slot only, so other queues keep the rest.
+                    slots.give(taken - 1)
+                    taken = 1
+                    msgs = await queue.reserve(max=1, wait=WORKER_IDLE_WAIT, lease=self.lease)
+            except QueueClosed:
+                slots.give(taken)
+                return
+            except asyncio.CancelledError:
+                slots.give(taken)
+                raise
+            except Exception as exc:
+                slots.give(taken)
+                log_event(_ERROR, "worker.reserve_failed", queue=queue.name, error=repr(exc))
+                await asyncio.sleep(WORKER_ERROR_BACKOFF)
+                continue
+            slots.give(taken - len(msgs))
+            for msg in msgs:
+                task = asyncio.create_task(self._job(queue, msg))
+                self._running[task] = msg
+                task.add_done_callback(self._job_done)
+
+    def _job_done(self, task: asyncio.Task[None]) -> None:
+        self._running.pop(task, None)
+        if self._slots is not None:
+            self._slots.give(1)
+        if not task.cancelled() and task.exception() is not None:
+            log_event(_ERROR, "worker.job_crashed", error=repr(task.exception()))
+
+    # -- one message ------------------------------------------------------------------
+    async def _job(self, queue: AsyncQueue, msg: Message) -> None:
+        log_event(_DEBUG, "job.reserved", queue=queue.name, id=msg.id, attempt=msg.attempts)
+        _current.set(msg)  # this job's own context (create_task copied it)
+        started = time.monotonic()
+        renewer = _LeaseRenewer(queue, msg, self.lease, self.counts)
+        call: _Call | None = None
+        try:
+            call = self._resolve(msg)
+            if call.cron is not None and not await self._start_tick(queue, msg, call):
+                await queue.ack(msg)
+                return
+            await self._invoke(call)
+            if call.tick_ms is not None:
+                await _cron_ack_guard(self._clock, call.tick_ms)
+        except asyncio.CancelledError:
+            if not self._releasing:
+                raise
+            renewer.stop()
+            await self._give_back(queue, msg)
+            return
+        except BaseException as exc:
+            renewer.stop()
+            await self._failed(queue, msg, call, exc, time.monotonic() - started)
+            return
+        finally:
+            renewer.stop()
+        try:
+            await queue.ack(msg)
+        except LeaseLost:
+            self.counts["lease_lost"] += 1
+            log_event(_WARNING, "job.lease_lost", queue=queue.name, id=msg.id, at="ack")
+            return
+        self.counts["succeeded"] += 1
+        log_event(
+            _INFO,
+            "job.succeeded",
+            queue=queue.name,
+            id=msg.id,
+            task=call.label if call else None,
+            attempt=msg.attempts,
+            seconds=round(time.monotonic() - started, 6),
+        )
+
+    def _resolve(self, msg: Message) -> _Call:
+        """What to run for ``msg``; :class:`UnknownTask` sends it to dead."""
+        if self._app is None:
+            assert self._handler is not None
+            assert self._queue is not None
+            label = getattr(self._handler, "__name__", "handler")
+            return _Call(
+                self._handler, (msg,), {}, self._handler_is_async, label, self.timeout,
+                self._queue.retry,
+            )  # fmt: skip
+        name, args, kwargs = decode_envelope(msg.payload)
+        task = self._app.tasks.get(name)
+        if task is None:
+            known = ", ".join(sorted(self._app.tasks)) or "none"
+            raise UnknownTask(
+                f"unknown task {name!r}: this app has no task of that name (known: {known})"
+            )
+        timeout = task.timeout if task.timeout is not None else self.timeout
+        call = _Call(task.fn, tuple(args), kwargs, task.is_async, name, timeout, task.backoff)
+        job = self._app.crons.get(name)
+        tick = msg.headers.get(CRON_TICK_HEADER)
+        if job is not None and tick is not None and tick.isdigit():
+            call.cron, call.tick_ms = job, int(tick)
+        return call
+
+    async def _start_tick(self, queue: AsyncQueue, msg: Message, call: _Call) -> bool:
+        """Put the next tick (the chain) and decide whether this one runs."""
+        assert call.cron is not None
+        assert call.tick_ms is not None
+        job, tick = call.cron, call.tick_ms
+        plan = plan_tick(
+            job.schedule,
+            tick_ms=tick,
+            due_at=msg.due_at,
+            attempts=msg.attempts,
+            now_ms=int(self._clock.time() * 1000.0),
+            catch_up=job.catch_up,
+        )
+        await queue.put(**job.tick_item(plan.next_tick))
+        if not plan.run:
+            self.counts["skipped"] += 1
+            log_event(_INFO, "cron.skipped", task=job.task.name, id=msg.id, reason=plan.reason)
+            call.tick_ms = None
+            return False
+        log_event(
+            _INFO, "cron.tick", task=job.task.name, id=msg.id, run=plan.reason,
+            next=tick_id(job.task.name, plan.next_tick),
+        )  # fmt: skip
+        return True
+
+    async def _invoke(self, call: _Call) -> None:
+        if call.is_async:
+            awaitable = call.fn(*call.args, **call.kwargs)
+        else:
+            loop = asyncio.get_running_loop()
+            partial = functools.partial(call.fn, *call.args, **call.kwargs)
+            context = contextvars.copy_context()
+            awaitable = loop.run_in_executor(self._pool, context.run, partial)
+        if call.timeout is None:
+            await awaitable
+            return
+        try:
+            await asyncio.wait_for(awaitable, call.timeout)
+        except asyncio.TimeoutError:
+            raise HandlerTimeout(f"timed out after {call.timeout:g}s") from None
+
+    async def _failed(
+        self,
+        queue: AsyncQueue,
+        msg: Message,
+        call: _Call | None,
+        exc: BaseException,
+        seconds: float,
+    ) -> None:
+        label = call.label if call else None
+        fields: dict[str, object] = {"queue": queue.name, "id": msg.id, "task": label}
+        try:
+            if isinstance(exc, (Discard, UnknownTask)):
+                reason = exc.reason if isinstance(exc, Discard) else str(exc)
+                state = await nack_dead(queue, msg, f"{type(exc).__name__}: {reason}")
+                event = "job.discarded"
+            elif isinstance(exc, Retry):
+                state = await queue.nack(msg, delay=exc.delay, error=f"Retry: {exc.reason}")
+                event = "job.retry_requested"
+            else:
+                policy = call.retry if call else queue.retry
+                delay = policy.backoff(max(msg.attempts, 1))
+                state = await queue.nack(msg, delay=delay, error=exc)
+                event = "job.failed"
+                fields["retry_in"] = round(delay, 3) if state is State.SCHEDULED else None
+        except LeaseLost:
+            self.counts["lease_lost"] += 1
+            log_event(_WARNING, "job.lease_lost", at="nack", error=repr(exc), **fields)
+            return
+        except QueueClosed:
+            log_event(_WARNING, "job.unsettled", error=repr(exc), **fields)
+            return
+        self.counts["dead" if state is State.DEAD else "retried"] += 1
+        log_event(
+            _ERROR if state is State.DEAD else _WARNING,
+            event,
+            state=state.value,
+            attempt=msg.attempts,
+            max_attempts=msg.max_attempts,
+            seconds=round(seconds, 6),
+            error=f"{type(exc).__name__}: {exc}",
+            **fields,
+        )
+
+    async def _give_back(self, queue: AsyncQueue, msg: Message) -> None:
+        try:
+            await release(queue, msg)
+        except (LeaseLost, QueueClosed) as exc:
+            log_event(_WARNING, "job.release_failed", queue=queue.name, id=msg.id, error=repr(exc))
+            return
+        self.counts["released"] += 1
+        log_event(_INFO, "job.released", queue=queue.name, id=msg.id, attempt=msg.attempts)
+
+    # -- cron producers ---------------------------------------------------------------
+    async def _produce(self, job: CronJob) -> None:
+        """Put the next tick, about one period ahead; again after each tick."""
+        queue = self._queues[job.task.queue]
+        while True:
+            now_ms = int(self._clock.time() * 1000.0)
+            tick = job.schedule.next_after(now_ms)
+            try:
+                await queue.put(**job.tick_item(tick))
+                log_event(
+                    _DEBUG, "cron.produced", task=job.task.name, id=tick_id(job.task.name, tick)
+                )
+            except QueueClosed:
+                return
+            except Exception as exc:
+                log_event(_ERROR, "cron.put_failed", task=job.task.name, error=repr(exc))
+                await asyncio.sleep(WORKER_ERROR_BACKOFF)
+                continue
+            seconds = (tick - now_ms) / 1000.0
+            await asyncio.sleep(min(max(seconds, 0.001), CRON_PRODUCER_MAX_SLEEP))
+
+    def __repr__(self) -> str:
+        return f"<Worker queues={self._queue_names} concurrency={self.concurrency}>"
+
+
+class HandlerTimeout(TimeoutError):
+    """A handler ran past its timeout: a failure like any other (the message is
+    nacked with its backoff). A sync handler's thread cannot be stopped and runs on."""
+
+
+class _LeaseRenewer:
+    """Extends a running job's lease every ``lease / 3`` seconds until stopped."""
+
+    def __init__(self, queue: AsyncQueue, msg: Message, lease: float, counts: Counter[str]):
+        self._queue, self._msg, self._lease, self._counts = queue, msg, lease, counts
+        self._loop = asyncio.get_running_loop()
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+        self._handle = self._loop.call_later(lease / WORKER_EXTEND_DIVISOR, self._fire)
+
+    def _fire(self) -> None:
+        if not self._stopped:
+            self._task = self._loop.create_task(self._extend())
+
+    async def _extend(self) -> None:
+        queue, msg = self._queue, self._msg
+        try:
+            until = await queue.extend(msg, self._lease)
+        except LeaseLost:
+            self._counts["lease_lost"] += 1
+            log_event(_WARNING, "job.lease_lost", queue=queue.name, id=msg.id, at="extend")
+            return
+        except QueueClosed:
+            return
+        except Exception as exc:  # a hiccup: try again at the next beat
+            log_event(_WARNING, "job.extend_failed", queue=queue.name, id=msg.id, error=repr(exc))
+        else:
+            log_event(_DEBUG, "job.extended", queue=queue.name, id=msg.id, until=until)
+        if not self._stopped:
+            self._handle = self._loop.call_later(self._lease / WORKER_EXTEND_DIVISOR, self._fire)
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._handle.cancel()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+
+async def _cron_ack_guard(clock: Clock, tick_ms: int) -> None:
+    """Hold the ack of a run until 2 ms past its tick (see :mod:`delayq._cron`)."""
+    wait = tick_ms / 1000.0 + CRON_ACK_GUARD - clock.time()
+    if wait > 0:
+        await asyncio.sleep(min(wait, CRON_ACK_GUARD))
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004
+    )
+
+
+def _positive(name: str, value: object, *, zero: bool = False) -> float:
+    seconds = delay_to_seconds(value)
+    if not (seconds >= 0 if zero else seconds > 0) or math.isinf(seconds):
+        raise ValueError(f"{name} must be seconds {'>= 0' if zero else '> 0'}, got {value!r}")
+    return seconds
+
+
+def _other_thread(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is not loop
+    except RuntimeError:
+        return True

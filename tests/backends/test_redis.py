@@ -1,0 +1,365 @@
+"""What is specific to ``redis://`` (the shared contract is in tests/conformance).
+
+The Lua scripts (headers, every key through KEYS), the key layout (one hash tag per
+queue shard), EVALSHA after SCRIPT FLUSH, the server's clock against a skewed client
+clock, an idle consumer's command rate, and a consumer that outlives a Redis restart.
+Tests that flush scripts, count commands or restart the server run on a private
+``redis-server`` started on a free port in a temporary directory (and stopped after);
+the others use the shared test Redis under a private key prefix, deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+from delayq import UnsupportedURL
+from delayq.durable import AsyncQueue, Queue, State
+
+redis = pytest.importorskip("redis")
+
+from redis.crc import key_slot  # noqa: E402
+
+from delayq.backends.redis._scripts import SCRIPT_NAMES, pack_id, queue_keys, unpack_id  # noqa: E402
+from delayq.backends.redis._url import parse_url  # noqa: E402
+
+SHARED = os.environ.get("DELAYQ_TEST_REDIS", "redis://127.0.0.1:6379/0")
+SCRIPTS = resources.files("delayq.backends.redis").joinpath("scripts")
+#: Generous bound for "promptly" in real time (benchmarks measure how fast).
+PROMPTLY = 5.0
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip (the server is not reachable), or fail when ``$DELAYQ_REQUIRE`` lists redis."""
+    required = {name.strip() for name in os.environ.get("DELAYQ_REQUIRE", "").split(",")}
+    if "redis" in required or "all" in required:
+        pytest.fail(f"redis is required by DELAYQ_REQUIRE but unavailable: {reason}")
+    pytest.skip(f"redis unavailable: {reason}")
+
+
+def _lua(name: str) -> str:
+    return SCRIPTS.joinpath(f"{name}.lua").read_text("utf-8")
+
+
+# -- servers ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def shared_url() -> Iterator[str]:
+    """A private key prefix on the shared test Redis; its keys are deleted afterwards."""
+    client = redis.Redis.from_url(SHARED, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        client.close()
+        unavailable(f"{SHARED}: {exc}")
+    prefix = f"delayq-test-{uuid.uuid4().hex[:12]}"
+    try:
+        yield f"{SHARED}?prefix={prefix}"
+    finally:
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PrivateRedis:
+    """A ``redis-server`` of this test alone: no persistence, in a temporary directory."""
+
+    def __init__(self, directory: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            unavailable("no redis-server binary on PATH")
+        self.binary = str(binary)
+        self.directory = directory
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                *(self.binary, "--port", str(self.port), "--bind", "127.0.0.1"),
+                *("--save", "", "--appendonly", "no", "--dir", str(self.directory)),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        client.close()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None
+
+
+@pytest.fixture
+def private(tmp_path: Path) -> Iterator[PrivateRedis]:
+    """A running private server, stopped afterwards."""
+    server = PrivateRedis(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# -- the scripts ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [*SCRIPT_NAMES, "lib"])
+def test_every_script_has_a_header_naming_its_keys_and_argv(name: str) -> None:
+    text = _lua(name)
+    header = []
+    for line in text.splitlines():
+        if not line.startswith("--"):
+            break
+        header.append(line)
+    assert header, f"{name}.lua has no header comment"
+    assert header[0].startswith(f"-- {name}.lua: ")
+    joined = "\n".join(header)
+    assert "KEYS" in joined
+    assert "ARGV" in joined
+
+
+_ALIASES = ("K_MSG", "K_DUE", "K_LEASE", "K_DEAD", "K_SEQ", "K_WAKE")
+#: Commands that take no key (the only ones the scripts call besides key commands).
+_KEYLESS = {"TIME"}
+
+
+def _code(text: str) -> str:
+    """The Lua without its comments."""
+    return re.sub(r"--[^\n]*", "", text)
+
+
+def _calls(text: str) -> list[tuple[str, str]]:
+    """(command, first argument) of every ``redis.call(...)``."""
+    return re.findall(r"redis\.call\(\s*('[A-Z]+'|\w+)\s*(?:,\s*([^,)]+))?", text)
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_every_key_a_script_touches_comes_in_through_keys(name: str) -> None:
+    lib, body = _code(_lua("lib")), _code(_lua(name))
+    # The aliases are bound once, from KEYS, and never rebound or built from ARGV.
+    binding = re.findall(r"^local (K_\w+(?:, K_\w+)*) = (KEYS\[\d\](?:, KEYS\[\d\])*)$", lib, re.M)
+    assert binding == [(", ".join(_ALIASES), ", ".join(f"KEYS[{i}]" for i in range(1, 7)))]
+    for text in (lib, body):
+        assert not re.search(r"\bK_\w+\s*=", text.replace(binding[0][0] + " =", ""))
+        assert not re.search(r"\.\.\s*K_|K_\w+\s*\.\.", text), "a key name is built"
+    assert "KEYS" not in body, "scripts use the aliases of lib.lua"
+    for command, first in _calls(lib + body):
+        if command.strip("'") in _KEYLESS:
+            continue
+        key = first.strip()
+        # remove_all(key, cmd, ...) takes an alias from its callers, checked below.
+        assert key in _ALIASES or (command == "cmd" and key == "key"), (command, key)
+    for key in re.findall(r"remove_all\(\s*(\w+)", lib + body):
+        assert key in (*_ALIASES, "key")
+
+
+def test_keys_of_a_queue_share_one_hash_tag_and_the_shard_is_always_named() -> None:
+    keys = queue_keys("delayq", "orders")
+    assert [k.decode() for k in keys] == [
+        f"delayq:{{orders:0}}:{suffix}" for suffix in ("msg", "due", "lease", "dead", "seq", "wake")
+    ]
+    assert queue_keys("delayq", "a:1")[0] != queue_keys("delayq", "a", 1)[0]
+    assert len({key_slot(k) for k in queue_keys("p", "weird}name")}) == 1
+    assert len({key_slot(k) for k in queue_keys("p", "orders", 3)}) == 1
+
+
+def test_generated_ids_are_stored_in_16_bytes_and_others_as_utf8() -> None:
+    hex_id = uuid.uuid4().hex
+    assert len(pack_id(hex_id)) == 17
+    for id in (hex_id, "order-1", "Ünïcode", hex_id.upper(), hex_id[:31], "\x01" * 17):
+        assert unpack_id(pack_id(id)) == id
+
+
+def test_url_options() -> None:
+    assert parse_url("redis://h:1/2?prefix=app&socket_timeout=3").prefix == "app"
+    assert "socket_timeout=3" in parse_url("redis://h:1/2?prefix=app&socket_timeout=3").url
+    assert parse_url("rediss://h/0", prefix="x").prefix == "x"
+    with pytest.raises(TypeError, match="unknown"):
+        parse_url("redis://h/0", nope=1)
+    with pytest.raises(ValueError, match="braces"):
+        parse_url("redis://h/0", prefix="a{b}")
+    with pytest.raises(UnsupportedURL):
+        parse_url("redis://h/notadb")
+
+
+# -- behaviour on the shared server -------------------------------------------------------
+
+
+def test_every_key_lives_under_the_prefix_and_the_queue_tag(shared_url: str) -> None:
+    prefix = shared_url.split("prefix=")[1]
+    with Queue(shared_url, name="tagged") as q:
+        q.put("a", id="a")
+        q.put("b", id="b", max_attempts=1)
+        [msg] = q.reserve(wait=0)
+        q.nack(msg, error="boom")
+        q.reserve(wait=0)
+        client = redis.Redis.from_url(SHARED)
+        keys = sorted(k.decode() for k in client.scan_iter(match=f"{prefix}:*"))
+        assert keys
+        assert all(k.startswith(f"{prefix}:{{tagged:0}}:") for k in keys)
+        q.purge()
+        assert list(client.scan_iter(match=f"{prefix}:*")) == []
+        client.close()
+
+
+def test_fifo_is_exact_across_seq_byte_boundaries(shared_url: str) -> None:
+    with Queue(shared_url, name="fifo") as q:
+        at = time.time() + 0.05
+        ids = q.put_many([{"payload": i, "at": at, "id": f"z{999 - i:04d}"} for i in range(300)])
+        got: list[str] = []
+        while len(got) < 300:
+            batch = q.reserve(wait=PROMPTLY, max=300)
+            assert batch
+            got += [m.id for m in batch]
+        assert got == ids
+
+
+@pytest.mark.parametrize("skew", [3600.0, -3600.0], ids=["client-ahead", "client-behind"])
+def test_client_clock_skew_fires_neither_early_nor_late(
+    shared_url: str, skew: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = redis.Redis.from_url(SHARED)
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + skew)
+    with Queue(shared_url, name="skew") as q:
+        seconds, micros = client.time()
+        server_ms = seconds * 1000 + micros // 1000
+        msg_id = q.put("x", delay=0.3)
+        due = q.get(msg_id).due_at
+        assert server_ms + 300 <= due <= server_ms + 300 + 1000
+        started = time.monotonic()
+        [msg] = q.reserve(wait=PROMPTLY)
+        elapsed = time.monotonic() - started
+        seconds, micros = client.time()
+        assert seconds * 1000 + micros // 1000 >= msg.due_at
+        assert 0.2 <= elapsed < 1.5
+        q.ack(msg)
+    client.close()
+
+
+def test_async_face_reserves_and_wakes(shared_url: str) -> None:
+    async def main() -> float:
+        async with AsyncQueue(shared_url, name="async") as q:
+            waiter = asyncio.create_task(q.reserve(wait=PROMPTLY))
+            await asyncio.sleep(0.1)
+            started = time.monotonic()
+            await q.put("x")
+            [msg] = await waiter
+            await q.ack(msg)
+            return time.monotonic() - started
+
+    assert asyncio.run(main()) < 1.0
+
+
+def test_a_put_from_another_client_wakes_a_waiting_consumer(shared_url: str) -> None:
+    with Queue(shared_url, name="cross") as consumer, Queue(shared_url, name="cross") as producer:
+        got: list[Any] = []
+        thread = threading.Thread(target=lambda: got.extend(consumer.reserve(wait=PROMPTLY)))
+        thread.start()
+        time.sleep(0.2)
+        started = time.monotonic()
+        producer.put("x")
+        thread.join(PROMPTLY)
+        assert [m.payload for m in got] == ["x"]
+        assert time.monotonic() - started < 1.0
+
+
+# -- on a private server ----------------------------------------------------------------------
+
+
+def test_evalsha_reloads_the_scripts_after_script_flush(private: PrivateRedis) -> None:
+    with Queue(private.url, name="flush") as q:
+        q.put("a")
+        q.backend.client.script_flush()  # type: ignore[attr-defined]
+        q.put("b")
+        assert [m.payload for m in q.reserve(wait=0, max=2)] == ["a", "b"]
+
+
+def _commands(client: Any) -> int:
+    return int(client.info("stats")["total_commands_processed"])
+
+
+def test_an_idle_consumer_sends_few_commands(private: PrivateRedis) -> None:
+    client = redis.Redis.from_url(private.url)
+    with Queue(private.url, name="idle") as q:
+        q.put("later", delay=3600)
+        thread = threading.Thread(target=q.reserve, kwargs={"wait": 2.5})
+        thread.start()
+        time.sleep(0.3)  # into its wait
+        before = _commands(client)
+        time.sleep(2.0)
+        per_second = (_commands(client) - before - 1) / 2.0
+        thread.join(PROMPTLY)
+        assert per_second <= 10.0
+    client.close()
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_waiting_consumer_survives_a_redis_restart(private: PrivateRedis, face: str) -> None:
+    got: list[Any] = []
+    errors: list[BaseException] = []
+    runner_loop = asyncio.new_event_loop()
+
+    def consume() -> None:
+        try:
+            if face == "sync":
+                with Queue(private.url, name="restart") as q:
+                    got.extend(q.reserve(wait=30))
+            else:
+
+                async def main() -> None:
+                    async with AsyncQueue(private.url, name="restart") as q:
+                        got.extend(await q.reserve(wait=30))
+
+                runner_loop.run_until_complete(main())
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    time.sleep(0.5)  # waiting, its listener blocked in BLPOP
+    private.stop()
+    time.sleep(0.5)
+    private.start()
+    time.sleep(0.5)
+    with Queue(private.url, name="restart") as producer:
+        producer.put("after the restart")
+        thread.join(20)
+        assert not errors, errors
+        assert [m.payload for m in got] == ["after the restart"]
+        assert producer.get(got[0].id).state is State.ACTIVE
+    runner_loop.close()

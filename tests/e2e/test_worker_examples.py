@@ -1,0 +1,37 @@
+"""Every script of examples/ runs on its own against SQLite in a fresh directory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+EXPECTED = {
+    "order_timeout.py": ["order 2: paid -> timeout cancelled", "cancelled orders: [1, 3]"],
+    "webhook_retry.py": [
+        "flaky.example/hook attempt 3",
+        "dead letter: https://down.example/hook after 3 attempts: ConnectionError",
+    ],
+    "reminder.py": ["reminder for ada: stand-up"],
+    "daily_cron.py": ["next nightly report:", "heartbeat: cron:heartbeat:"],
+}
+
+
+@pytest.mark.parametrize("script", sorted(EXPECTED))
+def test_example_runs_and_tells_its_story(script: str, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / script)],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    for text in EXPECTED[script]:
+        assert text in result.stdout, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,192 @@
+"""Real worker processes on sqlite:// : kill -9, SIGTERM drain, cron across three
+processes, and retries with backoff into dead."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from delayq.durable import Queue
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
+
+APP = """
+import os, sys, time
+from delayq.app import App
+from delayq.durable.retry import RetryPolicy
+from delayq.worker import Worker, current_message
+
+app = App(os.environ["WURL"], retry=RetryPolicy(max_attempts=4, base=0.2, factor=2.0, jitter=0.0))
+
+
+def record(*parts):
+    with open(os.environ["WLOG"], "a") as log:  # one short O_APPEND write: atomic
+        log.write(" ".join(map(str, parts)) + "\\n")
+
+
+@app.task(queue="jobs")
+def work(i):
+    record("start", i, os.getpid())
+    time.sleep(float(os.environ.get("JOB_SECONDS", "0")))
+    record("done", i, os.getpid())
+
+
+@app.task(queue="fail")
+def always_fails():
+    record("attempt", current_message().attempts, time.time())
+    raise RuntimeError("always")
+
+
+@app.every("250ms", queue="cron")
+def beat():
+    record("tick", current_message().id, os.getpid())
+
+
+if __name__ == "__main__":
+    queues, lease, grace = sys.argv[1].split(","), float(sys.argv[2]), float(sys.argv[3])
+    Worker(app, queues=queues, lease=lease, grace=grace, concurrency=4).run()
+    record("exit", os.getpid())
+"""
+
+
+class Env:
+    def __init__(self, tmp_path: Path) -> None:
+        self.dir = tmp_path
+        (tmp_path / "wapp.py").write_text(textwrap.dedent(APP))
+        self.url = f"sqlite:///{tmp_path / 'q.db'}"
+        self.log = tmp_path / "log.txt"
+        self.log.touch()
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def worker(
+        self, queues: str, *, lease: float = 5.0, grace: float = 10.0, job_seconds: float = 0.0
+    ) -> subprocess.Popen[str]:
+        env = dict(os.environ, WURL=self.url, WLOG=str(self.log), JOB_SECONDS=str(job_seconds))
+        proc = subprocess.Popen(
+            [sys.executable, str(self.dir / "wapp.py"), queues, str(lease), str(grace)],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def lines(self, kind: str) -> list[list[str]]:
+        return [
+            line.split()[1:]
+            for line in self.log.read_text().splitlines()
+            if line.startswith(kind + " ")
+        ]
+
+    def wait(self, condition: Callable[[], bool], timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            for proc in self.procs:
+                if proc.poll() not in (None, 0, -signal.SIGKILL):
+                    pytest.fail(f"worker died: {proc.returncode}\n{proc.communicate()[1]}")
+            assert time.monotonic() < deadline, self.log.read_text()
+            time.sleep(0.02)
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            _, err = proc.communicate(timeout=30)
+            assert proc.returncode in (0, -signal.SIGKILL), err
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Env:
+    environment = Env(tmp_path)
+    yield environment  # type: ignore[misc]
+    for proc in environment.procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def send_jobs(env: Env, count: int) -> None:
+    with Queue(env.url, name="jobs") as queue:
+        queue.put_many(
+            [
+                {"payload": {"task": "work", "args": [i], "kwargs": {}}, "id": f"j{i}"}
+                for i in range(count)
+            ]
+        )
+
+
+def test_a_worker_killed_while_holding_jobs_loses_none(env: Env) -> None:
+    send_jobs(env, 4)
+    first = env.worker("jobs", lease=1.0, job_seconds=60)
+    env.wait(lambda: len(env.lines("start")) == 4)
+    first.send_signal(signal.SIGKILL)
+    first.communicate(timeout=10)
+    env.worker("jobs", lease=1.0)
+    env.wait(lambda: len(env.lines("done")) == 4)
+    env.stop_all()
+    done = env.lines("done")
+    assert sorted(i for i, _ in done) == ["0", "1", "2", "3"]
+    assert all(pid != str(first.pid) for _, pid in done)
+
+
+def test_sigterm_drains_gracefully(env: Env) -> None:
+    send_jobs(env, 12)
+    first = env.worker("jobs", job_seconds=0.4, grace=10)
+    env.wait(lambda: len(env.lines("start")) >= 4)
+    first.send_signal(signal.SIGTERM)
+    _, err = first.communicate(timeout=15)
+    assert first.returncode == 0, err
+    started_by_first = {i for i, pid in env.lines("start") if pid == str(first.pid)}
+    done_by_first = {i for i, pid in env.lines("done") if pid == str(first.pid)}
+    assert started_by_first == done_by_first  # every running job finished
+    assert len(done_by_first) < 12  # it stopped taking new ones
+    env.worker("jobs")
+    env.wait(lambda: len(env.lines("done")) == 12)
+    env.stop_all()
+    assert Counter(i for i, _ in env.lines("start")) == Counter(str(i) for i in range(12))
+    with Queue(env.url, name="jobs") as queue:
+        assert queue.stats().total == 0
+
+
+def test_three_processes_run_each_cron_tick_once(env: Env) -> None:
+    for _ in range(3):
+        env.worker("cron")
+    env.wait(lambda: len(env.lines("tick")) >= 26, timeout=30)
+    env.stop_all()
+    ticks = [tick for tick, _ in env.lines("tick")]
+    runs = Counter(ticks)
+    assert max(runs.values()) == 1, [t for t, n in runs.items() if n > 1]
+    times = sorted(datetime.fromisoformat(t.split(":", 2)[2].replace("Z", "+00:00")) for t in runs)
+    steps = [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
+    assert steps[2:] == [0.25] * len(steps[2:])  # no tick missed once all three run
+    assert len({pid for _, pid in env.lines("tick")}) >= 2  # the runs are shared
+
+
+def test_an_always_failing_job_ends_dead_after_its_backoff(env: Env) -> None:
+    with Queue(env.url, name="fail") as queue:
+        queue.put({"task": "always_fails", "args": [], "kwargs": {}}, id="f", max_attempts=4)
+    env.worker("fail")
+    env.wait(lambda: len(env.lines("attempt")) == 4)
+    with Queue(env.url, name="fail") as queue:
+        env.wait(lambda: (m := queue.get("f")) is not None and m.state.value == "dead")
+        msg = queue.get("f")
+    env.stop_all()
+    assert msg is not None
+    assert msg.attempts == 4
+    assert msg.last_error == "RuntimeError: always"
+    stamps = [float(t) for _, t in env.lines("attempt")]
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    for gap, expected in zip(gaps, (0.2, 0.4, 0.8), strict=True):
+        assert expected <= gap < expected + 0.5

@@ -1,0 +1,255 @@
+"""App, @app.task and cron schedules over memory:// (cron on a FakeClock)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from delayq import FakeClock
+from delayq.app import App, TaskMessage
+from delayq.durable.message import State
+from delayq.durable.retry import RetryPolicy
+from delayq.worker import Worker, current_message
+
+from ._helpers import full_contract_queue, memory_url, serve_until
+
+
+def test_send_puts_a_json_envelope_and_returns_the_id() -> None:
+    app = App(memory_url())
+
+    @app.task(queue="orders", max_attempts=2)
+    def cancel_order(order_id: int, *, reason: str = "unpaid") -> None: ...
+
+    msg_id = cancel_order.send(42, delay="30m", id="cancel:42", reason="timeout")
+    assert msg_id == "cancel:42"
+    assert cancel_order.send(42, delay="1m", id="cancel:42") == "cancel:42"  # ignored
+    msg = cancel_order.get("cancel:42")
+    assert msg is not None
+    assert msg.payload == {"task": "cancel_order", "args": [42], "kwargs": {"reason": "timeout"}}
+    assert msg.max_attempts == 2
+    assert msg.queue == "orders"
+    assert cancel_order.reschedule("cancel:42", delay="1h")
+    assert cancel_order.cancel("cancel:42")
+    assert not cancel_order.cancel("cancel:42")
+    assert cancel_order(1) is None  # still callable directly
+    app.close()
+
+
+def test_arguments_are_checked_at_send() -> None:
+    app = App(memory_url())
+
+    @app.task
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    with pytest.raises(TypeError, match="task 'add'"):
+        add.send(1)
+    with pytest.raises(TypeError, match="cannot be serialized"):
+        add.send(1, object())
+    assert app.queue().stats().total == 0
+
+
+def test_registration_errors() -> None:
+    app = App(memory_url())
+
+    @app.task
+    def job() -> None: ...
+
+    with pytest.raises(ValueError, match="registered already"):
+        app.task(job.fn)
+    with pytest.raises(TypeError, match="without arguments"):
+
+        @app.every("1m")
+        def needs_args(x: int) -> None: ...
+
+    with pytest.raises(ValueError, match="invalid cron"):
+        app.cron("every day")
+
+
+def test_send_many_groups_by_queue_and_keeps_order() -> None:
+    app = App(memory_url())
+
+    @app.task(queue="a")
+    def one(x: int) -> None: ...
+
+    @app.task(queue="b")
+    def two(x: int) -> None: ...
+
+    messages = [one.message(1, id="x1"), two.message(2, id="y2"), one.message(3, delay=5)]
+    assert all(isinstance(m, TaskMessage) for m in messages)
+    ids = app.send_many(messages)
+    assert ids[:2] == ["x1", "y2"]
+    assert app.queue("a").stats().total == 2
+    assert app.queue("b").stats().total == 1
+    with pytest.raises(TypeError, match=r"task.message"):
+        app.send_many([{"task": "one"}])  # type: ignore[list-item]
+
+
+def test_a_worker_runs_sync_and_async_tasks_of_its_app() -> None:
+    app = App(memory_url())
+    results: list[object] = []
+
+    @app.task
+    def add(a: int, b: int) -> None:
+        results.append(a + b)
+
+    @app.task(queue="other")
+    async def shout(text: str) -> None:
+        results.append(text.upper())
+        await add.send_async(40, 2)
+
+    async def main() -> None:
+        await shout.send_async("hi")
+        ids = await app.send_many_async([add.message(1, b=2)])
+        assert len(ids) == 1
+        worker = Worker(app)
+        await serve_until(worker, lambda: len(results) == 3)
+        await app.aclose()
+
+    asyncio.run(main())
+    assert sorted(map(str, results)) == ["3", "42", "HI"]
+
+
+def test_an_unknown_task_goes_to_dead_with_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = App(memory_url())
+
+    @app.task
+    def known() -> None: ...
+
+    monkeypatch.setattr(app, "open_async_queue", lambda name: full_contract_queue(app.url, name))
+    app.queue().put({"task": "renamed_task", "args": [], "kwargs": {}}, id="u")
+    app.queue().put({"not": "an envelope"}, id="v")
+
+    async def main() -> None:
+        worker = Worker(app)
+        await serve_until(worker, lambda: worker.counts["dead"] == 2)
+
+    asyncio.run(main())
+    dead = {m.id: m for m in app.queue().dead()}
+    assert dead["u"].attempts == 1
+    assert dead["u"].last_error is not None
+    assert "unknown task 'renamed_task'" in dead["u"].last_error
+    assert "known" in dead["u"].last_error
+    assert "not a task message" in (dead["v"].last_error or "")
+
+
+def test_task_backoff_and_timeout_apply() -> None:
+    app = App(memory_url())
+    attempts: list[int] = []
+
+    @app.task(backoff=RetryPolicy(max_attempts=2, base=0.01, jitter=0), timeout=0.05)
+    async def slow() -> None:
+        attempts.append(current_message().attempts)
+        await asyncio.sleep(1)
+
+    msg_id = slow.send()
+
+    async def main() -> None:
+        worker = Worker(app)
+        await serve_until(worker, lambda: worker.counts["dead"] == 1)
+
+    asyncio.run(main())
+    assert attempts == [1, 2]
+    msg = slow.get(msg_id)
+    assert msg is not None
+    assert msg.state is State.DEAD
+    assert msg.last_error == "HandlerTimeout: timed out after 0.05s"
+
+
+# -- cron on a fake clock -------------------------------------------------------------
+
+
+def cron_app(catch_up: bool = True) -> tuple[App, FakeClock, list[str]]:
+    clock = FakeClock(wall=1_700_000_000.0)  # a multiple of 10 s: now is on a tick
+    app = App(memory_url(), clock=clock)
+    runs: list[str] = []
+
+    @app.every("10s", catch_up=catch_up)
+    def beat() -> None:
+        runs.append(current_message().id)
+
+    return app, clock, runs
+
+
+async def wait_for(condition: Callable[[], bool], timeout: float = 3.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.002)
+
+
+def test_three_workers_run_each_tick_once() -> None:
+    app, clock, runs = cron_app()
+
+    async def main() -> None:
+        workers = [Worker(app, concurrency=2) for _ in range(3)]
+        tasks = [asyncio.create_task(w.serve()) for w in workers]
+        await asyncio.sleep(0.05)
+        for tick in range(1, 21):
+            clock.advance(10)
+            await wait_for(lambda n=tick: len(runs) >= n)
+        await asyncio.sleep(0.1)
+        for worker in workers:
+            worker.stop()
+        await asyncio.gather(*tasks)
+        assert sum(w.counts["succeeded"] for w in workers) == 20
+
+    asyncio.run(main())
+    assert len(runs) == 20
+    assert len(set(runs)) == 20
+    assert runs[0] == "cron:beat:2023-11-14T22:13:30Z"
+
+
+@pytest.mark.parametrize("catch_up", [True, False])
+def test_a_worker_back_from_an_outage_catches_up_only_the_latest_tick(catch_up: bool) -> None:
+    app, clock, runs = cron_app(catch_up)
+
+    async def main() -> None:
+        first = Worker(app)
+        task = asyncio.create_task(first.serve())
+        await asyncio.sleep(0.05)
+        clock.advance(10)
+        await wait_for(lambda: len(runs) == 1)
+        first.stop()
+        await task
+        clock.advance(55)  # five ticks pass with no worker
+        second = Worker(app)
+        task = asyncio.create_task(second.serve())
+        if catch_up:
+            await wait_for(lambda: len(runs) == 2)
+        await asyncio.sleep(0.1)
+        assert len(runs) == (2 if catch_up else 1)
+        clock.advance(5)  # the next regular tick
+        await wait_for(lambda: len(runs) == (3 if catch_up else 2))
+        await asyncio.sleep(0.05)
+        second.stop()
+        await task
+
+    asyncio.run(main())
+    assert len(set(runs)) == len(runs)
+
+
+def test_a_tick_put_again_after_its_run_does_not_run_again() -> None:
+    app, clock, runs = cron_app()
+    job = app.crons["beat"]
+
+    async def main() -> None:
+        worker = Worker(app)
+        task = asyncio.create_task(worker.serve())
+        await asyncio.sleep(0.05)
+        clock.advance(10)
+        await wait_for(lambda: worker.counts["succeeded"] == 1)  # acked: the id is gone
+        clock.advance(1)
+        # A producer that computed this tick in time but whose put landed only now.
+        tick_ms = 1_700_000_010_000
+        await app.async_queue().put(**job.tick_item(tick_ms))
+        await wait_for(lambda: worker.counts["skipped"] == 1)
+        worker.stop()
+        await task
+        await app.aclose()
+
+    asyncio.run(main())
+    assert runs == ["cron:beat:2023-11-14T22:13:30Z"]

@@ -1,0 +1,156 @@
+"""Schedules, tick ids and the run-once rule of delayq._cron (pure, no I/O)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from delayq._cron import CronSchedule, EverySchedule, TickPlan, expected_due, plan_tick, tick_id
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def ticks_between(schedule: CronSchedule | EverySchedule, start: int, end: int) -> list[int]:
+    """Every tick in (start, end], each found from the one before (as the chain does)."""
+    out = []
+    tick = schedule.next_after(start)
+    while tick <= end:
+        out.append(tick)
+        tick = schedule.next_after(tick)
+    return out
+
+
+def local(tick: int) -> str:
+    return datetime.fromtimestamp(tick / 1000, BERLIN).strftime("%H:%M%z")
+
+
+def day_ms(year: int, month: int, day: int) -> tuple[int, int]:
+    start = datetime(year, month, day, tzinfo=BERLIN)
+    end = datetime(year, month, day, 23, 59, 59, tzinfo=BERLIN)
+    return ms(start) - 1, ms(end)
+
+
+def test_every_is_aligned_to_the_epoch_and_strictly_after() -> None:
+    every = EverySchedule("5m")
+    assert every.next_after(0) == 300_000
+    assert every.next_after(299_999) == 300_000
+    assert every.next_after(300_000) == 600_000
+    assert EverySchedule(0.25).next_after(1_000) == 1_250
+
+
+def test_every_rejects_bad_intervals() -> None:
+    with pytest.raises(ValueError, match="at least 1ms"):
+        EverySchedule(0)
+    with pytest.raises(ValueError, match="unknown duration"):
+        EverySchedule("5 minutes")
+
+
+def test_cron_rejects_bad_expressions_and_zones() -> None:
+    with pytest.raises(ValueError, match="invalid cron expression"):
+        CronSchedule("61 * * * *")
+    with pytest.raises(ValueError, match="invalid cron expression"):
+        CronSchedule("* * * * * *")
+    with pytest.raises(ValueError, match="unknown time zone"):
+        CronSchedule("0 1 * * *", tz="Mars/Olympus")
+
+
+def test_cron_next_after_is_strictly_after_even_on_a_tick() -> None:
+    daily = CronSchedule("0 1 * * *", tz="UTC")
+    tick = ms(datetime(2024, 5, 1, 1, 0, tzinfo=timezone.utc))
+    assert daily.next_after(tick - 1) == tick
+    assert daily.next_after(tick) == tick + 86_400_000
+    assert daily.next_after(tick - 500) == tick  # sub-second starts
+
+
+def test_spring_forward_in_berlin() -> None:
+    """2024-03-31: 02:00 CET jumps to 03:00 CEST."""
+    start, end = day_ms(2024, 3, 31)
+    hourly = ticks_between(CronSchedule("0 * * * *", tz="Europe/Berlin"), start, end)
+    assert len(hourly) == 23  # no 02:00 that day
+    assert [local(t) for t in hourly[:4]] == [
+        "00:00+0100",
+        "01:00+0100",
+        "03:00+0200",
+        "04:00+0200",
+    ]
+    # A daily time inside the gap fires once, at the first valid time after it.
+    gap = ticks_between(CronSchedule("30 2 * * *", tz="Europe/Berlin"), start, end)
+    assert [local(t) for t in gap] == ["03:00+0200"]
+    # A daily time outside the gap keeps its wall-clock time on both sides.
+    nightly = CronSchedule("0 1 * * *", tz="Europe/Berlin")
+    week = ticks_between(nightly, start - 3 * 86_400_000, end + 3 * 86_400_000)
+    assert {local(t)[:5] for t in week} == {"01:00"}
+    assert len(week) == 7
+
+
+def test_fall_back_in_berlin() -> None:
+    """2024-10-27: 03:00 CEST falls back to 02:00 CET; 02:xx happens twice."""
+    start, end = day_ms(2024, 10, 27)
+    hourly = ticks_between(CronSchedule("0 * * * *", tz="Europe/Berlin"), start, end)
+    assert len(hourly) == 25
+    assert len({tick_id("h", t) for t in hourly}) == 25  # distinct ids: one run each
+    assert [local(t) for t in hourly[1:5]] == [
+        "01:00+0200",
+        "02:00+0200",
+        "02:00+0100",
+        "03:00+0100",
+    ]
+    # croniter fires a repeated wall-clock time at both instants.
+    repeated = ticks_between(CronSchedule("30 2 * * *", tz="Europe/Berlin"), start, end)
+    assert [local(t) for t in repeated] == ["02:30+0200", "02:30+0100"]
+    nightly = ticks_between(CronSchedule("0 1 * * *", tz="Europe/Berlin"), start, end)
+    assert [local(t) for t in nightly] == ["01:00+0200"]
+
+
+def test_tick_ids_are_utc_and_deterministic() -> None:
+    tick = ms(datetime(2024, 3, 31, 1, 0, tzinfo=timezone.utc))
+    assert tick_id("nightly", tick) == "cron:nightly:2024-03-31T01:00:00Z"
+    assert tick_id("fast", tick + 250) == "cron:fast:2024-03-31T01:00:00.250Z"
+
+
+EVERY = EverySchedule(10)  # ticks at multiples of 10 s
+T = 1_700_000_000_000
+
+
+def plan(due_at: int = T, attempts: int = 1, now: int = T + 5, catch_up: bool = True) -> TickPlan:
+    return plan_tick(
+        EVERY, tick_ms=T, due_at=due_at, attempts=attempts, now_ms=now, catch_up=catch_up
+    )
+
+
+def test_an_on_time_tick_runs_and_chains_the_next() -> None:
+    result = plan()
+    assert result.run
+    assert result.next_tick == T + 10_000
+
+
+def test_a_tick_put_after_its_time_does_not_run_on_its_first_attempt() -> None:
+    result = plan(due_at=T + 3)
+    assert not result.run
+    assert "put after its tick" in result.reason
+    assert result.next_tick == T + 10_000  # the chain goes on
+    assert plan(due_at=T + 3, attempts=2).run  # a retry runs
+
+
+def test_expected_due_matches_the_facade_rounding_of_at() -> None:
+    for tick in (T, T + 1, T + 250, 1_711_846_800_123):
+        assert expected_due(tick) in (tick, tick + 1)
+
+
+def test_missed_ticks_catch_up_once_or_not_at_all() -> None:
+    late = T + 45_000  # four later ticks have passed
+    caught = plan(now=late)
+    assert caught.run
+    assert caught.reason == "catch-up"
+    assert caught.next_tick == T + 50_000  # resumes after now
+    skipped = plan(now=late, catch_up=False)
+    assert not skipped.run
+    assert skipped.next_tick == T + 50_000
+    # Late but before the next tick: not a missed tick, it runs either way.
+    assert plan(now=T + 9_000, catch_up=False).run

@@ -1,0 +1,318 @@
+"""Worker over memory://: handlers, outcomes, leases, concurrency, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+
+import pytest
+
+from delayq.durable.message import Message, State
+from delayq.durable.queue import AsyncQueue, Queue
+from delayq.durable.retry import RetryPolicy
+from delayq.worker import Discard, Retry, Worker, current_message
+
+from ._helpers import full_contract_queue, memory_url, serve_until
+
+FAST = RetryPolicy(max_attempts=3, base=0.05, factor=2.0, jitter=0.0)
+
+
+def test_sync_and_async_handlers_ack_what_they_finish() -> None:
+    url = memory_url()
+    seen: list[tuple[str, object]] = []
+
+    def sync_handler(msg: Message) -> None:
+        seen.append(("sync", msg.payload))
+        assert current_message() is msg
+
+    async def async_handler(msg: Message) -> None:
+        await asyncio.sleep(0)
+        seen.append(("async", msg.payload))
+        assert current_message() is msg
+
+    async def main() -> None:
+        for name, handler in (("s", sync_handler), ("a", async_handler)):
+            queue = AsyncQueue(url, name=name)
+            await queue.put_many([{"payload": i} for i in range(10)])
+            worker = Worker(queue, handler, concurrency=3)
+            await serve_until(worker, lambda w=worker: w.counts["succeeded"] == 10)
+            assert worker.counts["succeeded"] == 10
+            assert (await queue.stats()).total == 0
+            await queue.close()
+
+    asyncio.run(main())
+    assert sorted(p for kind, p in seen if kind == "sync") == list(range(10))
+    assert sorted(p for kind, p in seen if kind == "async") == list(range(10))
+
+
+def test_a_failing_handler_is_retried_with_backoff_then_dead() -> None:
+    url = memory_url()
+    times: list[float] = []
+
+    def handler(msg: Message) -> None:
+        times.append(time.monotonic())
+        raise ValueError(f"boom {msg.attempts}")
+
+    async def main() -> None:
+        queue = AsyncQueue(url, name="q", retry=FAST)
+        await queue.put("x", id="m")
+        worker = Worker(queue, handler)
+        await serve_until(worker, lambda: worker.counts["dead"] == 1)
+        msg = await queue.get("m")
+        assert msg is not None
+        assert msg.state is State.DEAD
+        assert msg.attempts == 3
+        assert msg.last_error == "ValueError: boom 3"
+        assert worker.counts["retried"] == 2
+
+    asyncio.run(main())
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert gaps[0] >= 0.05
+    assert gaps[1] >= 0.10
+    assert all(gap < 2.0 for gap in gaps)  # generous: the machine may be busy
+
+
+def test_retry_asks_for_its_own_delay() -> None:
+    url = memory_url()
+    runs: list[float] = []
+
+    async def handler(msg: Message) -> None:
+        runs.append(time.monotonic())
+        if msg.attempts == 1:
+            raise Retry(delay="300ms", reason="not yet")
+
+    async def main() -> None:
+        queue = AsyncQueue(url, name="q", retry=FAST)
+        await queue.put("x")
+        worker = Worker(queue, handler)
+        await serve_until(worker, lambda: worker.counts["succeeded"] == 1)
+
+    asyncio.run(main())
+    assert len(runs) == 2
+    assert runs[1] - runs[0] >= 0.3
+
+
+def test_discard_goes_to_dead_at_once_when_the_backend_can() -> None:
+    url = memory_url()
+    runs = []
+
+    def handler(msg: Message) -> None:
+        runs.append(msg.attempts)
+        raise Discard("malformed order")
+
+    async def main() -> None:
+        queue = full_contract_queue(url, "q", retry=FAST)
+        await queue.put({"bad": True}, id="m")
+        worker = Worker(queue, handler)
+        await serve_until(worker, lambda: worker.counts["dead"] == 1)
+        msg = await queue.get("m")
+        assert msg is not None
+        assert msg.state is State.DEAD
+        assert msg.last_error == "Discard: malformed order"
+
+    asyncio.run(main())
+    assert runs == [1]
+
+
+def test_discard_without_backend_support_uses_up_the_attempts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url = memory_url()
+
+    def handler(msg: Message) -> None:
+        raise Discard("nope")
+
+    async def main() -> None:
+        queue = AsyncQueue(url, name="q", retry=RetryPolicy(max_attempts=2, base=0.01))
+        await queue.put("x", id="m")
+        worker = Worker(queue, handler)
+        await serve_until(worker, lambda: worker.counts["dead"] == 1)
+
+    with caplog.at_level(logging.WARNING, logger="delayq"):
+        asyncio.run(main())
+    assert "has no nack(dead=True)" in caplog.text
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_handler_past_its_timeout_is_a_failure(kind: str) -> None:
+    url = memory_url()
+
+    def slow_sync(msg: Message) -> None:
+        if msg.attempts == 1:
+            time.sleep(0.5)
+
+    async def slow_async(msg: Message) -> None:
+        if msg.attempts == 1:
+            await asyncio.sleep(5)
+
+    async def main() -> None:
+        queue = AsyncQueue(url, name="q", retry=FAST)
+        await queue.put("x", id="m")
+        handler = slow_sync if kind == "sync" else slow_async
+        worker = Worker(queue, handler, timeout=0.1)
+        await serve_until(worker, lambda: worker.counts["succeeded"] == 1)
+        assert worker.counts["retried"] == 1
+
+    asyncio.run(main())
+
+
+def test_a_long_job_keeps_its_lease() -> None:
+    url = memory_url()
+    runs = []
+
+    async def handler(msg: Message) -> None:
+        runs.append(msg.attempts)
+        await asyncio.sleep(1.0)  # more than three leases
+
+    async def main() -> None:
+        queue = AsyncQueue(url, name="q")
+        await queue.put("x")
+        worker = Worker(queue, handler, lease=0.3)
+        await serve_until(worker, lambda: worker.counts["succeeded"] == 1)
+        assert worker.counts["lease_lost"] == 0
+
+    asyncio.run(main())
+    assert runs == [1]
+
+
+def test_concurrency_is_filled_and_never_exceeded() -> None:
+    url = memory_url()
+    running = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def handler(msg: Message) -> None:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.05)
+        with lock:
+            running -= 1
+
+    async def main() -> None:
+        queue = AsyncQueue(url, name="q")
+        await queue.put_many([{"payload": i} for i in range(40)])
+        worker = Worker(queue, handler, concurrency=4)
+        started = time.monotonic()
+        await serve_until(worker, lambda: worker.counts["succeeded"] == 40)
+        assert time.monotonic() - started < 2.0  # 40 x 50 ms / 4, with slack
+
+    asyncio.run(main())
+    assert peak == 4
+
+
+def test_stop_lets_running_handlers_finish() -> None:
+    url = memory_url()
+    finished = []
+
+    async def handler(msg: Message) -> None:
+        await asyncio.sleep(0.3)
+        finished.append(msg.payload)
+
+    async def main() -> None:
+        queue = AsyncQueue(url, name="q")
+        await queue.put_many([{"payload": i} for i in range(3)])
+        worker = Worker(queue, handler, grace=5)
+        await serve_until(worker, lambda: len(worker._running) == 3)
+        assert sorted(finished) == [0, 1, 2]
+        assert worker.counts["succeeded"] == 3
+        assert (await queue.stats()).total == 0
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("full_contract", [True, False])
+def test_past_the_grace_period_messages_are_given_back(full_contract: bool) -> None:
+    url = memory_url()
+
+    async def handler(msg: Message) -> None:
+        await asyncio.sleep(10)
+
+    async def main() -> None:
+        queue = full_contract_queue(url, "q") if full_contract else AsyncQueue(url, name="q")
+        await queue.put("x", id="m")
+        worker = Worker(queue, handler, grace=0.1)
+        started = time.monotonic()
+        await serve_until(worker, lambda: len(worker._running) == 1)
+        assert time.monotonic() - started < 2.0
+        assert worker.counts["released"] == 1
+        msg = await queue.get("m")
+        assert msg is not None
+        assert msg.state is State.READY  # due now, for the next worker
+        assert msg.attempts == (0 if full_contract else 1)
+
+    asyncio.run(main())
+
+
+def test_stop_from_another_thread_and_run_blocks_until_drained() -> None:
+    url = memory_url()
+    with Queue(url, name="q") as sync_queue:
+        sync_queue.put("x")
+    queue = AsyncQueue(url, name="q")
+    done = []
+    worker = Worker(queue, lambda msg: done.append(msg.payload))
+
+    def stop_soon() -> None:
+        deadline = time.monotonic() + 5
+        while not done and time.monotonic() < deadline:
+            time.sleep(0.01)
+        worker.stop()
+
+    thread = threading.Thread(target=stop_soon)
+    thread.start()
+    worker.run()  # installs signal handlers: this is the main thread
+    thread.join()
+    assert done == ["x"]
+
+
+def test_a_stop_before_serve_returns_at_once() -> None:
+    queue = AsyncQueue(memory_url(), name="q")
+    worker = Worker(queue, lambda msg: None)
+    worker.stop()
+    asyncio.run(asyncio.wait_for(worker.serve(), 2))
+
+
+def test_bad_arguments() -> None:
+    queue = AsyncQueue(memory_url(), name="q")
+    with pytest.raises(TypeError, match="needs handler"):
+        Worker(queue)
+    with pytest.raises(ValueError, match="concurrency"):
+        Worker(queue, print, concurrency=0)
+    with pytest.raises(ValueError, match="lease"):
+        Worker(queue, print, lease=0)
+    with pytest.raises(TypeError, match="App or an AsyncQueue"):
+        Worker("memory://", print)  # type: ignore[arg-type]
+
+
+def test_every_state_change_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    url = memory_url()
+
+    def handler(msg: Message) -> None:
+        if msg.payload == "bad":
+            raise RuntimeError("x")
+
+    async def main() -> None:
+        queue = AsyncQueue(url, name="q", retry=RetryPolicy(max_attempts=1))
+        await queue.put_many([{"payload": "ok"}, {"payload": "bad"}])
+        worker = Worker(queue, handler)
+        await serve_until(worker, lambda: worker.counts["dead"] == 1 and worker.counts["succeeded"])
+
+    with caplog.at_level(logging.DEBUG, logger="delayq"):
+        asyncio.run(main())
+    events = [getattr(r, "delayq", {}).get("event") for r in caplog.records]
+    for event in (
+        "worker.started",
+        "job.reserved",
+        "job.succeeded",
+        "job.failed",
+        "worker.stopped",
+    ):
+        assert event in events
+    failed = next(
+        r for r in caplog.records if getattr(r, "delayq", {}).get("event") == "job.failed"
+    )
+    assert failed.delayq["state"] == "dead"  # type: ignore[attr-defined]
