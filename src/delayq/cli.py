@@ -1,10 +1,16 @@
-"""The ``delayq`` command: a click group that later issues extend (worker, serve).
+"""The ``delayq`` command: a click group (options and errors only).
 
-``delayq demo`` runs an order-timeout scenario (see :mod:`delayq._demo`): every
-order gets a "cancel it if unpaid" timeout at the end of its payment window, paid
-orders cancel theirs, and each firing is printed with its lateness. By default it
-runs on the durable queue at ``--url`` (``$DELAYQ_URL``, else ``sqlite:///delayq.db``);
-``--engine inproc`` runs it on the in-process :class:`~delayq.Scheduler`.
+* ``delayq demo`` runs an order-timeout scenario (see :mod:`delayq._demo`): every
+  order gets a "cancel it if unpaid" timeout at the end of its payment window, paid
+  orders cancel theirs, and each firing is printed with its lateness. By default it
+  runs on the durable queue at ``--url`` (``$DELAYQ_URL``, else ``sqlite:///delayq.db``);
+  ``--engine inproc`` runs it on the in-process :class:`~delayq.Scheduler`.
+* ``delayq worker module:app`` runs the tasks of an App (:mod:`delayq._cli_worker`).
+* ``delayq put | get | cancel | reschedule | stats | dead | purge`` operate one
+  queue at ``--url`` (:mod:`delayq._cli_queue`).
+
+Every user mistake is one red line on stderr: exit 2 for usage, 1 at run time
+(:mod:`delayq._cli_common`).
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ import click
 from rich.console import Console
 
 from . import __version__
+from ._cli_common import OneLineGroup, check_url
+from ._cli_queue import QUEUE_COMMANDS
+from ._cli_worker import worker
 from ._demo import run_durable, run_inproc
 from .durable.registry import default_url, scheme_of
 from .errors import UnsupportedURL
@@ -22,20 +31,10 @@ from .errors import UnsupportedURL
 __all__ = ["main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="delayq")
 def main() -> None:
     """delayq: a delay queue for Python, exact to the millisecond."""
-
-
-def _check_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """Refuse a queue URL of a scheme delayq cannot serve (exit status 2)."""
-    if value is not None:
-        try:
-            scheme_of(value)
-        except UnsupportedURL as exc:
-            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
-    return value
 
 
 @main.command(short_help="Order timeouts on the durable queue, each firing with its lateness.")
@@ -61,7 +60,7 @@ def _check_url(ctx: click.Context, param: click.Parameter, value: str | None) ->
     "--url",
     metavar="URL",
     default=None,
-    callback=_check_url,
+    callback=check_url,
     help="Durable engine: the queue URL (default: $DELAYQ_URL, else sqlite:///delayq.db).",
 )
 @click.option(
@@ -106,5 +105,10 @@ def demo(
     run_durable(console, url=url, orders=orders, window=window, seed=seed)
 
 
+main.add_command(worker)
+for _command in QUEUE_COMMANDS:
+    main.add_command(_command)
+
+
 if __name__ == "__main__":
-    main()
+    main(prog_name="delayq")

@@ -1,0 +1,307 @@
+"""What every subcommand of ``delayq`` shares: one-line errors, ``--url``, time options.
+
+Errors. A user mistake (bad JSON, an unknown duration, a naive datetime, an unknown
+URL scheme, a missing message, a server that does not answer) prints ONE red line on
+stderr and exits non-zero: 2 for a usage error (a bad argument), 1 for a runtime
+error (the queue said no, or could not be reached). :class:`OneLineGroup` prints
+click's own usage errors that way too, and :func:`translate_errors` turns delayq's
+and the backends' exceptions into those lines. A traceback means a bug in delayq.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.text import Text
+
+from ._duration import delay_to_seconds
+from .backends.sqlite._url import parse_url
+from .durable.queue import Queue
+from .durable.registry import default_url, scheme_of
+from .errors import DelayqError, DuplicateId, PayloadTooLarge, UnsupportedURL
+
+__all__ = [
+    "CliError",
+    "OneLineGroup",
+    "at_option",
+    "check_url",
+    "duration_option",
+    "err_console",
+    "format_ms",
+    "format_seconds",
+    "open_queue",
+    "parse_duration",
+    "parse_timestamp",
+    "relative",
+    "resolve_url",
+    "translate_errors",
+    "url_option",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Exit status of a runtime error: the queue refused, or could not be reached.
+RUNTIME_EXIT = 1
+
+
+def err_console() -> Console:
+    """A rich console on the current stderr (CliRunner swaps it per call)."""
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class CliError(click.ClickException):
+    """A runtime error for the user (exit 1): the queue refused, or could not be
+    reached. Usage errors (exit 2) are :class:`click.UsageError`."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def show_error(exc: click.ClickException) -> None:
+    """Print ``exc`` as one red ``error: ...`` line on stderr; usage errors name the
+    command whose ``--help`` explains it."""
+    message = _one_line(exc.format_message())
+    if isinstance(exc, click.UsageError) and exc.ctx is not None:
+        message += f" (see '{exc.ctx.command_path} --help')"
+    err_console().print(Text(f"error: {message}", style="bold red"))
+
+
+class OneLineGroup(click.Group):
+    """A click group whose errors are one red line on stderr, never a usage block."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Run the command line; with ``standalone_mode`` (the default) exit the
+        process, printing errors as one line."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            status = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.Abort:
+            err_console().print(Text("aborted", style="bold red"))
+            sys.exit(RUNTIME_EXIT)
+        except click.ClickException as exc:
+            help_error = getattr(click.exceptions, "NoArgsIsHelpError", None)
+            if help_error is not None and isinstance(exc, help_error):
+                exc.show()  # the group's help, as click prints it
+            else:
+                show_error(exc)
+            sys.exit(exc.exit_code)
+        sys.exit(status if isinstance(status, int) else 0)
+
+
+# -- errors from the queue -------------------------------------------------------------
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    if isinstance(exc, (OSError, sqlite3.Error)):
+        return True
+    redis = sys.modules.get("redis.exceptions")
+    base = getattr(redis, "RedisError", None)
+    return base is not None and isinstance(exc, base)
+
+
+@contextmanager
+def translate_errors(url: str) -> Iterator[None]:
+    """Turn what the queue at ``url`` raises for a user mistake into a :class:`CliError`."""
+    try:
+        yield
+    except click.ClickException:
+        raise
+    except UnsupportedURL as exc:
+        raise click.UsageError(str(exc)) from None
+    except PayloadTooLarge as exc:
+        raise click.UsageError(str(exc)) from None
+    except DuplicateId as exc:
+        raise CliError(f"duplicate id: {exc}") from None
+    except DelayqError as exc:
+        raise CliError(str(exc) or type(exc).__name__) from None
+    except (ValueError, TypeError) as exc:  # the facade's argument checks
+        raise click.UsageError(str(exc)) from None
+    except Exception as exc:
+        if _is_connection_error(exc):
+            raise CliError(f"cannot use the queue at {url}: {_one_line(str(exc))}") from None
+        raise
+
+
+# -- --url -------------------------------------------------------------------------------
+
+
+def check_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Refuse a queue URL of a scheme delayq cannot serve (exit status 2)."""
+    if value is not None:
+        try:
+            scheme_of(value)
+        except UnsupportedURL as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return value
+
+
+def url_option(help: str | None = None) -> Callable[[F], F]:
+    """The ``--url`` option (default None: :func:`resolve_url` picks the default)."""
+    return click.option(
+        "--url",
+        metavar="URL",
+        default=None,
+        callback=check_url,
+        help=help or "The queue URL (default: $DELAYQ_URL, else sqlite:///delayq.db).",
+    )
+
+
+def resolve_url(url: str | None) -> str:
+    """``url``, else the default URL, checked (a bad ``$DELAYQ_URL`` is a usage error)."""
+    if url is not None:
+        return url
+    url = default_url()
+    try:
+        scheme_of(url)
+    except UnsupportedURL as exc:
+        raise CliError(f"$DELAYQ_URL: {exc}") from None
+    return url
+
+
+def _sqlite_file_missing(url: str) -> str | None:
+    """The path of a ``sqlite:///`` URL's file when that file does not exist."""
+    path, _ = parse_url(url)
+    return None if os.path.exists(path) else path
+
+
+@contextmanager
+def open_queue(url: str, name: str, *, create: bool = False) -> Iterator[Queue]:
+    """The queue ``name`` at ``url``, closed on exit; errors become :class:`CliError`.
+
+    Without ``create``, a ``sqlite:///`` file that does not exist is an error rather
+    than a new empty database (a typo in a path should not leave a file behind).
+    """
+    with translate_errors(url):
+        if not create and scheme_of(url) == "sqlite":
+            missing = _sqlite_file_missing(url)
+            if missing is not None:
+                raise CliError(f"no queue database at {missing} (check --url or $DELAYQ_URL)")
+        queue = Queue(url, name=name)
+        try:
+            yield queue
+        finally:
+            queue.close()
+
+
+# -- times ---------------------------------------------------------------------------------
+
+
+def parse_duration(
+    ctx: click.Context, param: click.Parameter, value: str | float | None
+) -> float | None:
+    """Option callback: seconds (float) of ``"250ms"``, ``"90s"``, ``"1h30m"`` or a
+    plain number; a usage error unless it is a duration >= 0."""
+    if value is None or isinstance(value, float):
+        return value
+    text = str(value).strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            seconds = delay_to_seconds(text)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    if not 0.0 <= seconds < float("inf"):
+        raise click.BadParameter(f"{text!r} is not a duration >= 0", ctx=ctx, param=param)
+    return seconds
+
+
+def parse_timestamp(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> datetime | None:
+    """Option callback: an aware datetime of an ISO 8601 time with its offset (``Z``
+    or ``+01:00``); a usage error if it is naive or malformed."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text[-1:] in ("Z", "z"):  # Python 3.10's fromisoformat does not know "Z"
+        text = text[:-1] + "+00:00"
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not an ISO 8601 date and time, e.g. 2030-01-31T09:00:00+01:00",
+            ctx=ctx,
+            param=param,
+        ) from None
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise click.BadParameter(
+            f"{value!r} has no time zone: add one, e.g. {text}Z or {text}+01:00",
+            ctx=ctx,
+            param=param,
+        )
+    return moment
+
+
+def duration_option(*names: str, default: float | None = None, help: str) -> Callable[[F], F]:
+    """An option whose value is a duration (seconds as a float)."""
+    return click.option(
+        *names,
+        type=click.STRING,
+        default=None if default is None else f"{default:g}",
+        show_default=default is not None,
+        metavar="DURATION",
+        callback=parse_duration,
+        help=help,
+    )
+
+
+def at_option(help: str) -> Callable[[F], F]:
+    """The ``--at`` option: an ISO 8601 time with its offset, as an aware datetime."""
+    return click.option(
+        "--at", "at", default=None, metavar="ISO8601", callback=parse_timestamp, help=help
+    )
+
+
+def format_seconds(seconds: float) -> str:
+    """``"850ms"``, ``"12.5s"``, ``"3m 20s"``, ``"2h 5m"``, ``"3d 4h"`` (no sign)."""
+    seconds = abs(seconds)
+    if seconds < 1.0:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60.0:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    for unit, size, small, small_size in (
+        ("d", 86_400, "h", 3_600),
+        ("h", 3_600, "m", 60),
+        ("m", 60, "s", 1),
+    ):
+        if whole >= size:
+            rest = (whole % size) // small_size
+            return f"{whole // size}{unit} {rest}{small}" if rest else f"{whole // size}{unit}"
+    return f"{whole}s"  # pragma: no cover  (whole >= 60 always matches "m")
+
+
+def relative(ms: int, now_ms: int) -> str:
+    """``ms`` (epoch) relative to ``now_ms``: ``"in 4m 10s"``, ``"12.0s ago"``, ``"now"``."""
+    delta = (ms - now_ms) / 1000.0
+    if abs(delta) < 0.0005:
+        return "now"
+    return f"in {format_seconds(delta)}" if delta > 0 else f"{format_seconds(delta)} ago"
+
+
+def format_ms(ms: int, timespec: str = "milliseconds") -> str:
+    """Epoch milliseconds as local ISO 8601 with its offset (to the millisecond by
+    default; ``timespec`` as :meth:`datetime.isoformat` takes it)."""
+    return (
+        datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc)
+        .astimezone()
+        .isoformat(timespec=timespec)
+    )

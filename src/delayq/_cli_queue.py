@@ -1,0 +1,538 @@
+"""``delayq put | cancel | reschedule | get | stats | dead | purge``: one queue operation
+each, on the durable queue at ``--url``.
+
+Output that scripts read goes to stdout as plain text (the id ``put`` prints) or JSON
+(``--json``); everything for people is rich text. Errors are one red line on stderr
+(see :mod:`delayq._cli_common`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from datetime import datetime
+from typing import Any
+
+import click
+from rich import box
+from rich.console import Console, Group
+from rich.json import JSON
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ._cli_common import (
+    CliError,
+    at_option,
+    duration_option,
+    format_ms,
+    format_seconds,
+    open_queue,
+    relative,
+    resolve_url,
+    translate_errors,
+    url_option,
+)
+from ._constants import DEFAULT_DEAD_LIMIT, DEFAULT_QUEUE_NAME
+from .durable.message import Message, State, Stats
+from .durable.queue import Queue
+
+__all__ = ["QUEUE_COMMANDS", "cancel", "dead", "get", "purge", "put", "reschedule", "stats"]
+
+_STATES = [state.value for state in State]
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _print_json(data: object) -> None:
+    click.echo(json.dumps(data, ensure_ascii=False, default=str))
+
+
+def _due(delay: float | None, at: datetime | None, *, required: bool) -> dict[str, Any]:
+    """``delay=``/``at=`` keywords of ``put``/``reschedule`` from the options."""
+    if delay is not None and at is not None:
+        raise click.UsageError("give --delay or --at, not both")
+    if required and delay is None and at is None:
+        raise click.UsageError("give the new due time: --delay DURATION or --at ISO8601")
+    return {"delay": delay, "at": at}
+
+
+def _read_payload(text: str) -> Any:
+    """The JSON ``PAYLOAD`` argument, read from stdin when it is ``-``."""
+    source = "stdin" if text == "-" else "PAYLOAD"
+    if text == "-":
+        text = sys.stdin.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.UsageError(
+            f"{source} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+            "quote a string as '\"text\"'"
+        ) from None
+
+
+def _headers(items: Sequence[str]) -> dict[str, str]:
+    headers = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="'--header'")
+        headers[key] = value
+    return headers
+
+
+def _explain_refusal(queue: Queue, message_id: str, action: str) -> CliError:
+    """Why ``action`` (cancel, reschedule) did not apply to ``message_id``."""
+    msg = queue.get(message_id)
+    where = f"in queue {queue.name!r}"
+    if msg is None:
+        return CliError(f"no message {message_id!r} {where}")
+    if msg.state is State.ACTIVE:
+        return CliError(f"message {message_id!r} {where} is in flight: a worker holds it")
+    if msg.state is State.DEAD:
+        hint = f"delayq dead {queue.name} --retry {message_id}"
+        return CliError(f"message {message_id!r} {where} is dead: '{hint}' makes it ready")
+    return CliError(f"message {message_id!r} {where} could not {action}: it changed meanwhile")
+
+
+def message_data(msg: Message) -> dict[str, Any]:
+    """``msg`` as JSON-ready data (a bytes payload as ``payload_base64``)."""
+    data: dict[str, Any] = {
+        "id": msg.id,
+        "queue": msg.queue,
+        "state": msg.state.value,
+        "due_at": msg.due_at,
+        "due_at_iso": format_ms(msg.due_at),
+        "attempts": msg.attempts,
+        "max_attempts": msg.max_attempts,
+        "headers": dict(msg.headers),
+        "last_error": msg.last_error,
+        "lease_expires_at": msg.lease_expires_at,
+    }
+    if isinstance(msg.payload, bytes):
+        data["payload_base64"] = base64.b64encode(msg.payload).decode("ascii")
+    else:
+        data["payload"] = msg.payload
+    return data
+
+
+def stats_data(name: str, snapshot: Stats) -> dict[str, Any]:
+    """One queue's :class:`Stats` as JSON-ready data."""
+    due = snapshot.next_due_at
+    return {
+        "queue": name,
+        "scheduled": snapshot.scheduled,
+        "ready": snapshot.ready,
+        "active": snapshot.active,
+        "dead": snapshot.dead,
+        "next_due_at": due,
+        "next_due_iso": None if due is None else format_ms(due),
+        "lag": snapshot.lag,
+    }
+
+
+# -- put, cancel, reschedule ------------------------------------------------------------
+
+
+@click.command(short_help="Put a message on a queue; print its id.")
+@click.argument("queue")
+@click.argument("payload")
+@duration_option("--delay", help="Due after this long: 30m, 1h30m, 250ms, 90 (seconds).")
+@at_option("Due at this ISO 8601 time with its offset: 2030-01-31T09:00:00+01:00, ...Z.")
+@click.option("--id", "message_id", default=None, help="The message id (default: a random one).")
+@click.option(
+    "--on-conflict",
+    type=click.Choice(["ignore", "replace", "error"]),
+    default="ignore",
+    show_default=True,
+    help="What a put with an existing --id does.",
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Deliveries before the message goes to dead (default: the queue's policy, 5).",
+)
+@click.option(
+    "--header",
+    "header_items",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A header of the message (repeat for more).",
+)
+@url_option()
+def put(
+    *,
+    queue: str,
+    payload: str,
+    delay: float | None,
+    at: datetime | None,
+    message_id: str | None,
+    on_conflict: str,
+    max_attempts: int | None,
+    header_items: tuple[str, ...],
+    url: str | None,
+) -> None:
+    """Put PAYLOAD (JSON, or - to read it from stdin) on QUEUE, due now, after
+    --delay or at --at; print the message id on stdout."""
+    due = _due(delay, at, required=False)
+    headers = _headers(header_items)
+    data = _read_payload(payload)
+    target = resolve_url(url)
+    with open_queue(target, queue, create=True) as q:
+        stored = q.put(
+            data,
+            id=message_id,
+            on_conflict=on_conflict,  # type: ignore[arg-type]  # click.Choice checked it
+            max_attempts=max_attempts,
+            headers=headers,
+            **due,
+        )
+    click.echo(stored)
+
+
+@click.command(short_help="Remove a waiting or dead message.")
+@click.argument("queue")
+@click.argument("message_id", metavar="ID")
+@url_option()
+def cancel(*, queue: str, message_id: str, url: str | None) -> None:
+    """Remove the message ID of QUEUE unless a worker holds it (exit 1 if it was not
+    removed)."""
+    target = resolve_url(url)
+    with open_queue(target, queue) as q:
+        if not q.cancel(message_id):
+            raise _explain_refusal(q, message_id, "be cancelled")
+    _console().print(f"cancelled {message_id!r} in queue {queue!r}")
+
+
+@click.command(short_help="Move a waiting message to a new due time.")
+@click.argument("queue")
+@click.argument("message_id", metavar="ID")
+@duration_option("--delay", help="Due this long from now: 1h, 90s, 250ms...")
+@at_option("Due at this ISO 8601 time with its offset (...Z, ...+01:00).")
+@url_option()
+def reschedule(
+    *, queue: str, message_id: str, delay: float | None, at: datetime | None, url: str | None
+) -> None:
+    """Make the scheduled or ready message ID of QUEUE due after --delay or at --at."""
+    due = _due(delay, at, required=True)
+    target = resolve_url(url)
+    with open_queue(target, queue) as q:
+        if not q.reschedule(message_id, **due):
+            raise _explain_refusal(q, message_id, "be rescheduled")
+        msg = q.get(message_id)
+    when = (
+        "" if msg is None else f": due {relative(msg.due_at, _now_ms())} ({format_ms(msg.due_at)})"
+    )
+    _console().print(f"rescheduled {message_id!r} in queue {queue!r}{when}")
+
+
+# -- get --------------------------------------------------------------------------------
+
+
+def _message_panel(msg: Message) -> Panel:
+    now = _now_ms()
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("state", Text(msg.state.value, style=_STATE_STYLE.get(msg.state, "")))
+    grid.add_row("due", f"{relative(msg.due_at, now)}  ({format_ms(msg.due_at)})")
+    grid.add_row("attempts", f"{msg.attempts} of {msg.max_attempts}")
+    if msg.lease_expires_at is not None:
+        grid.add_row("lease until", format_ms(msg.lease_expires_at))
+    for key, value in msg.headers.items():
+        grid.add_row(f"header {key}", value)
+    if msg.last_error is not None:
+        grid.add_row("last error", Text(msg.last_error, style="red"))
+    if isinstance(msg.payload, bytes):
+        body: Any = Text(f"{len(msg.payload)} raw bytes: {msg.payload[:200]!r}")
+    else:
+        body = JSON.from_data(msg.payload, default=str)
+    return Panel(
+        Group(grid, Text("payload", style="bold"), body),
+        title=f"[bold]{msg.id}[/] in {msg.queue}",
+        title_align="left",
+        expand=False,
+    )
+
+
+_STATE_STYLE = {
+    State.SCHEDULED: "cyan",
+    State.READY: "green",
+    State.ACTIVE: "yellow",
+    State.DEAD: "red",
+}
+
+
+@click.command(short_help="Show one message.")
+@click.argument("queue")
+@click.argument("message_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print the message as JSON on stdout.")
+@url_option()
+def get(*, queue: str, message_id: str, as_json: bool, url: str | None) -> None:
+    """Show the message ID of QUEUE: state, due time, attempts, headers, last error
+    and payload (exit 1 if there is none)."""
+    target = resolve_url(url)
+    with open_queue(target, queue) as q:
+        msg = q.get(message_id)
+    if msg is None:
+        raise CliError(f"no message {message_id!r} in queue {queue!r}")
+    if as_json:
+        _print_json(message_data(msg))
+    else:
+        _console().print(_message_panel(msg))
+
+
+# -- stats ----------------------------------------------------------------------------
+
+
+def _pause(seconds: float) -> None:
+    """Sleep between two refreshes of ``stats --watch`` (tests replace it)."""
+    time.sleep(seconds)
+
+
+def _queue_names(url: str, given: Sequence[str]) -> tuple[list[str], str | None]:
+    """The queues to show and a note for the caption.
+
+    The backend contract has no "list queues" operation; a backend object that has
+    one anyway (``queues() -> list[str]``) is asked, otherwise ``default`` is shown.
+    """
+    if given:
+        return list(dict.fromkeys(given)), None
+    with open_queue(url, DEFAULT_QUEUE_NAME) as probe:
+        lister = getattr(probe.backend, "queues", None)
+        names = sorted(lister()) if callable(lister) else None
+    if names:
+        return names, None
+    if names is not None:
+        return [DEFAULT_QUEUE_NAME], None
+    return [DEFAULT_QUEUE_NAME], (
+        f"this backend cannot list its queues: showing {DEFAULT_QUEUE_NAME!r}; "
+        "name queues to see them (delayq stats QUEUE ...)"
+    )
+
+
+def _stats_table(
+    rows: Sequence[tuple[str, Stats]], now_ms: int, caption: str | None, error: str | None
+) -> Table:
+    table = Table(
+        title=f"delayq queues at {format_ms(now_ms, 'seconds')}",
+        title_justify="left",
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+    )
+    table.add_column("queue", style="bold")
+    for column in ("scheduled", "ready", "active", "dead"):
+        table.add_column(column, justify="right", style=_STATE_STYLE[State(column)])
+    table.add_column("next due", no_wrap=True)
+    table.add_column("lag", justify="right")
+    for name, snapshot in rows:
+        due = snapshot.next_due_at
+        lag = snapshot.lag
+        table.add_row(
+            name,
+            str(snapshot.scheduled),
+            str(snapshot.ready),
+            str(snapshot.active),
+            str(snapshot.dead),
+            "-" if due is None else f"{relative(due, now_ms)}\n{format_ms(due, 'seconds')}",
+            Text(format_seconds(lag), style="red" if lag >= 1.0 else "") if lag > 0 else "0",
+        )
+    notes = [Text(caption, style="dim")] if caption else []
+    if error:
+        notes.append(Text(f"error: {error}", style="bold red"))
+    if notes:
+        table.caption = Text("\n").join(notes)
+    return table
+
+
+@click.command(short_help="Counts per state, next due time and lag, per queue.")
+@click.argument("queues", nargs=-1, metavar="[QUEUE]...")
+@click.option("--watch", is_flag=True, help="Refresh the table until Ctrl-C.")
+@duration_option("--interval", default=1.0, help="Time between two refreshes of --watch.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout (a line per refresh).")
+@url_option()
+def stats(
+    *, queues: tuple[str, ...], watch: bool, interval: float, as_json: bool, url: str | None
+) -> None:
+    """Scheduled, ready, active and dead messages of each QUEUE, the next due time
+    and the lag (how overdue the oldest ready message is). Without QUEUE: every queue
+    the backend can list, else "default"."""
+    if interval <= 0:
+        raise click.BadParameter("must be > 0", param_hint="'--interval'")
+    target = resolve_url(url)
+    names, note = _queue_names(target, queues)
+    console = _console()
+    with ExitStack() as stack:
+        opened = [stack.enter_context(open_queue(target, name)) for name in names]
+
+        def snapshot() -> list[tuple[str, Stats]]:
+            with translate_errors(target):
+                return [(q.name, q.stats()) for q in opened]
+
+        if as_json:
+            _stats_json(snapshot, watch, interval)
+        elif not watch:
+            console.print(_stats_table(snapshot(), _now_ms(), note, None))
+        else:
+            _stats_live(console, snapshot, interval, note)
+
+
+Snapshot = Callable[[], list[tuple[str, Stats]]]
+
+
+def _stats_json(snapshot: Snapshot, watch: bool, interval: float) -> None:
+    while True:
+        _print_json([stats_data(name, snap) for name, snap in snapshot()])
+        if not watch:
+            return
+        try:
+            _pause(interval)
+        except KeyboardInterrupt:
+            return
+
+
+def _stats_live(console: Console, snapshot: Snapshot, interval: float, note: str | None) -> None:
+    """Redraw the table every ``interval`` until Ctrl-C; a failed refresh shows its
+    error under the last good numbers and the watch goes on."""
+    rows: list[tuple[str, Stats]] = snapshot()
+    with Live(
+        _stats_table(rows, _now_ms(), note, None), console=console, auto_refresh=False
+    ) as live:
+        try:
+            while True:
+                _pause(interval)
+                error = None
+                try:
+                    rows = snapshot()
+                except CliError as exc:
+                    error = exc.format_message()
+                live.update(_stats_table(rows, _now_ms(), note, error), refresh=True)
+        except KeyboardInterrupt:
+            pass
+
+
+# -- dead, purge --------------------------------------------------------------------------
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = repr(value) if isinstance(value, bytes) else json.dumps(value, default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@click.command(short_help="List dead messages, or make them ready again.")
+@click.argument("queue")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=DEFAULT_DEAD_LIMIT,
+    show_default=True,
+    help="List at most this many (oldest first).",
+)
+@click.option(
+    "--retry",
+    "retry_ids",
+    multiple=True,
+    metavar="all|ID",
+    help="Make dead messages ready now with attempts reset: all, or an ID (repeatable).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON on stdout.")
+@url_option()
+def dead(
+    *, queue: str, limit: int, retry_ids: tuple[str, ...], as_json: bool, url: str | None
+) -> None:
+    """List the dead messages of QUEUE (out of attempts, or discarded), or with --retry
+    give them another chance."""
+    target = resolve_url(url)
+    if retry_ids:
+        _retry(target, queue, retry_ids)
+        return
+    with open_queue(target, queue) as q:
+        messages = q.dead(limit)
+        total = q.stats().dead
+    if as_json:
+        _print_json([message_data(msg) for msg in messages])
+        return
+    if not messages:
+        _console().print(f"no dead messages in queue {queue!r}")
+        return
+    table = Table(title=f"dead messages of {queue!r}", title_justify="left")
+    for column in ("id", "attempts", "last error", "payload"):
+        table.add_column(column, overflow="fold")
+    for msg in messages:
+        table.add_row(
+            msg.id,
+            f"{msg.attempts}/{msg.max_attempts}",
+            Text(msg.last_error or "", style="red"),
+            _short(msg.payload),
+        )
+    table.caption = f"{len(messages)} shown of {total} dead"
+    _console().print(table)
+
+
+def _retry(url: str, queue: str, retry_ids: Sequence[str]) -> None:
+    retry_all = "all" in retry_ids
+    if retry_all and len(set(retry_ids)) > 1:
+        raise click.BadParameter("give 'all' or message ids, not both", param_hint="'--retry'")
+    ids = None if retry_all else list(dict.fromkeys(retry_ids))
+    with open_queue(url, queue) as q:
+        count = q.retry_dead(ids)
+    _console().print(f"{count} dead message(s) of {queue!r} made ready")
+    if ids is not None and count < len(ids):
+        raise CliError(
+            f"{len(ids) - count} of the {len(ids)} ids are not dead messages of {queue!r}"
+        )
+
+
+@click.command(short_help="Remove the messages of a queue (asks first).")
+@click.argument("queue")
+@click.option(
+    "--state",
+    type=click.Choice(_STATES),
+    default=None,
+    help="Only the messages in this state (default: all, in flight included).",
+)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@url_option()
+def purge(*, queue: str, state: str | None, yes: bool, url: str | None) -> None:
+    """Remove every message of QUEUE, or those in --state; asks for confirmation
+    unless --yes (no answer, or not "y", removes nothing and exits 1)."""
+    target = resolve_url(url)
+    chosen = None if state is None else State(state)
+    with open_queue(target, queue) as q:
+        if not yes:
+            snapshot = q.stats()
+            count = snapshot.total if chosen is None else getattr(snapshot, chosen.value)
+            if count == 0:
+                _console().print(f"nothing to purge in queue {queue!r}")
+                return
+            which = "" if chosen is None else f"{chosen.value} "
+            try:
+                confirmed = click.confirm(
+                    f"remove {count} {which}message(s) of queue {queue!r} at {target}?",
+                    err=True,
+                )
+            except click.Abort:  # no answer (end of input)
+                click.echo(err=True)
+                confirmed = False
+            if not confirmed:
+                raise CliError("nothing purged: not confirmed (--yes skips the question)")
+        removed = q.purge(chosen)
+    _console().print(f"purged {removed} message(s) of queue {queue!r}")
+
+
+#: Every command of this module, in the order ``delayq --help`` lists them.
+QUEUE_COMMANDS = (put, get, cancel, reschedule, stats, dead, purge)

@@ -1,0 +1,161 @@
+"""``delayq worker module:app``: import an :class:`~delayq.App` and run a
+:class:`~delayq.Worker` over its tasks until SIGTERM/SIGINT.
+
+The app is found as uvicorn finds one: ``module:attribute`` (the attribute may be
+dotted), imported with the current directory first on ``sys.path``. A bad path, a
+module that fails to import, or an attribute that is not an ``App`` is one red line
+on stderr, exit 2 (1 when the module's own code raised).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+import traceback
+
+import click
+
+from ._cli_common import CliError, duration_option, open_queue, translate_errors, url_option
+from ._constants import DEFAULT_LEASE, DEFAULT_WORKER_CONCURRENCY, DEFAULT_WORKER_GRACE, LOGGER_NAME
+from .app import App
+from .durable.registry import scheme_of
+from .worker import Worker
+
+__all__ = ["load_app", "worker"]
+
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _where(exc: BaseException) -> str:
+    """`` (file.py:12)``: where ``exc`` was raised, for a one-line report."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f" ({os.path.basename(last.filename)}:{last.lineno})"
+
+
+def _import(module_name: str) -> object:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):
+            raise click.UsageError(
+                f"cannot import {module_name!r}: no module named {missing!r} "
+                f"(looked in {os.getcwd()} and sys.path)"
+            ) from None
+        raise CliError(f"importing {module_name!r} failed: {exc}{_where(exc)}") from None
+    except Exception as exc:
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        raise CliError(f"importing {module_name!r} failed: {detail}{_where(exc)}") from None
+
+
+def load_app(spec: str) -> App:
+    """The :class:`App` named by ``"module:attribute"`` (the current directory is put
+    first on ``sys.path``, as uvicorn does); :class:`CliError` otherwise."""
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise click.UsageError(f"APP must be module:attribute, e.g. myapp:app, not {spec!r}")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    found = _import(module_name)
+    for part in attribute.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise click.UsageError(
+                f"{spec}: {module_name!r} has no attribute {attribute!r}"
+            ) from None
+    if not isinstance(found, App):
+        raise click.UsageError(
+            f"{spec} is a {type(found).__name__}, not a delayq App (app = delayq.App(url))"
+        )
+    return found
+
+
+def _split_queues(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if not names:
+        raise click.BadParameter("name at least one queue: a,b", param_hint="'--queues'")
+    return names
+
+
+def _configure_logging(level: str) -> None:
+    """``delayq`` log records, one line each, on stderr (unless the app set logging up)."""
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(
+            stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    logging.getLogger(LOGGER_NAME).setLevel(level.upper())
+
+
+@click.command(short_help="Run the tasks of an App until SIGTERM/SIGINT.")
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=DEFAULT_WORKER_CONCURRENCY,
+    show_default=True,
+    help="Handlers running at once.",
+)
+@click.option(
+    "--queues", default=None, metavar="A,B", help="Only these queues (default: every task's)."
+)
+@duration_option(
+    "--lease",
+    default=DEFAULT_LEASE,
+    help="Lease of each reservation, renewed while its handler runs: 30s, 2m...",
+)
+@duration_option(
+    "--grace",
+    default=DEFAULT_WORKER_GRACE,
+    help="After a stop, how long running handlers may finish before their messages are given back.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(_LOG_LEVELS),
+    default="info",
+    show_default=True,
+    help="Level of the delayq log lines on stderr.",
+)
+@url_option("The queue URL (default: the App's own, i.e. App(url) or $DELAYQ_URL...).")
+def worker(
+    *,
+    app_spec: str,
+    concurrency: int,
+    queues: str | None,
+    lease: float,
+    grace: float,
+    log_level: str,
+    url: str | None,
+) -> None:
+    """Import MODULE:APP (a delayq App, e.g. myapp:app) and run its tasks.
+
+    SIGTERM or SIGINT stops reserving, lets running handlers finish for --grace
+    seconds, gives the rest back without charging an attempt and exits 0; a second
+    signal skips the grace period.
+    """
+    names = _split_queues(queues)
+    if lease <= 0:
+        raise click.BadParameter("must be > 0", param_hint="'--lease'")
+    app = load_app(app_spec)
+    if url is not None:
+        app.url = url  # before the worker opens its queues
+    with translate_errors(app.url):
+        scheme_of(app.url)
+        try:
+            runner = Worker(app, concurrency=concurrency, lease=lease, grace=grace, queues=names)
+        except (TypeError, ValueError) as exc:
+            raise click.UsageError(f"{app_spec}: {exc}") from None
+    # Fail fast when the store cannot be reached, rather than log retries forever.
+    with open_queue(app.url, (names or app.queue_names)[0], create=True) as probe:
+        probe.stats()
+    _configure_logging(log_level)
+    runner.run()

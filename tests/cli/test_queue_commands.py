@@ -1,0 +1,330 @@
+"""put, get, cancel, reschedule, stats, dead and purge through CliRunner on SQLite."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+
+import pytest
+
+from delayq import Queue, State
+from delayq import _cli_queue as cli_queue
+
+from ._helpers import Cli
+
+
+@pytest.fixture
+def queue(url: str) -> Iterator[Queue]:
+    with Queue(url, name="jobs") as q:
+        yield q
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def make_dead(queue: Queue, id: str, error: str = "boom") -> None:
+    queue.put({"n": id}, id=id, max_attempts=1)
+    [msg] = queue.reserve(wait=0)
+    assert queue.nack(msg, error=error) is State.DEAD
+
+
+# -- put -------------------------------------------------------------------------------
+
+
+def test_put_prints_only_the_id_and_stores_every_option(cli: Cli, queue: Queue) -> None:
+    before = now_ms()
+    result = cli(
+        "put", "jobs", '{"order": 42}', "--delay", "30m", "--id", "o-42",
+        "--max-attempts", "3", "--header", "trace=abc", "--header", "kind=x=y",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "o-42\n"
+    msg = queue.get("o-42")
+    assert msg is not None
+    assert msg.payload == {"order": 42}
+    assert msg.max_attempts == 3
+    assert dict(msg.headers) == {"trace": "abc", "kind": "x=y"}
+    assert before + 1_800_000 <= msg.due_at <= now_ms() + 1_800_001  # rounded up
+
+
+def test_put_without_id_prints_a_new_random_id(cli: Cli, queue: Queue) -> None:
+    first, second = cli("put", "jobs", "[1, 2]"), cli("put", "jobs", '"text"')
+    ids = [first.stdout.strip(), second.stdout.strip()]
+    assert len(set(ids)) == 2
+    assert all(len(i) == 32 for i in ids)
+    assert queue.get(ids[0]).payload == [1, 2]  # type: ignore[union-attr]
+    assert queue.get(ids[1]).payload == "text"  # type: ignore[union-attr]
+
+
+def test_put_reads_the_payload_from_stdin(cli: Cli, queue: Queue) -> None:
+    result = cli("put", "jobs", "-", "--id", "s", input='{"from": "stdin"}\n')
+    assert result.exit_code == 0, result.output
+    assert queue.get("s").payload == {"from": "stdin"}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("at", "expected"),
+    [
+        ("2031-02-03T04:05:06.789Z", datetime(2031, 2, 3, 4, 5, 6, 789000, timezone.utc)),
+        ("2031-02-03T05:05:06+01:00", datetime(2031, 2, 3, 4, 5, 6, tzinfo=timezone.utc)),
+    ],
+)
+def test_put_at_an_aware_iso_time(cli: Cli, queue: Queue, at: str, expected: datetime) -> None:
+    assert cli("put", "jobs", "1", "--at", at, "--id", "a").exit_code == 0
+    assert queue.get("a").due_at == int(expected.timestamp() * 1000)  # type: ignore[union-attr]
+
+
+def test_put_on_conflict(cli: Cli, queue: Queue) -> None:
+    assert cli("put", "jobs", "1", "--id", "x").exit_code == 0
+    ignored = cli("put", "jobs", "2", "--id", "x")
+    assert (ignored.exit_code, ignored.stdout) == (0, "x\n")
+    assert queue.get("x").payload == 1  # type: ignore[union-attr]
+    assert cli("put", "jobs", "3", "--id", "x", "--on-conflict", "replace").exit_code == 0
+    assert queue.get("x").payload == 3  # type: ignore[union-attr]
+    refused = cli("put", "jobs", "4", "--id", "x", "--on-conflict", "error")
+    assert refused.exit_code == 1
+    assert "duplicate" in refused.stderr
+    assert queue.get("x").payload == 3  # type: ignore[union-attr]
+
+
+def test_put_uses_delayq_url_by_default(
+    cli: Cli, url: str, queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DELAYQ_URL", url)
+    result = cli("put", "jobs", "1", "--id", "env", url=False)
+    assert result.exit_code == 0, result.output
+    assert queue.get("env") is not None
+
+
+# -- get ---------------------------------------------------------------------------------
+
+
+def test_get_shows_a_panel(cli: Cli, queue: Queue) -> None:
+    queue.put({"order": 7}, id="o-7", delay="1h", headers={"trace": "t1"})
+    result = cli("get", "jobs", "o-7")
+    assert result.exit_code == 0, result.output
+    for text in ("o-7", "scheduled", "0 of 5", "trace", "t1", '"order": 7'):
+        assert text in result.stdout, result.stdout
+    assert "in 59m" in result.stdout or "in 1h" in result.stdout  # 1h less the time spent
+
+
+def test_get_json(cli: Cli, queue: Queue) -> None:
+    make_dead(queue, "d")
+    result = cli("get", "jobs", "d", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["id"] == "d"
+    assert data["state"] == "dead"
+    assert data["payload"] == {"n": "d"}
+    assert data["attempts"] == data["max_attempts"] == 1
+    assert data["last_error"] == "boom"
+    assert datetime.fromisoformat(data["due_at_iso"]).timestamp() == data["due_at"] / 1000
+
+
+def test_get_json_of_a_bytes_payload(cli: Cli, queue: Queue) -> None:
+    queue.put(b"\x00\xff", id="b")
+    data = json.loads(cli("get", "jobs", "b", "--json").stdout)
+    assert data["payload_base64"] == "AP8="
+    assert "payload" not in data
+
+
+# -- reschedule, cancel --------------------------------------------------------------------
+
+
+def test_reschedule_by_delay_and_at(cli: Cli, queue: Queue) -> None:
+    queue.put(1, id="r")
+    result = cli("reschedule", "jobs", "r", "--delay", "1h")
+    assert result.exit_code == 0, result.output
+    assert "in 59m" in result.stdout or "in 1h" in result.stdout
+    assert queue.get("r").due_at >= now_ms() + 3_590_000  # type: ignore[union-attr]
+    at = "2032-01-01T00:00:00+00:00"
+    assert cli("reschedule", "jobs", "r", "--at", at).exit_code == 0
+    expected = int(datetime.fromisoformat(at).timestamp() * 1000)
+    assert queue.get("r").due_at == expected  # type: ignore[union-attr]
+
+
+def test_reschedule_explains_a_refusal(cli: Cli, queue: Queue) -> None:
+    make_dead(queue, "d")
+    dead = cli("reschedule", "jobs", "d", "--delay", "1s")
+    assert dead.exit_code == 1
+    assert "is dead" in dead.stderr
+    assert "delayq dead jobs --retry d" in dead.stderr
+    queue.put(1, id="held")
+    assert queue.reserve(wait=0, lease=60)
+    held = cli("reschedule", "jobs", "held", "--delay", "1s")
+    assert held.exit_code == 1
+    assert "in flight" in held.stderr
+
+
+def test_cancel(cli: Cli, queue: Queue) -> None:
+    queue.put(1, id="c", delay="1h")
+    result = cli("cancel", "jobs", "c")
+    assert result.exit_code == 0, result.output
+    assert "cancelled" in result.stdout
+    assert queue.get("c") is None
+    again = cli("cancel", "jobs", "c")
+    assert again.exit_code == 1
+    assert "no message 'c' in queue 'jobs'" in again.stderr
+
+
+# -- stats -------------------------------------------------------------------------------
+
+
+def fill(queue: Queue) -> None:
+    make_dead(queue, "d1")
+    queue.put(3, id="a1")
+    assert [m.id for m in queue.reserve(wait=0, lease=60)] == ["a1"]
+    queue.put(1, id="s1", delay="1h")
+    queue.put(2, id="r1", delay="10ms")
+    time.sleep(0.3)  # r1 is ready, about 0.3 s overdue
+
+
+def test_stats_table(cli: Cli, queue: Queue) -> None:
+    fill(queue)
+    result = cli("stats", "jobs", "default")
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line.split() for line in result.stdout.splitlines() if line}
+    assert rows["jobs"][1:5] == ["1", "1", "1", "1"]  # scheduled, ready, active, dead
+    assert rows["jobs"][6] == "ago"  # next due: "290ms ago", then its ISO time below
+    assert rows["default"][1:5] == ["0", "0", "0", "0"]
+    assert "cannot list" not in result.stdout
+
+
+def test_stats_json(cli: Cli, queue: Queue) -> None:
+    fill(queue)
+    result = cli("stats", "jobs", "--json")
+    assert result.exit_code == 0, result.output
+    [data] = json.loads(result.stdout)
+    assert data["queue"] == "jobs"
+    assert (data["scheduled"], data["ready"], data["active"], data["dead"]) == (1, 1, 1, 1)
+    assert 0.25 <= data["lag"] <= 30
+    assert data["next_due_at"] <= now_ms() - 250
+    assert data["next_due_iso"]
+
+
+def test_stats_without_queue_shows_default_and_says_why(cli: Cli, queue: Queue) -> None:
+    fill(queue)
+    result = cli("stats")
+    assert result.exit_code == 0, result.output
+    assert "default" in result.stdout
+    assert "jobs" not in result.stdout.replace("delayq stats QUEUE", "")
+    assert "cannot list its queues" in result.stdout
+
+
+def test_stats_lists_queues_when_the_backend_can(
+    cli: Cli, queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fill(queue)
+    backend_type = type(queue.backend)
+    monkeypatch.setattr(backend_type, "queues", lambda self: ["jobs", "zz"], raising=False)
+    result = cli("stats", "--json")
+    assert result.exit_code == 0, result.output
+    assert [row["queue"] for row in json.loads(result.stdout)] == ["jobs", "zz"]
+
+
+def stop_after(monkeypatch: pytest.MonkeyPatch, pauses: int) -> list[float]:
+    """Make ``stats --watch`` refresh ``pauses`` times, then see Ctrl-C."""
+    seen: list[float] = []
+
+    def pause(seconds: float) -> None:
+        seen.append(seconds)
+        if len(seen) > pauses:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_queue, "_pause", pause)
+    return seen
+
+
+def test_stats_watch_refreshes_until_ctrl_c(
+    cli: Cli, queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fill(queue)
+    seen = stop_after(monkeypatch, 2)
+    result = cli("stats", "jobs", "--watch", "--interval", "250ms")
+    assert result.exit_code == 0, result.output
+    assert seen == [0.25, 0.25, 0.25]
+    assert "jobs" in result.stdout
+
+
+def test_stats_watch_json_prints_a_line_per_refresh(
+    cli: Cli, queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fill(queue)
+    stop_after(monkeypatch, 2)
+    result = cli("stats", "jobs", "--watch", "--json")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3
+    assert all(json.loads(line)[0]["dead"] == 1 for line in lines)
+
+
+# -- dead -----------------------------------------------------------------------------------
+
+
+def test_dead_lists_and_retries(cli: Cli, queue: Queue) -> None:
+    for name in ("d1", "d2", "d3"):
+        make_dead(queue, name, error=f"failed {name}")
+    listed = cli("dead", "jobs")
+    assert listed.exit_code == 0, listed.output
+    for text in ("d1", "d2", "d3", "failed d2", "1/1", "3 shown of 3 dead"):
+        assert text in listed.stdout
+    limited = json.loads(cli("dead", "jobs", "--json", "--limit", "2").stdout)
+    assert [m["id"] for m in limited] == ["d1", "d2"]
+
+    one = cli("dead", "jobs", "--retry", "d2")
+    assert one.exit_code == 0, one.output
+    assert "1 dead message(s)" in one.stdout
+    assert queue.get("d2").state is State.READY  # type: ignore[union-attr]
+    assert queue.get("d2").attempts == 0  # type: ignore[union-attr]
+
+    missing = cli("dead", "jobs", "--retry", "d1", "--retry", "nope")
+    assert missing.exit_code == 1
+    assert "1 of the 2 ids are not dead" in missing.stderr
+    assert queue.get("d1").state is State.READY  # type: ignore[union-attr]
+
+    rest = cli("dead", "jobs", "--retry", "all")
+    assert rest.exit_code == 0
+    assert queue.stats().dead == 0
+    assert "no dead messages" in cli("dead", "jobs").stdout
+
+
+def test_dead_retry_all_with_ids_is_a_usage_error(cli: Cli, queue: Queue) -> None:
+    make_dead(queue, "d1")
+    result = cli("dead", "jobs", "--retry", "all", "--retry", "d1")
+    assert result.exit_code == 2
+    assert queue.get("d1").state is State.DEAD  # type: ignore[union-attr]
+
+
+# -- purge ------------------------------------------------------------------------------------
+
+
+def test_purge_asks_first(cli: Cli, queue: Queue) -> None:
+    fill(queue)
+    declined = cli("purge", "jobs", input="n\n")
+    assert declined.exit_code == 1
+    assert "remove 4 message(s) of queue 'jobs'" in declined.stderr
+    assert "nothing purged" in declined.stderr
+    no_answer = cli("purge", "jobs", input="")
+    assert no_answer.exit_code == 1
+    assert queue.stats().total == 4
+    accepted = cli("purge", "jobs", input="y\n")
+    assert accepted.exit_code == 0, accepted.output
+    assert "purged 4 message(s)" in accepted.stdout
+    assert queue.stats().total == 0
+    assert "nothing to purge" in cli("purge", "jobs").stdout
+
+
+@pytest.mark.parametrize(
+    ("state", "left"),
+    [("scheduled", ["a1", "d1", "r1"]), ("ready", ["a1", "d1", "s1"]),
+     ("active", ["d1", "r1", "s1"]), ("dead", ["a1", "r1", "s1"])],
+)  # fmt: skip
+def test_purge_one_state_with_yes(cli: Cli, queue: Queue, state: str, left: list[str]) -> None:
+    fill(queue)
+    result = cli("purge", "jobs", "--state", state, "--yes")
+    assert result.exit_code == 0, result.output
+    assert "purged 1 message(s)" in result.stdout
+    assert sorted(i for i in ("s1", "r1", "a1", "d1") if queue.get(i) is not None) == left
