@@ -1,12 +1,10 @@
 """What the worker needs besides its main loop: a thread pool of daemon threads,
-concurrency slots, structured logging, and the two operations the durable contract
-does not have yet ("dead now" and "release without charging an attempt").
+concurrency slots, and structured logging.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import threading
 from collections.abc import Callable
@@ -15,11 +13,8 @@ from queue import SimpleQueue
 from typing import Any, ParamSpec, TypeVar
 
 from ._constants import LOGGER_NAME
-from .durable._facade import error_text
-from .durable.message import Message, State
-from .durable.queue import AsyncQueue
 
-__all__ = ["DaemonPool", "Slots", "log_event", "nack_dead", "release"]
+__all__ = ["DaemonPool", "Slots", "log_event"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -115,61 +110,3 @@ class Slots:
         if count:
             self.free += count
             self._changed.set()
-
-
-def _has_parameters(function: object, *names: str) -> bool:
-    try:
-        parameters = inspect.signature(function).parameters  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
-    return all(name in parameters for name in names)
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(key: str, text: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        logger.warning(text)
-
-
-async def nack_dead(queue: AsyncQueue, msg: Message, error: object) -> State:
-    """Send a held message to dead now, whatever its attempts.
-
-    Needs a backend whose ``nack`` takes ``dead=True`` (a proposed addition to the
-    contract). Without it the message is nacked as an ordinary failure, so it is
-    retried until its attempts run out (a warning says so once).
-    """
-    backend = queue.backend
-    if _has_parameters(backend.nack, "dead") and msg.lease is not None:
-        result: State = await backend.nack(  # type: ignore[call-arg]
-            queue.name, msg.id, msg.lease, delay_ms=0, error=error_text(error), dead=True
-        )
-        return result
-    _warn_once(
-        f"dead:{type(backend).__name__}",
-        f"{type(backend).__name__} has no nack(dead=True): a discarded message is "
-        "retried until its attempts run out instead of going to dead at once",
-    )
-    return await queue.nack(msg, error=error)
-
-
-async def release(queue: AsyncQueue, msg: Message) -> None:
-    """Give a held message back, due now, without charging the attempt.
-
-    Needs a backend with ``release(queue, id, token)`` (a proposed addition to the
-    contract). Without it the message is nacked due now, which counts the attempt
-    (a warning says so once).
-    """
-    backend = queue.backend
-    method = getattr(backend, "release", None)
-    if method is not None and _has_parameters(method, "queue", "id", "token"):
-        await method(queue.name, msg.id, msg.lease)
-        return
-    _warn_once(
-        f"release:{type(backend).__name__}",
-        f"{type(backend).__name__} has no release(): a message given back at shutdown "
-        "is nacked due now, which counts an attempt",
-    )
-    await queue.nack(msg, delay=0, error="released by a stopping worker")

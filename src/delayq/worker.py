@@ -8,12 +8,13 @@ while it is alive. Outcomes:
 
 * returned: ``ack``;
 * raised :class:`Retry`: ``nack`` after the asked delay (the attempt counts);
-* raised :class:`Discard`, or an unknown task: dead at once;
+* raised :class:`Discard`, or an unknown task: dead at once (``nack(dead=True)``);
 * raised anything else, or ran past its timeout: ``nack`` with the task's backoff,
   dead once its attempts are used up.
 
 ``stop()`` (or SIGTERM/SIGINT under :meth:`Worker.run`) stops reserving, lets running
-handlers finish for ``grace`` seconds, then gives the rest back and returns; a second
+handlers finish for ``grace`` seconds, then gives the rest back (``release``: due
+where they were, the attempt not charged) and returns; a second
 signal skips the grace period. Every change is logged on the ``delayq`` logger.
 """
 
@@ -46,7 +47,7 @@ from ._constants import (
 )
 from ._cron import plan_tick, tick_id
 from ._duration import delay_to_seconds
-from ._runtime import DaemonPool, Slots, log_event, nack_dead, release
+from ._runtime import DaemonPool, Slots, log_event
 from .app import App, CronJob, UnknownTask, decode_envelope
 from .durable.message import Message, State
 from .durable.queue import AsyncQueue
@@ -457,7 +458,8 @@ class Worker:
         try:
             if isinstance(exc, (Discard, UnknownTask)):
                 reason = exc.reason if isinstance(exc, Discard) else str(exc)
-                state = await nack_dead(queue, msg, f"{type(exc).__name__}: {reason}")
+                error = f"{type(exc).__name__}: {reason}"
+                state = await queue.nack(msg, error=error, dead=True)
                 event = "job.discarded"
             elif isinstance(exc, Retry):
                 state = await queue.nack(msg, delay=exc.delay, error=f"Retry: {exc.reason}")
@@ -489,7 +491,7 @@ class Worker:
 
     async def _give_back(self, queue: AsyncQueue, msg: Message) -> None:
         try:
-            await release(queue, msg)
+            await queue.release(msg)
         except (LeaseLost, QueueClosed) as exc:
             log_event(_WARNING, "job.release_failed", queue=queue.name, id=msg.id, error=repr(exc))
             return

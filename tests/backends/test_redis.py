@@ -363,3 +363,48 @@ def test_a_waiting_consumer_survives_a_redis_restart(private: PrivateRedis, face
         assert [m.payload for m in got] == ["after the restart"]
         assert producer.get(got[0].id).state is State.ACTIVE
     runner_loop.close()
+
+
+def test_async_reserve_cancelled_mid_claim_gives_the_claim_back(shared_url: str) -> None:
+    """Cancelled while its claim is on the wire, a reserve gives back what the claim
+    took (release.lua), exactly as it was: no attempt counted, the same place."""
+    from delayq.backends.redis.backend import AsyncRedisBackend  # noqa: PLC0415
+
+    async def main() -> None:
+        async with AsyncQueue(shared_url, name="mid") as q:
+            await q.put("x", id="x")
+            await q.put("y", id="y")
+            before = await q.get("x")
+            backend = q.backend
+            assert isinstance(backend, AsyncRedisBackend)
+            run = backend._run
+            entered, claimed = asyncio.Event(), asyncio.Event()
+
+            async def slow_run(call: Any) -> Any:
+                if call.script != "reserve":
+                    return await run(call)
+                entered.set()
+                await asyncio.sleep(0.2)
+                try:
+                    return await run(call)
+                finally:
+                    claimed.set()
+
+            backend._run = slow_run  # type: ignore[method-assign]
+            task = asyncio.ensure_future(q.reserve(wait=0))
+            await entered.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await claimed.wait()  # the claim ran to its end all the same
+            backend._run = run  # type: ignore[method-assign]
+            for _ in range(100):
+                message = await q.get("x")
+                if message is not None and message.state is State.READY:
+                    break
+                await asyncio.sleep(0.02)
+            assert message == before
+            assert [m.id for m in await q.reserve(wait=0, max=2)] == ["x", "y"]
+            await q.purge()
+
+    asyncio.run(main())

@@ -137,7 +137,7 @@ def test_the_file_is_in_wal_mode_with_the_schema(queue: Queue, tmp_path: Path) -
             str(row[-1])
             for row in conn.execute(
                 "EXPLAIN QUERY PLAN " + sql.CLAIM,
-                {"queue": "jobs", "now": 0, "lease_ms": 1, "limit": 10},
+                {"queue": "jobs", "now": 0, "ceil": 0, "lease_ms": 1, "limit": 10},
             )
         )
         assert "delayq_messages_due" in plan

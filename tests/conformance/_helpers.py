@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -12,8 +13,15 @@ T = TypeVar("T")
 
 
 def now_ms() -> int:
-    """The local wall clock in epoch ms (the servers under test run on this machine)."""
+    """The local wall clock in epoch ms, floored (the servers under test run on this
+    machine): a lower bound of the floor of any later backend "now"."""
     return int(time.time() * 1000)
+
+
+def ceil_ms() -> int:
+    """The local wall clock in epoch ms, rounded up: an upper bound of the ceiling of
+    any earlier backend "now", where due times (now + delay) and lease expiries start."""
+    return math.ceil(time.time() * 1000)
 
 
 def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:

@@ -77,12 +77,12 @@ def test_reserve_rejects_bad_arguments(q: Any, kwargs: dict[str, Any], error: ty
     assert seen.attempts == 1
 
 
-def test_ack_nack_extend_reject_bad_arguments(q: Any, make_queue: Any) -> None:
+def test_ack_nack_release_extend_reject_bad_arguments(q: Any, make_queue: Any) -> None:
     msg_id = q.put("x")
     [msg] = q.reserve(wait=0)
     from_get = q.get(msg_id)
     foreign = dataclasses.replace(msg, queue="another-queue")
-    for call in (q.ack, q.nack, q.extend):
+    for call in (q.ack, q.nack, q.release, q.extend):
         with pytest.raises(ValueError, match="lease"):
             call(from_get)
         with pytest.raises(ValueError, match="queue"):
@@ -95,6 +95,14 @@ def test_ack_nack_extend_reject_bad_arguments(q: Any, make_queue: Any) -> None:
         q.nack(msg, delay=NAN)
     with pytest.raises(TypeError):
         q.nack(msg, error=42)
+    with pytest.raises(TypeError, match="dead"):
+        q.nack(msg, dead="yes")
+    with pytest.raises(TypeError, match="dead"):
+        q.nack(msg, dead=1)
+    with pytest.raises(ValueError, match="dead"):
+        q.nack(msg, delay=5, dead=True)
+    with pytest.raises(TypeError):
+        q.nack(msg, error=42, dead=True)
     with pytest.raises(ValueError, match="lease"):
         q.extend(msg, 0)
     with pytest.raises(ValueError, match="lease"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from delayq import LeaseLost
 from delayq.durable import State
 
-from ._helpers import now_ms
+from ._helpers import ceil_ms, in_thread, now_ms
 
 
 def test_two_consumers_never_hold_the_same_message(make_queue: Any) -> None:
@@ -29,7 +30,7 @@ def test_reserved_message_carries_a_lease(q: Any) -> None:
     [msg] = q.reserve(wait=0, lease=30)
     assert msg.lease
     assert msg.attempts == 1
-    assert before + 30_000 <= msg.lease_expires_at <= now_ms() + 30_000
+    assert before + 30_000 <= msg.lease_expires_at <= ceil_ms() + 30_000
 
 
 def test_get_never_carries_a_lease_token(q: Any) -> None:
@@ -164,7 +165,7 @@ def test_extend_keeps_the_lease(q: Any) -> None:
     [msg] = q.reserve(wait=0, lease=0.2)
     before = now_ms()
     expires = q.extend(msg, 2)
-    assert before + 2000 <= expires <= now_ms() + 2000
+    assert before + 2000 <= expires <= ceil_ms() + 2000
     time.sleep(0.3)
     assert q.reserve(wait=0) == []
     assert q.get(msg_id).state is State.ACTIVE
@@ -181,3 +182,93 @@ def test_lease_of_another_message_is_not_accepted(q: Any) -> None:
         q.ack(forged)
     q.ack(a)
     q.ack(b)
+
+
+# -- release: give a held message back without charging the attempt ----------------
+
+
+def test_release_gives_the_message_back_as_it_was_before_its_reserve(q: Any) -> None:
+    msg_id = q.put("x", headers={"k": "v"})
+    [first] = q.reserve(wait=0)
+    q.nack(first, delay=0, error="first failure")
+    before = q.get(msg_id)
+    [msg] = q.reserve(wait=0)
+    assert msg.attempts == 2
+    assert q.release(msg) is None
+    seen = q.get(msg_id)
+    assert seen == before  # due_at, attempts, last_error, headers: as before the reserve
+    assert (seen.state, seen.attempts, seen.last_error) == (State.READY, 1, "first failure")
+    stats = q.stats()
+    assert (stats.ready, stats.active) == (1, 0)
+    [again] = q.reserve(wait=0)
+    assert (again.id, again.attempts) == (msg_id, 2)
+    assert again.lease != msg.lease
+    q.ack(again)
+
+
+def test_release_keeps_the_message_s_place(q: Any) -> None:
+    ids = [q.put(i) for i in range(3)]
+    [head] = q.reserve(wait=0)
+    assert head.id == ids[0]
+    q.put(3)
+    q.release(head)
+    assert [m.payload for m in q.reserve(wait=0, max=10)] == [0, 1, 2, 3]
+
+
+def test_release_of_a_message_not_yet_due_keeps_its_due_time(q: Any) -> None:
+    msg_id = q.put("x")
+    [msg] = q.reserve(wait=0)
+    q.nack(msg, delay=0)
+    [msg] = q.reserve(wait=0)
+    due = q.get(msg_id).due_at
+    q.release(msg)
+    assert q.get(msg_id).due_at == due
+    assert q.reschedule(msg_id, delay=60)
+    assert q.get(msg_id).state is State.SCHEDULED
+
+
+def test_release_needs_the_held_lease_and_changes_nothing_otherwise(q: Any) -> None:
+    msg_id = q.put("x")
+    [msg] = q.reserve(wait=0)
+    q.release(msg)
+    with pytest.raises(LeaseLost):
+        q.release(msg)  # released already
+    with pytest.raises(LeaseLost):
+        q.ack(msg)
+    assert (q.get(msg_id).state, q.get(msg_id).attempts) == (State.READY, 0)
+
+    [stale] = q.reserve(wait=0, lease=0.05)
+    time.sleep(0.12)
+    with pytest.raises(LeaseLost):
+        q.release(stale)  # expired: the attempt counts, as for any expiry
+    seen = q.get(msg_id)
+    assert (seen.state, seen.attempts, seen.last_error) == (State.READY, 1, "lease expired")
+    [current] = q.reserve(wait=0, lease=30)
+    with pytest.raises(LeaseLost):
+        q.release(stale)  # reserved again by someone else
+    _assert_unchanged(q, msg_id, 2)
+    forged = dataclasses.replace(current, lease=stale.lease)
+    with pytest.raises(LeaseLost):
+        q.release(forged)
+    _assert_unchanged(q, msg_id, 2)
+    q.ack(current)
+    with pytest.raises(LeaseLost):
+        q.release(current)  # acked
+    assert q.get(msg_id) is None
+
+
+@pytest.mark.parametrize("waiter", ["same queue", "other queue"])
+def test_release_wakes_a_waiting_reserve(make_queue: Any, waiter: str) -> None:
+    name = f"release-wakes-{uuid.uuid4().hex[:8]}"
+    q = make_queue(name=name)
+    other = q if waiter == "same queue" else make_queue(name=name)
+    msg_id = q.put("x")
+    [msg] = q.reserve(wait=0, lease=60)
+    waiting = in_thread(other.reserve, wait=10)
+    time.sleep(0.1)
+    assert not waiting.done()
+    started = time.monotonic()
+    q.release(msg)
+    [got] = waiting.result(timeout=5)
+    assert time.monotonic() - started < 1.0  # woken, not the lease expiry nor the wait
+    assert (got.id, got.attempts) == (msg_id, 1)

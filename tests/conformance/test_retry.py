@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
+from delayq import LeaseLost
 from delayq.durable import RetryPolicy, State
 
-from ._helpers import now_ms
+from ._helpers import ceil_ms, now_ms
 
 
 def test_nack_without_delay_uses_the_retry_policy(make_queue: Any) -> None:
@@ -22,7 +24,7 @@ def test_nack_without_delay_uses_the_retry_policy(make_queue: Any) -> None:
         seen = q.get(msg_id)
         assert seen.state is State.SCHEDULED
         assert seen.last_error == f"fail {attempt}"
-        assert before + expected_ms <= seen.due_at <= now_ms() + expected_ms + 1
+        assert before + expected_ms <= seen.due_at <= ceil_ms() + expected_ms + 1
         assert q.reschedule(msg_id)
 
 
@@ -34,7 +36,7 @@ def test_backoff_is_capped_and_jittered(make_queue: Any) -> None:
         before = now_ms()
         q.nack(msg)
         due = q.get(msg_id).due_at
-        assert before + 4_999 <= due <= now_ms() + 30_000 + 1
+        assert before + 4_999 <= due <= ceil_ms() + 30_000 + 1
         assert q.reschedule(msg_id)
 
 
@@ -43,7 +45,7 @@ def test_nack_with_delay(q: Any) -> None:
     [msg] = q.reserve(wait=0)
     before = now_ms()
     q.nack(msg, delay="2s")
-    assert before + 2000 <= q.get(msg_id).due_at <= now_ms() + 2001
+    assert before + 2000 <= q.get(msg_id).due_at <= ceil_ms() + 2000
     assert q.reserve(wait=0) == []
     assert q.reschedule(msg_id, delay=0)
     [msg] = q.reserve(wait=0)
@@ -146,3 +148,47 @@ def test_attempts_count_reservations(q: Any, max_attempts: int) -> None:
         state = q.nack(msg, delay=0)
         assert state is (State.DEAD if attempt == max_attempts else State.SCHEDULED)
     assert q.get(msg_id).state is State.DEAD
+
+
+def test_nack_dead_sends_the_message_to_dead_at_once_whatever_its_attempts(q: Any) -> None:
+    msg_id = q.put({"bad": True}, max_attempts=5)
+    q.put("next")
+    [msg] = q.reserve(wait=0)
+    assert q.nack(msg, error=ValueError("malformed"), dead=True) is State.DEAD
+    seen = q.get(msg_id)
+    assert (seen.state, seen.attempts, seen.last_error) == (
+        State.DEAD,
+        1,
+        "ValueError: malformed",
+    )
+    assert [m.id for m in q.dead()] == [msg_id]
+    assert [m.payload for m in q.reserve(wait=0, max=5)] == ["next"]
+    stats = q.stats()
+    assert (stats.dead, stats.active, stats.next_due_at) == (1, 1, None)
+    assert q.retry_dead() == 1
+    [again] = q.reserve(wait=0)
+    assert (again.id, again.attempts) == (msg_id, 1)
+    assert q.nack(again, dead=True) is State.DEAD
+    assert q.get(msg_id).last_error is None
+
+
+def test_nack_dead_needs_the_held_lease(q: Any) -> None:
+    msg_id = q.put("x", max_attempts=5)
+    [msg] = q.reserve(wait=0)
+    q.ack(msg)
+    with pytest.raises(LeaseLost):
+        q.nack(msg, error="late", dead=True)
+    assert q.get(msg_id) is None
+
+    msg_id = q.put("y", max_attempts=5)
+    [stale] = q.reserve(wait=0, lease=0.05)
+    time.sleep(0.12)
+    with pytest.raises(LeaseLost):
+        q.nack(stale, error="late", dead=True)
+    seen = q.get(msg_id)
+    assert (seen.state, seen.attempts, seen.last_error) == (State.READY, 1, "lease expired")
+    [current] = q.reserve(wait=0)
+    with pytest.raises(LeaseLost):
+        q.nack(stale, dead=True)
+    assert q.get(msg_id).state is State.ACTIVE
+    assert q.nack(current, dead=True) is State.DEAD

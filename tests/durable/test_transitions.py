@@ -7,23 +7,30 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from delayq import DuplicateId, LeaseLost
-from delayq.durable import PutRequest, Record, State
+from delayq.durable import Now, PutRequest, Record, State
 from delayq.durable.message import (
     apply_ack,
     apply_extend,
     apply_nack,
     apply_put,
+    apply_release,
     apply_reschedule,
     apply_reserve,
     apply_retry_dead,
     can_cancel,
     compute_stats,
+    is_due,
     observe,
     resolve_due,
     settle,
 )
 
 NOW = 1_700_000_000_000
+
+
+def at(ms: int, *, sub_ms: bool = False) -> Now:
+    """The backend's now at epoch ms ``ms`` (plus a fraction of a ms when ``sub_ms``)."""
+    return Now(ms, ms + 1 if sub_ms else ms)
 
 
 def _request(**kwargs: object) -> PutRequest:
@@ -37,108 +44,171 @@ def _request(**kwargs: object) -> PutRequest:
     return PutRequest(**fields)  # type: ignore[arg-type]
 
 
-def _stored(**kwargs: object) -> Record:
-    record = apply_put(None, _request(**kwargs), NOW, 1)
+def _stored_at(now: Now, **kwargs: object) -> Record:
+    record = apply_put(None, _request(**kwargs), now, 1)
     assert record is not None
     return record
 
 
+def _stored(**kwargs: object) -> Record:
+    return _stored_at(at(NOW), **kwargs)
+
+
 @given(
     delay=st.one_of(st.none(), st.integers(-(10**9), 10**9)),
-    at=st.one_of(st.none(), st.integers(0, 2 * NOW)),
-    now=st.integers(0, 2 * NOW),
+    at_ms=st.one_of(st.none(), st.integers(0, 2 * NOW)),
+    now_ms=st.integers(0, 2 * NOW),
+    sub_ms=st.booleans(),
 )
-def test_resolve_due_is_never_before_now(delay: int | None, at: int | None, now: int) -> None:
-    due = resolve_due(delay, at, now)
-    assert due >= now
-    if at is not None:
-        assert due == max(at, now)
-    elif delay is not None:
-        assert due == max(now + delay, now)
+def test_resolve_due_is_never_before_now(
+    delay: int | None, at_ms: int | None, now_ms: int, sub_ms: bool
+) -> None:
+    now = at(now_ms, sub_ms=sub_ms)
+    due = resolve_due(delay, at_ms, now)
+    assert due >= now.floor
+    if at_ms is not None:
+        assert due == max(at_ms, now.floor)
+    elif delay is not None and delay > 0:
+        # a positive delay counts from the ceiling: never before it has passed
+        assert due == now.ceil + delay
+    else:
+        assert due == now.floor  # due now: reservable at once
+
+
+@given(seconds=st.floats(0, 4e9, allow_nan=False))
+def test_now_of_seconds_brackets_the_reading(seconds: float) -> None:
+    now = Now.of_seconds(seconds)
+    assert now.floor <= seconds * 1000.0 <= now.ceil
+    assert now.ceil - now.floor in (0, 1)
+    assert (now.ceil == now.floor) == (seconds * 1000.0 == now.floor)
+
+
+def test_computed_times_start_from_the_ceiling() -> None:
+    now = at(NOW, sub_ms=True)  # NOW + a fraction of a millisecond
+    record = _stored_at(now, delay_ms=5)
+    assert record.due_at == NOW + 6  # not NOW + 5: that would be up to 1 ms early
+    assert not is_due(record, NOW + 5)
+    assert is_due(record, NOW + 6)
+    assert _stored_at(now).due_at == NOW  # due now: the floor, reservable at once
+    active = apply_reserve(_stored_at(now), now, 100, "t")
+    assert active.lease_until == NOW + 101  # a lease never ends early either
+    assert apply_extend(active, "t", now, 200).lease_until == NOW + 201
+    back = apply_nack(active, "t", now, delay_ms=5, error=None, seq=2)
+    assert back.due_at == NOW + 6
+    assert apply_nack(active, "t", now, delay_ms=0, error=None, seq=2).due_at == NOW
+    moved = apply_reschedule(_stored_at(now), now, resolve_due(5, None, now), 3)
+    assert moved is not None
+    assert moved.due_at == NOW + 6
+
+
+def test_nack_dead_kills_at_once() -> None:
+    record = apply_reserve(_stored(max_attempts=5), at(NOW), 100, "t1")
+    dead = apply_nack(record, "t1", at(NOW + 10), delay_ms=500, error="bad", seq=7, dead=True)
+    assert (dead.state, dead.attempts, dead.last_error, dead.seq) == (State.DEAD, 1, "bad", 7)
+    assert (dead.lease, dead.lease_until, dead.due_at) == (None, None, record.due_at)
+    with pytest.raises(LeaseLost):
+        apply_nack(dead, "t1", at(NOW + 10), delay_ms=0, error=None, seq=8, dead=True)
+    with pytest.raises(LeaseLost):  # an expired lease is lost, dead or not
+        apply_nack(record, "t1", at(NOW + 100), delay_ms=0, error=None, seq=8, dead=True)
+
+
+def test_release_restores_the_record_before_its_claim() -> None:
+    before = _stored(delay_ms=0)
+    before = apply_nack(
+        apply_reserve(before, at(NOW), 100, "t0"), "t0", at(NOW), delay_ms=0, error="e", seq=5
+    )
+    claimed = apply_reserve(before, at(NOW + 1), 100, "t1")
+    assert apply_release(claimed, "t1", at(NOW + 50)) == before
+    with pytest.raises(LeaseLost):
+        apply_release(claimed, "other", at(NOW + 50))
+    with pytest.raises(LeaseLost):
+        apply_release(claimed, "t1", at(NOW + 101))  # expired
+    with pytest.raises(LeaseLost):
+        apply_release(None, "t1", at(NOW))
 
 
 def test_put_conflicts() -> None:
     first = _stored(delay_ms=1000)
     assert first.due_at == NOW + 1000
-    assert apply_put(first, _request(payload=b"2"), NOW, 2) is None
+    assert apply_put(first, _request(payload=b"2"), at(NOW), 2) is None
     with pytest.raises(DuplicateId):
-        apply_put(first, _request(on_conflict="error"), NOW, 2)
-    replaced = apply_put(first, _request(payload=b"2", on_conflict="replace"), NOW, 2)
+        apply_put(first, _request(on_conflict="error"), at(NOW), 2)
+    replaced = apply_put(first, _request(payload=b"2", on_conflict="replace"), at(NOW), 2)
     assert replaced is not None
     assert (replaced.payload, replaced.seq, replaced.due_at) == (b"2", 2, NOW)
-    active = apply_reserve(replaced, NOW, 100, "t")
+    active = apply_reserve(replaced, at(NOW), 100, "t")
     with pytest.raises(DuplicateId):
-        apply_put(active, _request(on_conflict="replace"), NOW, 3)
+        apply_put(active, _request(on_conflict="replace"), at(NOW), 3)
     # once the lease expired the message is no longer in flight
-    assert apply_put(active, _request(on_conflict="replace"), NOW + 100, 3) is not None
+    assert apply_put(active, _request(on_conflict="replace"), at(NOW + 100), 3) is not None
 
 
 def test_lease_cycle_and_fencing() -> None:
-    record = apply_reserve(_stored(), NOW, 100, "t1")
+    record = apply_reserve(_stored(), at(NOW), 100, "t1")
     assert (record.state, record.attempts, record.lease_until) == (State.ACTIVE, 1, NOW + 100)
-    apply_ack(record, "t1", NOW + 99)
+    apply_ack(record, "t1", at(NOW + 99))
     with pytest.raises(LeaseLost):
-        apply_ack(record, "t1", NOW + 100)
+        apply_ack(record, "t1", at(NOW + 100))
     with pytest.raises(LeaseLost):
-        apply_ack(record, "other", NOW)
+        apply_ack(record, "other", at(NOW))
     with pytest.raises(LeaseLost):
-        apply_ack(None, "t1", NOW)
-    extended = apply_extend(record, "t1", NOW + 50, 1000)
+        apply_ack(None, "t1", at(NOW))
+    extended = apply_extend(record, "t1", at(NOW + 50), 1000)
     assert extended.lease_until == NOW + 1050
     with pytest.raises(LeaseLost):
-        apply_extend(record, "t1", NOW + 100, 1000)
+        apply_extend(record, "t1", at(NOW + 100), 1000)
 
 
 def test_expired_lease_settles_to_scheduled_then_dead() -> None:
-    record = apply_reserve(_stored(max_attempts=2), NOW, 100, "t1")
+    record = apply_reserve(_stored(max_attempts=2), at(NOW), 100, "t1")
     assert settle(record, NOW + 99) is record
     again = settle(record, NOW + 100)
     assert (again.state, again.due_at, again.attempts) == (State.SCHEDULED, NOW + 100, 1)
     assert again.last_error == "lease expired"
     assert observe(again, NOW + 100).state is State.READY
-    second = apply_reserve(again, NOW + 200, 100, "t2")
+    second = apply_reserve(again, at(NOW + 200), 100, "t2")
     dead = settle(second, NOW + 300)
     assert (dead.state, dead.lease, dead.last_error) == (State.DEAD, None, "lease expired")
 
 
 def test_nack_requeues_then_kills() -> None:
-    record = apply_reserve(_stored(max_attempts=2), NOW, 100, "t1")
-    back = apply_nack(record, "t1", NOW + 10, delay_ms=500, error="e1", seq=7)
+    record = apply_reserve(_stored(max_attempts=2), at(NOW), 100, "t1")
+    back = apply_nack(record, "t1", at(NOW + 10), delay_ms=500, error="e1", seq=7)
     assert (back.state, back.due_at, back.seq, back.last_error) == (
         State.SCHEDULED,
         NOW + 510,
         7,
         "e1",
     )
-    record = apply_reserve(back, NOW + 600, 100, "t2")
-    dead = apply_nack(record, "t2", NOW + 610, delay_ms=500, error="e2", seq=8)
+    record = apply_reserve(back, at(NOW + 600), 100, "t2")
+    dead = apply_nack(record, "t2", at(NOW + 610), delay_ms=500, error="e2", seq=8)
     assert (dead.state, dead.last_error, dead.attempts) == (State.DEAD, "e2", 2)
     with pytest.raises(LeaseLost):
-        apply_nack(dead, "t2", NOW + 610, delay_ms=0, error=None, seq=9)
+        apply_nack(dead, "t2", at(NOW + 610), delay_ms=0, error=None, seq=9)
 
 
 def test_cancel_reschedule_retry_dead() -> None:
     record = _stored(delay_ms=1000)
-    assert can_cancel(record, NOW)
-    assert not can_cancel(None, NOW)
-    active = apply_reserve(record, NOW, 100, "t")
-    assert not can_cancel(active, NOW)
-    assert apply_reschedule(active, NOW, NOW + 5, 2) is None
-    moved = apply_reschedule(record, NOW, NOW - 5, 2)
+    assert can_cancel(record, at(NOW))
+    assert not can_cancel(None, at(NOW))
+    active = apply_reserve(record, at(NOW), 100, "t")
+    assert not can_cancel(active, at(NOW))
+    assert apply_reschedule(active, at(NOW), NOW + 5, 2) is None
+    moved = apply_reschedule(record, at(NOW), NOW - 5, 2)
     assert moved is not None
     assert (moved.due_at, moved.seq) == (NOW, 2)
-    assert apply_retry_dead(record, NOW, 3) is None
+    assert apply_retry_dead(record, at(NOW), 3) is None
     dead = apply_nack(
-        apply_reserve(_stored(max_attempts=1), NOW, 100, "t"),
+        apply_reserve(_stored(max_attempts=1), at(NOW), 100, "t"),
         "t",
-        NOW,
+        at(NOW),
         delay_ms=0,
         error="x",
         seq=4,
     )
-    assert can_cancel(dead, NOW)
-    assert apply_reschedule(dead, NOW, NOW, 5) is None
-    revived = apply_retry_dead(dead, NOW + 1, 5)
+    assert can_cancel(dead, at(NOW))
+    assert apply_reschedule(dead, at(NOW), NOW, 5) is None
+    revived = apply_retry_dead(dead, at(NOW + 1), 5)
     assert revived is not None
     assert (revived.state, revived.attempts, revived.due_at) == (State.SCHEDULED, 0, NOW + 1)
 
@@ -146,7 +216,7 @@ def test_cancel_reschedule_retry_dead() -> None:
 def test_stats() -> None:
     ready = _stored()
     scheduled = _stored(id="s", delay_ms=5000)
-    active = apply_reserve(_stored(id="a"), NOW, 100_000, "t")
+    active = apply_reserve(_stored(id="a"), at(NOW), 100_000, "t")
     stats = compute_stats([ready, scheduled, active], NOW + 250)
     assert (stats.scheduled, stats.ready, stats.active, stats.dead) == (1, 1, 1, 0)
     assert stats.next_due_at == NOW

@@ -13,7 +13,7 @@ from delayq.durable.message import State
 from delayq.durable.retry import RetryPolicy
 from delayq.worker import Worker, current_message
 
-from ._helpers import full_contract_queue, memory_url, serve_until
+from ._helpers import memory_url, serve_until
 
 
 def test_send_puts_a_json_envelope_and_returns_the_id() -> None:
@@ -112,19 +112,19 @@ def test_a_worker_runs_sync_and_async_tasks_of_its_app() -> None:
     assert sorted(map(str, results)) == ["3", "42", "HI"]
 
 
-def test_an_unknown_task_goes_to_dead_with_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unknown_task_goes_to_dead_at_once_with_a_clear_error() -> None:
     app = App(memory_url())
 
     @app.task
     def known() -> None: ...
 
-    monkeypatch.setattr(app, "open_async_queue", lambda name: full_contract_queue(app.url, name))
     app.queue().put({"task": "renamed_task", "args": [], "kwargs": {}}, id="u")
     app.queue().put({"not": "an envelope"}, id="v")
 
     async def main() -> None:
         worker = Worker(app)
         await serve_until(worker, lambda: worker.counts["dead"] == 2)
+        assert worker.counts["retried"] == 0
 
     asyncio.run(main())
     dead = {m.id: m for m in app.queue().dead()}

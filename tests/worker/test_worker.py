@@ -15,7 +15,7 @@ from delayq.durable.queue import AsyncQueue, Queue
 from delayq.durable.retry import RetryPolicy
 from delayq.worker import Discard, Retry, Worker, current_message
 
-from ._helpers import full_contract_queue, memory_url, serve_until
+from ._helpers import memory_url, serve_until
 
 FAST = RetryPolicy(max_attempts=3, base=0.05, factor=2.0, jitter=0.0)
 
@@ -95,8 +95,7 @@ def test_retry_asks_for_its_own_delay() -> None:
     assert runs[1] - runs[0] >= 0.3
 
 
-def test_discard_goes_to_dead_at_once_when_the_backend_can() -> None:
-    url = memory_url()
+def test_discard_goes_to_dead_at_once(backend_url: str, caplog: pytest.LogCaptureFixture) -> None:
     runs = []
 
     def handler(msg: Message) -> None:
@@ -104,36 +103,24 @@ def test_discard_goes_to_dead_at_once_when_the_backend_can() -> None:
         raise Discard("malformed order")
 
     async def main() -> None:
-        queue = full_contract_queue(url, "q", retry=FAST)
+        queue = AsyncQueue(backend_url, name="q", retry=FAST)
         await queue.put({"bad": True}, id="m")
         worker = Worker(queue, handler)
         await serve_until(worker, lambda: worker.counts["dead"] == 1)
         msg = await queue.get("m")
         assert msg is not None
-        assert msg.state is State.DEAD
+        assert (msg.state, msg.attempts) == (State.DEAD, 1)
         assert msg.last_error == "Discard: malformed order"
-
-    asyncio.run(main())
-    assert runs == [1]
-
-
-def test_discard_without_backend_support_uses_up_the_attempts(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    url = memory_url()
-
-    def handler(msg: Message) -> None:
-        raise Discard("nope")
-
-    async def main() -> None:
-        queue = AsyncQueue(url, name="q", retry=RetryPolicy(max_attempts=2, base=0.01))
-        await queue.put("x", id="m")
-        worker = Worker(queue, handler)
-        await serve_until(worker, lambda: worker.counts["dead"] == 1)
+        assert worker.counts["retried"] == 0
+        assert [m.id for m in await queue.dead()] == ["m"]
+        await queue.purge()
+        await queue.close()
 
     with caplog.at_level(logging.WARNING, logger="delayq"):
         asyncio.run(main())
-    assert "has no nack(dead=True)" in caplog.text
+    assert runs == [1]  # one run: not retried until the attempts ran out
+    assert "job.discarded" in caplog.text
+    assert "has no nack" not in caplog.text  # no fallback any more
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
@@ -225,16 +212,18 @@ def test_stop_lets_running_handlers_finish() -> None:
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("full_contract", [True, False])
-def test_past_the_grace_period_messages_are_given_back(full_contract: bool) -> None:
-    url = memory_url()
-
+def test_past_the_grace_period_messages_are_given_back(
+    backend_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     async def handler(msg: Message) -> None:
         await asyncio.sleep(10)
 
     async def main() -> None:
-        queue = full_contract_queue(url, "q") if full_contract else AsyncQueue(url, name="q")
+        queue = AsyncQueue(backend_url, name="q")
         await queue.put("x", id="m")
+        await queue.put("later", id="n", delay=60)
+        before = await queue.get("m")
+        assert before is not None
         worker = Worker(queue, handler, grace=0.1)
         started = time.monotonic()
         await serve_until(worker, lambda: len(worker._running) == 1)
@@ -242,8 +231,40 @@ def test_past_the_grace_period_messages_are_given_back(full_contract: bool) -> N
         assert worker.counts["released"] == 1
         msg = await queue.get("m")
         assert msg is not None
-        assert msg.state is State.READY  # due now, for the next worker
-        assert msg.attempts == (0 if full_contract else 1)
+        # back where it was, for the next worker, without the attempt charged
+        assert (msg.state, msg.attempts, msg.due_at) == (State.READY, 0, before.due_at)
+        assert msg.last_error is None
+        [again] = await queue.reserve(wait=0)
+        assert (again.id, again.attempts) == ("m", 1)
+        await queue.purge()
+        await queue.close()
+
+    with caplog.at_level(logging.INFO, logger="delayq"):
+        asyncio.run(main())
+    assert "job.released" in caplog.text
+    assert "has no release" not in caplog.text  # no fallback any more
+
+
+def test_a_job_that_lost_its_lease_is_not_released() -> None:
+    url = memory_url()
+    started = asyncio.Event()
+
+    async def main() -> None:
+        queue = AsyncQueue(url, name="q")
+        await queue.put("x", id="m")
+
+        async def handler(msg: Message) -> None:
+            started.set()
+            await asyncio.sleep(10)
+
+        worker = Worker(queue, handler, grace=0.05)
+        task = asyncio.create_task(worker.serve())
+        await asyncio.wait_for(started.wait(), 5)
+        await queue.purge()  # the held lease is gone
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+        assert worker.counts["released"] == 0
+        assert await queue.get("m") is None
 
     asyncio.run(main())
 

@@ -7,7 +7,7 @@ token)`` of leases. Each operation holds the store's lock once and runs the pure
 transitions of :mod:`delayq.durable.message`, so it is atomic.
 
 Waiting ``reserve`` calls sleep until the earliest due time or lease expiry; puts,
-nacks, reschedules and ``retry_dead`` wake them at once (threads through a
+nacks, releases, reschedules and ``retry_dead`` wake them at once (threads through a
 condition, asyncio tasks through their loop), so nothing polls.
 """
 
@@ -26,6 +26,7 @@ from .._clock import SYSTEM_CLOCK, Clock
 from .._constants import INF
 from .._waiters import LoopSleeper, resolve
 from ..durable.message import (
+    Now,
     PutRequest,
     Record,
     State,
@@ -34,6 +35,7 @@ from ..durable.message import (
     apply_extend,
     apply_nack,
     apply_put,
+    apply_release,
     apply_reschedule,
     apply_reserve,
     apply_retry_dead,
@@ -123,15 +125,15 @@ class _Store:
         events = [t for t in (self._head_due(), self._head_lease()) if t is not None]
         return min(events) if events else None
 
-    def claim(self, now_ms: int, limit: int, lease_ms: int) -> list[Record]:
-        self.expire(now_ms)
+    def claim(self, now: Now, limit: int, lease_ms: int) -> list[Record]:
+        self.expire(now.floor)
         claimed: list[Record] = []
         while len(claimed) < limit:
             head = self._head_due()
-            if head is None or head > now_ms:
+            if head is None or head > now.floor:
                 break
             _, _, id = heapq.heappop(self.due)
-            record = apply_reserve(self.records[id], now_ms, lease_ms, uuid.uuid4().hex)
+            record = apply_reserve(self.records[id], now, lease_ms, uuid.uuid4().hex)
             self.write(record)
             claimed.append(record)
         self._compact()
@@ -188,8 +190,8 @@ class _Core:
         self._used_lock = threading.Lock()
         clock.subscribe(self._on_clock_jump)
 
-    def _now(self) -> int:
-        return int(self._clock.time() * 1000.0)
+    def _now(self) -> Now:
+        return Now.of_seconds(self._clock.time())
 
     def _store(self, queue: str) -> _Store:
         if self._closed:
@@ -200,7 +202,7 @@ class _Core:
                 self._used.add(store)
         return store
 
-    def _run(self, queue: str, step: Callable[[_Store, int], T]) -> T:
+    def _run(self, queue: str, step: Callable[[_Store, Now], T]) -> T:
         store = self._store(queue)
         with store.lock:
             return step(store, self._now())
@@ -224,7 +226,7 @@ class _Core:
 
     # -- the operations that never wait ------------------------------------------
     def _put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
-        def step(store: _Store, now: int) -> list[str]:
+        def step(store: _Store, now: Now) -> list[str]:
             staged: dict[str, Record | None] = {}
             for request in requests:
                 current = (
@@ -243,16 +245,24 @@ class _Core:
         return self._run(queue, step)
 
     def _ack(self, queue: str, id: str, token: str) -> None:
-        def step(store: _Store, now: int) -> None:
-            apply_ack(store.load(id, now), token, now)
+        def step(store: _Store, now: Now) -> None:
+            apply_ack(store.load(id, now.floor), token, now)
             del store.records[id]
 
         self._run(queue, step)
 
-    def _nack(self, queue: str, id: str, token: str, delay_ms: int, error: str | None) -> State:
-        def step(store: _Store, now: int) -> State:
+    def _nack(
+        self, queue: str, id: str, token: str, delay_ms: int, error: str | None, *, dead: bool
+    ) -> State:
+        def step(store: _Store, now: Now) -> State:
             record = apply_nack(
-                store.load(id, now), token, now, delay_ms=delay_ms, error=error, seq=next(store.seq)
+                store.load(id, now.floor),
+                token,
+                now,
+                delay_ms=delay_ms,
+                error=error,
+                seq=next(store.seq),
+                dead=dead,
             )
             store.write(record)
             if record.state is State.SCHEDULED:
@@ -261,17 +271,24 @@ class _Core:
 
         return self._run(queue, step)
 
+    def _release(self, queue: str, id: str, token: str) -> None:
+        def step(store: _Store, now: Now) -> None:
+            store.write(apply_release(store.load(id, now.floor), token, now))
+            store.wake_all()
+
+        self._run(queue, step)
+
     def _extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
-        def step(store: _Store, now: int) -> int:
-            record = apply_extend(store.load(id, now), token, now, lease_ms)
+        def step(store: _Store, now: Now) -> int:
+            record = apply_extend(store.load(id, now.floor), token, now, lease_ms)
             store.write(record)
             return record.lease_until or 0
 
         return self._run(queue, step)
 
     def _cancel(self, queue: str, id: str) -> bool:
-        def step(store: _Store, now: int) -> bool:
-            if not can_cancel(store.load(id, now), now):
+        def step(store: _Store, now: Now) -> bool:
+            if not can_cancel(store.load(id, now.floor), now):
                 return False
             del store.records[id]
             return True
@@ -279,9 +296,9 @@ class _Core:
         return self._run(queue, step)
 
     def _reschedule(self, queue: str, id: str, delay_ms: int | None, at_ms: int | None) -> bool:
-        def step(store: _Store, now: int) -> bool:
+        def step(store: _Store, now: Now) -> bool:
             due_at = resolve_due(delay_ms, at_ms, now)
-            record = apply_reschedule(store.load(id, now), now, due_at, next(store.seq))
+            record = apply_reschedule(store.load(id, now.floor), now, due_at, next(store.seq))
             if record is None:
                 return False
             store.write(record)
@@ -291,18 +308,18 @@ class _Core:
         return self._run(queue, step)
 
     def _get(self, queue: str, id: str) -> Record | None:
-        def step(store: _Store, now: int) -> Record | None:
+        def step(store: _Store, now: Now) -> Record | None:
             record = store.records.get(id)
-            return None if record is None else observe(record, now, with_lease=False)
+            return None if record is None else observe(record, now.floor, with_lease=False)
 
         return self._run(queue, step)
 
     def _stats(self, queue: str) -> Stats:
-        return self._run(queue, lambda store, now: compute_stats(store.records.values(), now))
+        return self._run(queue, lambda store, now: compute_stats(store.records.values(), now.floor))
 
     def _dead(self, queue: str, limit: int) -> list[Record]:
-        def step(store: _Store, now: int) -> list[Record]:
-            store.expire(now)
+        def step(store: _Store, now: Now) -> list[Record]:
+            store.expire(now.floor)
             dead = [r for r in store.records.values() if r.state is State.DEAD]
             dead.sort(key=lambda r: r.seq)
             return dead[:limit]
@@ -310,8 +327,8 @@ class _Core:
         return self._run(queue, step)
 
     def _retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
-        def step(store: _Store, now: int) -> int:
-            store.expire(now)
+        def step(store: _Store, now: Now) -> int:
+            store.expire(now.floor)
             chosen = list(store.records) if ids is None else list(dict.fromkeys(ids))
             revived = 0
             for id in chosen:
@@ -326,8 +343,8 @@ class _Core:
         return self._run(queue, step)
 
     def _purge(self, queue: str, state: State | None) -> int:
-        def step(store: _Store, now: int) -> int:
-            doomed = [r.id for r in store.records.values() if matches_state(r, state, now)]
+        def step(store: _Store, now: Now) -> int:
+            doomed = [r.id for r in store.records.values() if matches_state(r, state, now.floor)]
             for id in doomed:
                 del store.records[id]
             if state is None:
@@ -378,9 +395,22 @@ class MemoryBackend(_Core):
         """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
         self._ack(queue, id, token)
 
-    def nack(self, queue: str, id: str, token: str, *, delay_ms: int, error: str | None) -> State:
+    def nack(
+        self,
+        queue: str,
+        id: str,
+        token: str,
+        *,
+        delay_ms: int,
+        error: str | None,
+        dead: bool = False,
+    ) -> State:
         """See :meth:`Backend.nack <delayq.durable.backend.Backend.nack>`."""
-        return self._nack(queue, id, token, delay_ms, error)
+        return self._nack(queue, id, token, delay_ms, error, dead=dead)
+
+    def release(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.release <delayq.durable.backend.Backend.release>`."""
+        self._release(queue, id, token)
 
     def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
         """See :meth:`Backend.extend <delayq.durable.backend.Backend.extend>`."""
@@ -460,10 +490,21 @@ class AsyncMemoryBackend(_Core):
         self._ack(queue, id, token)
 
     async def nack(
-        self, queue: str, id: str, token: str, *, delay_ms: int, error: str | None
+        self,
+        queue: str,
+        id: str,
+        token: str,
+        *,
+        delay_ms: int,
+        error: str | None,
+        dead: bool = False,
     ) -> State:
         """See :meth:`Backend.nack <delayq.durable.backend.Backend.nack>`."""
-        return self._nack(queue, id, token, delay_ms, error)
+        return self._nack(queue, id, token, delay_ms, error, dead=dead)
+
+    async def release(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.release <delayq.durable.backend.Backend.release>`."""
+        self._release(queue, id, token)
 
     async def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
         """See :meth:`Backend.extend <delayq.durable.backend.Backend.extend>`."""

@@ -5,7 +5,7 @@ and :class:`Stats` what they return; :class:`RetryPolicy` how failures are retri
 """
 
 from .backend import AsyncBackend, Backend
-from .message import Message, PutRequest, Record, State, Stats
+from .message import Message, Now, PutRequest, Record, State, Stats
 from .queue import AsyncQueue, Queue
 from .registry import register_scheme
 from .retry import RetryPolicy
@@ -17,6 +17,7 @@ __all__ = [
     "Backend",
     "JSONSerializer",
     "Message",
+    "Now",
     "PutRequest",
     "Queue",
     "Record",

@@ -217,15 +217,25 @@ class QueueBase:
         if msg.lease is None:
             raise ValueError(
                 f"message {msg.id!r} carries no lease: only messages from reserve() "
-                "can be acked, nacked or extended"
+                "can be acked, nacked, released or extended"
             )
         return msg.id, msg.lease
 
-    def _nack_delay(self, msg: Message, delay: object) -> int:
+    def _nack_arguments(
+        self, msg: Message, delay: object, error: object, dead: object
+    ) -> tuple[int, str | None, bool]:
+        """``(delay_ms, error text, dead)`` for ``nack``; a dead message has no delay."""
+        if type(dead) is not bool:
+            raise TypeError(f"dead must be True or False, not {type(dead).__name__}")
+        text = error_text(error)
+        if dead:
+            if delay is not None:
+                raise ValueError("give delay= or dead=True, not both")
+            return 0, text, True
         if delay is None:
             seconds = self._retry.delay_for(max(msg.attempts, 1), random.random())
-            return to_ms(seconds)
-        return max(0, to_ms(delay_to_seconds(delay)))
+            return to_ms(seconds), text, False
+        return max(0, to_ms(delay_to_seconds(delay))), text, False
 
     @staticmethod
     def _limit(limit: object) -> int:

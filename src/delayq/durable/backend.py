@@ -15,19 +15,28 @@ never validates user input (the facade did); it must guarantee:
   use the clock of the store (Redis ``TIME``, ``clock_timestamp()``, the SQLite
   process's wall clock, the memory backend's clock), in epoch milliseconds; a
   :class:`PutRequest` carries ``delay_ms`` *relative* to that now, or an absolute
-  ``at_ms``. A past ``at_ms`` or a negative delay means "due now".
-* **Never early.** A message is reserved only when ``due_at <= now_ms`` (the
-  facade rounds due times *up* to the millisecond; a backend must not round its
-  now up).
+  ``at_ms``. A past ``at_ms`` or a delay <= 0 means "due now".
+* **Never early.** A message is never reserved before its delay has passed, to the
+  microsecond. The facade rounds ``delay_ms``/``at_ms``/``lease_ms`` *up* to the
+  millisecond; the backend reads its clock once per operation and uses that one
+  reading both ways (:class:`~delayq.durable.message.Now`): a time it *computes* as
+  now plus a positive duration (``delay_ms`` of put/nack/reschedule, the lease
+  expiry ``now + lease_ms`` of reserve/extend) starts from the **ceiling** of now
+  in ms, while every *check* ("is it due": ``due_at <= now``; "has the lease
+  expired": ``lease_until <= now``; the lag) and "due now" itself (no delay or a
+  delay of 0, a past ``at_ms``, retry_dead) use the **floor**. A message put at
+  1000.3 ms with ``delay=0.005`` is due at 1006 and reserved at 1006.0 at the
+  earliest (never at 1005.x); one put at 1000.3 without a delay is due at 1000, so
+  a reserve right after the put finds it; a lease never ends before ``lease_ms``.
 * **Order.** Among due messages, earliest ``due_at`` first; among equal due times,
   the order of their ``seq``, an increasing sequence given on every put, nack,
   reschedule and retry_dead: that is, put order. A lease expiry keeps the
   message's ``seq`` (:func:`~delayq.durable.message.settle`).
 * **Lease fencing.** ``reserve`` counts an attempt and gives each message a new,
-  unique lease token, valid until ``lease_until``. ``ack``/``nack``/``extend``
-  succeed only while that token holds an unexpired lease; otherwise (expired,
-  reserved again, acked, cancelled, purged, dead) they raise
-  :class:`~delayq.LeaseLost` and change nothing.
+  unique lease token, valid until ``lease_until``. ``ack``/``nack``/``extend``/
+  ``release`` succeed only while that token holds an unexpired lease; otherwise
+  (expired, reserved again, acked, nacked, released, cancelled, purged, dead) they
+  raise :class:`~delayq.LeaseLost` and change nothing.
 * **Lease expiry.** An expired lease makes the message scheduled again, due at its
   ``lease_until`` and with the attempt counted, and ``last_error`` set to
   ``"lease expired"``; or dead once ``attempts`` has reached ``max_attempts``
@@ -36,7 +45,8 @@ never validates user input (the facade did); it must guarantee:
 * **Observed states.** Returned records carry the state at the server's now:
   ``READY`` for a scheduled message that is due (:func:`~delayq.durable.message.observe`).
 * **Waiting.** ``reserve(wait=...)`` sleeps until the earliest due time (or lease
-  expiry), or until a put/nack/reschedule/retry_dead makes something due earlier,
+  expiry), or until a put/nack/release/reschedule/retry_dead makes something due
+  earlier,
   or ``wait`` seconds pass; no busy polling. A put through the same backend object
   must wake a waiter at once. ``close()`` wakes every waiter of this backend
   object, which then raises :class:`~delayq.QueueClosed`.
@@ -89,7 +99,7 @@ class Backend(Protocol):
         """Claim up to ``limit`` due messages, earliest due first, FIFO among equals.
 
         Each claimed record comes back ``ACTIVE`` with ``attempts`` incremented, a new
-        unique ``lease`` token and ``lease_until = now + lease_ms``. Messages whose
+        unique ``lease`` token and ``lease_until = now + lease_ms`` (now's ceiling). Messages whose
         lease expired are due again (or dead) first. If nothing is due, block up to
         ``wait`` seconds (None: forever, 0: return at once) and claim as soon as
         something falls due; return ``[]`` when the wait ran out. ``limit >= 1``,
@@ -102,19 +112,43 @@ class Backend(Protocol):
         :class:`~delayq.LeaseLost` and change nothing."""
         ...
 
-    def nack(self, queue: str, id: str, token: str, *, delay_ms: int, error: str | None) -> State:
+    def nack(
+        self,
+        queue: str,
+        id: str,
+        token: str,
+        *,
+        delay_ms: int,
+        error: str | None,
+        dead: bool = False,
+    ) -> State:
         """Give the message back if ``token`` holds its unexpired lease, else raise
-        :class:`~delayq.LeaseLost`.
+        :class:`~delayq.LeaseLost` and change nothing.
 
-        With ``attempts < max_attempts`` it becomes ``SCHEDULED``, due ``delay_ms``
-        after now (a new ``seq``); otherwise ``DEAD``. Either way ``last_error =
-        error`` and the lease is dropped. Returns the new state.
+        With ``dead`` it becomes ``DEAD`` at once, whatever its attempts. Otherwise,
+        with ``attempts < max_attempts`` it becomes ``SCHEDULED``, due at
+        ``resolve_due(delay_ms, None, now)``; else ``DEAD`` (due time kept). Either
+        way a new ``seq``, ``last_error = error`` and the lease is dropped
+        (:func:`~delayq.durable.message.apply_nack`). Returns the new state; a
+        ``SCHEDULED`` one wakes waiting consumers.
+        """
+        ...
+
+    def release(self, queue: str, id: str, token: str) -> None:
+        """Give the message back *without* charging its attempt, if ``token`` holds
+        its unexpired lease; else raise :class:`~delayq.LeaseLost` and change nothing.
+
+        It becomes ``SCHEDULED`` with ``attempts - 1`` and no lease; ``due_at``,
+        ``seq`` and ``last_error`` are unchanged, so it keeps its place: it is the
+        record as it was before its claim
+        (:func:`~delayq.durable.message.apply_release`). Waiting consumers are woken.
         """
         ...
 
     def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
-        """Renew a held lease to expire at ``now + lease_ms``; return that epoch ms.
-        A stale token raises :class:`~delayq.LeaseLost` and changes nothing."""
+        """Renew a held lease to expire at ``now + lease_ms`` (now's ceiling); return
+        that epoch ms. A stale token raises :class:`~delayq.LeaseLost` and changes
+        nothing."""
         ...
 
     def cancel(self, queue: str, id: str) -> bool:
@@ -146,7 +180,7 @@ class Backend(Protocol):
 
     def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
         """Make dead messages (all of them when ``ids`` is None, else those of
-        ``ids`` that are dead) scheduled, due now, ``attempts=0``, a new ``seq``;
+        ``ids`` that are dead) scheduled, due now (the floor), ``attempts=0``, a new ``seq``;
         ``last_error`` is kept. Return how many were revived."""
         ...
 
@@ -184,9 +218,20 @@ class AsyncBackend(Protocol):
         ...
 
     async def nack(
-        self, queue: str, id: str, token: str, *, delay_ms: int, error: str | None
+        self,
+        queue: str,
+        id: str,
+        token: str,
+        *,
+        delay_ms: int,
+        error: str | None,
+        dead: bool = False,
     ) -> State:
         """See :meth:`Backend.nack`."""
+        ...
+
+    async def release(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.release`."""
         ...
 
     async def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:

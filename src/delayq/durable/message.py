@@ -9,9 +9,17 @@ Two shapes of a message live here:
   token only when it came from ``reserve``.
 
 The ``apply_*`` functions are the contract's state machine, written once. Each takes
-a stored record and ``now_ms`` (the backend's clock, never the client's), does no
-I/O, and returns the record to store (or raises and changes nothing). The memory
+a stored record and the backend's :class:`Now` (its clock, never the client's), does
+no I/O, and returns the record to store (or raises and changes nothing). The memory
 backend calls them directly; SQL statements and Lua scripts mirror them line by line.
+
+Two readings of one instant, so that nothing is ever early: a time *computed* from
+the clock as now plus a positive duration (a due time from ``delay_ms``, a lease
+expiry) starts from :attr:`Now.ceil`, so it is never reached before the duration has
+really passed; every *check* against the clock (is it due, has the lease expired,
+the lag) and "now" itself (due now, a past ``at_ms``) use :attr:`Now.floor`. The
+observers (:func:`settle`, :func:`is_due`, :func:`observe`, ...) only check, so they
+take ``now_ms``, the floor.
 
 Stored states are ``SCHEDULED``, ``ACTIVE`` and ``DEAD``. ``READY`` is never stored: it
 is a scheduled message whose due time has passed (:func:`observe`). An ``ACTIVE``
@@ -23,15 +31,17 @@ starts from a settled record.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from .._constants import LEASE_EXPIRED_ERROR
 from ..errors import DuplicateId, LeaseLost
 
 __all__ = [
     "Message",
+    "Now",
     "OnConflict",
     "PutRequest",
     "Record",
@@ -41,6 +51,7 @@ __all__ = [
     "apply_extend",
     "apply_nack",
     "apply_put",
+    "apply_release",
     "apply_reschedule",
     "apply_reserve",
     "apply_retry_dead",
@@ -161,18 +172,42 @@ class Record:
     lease_until: int | None = None
 
 
+class Now(NamedTuple):
+    """The backend's clock read once, in epoch milliseconds, rounded both ways.
+
+    ``floor`` is for checks ("is it due", "has the lease expired", the lag) and for
+    "now" itself; ``ceil`` (``floor`` or ``floor + 1``) is where a computed time
+    starts (``ceil + delay_ms``, ``ceil + lease_ms``), so it is never early.
+    """
+
+    floor: int
+    ceil: int
+
+    @classmethod
+    def of_seconds(cls, seconds: float) -> Now:
+        """The pair for a clock reading in epoch seconds (e.g. ``time.time()``)."""
+        ms = seconds * 1000.0
+        floor = math.floor(ms)
+        return cls(floor, floor + 1 if ms > floor else floor)
+
+
 # -- helpers -----------------------------------------------------------------------
 
 
-def resolve_due(delay_ms: int | None, at_ms: int | None, now_ms: int) -> int:
-    """The due time for ``delay_ms`` or ``at_ms`` at ``now_ms``; never before now."""
+def resolve_due(delay_ms: int | None, at_ms: int | None, now: Now) -> int:
+    """The due time for ``delay_ms`` or ``at_ms`` at ``now``; never before now.
+
+    A positive delay counts from ``now.ceil`` (never early); no delay, a delay <= 0
+    and a past ``at_ms`` mean due now, ``now.floor`` (so a message put without a
+    delay can be reserved at once, in the same millisecond).
+    """
     if at_ms is not None:
         due = at_ms
-    elif delay_ms is not None:
-        due = now_ms + delay_ms
+    elif delay_ms is not None and delay_ms > 0:
+        due = now.ceil + delay_ms
     else:
-        return now_ms
-    return due if due > now_ms else now_ms
+        return now.floor
+    return due if due > now.floor else now.floor
 
 
 def settle(record: Record, now_ms: int) -> Record:
@@ -227,7 +262,7 @@ def matches_state(record: Record, state: State | None, now_ms: int) -> bool:
 # -- transitions -------------------------------------------------------------------
 
 
-def apply_put(existing: Record | None, request: PutRequest, now_ms: int, seq: int) -> Record | None:
+def apply_put(existing: Record | None, request: PutRequest, now: Now, seq: int) -> Record | None:
     """Store ``request`` over ``existing`` (the record with its id, if any).
 
     Returns the record to store, or None when nothing changes (``ignore`` of an
@@ -235,7 +270,7 @@ def apply_put(existing: Record | None, request: PutRequest, now_ms: int, seq: in
     raise :class:`DuplicateId`. A replaced message starts afresh (attempts 0).
     """
     if existing is not None:
-        existing = settle(existing, now_ms)
+        existing = settle(existing, now.floor)
         if request.on_conflict == "ignore":
             return None
         if request.on_conflict == "error":
@@ -246,7 +281,7 @@ def apply_put(existing: Record | None, request: PutRequest, now_ms: int, seq: in
         id=request.id,
         payload=request.payload,
         encoding=request.encoding,
-        due_at=resolve_due(request.delay_ms, request.at_ms, now_ms),
+        due_at=resolve_due(request.delay_ms, request.at_ms, now),
         seq=seq,
         attempts=0,
         max_attempts=request.max_attempts,
@@ -255,15 +290,16 @@ def apply_put(existing: Record | None, request: PutRequest, now_ms: int, seq: in
     )
 
 
-def apply_reserve(record: Record, now_ms: int, lease_ms: int, token: str) -> Record:
-    """Claim a due record: ``ACTIVE`` under ``token`` until ``now_ms + lease_ms``, with
-    one more attempt counted. The caller has checked :func:`is_due`."""
+def apply_reserve(record: Record, now: Now, lease_ms: int, token: str) -> Record:
+    """Claim a due record: ``ACTIVE`` under ``token`` until ``now.ceil + lease_ms`` (a
+    lease never ends before ``lease_ms`` has passed), with one more attempt counted.
+    The caller has checked :func:`is_due` at ``now.floor``."""
     return replace(
         record,
         state=State.ACTIVE,
         attempts=record.attempts + 1,
         lease=token,
-        lease_until=now_ms + lease_ms,
+        lease_until=now.ceil + lease_ms,
     )
 
 
@@ -276,31 +312,33 @@ def _held(record: Record | None, token: str, now_ms: int) -> Record:
     raise LeaseLost("the lease expired or the message was reserved, acked or removed since")
 
 
-def apply_ack(record: Record | None, token: str, now_ms: int) -> None:
+def apply_ack(record: Record | None, token: str, now: Now) -> None:
     """Check that ``token`` holds the lease; the caller then deletes the record."""
-    _held(record, token, now_ms)
+    _held(record, token, now.floor)
 
 
 def apply_nack(
     record: Record | None,
     token: str,
-    now_ms: int,
+    now: Now,
     *,
     delay_ms: int,
     error: str | None,
     seq: int,
+    dead: bool = False,
 ) -> Record:
-    """Give a held message back: scheduled in ``delay_ms``, or dead once ``attempts``
-    has reached ``max_attempts``; ``error`` becomes its ``last_error``."""
-    held = _held(record, token, now_ms)
-    if held.attempts >= held.max_attempts:
+    """Give a held message back: scheduled in ``delay_ms``, or dead when ``dead`` or
+    once ``attempts`` has reached ``max_attempts`` (due time kept); ``error`` becomes
+    its ``last_error``. Either way a new ``seq`` and the lease dropped."""
+    held = _held(record, token, now.floor)
+    if dead or held.attempts >= held.max_attempts:
         return replace(
             held, state=State.DEAD, lease=None, lease_until=None, last_error=error, seq=seq
         )
     return replace(
         held,
         state=State.SCHEDULED,
-        due_at=resolve_due(delay_ms, None, now_ms),
+        due_at=resolve_due(delay_ms, None, now),
         seq=seq,
         lease=None,
         lease_until=None,
@@ -308,37 +346,48 @@ def apply_nack(
     )
 
 
-def apply_extend(record: Record | None, token: str, now_ms: int, lease_ms: int) -> Record:
-    """Renew a held lease: it now expires at ``now_ms + lease_ms``."""
-    held = _held(record, token, now_ms)
-    return replace(held, lease_until=now_ms + lease_ms)
+def apply_release(record: Record | None, token: str, now: Now) -> Record:
+    """Give a held message back without charging the attempt: scheduled again with
+    ``attempts - 1`` and the lease dropped; ``due_at``, ``seq`` and ``last_error``
+    unchanged, so it keeps its place (exactly the record before its claim)."""
+    held = _held(record, token, now.floor)
+    return replace(
+        held, state=State.SCHEDULED, attempts=held.attempts - 1, lease=None, lease_until=None
+    )
 
 
-def can_cancel(record: Record | None, now_ms: int) -> bool:
+def apply_extend(record: Record | None, token: str, now: Now, lease_ms: int) -> Record:
+    """Renew a held lease: it now expires at ``now.ceil + lease_ms``."""
+    held = _held(record, token, now.floor)
+    return replace(held, lease_until=now.ceil + lease_ms)
+
+
+def can_cancel(record: Record | None, now: Now) -> bool:
     """True when the record exists and is not in flight (the caller then deletes it)."""
-    return record is not None and settle(record, now_ms).state is not State.ACTIVE
+    return record is not None and settle(record, now.floor).state is not State.ACTIVE
 
 
-def apply_reschedule(record: Record | None, now_ms: int, due_at: int, seq: int) -> Record | None:
-    """Move a scheduled or ready message to ``due_at`` (behind messages already due
-    then); None when it is unknown, in flight or dead."""
+def apply_reschedule(record: Record | None, now: Now, due_at: int, seq: int) -> Record | None:
+    """Move a scheduled or ready message to ``due_at`` (from :func:`resolve_due`;
+    never before ``now.floor``), behind messages already due then; None when it is
+    unknown, in flight or dead."""
     if record is None:
         return None
-    record = settle(record, now_ms)
+    record = settle(record, now.floor)
     if record.state is not State.SCHEDULED:
         return None
-    return replace(record, due_at=max(due_at, now_ms), seq=seq)
+    return replace(record, due_at=max(due_at, now.floor), seq=seq)
 
 
-def apply_retry_dead(record: Record | None, now_ms: int, seq: int) -> Record | None:
-    """Make a dead message ready now with ``attempts`` reset to 0 (``last_error``
-    kept); None when the record is not dead."""
+def apply_retry_dead(record: Record | None, now: Now, seq: int) -> Record | None:
+    """Make a dead message ready now (``now.floor``) with ``attempts`` reset to 0
+    (``last_error`` kept); None when the record is not dead."""
     if record is None:
         return None
-    record = settle(record, now_ms)
+    record = settle(record, now.floor)
     if record.state is not State.DEAD:
         return None
-    return replace(record, state=State.SCHEDULED, due_at=now_ms, seq=seq, attempts=0)
+    return replace(record, state=State.SCHEDULED, due_at=now.floor, seq=seq, attempts=0)
 
 
 def compute_stats(records: Iterable[Record], now_ms: int) -> Stats:

@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import Any
 
 from .._constants import DEFAULT_DEAD_LIMIT, DEFAULT_LEASE, DEFAULT_MAX_PAYLOAD, DEFAULT_QUEUE_NAME
-from ._facade import QueueBase, check_identifier, check_seconds, due_arguments, error_text, to_ms
+from ._facade import QueueBase, check_identifier, check_seconds, due_arguments, to_ms
 from .backend import AsyncBackend, Backend
 from .message import Message, OnConflict, State, Stats
 from .registry import open_async_backend, open_backend
@@ -114,17 +114,30 @@ class Queue(QueueBase):
         id, token = self._held(msg)
         self._backend.ack(self._name, id, token)
 
-    def nack(self, msg: Message, *, delay: Any = None, error: Any = None) -> State:
+    def nack(
+        self, msg: Message, *, delay: Any = None, error: Any = None, dead: bool = False
+    ) -> State:
         """``msg`` failed: retry it after ``delay`` (default: the retry policy's backoff),
-        or make it dead once it has had ``max_attempts``. ``error`` (a str or an
+        or make it dead once it has had ``max_attempts``; with ``dead=True`` (and no
+        ``delay``) make it dead at once, whatever its attempts. ``error`` (a str or an
         exception) is kept as its ``last_error``. Returns its new state
         (SCHEDULED or DEAD); :class:`~delayq.LeaseLost` if the lease is no longer held.
         """
         self._check_open()
         id, token = self._held(msg)
-        delay_ms = self._nack_delay(msg, delay)
-        text = error_text(error)
-        return self._backend.nack(self._name, id, token, delay_ms=delay_ms, error=text)
+        delay_ms, text, to_dead = self._nack_arguments(msg, delay, error, dead)
+        return self._backend.nack(
+            self._name, id, token, delay_ms=delay_ms, error=text, dead=to_dead
+        )
+
+    def release(self, msg: Message) -> None:
+        """Give ``msg`` back without charging the attempt (e.g. a consumer shutting
+        down): it is due again where it was, before messages put after it, with
+        ``attempts`` as before its reserve. :class:`~delayq.LeaseLost` if the lease is
+        no longer held (nothing changes then)."""
+        self._check_open()
+        id, token = self._held(msg)
+        self._backend.release(self._name, id, token)
 
     def extend(self, msg: Message, lease: Any = DEFAULT_LEASE) -> int:
         """Renew ``msg``'s lease to ``lease`` seconds from now; return the new expiry
@@ -270,13 +283,22 @@ class AsyncQueue(QueueBase):
         id, token = self._held(msg)
         await self._backend.ack(self._name, id, token)
 
-    async def nack(self, msg: Message, *, delay: Any = None, error: Any = None) -> State:
+    async def nack(
+        self, msg: Message, *, delay: Any = None, error: Any = None, dead: bool = False
+    ) -> State:
         """See :meth:`Queue.nack`."""
         self._check_open()
         id, token = self._held(msg)
-        delay_ms = self._nack_delay(msg, delay)
-        text = error_text(error)
-        return await self._backend.nack(self._name, id, token, delay_ms=delay_ms, error=text)
+        delay_ms, text, to_dead = self._nack_arguments(msg, delay, error, dead)
+        return await self._backend.nack(
+            self._name, id, token, delay_ms=delay_ms, error=text, dead=to_dead
+        )
+
+    async def release(self, msg: Message) -> None:
+        """See :meth:`Queue.release`."""
+        self._check_open()
+        id, token = self._held(msg)
+        await self._backend.release(self._name, id, token)
 
     async def extend(self, msg: Message, lease: Any = DEFAULT_LEASE) -> int:
         """See :meth:`Queue.extend`."""

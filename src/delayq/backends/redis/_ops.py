@@ -67,6 +67,11 @@ def _nacked(reply: Any) -> State:
     return state
 
 
+def _released(reply: Any) -> None:
+    if int(reply) != 1:
+        raise _lost()
+
+
 def _extended(reply: Any) -> int:
     if not int(reply):
         raise _lost()
@@ -120,8 +125,13 @@ class Operations:
         token = secrets.token_hex(12) + "."
         return Call("reserve", self.keys(queue), [limit, lease_ms, token], decode_claim)
 
-    def release(self, queue: str, records: Sequence[Record]) -> Call[int]:
-        """``release.lua``: give back what a cancelled reserve claimed."""
+    def release(self, queue: str, id: str, token: str) -> Call[None]:
+        """``release.lua`` for one held message; :class:`LeaseLost` unless released."""
+        return Call("release", self.keys(queue), [pack_id(id), token], _released)
+
+    def unclaim(self, queue: str, records: Sequence[Record]) -> Call[int]:
+        """``release.lua`` for what a cancelled reserve claimed (nobody received it):
+        how many were still held, and given back."""
         args: list[Any] = []
         for record in records:
             args += (pack_id(record.id), record.lease or "")
@@ -132,10 +142,11 @@ class Operations:
         return Call("ack", self.keys(queue), [pack_id(id), token], _acked)
 
     def nack(
-        self, queue: str, id: str, token: str, delay_ms: int, error: str | None
+        self, queue: str, id: str, token: str, delay_ms: int, error: str | None, *, dead: bool
     ) -> Call[State]:
         """``nack.lua``."""
-        return Call("nack", self.keys(queue), nack_args(id, token, delay_ms, error), _nacked)
+        args = nack_args(id, token, delay_ms, error, dead)
+        return Call("nack", self.keys(queue), args, _nacked)
 
     def extend(self, queue: str, id: str, token: str, lease_ms: int) -> Call[int]:
         """``extend.lua``."""

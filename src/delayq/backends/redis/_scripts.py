@@ -134,9 +134,10 @@ def raise_put_status(reply: Sequence[Any]) -> None:
         raise DuplicateId(f"message {unpack_id(reply[1])!r} is in flight: it cannot be replaced")
 
 
-def nack_args(id: str, token: str, delay_ms: int, error: str | None) -> list[Any]:
+def nack_args(id: str, token: str, delay_ms: int, error: str | None, dead: bool) -> list[Any]:
     """ARGV of ``nack.lua``."""
-    return [pack_id(id), token, delay_ms, b"0" if error is None else b"1", error or ""]
+    has_error = b"0" if error is None else b"1"
+    return [pack_id(id), token, delay_ms, has_error, error or "", b"1" if dead else b"0"]
 
 
 def nack_state(reply: Any) -> State | None:

@@ -108,6 +108,13 @@ def _expired(give_up: float | None) -> bool:
     return give_up is not None and time.monotonic() >= give_up
 
 
+def _cancel_requests() -> int:
+    """How many cancellations of the current task are pending (0 before Python 3.11)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return int(cancelling()) if cancelling is not None else 0
+
+
 class _Base:
     """What both faces hold: the settings, the operations, the listeners, the flag."""
 
@@ -222,11 +229,26 @@ class RedisBackend(_Base):
         """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
         self._run(self._ops.ack(queue, id, token))
 
-    def nack(self, queue: str, id: str, token: str, *, delay_ms: int, error: str | None) -> State:
+    def nack(
+        self,
+        queue: str,
+        id: str,
+        token: str,
+        *,
+        delay_ms: int,
+        error: str | None,
+        dead: bool = False,
+    ) -> State:
         """See :meth:`Backend.nack <delayq.durable.backend.Backend.nack>`."""
-        state = self._run(self._ops.nack(queue, id, token, delay_ms, error))
-        self._bump(queue)
+        state = self._run(self._ops.nack(queue, id, token, delay_ms, error, dead=dead))
+        if state is State.SCHEDULED:
+            self._bump(queue)
         return state
+
+    def release(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.release <delayq.durable.backend.Backend.release>`."""
+        self._run(self._ops.release(queue, id, token))
+        self._bump(queue)
 
     def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
         """See :meth:`Backend.extend <delayq.durable.backend.Backend.extend>`."""
@@ -287,7 +309,8 @@ class AsyncRedisBackend(_Base):
 
     Creating it does no I/O: it connects on first use, on the loop that uses it. A
     reserve cancelled while it waits claims nothing; one cancelled while its claim is
-    on the wire gives back what the claim took, as soon as the reply comes.
+    on the wire gives back what the claim took, as soon as the reply comes. Another
+    operation cancelled while on the wire may still take effect.
     """
 
     def __init__(self, url: str, **options: Any) -> None:
@@ -310,11 +333,17 @@ class AsyncRedisBackend(_Base):
 
     async def _run(self, call: Call[T]) -> T:
         self._check_open()
+        cancels = _cancel_requests()
         try:
             reply = await self._scripts[call.script](keys=call.keys, args=call.args)
         except CONNECTION_ERRORS:
             self._check_open()
             raise
+        if _cancel_requests() > cancels:
+            # redis-py sends with asyncio.wait_for, which before Python 3.12 returns the
+            # result and drops a cancel that comes as the send completes: the caller was
+            # cancelled, so say so (the script ran, as for any call cancelled in flight).
+            raise asyncio.CancelledError
         return call.decode(reply)
 
     def _listener(self, queue: str) -> AsyncListener:
@@ -348,21 +377,21 @@ class AsyncRedisBackend(_Base):
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
-            task.add_done_callback(lambda done: self._release_later(queue, done))
+            task.add_done_callback(lambda done: self._unclaim_later(queue, done))
             raise
 
-    def _release_later(self, queue: str, done: asyncio.Future[Claim]) -> None:
+    def _unclaim_later(self, queue: str, done: asyncio.Future[Claim]) -> None:
         if done.cancelled() or done.exception() is not None or not done.result().records:
             return
-        release = asyncio.ensure_future(self._release(queue, done.result().records))
-        self._background.add(release)
-        release.add_done_callback(self._background.discard)
+        unclaim = asyncio.ensure_future(self._unclaim(queue, done.result().records))
+        self._background.add(unclaim)
+        unclaim.add_done_callback(self._background.discard)
 
-    async def _release(self, queue: str, records: list[Record]) -> None:
+    async def _unclaim(self, queue: str, records: list[Record]) -> None:
+        """Give back what a cancelled claim took (``release.lua``), even while closing."""
+        call = self._ops.unclaim(queue, records)
         try:
-            await self._scripts["release"](
-                keys=self._ops.keys(queue), args=self._ops.release(queue, records).args
-            )
+            await self._scripts[call.script](keys=call.keys, args=call.args)
         except CONNECTION_ERRORS as exc:  # the leases will expire instead
             logger.warning("could not release %d claimed messages: %s", len(records), exc)
         self._bump(queue)
@@ -405,12 +434,25 @@ class AsyncRedisBackend(_Base):
         await self._run(self._ops.ack(queue, id, token))
 
     async def nack(
-        self, queue: str, id: str, token: str, *, delay_ms: int, error: str | None
+        self,
+        queue: str,
+        id: str,
+        token: str,
+        *,
+        delay_ms: int,
+        error: str | None,
+        dead: bool = False,
     ) -> State:
         """See :meth:`Backend.nack <delayq.durable.backend.Backend.nack>`."""
-        state = await self._run(self._ops.nack(queue, id, token, delay_ms, error))
-        self._bump(queue)
+        state = await self._run(self._ops.nack(queue, id, token, delay_ms, error, dead=dead))
+        if state is State.SCHEDULED:
+            self._bump(queue)
         return state
+
+    async def release(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.release <delayq.durable.backend.Backend.release>`."""
+        await self._run(self._ops.release(queue, id, token))
+        self._bump(queue)
 
     async def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
         """See :meth:`Backend.extend <delayq.durable.backend.Backend.extend>`."""

@@ -5,7 +5,9 @@
   and a process opens as many connections as it has concurrent callers.
 * **Writes are ``BEGIN IMMEDIATE``.** The write lock is taken before anything is
   read, so a transaction never has to upgrade a stale read snapshot (which SQLite
-  refuses with ``SQLITE_BUSY`` without waiting). "Now" is read once the lock is held.
+  refuses with ``SQLITE_BUSY`` without waiting). "Now" is read once the lock is held,
+  as a :class:`~delayq.durable.message.Now` (the floor and the ceiling in ms of one
+  ``time.time()`` reading).
 * **Busy is retried inside delayq.** SQLite's own busy handler waits up to
   ``busy_timeout`` for the lock; should it still report busy (or locked), the whole
   transaction is rolled back and retried after a jittered, growing pause, until
@@ -28,6 +30,7 @@ from importlib import resources
 from typing import TypeVar
 
 from ..._constants import SQLITE_WAL_AUTOCHECKPOINT
+from ...durable.message import Now
 from ...errors import QueueClosed
 from . import statements as sql
 
@@ -58,8 +61,8 @@ def is_busy(exc: sqlite3.Error) -> bool:
     return "locked" in text or "busy" in text
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000.0)
+def _now() -> Now:
+    return Now.of_seconds(time.time())
 
 
 class Pool:
@@ -72,10 +75,10 @@ class Pool:
         busy_timeout: float,
         busy_budget: float,
         synchronous: str,
-        now_ms: Callable[[], int] = _now_ms,
+        now: Callable[[], Now] = _now,
     ) -> None:
         self.path = path
-        self.now_ms = now_ms
+        self.now = now
         self._busy_timeout = busy_timeout
         self._busy_budget = busy_budget
         self._synchronous = synchronous
@@ -176,14 +179,14 @@ class Pool:
 
     # -- transactions ---------------------------------------------------------------
 
-    def write(self, work: Callable[[sqlite3.Connection, int], T]) -> T:
-        """Run ``work(conn, now_ms)`` in one ``BEGIN IMMEDIATE`` transaction and commit
+    def write(self, work: Callable[[sqlite3.Connection, Now], T]) -> T:
+        """Run ``work(conn, now)`` in one ``BEGIN IMMEDIATE`` transaction and commit
         it; roll back if it raises. Busy databases are retried (module docstring)."""
 
         def transaction(conn: sqlite3.Connection) -> T:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                result = work(conn, self.now_ms())
+                result = work(conn, self.now())
                 conn.execute("COMMIT")
             except BaseException:
                 _rollback(conn)
@@ -192,10 +195,10 @@ class Pool:
 
         return self.run(transaction)
 
-    def read(self, work: Callable[[sqlite3.Connection, int], T]) -> T:
-        """Run ``work(conn, now_ms)``, which must be one read-only statement (its own
+    def read(self, work: Callable[[sqlite3.Connection, Now], T]) -> T:
+        """Run ``work(conn, now)``, which must be one read-only statement (its own
         consistent snapshot), with busy retries."""
-        return self.run(lambda conn: work(conn, self.now_ms()))
+        return self.run(lambda conn: work(conn, self.now()))
 
     def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work`` on a borrowed connection, retrying while the database is busy."""

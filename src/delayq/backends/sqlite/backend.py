@@ -24,7 +24,8 @@ it writes) of the statements in :mod:`.statements`, each the mirror of a pure
 transition of :mod:`delayq.durable.message`; a claim is one ``UPDATE ... RETURNING``
 over the partial index ``(queue, due_at, seq)``, right after the lease expiries of
 that queue are settled in the same transaction. "Now" is this machine's wall clock
-in epoch ms (the processes sharing a file share that clock); ``seq`` comes from a
+in epoch ms, read once per transaction as its floor and ceiling (the processes
+sharing a file share that clock); ``seq`` comes from a
 counter row bumped in the writing transaction, so it increases across processes.
 Connections: :mod:`._connection`; waiting: :mod:`._wakeup`; URLs: :mod:`._url`.
 """
@@ -44,7 +45,7 @@ from ..._constants import (
     SQLITE_ASYNC_THREADS,
     SQLITE_BUSY_HANDLER_TIMEOUT,
 )
-from ...durable.message import PutRequest, Record, State, Stats, observe, resolve_due
+from ...durable.message import Now, PutRequest, Record, State, Stats, observe, resolve_due
 from ...errors import DuplicateId, LeaseLost, QueueClosed
 from . import statements as sql
 from ._connection import Pool
@@ -96,8 +97,8 @@ def _next_event(conn: sqlite3.Connection, queue: str) -> int | None:
     return min(events) if events else None
 
 
-def _settle(conn: sqlite3.Connection, queue: str, now: int) -> None:
-    conn.execute(sql.SETTLE, {"queue": queue, "now": now, "expired": LEASE_EXPIRED_ERROR})
+def _settle(conn: sqlite3.Connection, queue: str, now: Now) -> None:
+    conn.execute(sql.SETTLE, {"queue": queue, "now": now.floor, "expired": LEASE_EXPIRED_ERROR})
 
 
 def _next_seq(conn: sqlite3.Connection, count: int) -> int:
@@ -150,7 +151,7 @@ class _Core:
         """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
         self.check_open()
 
-        def work(conn: sqlite3.Connection, now: int) -> list[str]:
+        def work(conn: sqlite3.Connection, now: Now) -> list[str]:
             seq = _next_seq(conn, len(requests))
             ignored: list[tuple[Any, ...]] = []  # a run of "ignore" rows, inserted at once
             for request in requests:
@@ -176,7 +177,7 @@ class _Core:
                         conn.execute(sql.INSERT, row)
                     except sqlite3.IntegrityError:
                         raise DuplicateId(f"a message with id {request.id!r} exists") from None
-                elif not conn.execute(sql.REPLACE, (*row, now)).fetchall():
+                elif not conn.execute(sql.REPLACE, (*row, now.floor)).fetchall():
                     raise DuplicateId(f"message {request.id!r} is in flight: it cannot be replaced")
             if ignored:
                 conn.executemany(sql.INSERT_IGNORE, ignored)
@@ -196,12 +197,18 @@ class _Core:
         self.check_open()
         if peek:
             next_ms, now = self.pool.read(lambda conn, now: (_next_event(conn, queue), now))
-            if next_ms is None or next_ms > now:
+            if next_ms is None or next_ms > now.floor:
                 return [], next_ms
 
-        def work(conn: sqlite3.Connection, now: int) -> tuple[list[Record], int | None]:
+        def work(conn: sqlite3.Connection, now: Now) -> tuple[list[Record], int | None]:
             _settle(conn, queue, now)
-            params = {"queue": queue, "now": now, "lease_ms": lease_ms, "limit": limit}
+            params = {
+                "queue": queue,
+                "now": now.floor,
+                "ceil": now.ceil,
+                "lease_ms": lease_ms,
+                "limit": limit,
+            }
             rows = conn.execute(sql.CLAIM, params).fetchall()
             if not rows:
                 return [], _next_event(conn, queue)
@@ -211,12 +218,28 @@ class _Core:
 
         return self.pool.write(work)
 
-    def release(self, queue: str, records: Sequence[Record]) -> None:
-        """Undo the claim of ``records`` (nobody received them): each goes back to
-        exactly what it was before, if its lease is still the claim's."""
+    def release(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.release <delayq.durable.backend.Backend.release>`."""
+        self.check_open()
 
-        def work(conn: sqlite3.Connection, now: int) -> None:
-            conn.executemany(sql.RELEASE, [(queue, r.id, r.lease) for r in records])
+        def work(conn: sqlite3.Connection, now: Now) -> None:
+            params = {"queue": queue, "id": id, "token": token, "now": now.floor}
+            if conn.execute(sql.RELEASE, params).rowcount != 1:
+                raise LeaseLost(_LEASE_LOST)
+
+        self.pool.write(work)
+        self.wake.bump()
+
+    def unclaim(self, queue: str, records: Sequence[Record]) -> None:
+        """Give back what a cancelled reserve claimed (nobody received it): the same
+        RELEASE as :meth:`release`, for each record whose lease the claim still
+        holds, unexpired (an expired one was settled as any expiry is)."""
+
+        def work(conn: sqlite3.Connection, now: Now) -> None:
+            conn.executemany(
+                sql.RELEASE,
+                [{"queue": queue, "id": r.id, "token": r.lease, "now": now.floor} for r in records],
+            )
 
         if not self.pool.closed:
             self.pool.write(work)
@@ -226,23 +249,26 @@ class _Core:
         """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
         self.check_open()
 
-        def work(conn: sqlite3.Connection, now: int) -> None:
-            if conn.execute(sql.ACK, (queue, id, token, now)).rowcount != 1:
+        def work(conn: sqlite3.Connection, now: Now) -> None:
+            if conn.execute(sql.ACK, (queue, id, token, now.floor)).rowcount != 1:
                 raise LeaseLost(_LEASE_LOST)
 
         self.pool.write(work)
 
-    def nack(self, queue: str, id: str, token: str, delay_ms: int, error: str | None) -> State:
+    def nack(
+        self, queue: str, id: str, token: str, delay_ms: int, error: str | None, *, dead: bool
+    ) -> State:
         """See :meth:`Backend.nack <delayq.durable.backend.Backend.nack>`."""
         self.check_open()
 
-        def work(conn: sqlite3.Connection, now: int) -> State:
+        def work(conn: sqlite3.Connection, now: Now) -> State:
             params = {
                 "queue": queue,
                 "id": id,
                 "token": token,
-                "now": now,
-                "delay_ms": delay_ms,
+                "now": now.floor,
+                "due_at": resolve_due(delay_ms, None, now),
+                "dead": int(dead),
                 "error": error,
                 "seq": _next_seq(conn, 1),
             }
@@ -260,8 +286,15 @@ class _Core:
         """See :meth:`Backend.extend <delayq.durable.backend.Backend.extend>`."""
         self.check_open()
 
-        def work(conn: sqlite3.Connection, now: int) -> int:
-            params = {"queue": queue, "id": id, "token": token, "now": now, "lease_ms": lease_ms}
+        def work(conn: sqlite3.Connection, now: Now) -> int:
+            params = {
+                "queue": queue,
+                "id": id,
+                "token": token,
+                "now": now.floor,
+                "ceil": now.ceil,
+                "lease_ms": lease_ms,
+            }
             rows = conn.execute(sql.EXTEND, params).fetchall()
             if not rows:
                 raise LeaseLost(_LEASE_LOST)
@@ -273,19 +306,19 @@ class _Core:
         """See :meth:`Backend.cancel <delayq.durable.backend.Backend.cancel>`."""
         self.check_open()
         return self.pool.write(
-            lambda conn, now: conn.execute(sql.CANCEL, (queue, id, now)).rowcount == 1
+            lambda conn, now: conn.execute(sql.CANCEL, (queue, id, now.floor)).rowcount == 1
         )
 
     def reschedule(self, queue: str, id: str, delay_ms: int | None, at_ms: int | None) -> bool:
         """See :meth:`Backend.reschedule <delayq.durable.backend.Backend.reschedule>`."""
         self.check_open()
 
-        def work(conn: sqlite3.Connection, now: int) -> bool:
+        def work(conn: sqlite3.Connection, now: Now) -> bool:
             _settle(conn, queue, now)
             params = {
                 "queue": queue,
                 "id": id,
-                "now": now,
+                "now": now.floor,
                 "due_at": resolve_due(delay_ms, at_ms, now),
                 "seq": _next_seq(conn, 1),
             }
@@ -300,9 +333,9 @@ class _Core:
         """See :meth:`Backend.get <delayq.durable.backend.Backend.get>`."""
         self.check_open()
 
-        def work(conn: sqlite3.Connection, now: int) -> Record | None:
+        def work(conn: sqlite3.Connection, now: Now) -> Record | None:
             rows = conn.execute(sql.GET, (queue, id)).fetchall()
-            return observe(_record(rows[0]), now, with_lease=False) if rows else None
+            return observe(_record(rows[0]), now.floor, with_lease=False) if rows else None
 
         return self.pool.read(work)
 
@@ -310,8 +343,8 @@ class _Core:
         """See :meth:`Backend.stats <delayq.durable.backend.Backend.stats>`."""
         self.check_open()
 
-        def work(conn: sqlite3.Connection, now: int) -> Stats:
-            row = conn.execute(sql.STATS, {"queue": queue, "now": now}).fetchall()[0]
+        def work(conn: sqlite3.Connection, now: Now) -> Stats:
+            row = conn.execute(sql.STATS, {"queue": queue, "now": now.floor}).fetchall()[0]
             scheduled, ready, active, dead, next_due, oldest_ready = row
             return Stats(
                 scheduled=scheduled,
@@ -319,7 +352,7 @@ class _Core:
                 active=active,
                 dead=dead,
                 next_due_at=next_due,
-                lag=0.0 if oldest_ready is None else max(0, now - oldest_ready) / 1000.0,
+                lag=0.0 if oldest_ready is None else max(0, now.floor - oldest_ready) / 1000.0,
             )
 
         return self.pool.read(work)
@@ -328,10 +361,10 @@ class _Core:
         """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
         self.check_open()
 
-        def work(conn: sqlite3.Connection, now: int) -> list[Record]:
-            params = {"queue": queue, "now": now, "limit": limit}
+        def work(conn: sqlite3.Connection, now: Now) -> list[Record]:
+            params = {"queue": queue, "now": now.floor, "limit": limit}
             rows = conn.execute(sql.DEAD, params).fetchall()
-            return [observe(_record(row), now, with_lease=False) for row in rows]
+            return [observe(_record(row), now.floor, with_lease=False) for row in rows]
 
         return self.pool.read(work)
 
@@ -339,7 +372,7 @@ class _Core:
         """See :meth:`Backend.retry_dead <delayq.durable.backend.Backend.retry_dead>`."""
         self.check_open()
 
-        def work(conn: sqlite3.Connection, now: int) -> int:
+        def work(conn: sqlite3.Connection, now: Now) -> int:
             _settle(conn, queue, now)
             if ids is None:
                 rowids = [row[0] for row in conn.execute(sql.DEAD_ROWIDS_ALL, (queue,))]
@@ -351,7 +384,7 @@ class _Core:
                 ]
             if rowids:
                 seq = _next_seq(conn, len(rowids))
-                rows = [(now, seq + i, rowid) for i, rowid in enumerate(rowids)]
+                rows = [(now.floor, seq + i, rowid) for i, rowid in enumerate(rowids)]
                 conn.executemany(sql.RETRY_DEAD, rows)
             return len(rowids)
 
@@ -365,9 +398,9 @@ class _Core:
         self.check_open()
         statement = sql.PURGE[None if state is None else state.value]
 
-        def work(conn: sqlite3.Connection, now: int) -> int:
+        def work(conn: sqlite3.Connection, now: Now) -> int:
             _settle(conn, queue, now)
-            return conn.execute(statement, {"queue": queue, "now": now}).rowcount
+            return conn.execute(statement, {"queue": queue, "now": now.floor}).rowcount
 
         return self.pool.write(work)
 
@@ -414,9 +447,22 @@ class SQLiteBackend:
         """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
         self._core.ack(queue, id, token)
 
-    def nack(self, queue: str, id: str, token: str, *, delay_ms: int, error: str | None) -> State:
+    def nack(
+        self,
+        queue: str,
+        id: str,
+        token: str,
+        *,
+        delay_ms: int,
+        error: str | None,
+        dead: bool = False,
+    ) -> State:
         """See :meth:`Backend.nack <delayq.durable.backend.Backend.nack>`."""
-        return self._core.nack(queue, id, token, delay_ms, error)
+        return self._core.nack(queue, id, token, delay_ms, error, dead=dead)
+
+    def release(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.release <delayq.durable.backend.Backend.release>`."""
+        self._core.release(queue, id, token)
 
     def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
         """See :meth:`Backend.extend <delayq.durable.backend.Backend.extend>`."""
@@ -479,9 +525,9 @@ class AsyncSQLiteBackend:
         """The absolute path of the database file."""
         return self._core.pool.path
 
-    async def _call(self, function: Callable[..., T], *args: Any) -> T:
+    async def _call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         self._core.check_open()
-        return await asyncio.wrap_future(self._executor.submit(function, *args))
+        return await asyncio.wrap_future(self._executor.submit(function, *args, **kwargs))
 
     async def _claim(
         self, queue: str, limit: int, lease_ms: int, peek: bool
@@ -490,19 +536,19 @@ class AsyncSQLiteBackend:
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
-            future.add_done_callback(lambda done: self._release(queue, done))
+            future.add_done_callback(lambda done: self._unclaim(queue, done))
             raise
 
-    def _release(self, queue: str, done: Future[tuple[list[Record], int | None]]) -> None:
+    def _unclaim(self, queue: str, done: Future[tuple[list[Record], int | None]]) -> None:
         """After a cancelled claim finished anyway: give back what it claimed."""
         if done.cancelled() or done.exception() is not None:
             return
         records = done.result()[0]
         if records:
             try:
-                self._executor.submit(self._core.release, queue, records)
-            except RuntimeError:  # the executor is shut down: release here
-                self._core.release(queue, records)
+                self._executor.submit(self._core.unclaim, queue, records)
+            except RuntimeError:  # the executor is shut down: give them back here
+                self._core.unclaim(queue, records)
 
     async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
         """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
@@ -531,10 +577,21 @@ class AsyncSQLiteBackend:
         await self._call(self._core.ack, queue, id, token)
 
     async def nack(
-        self, queue: str, id: str, token: str, *, delay_ms: int, error: str | None
+        self,
+        queue: str,
+        id: str,
+        token: str,
+        *,
+        delay_ms: int,
+        error: str | None,
+        dead: bool = False,
     ) -> State:
         """See :meth:`Backend.nack <delayq.durable.backend.Backend.nack>`."""
-        return await self._call(self._core.nack, queue, id, token, delay_ms, error)
+        return await self._call(self._core.nack, queue, id, token, delay_ms, error, dead=dead)
+
+    async def release(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.release <delayq.durable.backend.Backend.release>`."""
+        await self._call(self._core.release, queue, id, token)
 
     async def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
         """See :meth:`Backend.extend <delayq.durable.backend.Backend.extend>`."""

@@ -3,7 +3,13 @@
 The state machine is written once, in :mod:`delayq.durable.message`; each statement
 below names the function it mirrors. Conventions shared by all of them:
 
-* ``:now`` is the backend's "now" in epoch ms, read once per transaction;
+* ``:now`` is the backend's "now" in epoch ms, *floored*, and ``:ceil`` the same
+  reading rounded *up* (:class:`~delayq.durable.message.Now`), both from one clock
+  reading per transaction: every check against the clock (``due_at <= :now``,
+  ``lease_until > :now``) and "due now" use ``:now``; a time computed as now plus a
+  positive duration starts from ``:ceil`` (a lease expiry here; a due time is
+  computed by :func:`~delayq.durable.message.resolve_due` and bound as ``:due_at``),
+  so nothing is ever early;
 * a row is *in flight* when ``state = 'active' AND lease_until > :now``; an active row
   whose lease has expired is, logically, already settled
   (:func:`~delayq.durable.message.settle`): scheduled again due at ``lease_until``, or
@@ -103,14 +109,15 @@ RETURNING 1
 # -- apply_reserve() ----------------------------------------------------------------
 
 #: apply_reserve() on up to ``:limit`` due messages, earliest due first, then by seq,
-#: each with a fresh random 128-bit lease token. Runs right after SETTLE, in the same
-#: transaction. RETURNING gives rows in no particular order: the caller sorts them.
+#: each with a fresh random 128-bit lease token until ``:ceil + :lease_ms``. Runs right
+#: after SETTLE, in the same transaction. RETURNING gives rows in no particular order:
+#: the caller sorts them.
 CLAIM = f"""
 UPDATE delayq_messages
 SET state = 'active',
     attempts = attempts + 1,
     lease = lower(hex(randomblob(16))),
-    lease_until = :now + :lease_ms
+    lease_until = :ceil + :lease_ms
 WHERE rowid IN (
     SELECT rowid FROM delayq_messages
     WHERE queue = :queue AND state = 'scheduled' AND due_at <= :now
@@ -127,14 +134,8 @@ SELECT
     (SELECT min(lease_until) FROM delayq_messages WHERE queue = :queue AND state = 'active')
 """
 
-#: Undo a claim nobody received (a cancelled async reserve): the exact row before it.
-RELEASE = """
-UPDATE delayq_messages
-SET state = 'scheduled', attempts = attempts - 1, lease = NULL, lease_until = NULL
-WHERE queue = ? AND id = ? AND state = 'active' AND lease = ?
-"""
-
-# -- apply_ack() / apply_nack() / apply_extend(): the token must hold the lease ------
+# -- apply_ack() / apply_nack() / apply_release() / apply_extend(): the token must hold
+# -- the unexpired lease -------------------------------------------------------------
 
 #: apply_ack(): delete the message if the token holds its unexpired lease.
 ACK = """
@@ -142,13 +143,13 @@ DELETE FROM delayq_messages
 WHERE queue = ? AND id = ? AND state = 'active' AND lease = ? AND lease_until > ?
 """
 
-#: apply_nack(): scheduled ``:delay_ms`` from now (never before now), or dead once out
-#: of attempts (due time kept); ``last_error`` set, a new seq, the lease dropped.
+#: apply_nack(): scheduled at ``:due_at`` (``resolve_due(delay_ms, None, now)``), or dead
+#: when ``:dead`` (1) or once out of attempts (due time kept); ``last_error`` set, a new
+#: seq, the lease dropped.
 NACK = """
 UPDATE delayq_messages
-SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'scheduled' END,
-    due_at = CASE WHEN attempts >= max_attempts THEN due_at
-                  ELSE max(:now + :delay_ms, :now) END,
+SET state = CASE WHEN :dead OR attempts >= max_attempts THEN 'dead' ELSE 'scheduled' END,
+    due_at = CASE WHEN :dead OR attempts >= max_attempts THEN due_at ELSE :due_at END,
     seq = :seq,
     lease = NULL,
     lease_until = NULL,
@@ -158,10 +159,20 @@ WHERE queue = :queue AND id = :id AND state = 'active' AND lease = :token
 RETURNING state
 """
 
-#: apply_extend(): the lease now expires at ``now + lease_ms``.
+#: apply_release(): the held message goes back to exactly the row before its claim
+#: (scheduled, one attempt less, no lease; due_at, seq and last_error untouched). Also
+#: undoes a claim nobody received (a cancelled async reserve).
+RELEASE = """
+UPDATE delayq_messages
+SET state = 'scheduled', attempts = attempts - 1, lease = NULL, lease_until = NULL
+WHERE queue = :queue AND id = :id AND state = 'active' AND lease = :token
+  AND lease_until > :now
+"""
+
+#: apply_extend(): the lease now expires at ``:ceil + :lease_ms``.
 EXTEND = """
 UPDATE delayq_messages
-SET lease_until = :now + :lease_ms
+SET lease_until = :ceil + :lease_ms
 WHERE queue = :queue AND id = :id AND state = 'active' AND lease = :token
   AND lease_until > :now
 RETURNING lease_until
@@ -175,7 +186,8 @@ DELETE FROM delayq_messages
 WHERE queue = ? AND id = ? AND NOT (state = 'active' AND lease_until > ?)
 """
 
-#: apply_reschedule() (after SETTLE): a scheduled message moves to ``max(due, now)``.
+#: apply_reschedule() (after SETTLE): a scheduled message moves to ``max(:due_at, :now)``
+#: (``:due_at`` from resolve_due()).
 RESCHEDULE = """
 UPDATE delayq_messages
 SET due_at = max(:due_at, :now), seq = :seq
@@ -190,7 +202,8 @@ DEAD_ROWIDS_ALL = (
 #: The row of one id if it is dead (after SETTLE), for retry_dead(ids).
 DEAD_ROWIDS = "SELECT rowid FROM delayq_messages WHERE queue = ? AND id = ? AND state = 'dead'"
 
-#: apply_retry_dead(): ready now, attempts back to 0, a new seq, last_error kept.
+#: apply_retry_dead(): ready now (the floor), attempts back to 0, a new seq, last_error
+#: kept.
 RETRY_DEAD = """
 UPDATE delayq_messages SET state = 'scheduled', due_at = ?, seq = ?, attempts = 0
 WHERE rowid = ?

@@ -7,8 +7,11 @@
 --   KEYS[4] dead   zset   dead messages: score seq, member id
 --   KEYS[5] seq    string the queue's sequence counter (INCRBY)
 --   KEYS[6] wake   list   the wake-up marker (at most one element) consumers BLPOP
--- ARGV: per script. "Now" is always the server's TIME. Each function mirrors the
--- function of the same name in delayq/durable/message.py. Writing after TIME needs
+-- ARGV: per script. "Now" is always the server's TIME, read once per script by clock()
+-- as its floor and ceiling in ms (message.Now): every check ("is it due", "has the lease
+-- expired") and "due now" use the floor; a time computed as now + a positive duration
+-- (a due time from delay_ms, a lease expiry) starts from the ceiling, so nothing is ever
+-- early. Each function mirrors the function of the same name in delayq/durable/message.py. Writing after TIME needs
 -- effects replication: the default since Redis 5.
 
 local K_MSG, K_DUE, K_LEASE, K_DEAD, K_SEQ, K_WAKE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -16,11 +19,15 @@ local SCHEDULED, ACTIVE, DEAD = 1, 2, 3
 local LEASE_EXPIRED = @LEASE_EXPIRED@
 local CHUNK = 500
 
--- Epoch ms (floored) and the microseconds past it.
+-- Now.of_seconds(): the server's epoch ms floored, the same rounded up, and the
+-- microseconds past the floor (0 to 999).
 local function clock()
   local t = redis.call('TIME')
   local usec = tonumber(t[2])
-  return tonumber(t[1]) * 1000 + math.floor(usec / 1000), usec % 1000
+  local now, sub = tonumber(t[1]) * 1000 + math.floor(usec / 1000), usec % 1000
+  local ceil = now
+  if sub > 0 then ceil = now + 1 end
+  return now, ceil, sub
 end
 
 local function due_member(seq, id)
@@ -142,13 +149,14 @@ local function next_event()
   return best
 end
 
--- resolve_due(): '' means absent; never before now.
-local function resolve_due(delay_ms, at_ms, now)
+-- resolve_due(): '' means absent; a positive delay counts from the ceiling; no delay,
+-- a delay <= 0 or a past at_ms is due now (the floor); never before now.
+local function resolve_due(delay_ms, at_ms, now, ceil)
   local due = now
   if at_ms ~= '' then
     due = tonumber(at_ms)
-  elseif delay_ms ~= '' then
-    due = now + tonumber(delay_ms)
+  elseif delay_ms ~= '' and tonumber(delay_ms) > 0 then
+    due = ceil + tonumber(delay_ms)
   end
   if due > now then return due end
   return now

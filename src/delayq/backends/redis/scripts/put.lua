@@ -6,7 +6,7 @@
 -- Returns {0, woke} when stored (woke: 1 if the marker was pushed, else 0); {1, id} when
 -- id exists and on_conflict is 'e'; {2, id} when 'r' would replace a message in flight.
 -- Nothing is written unless it returns {0, woke}.
-local now = clock()
+local now, ceil = clock()
 local n = tonumber(ARGV[1])
 local staged, original, order = {}, {}, {}
 -- First pass: decide every request (later ones see earlier ones), write nothing.
@@ -35,7 +35,7 @@ for i = 0, n - 1 do
     if headers == '' then headers = nil end
     if enc == '' then enc = nil end
     if current == false or current.fresh == nil then order[#order + 1] = id end
-    staged[id] = {id = id, state = SCHEDULED, due = resolve_due(ARGV[b + 2], ARGV[b + 3], now),
+    staged[id] = {id = id, state = SCHEDULED, due = resolve_due(ARGV[b + 2], ARGV[b + 3], now, ceil),
       index = i, attempts = 0, max = tonumber(ARGV[b + 4]), enc = enc, headers = headers,
       payload = ARGV[b + 7], fresh = true}
   end
