@@ -37,7 +37,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter  # type: ignore[import-untyped]
 
-from ._duration import delay_to_seconds
+from ._duration import delay_to_seconds, seconds_to_ms
 
 __all__ = [
     "CronSchedule",
@@ -105,7 +105,7 @@ class EverySchedule:
 
     def __init__(self, interval: object) -> None:
         seconds = delay_to_seconds(interval)
-        period = math.ceil(seconds * 1000.0)
+        period = seconds_to_ms(seconds)
         if period < 1:
             raise ValueError(f"an interval must be at least 1ms, got {interval!r}")
         self.period_ms = period
@@ -135,7 +135,7 @@ def tick_id(name: str, tick_ms: int) -> str:
 def expected_due(tick_ms: int) -> int:
     """The ``due_at`` a put of ``at=tick_ms / 1000`` gets when it lands in time (the
     facade's own rounding of ``at=``)."""
-    return math.ceil((tick_ms / 1000.0) * 1000.0)
+    return seconds_to_ms(tick_ms / 1000.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ __all__ = [
     "deadline_from",
     "delay_to_seconds",
     "due_at_ms",
+    "seconds_to_ms",
 ]
 
 DelayLike = float | int | timedelta | str
@@ -127,6 +128,22 @@ def deadline_from(delay: object, at: object, mono_now: float, wall_now: float) -
     return deadline
 
 
+#: How close (in ms) a product must be to a whole millisecond to count as it: float
+#: noise, as in 2.007 * 1000 == 2007.0000000000002, must not cost a millisecond.
+_MS_SNAP = 1e-6
+
+
+def seconds_to_ms(seconds: float) -> int:
+    """Whole milliseconds for ``seconds``, rounded up so a due time is never early,
+    except that a value within a nanosecond of a whole millisecond is that
+    millisecond (``"9ms"`` and ``2.007`` are exactly 9 and 2007 ms)."""
+    ms = seconds * 1000.0
+    nearest = round(ms)
+    if abs(ms - nearest) <= _MS_SNAP:
+        return int(nearest)
+    return math.ceil(ms)
+
+
 def due_at_ms(delay: object, at: object, now_ms: int) -> int:
     """Epoch milliseconds at which a message is due, rounded up so it never fires early.
 
@@ -136,9 +153,9 @@ def due_at_ms(delay: object, at: object, now_ms: int) -> int:
     if at is not None:
         if delay is not None:
             raise ValueError("give delay= or at=, not both")
-        due = math.ceil(at_to_epoch(at) * 1000.0)
+        due = seconds_to_ms(at_to_epoch(at))
     elif delay is None:
         return now_ms
     else:
-        due = now_ms + math.ceil(delay_to_seconds(delay) * 1000.0)
+        due = now_ms + seconds_to_ms(delay_to_seconds(delay))
     return due if due > now_ms else now_ms

@@ -11,7 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from delayq import _duration
-from delayq._duration import at_to_epoch, deadline_from, delay_to_seconds, due_at_ms
+from delayq._duration import (
+    at_to_epoch,
+    deadline_from,
+    delay_to_seconds,
+    due_at_ms,
+    seconds_to_ms,
+)
 
 
 @pytest.mark.parametrize(
@@ -220,3 +226,14 @@ def test_due_at_ms_is_never_early_for_deadlines(now_ms: int, at: float) -> None:
 
 def test_the_module_exports() -> None:
     assert set(_duration.__all__) >= {"delay_to_seconds", "at_to_epoch", "deadline_from"}
+
+
+def test_whole_milliseconds_stay_whole() -> None:
+    """A delay of N ms is N ms, not N + 1 through float noise (9 * 1e-3 * 1000 is
+    9.000000000000002), whether written as a string or as float seconds."""
+    for n in range(1, 20_000):
+        assert seconds_to_ms(delay_to_seconds(f"{n}ms")) == n
+        assert seconds_to_ms(n / 1000) == n
+    assert seconds_to_ms(0.0015) == 2  # a fraction of a millisecond still rounds up
+    assert seconds_to_ms(1e-7) == 1
+    assert seconds_to_ms(0.0) == 0

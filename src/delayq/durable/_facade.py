@@ -7,7 +7,6 @@ nothing. ``TypeError`` means a wrong kind of value, ``ValueError`` a wrong value
 
 from __future__ import annotations
 
-import math
 import os
 import random
 from collections.abc import Iterable, Mapping
@@ -17,7 +16,7 @@ from .._constants import (
     MAX_ERROR_LENGTH,
     MAX_ID_LENGTH,
 )
-from .._duration import at_to_epoch, delay_to_seconds
+from .._duration import at_to_epoch, delay_to_seconds, seconds_to_ms
 from ..errors import QueueClosed
 from .message import Message, OnConflict, PutRequest, Record, State
 from .registry import default_url, scheme_of
@@ -72,7 +71,7 @@ def check_seconds(kind: str, value: object, *, positive: bool) -> float:
 
 def to_ms(seconds: float) -> int:
     """Seconds as whole milliseconds, rounded up (a due time is never early)."""
-    ms = math.ceil(seconds * 1000.0)
+    ms = seconds_to_ms(seconds)
     if ms > MAX_DUE_MS:
         raise ValueError(f"{seconds!r} seconds is out of range")
     return ms

@@ -1,0 +1,125 @@
+"""A ``redis-server`` of one test alone, for tests that crash and restart it.
+
+:class:`RedisProcess` runs the ``redis-server`` binary on a free port of 127.0.0.1 with
+its data in a directory of the test, with whatever persistence settings the test asks
+for. It can be stopped gracefully, killed with SIGKILL (no shutdown, no final fsync),
+and started again on the same port and directory, so the restarted server loads what the
+killed one left on disk. It never touches the shared Redis on port 6379.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+import redis
+
+__all__ = ["RedisProcess", "free_port", "unavailable"]
+
+#: How long a server may take to accept commands (loading its AOF included).
+READY_TIMEOUT = 10.0
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip (no server can be run), or fail when ``$DELAYQ_REQUIRE`` lists redis."""
+    required = {name.strip() for name in os.environ.get("DELAYQ_REQUIRE", "").split(",")}
+    if "redis" in required or "all" in required:
+        pytest.fail(f"redis is required by DELAYQ_REQUIRE but unavailable: {reason}")
+    pytest.skip(f"redis unavailable: {reason}")
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listened on a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisProcess:
+    """One private ``redis-server``: ``start``, ``kill`` (SIGKILL), ``start`` again.
+
+    ``options`` are extra command-line settings (``("--appendonly", "yes", ...)``); the
+    port, the bind address and ``--dir`` are set here, and logs go to ``redis.log`` in
+    the directory (shown by :meth:`log_tail` when something fails).
+    """
+
+    def __init__(self, directory: Path, options: Sequence[str] = ()) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            unavailable("no redis-server binary on PATH")
+        self.binary = binary
+        self.directory = directory
+        self.options = list(options)
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.log = directory / "redis.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Run the server and return once it answers PING (its data loaded)."""
+        if self.process is not None:
+            raise RuntimeError("the server is already running")
+        command = [
+            self.binary,
+            *("--port", str(self.port), "--bind", "127.0.0.1"),
+            *("--dir", str(self.directory), "--logfile", str(self.log)),
+            *self.options,
+        ]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=1)
+        deadline = time.monotonic() + READY_TIMEOUT
+        try:
+            while True:
+                if self.process.poll() is not None:
+                    self.process = None
+                    raise RuntimeError(f"redis-server exited at start:\n{self.log_tail()}")
+                try:
+                    client.ping()
+                    return
+                except (redis.ConnectionError, redis.BusyLoadingError):
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.02)
+        finally:
+            client.close()
+
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash would, and reap it."""
+        if self.process is None:
+            return
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+        self.process = None
+
+    def stop(self) -> None:
+        """Stop the server if it runs (SIGTERM, then SIGKILL if it lingers)."""
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+        self.process = None
+
+    def client(self) -> redis.Redis:
+        """A plain redis-py client of this server (close it after use)."""
+        return redis.Redis.from_url(self.url)
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last lines of the server's log."""
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
