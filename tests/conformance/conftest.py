@@ -73,11 +73,44 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
         client.close()
 
 
+#: Shards of the cluster entry: more than masters, so every master holds some.
+CLUSTER_SHARDS = 4
+
+
+def redis_cluster_url(tmp_path: Path) -> Iterator[str]:
+    """A private key prefix on the session's 3-master Redis Cluster (started from the
+    ``redis-server`` binary on free ports, see tests/backends/_redis_cluster.py), with
+    each queue spread over :data:`CLUSTER_SHARDS` shards; keys are deleted afterwards.
+    Required by ``DELAYQ_REQUIRE=redis``."""
+    try:
+        import redis.cluster  # noqa: PLC0415 (optional: the backend is skipped without it)
+
+        from backends._redis_cluster import ClusterUnavailable, shared_cluster  # noqa: PLC0415
+    except ImportError as exc:
+        unavailable("redis", f"cannot run a cluster: {exc}")
+    try:
+        cluster = shared_cluster()
+    except ClusterUnavailable as exc:
+        unavailable("redis", f"the test cluster did not start: {exc}")
+    prefix = f"delayq-test-{uuid.uuid4().hex[:12]}"
+    try:
+        yield f"{cluster.url}?prefix={prefix}&shards={CLUSTER_SHARDS}"
+    finally:
+        client = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.ports[0])
+        try:
+            keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+            for key in keys:
+                client.delete(key)
+        finally:
+            client.close()
+
+
 # One entry per backend; e.g. sqlite joins with ``"sqlite": sqlite_url`` where
 # ``def sqlite_url(tmp_path): yield f"sqlite:///{tmp_path / 'q.db'}"``.
 BACKENDS: dict[str, Callable[[Path], Iterator[str]]] = {
     "memory": memory_url,
     "redis": redis_url,
+    "redis-cluster": redis_cluster_url,
     "sqlite": sqlite_url,
 }
 

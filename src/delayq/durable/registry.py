@@ -33,7 +33,7 @@ SCHEMES: dict[str, str | None] = {
     "sqlite": "sqlite",
     "redis": "redis",
     "rediss": "redis",
-    "redis+cluster": None,
+    "redis+cluster": "redis",
     "postgresql": None,
     "postgres": None,
     "amqp": None,
@@ -68,7 +68,8 @@ def scheme_of(url: object) -> str:
         )
     try:
         parts = urlsplit(url)
-        _ = parts.port  # raises ValueError on a bad port
+        if "," not in parts.netloc:  # a host list (cluster) is checked by its backend
+            _ = parts.port  # raises ValueError on a bad port
     except ValueError as exc:
         raise UnsupportedURL(f"malformed queue URL {url!r}: {exc}") from None
     scheme = parts.scheme.lower()

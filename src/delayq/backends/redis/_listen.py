@@ -17,6 +17,8 @@ wake-up. A marker is taken by one listener only: one that finds no local waiter 
 back and stops. A lost connection wakes the waiters (they meet the error, back off and
 retry) and is retried with backoff; the first BLPOP after a reconnect re-arms everything.
 The listener runs while a waiting reserve is in progress, and lingers one BLPOP after.
+A sharded queue runs one listener per shard and learns through ``on_news`` which shard
+had news (a marker, or a lost connection; a BLPOP timeout is no news).
 """
 
 from __future__ import annotations
@@ -56,16 +58,21 @@ class Listener:
     """The thread face: waiters sleep on a condition; a daemon thread BLPOPs."""
 
     def __init__(
-        self, make_client: Callable[[], redis.Redis], key: bytes, rewake: Callable[[], None]
+        self,
+        make_client: Callable[[], Any],
+        key: bytes,
+        rewake: Callable[[], None],
+        on_news: Callable[[], None] | None = None,
     ) -> None:
         self._make_client = make_client
         self._key = key
         self._rewake = rewake
+        self._on_news = on_news
         self._cond = threading.Condition()
         self._generation = 0
         self._active = 0
         self._thread: threading.Thread | None = None
-        self._client: redis.Redis | None = None
+        self._client: Any = None
         self._closed = False
         # Held while the marker is put back, so nothing is written once close() returned.
         self._rewake_lock = threading.Lock()
@@ -74,6 +81,11 @@ class Listener:
     def generation(self) -> int:
         """Changes whenever waiters should look at the queue again."""
         return self._generation
+
+    @property
+    def running(self) -> bool:
+        """True while the listener blocks on the marker (or is about to)."""
+        return self._thread is not None
 
     def bump(self) -> None:
         """Wake every waiter of this listener."""
@@ -116,6 +128,10 @@ class Listener:
         with self._rewake_lock:
             pass
 
+    def _news(self) -> None:
+        if self._on_news is not None:
+            self._on_news()
+
     def _stop_if(self, idle: bool = False, inactive: bool = False) -> bool:
         """Retire this thread when closed, ``idle``, or ``inactive`` and no session is
         in progress (a session that starts after this starts a new thread)."""
@@ -143,6 +159,7 @@ class Listener:
                     if self._stop_if():
                         return
                     logger.warning("redis listener lost its connection (%s); retrying", exc)
+                    self._news()
                     self.bump()
                     with self._cond:
                         self._cond.wait(backoff)
@@ -155,6 +172,8 @@ class Listener:
                         if not self._closed:
                             self._rewake()
                     return
+                if got is not None:
+                    self._news()
                 self.bump()
         finally:
             with self._cond:
@@ -169,13 +188,15 @@ class AsyncListener:
 
     def __init__(
         self,
-        make_client: Callable[[], redis.asyncio.Redis],
+        make_client: Callable[[], Any],
         key: bytes,
         rewake: Callable[[], Awaitable[None]],
+        on_news: Callable[[], None] | None = None,
     ) -> None:
         self._make_client = make_client
         self._key = key
         self._rewake = rewake
+        self._on_news = on_news
         self._generation = 0
         self._futures: set[asyncio.Future[None]] = set()
         self._active = 0
@@ -186,6 +207,11 @@ class AsyncListener:
     def generation(self) -> int:
         """Changes whenever waiters should look at the queue again."""
         return self._generation
+
+    @property
+    def running(self) -> bool:
+        """True while the listener blocks on the marker (or is about to)."""
+        return self._task is not None
 
     def bump(self) -> None:
         """Wake every waiter of this listener."""
@@ -230,6 +256,10 @@ class AsyncListener:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
+    def _news(self) -> None:
+        if self._on_news is not None:
+            self._on_news()
+
     def _stop_if(self, condition: bool) -> bool:
         if self._closed or condition:
             if self._task is asyncio.current_task():
@@ -252,6 +282,7 @@ class AsyncListener:
                     if self._stop_if(False):
                         return
                     logger.warning("redis listener lost its connection (%s); retrying", exc)
+                    self._news()
                     self.bump()
                     await asyncio.sleep(backoff)
                     backoff = next_backoff(backoff)
@@ -263,6 +294,8 @@ class AsyncListener:
                         with contextlib.suppress(QueueClosed, *CONNECTION_ERRORS):
                             await self._rewake()
                     return
+                if got is not None:
+                    self._news()
                 self.bump()
         finally:
             if self._task is asyncio.current_task():

@@ -103,27 +103,56 @@ def _ms(value: int | None) -> bytes | int:
 
 
 class Operations:
-    """The calls of every backend operation for queues under one key prefix."""
+    """The calls of every backend operation for queues under one key prefix, on one
+    shard of each queue (0 for an unsharded queue).
 
-    def __init__(self, prefix: str) -> None:
+    The optional ``seq``/``seqs``/``seq_base`` arguments carry sequence numbers taken
+    from a queue-wide counter (sharded queues); without them a script counts with its
+    own shard's counter, as an unsharded queue does."""
+
+    def __init__(self, prefix: str, shard: int = 0) -> None:
         self.prefix = prefix
+        self.shard = shard
         self.keys = lru_cache(maxsize=_KEY_CACHE)(self._keys)
 
     def _keys(self, queue: str) -> list[bytes]:
-        return queue_keys(self.prefix, queue)
+        return queue_keys(self.prefix, queue, self.shard)
+
+    def seq_key(self, queue: str) -> bytes:
+        """The shard's sequence counter (shard 0's is a sharded queue's own)."""
+        return self.keys(queue)[4]
+
+    def dead_key(self, queue: str) -> bytes:
+        """The shard's set of dead messages."""
+        return self.keys(queue)[3]
 
     def wake_key(self, queue: str) -> bytes:
         """The queue's wake-up marker list."""
         return self.keys(queue)[5]
 
-    def put(self, queue: str, requests: Sequence[PutRequest]) -> Call[bool]:
+    def put(
+        self, queue: str, requests: Sequence[PutRequest], seqs: Sequence[int] | None = None
+    ) -> Call[bool]:
         """``put.lua``; the result says whether waiting consumers were woken."""
-        return Call("put", self.keys(queue), put_args(requests), _put_woke)
+        args = put_args(requests)
+        if seqs is not None:
+            args += (b"s", *seqs)
+        return Call("put", self.keys(queue), args, _put_woke)
 
-    def claim(self, queue: str, limit: int, lease_ms: int) -> Call[Claim]:
-        """``reserve.lua``: one claim, with a fresh random token base."""
+    def check_put(self, queue: str, requests: Sequence[PutRequest]) -> Call[bool]:
+        """``put.lua`` in check mode: raises what the put would raise, writes nothing."""
+        return Call("put", self.keys(queue), [*put_args(requests), b"c"], _put_woke)
+
+    def claim(
+        self, queue: str, limit: int, lease_ms: int, bound: tuple[int, int] | None = None
+    ) -> Call[Claim]:
+        """``reserve.lua``: one claim (``limit`` 0: only look), with a fresh random token
+        base; ``bound`` (due ms, seq): claim nothing after it in (due, seq) order."""
         token = secrets.token_hex(12) + "."
-        return Call("reserve", self.keys(queue), [limit, lease_ms, token], decode_claim)
+        args: list[Any] = [limit, lease_ms, token]
+        if bound is not None:
+            args += bound
+        return Call("reserve", self.keys(queue), args, decode_claim)
 
     def release(self, queue: str, id: str, token: str) -> Call[None]:
         """``release.lua`` for one held message; :class:`LeaseLost` unless released."""
@@ -142,10 +171,20 @@ class Operations:
         return Call("ack", self.keys(queue), [pack_id(id), token], _acked)
 
     def nack(
-        self, queue: str, id: str, token: str, delay_ms: int, error: str | None, *, dead: bool
+        self,
+        queue: str,
+        id: str,
+        token: str,
+        delay_ms: int,
+        error: str | None,
+        *,
+        dead: bool,
+        seq: int | None = None,
     ) -> Call[State]:
         """``nack.lua``."""
         args = nack_args(id, token, delay_ms, error, dead)
+        if seq is not None:
+            args.append(seq)
         return Call("nack", self.keys(queue), args, _nacked)
 
     def extend(self, queue: str, id: str, token: str, lease_ms: int) -> Call[int]:
@@ -157,10 +196,12 @@ class Operations:
         return Call("cancel", self.keys(queue), [pack_id(id)], _flag)
 
     def reschedule(
-        self, queue: str, id: str, delay_ms: int | None, at_ms: int | None
+        self, queue: str, id: str, delay_ms: int | None, at_ms: int | None, seq: int | None = None
     ) -> Call[bool]:
         """``reschedule.lua``."""
         args = [pack_id(id), _ms(delay_ms), _ms(at_ms)]
+        if seq is not None:
+            args.append(seq)
         return Call("reschedule", self.keys(queue), args, _flag)
 
     def get(self, queue: str, id: str) -> Call[Record | None]:
@@ -175,9 +216,14 @@ class Operations:
         """``dead.lua``."""
         return Call("dead", self.keys(queue), [limit], _records)
 
-    def retry_dead(self, queue: str, ids: Sequence[str] | None) -> Call[int]:
+    def retry_dead(
+        self, queue: str, ids: Sequence[str] | None, seq_base: int | None = None
+    ) -> Call[int]:
         """``retry_dead.lua``."""
-        args: list[Any] = [b"1"] if ids is None else [b"0", *(pack_id(id) for id in ids)]
+        mode = b"1" if ids is None else b"0"
+        if seq_base is not None:
+            mode += b":%d" % seq_base
+        args: list[Any] = [mode] if ids is None else [mode, *(pack_id(id) for id in ids)]
         return Call("retry_dead", self.keys(queue), args, _count)
 
     def purge(self, queue: str, state: State | None) -> Call[int]:

@@ -172,12 +172,14 @@ def decode_record(row: Sequence[Any]) -> Record:
 @dataclass(frozen=True, slots=True)
 class Claim:
     """What one ``reserve.lua`` call did: the claimed records, the server's clock, and
-    the next due time or lease expiry (epoch ms; None when nothing is pending)."""
+    the next due time or lease expiry (epoch ms; None when nothing is pending) and the
+    seq of the message due then (0 when that is a lease expiry)."""
 
     records: list[Record]
     now_ms: int
     now_us: int
     next_ms: int | None
+    next_seq: int = 0
 
     def seconds_until_next(self) -> float | None:
         """Seconds from the server's now to the next event (None: no event)."""
@@ -189,10 +191,11 @@ class Claim:
 def decode_claim(reply: Sequence[Any]) -> Claim:
     """The :class:`Claim` of a ``reserve.lua`` reply."""
     return Claim(
-        records=[decode_record(row) for row in reply[3:]],
+        records=[decode_record(row) for row in reply[4:]],
         now_ms=int(reply[0]),
         now_us=int(reply[1]),
         next_ms=None if reply[2] is None else int(reply[2]),
+        next_seq=0 if reply[3] is None else int(reply[3]),
     )
 
 

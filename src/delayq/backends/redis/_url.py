@@ -13,16 +13,51 @@ __all__ = ["OPTIONS", "Settings", "parse_url"]
 
 #: The options a redis URL or ``Queue(...)`` keyword may set (beyond redis-py's own URL
 #: parameters, which pass through).
-OPTIONS = frozenset({"prefix"})
+OPTIONS = frozenset({"prefix", "shards"})
 _SCHEMES = ("redis", "rediss")
+_CLUSTER = "redis+cluster"
+#: More shards than this is a mistake (each costs a listener connection per consumer).
+MAX_SHARDS = 1024
 
 
 @dataclass(frozen=True)
 class Settings:
-    """A parsed redis URL: the URL redis-py connects with and delayq's options."""
+    """A parsed redis URL: the URL redis-py connects with and delayq's options.
+
+    ``nodes`` is empty for a single node, else the cluster's startup nodes."""
 
     url: str
     prefix: str
+    shards: int = 1
+    nodes: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def cluster(self) -> bool:
+        """True for ``redis+cluster://``."""
+        return bool(self.nodes)
+
+
+def _shards(value: Any) -> int:
+    if isinstance(value, str):
+        if not value.strip().isdigit():
+            raise ValueError(f"shards must be a whole number, got {value!r}")
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"shards must be an int, not {type(value).__name__}")
+    if not 1 <= value <= MAX_SHARDS:
+        raise ValueError(f"shards must be between 1 and {MAX_SHARDS}, got {value}")
+    return value
+
+
+def _nodes(url: str, netloc: str) -> tuple[tuple[str, int], ...]:
+    """The ``host:port`` list of a ``redis+cluster://`` URL."""
+    nodes = []
+    for item in netloc.rpartition("@")[2].split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise UnsupportedURL(f"a redis+cluster URL lists host:port,..., not {url!r}")
+        nodes.append((host.strip("[]"), int(port)))
+    return tuple(nodes)
 
 
 def parse_url(url: str, **options: Any) -> Settings:
@@ -32,9 +67,11 @@ def parse_url(url: str, **options: Any) -> Settings:
     ``prefix`` (URL parameter or keyword) starts every key; other URL parameters are
     redis-py's (``socket_timeout``, ``max_connections``, ...)."""
     parts = urlsplit(url)
-    if parts.scheme.lower() not in _SCHEMES:
-        raise UnsupportedURL(f"not a redis:// or rediss:// URL: {url!r}")
-    if not parts.hostname:
+    cluster = parts.scheme.lower() == _CLUSTER
+    if parts.scheme.lower() not in _SCHEMES and not cluster:
+        raise UnsupportedURL(f"not a redis://, rediss:// or redis+cluster:// URL: {url!r}")
+    nodes = _nodes(url, parts.netloc) if cluster else ()
+    if not cluster and not parts.hostname:
         raise UnsupportedURL(f"a redis URL names a host: redis://host:port/db, not {url!r}")
     path = parts.path.strip("/")
     if path and not path.isdigit():
@@ -50,6 +87,7 @@ def parse_url(url: str, **options: Any) -> Settings:
         raise TypeError(f"prefix must be a str, not {type(prefix).__name__}")
     if not prefix or "{" in prefix or "}" in prefix:
         raise ValueError(f"prefix must be a non-empty str without braces, got {prefix!r}")
+    shards = _shards(given.get("shards", 1))
     rest = urlencode([(key, value) for key, value in query if key not in OPTIONS])
     clean = urlunsplit((parts.scheme.lower(), parts.netloc, parts.path, rest, ""))
-    return Settings(url=clean, prefix=prefix)
+    return Settings(url=clean, prefix=prefix, shards=shards, nodes=nodes)

@@ -38,7 +38,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 import redis.asyncio
@@ -63,6 +63,9 @@ from ._listen import CONNECTION_ERRORS, AsyncListener, Listener, next_backoff
 from ._ops import Call, Operations
 from ._scripts import SCRIPT_NAMES, Claim, script_source
 from ._url import Settings, parse_url
+
+if TYPE_CHECKING:
+    from .cluster import AsyncShardedRedisBackend, ShardedRedisBackend
 
 __all__ = [
     "AsyncRedisBackend",
@@ -508,11 +511,23 @@ class AsyncRedisBackend(_Base):
             await self._client.aclose()
 
 
-def open_backend(url: str, **options: Any) -> RedisBackend:
-    """Open the sync face of ``redis://host:port/db`` (options: see the module docstring)."""
+def open_backend(url: str, **options: Any) -> RedisBackend | ShardedRedisBackend:
+    """Open the sync face of ``redis://host:port/db`` (options: see the module
+    docstring); a sharded queue or ``redis+cluster://`` is served by :mod:`.cluster`."""
+    settings = parse_url(url, **options)
+    if settings.shards > 1 or settings.cluster:
+        from .cluster import ShardedRedisBackend  # noqa: PLC0415 (it imports this module)
+
+        return ShardedRedisBackend(url, **options)
     return RedisBackend(url, **options)
 
 
-def open_async_backend(url: str, **options: Any) -> AsyncRedisBackend:
-    """Open the async face of ``redis://host:port/db`` (options: see the module docstring)."""
+def open_async_backend(url: str, **options: Any) -> AsyncRedisBackend | AsyncShardedRedisBackend:
+    """Open the async face of ``redis://host:port/db`` (options: see the module
+    docstring); a sharded queue or ``redis+cluster://`` is served by :mod:`.cluster`."""
+    settings = parse_url(url, **options)
+    if settings.shards > 1 or settings.cluster:
+        from .cluster import AsyncShardedRedisBackend  # noqa: PLC0415 (it imports this module)
+
+        return AsyncShardedRedisBackend(url, **options)
     return AsyncRedisBackend(url, **options)

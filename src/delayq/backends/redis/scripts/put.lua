@@ -2,12 +2,16 @@
 -- KEYS: msg, due, lease, dead, seq, wake (see lib.lua).
 -- ARGV[1]: n, the number of requests; then 8 values per request:
 --   id, on_conflict ('i' ignore, 'r' replace, 'e' error), delay_ms or '', at_ms or '',
---   max_attempts, encoding ('' for json), headers (JSON or ''), payload.
+--   max_attempts, encoding ('' for json), headers (JSON or ''), payload; then, optional
+--   (sharded queues): 'c' to only check the batch (write nothing, return {0, 0} or the
+--   error), or 's' followed by one seq per request (given by the client's queue-wide
+--   counter instead of this shard's).
 -- Returns {0, woke} when stored (woke: 1 if the marker was pushed, else 0); {1, id} when
 -- id exists and on_conflict is 'e'; {2, id} when 'r' would replace a message in flight.
 -- Nothing is written unless it returns {0, woke}.
 local now, ceil = clock()
 local n = tonumber(ARGV[1])
+local mode = ARGV[2 + n * 8] or ''
 local staged, original, order = {}, {}, {}
 -- First pass: decide every request (later ones see earlier ones), write nothing.
 for i = 0, n - 1 do
@@ -40,16 +44,18 @@ for i = 0, n - 1 do
       payload = ARGV[b + 7], fresh = true}
   end
 end
-if #order == 0 then return {0, 0} end
+if #order == 0 or mode == 'c' then return {0, 0} end
 -- Second pass: one seq per request, as if each had taken the next one.
-local base = redis.call('INCRBY', K_SEQ, n) - n
+local base = 0
+if mode ~= 's' then base = redis.call('INCRBY', K_SEQ, n) - n end
 -- A marker already waits for a consumer: no need to know what was first.
 local pending = redis.call('LLEN', K_WAKE) > 0
 local before = pending or next_event()
 local earliest = false
 for _, id in ipairs(order) do
   local r = staged[id]
-  r.seq, r.index, r.fresh = base + r.index + 1, nil, nil
+  if mode == 's' then r.seq = tonumber(ARGV[3 + n * 8 + r.index]) else r.seq = base + r.index + 1 end
+  r.index, r.fresh = nil, nil
   if original[id] then unindex(original[id]) end
   store(r)
   if not earliest or r.due < earliest then earliest = r.due end

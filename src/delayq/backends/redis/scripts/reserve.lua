@@ -1,16 +1,36 @@
 -- reserve.lua: settle expired leases, then apply_reserve() to up to limit due messages,
 -- earliest due first, FIFO (by seq) among equal due times, each leased until ceil + lease_ms.
 -- KEYS: msg, due, lease, dead, seq, wake (see lib.lua).
--- ARGV[1]: limit; ARGV[2]: lease_ms; ARGV[3]: a random token base (unique per call).
--- Returns {now_ms, now_us, next_event or false, record...}: next_event (the earliest
--- due time or lease expiry, epoch ms) only when nothing was claimed.
+-- ARGV[1]: limit (0 only looks); ARGV[2]: lease_ms; ARGV[3]: a random token base (unique
+-- per call); ARGV[4], ARGV[5] (optional, sharded queues): a due time and a seq: claim only
+-- messages before them in (due, seq) order.
+-- Returns {now_ms, now_us, next_event or false, next_seq or false, record...}: next_event
+-- is the earliest due time or lease expiry (epoch ms) left after the claim, next_seq the
+-- seq of the first due message when it is due at next_event (the tie-break across shards).
 local now, ceil, us = clock()
 settle_expired(now)
 local limit, lease_ms, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-local members = redis.call('ZRANGEBYSCORE', K_DUE, '-inf', now, 'LIMIT', 0, limit)
-local out = {now, us, false}
-if #members == 0 then
+local high = now
+if ARGV[4] and ARGV[4] ~= '' and tonumber(ARGV[4]) < now then high = tonumber(ARGV[4]) end
+local members = redis.call('ZRANGEBYSCORE', K_DUE, '-inf', high, 'LIMIT', 0, limit)
+if ARGV[5] and #members > 0 then
+  local edge = struct.pack('>I8', tonumber(ARGV[5]))
+  local kept = {}
+  for _, member in ipairs(members) do
+    local score = tonumber(redis.call('ZSCORE', K_DUE, member))
+    if score > high or (score == high and string.sub(member, 1, 8) > edge) then break end
+    kept[#kept + 1] = member
+  end
+  members = kept
+end
+local out = {now, us, false, false}
+local function head()
   out[3] = next_event()
+  local d = redis.call('ZRANGE', K_DUE, 0, 0, 'WITHSCORES')
+  if d[2] and tonumber(d[2]) == out[3] then out[4] = struct.unpack('>I8', d[1]) end
+end
+if #members == 0 then
+  head()
   return out
 end
 remove_all(K_DUE, 'ZREM', members)
@@ -23,4 +43,5 @@ for i, member in ipairs(members) do
 end
 -- Pass the baton: another consumer learns of what is left and of the new leases.
 wake()
+head()
 return out

@@ -1,0 +1,317 @@
+"""Sharded queues, the parts without I/O: routing by id, the consumer's view of the
+shards, the wake-up hub over one listener per shard, and the merging of per-shard results.
+
+Routing: message ``id`` lives in shard ``crc32(id as UTF-8) % shards`` (:func:`shard_of`,
+zlib's CRC-32, the same in every process and every version of delayq: changing it would
+strand stored messages, so it never changes). Every operation by id goes straight to that
+one shard, in one script on one hash tag.
+
+Consumers: each backend object keeps, per queue, a :class:`ShardView` holding the
+earliest due time or lease expiry of every shard (its *head*) as last reported by a
+reserve script, and the offset from the local monotonic clock to the server's clock. A
+claim goes to the shard with the earliest head, bounded to messages due no later than the
+next shard's head plus :data:`ORDER_SLACK_MS`, then tops up from the next shards in head
+order until ``max`` is reached or no head is due; the batch is returned sorted by
+``(due_at, seq)``, with ``seq`` taken from one queue-wide counter. So no message is handed
+out ahead of a due message of another shard more than ``ORDER_SLACK_MS`` earlier, as far
+as the view is fresh. A head is marked unknown (looked at again, with a claim of 0) when
+that shard's wake-up marker arrives, when a local write makes it earlier, every
+:data:`REFRESH_SECONDS`, and for every shard at the start of a reserve whose listeners
+were not running. An empty shard is thus not visited again until it has news.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import threading
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.retry import Retry
+
+from ..._constants import REDIS_RETRIES, REDIS_RETRY_BASE, REDIS_RETRY_CAP
+from ...durable.message import PutRequest, Record, Stats
+from ._listen import AsyncListener, Listener
+from ._scripts import Claim
+from ._url import Settings
+from .backend import _client_options
+
+__all__ = [
+    "ORDER_SLACK_MS",
+    "REFRESH_SECONDS",
+    "AsyncHub",
+    "Hub",
+    "ShardView",
+    "async_client",
+    "by_shard",
+    "merge_dead",
+    "merge_stats",
+    "shard_of",
+    "sort_claimed",
+    "sync_client",
+]
+
+#: How much earlier (ms) than a claimed message a message of another shard may be due
+#: and still wait for the next claim: the price of one script call per shard switch.
+ORDER_SLACK_MS = 0
+#: Every this many seconds a consumer looks at every shard again (bounds a missed marker).
+REFRESH_SECONDS = 5.0
+
+_UNKNOWN = -math.inf
+_EMPTY = math.inf
+
+
+def shard_of(id: str, shards: int) -> int:
+    """The shard of message ``id``: ``crc32(id.encode("utf-8")) % shards`` (stable)."""
+    if shards == 1:
+        return 0
+    return zlib.crc32(id.encode("utf-8", "surrogatepass")) % shards
+
+
+def by_shard(requests: Sequence[PutRequest], shards: int) -> dict[int, list[int]]:
+    """The indexes of ``requests`` per shard, in order (one id stays in one shard, so a
+    batch's later requests still see its earlier ones)."""
+    groups: dict[int, list[int]] = {}
+    for index, request in enumerate(requests):
+        groups.setdefault(shard_of(request.id, shards), []).append(index)
+    return groups
+
+
+def merge_stats(parts: Sequence[Stats]) -> Stats:
+    """One queue's stats from its shards' stats."""
+    dues = [part.next_due_at for part in parts if part.next_due_at is not None]
+    return Stats(
+        scheduled=sum(part.scheduled for part in parts),
+        ready=sum(part.ready for part in parts),
+        active=sum(part.active for part in parts),
+        dead=sum(part.dead for part in parts),
+        next_due_at=min(dues) if dues else None,
+        lag=max((part.lag for part in parts), default=0.0),
+    )
+
+
+def merge_dead(parts: Sequence[list[Record]], limit: int) -> list[Record]:
+    """The ``limit`` oldest (by seq) dead records of several shards."""
+    merged = [record for part in parts for record in part]
+    merged.sort(key=lambda record: record.seq)
+    return merged[:limit]
+
+
+class ShardView:
+    """One consumer's idea of every shard's head (see the module docstring)."""
+
+    def __init__(self, shards: int) -> None:
+        self.heads: list[float] = [_UNKNOWN] * shards
+        self.seqs = [0] * shards
+        self.epochs = [0] * shards
+        self._offset: float | None = None
+        self._refreshed = time.monotonic()
+        self._lock = threading.Lock()
+
+    def mark(self, shard: int) -> None:
+        """Shard ``shard`` had news: look at it again."""
+        with self._lock:
+            self.heads[shard] = _UNKNOWN
+            self.epochs[shard] += 1
+
+    def mark_all(self) -> None:
+        """Look at every shard again."""
+        with self._lock:
+            self.heads = [_UNKNOWN] * len(self.heads)
+            self.epochs = [epoch + 1 for epoch in self.epochs]
+            self._refreshed = time.monotonic()
+
+    def unknown(self) -> list[int]:
+        """The shards to look at before claiming (all of them now and then)."""
+        if time.monotonic() - self._refreshed > REFRESH_SECONDS:
+            self.mark_all()
+        return [shard for shard, head in enumerate(self.heads) if head == _UNKNOWN]
+
+    def learn(self, shard: int, claim: Claim, epoch: int) -> None:
+        """Take in what a reserve script of ``shard`` reported; ``epoch``: the shard's
+        epoch when the script was sent (news since then keep the head unknown)."""
+        with self._lock:
+            if self.epochs[shard] == epoch:
+                self.heads[shard] = _EMPTY if claim.next_ms is None else float(claim.next_ms)
+                self.seqs[shard] = claim.next_seq
+            self._offset = claim.now_ms + claim.now_us / 1000.0 - time.monotonic() * 1000.0
+
+    def server_now(self) -> float:
+        """The server's clock now (epoch ms), as estimated from the last reply."""
+        if self._offset is None:
+            return _EMPTY
+        return time.monotonic() * 1000.0 + self._offset
+
+    def pick(self) -> tuple[int, tuple[int, int] | None] | None:
+        """The shard to claim from next and the latest due time to claim there (None:
+        no bound), or None when no shard has anything due."""
+        order = sorted(range(len(self.heads)), key=lambda k: (self.heads[k], self.seqs[k]))
+        first = order[0]
+        if self.heads[first] > self.server_now():
+            return None
+        # Heads change under us (news from listeners): only a known one bounds the claim.
+        known = [k for k in order[1:] if math.isfinite(self.heads[k])]
+        if not known:
+            return first, None
+        return first, (int(self.heads[known[0]]) + ORDER_SLACK_MS, self.seqs[known[0]])
+
+    def seconds_until_next(self) -> float:
+        """Seconds until the earliest head (at most :data:`REFRESH_SECONDS`)."""
+        head = min(self.heads)
+        if head == _EMPTY:
+            return REFRESH_SECONDS
+        return min(REFRESH_SECONDS, max(0.0, (head - self.server_now()) / 1000.0))
+
+
+class Hub:
+    """Where the waiting reserves of one sharded queue sleep (threads): one listener per
+    shard marks its shard in the view and wakes them all."""
+
+    def __init__(self, view: ShardView) -> None:
+        self.view = view
+        self.listeners: list[Listener] = []
+        self._cond = threading.Condition()
+        self._generation = 0
+        self._closed = False
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever waiters should look at the queue again."""
+        return self._generation
+
+    def mark_unheard(self) -> None:
+        """Mark the shards whose listener is not running (their news may be missed)."""
+        for shard, listener in enumerate(self.listeners):
+            if not listener.running:
+                self.view.mark(shard)
+
+    def news(self, shard: int) -> None:
+        """Shard ``shard`` changed: mark it and wake every waiter."""
+        self.view.mark(shard)
+        with self._cond:
+            self._generation += 1
+            self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        """Around a waiting reserve: every shard's listener runs."""
+        with contextlib.ExitStack() as stack:
+            for listener in self.listeners:
+                stack.enter_context(listener.session())
+            yield
+
+    def wait(self, generation: int, timeout: float | None) -> None:
+        """Sleep up to ``timeout`` s unless news came after ``generation`` or closed."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._closed or self._generation != generation, timeout)
+
+    def close(self) -> None:
+        """Wake every waiter for good and stop the listeners."""
+        with self._cond:
+            self._closed = True
+            self._generation += 1
+            self._cond.notify_all()
+        for listener in self.listeners:
+            listener.close()
+
+
+class AsyncHub:
+    """:class:`Hub` for asyncio: waiters sleep on futures of the loop."""
+
+    def __init__(self, view: ShardView) -> None:
+        self.view = view
+        self.listeners: list[AsyncListener] = []
+        self._generation = 0
+        self._futures: set[asyncio.Future[None]] = set()
+        self._closed = False
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever waiters should look at the queue again."""
+        return self._generation
+
+    def mark_unheard(self) -> None:
+        """Mark the shards whose listener is not running (their news may be missed)."""
+        for shard, listener in enumerate(self.listeners):
+            if not listener.running:
+                self.view.mark(shard)
+
+    def news(self, shard: int) -> None:
+        """Shard ``shard`` changed: mark it and wake every waiter."""
+        self.view.mark(shard)
+        self._generation += 1
+        for future in self._futures:
+            if not future.done():
+                future.set_result(None)
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        """Around a waiting reserve: every shard's listener runs."""
+        with contextlib.ExitStack() as stack:
+            for listener in self.listeners:
+                stack.enter_context(listener.session())
+            yield
+
+    async def wait(self, generation: int, timeout: float | None) -> None:
+        """Sleep up to ``timeout`` s unless news came after ``generation`` or closed."""
+        if self._closed or self._generation != generation:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._futures.add(future)
+        try:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(future), timeout)
+        finally:
+            self._futures.discard(future)
+
+    async def close(self) -> None:
+        """Wake every waiter for good and stop the listeners."""
+        self._closed = True
+        self.news(0)
+        for listener in self.listeners:
+            await listener.close()
+
+
+def sort_claimed(records: list[Record]) -> list[Record]:
+    """A claim's records in delivery order: due time, then the queue-wide seq."""
+    records.sort(key=lambda record: (record.due_at, record.seq))
+    return records
+
+
+def sync_client(settings: Settings, *, listener: bool) -> Any:
+    """A redis-py client of the settings' node or cluster."""
+    if listener:
+        retry = Retry(NoBackoff(), 0)
+    else:
+        retry = Retry(ExponentialBackoff(REDIS_RETRY_CAP, REDIS_RETRY_BASE), REDIS_RETRIES)
+    options = _client_options(listener)
+    if settings.cluster:
+        nodes = [
+            redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
+            for host, port in settings.nodes
+        ]
+        return redis.cluster.RedisCluster(startup_nodes=nodes, retry=retry, **options)
+    return redis.Redis.from_url(settings.url, retry=retry, **options)
+
+
+def async_client(settings: Settings, *, listener: bool) -> Any:
+    """A redis-py asyncio client of the settings' node or cluster."""
+    if listener:
+        retry = AsyncRetry(NoBackoff(), 0)
+    else:
+        retry = AsyncRetry(ExponentialBackoff(REDIS_RETRY_CAP, REDIS_RETRY_BASE), REDIS_RETRIES)
+    options = _client_options(listener)
+    if settings.cluster:
+        nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in settings.nodes]
+        return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, retry=retry, **options)
+    return redis.asyncio.Redis.from_url(settings.url, retry=retry, **options)

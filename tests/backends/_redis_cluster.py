@@ -1,0 +1,152 @@
+"""A real 3-master Redis Cluster for the tests, from the ``redis-server`` binary.
+
+:func:`shared_cluster` starts one per test session on free ports of 127.0.0.1 (cluster
+mode, no persistence, its files in a temporary directory), joins the three with
+``redis-cli --cluster create``, waits for ``cluster_state:ok`` and stops it at exit.
+It never touches the shared Redis on port 6379. When it cannot start, it raises
+:class:`ClusterUnavailable`; callers skip, or fail when ``$DELAYQ_REQUIRE`` lists redis.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+__all__ = ["Cluster", "ClusterUnavailable", "shared_cluster"]
+
+MASTERS = 3
+#: How long the cluster may take to come up (it takes well under a second here).
+START_TIMEOUT = 8.0
+
+
+class ClusterUnavailable(RuntimeError):
+    """The cluster could not be started (no binary, or it did not come up)."""
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _free_ports(count: int) -> list[int]:
+    """Free ports whose cluster bus port (port + 10000) is free and valid too."""
+    ports: list[int] = []
+    while len(ports) < count:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port + 10000 < 65536 and port not in ports and _bindable(port + 10000):
+            ports.append(port)
+    return ports
+
+
+class Cluster:
+    """Three cluster-mode ``redis-server`` processes joined into one cluster."""
+
+    def __init__(self) -> None:
+        server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+        if server is None or cli is None:
+            raise ClusterUnavailable("no redis-server or redis-cli binary on PATH")
+        self._server, self._cli = server, cli
+        self.directory = Path(tempfile.mkdtemp(prefix="delayq-cluster-"))
+        self.ports = _free_ports(MASTERS)
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def url(self) -> str:
+        """``redis+cluster://`` of all three masters."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for port in self.ports)
+
+    def _ask(self, port: int, *command: str) -> str:
+        done = subprocess.run(
+            [self._cli, "-p", str(port), *command],
+            capture_output=True,
+            timeout=START_TIMEOUT,
+            check=False,
+        )
+        return done.stdout.decode(errors="replace")
+
+    def start(self) -> None:
+        """Start the masters, create the cluster and wait until it serves every slot."""
+        deadline = time.monotonic() + START_TIMEOUT
+        for port in self.ports:
+            command = [
+                self._server,
+                *("--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.directory)),
+                *("--cluster-enabled", "yes"),
+                *("--cluster-config-file", str(self.directory / f"nodes-{port}.conf")),
+                *("--save", "", "--appendonly", "no"),
+                *("--logfile", str(self.directory / f"redis-{port}.log")),
+            ]
+            self.processes.append(
+                subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+        for port in self.ports:
+            while "PONG" not in self._ask(port, "ping"):
+                self._check(deadline, "a node did not answer PING")
+                time.sleep(0.02)
+        create = subprocess.run(
+            [
+                self._cli,
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{port}" for port in self.ports),
+                *("--cluster-replicas", "0", "--cluster-yes"),
+            ],
+            capture_output=True,
+            timeout=START_TIMEOUT,
+            check=False,
+        )
+        if create.returncode != 0:
+            raise ClusterUnavailable(f"cluster create failed: {create.stdout[-500:]!r}")
+        for port in self.ports:
+            while "cluster_state:ok" not in self._ask(port, "cluster", "info"):
+                self._check(deadline, "the cluster did not reach cluster_state:ok")
+                time.sleep(0.05)
+
+    def _check(self, deadline: float, what: str) -> None:
+        if any(process.poll() is not None for process in self.processes):
+            raise ClusterUnavailable("a redis-server exited at start")
+        if time.monotonic() > deadline:
+            raise ClusterUnavailable(what)
+
+    def stop(self) -> None:
+        """Stop every node and delete the directory."""
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+        for process in self.processes:
+            process.wait(10)
+        self.processes.clear()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+_shared: Cluster | None = None
+_failure: str | None = None
+
+
+def shared_cluster() -> Cluster:
+    """The session's cluster, started on first use and stopped when the process exits."""
+    global _shared, _failure
+    if _failure is not None:
+        raise ClusterUnavailable(_failure)
+    if _shared is None:
+        cluster = Cluster()
+        try:
+            cluster.start()
+        except (ClusterUnavailable, OSError, subprocess.SubprocessError) as exc:
+            cluster.stop()
+            _failure = str(exc)
+            raise ClusterUnavailable(_failure) from exc
+        atexit.register(cluster.stop)
+        _shared = cluster
+    return _shared
