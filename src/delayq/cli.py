@@ -8,6 +8,8 @@
 * ``delayq worker module:app`` runs the tasks of an App (:mod:`delayq._cli_worker`).
 * ``delayq put | get | cancel | reschedule | stats | dead | purge`` operate one
   queue at ``--url`` (:mod:`delayq._cli_queue`).
+* ``delayq bench`` measures jobs/s of a no-op task through the Worker
+  (:mod:`delayq._cli_bench`).
 
 Every user mistake is one red line on stderr: exit 2 for usage, 1 at run time
 (:mod:`delayq._cli_common`).
@@ -21,6 +23,7 @@ import click
 from rich.console import Console
 
 from . import __version__
+from ._cli_bench import bench
 from ._cli_common import OneLineGroup, check_url
 from ._cli_queue import QUEUE_COMMANDS
 from ._cli_worker import worker
@@ -108,6 +111,7 @@ def demo(
 main.add_command(worker)
 for _command in QUEUE_COMMANDS:
     main.add_command(_command)
+main.add_command(bench)
 
 
 if __name__ == "__main__":
