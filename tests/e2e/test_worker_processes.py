@@ -1,5 +1,10 @@
-"""Real worker processes on sqlite:// : kill -9, SIGTERM drain, cron across three
-processes, and retries with backoff into dead."""
+"""Real worker processes on sqlite:// and redis:// : kill -9, SIGTERM drain, cron across
+three processes, and retries with backoff into dead.
+
+Each redis case runs under its own key prefix on ``$DELAYQ_TEST_REDIS`` (by default
+``redis://127.0.0.1:6379/0``) and deletes every key under it afterwards. Without a
+reachable server the redis cases are skipped, or fail when ``$DELAYQ_REQUIRE`` lists
+redis (as in tests/conformance/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +15,12 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -60,11 +67,56 @@ if __name__ == "__main__":
 """
 
 
+def unavailable(backend: str, reason: str) -> NoReturn:
+    """Skip, or fail when ``$DELAYQ_REQUIRE`` lists ``backend`` (or ``all``)."""
+    required = {name.strip() for name in os.environ.get("DELAYQ_REQUIRE", "").split(",")}
+    if backend in required or "all" in required:
+        pytest.fail(f"{backend} is required by DELAYQ_REQUIRE but unavailable: {reason}")
+    pytest.skip(f"{backend} unavailable: {reason}")
+
+
+def sqlite_url(tmp_path: Path) -> Iterator[str]:
+    yield f"sqlite:///{tmp_path / 'q.db'}"
+
+
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A private key prefix on the test Redis; its keys are deleted afterwards (and
+    checked gone)."""
+    try:
+        import redis  # noqa: PLC0415 (optional: the backend is skipped without it)
+    except ImportError:
+        unavailable("redis", "redis-py is not installed (pip install 'delayq[redis]')")
+    base = os.environ.get("DELAYQ_TEST_REDIS", "redis://127.0.0.1:6379/0")
+    prefix = f"delayq-e2e-{uuid.uuid4().hex[:12]}"
+    client = redis.Redis.from_url(base, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        client.close()
+        unavailable("redis", f"{base}: {exc}")
+    try:
+        assert not list(client.scan_iter(match=f"{prefix}:*"))
+        yield f"{base}{'&' if '?' in base else '?'}prefix={prefix}"
+    finally:
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+        left = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        client.close()
+    assert not left, left
+
+
+BACKENDS: dict[str, Callable[[Path], Iterator[str]]] = {
+    "sqlite": sqlite_url,
+    "redis": redis_url,
+}
+
+
 class Env:
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, url: str) -> None:
         self.dir = tmp_path
         (tmp_path / "wapp.py").write_text(textwrap.dedent(APP))
-        self.url = f"sqlite:///{tmp_path / 'q.db'}"
+        self.url = url
         self.log = tmp_path / "log.txt"
         self.log.touch()
         self.procs: list[subprocess.Popen[str]] = []
@@ -107,10 +159,16 @@ class Env:
             assert proc.returncode in (0, -signal.SIGKILL), err
 
 
+@pytest.fixture(params=list(BACKENDS))
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, isolated store of each backend (cleaned up after the workers stop)."""
+    yield from BACKENDS[request.param](tmp_path)
+
+
 @pytest.fixture
-def env(tmp_path: Path) -> Env:
-    environment = Env(tmp_path)
-    yield environment  # type: ignore[misc]
+def env(tmp_path: Path, url: str) -> Iterator[Env]:
+    environment = Env(tmp_path, url)
+    yield environment
     for proc in environment.procs:
         if proc.poll() is None:
             proc.kill()
@@ -139,6 +197,8 @@ def test_a_worker_killed_while_holding_jobs_loses_none(env: Env) -> None:
     done = env.lines("done")
     assert sorted(i for i, _ in done) == ["0", "1", "2", "3"]
     assert all(pid != str(first.pid) for _, pid in done)
+    with Queue(env.url, name="jobs") as queue:
+        assert queue.stats().total == 0  # every job acked, none left behind
 
 
 def test_sigterm_drains_gracefully(env: Env) -> None:
