@@ -1,8 +1,9 @@
 """What is specific to ``redis://`` (the shared contract is in tests/conformance).
 
-The Lua scripts (headers, every key through KEYS), the key layout (one hash tag per
-queue shard), EVALSHA after SCRIPT FLUSH, the server's clock against a skewed client
-clock, an idle consumer's command rate, and a consumer that outlives a Redis restart.
+The Lua scripts (headers, every key through KEYS, also in the functions library), the key
+layout (one hash tag per queue shard), EVALSHA (the cluster's way) after SCRIPT FLUSH,
+FCALL after FUNCTION FLUSH and FLUSHALL, the server's clock against a skewed client clock,
+an idle consumer's command rate, and a consumer that outlives a Redis restart.
 Tests that flush scripts, count commands or restart the server run on a private
 ``redis-server`` started on a free port in a temporary directory (and stopped after);
 the others use the shared test Redis under a private key prefix, deleted afterwards.
@@ -33,8 +34,18 @@ redis = pytest.importorskip("redis")
 
 from redis.crc import key_slot  # noqa: E402
 
-from delayq.backends.redis._scripts import SCRIPT_NAMES, pack_id, queue_keys, unpack_id  # noqa: E402
+from delayq.backends.redis._functions import Functions  # noqa: E402
+from delayq.backends.redis._ops import Operations  # noqa: E402
+from delayq.backends.redis._scripts import (  # noqa: E402
+    SCRIPT_NAMES,
+    function_name,
+    library_source,
+    pack_id,
+    queue_keys,
+    unpack_id,
+)
 from delayq.backends.redis._url import parse_url  # noqa: E402
+from delayq.durable.message import PutRequest  # noqa: E402
 
 SHARED = os.environ.get("DELAYQ_TEST_REDIS", "redis://127.0.0.1:6379/0")
 SCRIPTS = resources.files("delayq.backends.redis").joinpath("scripts")
@@ -187,6 +198,24 @@ def test_every_key_a_script_touches_comes_in_through_keys(name: str) -> None:
         assert key in (*_ALIASES, "key")
 
 
+def test_the_library_binds_the_key_aliases_from_keys_in_every_function() -> None:
+    name, code = library_source()
+    assert code.startswith(f"#!lua name={name}\n")
+    assert re.fullmatch(r"delayq_[0-9a-f]{16}", name)
+    text = _code(code)
+    aliases = ", ".join(_ALIASES)
+    binding = f"{aliases} = " + ", ".join(f"KEYS[{i}]" for i in range(1, 7))
+    # Declared once (not bound) at load time, when there are no KEYS ...
+    assert re.findall(r"^local (K_\w+(?:, K_\w+)*)$", text, re.M) == [aliases]
+    # ... and bound from KEYS first thing in every function, and nowhere else.
+    registered = re.findall(
+        r"redis\.register_function\('(\w+)', function\(KEYS, ARGV\)\n(.*)", text
+    )
+    assert registered == [(function_name(script), binding) for script in SCRIPT_NAMES]
+    assert len(re.findall(r"\bK_\w+\s*=", text)) == len(SCRIPT_NAMES)
+    assert len(re.findall(r"\bKEYS\b", text)) == len(SCRIPT_NAMES) * 7
+
+
 def test_keys_of_a_queue_share_one_hash_tag_and_the_shard_is_always_named() -> None:
     keys = queue_keys("delayq", "orders")
     assert [k.decode() for k in keys] == [
@@ -301,12 +330,57 @@ def test_a_put_from_another_client_wakes_a_waiting_consumer(shared_url: str) -> 
 # -- on a private server ----------------------------------------------------------------------
 
 
+def _calls_of(client: Any, command: str) -> int:
+    return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
 def test_evalsha_reloads_the_scripts_after_script_flush(private: PrivateRedis) -> None:
-    with Queue(private.url, name="flush") as q:
+    # EVALSHA is how a cluster client runs the scripts (and a server before Redis 7.0).
+    client = redis.Redis.from_url(private.url)
+    run, ops = Functions(client, evalsha=True), Operations("flush")
+
+    def call(call: Any) -> Any:
+        return call.decode(run(call.script, call.keys, call.args))
+
+    put = [PutRequest(id=f"m{i}", payload=b"1", encoding="json", max_attempts=3) for i in (0, 1)]
+    call(ops.put("q", put[:1]))
+    client.script_flush()
+    call(ops.put("q", put[1:]))
+    assert [r.id for r in call(ops.claim("q", 2, 30_000)).records] == ["m0", "m1"]
+    assert _calls_of(client, "evalsha") >= 2
+    assert _calls_of(client, "fcall") == 0
+    client.close()
+
+
+def test_scripts_run_as_functions_reloaded_after_function_flush_and_flushall(
+    private: PrivateRedis,
+) -> None:
+    client = redis.Redis.from_url(private.url)
+    with Queue(private.url, name="functions") as q:
         q.put("a")
-        q.backend.client.script_flush()  # type: ignore[attr-defined]
+        assert _calls_of(client, "fcall") >= 1
+        client.function_flush()
         q.put("b")
         assert [m.payload for m in q.reserve(wait=0, max=2)] == ["a", "b"]
+        client.flushall()
+        q.put("c")
+        assert [m.payload for m in q.reserve(wait=0, max=2)] == ["c"]
+    assert _calls_of(client, "evalsha") == 0
+    client.close()
+
+
+def test_async_face_reloads_the_library_after_function_flush(private: PrivateRedis) -> None:
+    client = redis.Redis.from_url(private.url)
+
+    async def main() -> list[Any]:
+        async with AsyncQueue(private.url, name="functions") as q:
+            await q.put("a")
+            client.function_flush()
+            await q.put("b")
+            return [m.payload for m in await q.reserve(wait=0, max=2)]
+
+    assert asyncio.run(main()) == ["a", "b"]
+    client.close()
 
 
 def _commands(client: Any) -> int:

@@ -1,14 +1,18 @@
 """The Redis side of the backend: key names, the Lua scripts, and the codecs between
 Python values and script arguments and replies, shared by both faces (no I/O here).
 
-Every state change is one script of ``scripts/*.lua``; each is sent as the shared
-prelude ``lib.lua`` followed by its own body, and takes the same six KEYS of one queue
-shard (:func:`queue_keys`). Replies are decoded here into
+Every state change is one script of ``scripts/*.lua`` and takes the same six KEYS of one
+queue shard (:func:`queue_keys`). The files are the source of two forms: a script for
+EVALSHA, the shared prelude ``lib.lua`` followed by its body (:func:`script_source`),
+and one Redis Functions library of them all (:func:`library_source`), in which the
+prelude is compiled and its functions defined once per server instead of on every
+call. Replies are decoded here into
 :class:`~delayq.durable.message.Record` / :class:`~delayq.durable.message.Stats`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -27,6 +31,8 @@ __all__ = [
     "decode_claim",
     "decode_record",
     "decode_stats",
+    "function_name",
+    "library_source",
     "nack_args",
     "pack_id",
     "put_args",
@@ -91,13 +97,54 @@ def unpack_id(data: bytes) -> str:
     return data.decode("utf-8", "surrogatepass")
 
 
+def _read(name: str) -> str:
+    folder = resources.files(__package__).joinpath("scripts")
+    return folder.joinpath(f"{name}.lua").read_text("utf-8")
+
+
+def _prelude() -> str:
+    return _read("lib").replace("@LEASE_EXPIRED@", json.dumps(LEASE_EXPIRED_ERROR))
+
+
 @cache
 def script_source(name: str) -> str:
     """The text sent to Redis for script ``name``: the prelude, then the script."""
-    folder = resources.files(__package__).joinpath("scripts")
-    prelude = folder.joinpath("lib.lua").read_text("utf-8")
-    prelude = prelude.replace("@LEASE_EXPIRED@", json.dumps(LEASE_EXPIRED_ERROR))
-    return prelude + folder.joinpath(f"{name}.lua").read_text("utf-8")
+    return _prelude() + _read(name)
+
+
+#: The line of ``lib.lua`` that binds the key aliases from KEYS (a script's globals).
+_ALIASES = "K_MSG, K_DUE, K_LEASE, K_DEAD, K_SEQ, K_WAKE"
+_BINDING = f"local {_ALIASES} = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]\n"
+
+
+@cache
+def library_source() -> tuple[str, str]:
+    """The library's name and code: ``#!lua name=delayq_<hash>``, then the prelude with
+    the key aliases declared (not bound), then one function per script, which binds the
+    aliases from its KEYS and runs the script's body with its ARGV.
+
+    The name holds a hash of the code, so versions of delayq sharing a server each
+    load their own library (``FUNCTION LOAD REPLACE`` of the same code is harmless).
+    The aliases are upvalues of the library shared by its functions; binding them at
+    the start of every call is safe as a function runs alone and to its end.
+    """
+    prelude = _prelude()
+    if prelude.count(_BINDING) != 1:
+        raise RuntimeError("lib.lua must bind the key aliases from KEYS on one line")
+    parts = [prelude.replace(_BINDING, f"local {_ALIASES}\n")]
+    for name in SCRIPT_NAMES:
+        parts.append(
+            f"redis.register_function('@LIB@_{name}', function(KEYS, ARGV)\n"
+            f"{_BINDING[len('local ') :]}{_read(name)}\nend)\n"
+        )
+    body = "\n".join(parts)
+    library = "delayq_" + hashlib.sha1(body.encode("utf-8")).hexdigest()[:16]
+    return library, f"#!lua name={library}\n" + body.replace("@LIB@", library)
+
+
+def function_name(script: str) -> str:
+    """The library function that runs ``script`` (a name of :data:`SCRIPT_NAMES`)."""
+    return f"{library_source()[0]}_{script}"
 
 
 def _ms(value: int | None) -> bytes | int:

@@ -20,8 +20,9 @@ slot; a single-node queue is shard 0):
 Every operation is one Lua script (:mod:`._scripts`, ``scripts/*.lua``), each the mirror
 of a pure transition of :mod:`delayq.durable.message`; "now" is Redis's ``TIME`` read in
 the script, so the client's clock plays no part. Expired leases are settled inside the
-scripts (the reserve script first of all), so no separate process is needed. Scripts
-are sent once per client (``EVALSHA``; reloaded after ``NOSCRIPT``).
+scripts (the reserve script first of all), so no separate process is needed. The
+scripts run as functions of one library (``FCALL``; :mod:`._functions`), loaded when the
+server does not have it, so the shared prelude is compiled once per server.
 
 Connections: a shared pool per backend object for the scripts (redis-py retries a
 command after a connection error, with backoff), plus, per queue with a waiting
@@ -59,9 +60,10 @@ from ..._constants import (
 )
 from ...durable.message import PutRequest, Record, State, Stats
 from ...errors import QueueClosed
+from ._functions import AsyncFunctions, Functions
 from ._listen import CONNECTION_ERRORS, AsyncListener, Listener, next_backoff
 from ._ops import Call, Operations
-from ._scripts import SCRIPT_NAMES, Claim, script_source
+from ._scripts import Claim
 from ._url import Settings, parse_url
 
 if TYPE_CHECKING:
@@ -153,9 +155,7 @@ class RedisBackend(_Base):
             retry=Retry(ExponentialBackoff(REDIS_RETRY_CAP, REDIS_RETRY_BASE), REDIS_RETRIES),
             **_client_options(listener=False),
         )
-        self._scripts = {
-            name: self._client.register_script(script_source(name)) for name in SCRIPT_NAMES
-        }
+        self._scripts = Functions(self._client)
         self._listeners: dict[str, Listener] = {}
         self._lock = threading.Lock()
 
@@ -167,7 +167,7 @@ class RedisBackend(_Base):
     def _run(self, call: Call[T]) -> T:
         self._check_open()
         try:
-            reply = self._scripts[call.script](keys=call.keys, args=call.args)
+            reply = self._scripts(call.script, call.keys, call.args)
         except CONNECTION_ERRORS:
             self._check_open()
             raise
@@ -323,9 +323,7 @@ class AsyncRedisBackend(_Base):
             retry=AsyncRetry(ExponentialBackoff(REDIS_RETRY_CAP, REDIS_RETRY_BASE), REDIS_RETRIES),
             **_client_options(listener=False),
         )
-        self._scripts = {
-            name: self._client.register_script(script_source(name)) for name in SCRIPT_NAMES
-        }
+        self._scripts = AsyncFunctions(self._client)
         self._listeners: dict[str, AsyncListener] = {}
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -338,7 +336,7 @@ class AsyncRedisBackend(_Base):
         self._check_open()
         cancels = _cancel_requests()
         try:
-            reply = await self._scripts[call.script](keys=call.keys, args=call.args)
+            reply = await self._scripts(call.script, call.keys, call.args)
         except CONNECTION_ERRORS:
             self._check_open()
             raise
@@ -394,7 +392,7 @@ class AsyncRedisBackend(_Base):
         """Give back what a cancelled claim took (``release.lua``), even while closing."""
         call = self._ops.unclaim(queue, records)
         try:
-            await self._scripts[call.script](keys=call.keys, args=call.args)
+            await self._scripts(call.script, call.keys, call.args)
         except CONNECTION_ERRORS as exc:  # the leases will expire instead
             logger.warning("could not release %d claimed messages: %s", len(records), exc)
         self._bump(queue)

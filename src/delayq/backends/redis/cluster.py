@@ -26,7 +26,8 @@ touches one shard's keys only.
 Options: those of :mod:`.backend`, plus ``shards`` (1 to 1024; default 1). The same
 queue must always be opened with the same ``shards``: messages of other shards would not
 be found. A cluster URL's nodes are startup nodes; redis-py's ``RedisCluster`` follows
-slot moves.
+slot moves. Scripts run as library functions on a single node and by EVALSHA on a
+cluster (see :mod:`._functions`).
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ from ..._constants import (
 )
 from ...durable.message import PutRequest, Record, State, Stats
 from ...errors import QueueClosed
+from ._functions import AsyncFunctions, Functions
 from ._listen import CONNECTION_ERRORS, AsyncListener, Listener, next_backoff
 from ._ops import Call, Operations
-from ._scripts import SCRIPT_NAMES, Claim, script_source
+from ._scripts import Claim
 from ._shards import (
     AsyncHub,
     Hub,
@@ -117,9 +119,7 @@ class ShardedRedisBackend(_Sharded):
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
         self._client = sync_client(self._settings, listener=False)
-        self._scripts = {
-            name: self._client.register_script(script_source(name)) for name in SCRIPT_NAMES
-        }
+        self._scripts = Functions(self._client, evalsha=self._settings.cluster)
         self._hubs: dict[str, Hub] = {}
         self._lock = threading.Lock()
 
@@ -131,7 +131,7 @@ class ShardedRedisBackend(_Sharded):
     def _run(self, call: Call[T]) -> T:
         self._check_open()
         try:
-            reply = self._scripts[call.script](keys=call.keys, args=call.args)
+            reply = self._scripts(call.script, call.keys, call.args)
         except CONNECTION_ERRORS:
             self._check_open()
             raise
@@ -329,9 +329,7 @@ class AsyncShardedRedisBackend(_Sharded):
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
         self._client = async_client(self._settings, listener=False)
-        self._scripts = {
-            name: self._client.register_script(script_source(name)) for name in SCRIPT_NAMES
-        }
+        self._scripts = AsyncFunctions(self._client, evalsha=self._settings.cluster)
         self._hubs: dict[str, AsyncHub] = {}
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -344,7 +342,7 @@ class AsyncShardedRedisBackend(_Sharded):
         self._check_open()
         cancels = _cancel_requests()
         try:
-            reply = await self._scripts[call.script](keys=call.keys, args=call.args)
+            reply = await self._scripts(call.script, call.keys, call.args)
         except CONNECTION_ERRORS:
             self._check_open()
             raise
@@ -426,7 +424,7 @@ class AsyncShardedRedisBackend(_Sharded):
     async def _unclaim(self, queue: str, shard: int, records: list[Record]) -> None:
         call = self._ops[shard].unclaim(queue, records)
         try:
-            await self._scripts[call.script](keys=call.keys, args=call.args)
+            await self._scripts(call.script, call.keys, call.args)
         except CONNECTION_ERRORS as exc:  # the leases will expire instead
             logger.warning("could not release %d claimed messages: %s", len(records), exc)
         self._news(queue, shard)

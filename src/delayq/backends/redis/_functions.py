@@ -1,0 +1,81 @@
+"""Running the scripts: as functions of the delayq library (``FCALL``), which the server
+compiles once, rather than as EVALSHA scripts whose prelude is run on every call.
+
+The library (:func:`~._scripts.library_source`) is loaded with ``FUNCTION LOAD REPLACE``
+when a call finds its function missing: on first use against a server, and again after
+a restart without persistence, ``FLUSHALL`` or ``FUNCTION FLUSH``. A server without
+functions (before Redis 7.0) gets the same scripts by EVALSHA instead, and so does a
+Redis Cluster client (``evalsha=True``): redis-py routes EVALSHA by its KEYS itself but
+asks a node for the keys of every FCALL (``COMMAND GETKEYS``, one more round trip).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from ._scripts import SCRIPT_NAMES, function_name, library_source, script_source
+
+__all__ = ["AsyncFunctions", "Functions"]
+
+
+def _missing(exc: redis.ResponseError) -> bool:
+    """The function (so the library) is not on the server."""
+    return "function not found" in str(exc).lower()
+
+
+def _unsupported(exc: redis.ResponseError) -> bool:
+    """The server has no FCALL (Redis before 7.0)."""
+    return "unknown command" in str(exc).lower() and "fcall" in str(exc).lower()
+
+
+class _Base:
+    def __init__(self, client: Any, *, evalsha: bool = False) -> None:
+        self._client = client
+        self._code = library_source()[1]
+        self._names = {name: function_name(name) for name in SCRIPT_NAMES}
+        #: The EVALSHA scripts, when asked for or once FCALL is unknown.
+        self._scripts: dict[str, Any] | None = self._use_scripts() if evalsha else None
+
+    def _use_scripts(self) -> dict[str, Any]:
+        scripts = {name: self._client.register_script(script_source(name)) for name in SCRIPT_NAMES}
+        self._scripts = scripts
+        return scripts
+
+
+class Functions(_Base):
+    """Runs a script by name on a ``redis.Redis`` or ``redis.cluster.RedisCluster``."""
+
+    def __call__(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        if self._scripts is not None:
+            return self._scripts[script](keys=keys, args=args)
+        name = self._names[script]
+        try:
+            return self._client.fcall(name, len(keys), *keys, *args)
+        except redis.ResponseError as exc:
+            if _unsupported(exc):
+                return self._use_scripts()[script](keys=keys, args=args)
+            if not _missing(exc):
+                raise
+        self._client.function_load(self._code, replace=True)
+        return self._client.fcall(name, len(keys), *keys, *args)
+
+
+class AsyncFunctions(_Base):
+    """:class:`Functions` for ``redis.asyncio.Redis`` or ``RedisCluster``."""
+
+    async def __call__(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        if self._scripts is not None:
+            return await self._scripts[script](keys=keys, args=args)
+        name = self._names[script]
+        try:
+            return await self._client.fcall(name, len(keys), *keys, *args)
+        except redis.ResponseError as exc:
+            if _unsupported(exc):
+                return await self._use_scripts()[script](keys=keys, args=args)
+            if not _missing(exc):
+                raise
+        await self._client.function_load(self._code, replace=True)
+        return await self._client.fcall(name, len(keys), *keys, *args)
