@@ -58,6 +58,7 @@ __all__ = [
     "can_cancel",
     "compute_stats",
     "is_due",
+    "lag_of",
     "matches_state",
     "observe",
     "resolve_due",
@@ -390,6 +391,12 @@ def apply_retry_dead(record: Record | None, now: Now, seq: int) -> Record | None
     return replace(record, state=State.SCHEDULED, due_at=now.floor, seq=seq, attempts=0)
 
 
+def lag_of(oldest_ready: int | None, now_ms: int) -> float:
+    """Seconds by which the oldest ready message (due at ``oldest_ready``, epoch ms)
+    is overdue at ``now_ms``; 0.0 when none is ready."""
+    return 0.0 if oldest_ready is None else max(0, now_ms - oldest_ready) / 1000.0
+
+
 def compute_stats(records: Iterable[Record], now_ms: int) -> Stats:
     """Counts per observed state, the next due time and the lag, at ``now_ms``."""
     counts = dict.fromkeys(State, 0)
@@ -411,5 +418,5 @@ def compute_stats(records: Iterable[Record], now_ms: int) -> Stats:
         active=counts[State.ACTIVE],
         dead=counts[State.DEAD],
         next_due_at=next_due,
-        lag=0.0 if oldest_ready is None else max(0, now_ms - oldest_ready) / 1000.0,
+        lag=lag_of(oldest_ready, now_ms),
     )

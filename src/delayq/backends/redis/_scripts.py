@@ -22,7 +22,7 @@ from importlib import resources
 from typing import Any
 
 from ..._constants import LEASE_EXPIRED_ERROR, REDIS_KEY_SUFFIXES
-from ...durable.message import PutRequest, Record, State, Stats
+from ...durable.message import PutRequest, Record, State, Stats, lag_of
 from ...errors import DuplicateId
 
 __all__ = [
@@ -256,5 +256,5 @@ def decode_stats(reply: Sequence[Any]) -> Stats:
         active=active,
         dead=dead,
         next_due_at=next_due,
-        lag=max(0, now - next_due) / 1000.0 if ready and next_due is not None else 0.0,
+        lag=lag_of(next_due if ready else None, now),
     )

@@ -38,7 +38,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from ..._constants import (
@@ -75,6 +75,8 @@ logger = logging.getLogger(LOGGER_NAME)
 class _Sharded:
     """What both faces share: settings, one :class:`Operations` per shard, routing."""
 
+    _hubs: Mapping[str, Hub | AsyncHub]  # per queue: the shard heads and their listeners
+
     def __init__(self, url: str, **options: Any) -> None:
         self._settings = parse_url(url, **options)
         self.shards = self._settings.shards
@@ -89,6 +91,11 @@ class _Sharded:
     def _check_open(self) -> None:
         if self._closed:
             raise QueueClosed("the queue is closed")
+
+    def _news(self, queue: str, shard: int) -> None:
+        hub = self._hubs.get(queue)
+        if hub is not None:
+            hub.news(shard)
 
     def _at(self, id: str) -> Operations:
         return self._ops[shard_of(id, self.shards)]
@@ -163,11 +170,6 @@ class ShardedRedisBackend(_Sharded):
                         )
                     self._hubs[queue] = hub
         return hub
-
-    def _news(self, queue: str, shard: int) -> None:
-        hub = self._hubs.get(queue)
-        if hub is not None:
-            hub.news(shard)
 
     def _claim(self, queue: str, view: ShardView, limit: int, lease_ms: int) -> list[Record]:
         records: list[Record] = []
@@ -372,11 +374,6 @@ class AsyncShardedRedisBackend(_Sharded):
                 )
             self._hubs[queue] = hub
         return hub
-
-    def _news(self, queue: str, shard: int) -> None:
-        hub = self._hubs.get(queue)
-        if hub is not None:
-            hub.news(shard)
 
     async def _claim_all(
         self, queue: str, view: ShardView, limit: int, lease_ms: int, stop: list[bool]

@@ -45,7 +45,16 @@ from ..._constants import (
     SQLITE_ASYNC_THREADS,
     SQLITE_BUSY_HANDLER_TIMEOUT,
 )
-from ...durable.message import Now, PutRequest, Record, State, Stats, observe, resolve_due
+from ...durable.message import (
+    Now,
+    PutRequest,
+    Record,
+    State,
+    Stats,
+    lag_of,
+    observe,
+    resolve_due,
+)
 from ...errors import DuplicateId, LeaseLost, QueueClosed
 from . import statements as sql
 from ._connection import Pool
@@ -352,7 +361,7 @@ class _Core:
                 active=active,
                 dead=dead,
                 next_due_at=next_due,
-                lag=0.0 if oldest_ready is None else max(0, now.floor - oldest_ready) / 1000.0,
+                lag=lag_of(oldest_ready, now.floor),
             )
 
         return self.pool.read(work)
