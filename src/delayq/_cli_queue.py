@@ -303,24 +303,13 @@ def _pause(seconds: float) -> None:
 
 
 def _queue_names(url: str, given: Sequence[str]) -> tuple[list[str], str | None]:
-    """The queues to show and a note for the caption.
-
-    The backend contract has no "list queues" operation; a backend object that has
-    one anyway (``queues() -> list[str]``) is asked, otherwise ``default`` is shown.
-    """
+    """The queues to show (those named, else every queue of the store that holds a
+    message, else ``default``) and a note for the caption (none)."""
     if given:
         return list(dict.fromkeys(given)), None
     with open_queue(url, DEFAULT_QUEUE_NAME) as probe:
-        lister = getattr(probe.backend, "queues", None)
-        names = sorted(lister()) if callable(lister) else None
-    if names:
-        return names, None
-    if names is not None:
-        return [DEFAULT_QUEUE_NAME], None
-    return [DEFAULT_QUEUE_NAME], (
-        f"this backend cannot list its queues: showing {DEFAULT_QUEUE_NAME!r}; "
-        "name queues to see them (delayq stats QUEUE ...)"
-    )
+        names = probe.queues()
+    return (names or [DEFAULT_QUEUE_NAME]), None
 
 
 def _stats_table(
@@ -370,7 +359,7 @@ def stats(
 ) -> None:
     """Scheduled, ready, active and dead messages of each QUEUE, the next due time
     and the lag (how overdue the oldest ready message is). Without QUEUE: every queue
-    the backend can list, else "default"."""
+    that holds a message, else "default"."""
     if interval <= 0:
         raise click.BadParameter("must be > 0", param_hint="'--interval'")
     target = resolve_url(url)

@@ -112,3 +112,73 @@ REDIS_RETRY_CAP = 0.5
 #: Backoff (s) of a waiting consumer or listener that lost Redis: first and longest.
 REDIS_RECONNECT_FIRST = 0.05
 REDIS_RECONNECT_MAX = 1.0
+
+# -- delayq serve ------------------------------------------------------------------
+SERVE_DEFAULT_HOST = "127.0.0.1"
+SERVE_DEFAULT_PORT = 8080
+#: Largest request body the HTTP API reads (bytes); a larger one is a 413.
+SERVE_MAX_BODY = 2 * 1024 * 1024
+#: Longest long-poll of ``POST /v1/queues/{queue}/reserve`` (seconds).
+SERVE_MAX_WAIT = 30.0
+#: Callbacks in flight at once per server process.
+SERVE_DISPATCH_CONCURRENCY = 64
+#: The queue a callback message goes to unless the server names others.
+DEFAULT_CALLBACK_QUEUE = "callbacks"
+#: The message header that carries a message's callback (JSON).
+CALLBACK_HEADER = "delayq-callback"
+CALLBACK_DEFAULT_TIMEOUT = 10.0
+CALLBACK_MAX_TIMEOUT = 300.0
+#: The request header with ``t=<unix seconds>,v1=<hex HMAC-SHA256 of "t.body">``.
+CALLBACK_SIGNATURE_HEADER = "X-Delayq-Signature"
+
+# -- inspection: queues(), peek(), due_counts() --------------------------------------
+#: ``peek()``: how many messages by default, and at most.
+DEFAULT_PEEK_LIMIT = 100
+MAX_PEEK_LIMIT = 10_000
+#: ``due_counts()``: the default horizon (seconds) and number of buckets, and the limits.
+DEFAULT_DUE_HORIZON = 3600.0
+DEFAULT_DUE_BUCKETS = 60
+MAX_DUE_BUCKETS = 1000
+MAX_DUE_HORIZON = 366 * 86400.0
+
+# -- delayq serve: the dashboard ------------------------------------------------------
+#: How often the dashboard's pages fetch fresh numbers (ms), and how many rows they list.
+DASHBOARD_REFRESH_MS = 3000
+DASHBOARD_LIST_LIMIT = 100
+#: The "falls due over the next hour" chart: horizon (seconds) and number of bars.
+DASHBOARD_CHART_HORIZON = 3600.0
+DASHBOARD_CHART_BUCKETS = 60
+#: Largest login form body (bytes) the dashboard reads.
+DASHBOARD_MAX_LOGIN_BODY = 8192
+
+# -- delayq serve: URL callbacks (push delivery) --------------------------------------
+#: Longest callback URL (characters) and most / largest extra request headers.
+CALLBACK_MAX_URL_LENGTH = 2048
+CALLBACK_MAX_HEADERS = 32
+CALLBACK_MAX_HEADER_BYTES = 8192
+#: A signed request's timestamp may be this many seconds off when verified.
+CALLBACK_SIGNATURE_TOLERANCE = 300
+#: A callback's lease is its timeout plus this margin (s), so it rarely needs extending.
+CALLBACK_LEASE_MARGIN = 5.0
+#: How much of a receiver's answer (bytes) the dispatcher reads before dropping it.
+CALLBACK_MAX_RESPONSE_READ = 65536
+#: Seconds in-flight callbacks may finish after the dispatcher is stopped.
+DISPATCH_GRACE = 5.0
+#: Longest one blocking reserve of the dispatcher waits before it is re-armed (s).
+DISPATCH_IDLE_WAIT = 5.0
+#: Pause (s) after a failed reserve before trying again.
+DISPATCH_ERROR_BACKOFF = 0.5
+
+# -- delayq serve: the HTTP API ----------------------------------------------------
+#: Most messages in one batch put, and the largest ``max``/``limit`` of the API.
+SERVE_MAX_BATCH = 1000
+SERVE_MAX_LIMIT = 1000
+#: Longest horizon (s) and most buckets of ``GET /v1/queues/{queue}/due``.
+SERVE_MAX_DUE_HORIZON = 7 * 86_400.0
+SERVE_MAX_DUE_BUCKETS = 1000
+#: Seconds ``/healthz`` waits for the backend before it answers 503.
+SERVE_HEALTH_TIMEOUT = 5.0
+#: Seconds uvicorn gives open requests at shutdown before it cancels them.
+SERVE_SHUTDOWN_GRACE = 10.0
+#: Redis ``queues()``: the COUNT hint of each SCAN step.
+REDIS_SCAN_COUNT = 1000

@@ -37,6 +37,7 @@ from redis.crc import key_slot  # noqa: E402
 from delayq.backends.redis._functions import Functions  # noqa: E402
 from delayq.backends.redis._ops import Operations  # noqa: E402
 from delayq.backends.redis._scripts import (  # noqa: E402
+    READ_ONLY_SCRIPTS,
     SCRIPT_NAMES,
     function_name,
     library_source,
@@ -209,11 +210,34 @@ def test_the_library_binds_the_key_aliases_from_keys_in_every_function() -> None
     assert re.findall(r"^local (K_\w+(?:, K_\w+)*)$", text, re.M) == [aliases]
     # ... and bound from KEYS first thing in every function, and nowhere else.
     registered = re.findall(
-        r"redis\.register_function\('(\w+)', function\(KEYS, ARGV\)\n(.*)", text
+        r"redis\.register_function(?:\(|\{function_name=)'(\w+)',"
+        r" (?:callback=)?function\(KEYS, ARGV\)\n(.*)",
+        text,
     )
     assert registered == [(function_name(script), binding) for script in SCRIPT_NAMES]
+    # The read-only ones carry the no-writes flag, and only they do.
+    flagged = re.findall(
+        r"function_name='delayq_[0-9a-f]{16}_(\w+)'.*?flags=\{'no-writes'\}\}", text, re.S
+    )
+    assert sorted(flagged) == sorted(READ_ONLY_SCRIPTS) == ["due_counts", "get", "peek"]
     assert len(re.findall(r"\bK_\w+\s*=", text)) == len(SCRIPT_NAMES)
     assert len(re.findall(r"\bKEYS\b", text)) == len(SCRIPT_NAMES) * 7
+
+
+def test_read_only_functions_are_loaded_with_the_no_writes_flag(shared_url: str) -> None:
+    with Queue(shared_url, name="ro") as q:
+        q.put("x")
+        assert [m.payload for m in q.peek()] == ["x"]
+        library = library_source()[0]
+        [entry] = q.backend.client.function_list(library=library)  # type: ignore[attr-defined]
+    fields = dict(zip(entry[::2], entry[1::2], strict=True))
+    flags = {}
+    for function in fields[b"functions"]:
+        info = dict(zip(function[::2], function[1::2], strict=True))
+        flags[info[b"name"].decode()] = [flag.decode() for flag in info[b"flags"]]
+    for script in SCRIPT_NAMES:
+        expected = ["no-writes"] if script in READ_ONLY_SCRIPTS else []
+        assert flags[function_name(script)] == expected
 
 
 def test_keys_of_a_queue_share_one_hash_tag_and_the_shard_is_always_named() -> None:

@@ -146,6 +146,28 @@ def test_the_file_is_in_wal_mode_with_the_schema(queue: Queue, tmp_path: Path) -
         conn.close()
 
 
+def _plan(conn: sqlite3.Connection, statement: str, params: dict[str, object]) -> str:
+    return " ".join(str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + statement, params))
+
+
+def test_inspection_reads_go_through_the_indexes(queue: Queue, tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "q.db")
+    try:
+        params = {"queue": "jobs", "now": 0, "width": 1000, "end": 60_000, "limit": 10}
+        # due_counts: one range scan of the claim index, no table scan.
+        due = _plan(conn, sql.DUE_COUNTS, params)
+        assert "SEARCH delayq_messages USING INDEX delayq_messages_due" in due
+        assert "due_at>? AND due_at<?" in due
+        # queues: one index seek per queue name, not a scan of every row.
+        names = _plan(conn, sql.QUEUES, {})
+        assert "SCAN delayq_messages" not in names
+        assert "(queue>?)" in names
+        for state in (None, "ready", "scheduled", "active", "dead"):
+            assert "SCAN delayq_messages" not in _plan(conn, sql.PEEK[state], params)
+    finally:
+        conn.close()
+
+
 def test_opening_twice_and_from_many_threads_keeps_one_schema(url: str) -> None:
     errors: list[BaseException] = []
 

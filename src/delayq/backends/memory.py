@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from .._clock import SYSTEM_CLOCK, Clock
 from .._constants import INF
 from .._waiters import LoopSleeper, resolve
+from ..durable.inspection import count_due, select_peek
 from ..durable.message import (
     Now,
     PutRequest,
@@ -354,6 +355,25 @@ class _Core:
 
         return self._run(queue, step)
 
+    def _queues(self) -> list[str]:
+        if self._closed:
+            raise QueueClosed("the queue is closed")
+        with _STORES_LOCK:
+            mine = [(q, store) for (ns, q), store in _STORES.items() if ns == self._namespace]
+        return sorted(name for name, store in mine if store.records)
+
+    def _peek(self, queue: str, state: State | None, limit: int) -> list[Record]:
+        return self._run(
+            queue, lambda store, now: select_peek(store.records.values(), state, now.floor, limit)
+        )
+
+    def _due_counts(self, queue: str, horizon_ms: int, buckets: int) -> tuple[int, list[int]]:
+        def step(store: _Store, now: Now) -> tuple[int, list[int]]:
+            scheduled = (r.due_at for r in store.records.values() if r.state is State.SCHEDULED)
+            return now.floor, count_due(scheduled, now.floor, horizon_ms, buckets)
+
+        return self._run(queue, step)
+
     def _sleep_for(self, store: _Store, give_up: float) -> float | None:
         """Real seconds to sleep (None: until woken); lock held."""
         until = store.next_event()
@@ -443,6 +463,18 @@ class MemoryBackend(_Core):
     def purge(self, queue: str, state: State | None) -> int:
         """See :meth:`Backend.purge <delayq.durable.backend.Backend.purge>`."""
         return self._purge(queue, state)
+
+    def queues(self) -> list[str]:
+        """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
+        return self._queues()
+
+    def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+        """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
+        return self._peek(queue, state, limit)
+
+    def due_counts(self, queue: str, *, horizon_ms: int, buckets: int) -> tuple[int, list[int]]:
+        """See :meth:`Backend.due_counts <delayq.durable.backend.Backend.due_counts>`."""
+        return self._due_counts(queue, horizon_ms, buckets)
 
     def close(self) -> None:
         """Wake this backend's waiting reserves (they raise QueueClosed); the shared
@@ -539,6 +571,20 @@ class AsyncMemoryBackend(_Core):
     async def purge(self, queue: str, state: State | None) -> int:
         """See :meth:`Backend.purge <delayq.durable.backend.Backend.purge>`."""
         return self._purge(queue, state)
+
+    async def queues(self) -> list[str]:
+        """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
+        return self._queues()
+
+    async def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+        """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
+        return self._peek(queue, state, limit)
+
+    async def due_counts(
+        self, queue: str, *, horizon_ms: int, buckets: int
+    ) -> tuple[int, list[int]]:
+        """See :meth:`Backend.due_counts <delayq.durable.backend.Backend.due_counts>`."""
+        return self._due_counts(queue, horizon_ms, buckets)
 
     async def close(self) -> None:
         """See :meth:`MemoryBackend.close`."""

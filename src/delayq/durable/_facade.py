@@ -7,14 +7,19 @@ nothing. ``TypeError`` means a wrong kind of value, ``ValueError`` a wrong value
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 from collections.abc import Iterable, Mapping
+from typing import TypeVar
 
 from .._constants import (
+    MAX_DUE_BUCKETS,
+    MAX_DUE_HORIZON,
     MAX_DUE_MS,
     MAX_ERROR_LENGTH,
     MAX_ID_LENGTH,
+    MAX_PEEK_LIMIT,
 )
 from .._duration import at_to_epoch, delay_to_seconds, seconds_to_ms
 from ..errors import QueueClosed
@@ -25,6 +30,7 @@ from .serializer import Codec
 
 __all__ = ["QueueBase"]
 
+_Q = TypeVar("_Q", bound="QueueBase")
 _ON_CONFLICT = ("ignore", "replace", "error")
 _PUT_KEYS = frozenset(("payload", "delay", "at", "id", "on_conflict", "max_attempts", "headers"))
 
@@ -124,6 +130,7 @@ class QueueBase:
         self._retry = retry
         self._codec = Codec(serializer, max_payload)
         self._closed = False
+        self._owns_backend = True
 
     @property
     def name(self) -> str:
@@ -144,6 +151,14 @@ class QueueBase:
     def closed(self) -> bool:
         """True once :meth:`close` was called."""
         return self._closed
+
+    def _sibling(self: _Q, name: str) -> _Q:
+        """A copy of this queue named ``name`` that shares the backend without owning it."""
+        self._check_open()
+        other = copy.copy(self)
+        other._name = check_identifier("name", name)
+        other._owns_backend = False
+        return other
 
     def _check_open(self) -> None:
         if self._closed:
@@ -239,6 +254,27 @@ class QueueBase:
     @staticmethod
     def _limit(limit: object) -> int:
         return check_int("limit", limit, 1)
+
+    @classmethod
+    def _peek_arguments(cls, state: object, limit: object) -> tuple[State | None, int]:
+        """``(state, limit)`` for ``peek``: a State, its name or None; 1..10_000."""
+        checked = cls._state(state)
+        count = check_int("limit", limit, 1)
+        if count > MAX_PEEK_LIMIT:
+            raise ValueError(f"limit must be <= {MAX_PEEK_LIMIT}, got {count}")
+        return checked, count
+
+    @staticmethod
+    def _due_count_arguments(horizon: object, buckets: object) -> tuple[int, int]:
+        """``(horizon_ms, buckets)`` for ``due_counts``: a horizon > 0 and at most 366
+        days (seconds, timedelta or a duration string); 1..1000 buckets."""
+        seconds = check_seconds("horizon", horizon, positive=True)
+        if seconds > MAX_DUE_HORIZON:
+            raise ValueError(f"horizon must be at most 366 days, got {horizon!r}")
+        count = check_int("buckets", buckets, 1)
+        if count > MAX_DUE_BUCKETS:
+            raise ValueError(f"buckets must be <= {MAX_DUE_BUCKETS}, got {count}")
+        return to_ms(seconds), count
 
     @staticmethod
     def _state(state: object) -> State | None:

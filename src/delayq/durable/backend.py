@@ -189,6 +189,37 @@ class Backend(Protocol):
         in flight included); return how many. Purged leases become stale."""
         ...
 
+    def queues(self) -> list[str]:
+        """The sorted names of this store's queues that hold at least one message, in
+        any state (a queue whose last message was acked, cancelled or purged is gone).
+        Read only."""
+        ...
+
+    def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+        """Up to ``limit`` messages of the queue, changing nothing, in their observed
+        state and without lease token (as :meth:`get`).
+
+        ``state`` None: the waiting ones (``READY`` and ``SCHEDULED``) in due order
+        ``(due_at, seq)``, the order ``reserve`` would take them; ``READY``: the due
+        ones, in due order; ``SCHEDULED``: those not yet due, in due order; ``ACTIVE``:
+        those in flight, by lease expiry (then ``seq``); ``DEAD``: as :meth:`dead`.
+        An expired lease is observed settled (:func:`~delayq.durable.message.settle`)
+        whether or not it was stored so. ``1 <= limit``.
+        """
+        ...
+
+    def due_counts(self, queue: str, *, horizon_ms: int, buckets: int) -> tuple[int, list[int]]:
+        """A histogram of what falls due next: ``(start_ms, counts)``.
+
+        ``start_ms`` is the backend's now (the floor, its own clock); with ``w =
+        ceil(horizon_ms / buckets)``, ``counts[i]`` is the number of scheduled messages
+        (not yet due: ``due_at > start_ms``) whose ``due_at`` is in ``[start_ms + i*w,
+        start_ms + (i+1)*w)``; ``len(counts) == buckets``. Due (ready) messages are not
+        counted (:meth:`stats` has them). Cheap on large queues (index range counts,
+        no message is loaded). Read only; ``horizon_ms >= 1``, ``buckets >= 1``.
+        """
+        ...
+
     def close(self) -> None:
         """Release connections and wake waiting ``reserve`` calls (they raise
         :class:`~delayq.QueueClosed`). Idempotent; later calls raise ``QueueClosed``."""
@@ -266,6 +297,20 @@ class AsyncBackend(Protocol):
 
     async def purge(self, queue: str, state: State | None) -> int:
         """See :meth:`Backend.purge`."""
+        ...
+
+    async def queues(self) -> list[str]:
+        """See :meth:`Backend.queues`."""
+        ...
+
+    async def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+        """See :meth:`Backend.peek`."""
+        ...
+
+    async def due_counts(
+        self, queue: str, *, horizon_ms: int, buckets: int
+    ) -> tuple[int, list[int]]:
+        """See :meth:`Backend.due_counts`."""
         ...
 
     async def close(self) -> None:

@@ -12,7 +12,15 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from .._constants import DEFAULT_DEAD_LIMIT, DEFAULT_LEASE, DEFAULT_MAX_PAYLOAD, DEFAULT_QUEUE_NAME
+from .._constants import (
+    DEFAULT_DEAD_LIMIT,
+    DEFAULT_DUE_BUCKETS,
+    DEFAULT_DUE_HORIZON,
+    DEFAULT_LEASE,
+    DEFAULT_MAX_PAYLOAD,
+    DEFAULT_PEEK_LIMIT,
+    DEFAULT_QUEUE_NAME,
+)
 from ._facade import QueueBase, check_identifier, check_seconds, due_arguments, to_ms
 from .backend import AsyncBackend, Backend
 from .message import Message, OnConflict, State, Stats
@@ -51,6 +59,12 @@ class Queue(QueueBase):
     def backend(self) -> Backend:
         """The backend this queue talks to."""
         return self._backend
+
+    def named(self, name: str) -> Queue:
+        """The queue ``name`` on this queue's backend: same URL, retry policy and
+        serializer, same connections. Closing it leaves the backend open; closing the
+        queue that opened the backend closes it under both."""
+        return self._sibling(name)
 
     def put(
         self,
@@ -191,12 +205,45 @@ class Queue(QueueBase):
         self._check_open()
         return self._backend.purge(self._name, self._state(state))
 
+    def queues(self) -> list[str]:
+        """The sorted names of the queues of this queue's store (its URL) that hold
+        at least one message, in any state; this one included when it does."""
+        self._check_open()
+        return self._backend.queues()
+
+    def peek(
+        self, state: State | str | None = None, limit: int = DEFAULT_PEEK_LIMIT
+    ) -> list[Message]:
+        """Up to ``limit`` (1 to 10000) messages of this queue, changing nothing and
+        without lease tokens (as :meth:`get`). ``state`` None: the waiting ones (ready
+        and scheduled) in the order :meth:`reserve` takes them (due time, then put
+        order); ``"ready"``/``"scheduled"``: those, in that order; ``"active"``: those
+        in flight, by lease expiry; ``"dead"``: as :meth:`dead`."""
+        self._check_open()
+        checked, count = self._peek_arguments(state, limit)
+        records = self._backend.peek(self._name, state=checked, limit=count)
+        return [self._message(record) for record in records]
+
+    def due_counts(
+        self, horizon: Any = DEFAULT_DUE_HORIZON, buckets: int = DEFAULT_DUE_BUCKETS
+    ) -> tuple[int, list[int]]:
+        """What falls due next, as ``(start_ms, counts)``: ``start_ms`` is the backend's
+        now (epoch ms) and ``counts[i]`` the number of scheduled messages due in
+        ``[start_ms + i*w, start_ms + (i+1)*w)`` with ``w = ceil(horizon_ms /
+        buckets)``. ``horizon`` (seconds, timedelta or ``"1h"``; > 0, at most 366
+        days) is split into ``buckets`` (1 to 1000). Ready messages are not counted
+        (see :meth:`stats`)."""
+        self._check_open()
+        horizon_ms, count = self._due_count_arguments(horizon, buckets)
+        return self._backend.due_counts(self._name, horizon_ms=horizon_ms, buckets=count)
+
     def close(self) -> None:
         """Close the backend; a waiting :meth:`reserve` raises :class:`~delayq.QueueClosed`,
         as does every later call. Idempotent."""
         if not self._closed:
             self._closed = True
-            self._backend.close()
+            if self._owns_backend:
+                self._backend.close()
 
     def __enter__(self) -> Queue:
         return self
@@ -235,6 +282,10 @@ class AsyncQueue(QueueBase):
     def backend(self) -> AsyncBackend:
         """The backend this queue talks to."""
         return self._backend
+
+    def named(self, name: str) -> AsyncQueue:
+        """See :meth:`Queue.named`."""
+        return self._sibling(name)
 
     async def put(
         self,
@@ -348,11 +399,34 @@ class AsyncQueue(QueueBase):
         self._check_open()
         return await self._backend.purge(self._name, self._state(state))
 
+    async def queues(self) -> list[str]:
+        """See :meth:`Queue.queues`."""
+        self._check_open()
+        return await self._backend.queues()
+
+    async def peek(
+        self, state: State | str | None = None, limit: int = DEFAULT_PEEK_LIMIT
+    ) -> list[Message]:
+        """See :meth:`Queue.peek`."""
+        self._check_open()
+        checked, count = self._peek_arguments(state, limit)
+        records = await self._backend.peek(self._name, state=checked, limit=count)
+        return [self._message(record) for record in records]
+
+    async def due_counts(
+        self, horizon: Any = DEFAULT_DUE_HORIZON, buckets: int = DEFAULT_DUE_BUCKETS
+    ) -> tuple[int, list[int]]:
+        """See :meth:`Queue.due_counts`."""
+        self._check_open()
+        horizon_ms, count = self._due_count_arguments(horizon, buckets)
+        return await self._backend.due_counts(self._name, horizon_ms=horizon_ms, buckets=count)
+
     async def close(self) -> None:
         """See :meth:`Queue.close`."""
         if not self._closed:
             self._closed = True
-            await self._backend.close()
+            if self._owns_backend:
+                await self._backend.close()
 
     async def __aenter__(self) -> AsyncQueue:
         return self

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
+from ...durable.inspection import bucket_width
 from ...durable.message import PutRequest, Record, State, Stats
 from ...errors import LeaseLost
 from ._scripts import (
     Claim,
     decode_claim,
+    decode_due_counts,
     decode_record,
     decode_stats,
     nack_args,
@@ -229,6 +231,16 @@ class Operations:
     def purge(self, queue: str, state: State | None) -> Call[int]:
         """``purge.lua``."""
         return Call("purge", self.keys(queue), [b"" if state is None else state.value], _count)
+
+    def peek(self, queue: str, state: State | None, limit: int) -> Call[list[Record]]:
+        """``peek.lua`` (read only)."""
+        mode = b"" if state is None else state.value
+        return Call("peek", self.keys(queue), [mode, limit], _records)
+
+    def due_counts(self, queue: str, horizon_ms: int, buckets: int) -> Call[tuple[int, list[int]]]:
+        """``due_counts.lua`` (read only)."""
+        width = bucket_width(horizon_ms, buckets)
+        return Call("due_counts", self.keys(queue), [width, buckets], decode_due_counts)
 
     def wake(self, queue: str) -> Call[None]:
         """``wake.lua``: put the wake-up marker (back)."""

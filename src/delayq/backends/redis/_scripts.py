@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -26,9 +26,11 @@ from ...durable.message import PutRequest, Record, State, Stats, lag_of
 from ...errors import DuplicateId
 
 __all__ = [
+    "READ_ONLY_SCRIPTS",
     "SCRIPT_NAMES",
     "Claim",
     "decode_claim",
+    "decode_due_counts",
     "decode_record",
     "decode_stats",
     "function_name",
@@ -37,6 +39,9 @@ __all__ = [
     "pack_id",
     "put_args",
     "queue_keys",
+    "queue_names",
+    "queue_of_key",
+    "queues_pattern",
     "raise_put_status",
     "script_source",
     "unpack_id",
@@ -47,9 +52,11 @@ SCRIPT_NAMES = (
     "ack",
     "cancel",
     "dead",
+    "due_counts",
     "extend",
     "get",
     "nack",
+    "peek",
     "purge",
     "put",
     "release",
@@ -59,6 +66,9 @@ SCRIPT_NAMES = (
     "stats",
     "wake",
 )
+
+#: The scripts that write nothing: their library functions carry the ``no-writes`` flag.
+READ_ONLY_SCRIPTS = frozenset(("due_counts", "get", "peek"))
 
 _HEX_ID = re.compile(r"[0-9a-f]{32}")
 _STATES = {state.value: state for state in State}
@@ -79,6 +89,36 @@ def queue_keys(prefix: str, queue: str, shard: int = 0) -> list[bytes]:
     """
     base = f"{prefix}:{{{queue}:{shard}}}:".encode("utf-8", "surrogatepass")
     return [base + suffix for suffix in REDIS_KEY_SUFFIXES]
+
+
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+_MSG_TAIL = "}:msg"
+
+
+def queues_pattern(prefix: str) -> str:
+    """The SCAN MATCH pattern of every queue shard's ``msg`` key under ``prefix``: the
+    prefix with its glob characters escaped, then ``:{*}:msg``."""
+    return _GLOB_SPECIAL.sub(r"\\\1", prefix) + ":{*" + _MSG_TAIL
+
+
+def queue_of_key(prefix: str, key: bytes) -> str | None:
+    """The queue whose shard's ``msg`` key ``key`` is (the inverse of
+    :func:`queue_keys`), or None for a key of another layout."""
+    text = key.decode("utf-8", "surrogatepass")
+    head = prefix + ":{"
+    if not (text.startswith(head) and text.endswith(_MSG_TAIL)):
+        return None
+    queue, colon, shard = text[len(head) : -len(_MSG_TAIL)].rpartition(":")
+    if not (colon and queue and shard.isascii() and shard.isdigit()):
+        return None
+    return queue
+
+
+def queue_names(prefix: str, keys: Iterable[bytes]) -> list[str]:
+    """The sorted queue names of the ``msg`` keys ``keys`` (a SCAN of
+    :func:`queues_pattern`): each queue once, whatever its shards."""
+    names = {queue_of_key(prefix, key) for key in keys}
+    return sorted(name for name in names if name is not None)
 
 
 def pack_id(id: str) -> bytes:
@@ -133,10 +173,14 @@ def library_source() -> tuple[str, str]:
         raise RuntimeError("lib.lua must bind the key aliases from KEYS on one line")
     parts = [prelude.replace(_BINDING, f"local {_ALIASES}\n")]
     for name in SCRIPT_NAMES:
-        parts.append(
-            f"redis.register_function('@LIB@_{name}', function(KEYS, ARGV)\n"
-            f"{_BINDING[len('local ') :]}{_read(name)}\nend)\n"
-        )
+        callback = f"function(KEYS, ARGV)\n{_BINDING[len('local ') :]}{_read(name)}\nend"
+        if name in READ_ONLY_SCRIPTS:
+            parts.append(
+                f"redis.register_function{{function_name='@LIB@_{name}', callback={callback}, "
+                "flags={'no-writes'}}\n"
+            )
+        else:
+            parts.append(f"redis.register_function('@LIB@_{name}', {callback})\n")
     body = "\n".join(parts)
     library = "delayq_" + hashlib.sha1(body.encode("utf-8")).hexdigest()[:16]
     return library, f"#!lua name={library}\n" + body.replace("@LIB@", library)
@@ -258,3 +302,8 @@ def decode_stats(reply: Sequence[Any]) -> Stats:
         next_due_at=next_due,
         lag=lag_of(next_due if ready else None, now),
     )
+
+
+def decode_due_counts(reply: Sequence[Any]) -> tuple[int, list[int]]:
+    """``(start_ms, counts)`` of a ``due_counts.lua`` reply."""
+    return int(reply[0]), [int(count) for count in reply[1]]

@@ -55,6 +55,7 @@ __all__ = [
     "async_client",
     "by_shard",
     "merge_dead",
+    "merge_due_counts",
     "merge_stats",
     "shard_of",
     "sort_claimed",
@@ -105,6 +106,12 @@ def merge_dead(parts: Sequence[list[Record]], limit: int) -> list[Record]:
     merged = [record for part in parts for record in part]
     merged.sort(key=lambda record: record.seq)
     return merged[:limit]
+
+
+def merge_due_counts(parts: Sequence[tuple[int, list[int]]]) -> tuple[int, list[int]]:
+    """One queue's due counts from its shards': the counts summed per bucket, from the
+    first shard's now (the shards' clocks are taken to agree, as for ordering)."""
+    return parts[0][0], [sum(column) for column in zip(*(c for _, c in parts), strict=True)]
 
 
 class ShardView:

@@ -56,14 +56,16 @@ from ..._constants import (
     REDIS_RETRIES,
     REDIS_RETRY_BASE,
     REDIS_RETRY_CAP,
+    REDIS_SCAN_COUNT,
     REDIS_SOCKET_TIMEOUT,
 )
+from ...durable.inspection import merge_peek
 from ...durable.message import PutRequest, Record, State, Stats
 from ...errors import QueueClosed
 from ._functions import AsyncFunctions, Functions
 from ._listen import CONNECTION_ERRORS, AsyncListener, Listener, next_backoff
 from ._ops import Call, Operations
-from ._scripts import Claim
+from ._scripts import Claim, queue_names, queues_pattern
 from ._url import Settings, parse_url
 
 if TYPE_CHECKING:
@@ -118,6 +120,20 @@ def _cancel_requests() -> int:
     task = asyncio.current_task()
     cancelling = getattr(task, "cancelling", None)
     return int(cancelling()) if cancelling is not None else 0
+
+
+def scan_queues(client: Any, prefix: str) -> list[str]:
+    """The queues under ``prefix`` that hold a message: a SCAN (on every master of a
+    cluster) for their shards' ``msg`` keys, which exist exactly while not empty."""
+    keys = client.scan_iter(match=queues_pattern(prefix), count=REDIS_SCAN_COUNT)
+    return queue_names(prefix, keys)
+
+
+async def scan_queues_async(client: Any, prefix: str) -> list[str]:
+    """:func:`scan_queues` on an asyncio client."""
+    pattern = queues_pattern(prefix)
+    keys = [key async for key in client.scan_iter(match=pattern, count=REDIS_SCAN_COUNT)]
+    return queue_names(prefix, keys)
 
 
 class _Base:
@@ -290,6 +306,20 @@ class RedisBackend(_Base):
     def purge(self, queue: str, state: State | None) -> int:
         """See :meth:`Backend.purge <delayq.durable.backend.Backend.purge>`."""
         return self._run(self._ops.purge(queue, state))
+
+    def queues(self) -> list[str]:
+        """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
+        self._check_open()
+        return scan_queues(self._client, self.prefix)
+
+    def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+        """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
+        records = self._run(self._ops.peek(queue, state, limit))
+        return merge_peek([records], state, limit)
+
+    def due_counts(self, queue: str, *, horizon_ms: int, buckets: int) -> tuple[int, list[int]]:
+        """See :meth:`Backend.due_counts <delayq.durable.backend.Backend.due_counts>`."""
+        return self._run(self._ops.due_counts(queue, horizon_ms, buckets))
 
     def close(self) -> None:
         """See :meth:`Backend.close <delayq.durable.backend.Backend.close>`; the
@@ -494,6 +524,22 @@ class AsyncRedisBackend(_Base):
     async def purge(self, queue: str, state: State | None) -> int:
         """See :meth:`Backend.purge <delayq.durable.backend.Backend.purge>`."""
         return await self._run(self._ops.purge(queue, state))
+
+    async def queues(self) -> list[str]:
+        """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
+        self._check_open()
+        return await scan_queues_async(self._client, self.prefix)
+
+    async def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+        """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
+        records = await self._run(self._ops.peek(queue, state, limit))
+        return merge_peek([records], state, limit)
+
+    async def due_counts(
+        self, queue: str, *, horizon_ms: int, buckets: int
+    ) -> tuple[int, list[int]]:
+        """See :meth:`Backend.due_counts <delayq.durable.backend.Backend.due_counts>`."""
+        return await self._run(self._ops.due_counts(queue, horizon_ms, buckets))
 
     async def close(self) -> None:
         """See :meth:`Backend.close <delayq.durable.backend.Backend.close>`; the

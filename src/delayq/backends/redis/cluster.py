@@ -20,8 +20,9 @@ touches one shard's keys only.
 * reserve claims from the shard with the earliest due message and tops up from the
   next ones, keeping global order within :data:`._shards.ORDER_SLACK_MS` (see
   :mod:`._shards`); a waiting reserve listens on every shard's wake-up marker.
-* stats, dead, retry_dead and purge run on every shard and merge the results (each
-  shard's part is atomic; the whole is not one snapshot).
+* stats, dead, retry_dead, purge, peek and due_counts run on every shard and merge the
+  results (each shard's part is atomic; the whole is not one snapshot); queues scans
+  every master.
 
 Options: those of :mod:`.backend`, plus ``shards`` (1 to 1024; default 1). The same
 queue must always be opened with the same ``shards``: messages of other shards would not
@@ -45,6 +46,7 @@ from ..._constants import (
     LOGGER_NAME,
     REDIS_RECONNECT_FIRST,
 )
+from ...durable.inspection import merge_peek
 from ...durable.message import PutRequest, Record, State, Stats
 from ...errors import QueueClosed
 from ._functions import AsyncFunctions, Functions
@@ -58,13 +60,14 @@ from ._shards import (
     async_client,
     by_shard,
     merge_dead,
+    merge_due_counts,
     merge_stats,
     shard_of,
     sort_claimed,
     sync_client,
 )
 from ._url import parse_url
-from .backend import _HAIR, _cancel_requests, _expired
+from .backend import _HAIR, _cancel_requests, _expired, scan_queues, scan_queues_async
 
 __all__ = ["AsyncShardedRedisBackend", "ShardedRedisBackend"]
 
@@ -312,6 +315,22 @@ class ShardedRedisBackend(_Sharded):
     def purge(self, queue: str, state: State | None) -> int:
         """See :meth:`Backend.purge <delayq.durable.backend.Backend.purge>`."""
         return sum(self._run(ops.purge(queue, state)) for ops in self._ops)
+
+    def queues(self) -> list[str]:
+        """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
+        self._check_open()
+        return scan_queues(self._client, self.prefix)
+
+    def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+        """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
+        parts = [self._run(ops.peek(queue, state, limit)) for ops in self._ops]
+        return merge_peek(parts, state, limit)
+
+    def due_counts(self, queue: str, *, horizon_ms: int, buckets: int) -> tuple[int, list[int]]:
+        """See :meth:`Backend.due_counts <delayq.durable.backend.Backend.due_counts>`."""
+        return merge_due_counts(
+            [self._run(ops.due_counts(queue, horizon_ms, buckets)) for ops in self._ops]
+        )
 
     def close(self) -> None:
         """See :meth:`Backend.close <delayq.durable.backend.Backend.close>`."""
@@ -573,6 +592,24 @@ class AsyncShardedRedisBackend(_Sharded):
     async def purge(self, queue: str, state: State | None) -> int:
         """See :meth:`Backend.purge <delayq.durable.backend.Backend.purge>`."""
         return sum([await self._run(ops.purge(queue, state)) for ops in self._ops])
+
+    async def queues(self) -> list[str]:
+        """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
+        self._check_open()
+        return await scan_queues_async(self._client, self.prefix)
+
+    async def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+        """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
+        parts = [await self._run(ops.peek(queue, state, limit)) for ops in self._ops]
+        return merge_peek(parts, state, limit)
+
+    async def due_counts(
+        self, queue: str, *, horizon_ms: int, buckets: int
+    ) -> tuple[int, list[int]]:
+        """See :meth:`Backend.due_counts <delayq.durable.backend.Backend.due_counts>`."""
+        return merge_due_counts(
+            [await self._run(ops.due_counts(queue, horizon_ms, buckets)) for ops in self._ops]
+        )
 
     async def close(self) -> None:
         """See :meth:`Backend.close <delayq.durable.backend.Backend.close>`."""

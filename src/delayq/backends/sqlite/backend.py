@@ -56,6 +56,7 @@ from ...durable.message import (
     resolve_due,
 )
 from ...errors import DuplicateId, LeaseLost, QueueClosed
+from . import _inspect
 from . import statements as sql
 from ._connection import Pool
 from ._url import parse_url
@@ -413,6 +414,21 @@ class _Core:
 
         return self.pool.write(work)
 
+    def queues(self) -> list[str]:
+        """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
+        self.check_open()
+        return self.pool.read(_inspect.queue_names)
+
+    def peek(self, queue: str, state: State | None, limit: int) -> list[Record]:
+        """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
+        self.check_open()
+        return self.pool.read(_inspect.peek(queue, state, limit, _record))
+
+    def due_counts(self, queue: str, horizon_ms: int, buckets: int) -> tuple[int, list[int]]:
+        """See :meth:`Backend.due_counts <delayq.durable.backend.Backend.due_counts>`."""
+        self.check_open()
+        return self.pool.read(_inspect.due_counts(queue, horizon_ms, buckets))
+
 
 # -- the sync face --------------------------------------------------------------------------
 
@@ -504,6 +520,18 @@ class SQLiteBackend:
     def purge(self, queue: str, state: State | None) -> int:
         """See :meth:`Backend.purge <delayq.durable.backend.Backend.purge>`."""
         return self._core.purge(queue, state)
+
+    def queues(self) -> list[str]:
+        """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
+        return self._core.queues()
+
+    def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+        """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
+        return self._core.peek(queue, state, limit)
+
+    def due_counts(self, queue: str, *, horizon_ms: int, buckets: int) -> tuple[int, list[int]]:
+        """See :meth:`Backend.due_counts <delayq.durable.backend.Backend.due_counts>`."""
+        return self._core.due_counts(queue, horizon_ms, buckets)
 
     def close(self) -> None:
         """See :meth:`Backend.close <delayq.durable.backend.Backend.close>`; the file
@@ -635,6 +663,20 @@ class AsyncSQLiteBackend:
     async def purge(self, queue: str, state: State | None) -> int:
         """See :meth:`Backend.purge <delayq.durable.backend.Backend.purge>`."""
         return await self._call(self._core.purge, queue, state)
+
+    async def queues(self) -> list[str]:
+        """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
+        return await self._call(self._core.queues)
+
+    async def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+        """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
+        return await self._call(self._core.peek, queue, state, limit)
+
+    async def due_counts(
+        self, queue: str, *, horizon_ms: int, buckets: int
+    ) -> tuple[int, list[int]]:
+        """See :meth:`Backend.due_counts <delayq.durable.backend.Backend.due_counts>`."""
+        return await self._call(self._core.due_counts, queue, horizon_ms, buckets)
 
     async def close(self) -> None:
         """See :meth:`Backend.close <delayq.durable.backend.Backend.close>`; the file

@@ -29,6 +29,7 @@ __all__ = [
     "DEAD",
     "DEAD_ROWIDS",
     "DEAD_ROWIDS_ALL",
+    "DUE_COUNTS",
     "EXTEND",
     "GET",
     "INSERT",
@@ -36,7 +37,9 @@ __all__ = [
     "NACK",
     "NEXT_EVENT",
     "NEXT_SEQ",
+    "PEEK",
     "PURGE",
+    "QUEUES",
     "RELEASE",
     "REPLACE",
     "RESCHEDULE",
@@ -256,4 +259,62 @@ SELECT
              WHEN {_EXPIRED_BACK} THEN lease_until END)
 FROM delayq_messages
 WHERE queue = :queue
+"""
+
+# -- inspection: queues(), peek(), due_counts(); read only ----------------------------
+
+#: queues(): the distinct queue names, sorted, by skipping through the primary key
+#: index from one name to the next (one index seek per queue, not a scan of every row).
+QUEUES = """
+WITH RECURSIVE names(name) AS (
+    SELECT min(queue) FROM delayq_messages
+    UNION ALL
+    SELECT (SELECT min(queue) FROM delayq_messages WHERE queue > names.name)
+    FROM names WHERE names.name IS NOT NULL
+)
+SELECT name FROM names WHERE name IS NOT NULL
+"""
+
+_PEEK_DUE = f"""
+SELECT {COLUMNS} FROM (
+    SELECT {COLUMNS} FROM delayq_messages
+    WHERE queue = :queue AND state = 'scheduled'{{due}}
+    ORDER BY due_at, seq
+    LIMIT :limit
+)
+"""
+
+#: Expired leases that settle() makes scheduled (due at lease_until, so ready), first
+#: ``:limit`` in that due order; the caller settles them with observe().
+_PEEK_EXPIRED_BACK = f"""
+SELECT {COLUMNS} FROM (
+    SELECT {COLUMNS} FROM delayq_messages
+    WHERE queue = :queue AND {_EXPIRED_BACK}
+    ORDER BY lease_until, seq
+    LIMIT :limit
+)
+"""
+
+#: peek(state) per State value (None: waiting): up to ``:limit`` candidate rows each
+#: part, in one statement (one snapshot); the caller observes, merges in peek order and
+#: cuts to ``:limit`` (delayq.durable.inspection.select_peek()).
+PEEK: dict[str | None, str] = {
+    None: _PEEK_DUE.format(due="") + "UNION ALL" + _PEEK_EXPIRED_BACK,
+    "ready": _PEEK_DUE.format(due=" AND due_at <= :now") + "UNION ALL" + _PEEK_EXPIRED_BACK,
+    "scheduled": _PEEK_DUE.format(due=" AND due_at > :now"),
+    "active": f"""
+SELECT {COLUMNS} FROM delayq_messages
+WHERE queue = :queue AND state = 'active' AND lease_until > :now
+ORDER BY lease_until, seq
+LIMIT :limit
+""",
+    "dead": DEAD,
+}
+
+#: due_counts(): scheduled messages not yet due and within the window, per bucket of
+#: ``:width`` ms from ``:now``; one range scan of the claim index (covering).
+DUE_COUNTS = """
+SELECT (due_at - :now) / :width, count(*) FROM delayq_messages
+WHERE queue = :queue AND state = 'scheduled' AND due_at > :now AND due_at < :end
+GROUP BY 1
 """
