@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/delayq demo
+	$(BIN)/delayq serve --url sqlite:///delayq.db
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

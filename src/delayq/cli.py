@@ -8,6 +8,8 @@
 * ``delayq worker module:app`` runs the tasks of an App (:mod:`delayq._cli_worker`).
 * ``delayq put | get | cancel | reschedule | stats | dead | purge`` operate one
   queue at ``--url`` (:mod:`delayq._cli_queue`).
+* ``delayq serve`` serves the queue over HTTP: API, callbacks, dashboard, metrics
+  (:mod:`delayq._cli_serve`).
 * ``delayq bench`` measures jobs/s of a no-op task through the Worker
   (:mod:`delayq._cli_bench`).
 
@@ -26,6 +28,7 @@ from . import __version__
 from ._cli_bench import bench
 from ._cli_common import OneLineGroup, check_url
 from ._cli_queue import QUEUE_COMMANDS
+from ._cli_serve import serve
 from ._cli_worker import worker
 from ._demo import run_durable, run_inproc
 from .durable.registry import default_url, scheme_of
@@ -112,6 +115,7 @@ main.add_command(worker)
 for _command in QUEUE_COMMANDS:
     main.add_command(_command)
 main.add_command(bench)
+main.add_command(serve)
 
 
 if __name__ == "__main__":

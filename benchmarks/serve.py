@@ -1,0 +1,371 @@
+"""Benchmark of ``delayq serve`` (issue 6): HTTP put rate and callback lateness.
+
+Run ``.venv/bin/python benchmarks/serve.py`` (sqlite in a temporary directory and
+redis on ``$DELAYQ_BENCH_REDIS``, default ``redis://127.0.0.1:6379/0``, under a
+unique key prefix removed afterwards), or ``--url URL`` for one backend; ``--quick``
+makes every section smaller. For each backend it starts ``delayq serve`` as a
+subprocess on a free port and measures:
+
+a. HTTP put rate: 16 concurrent clients over keep-alive connections (one
+   ``httpx.AsyncClient``, 16 connections) ``POST /v1/queues/{q}/messages`` with
+   ``{"payload": {...}, "delay": 60}``: messages per second, client included.
+b. Callback lateness: 2,000 messages with a callback to a receiver in this process
+   (a small asyncio HTTP server on a free port), due one every 5 ms over 10 s, put
+   through the API ahead of their due time. Lateness = the receiver's clock when the
+   request arrives minus the message's due time (``at``, exact to the ms): p50, p99
+   and max in ms; lost, duplicates and early must all be 0.
+
+It prints a table (measure, target, PASS/MISS) and writes JSON to
+``benchmarks/results/serve[-<scheme>][-quick].json``. It never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import queue
+import re
+import secrets
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from _common import RESULTS_DIR, Measure, console, environment, print_table, write_json
+from delayq._duration import seconds_to_ms
+
+#: Targets from the issue: puts/s over HTTP on redis; callback p99 lateness (ms).
+PUT_TARGETS = {"redis": 3_000.0}
+P99_TARGET_MS = 20.0
+CLIENTS = 16
+STARTUP_TIMEOUT = 30.0
+
+
+@dataclass
+class Sizes:
+    """How much each section does."""
+
+    puts: int = 10_000
+    callbacks: int = 2_000
+    callback_seconds: float = 10.0
+
+
+QUICK = Sizes(puts=2_000, callbacks=400, callback_seconds=2.0)
+
+
+# -- the server under test ------------------------------------------------------------
+
+
+@dataclass
+class Served:
+    """A running ``delayq serve``: its base URL and its callback queue."""
+
+    base: str
+    callback_queue: str
+    process: subprocess.Popen[str]
+
+
+@contextmanager
+def delayq_serve(url: str) -> Iterator[Served]:
+    """Start ``delayq serve`` on a free port (loopback callbacks allowed) and stop it
+    with SIGTERM afterwards."""
+    callback_queue = f"bench-cb-{uuid.uuid4().hex[:8]}"
+    command = [
+        sys.executable, "-c", "from delayq.cli import main; main()", "serve",
+        "--url", url, "--port", "0", "--callback-queue", callback_queue,
+        "--allow-loopback-callbacks", "--signing-secret", secrets.token_hex(16),
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    )
+    lines: queue.SimpleQueue[str] = queue.SimpleQueue()
+    log: list[str] = []
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            log.append(line)
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    base = None
+    while base is None:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            process.kill()
+            raise SystemExit("delayq serve did not start:\n" + "".join(log)) from None
+        found = re.search(r"dashboard: (http://\S+?)/?$", line.strip())
+        if found:
+            base = found.group(1)
+    try:
+        yield Served(base, callback_queue, process)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# -- a: put rate ------------------------------------------------------------------------
+
+
+async def put_all(base: str, path: str, bodies: list[dict[str, Any]]) -> float:
+    """POST every body with CLIENTS concurrent clients; return the seconds it took."""
+    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30.0) as client:
+        await client.get("/healthz")
+        cursor = iter(bodies)
+        failures: list[str] = []
+
+        async def client_loop() -> None:
+            for body in cursor:
+                response = await client.post(path, json=body)
+                if response.status_code != 201 and response.status_code != 200:
+                    failures.append(f"{response.status_code} {response.text[:200]}")
+
+        started = time.perf_counter()
+        await asyncio.gather(*(client_loop() for _ in range(CLIENTS)))
+        seconds = time.perf_counter() - started
+    if failures:
+        raise SystemExit(f"{len(failures)} puts failed, e.g. {failures[0]}")
+    return seconds
+
+
+def section_put_rate(served: Served, scheme: str, sizes: Sizes) -> list[Measure]:
+    """Section a."""
+    name = f"bench-put-{uuid.uuid4().hex[:8]}"
+    bodies = [{"payload": {"n": i, "kind": "bench"}, "delay": 60} for i in range(sizes.puts)]
+    seconds = asyncio.run(put_all(served.base, f"/v1/queues/{name}/messages", bodies))
+    httpx.post(f"{served.base}/v1/queues/{name}/purge", json={}, timeout=30)
+    rate = sizes.puts / seconds
+    target = PUT_TARGETS.get(scheme)
+    return [
+        Measure(
+            "a",
+            f"HTTP put, {CLIENTS} clients, keep-alive",
+            rate,
+            "items/s",
+            f">= {target:,.0f}/s" if target else "",
+            None if target is None else rate >= target,
+            note=f"{sizes.puts:,} puts in {seconds:.2f} s",
+        )
+    ]
+
+
+# -- b: callback lateness ---------------------------------------------------------------
+
+
+class Receiver:
+    """Records when each callback arrives (epoch ms, per message id); answers 200."""
+
+    def __init__(self) -> None:
+        self.received: dict[str, list[float]] = {}
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._connections: dict[asyncio.StreamWriter, asyncio.Task[Any]] = {}
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for writer in self._connections:  # idle keep-alive connections
+                writer.close()
+            await asyncio.gather(*self._connections.values(), return_exceptions=True)
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[writer] = task
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                now_ms = time.time() * 1000.0
+                length, message_id = 0, ""
+                for line in head.decode("latin-1").split("\r\n")[1:]:
+                    name, _, value = line.partition(":")
+                    key = name.strip().lower()
+                    if key == "content-length":
+                        length = int(value)
+                    elif key == "x-delayq-message-id":
+                        message_id = value.strip()
+                if length:
+                    await reader.readexactly(length)
+                self.received.setdefault(message_id, []).append(now_ms)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self._connections.pop(writer, None)
+            writer.close()
+
+
+async def run_callbacks(served: Served, sizes: Sizes, put_rate: float) -> dict[str, Any]:
+    """Put the callbacks (ahead of time: the first falls due once all are put, at the
+    put rate of section a with room to spare) and wait for them all."""
+    receiver = Receiver()
+    await receiver.start()
+    step = sizes.callback_seconds / sizes.callbacks
+    lead = 1.0 + 1.5 * sizes.callbacks / put_rate
+    first_due = time.time() + lead
+    bodies, due_by_id = [], {}
+    for i in range(sizes.callbacks):
+        at = round(first_due + i * step, 3)
+        message_id = f"cb-{i}-{uuid.uuid4().hex[:8]}"
+        due_by_id[message_id] = seconds_to_ms(at)
+        bodies.append(
+            {
+                "id": message_id,
+                "payload": {"n": i},
+                "at": at,
+                "callback": {"url": f"http://127.0.0.1:{receiver.port}/hook"},
+            }
+        )
+    put_seconds = await put_all(served.base, f"/v1/queues/{served.callback_queue}/messages", bodies)
+    slack = first_due - time.time()
+    give_up = time.monotonic() + lead + sizes.callback_seconds + 30.0
+    while len(receiver.received) < len(bodies) and time.monotonic() < give_up:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)  # duplicates would come now
+    await receiver.stop()
+    return {"received": receiver.received, "due": due_by_id, "put_seconds": put_seconds,
+            "slack": slack}  # fmt: skip
+
+
+def section_callbacks(served: Served, sizes: Sizes, put_rate: float) -> list[Measure]:
+    """Section b."""
+    report = asyncio.run(run_callbacks(served, sizes, put_rate))
+    received: dict[str, list[float]] = report["received"]
+    due: dict[str, int] = report["due"]
+    late = sorted(t - due[id] for id, times in received.items() if id in due for t in times)
+    lost = sum(1 for id in due if id not in received)
+    duplicates = sum(len(times) - 1 for times in received.values())
+    early = sum(1 for value in late if value < 0)
+    p50 = statistics.median(late) if late else float("nan")
+    p99 = late[min(len(late) - 1, int(len(late) * 0.99))] if late else float("nan")
+    worst = late[-1] if late else float("nan")
+    slack = report["slack"]
+    note = (
+        f"puts ended {slack:.1f} s before the first due"
+        if slack >= 0
+        else f"puts ran {-slack:.1f} s into the due window"
+    )
+    tag = f"callback lateness ({sizes.callbacks:,} over {sizes.callback_seconds:g} s)"
+    return [
+        Measure("b", f"{tag}: p50", p50, "ms", note=note),
+        Measure("b", f"{tag}: p99", p99, "ms", f"<= {P99_TARGET_MS:g} ms", p99 <= P99_TARGET_MS),
+        Measure("b", f"{tag}: max", worst, "ms"),
+        Measure("b", "callbacks lost", lost, "count", "0", lost == 0),
+        Measure("b", "callbacks delivered twice", duplicates, "count", "0", duplicates == 0),
+        Measure("b", "callbacks early", early, "count", "0", early == 0),
+    ]
+
+
+# -- backends ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def bench_urls(chosen: str | None) -> Iterator[list[str]]:
+    """The URLs to measure: ``chosen``, or sqlite (temporary file) and redis (unique
+    prefix, keys deleted afterwards; skipped with a note when Redis is down)."""
+    if chosen is not None:
+        yield [chosen]
+        return
+    with tempfile.TemporaryDirectory(prefix="delayq-bench-serve-") as tmp:
+        urls = [f"sqlite:///{Path(tmp) / 'serve.db'}"]
+        base = os.environ.get("DELAYQ_BENCH_REDIS", "redis://127.0.0.1:6379/0")
+        prefix = f"delayq-bench-serve-{uuid.uuid4().hex[:8]}"
+        client = None
+        try:
+            import redis  # noqa: PLC0415
+
+            client = redis.Redis.from_url(base, socket_connect_timeout=2)
+            client.ping()
+            urls.append(f"{base}{'&' if '?' in base else '?'}prefix={prefix}")
+        except Exception as exc:
+            console.print(f"redis skipped: {exc}", style="yellow")
+        try:
+            yield urls
+        finally:
+            if client is not None:
+                keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+                if keys:
+                    client.delete(*keys)
+                client.close()
+
+
+def shown(url: str) -> str:
+    """``url`` without a temporary path, for the table."""
+    return "sqlite (tmp file)" if url.startswith("sqlite:") else url
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, run the sections per backend, print the table, write the JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--url", help="one backend URL to measure (default: sqlite and redis)")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--json", type=Path, help="where to write the JSON results")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else Sizes()
+    suffix = "-quick" if args.quick else ""
+    scheme_part = f"-{urlsplit(args.url).scheme.lower()}" if args.url else ""
+    path: Path = args.json or RESULTS_DIR / f"serve{scheme_part}{suffix}.json"
+    env = environment()
+    started = time.perf_counter()
+    measures: list[Measure] = []
+    runs: list[dict[str, Any]] = []
+    with bench_urls(args.url) as urls:
+        for url in urls:
+            scheme = urlsplit(url).scheme.lower()
+            console.print(f"{scheme}: starting delayq serve ...", style="dim")
+            t0 = time.perf_counter()
+            with delayq_serve(url) as served:
+                console.print(f"{scheme}: a. put rate ...", style="dim")
+                found = section_put_rate(served, scheme, sizes)
+                console.print(f"{scheme}: b. callback lateness ...", style="dim")
+                found += section_callbacks(served, sizes, found[0].value)
+            for measure in found:
+                measure.section = f"{measure.section} {scheme}"
+            measures.extend(found)
+            runs.append({"url": shown(url), "seconds": time.perf_counter() - t0})
+    total = time.perf_counter() - started
+    print_table(f"delayq serve benchmark ({total:.0f} s)", measures)
+    write_json(
+        path,
+        {
+            "benchmark": "serve",
+            "runs": runs,
+            "mode": "quick" if args.quick else "full",
+            "sizes": asdict(sizes),
+            "clients": CLIENTS,
+            "environment": env,
+            "total_seconds": total,
+        },
+        measures,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

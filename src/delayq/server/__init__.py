@@ -1,0 +1,12 @@
+"""``delayq serve``: the delay queue as an HTTP service (FastAPI on uvicorn).
+
+:func:`create_app` builds the application for a :class:`ServeConfig`: the ``/v1``
+JSON API (put, get, cancel, reschedule, reserve with long-poll, ack/nack/extend,
+stats, dead letters), ``/healthz``, ``/metrics``, the callback dispatcher and the
+dashboard. Needs the ``serve`` extra (``pip install 'delayq[serve]'``).
+"""
+
+from ._app import create_app, request_stop
+from ._config import ServeConfig
+
+__all__ = ["ServeConfig", "create_app", "request_stop"]

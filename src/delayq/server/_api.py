@@ -1,0 +1,345 @@
+"""The ``/v1`` routes of the HTTP API: put, get, cancel, reschedule by id; reserve
+(with long-poll), ack, nack, extend, release by lease token.
+
+Every route validates its whole request before it writes (a 4xx changes nothing) and
+answers errors in the ``{"error": {"code", "message"}}`` shape of :mod:`._errors`.
+Queue-wide routes (stats, peek, dead letters, purge) are in :mod:`._api_queues`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Path, Request
+
+from .._constants import MAX_ID_LENGTH
+from ..durable import AsyncQueue, Message, State
+from ._convert import put_arguments, to_at, to_delay
+from ._errors import ApiError, facade_errors
+from ._models import (
+    AckRequest,
+    AckResponse,
+    BatchPutRequest,
+    BatchPutResponse,
+    CancelResponse,
+    ErrorResponse,
+    ExtendRequest,
+    ExtendResponse,
+    MessageList,
+    MessageOut,
+    NackRequest,
+    NackResponse,
+    PutRequestBody,
+    PutResponse,
+    ReleaseResponse,
+    RescheduleRequest,
+    ReserveRequest,
+)
+from ._state import ServerState, message_to_json
+
+__all__ = ["QueueDep", "StateDep", "error_docs", "router", "server_state"]
+
+_ERROR_TEXT = {
+    400: "Malformed JSON.",
+    401: "Missing or wrong token.",
+    404: "No such message.",
+    409: "Conflict: the message is in flight, its id exists, or the lease is lost.",
+    413: "The request body or the payload is too large.",
+    415: "The request body is not application/json.",
+    422: "Invalid request: a field, the queue name, the id, a time or the callback.",
+    503: "The server is stopping or the backend does not answer.",
+}
+_COMMON = (400, 401, 413, 415, 422, 503)
+
+
+def error_docs(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` of error answers: the common ones plus ``statuses``."""
+    return {
+        status: {"model": ErrorResponse, "description": _ERROR_TEXT[status]}
+        for status in sorted({*_COMMON, *statuses})
+    }
+
+
+def server_state(request: Request) -> ServerState:
+    """The :class:`ServerState` of the app serving ``request``."""
+    state: ServerState = request.app.state.delayq
+    return state
+
+
+StateDep = Annotated[ServerState, Depends(server_state)]
+QueueName = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=MAX_ID_LENGTH,
+        description="The queue: 1 to 255 characters, no '{', '}', '/' or NUL.",
+    ),
+]
+MessageId = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)]
+
+
+def open_queue(queue: QueueName, state: StateDep) -> AsyncQueue:
+    """The queue named in the path (422 for a bad name)."""
+    try:
+        return state.queue(queue)
+    except (TypeError, ValueError) as exc:
+        raise ApiError(422, "invalid_queue", str(exc)) from None
+
+
+QueueDep = Annotated[AsyncQueue, Depends(open_queue)]
+
+router = APIRouter(prefix="/v1", tags=["messages"], responses=error_docs())
+
+
+# -- by id -----------------------------------------------------------------------------
+
+
+@router.post(
+    "/queues/{queue}/messages",
+    status_code=201,
+    response_model=PutResponse,
+    responses=error_docs(409),
+)
+async def put_message(queue: QueueDep, state: StateDep, body: PutRequestBody) -> dict[str, str]:
+    """Store one message, due after ``delay`` or at ``at`` (neither: now).
+
+    409 ``duplicate_id`` when the id exists and ``on_conflict`` is ``"error"`` (or
+    the message is in flight and ``on_conflict`` is ``"replace"``)."""
+    arguments = put_arguments(body, queue.name, state.config)
+    with facade_errors():
+        message_id = await queue.put(**arguments)
+    state.metrics.puts.labels(queue.name).inc()
+    return {"id": message_id, "queue": queue.name}
+
+
+@router.post(
+    "/queues/{queue}/messages/batch",
+    status_code=201,
+    response_model=BatchPutResponse,
+    responses=error_docs(409),
+)
+async def put_batch(queue: QueueDep, state: StateDep, body: BatchPutRequest) -> dict[str, Any]:
+    """Store up to 1000 messages in one atomic step: all of them, or none."""
+    items = []
+    for index, item in enumerate(body.messages):
+        try:
+            items.append(put_arguments(item, queue.name, state.config))
+        except ApiError as exc:
+            raise ApiError(exc.status, exc.code, f"messages[{index}]: {exc.message}") from None
+    with facade_errors():
+        ids = await queue.put_many(items)
+    state.metrics.puts.labels(queue.name).inc(len(ids))
+    return {"ids": ids}
+
+
+async def _existing(queue: AsyncQueue, message_id: str) -> Message:
+    with facade_errors():
+        message = await queue.get(message_id)
+    if message is None:
+        raise ApiError(404, "not_found", f"no message {message_id!r} in queue {queue.name!r}")
+    return message
+
+
+@router.get("/queues/{queue}/messages/{id}", response_model=MessageOut, responses=error_docs(404))
+async def get_message(queue: QueueDep, id: MessageId) -> dict[str, Any]:
+    """A message: its state, due time, attempts, last error, payload."""
+    return message_to_json(await _existing(queue, id))
+
+
+async def _refusal(queue: AsyncQueue, message_id: str) -> ApiError:
+    """Why an operation by id changed nothing: unknown, in flight or dead."""
+    message = await _existing(queue, message_id)
+    if message.state is State.DEAD:
+        return ApiError(409, "dead", f"message {message_id!r} is dead: retry it instead")
+    return ApiError(409, "in_flight", f"message {message_id!r} is in flight (reserved)")
+
+
+@router.delete(
+    "/queues/{queue}/messages/{id}", response_model=CancelResponse, responses=error_docs(404, 409)
+)
+async def cancel_message(queue: QueueDep, id: MessageId) -> dict[str, bool]:
+    """Remove a message that is not in flight (scheduled, ready or dead).
+
+    409 ``in_flight`` while it is reserved."""
+    with facade_errors():
+        cancelled = await queue.cancel(id)
+    if not cancelled:
+        refusal = await _refusal(queue, id)
+        if refusal.code == "dead":  # cancel removes dead messages; a race brought it back
+            refusal = ApiError(409, "in_flight", refusal.message)
+        raise refusal
+    return {"cancelled": True}
+
+
+@router.post(
+    "/queues/{queue}/messages/{id}/reschedule",
+    response_model=MessageOut,
+    responses=error_docs(404, 409),
+)
+async def reschedule_message(
+    queue: QueueDep, id: MessageId, body: Annotated[RescheduleRequest | None, Body()] = None
+) -> dict[str, Any]:
+    """Move a scheduled or ready message to a new due time (neither field: now).
+
+    409 ``in_flight`` while it is reserved, 409 ``dead`` for a dead one."""
+    body = body or RescheduleRequest()
+    delay, at = to_delay(body.delay), to_at(body.at)
+    with facade_errors():
+        moved = await queue.reschedule(id, delay=delay, at=at)
+    if not moved:
+        raise await _refusal(queue, id)
+    return message_to_json(await _existing(queue, id))
+
+
+# -- consuming -------------------------------------------------------------------------
+
+
+def _stopping(request: Request) -> asyncio.Event:
+    event: asyncio.Event = request.app.state.delayq_stopping
+    return event
+
+
+async def _client_gone(request: Request) -> None:
+    """Return once the client disconnects (the body has been read already)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _long_poll(queue: AsyncQueue, request: Request, body: ReserveRequest) -> list[Message]:
+    """``reserve`` that waits on the event loop and ends early, with nothing, when the
+    client goes away or the server stops."""
+    claim = asyncio.ensure_future(queue.reserve(wait=body.wait, lease=body.lease, max=body.max))
+    gone = asyncio.ensure_future(_client_gone(request))
+    stop = asyncio.ensure_future(_stopping(request).wait())
+    try:
+        await asyncio.wait({claim, gone, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (claim, gone, stop):
+            task.cancel()
+        outcomes = await asyncio.gather(claim, gone, stop, return_exceptions=True)
+    claimed = outcomes[0]
+    if isinstance(claimed, BaseException):
+        if isinstance(claimed, asyncio.CancelledError):
+            return []
+        raise claimed
+    if gone.done() and not gone.cancelled():
+        # The claim finished as the client left: give the messages back at once.
+        for message in claimed:
+            with contextlib.suppress(Exception):
+                await queue.release(message)
+        return []
+    return claimed
+
+
+@router.post("/queues/{queue}/reserve", response_model=MessageList, tags=["consuming"])
+async def reserve(
+    queue: QueueDep,
+    state: StateDep,
+    request: Request,
+    body: Annotated[ReserveRequest | None, Body()] = None,
+) -> dict[str, Any]:
+    """Claim up to ``max`` due messages, earliest due first, each under a lease of
+    ``lease`` seconds; wait up to ``wait`` seconds (long-poll) for one to fall due.
+    An empty list when none came. Ack, nack, extend or release each with its
+    ``lease`` token."""
+    body = body or ReserveRequest()
+    with facade_errors():
+        if body.wait > 0:
+            messages = await _long_poll(queue, request, body)
+        else:
+            messages = await queue.reserve(wait=0, lease=body.lease, max=body.max)
+    now_ms = time.time() * 1000.0
+    for message in messages:
+        state.metrics.observe_lateness(queue.name, message.due_at, now_ms)
+    return {"messages": [message_to_json(message) for message in messages]}
+
+
+def _held(
+    queue: AsyncQueue, message_id: str, token: str, current: Message | None = None
+) -> Message:
+    """A message as ``reserve`` returned it: the id, the lease token, and (for nack's
+    backoff) its attempts."""
+    return Message(
+        id=message_id,
+        queue=queue.name,
+        payload=None,
+        due_at=0 if current is None else current.due_at,
+        attempts=0 if current is None else current.attempts,
+        max_attempts=1 if current is None else current.max_attempts,
+        state=State.ACTIVE,
+        lease=token,
+    )
+
+
+@router.post(
+    "/queues/{queue}/messages/{id}/ack",
+    response_model=AckResponse,
+    responses=error_docs(409),
+    tags=["consuming"],
+)
+async def ack_message(
+    queue: QueueDep, state: StateDep, id: MessageId, body: AckRequest
+) -> dict[str, bool]:
+    """Done: remove the message. 409 ``lease_lost`` when the lease is no longer held
+    (expired, or the message was reserved again, cancelled or is unknown)."""
+    with facade_errors():
+        await queue.ack(_held(queue, id, body.lease))
+    state.metrics.acks.labels(queue.name).inc()
+    return {"acked": True}
+
+
+@router.post(
+    "/queues/{queue}/messages/{id}/nack",
+    response_model=NackResponse,
+    responses=error_docs(404, 409),
+    tags=["consuming"],
+)
+async def nack_message(
+    queue: QueueDep, state: StateDep, id: MessageId, body: NackRequest
+) -> dict[str, str]:
+    """Failed: retry after ``delay`` (default: the queue's backoff for this attempt),
+    or dead once out of attempts; ``dead: true`` makes it dead at once. Returns the
+    new state. 409 ``lease_lost`` when the lease is no longer held."""
+    delay = to_delay(body.delay)
+    current = await _existing(queue, id)
+    with facade_errors():
+        new_state = await queue.nack(
+            _held(queue, id, body.lease, current), delay=delay, error=body.error, dead=body.dead
+        )
+    state.metrics.nacks.labels(queue.name).inc()
+    if new_state is State.DEAD:
+        state.metrics.dead.labels(queue.name).inc()
+    return {"state": new_state.value}
+
+
+@router.post(
+    "/queues/{queue}/messages/{id}/extend",
+    response_model=ExtendResponse,
+    responses=error_docs(409),
+    tags=["consuming"],
+)
+async def extend_lease(queue: QueueDep, id: MessageId, body: ExtendRequest) -> dict[str, int]:
+    """Renew the lease to ``lease_seconds`` from now (a heartbeat); returns the new
+    expiry. 409 ``lease_lost`` when the lease is no longer held."""
+    with facade_errors():
+        expiry = await queue.extend(_held(queue, id, body.lease), body.lease_seconds)
+    return {"lease_expires_at": expiry}
+
+
+@router.post(
+    "/queues/{queue}/messages/{id}/release",
+    response_model=ReleaseResponse,
+    responses=error_docs(409),
+    tags=["consuming"],
+)
+async def release_message(queue: QueueDep, id: MessageId, body: AckRequest) -> dict[str, bool]:
+    """Give the message back without counting the attempt: due where it was, first
+    in line. 409 ``lease_lost`` when the lease is no longer held."""
+    with facade_errors():
+        await queue.release(_held(queue, id, body.lease))
+    return {"released": True}

@@ -1,0 +1,128 @@
+"""The FastAPI application of ``delayq serve``.
+
+:func:`create_app` wires the pieces: token auth and the body limit (ASGI middleware,
+outermost first), the JSON error handlers, the ``/v1`` API, ``/healthz`` and
+``/metrics``, the dashboard, and a lifespan that opens the backend and runs the
+callback dispatcher. :func:`request_stop` tells open long-polls to return now (the
+``serve`` command calls it on SIGINT/SIGTERM, before uvicorn waits for requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from .. import __version__
+from ._api import router as api_router
+from ._api_queues import ops_router, queues_router
+from ._auth import TokenAuth
+from ._config import ServeConfig
+from ._errors import install_error_handlers
+from ._limits import BodyLimit
+from ._state import ServerState
+
+__all__ = ["create_app", "request_stop"]
+
+_DESCRIPTION = """\
+A durable delay queue over HTTP: put messages due later, cancel or reschedule them by
+id, consume them with reserve (long-poll) and ack/nack, or let the server deliver them
+to a URL (callbacks). Errors are `{"error": {"code": ..., "message": ...}}`. With a
+token configured, send `Authorization: Bearer <token>`.
+"""
+
+
+class _Stopper:
+    """The app's "stopping" event and the loop it lives on, settable from any thread
+    or a signal handler."""
+
+    def __init__(self) -> None:
+        self.event: asyncio.Event | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.requested = False
+
+    def bind(self) -> asyncio.Event:
+        self.event = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+        if self.requested:
+            self.event.set()
+        return self.event
+
+    def set(self) -> None:
+        self.requested = True
+        if self.event is not None and self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.event.set)
+
+
+def request_stop(app: FastAPI) -> None:
+    """Make every waiting reserve of ``app`` return at once (safe from a signal
+    handler or another thread); new long-polls return at once too."""
+    stopper: _Stopper = app.state.delayq_stopper
+    stopper.set()
+
+
+def _include_dashboard(app: FastAPI) -> None:
+    try:
+        from ._dashboard import mount_static  # noqa: PLC0415
+        from ._dashboard import router as dashboard_router  # noqa: PLC0415
+    except ImportError as exc:  # pragma: no cover  (until the dashboard lands)
+        if exc.name != f"{__package__}._dashboard":
+            raise
+        return
+    app.include_router(dashboard_router)
+    mount_static(app)
+
+
+def create_app(config: ServeConfig, *, state: ServerState | None = None) -> FastAPI:
+    """The HTTP API (and dashboard) for ``config``.
+
+    The lifespan opens the backend (a :class:`ServerState`, unless ``state`` is given:
+    then the caller owns and closes it) and, with ``config.dispatch``, runs the callback
+    dispatcher; shutdown stops the dispatcher and closes what it opened.
+    """
+    stopper = _Stopper()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        own_state = state is None
+        server_state = ServerState(config) if state is None else state
+        app.state.delayq = server_state
+        app.state.delayq_stopping = stopper.bind()
+        dispatcher: Any = None
+        try:
+            if config.dispatch:
+                from ._dispatch import Dispatcher  # noqa: PLC0415
+
+                dispatcher = Dispatcher(server_state)
+                await dispatcher.start()
+            yield {}
+        finally:
+            stopper.set()
+            try:
+                if dispatcher is not None:
+                    await dispatcher.stop()
+            finally:
+                if own_state:
+                    await server_state.close()
+
+    app = FastAPI(
+        title="delayq",
+        version=__version__,
+        description=_DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.delayq_stopper = stopper
+    if state is not None:
+        app.state.delayq = state
+    install_error_handlers(app)
+    app.include_router(api_router)
+    app.include_router(queues_router)
+    app.include_router(ops_router)
+    _include_dashboard(app)
+    # Added last = runs first: auth before anything reads the body.
+    app.add_middleware(BodyLimit, max_body=config.max_body)
+    app.add_middleware(TokenAuth, token=config.token)
+    return app

@@ -1,0 +1,399 @@
+"""URL callbacks, sans-IO: what a callback is, which hosts it may reach, and how its
+requests are signed.
+
+A message put with a callback carries it as JSON in its :data:`CALLBACK_HEADER`
+header; the dispatcher (:mod:`delayq.server._dispatch`) sends it when it falls due.
+Everything here is pure: parsing and validation, the allowlist (checked at put and
+again at send time, when the resolved addresses are checked too), and the HMAC
+signature that receivers verify with :func:`verify`.
+
+The allowlist (``ServeConfig.callback_hosts``): a pattern is an exact host
+(``api.example.com``, ``10.0.0.7``, ``[2001:db8::1]``) or ``*.suffix`` (any host
+strictly below ``suffix``), optionally with ``:port``. Loopback targets (``localhost``,
+``127.0.0.0/8``, ``::1``) are allowed when, and only when,
+``allow_loopback_callbacks`` is set. Link-local (``169.254.0.0/16``, cloud metadata),
+unspecified and multicast addresses are refused unless that very IP literal is listed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import math
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+from urllib.parse import SplitResult, urlsplit
+
+from .._constants import (
+    CALLBACK_DEFAULT_TIMEOUT,
+    CALLBACK_MAX_HEADER_BYTES,
+    CALLBACK_MAX_HEADERS,
+    CALLBACK_MAX_TIMEOUT,
+    CALLBACK_MAX_URL_LENGTH,
+    CALLBACK_SIGNATURE_TOLERANCE,
+)
+from ._config import ServeConfig, is_loopback_host
+
+__all__ = [
+    "CALLBACK_METHODS",
+    "Callback",
+    "CallbackError",
+    "address_refusal",
+    "check_host",
+    "host_allowed",
+    "sign",
+    "verify",
+]
+
+#: The HTTP methods a callback may use.
+CALLBACK_METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
+
+ErrorCode = Literal["invalid_callback", "callback_host_not_allowed"]
+
+# Headers a callback may not set: hop-by-hop ones, those httpx computes, and ours.
+_RESERVED_HEADERS = frozenset(
+    (
+        "connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+        "proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade",
+        "host", "content-length", "expect",
+    )
+)  # fmt: skip
+_RESERVED_PREFIX = "x-delayq-"
+# RFC 9110 token characters.
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_CALLBACK_KEYS = frozenset(("url", "method", "headers", "timeout"))
+
+
+class CallbackError(ValueError):
+    """A callback that cannot be accepted. ``code`` is ``"invalid_callback"`` (bad
+    shape or value) or ``"callback_host_not_allowed"`` (the allowlist refuses it)."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code: ErrorCode = code
+        self.message = message
+
+
+def _invalid(message: str) -> CallbackError:
+    return CallbackError("invalid_callback", message)
+
+
+def _refused(message: str) -> CallbackError:
+    return CallbackError("callback_host_not_allowed", message)
+
+
+@dataclass(frozen=True)
+class Callback:
+    """Where and how a message is delivered when it falls due.
+
+    ``url`` is http(s) without credentials; ``method`` one of
+    :data:`CALLBACK_METHODS`; ``headers`` extra request headers (no hop-by-hop
+    headers, no ``Host``/``Content-Length``, no ``X-Delayq-*``); ``timeout`` the
+    seconds one attempt may take, from resolving the host to the answer's headers.
+    Build it with :func:`parse_callback` (which checks the server's limits and its
+    allowlist) or :meth:`from_header`.
+    """
+
+    url: str
+    method: str = "POST"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    timeout: float = CALLBACK_DEFAULT_TIMEOUT
+
+    def __post_init__(self) -> None:
+        _check_url(self.url)
+        if self.method not in CALLBACK_METHODS:
+            raise _invalid(f"callback method must be one of {', '.join(CALLBACK_METHODS)}")
+        object.__setattr__(self, "headers", MappingProxyType(_check_headers(self.headers)))
+        timeout = self.timeout
+        if type(timeout) is bool or not isinstance(timeout, (int, float)):
+            raise _invalid(f"callback timeout must be seconds (a number), got {timeout!r:.40}")
+        if not (0 < timeout <= CALLBACK_MAX_TIMEOUT) or math.isnan(timeout):
+            raise _invalid(f"callback timeout must be > 0 and <= {CALLBACK_MAX_TIMEOUT:g} s")
+        object.__setattr__(self, "timeout", float(timeout))
+
+    def to_json(self) -> dict[str, object]:
+        """The callback as a JSON object (what the API shows)."""
+        return {
+            "url": self.url,
+            "method": self.method,
+            "headers": dict(self.headers),
+            "timeout": self.timeout,
+        }
+
+    def to_header(self) -> str:
+        """The value of the message header that carries this callback."""
+        return json.dumps(self.to_json(), separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def from_header(cls, text: str) -> Callback:
+        """The callback stored by :meth:`to_header`; :class:`CallbackError` when
+        ``text`` is not one. The allowlist is not checked here (see :func:`check_host`)."""
+        try:
+            raw = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            raise _invalid(f"callback header is not JSON: {exc}") from None
+        return _from_mapping(raw, default_timeout=None)
+
+
+def parse_callback(raw: object, config: ServeConfig) -> Callback:
+    """Validate a callback given to the API: ``{"url": ..., "method": "POST",
+    "headers": {...}, "timeout": seconds}`` (only ``url`` required) or a URL string.
+
+    The timeout defaults to ``config.callback_timeout``, which is also its upper
+    bound. Raises :class:`CallbackError` (``invalid_callback`` or
+    ``callback_host_not_allowed``) and does no I/O.
+    """
+    if isinstance(raw, str):
+        raw = {"url": raw}
+    callback = _from_mapping(raw, default_timeout=config.callback_timeout)
+    if callback.timeout > config.callback_timeout:
+        raise _invalid(
+            f"callback timeout must be <= {config.callback_timeout:g} s (the server's limit)"
+        )
+    check_host(callback.url, config)
+    return callback
+
+
+def _from_mapping(raw: object, *, default_timeout: float | None) -> Callback:
+    if not isinstance(raw, Mapping):
+        raise _invalid(f"callback must be an object with a url, not {type(raw).__name__}")
+    unknown = set(raw) - _CALLBACK_KEYS
+    if unknown:
+        shown = ", ".join(sorted(map(str, unknown)))
+        known = ", ".join(sorted(_CALLBACK_KEYS))
+        raise _invalid(f"callback has unknown keys: {shown:.200} (known: {known})")
+    if "url" not in raw:
+        raise _invalid("callback needs a url")
+    method = raw.get("method", "POST")
+    if not isinstance(method, str):
+        raise _invalid(f"callback method must be a string, not {type(method).__name__}")
+    headers = raw.get("headers")
+    timeout = raw.get("timeout")
+    if timeout is None:
+        timeout = CALLBACK_DEFAULT_TIMEOUT if default_timeout is None else default_timeout
+    return Callback(
+        url=raw["url"],
+        method=method.upper(),
+        headers={} if headers is None else headers,
+        timeout=timeout,
+    )
+
+
+def _check_url(url: object) -> SplitResult:
+    if not isinstance(url, str):
+        raise _invalid(f"callback url must be a string, not {type(url).__name__}")
+    if not url or len(url) > CALLBACK_MAX_URL_LENGTH:
+        raise _invalid(f"callback url must be 1 to {CALLBACK_MAX_URL_LENGTH} characters")
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        raise _invalid("callback url must not contain spaces or control characters")
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in _DEFAULT_PORTS:
+        raise _invalid(f"callback url must be http:// or https://, got {url!r:.100}")
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise _invalid("callback url must not carry credentials (user:password@)")
+    if not parts.hostname:
+        raise _invalid(f"callback url has no host: {url!r:.100}")
+    try:
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError:
+        raise _invalid(f"callback url has a bad port: {url!r:.100}") from None
+    _ascii_host(parts.hostname)
+    return parts
+
+
+def _check_headers(headers: object) -> dict[str, str]:
+    if not isinstance(headers, Mapping):
+        raise _invalid(f"callback headers must be an object, not {type(headers).__name__}")
+    if len(headers) > CALLBACK_MAX_HEADERS:
+        raise _invalid(f"callback may set at most {CALLBACK_MAX_HEADERS} headers")
+    checked: dict[str, str] = {}
+    size = 0
+    seen: set[str] = set()
+    for name, value in headers.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise _invalid(f"callback headers must map strings to strings, got {name!r:.60}")
+        if not _TOKEN.match(name):
+            raise _invalid(f"callback header name {name!r:.60} is not a valid header name")
+        lowered = name.lower()
+        if lowered in _RESERVED_HEADERS or lowered.startswith(_RESERVED_PREFIX):
+            raise _invalid(f"callback may not set the {name!r} header")
+        if lowered in seen:
+            raise _invalid(f"callback header {name!r} is given twice")
+        seen.add(lowered)
+        if any((ord(ch) < 32 and ch != "\t") or ord(ch) == 127 for ch in value):
+            raise _invalid(f"callback header {name!r} has control characters in its value")
+        size += len(name.encode()) + len(value.encode())
+        checked[name] = value
+    if size > CALLBACK_MAX_HEADER_BYTES:
+        raise _invalid(
+            f"callback headers are {size} bytes, the limit is {CALLBACK_MAX_HEADER_BYTES}"
+        )
+    return checked
+
+
+# -- the allowlist ------------------------------------------------------------------------
+
+
+def _ascii_host(host: str) -> str:
+    """``host`` lowercased, without brackets or a trailing dot, IDNA-encoded."""
+    name = host.strip("[]").lower().rstrip(".")
+    if not name.isascii():
+        try:
+            name = name.encode("idna").decode("ascii")
+        except UnicodeError:
+            raise _invalid(f"callback host {host!r:.100} is not a valid host name") from None
+    return name
+
+
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _split_pattern(pattern: str) -> tuple[str, int | None]:
+    """``"host"``, ``"host:port"``, ``"[v6]:port"`` or a bare IPv6 -> (host, port)."""
+    text = pattern.strip().lower()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+    else:
+        host, port = text, ""
+    return host.rstrip("."), int(port) if port.isdigit() else None
+
+
+def _pattern_matches(pattern: str, host: str, port: int) -> bool:
+    want_host, want_port = _split_pattern(pattern)
+    if want_port is not None and want_port != port:
+        return False
+    if want_host.startswith("*."):
+        return host.endswith(want_host[1:])
+    wanted_ip = _ip(want_host)
+    if wanted_ip is not None:
+        return wanted_ip == _ip(host)
+    return want_host == host
+
+
+def _listed_ip(address: ipaddress.IPv4Address | ipaddress.IPv6Address, config: ServeConfig) -> bool:
+    return any(_ip(_split_pattern(p)[0]) == address for p in config.callback_hosts)
+
+
+def address_refusal(address: str, config: ServeConfig) -> str | None:
+    """Why a connection to the IP ``address`` is refused under ``config`` (None: it
+    is allowed). The dispatcher checks every address a callback host resolves to."""
+    ip = _ip(address)
+    if ip is None:
+        return f"{address!r} is not an IP address"
+    if ip.is_loopback:
+        if config.allow_loopback_callbacks:
+            return None
+        return f"{ip} is a loopback address (allowed only with --allow-loopback-callbacks)"
+    special = (
+        "link-local" if ip.is_link_local
+        else "unspecified" if ip.is_unspecified
+        else "multicast" if ip.is_multicast
+        else None
+    )  # fmt: skip
+    if special is not None and not _listed_ip(ip, config):
+        return f"{ip} is a {special} address (allowed only when that IP is listed)"
+    return None
+
+
+def check_host(url: str, config: ServeConfig) -> None:
+    """Raise :class:`CallbackError` unless ``url``'s host may be called under
+    ``config`` (see the module's docstring for the rules). Does no DNS lookup."""
+    parts = _check_url(url)
+    host = _ascii_host(parts.hostname or "")
+    port = parts.port or _DEFAULT_PORTS[parts.scheme.lower()]
+    literal = _ip(host)
+    if is_loopback_host(host) or (literal is not None and literal.is_loopback):
+        if config.allow_loopback_callbacks:
+            return
+        raise _refused(
+            f"callback host {host!r} is loopback: the server allows it only with "
+            "--allow-loopback-callbacks"
+        )
+    if literal is not None:
+        reason = address_refusal(host, config)
+        if reason is not None:
+            raise _refused(f"callback host refused: {reason}")
+    if not any(_pattern_matches(pattern, host, port) for pattern in config.callback_hosts):
+        allowed = ", ".join(config.callback_hosts) or "none configured"
+        raise _refused(
+            f"callback host {host}:{port} is not in the server's allowlist ({allowed:.200}); "
+            "add it with --allow-callback-host"
+        )
+
+
+def host_allowed(url: str, config: ServeConfig) -> bool:
+    """True if :func:`check_host` accepts ``url`` (False also for a malformed url)."""
+    try:
+        check_host(url, config)
+    except CallbackError:
+        return False
+    return True
+
+
+# -- signing ------------------------------------------------------------------------------
+
+
+def _digest(secret: str, timestamp: int, body: bytes) -> str:
+    message = str(timestamp).encode() + b"." + body
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    """The signature header value of a request: ``t=<unix seconds>,v1=<hex>``, where
+    ``<hex>`` is HMAC-SHA256 keyed by ``secret`` of ``b"<t>." + body``."""
+    if not isinstance(secret, str) or not secret:
+        raise ValueError("the signing secret must be a non-empty str")
+    if type(timestamp) is not int or timestamp < 0:
+        raise ValueError(f"timestamp must be unix seconds (an int >= 0), got {timestamp!r}")
+    return f"t={timestamp},v1={_digest(secret, timestamp, bytes(body))}"
+
+
+def verify(
+    secret: str,
+    header_value: str,
+    body: bytes,
+    *,
+    tolerance: float = CALLBACK_SIGNATURE_TOLERANCE,
+    now: float | None = None,
+) -> bool:
+    """True if ``header_value`` (from :data:`CALLBACK_SIGNATURE_HEADER`) signs ``body``
+    with ``secret`` and its timestamp is within ``tolerance`` seconds of ``now``
+    (default: the current time). Any ``v1=`` entry may match (several are allowed,
+    e.g. while a secret is rotated); the comparison takes constant time."""
+    if not isinstance(secret, str) or not secret or not isinstance(header_value, str):
+        return False
+    timestamp: int | None = None
+    candidates: list[str] = []
+    for part in header_value.split(","):
+        key, _, value = part.strip().partition("=")
+        if key == "t" and value.isdigit() and timestamp is None:
+            timestamp = int(value)
+        elif key == "v1" and value:
+            candidates.append(value)
+    if timestamp is None or not candidates:
+        return False
+    current = time.time() if now is None else now
+    if abs(current - timestamp) > tolerance:
+        return False
+    expected = _digest(secret, timestamp, bytes(body)).encode()
+    matched = False
+    for candidate in candidates:
+        matched |= hmac.compare_digest(expected, candidate.encode("ascii", "replace"))
+    return matched

@@ -1,0 +1,123 @@
+"""From request bodies to the queue facade's arguments: times, payloads, callbacks.
+
+Everything here only checks and converts (no I/O), raising :class:`~._errors.ApiError`
+for what the client got wrong, so a route validates a whole request, a whole batch
+included, before it writes anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime
+from typing import Any
+
+from .._constants import CALLBACK_HEADER
+from ._callbacks import parse_callback
+from ._config import ServeConfig
+from ._errors import ApiError
+from ._models import PutRequestBody
+
+__all__ = ["check_message_id", "put_arguments", "to_at", "to_delay"]
+
+
+def to_delay(value: int | float | str | None) -> int | float | str | None:
+    """``delay`` for the facade: a numeric string (``"30"``) counts as seconds."""
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return value  # a duration string, or the facade's ValueError
+    return value
+
+
+def to_at(value: int | float | str | None) -> int | float | datetime | None:
+    """``at`` for the facade: epoch seconds, or an aware datetime of an RFC 3339 time."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if text[-1:] in ("Z", "z"):
+        text = text[:-1] + "+00:00"
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ApiError(
+            422,
+            "invalid_time",
+            f"at must be an RFC 3339 time with offset or epoch seconds, got {value!r:.80}",
+        ) from None
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ApiError(
+            422, "invalid_time", f"at needs a time zone offset (e.g. Z or +01:00): {value!r:.80}"
+        )
+    return moment
+
+
+def check_message_id(value: str) -> str:
+    """A message id the API can name in a URL later: no '/'."""
+    if "/" in value:
+        raise ApiError(422, "invalid_id", f"a message id must not contain '/': {value!r:.80}")
+    return value
+
+
+def _payload(body: PutRequestBody) -> Any:
+    given = body.model_fields_set
+    if body.payload_base64 is not None:
+        if "payload" in given:
+            raise ApiError(422, "payload_conflict", "give payload or payload_base64, not both")
+        try:
+            return base64.b64decode(body.payload_base64, validate=True)
+        except (binascii.Error, ValueError):
+            raise ApiError(422, "invalid_base64", "payload_base64 is not valid base64") from None
+    if "payload" not in given:
+        raise ApiError(422, "missing_payload", "a message needs payload or payload_base64")
+    return body.payload
+
+
+def _callback_header(body: PutRequestBody, queue: str, config: ServeConfig) -> str | None:
+    if body.callback is None:
+        return None
+    if queue not in config.callback_queues:
+        names = ", ".join(repr(name) for name in config.callback_queues)
+        raise ApiError(
+            422,
+            "callback_queue_not_dispatched",
+            f"a message with a callback must go to a callback queue ({names}), not {queue!r}",
+        )
+    raw = body.callback.model_dump(exclude_none=True)
+    try:
+        callback = parse_callback(raw, config)
+    except ValueError as exc:
+        code = getattr(exc, "code", None)
+        raise ApiError(
+            422, code if isinstance(code, str) else "invalid_callback", str(exc)
+        ) from None
+    return callback.to_header()
+
+
+def put_arguments(body: PutRequestBody, queue: str, config: ServeConfig) -> dict[str, Any]:
+    """The keyword arguments of ``AsyncQueue.put`` (and a ``put_many`` item) for
+    ``body`` put to ``queue``."""
+    headers = dict(body.headers or {})
+    if any(key.lower() == CALLBACK_HEADER for key in headers):
+        raise ApiError(
+            422, "reserved_header", f"the header {CALLBACK_HEADER!r} is set by 'callback'"
+        )
+    callback = _callback_header(body, queue, config)
+    if callback is not None:
+        headers[CALLBACK_HEADER] = callback
+    arguments: dict[str, Any] = {
+        "payload": _payload(body),
+        "delay": to_delay(body.delay),
+        "at": to_at(body.at),
+        "on_conflict": body.on_conflict,
+        "max_attempts": body.max_attempts,
+        "headers": headers,
+    }
+    if body.id is not None:
+        arguments["id"] = check_message_id(body.id)
+    return arguments

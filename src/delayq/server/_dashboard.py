@@ -1,0 +1,414 @@
+"""The dashboard of ``delayq serve``: server-rendered pages plus a little JavaScript.
+
+Every page is complete HTML rendered here from :class:`ServerState` (Jinja2 with
+autoescaping on), so reading works without JavaScript and without the ``/v1`` API.
+``static/dashboard.js`` then keeps the numbers fresh from the API and drives the
+buttons (cancel, reschedule, retry), sending ``X-Requested-With: delayq-dashboard``.
+
+When the server has a token, every page needs the session cookie (set by the login
+form; its value is :func:`session_value` of the token, never the token itself) or an
+``Authorization: Bearer`` header; without either a page redirects to ``/login``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hashlib
+import hmac
+import json
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
+
+import jinja2
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from .._constants import (
+    DASHBOARD_CHART_BUCKETS,
+    DASHBOARD_CHART_HORIZON,
+    DASHBOARD_LIST_LIMIT,
+    DASHBOARD_MAX_LOGIN_BODY,
+    DASHBOARD_REFRESH_MS,
+)
+from ..durable import AsyncQueue
+from ._config import SESSION_COOKIE, session_value
+from ._state import ServerState, message_to_json
+
+__all__ = [
+    "chart_bars",
+    "format_duration",
+    "format_relative",
+    "is_signed_in",
+    "mount_static",
+    "router",
+    "safe_next",
+    "server_state",
+]
+
+_HERE = Path(__file__).parent
+_STATIC_DIR = _HERE / "static"
+
+#: The dashboard's routes; ``create_app`` includes them (they stay out of the OpenAPI
+#: document, which describes the ``/v1`` API only).
+router = APIRouter(include_in_schema=False)
+
+# Pages load scripts and styles from /static only: no inline script, no inline style.
+_PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+        "frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+
+# Chart geometry (SVG user units); static/dashboard.js draws the same chart.
+_CHART_WIDTH = 1000
+_CHART_PLOT_TOP = 18
+_CHART_PLOT_HEIGHT = 106
+_CHART_HEIGHT = 146
+_CHART_GAP = 3
+_CHART_TICKS = 4
+
+
+def server_state(request: Request) -> ServerState:
+    """The :class:`ServerState` of the app serving ``request`` (``app.state.delayq``)."""
+    state = getattr(request.app.state, "delayq", None)
+    if not isinstance(state, ServerState):
+        raise RuntimeError("the app has no ServerState: set app.state.delayq")
+    return state
+
+
+def mount_static(app: FastAPI) -> None:
+    """Serve the dashboard's stylesheet and script at ``/static``."""
+    app.mount("/static", StaticFiles(directory=_STATIC_DIR), name="static")
+
+
+def _static_version() -> str:
+    digest = hashlib.sha256()
+    for name in ("dashboard.css", "dashboard.js"):
+        digest.update((_STATIC_DIR / name).read_bytes())
+    return digest.hexdigest()[:12]
+
+
+# -- formatting (mirrored by static/dashboard.js) ---------------------------------------
+
+
+def format_duration(seconds: float) -> str:
+    """A non-negative duration for people: ``"350ms"``, ``"42s"``, ``"4m 12s"``, ``"2h 5m"``."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms" if seconds > 0 else "0s"
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
+    first = next(i for i, (value, _) in enumerate(parts) if value)
+    shown = [f"{value}{unit}" for value, unit in parts[first : first + 2] if value]
+    return " ".join(shown)
+
+
+def format_relative(target_ms: int, now_ms: float) -> str:
+    """``target_ms`` seen from ``now_ms``: ``"in 4m 12s"``, ``"3s ago"`` or ``"now"``."""
+    delta = (target_ms - now_ms) / 1000.0
+    if abs(delta) < 1:
+        return "now"
+    text = format_duration(abs(delta))
+    return f"in {text}" if delta > 0 else f"{text} ago"
+
+
+def _iso(epoch_ms: int | None) -> str:
+    if epoch_ms is None:
+        return ""
+    moment = dt.datetime.fromtimestamp(epoch_ms / 1000.0, dt.timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def _url_part(value: str) -> str:
+    return quote(value, safe="")
+
+
+def chart_bars(start_ms: int, bucket_ms: int, counts: list[int]) -> dict[str, Any]:
+    """The geometry of the "falls due over the next hour" bar chart.
+
+    One bar per bucket, scaled to the busiest one, each with a tooltip; x-axis ticks
+    at each quarter of the horizon. The template draws it as an inline SVG.
+    """
+    peak = max(counts, default=0)
+    slot = _CHART_WIDTH / max(len(counts), 1)
+    bars = []
+    for index, count in enumerate(counts):
+        height = 0.0 if count <= 0 else max(1.5, count / peak * _CHART_PLOT_HEIGHT)
+        bucket_start = start_ms + index * bucket_ms
+        bars.append(
+            {
+                "x": round(index * slot + _CHART_GAP / 2, 2),
+                "y": round(_CHART_PLOT_TOP + _CHART_PLOT_HEIGHT - height, 2),
+                "width": round(max(slot - _CHART_GAP, 1.0), 2),
+                "height": round(height, 2),
+                "count": count,
+                "title": f"{count} due {_iso(bucket_start)} to {_iso(bucket_start + bucket_ms)}",
+            }
+        )
+    ticks = []
+    for tick in range(_CHART_TICKS + 1):
+        offset_ms = len(counts) * bucket_ms * tick // _CHART_TICKS
+        ticks.append(
+            {
+                "x": round(_CHART_WIDTH * tick / _CHART_TICKS, 2),
+                "label": "now" if tick == 0 else f"+{format_duration(offset_ms / 1000)}",
+                "anchor": "start" if tick == 0 else "end" if tick == _CHART_TICKS else "middle",
+            }
+        )
+    return {
+        "width": _CHART_WIDTH,
+        "height": _CHART_HEIGHT,
+        "baseline": _CHART_PLOT_TOP + _CHART_PLOT_HEIGHT,
+        "label_y": _CHART_HEIGHT - 4,
+        "peak": peak,
+        "total": sum(counts),
+        "bars": bars,
+        "ticks": ticks,
+    }
+
+
+_templates = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(_HERE / "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_templates.filters["iso"] = _iso
+_templates.filters["duration"] = format_duration
+_templates.filters["pretty_json"] = _pretty_json
+_templates.filters["urlpart"] = _url_part
+
+
+# -- sessions ----------------------------------------------------------------------------
+
+
+def is_signed_in(request: Request) -> bool:
+    """True when the server has no token, or the request carries the session cookie or
+    ``Authorization: Bearer <token>`` (both compared in constant time)."""
+    token = server_state(request).config.token
+    if token is None:
+        return True
+    cookie = request.cookies.get(SESSION_COOKIE, "")
+    if hmac.compare_digest(cookie.encode(), session_value(token).encode()):
+        return True
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        credentials.strip().encode(), token.encode()
+    )
+
+
+def safe_next(target: str | None) -> str:
+    """``target`` if it is a path on this site (``/queues/x?y``), else ``"/"``.
+
+    Absolute URLs, scheme-relative ``//host`` and ``/\\host`` (which browsers read as
+    ``//host``) and control characters are refused, so the login form cannot be used
+    to send someone to another site.
+    """
+    if not target or not target.startswith("/") or target.startswith(("//", "/\\")):
+        return "/"
+    if "\\" in target or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in target):
+        return "/"
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc:
+        return "/"
+    return target
+
+
+def _base(request: Request) -> str:
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def _login_redirect(request: Request) -> RedirectResponse | None:
+    """A redirect to the login form when the request is not signed in, else None."""
+    if is_signed_in(request):
+        return None
+    here = quote(request.url.path, safe="/:@!$&'()*+,;=-._~")
+    if request.url.query:
+        here += "?" + request.url.query
+    target = f"{_base(request)}/login?" + urlencode({"next": here})
+    return RedirectResponse(target, status_code=303, headers={"Cache-Control": "no-store"})
+
+
+def _render(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    state = server_state(request)
+    page = {
+        "base": _base(request),
+        "now_ms": int(time.time() * 1000),
+        "refresh_ms": DASHBOARD_REFRESH_MS,
+        "list_limit": DASHBOARD_LIST_LIMIT,
+        "chart_horizon": int(DASHBOARD_CHART_HORIZON),
+        "chart_buckets": DASHBOARD_CHART_BUCKETS,
+        "static_version": _STATIC_VERSION,
+        "has_token": state.config.token is not None,
+        "page": name.removesuffix(".html"),
+        **context,
+    }
+    html = _templates.get_template(name).render(page)
+    return HTMLResponse(html, status_code=status_code, headers=_PAGE_HEADERS)
+
+
+async def _known_queue(request: Request, name: str) -> AsyncQueue | None:
+    """The queue ``name`` if it is a valid name that the server knows, else None."""
+    state = server_state(request)
+    try:
+        queue = state.queue(name)
+    except (TypeError, ValueError):
+        return None
+    return queue if name in await state.queue_names() else None
+
+
+def _queue_missing(request: Request, name: str) -> HTMLResponse:
+    return _render(request, "missing.html", 404, queue=name, message_id=None)
+
+
+# -- pages -------------------------------------------------------------------------------
+
+
+@router.get("/", response_class=HTMLResponse)
+async def overview(request: Request) -> Response:
+    """Every queue with its counts per state, next due time and lag."""
+    if (redirect := _login_redirect(request)) is not None:
+        return redirect
+    state = server_state(request)
+    names = await state.queue_names()
+    stats = await asyncio.gather(*(state.queue(name).stats() for name in names))
+    rows = [{"name": name, "stats": snapshot} for name, snapshot in zip(names, stats, strict=True)]
+    return _render(request, "overview.html", queues=rows, format_relative=format_relative)
+
+
+@router.get("/find")
+async def find_message(request: Request, queue: str = "", id: str = "") -> Response:
+    """The "find a message by id" form: on to that message's page."""
+    if (redirect := _login_redirect(request)) is not None:
+        return redirect
+    queue, message_id = queue.strip(), id.strip()
+    if not queue or not message_id:
+        return RedirectResponse(f"{_base(request)}/", status_code=303)
+    target = f"{_base(request)}/queues/{_url_part(queue)}/messages/{_url_part(message_id)}"
+    return RedirectResponse(target, status_code=303)
+
+
+@router.get("/queues/{queue}", response_class=HTMLResponse)
+async def queue_page(request: Request, queue: str) -> Response:
+    """One queue: counts, the due-time chart, waiting messages and dead letters."""
+    if (redirect := _login_redirect(request)) is not None:
+        return redirect
+    handle = await _known_queue(request, queue)
+    if handle is None:
+        return _queue_missing(request, queue)
+    stats, waiting, dead, (start_ms, counts) = await asyncio.gather(
+        handle.stats(),
+        handle.peek(limit=DASHBOARD_LIST_LIMIT),
+        handle.peek(state="dead", limit=DASHBOARD_LIST_LIMIT),
+        handle.due_counts(horizon=DASHBOARD_CHART_HORIZON, buckets=DASHBOARD_CHART_BUCKETS),
+    )
+    bucket_ms = int(DASHBOARD_CHART_HORIZON * 1000) // DASHBOARD_CHART_BUCKETS
+    return _render(
+        request,
+        "queue.html",
+        queue=queue,
+        stats=stats,
+        waiting=[message_to_json(msg) for msg in waiting if msg.state.value != "dead"],
+        dead=[message_to_json(msg) for msg in dead],
+        chart=chart_bars(start_ms, bucket_ms, list(counts)),
+        format_relative=format_relative,
+    )
+
+
+@router.get("/queues/{queue}/messages/{message_id:path}", response_class=HTMLResponse)
+async def message_page(request: Request, queue: str, message_id: str) -> Response:
+    """One message: state, due time, attempts, last error, headers, callback, payload."""
+    if (redirect := _login_redirect(request)) is not None:
+        return redirect
+    state = server_state(request)
+    try:
+        handle = state.queue(queue)
+        msg = await handle.get(message_id)
+    except (TypeError, ValueError):
+        msg = None
+    if msg is None:
+        return _render(request, "missing.html", 404, queue=queue, message_id=message_id)
+    body = message_to_json(msg)
+    if "payload_base64" in body:
+        payload_text, payload_kind = body["payload_base64"], "bytes, base64"
+    else:
+        payload_text, payload_kind = _pretty_json(body["payload"]), "JSON"
+    return _render(
+        request,
+        "message.html",
+        queue=queue,
+        msg=body,
+        payload_text=payload_text,
+        payload_kind=payload_kind,
+        format_relative=format_relative,
+    )
+
+
+# -- login -------------------------------------------------------------------------------
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_form(request: Request, next: str = "/") -> Response:
+    """The token form (straight on to ``next`` when no token is needed or already in)."""
+    target = safe_next(next)
+    if server_state(request).config.token is None or is_signed_in(request):
+        return RedirectResponse(_base(request) + target, status_code=303)
+    return _render(request, "login.html", next=target, error=None)
+
+
+@router.post("/login", response_class=HTMLResponse)
+async def login(request: Request) -> Response:
+    """Check the posted token (constant time); on success set the session cookie."""
+    token = server_state(request).config.token
+    if token is None:
+        return RedirectResponse(f"{_base(request)}/", status_code=303)
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > DASHBOARD_MAX_LOGIN_BODY:
+            return _render(request, "login.html", 413, next="/", error="The form is too large.")
+    fields = parse_qs(body.decode("utf-8", "replace"), max_num_fields=8)
+    given = fields.get("token", [""])[0]
+    target = safe_next(fields.get("next", ["/"])[0])
+    if not hmac.compare_digest(given.encode(), token.encode()):
+        return _render(request, "login.html", 401, next=target, error="Wrong token.")
+    response = RedirectResponse(_base(request) + target, status_code=303)
+    response.set_cookie(
+        SESSION_COOKIE,
+        session_value(token),
+        httponly=True,
+        samesite="strict",
+        path="/",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.api_route("/logout", methods=["GET", "POST"])
+async def logout(request: Request) -> Response:
+    """Clear the session cookie, back to the login form."""
+    has_token = server_state(request).config.token is not None
+    target = f"{_base(request)}/login" if has_token else f"{_base(request)}/"
+    response = RedirectResponse(target, status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+    return response
+
+
+_STATIC_VERSION = _static_version()

@@ -1,0 +1,463 @@
+"""The callback dispatcher of ``delayq serve``: sends each callback message to its URL
+when it falls due.
+
+For each of ``config.callback_queues`` a reserver claims due messages while fewer
+than ``config.dispatch_concurrency`` requests are in flight (over all queues); a
+blocking ``reserve`` wakes when the next message falls due, so a callback leaves
+within milliseconds of its due time. Each message is one request:
+
+* 2xx: ``ack``;
+* another status, a timeout or a connection error: ``nack`` with the queue's retry
+  policy (``dead`` once its attempts are used up, with ``last_error`` such as
+  ``HTTP 500 from https://...`` or ``timeout after 10s calling https://...``);
+* no callback header, a malformed one, or a host the allowlist refuses now (the
+  configuration may have changed since the put): dead at once.
+
+The host's addresses are checked when each connection is opened (a network backend
+under httpx resolves the name and connects only to allowed addresses), so a name that
+resolves to loopback or link-local is refused even if it looked harmless at put
+(DNS rebinding). Redirects are not followed; proxies from the environment are ignored.
+
+The lease of a reservation is the longest callback timeout plus a margin, so it
+normally never needs renewing; a request that still runs near its end (a stalled
+loop) has it extended. :meth:`Dispatcher.stop` stops reserving, lets requests in
+flight finish for ``grace`` seconds, then gives the rest back without charging an
+attempt. Every outcome is counted in the server's metrics and logged on the
+``delayq`` logger as ``callback.<outcome> key=value ...``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+import typing
+from collections import Counter
+
+import httpcore
+import httpx
+
+from .. import __version__
+from .._constants import (
+    CALLBACK_HEADER,
+    CALLBACK_LEASE_MARGIN,
+    CALLBACK_MAX_RESPONSE_READ,
+    CALLBACK_SIGNATURE_HEADER,
+    DISPATCH_ERROR_BACKOFF,
+    DISPATCH_GRACE,
+    DISPATCH_IDLE_WAIT,
+)
+from .._runtime import Slots, log_event
+from ..durable import AsyncQueue, Message
+from ..durable.message import State
+from ..durable.serializer import JSONSerializer
+from ..errors import LeaseLost, QueueClosed
+from ._callbacks import Callback, CallbackError, address_refusal, check_host, sign
+from ._config import ServeConfig
+from ._state import ServerState
+
+__all__ = ["CallbackRefused", "Dispatcher"]
+
+_INFO, _WARNING, _ERROR, _DEBUG = logging.INFO, logging.WARNING, logging.ERROR, logging.DEBUG
+_JSON = JSONSerializer()
+
+
+class CallbackRefused(Exception):
+    """A callback target the configuration does not allow (raised while connecting
+    when its host resolves to a refused address)."""
+
+
+class _GuardedNetwork(httpcore.AsyncNetworkBackend):
+    """Opens TCP connections only to addresses the configuration allows: the host is
+    resolved here and the connection goes to a checked address, so the name cannot
+    resolve differently between the check and the connect."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self._config = config
+        self._inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        """Resolve ``host``, refuse it if any address is refused, connect to the first
+        address that answers."""
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        for address in addresses:
+            reason = address_refusal(address, self._config)
+            if reason is not None:
+                raise CallbackRefused(f"host {host} resolves to a refused address: {reason}")
+        failure: Exception = httpcore.ConnectError(f"no address for {host}")
+        for address in addresses:
+            try:
+                return await self._inner.connect_tcp(
+                    address,
+                    port,
+                    timeout=timeout,
+                    local_address=local_address,
+                    socket_options=socket_options,
+                )
+            except httpcore.ConnectError as exc:
+                failure = exc
+        raise failure
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        """Never: callbacks go over TCP only."""
+        raise CallbackRefused("callbacks do not use unix sockets")
+
+    async def sleep(self, seconds: float) -> None:
+        """As the wrapped backend sleeps."""
+        await self._inner.sleep(seconds)
+
+
+class _GuardedTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport over a connection pool that connects through
+    :class:`_GuardedNetwork` (httpx offers no public way to pass a network backend)."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        super().__init__(trust_env=False)
+        limit = config.dispatch_concurrency
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=False),
+            max_connections=limit,
+            max_keepalive_connections=limit,
+            keepalive_expiry=30.0,
+            network_backend=_GuardedNetwork(config),
+        )
+
+
+def _shown_url(url: str) -> str:
+    """``url`` without its query (which may hold a receiver's token), for errors/logs."""
+    return url.split("?", 1)[0].split("#", 1)[0]
+
+
+def _body_of(msg: Message) -> tuple[bytes, str]:
+    """The request body and its content type: bytes as they are, JSON otherwise."""
+    if isinstance(msg.payload, (bytes, bytearray)):
+        return bytes(msg.payload), "application/octet-stream"
+    return _JSON.dumps(msg.payload), "application/json"
+
+
+class Dispatcher:
+    """Delivers the callback messages of ``state``'s callback queues (see the module).
+
+    ``await start()`` begins reserving on the running loop; ``await stop()`` ends it
+    gracefully (``grace`` seconds for requests in flight). ``counts`` tells how many
+    messages ended how: ``delivered``, ``retried``, ``dead``, ``released``,
+    ``lease_lost``.
+    """
+
+    def __init__(self, state: ServerState, *, grace: float = DISPATCH_GRACE) -> None:
+        if not grace >= 0:
+            raise ValueError(f"grace must be seconds >= 0, got {grace!r}")
+        self.state = state
+        self.config = state.config
+        self.grace = float(grace)
+        #: The lease of each reservation: the longest timeout plus a margin.
+        self.lease = self.config.callback_timeout + CALLBACK_LEASE_MARGIN
+        self.counts: Counter[str] = Counter()
+        self._client: httpx.AsyncClient | None = None
+        self._slots: Slots | None = None
+        self._reservers: list[asyncio.Task[None]] = []
+        self._running: dict[asyncio.Task[None], Message] = {}
+        self._releasing = False
+        self._stopped = False
+
+    @property
+    def running(self) -> bool:
+        """True between :meth:`start` and :meth:`stop`."""
+        return self._client is not None and not self._stopped
+
+    @property
+    def in_flight(self) -> int:
+        """How many callback requests are running now."""
+        return len(self._running)
+
+    async def start(self) -> None:
+        """Start reserving from every callback queue (on the running event loop)."""
+        if self._client is not None:
+            raise RuntimeError("the dispatcher was started already")
+        config = self.config
+        self._client = httpx.AsyncClient(
+            transport=_GuardedTransport(config),
+            follow_redirects=False,
+            trust_env=False,
+            timeout=config.callback_timeout,
+            headers={"User-Agent": f"delayq/{__version__}"},
+        )
+        self._slots = Slots(config.dispatch_concurrency)
+        for name in config.callback_queues:
+            queue = self.state.queue(name)
+            task = asyncio.create_task(self._reserve_loop(queue), name=f"delayq-dispatch-{name}")
+            self._reservers.append(task)
+        log_event(
+            _INFO,
+            "dispatch.started",
+            queues=",".join(config.callback_queues),
+            concurrency=config.dispatch_concurrency,
+            lease=self.lease,
+            signed=config.signing_secret is not None,
+        )
+
+    async def stop(self) -> None:
+        """Stop reserving; let requests in flight finish for ``grace`` seconds, then
+        give the rest back (due again at once, the attempt not charged). Idempotent."""
+        if self._client is None or self._stopped:
+            return
+        self._stopped = True
+        log_event(_INFO, "dispatch.stopping", in_flight=len(self._running), grace=self.grace)
+        for task in self._reservers:
+            task.cancel()
+        await asyncio.gather(*self._reservers, return_exceptions=True)
+        pending = set(self._running)
+        if pending and self.grace > 0:
+            await asyncio.wait(pending, timeout=self.grace)
+        left = [task for task in self._running if not task.done()]
+        if left:
+            self._releasing = True
+            for task in left:
+                task.cancel()
+            await asyncio.gather(*left, return_exceptions=True)
+        await self._client.aclose()
+        log_event(_INFO, "dispatch.stopped", **dict(self.counts))
+
+    # -- reserving ----------------------------------------------------------------------
+    async def _reserve_loop(self, queue: AsyncQueue) -> None:
+        slots = self._slots
+        assert slots is not None
+        several = len(self.config.callback_queues) > 1
+        while True:
+            taken = await slots.take_all()
+            try:
+                msgs = await queue.reserve(max=taken, wait=0, lease=self.lease)
+                if not msgs:
+                    if several:  # block holding one slot, so other queues keep the rest
+                        slots.give(taken - 1)
+                        taken = 1
+                    msgs = await queue.reserve(max=taken, wait=DISPATCH_IDLE_WAIT, lease=self.lease)
+            except QueueClosed:
+                slots.give(taken)
+                return
+            except asyncio.CancelledError:
+                slots.give(taken)
+                raise
+            except Exception as exc:
+                slots.give(taken)
+                log_event(_ERROR, "dispatch.reserve_failed", queue=queue.name, error=repr(exc))
+                await asyncio.sleep(DISPATCH_ERROR_BACKOFF)
+                continue
+            slots.give(taken - len(msgs))
+            for msg in msgs:
+                task = asyncio.create_task(self._deliver(queue, msg))
+                self._running[task] = msg
+                task.add_done_callback(self._delivered)
+
+    def _delivered(self, task: asyncio.Task[None]) -> None:
+        self._running.pop(task, None)
+        if self._slots is not None:
+            self._slots.give(1)
+        if not task.cancelled() and task.exception() is not None:
+            log_event(_ERROR, "dispatch.job_crashed", error=repr(task.exception()))
+
+    # -- one message ----------------------------------------------------------------------
+    async def _deliver(self, queue: AsyncQueue, msg: Message) -> None:
+        text = msg.headers.get(CALLBACK_HEADER)
+        try:
+            if text is None:
+                raise CallbackError("invalid_callback", "the message has no callback header")
+            callback = Callback.from_header(text)
+            check_host(callback.url, self.config)
+            body, content_type = _body_of(msg)
+        except (CallbackError, TypeError, ValueError) as exc:
+            await self._refuse(queue, msg, f"callback refused: {exc}")
+            return
+        renewer = _LeaseRenewer(queue, msg, self.lease, self.counts)
+        try:
+            outcome, error = await self._send(queue, msg, callback, body, content_type)
+        except asyncio.CancelledError:
+            renewer.stop()
+            if not self._releasing:
+                raise
+            await self._give_back(queue, msg)
+            return
+        finally:
+            renewer.stop()
+        if outcome == "refused":
+            await self._refuse(queue, msg, error or "callback refused")
+        elif outcome == "delivered":
+            await self._ack(queue, msg, callback)
+        else:
+            await self._retry(queue, msg, outcome, error or outcome)
+
+    async def _send(
+        self, queue: AsyncQueue, msg: Message, callback: Callback, body: bytes, content_type: str
+    ) -> tuple[str, str | None]:
+        """One request: ``(outcome, error)`` with an outcome of CALLBACK_OUTCOMES."""
+        assert self._client is not None
+        timeout = min(callback.timeout, self.config.callback_timeout)
+        if callback.method == "GET":
+            body = b""
+        headers = httpx.Headers(
+            {
+                "X-Delayq-Message-Id": msg.id,
+                "X-Delayq-Queue": msg.queue,
+                "X-Delayq-Attempt": str(msg.attempts),
+            }
+        )
+        if body or callback.method != "GET":
+            headers["Content-Type"] = content_type
+        secret = self.config.signing_secret
+        if secret:
+            headers[CALLBACK_SIGNATURE_HEADER] = sign(secret, int(time.time()), body)
+        for name, value in callback.headers.items():
+            headers[name] = value
+        shown = _shown_url(callback.url)
+        sent_ms = time.time() * 1000.0
+        self.state.metrics.observe_lateness(queue.name, msg.due_at, sent_ms)
+        log_event(
+            _DEBUG, "callback.sending", queue=queue.name, id=msg.id, attempt=msg.attempts,
+            url=shown, late_ms=round(sent_ms - msg.due_at, 3),
+        )  # fmt: skip
+        try:
+            status = await asyncio.wait_for(
+                self._request(callback, headers, body, timeout), timeout
+            )
+        except (asyncio.TimeoutError, httpx.TimeoutException):
+            return "timeout", f"timeout after {timeout:g}s calling {shown}"
+        except CallbackRefused as exc:
+            return "refused", f"callback refused: {exc}"
+        except httpx.HTTPError as exc:
+            detail = str(exc) or type(exc).__name__
+            return "connection_error", f"connection error calling {shown}: {detail}"
+        if 200 <= status < 300:
+            return "delivered", None
+        return "http_error", f"HTTP {status} from {shown}"
+
+    async def _request(
+        self, callback: Callback, headers: httpx.Headers, body: bytes, timeout: float
+    ) -> int:
+        """Send and read (a bounded part of) the answer, so the connection is reused."""
+        assert self._client is not None
+        async with self._client.stream(
+            callback.method, callback.url, headers=headers, content=body, timeout=timeout
+        ) as response:
+            read = 0
+            async for chunk in response.aiter_raw():
+                read += len(chunk)
+                if read > CALLBACK_MAX_RESPONSE_READ:
+                    break  # the rest is dropped with the connection
+            return response.status_code
+
+    # -- settling -------------------------------------------------------------------------
+    async def _ack(self, queue: AsyncQueue, msg: Message, callback: Callback) -> None:
+        metrics = self.state.metrics
+        metrics.observe_callback(queue.name, "delivered")
+        try:
+            await queue.ack(msg)
+        except (LeaseLost, QueueClosed) as exc:
+            self.counts["lease_lost"] += 1
+            log_event(_WARNING, "callback.unsettled", queue=queue.name, id=msg.id, error=repr(exc))
+            return
+        metrics.acks.labels(queue.name).inc()
+        self.counts["delivered"] += 1
+        log_event(
+            _INFO, "callback.delivered", queue=queue.name, id=msg.id, attempt=msg.attempts,
+            url=_shown_url(callback.url),
+        )  # fmt: skip
+
+    async def _retry(self, queue: AsyncQueue, msg: Message, outcome: str, error: str) -> None:
+        metrics = self.state.metrics
+        metrics.observe_callback(queue.name, outcome)
+        try:
+            state = await queue.nack(msg, error=error)
+        except (LeaseLost, QueueClosed) as exc:
+            self.counts["lease_lost"] += 1
+            log_event(_WARNING, "callback.unsettled", queue=queue.name, id=msg.id, error=repr(exc))
+            return
+        metrics.nacks.labels(queue.name).inc()
+        dead = state is State.DEAD
+        if dead:
+            metrics.dead.labels(queue.name).inc()
+        self.counts["dead" if dead else "retried"] += 1
+        log_event(
+            _ERROR if dead else _WARNING, f"callback.{outcome}", queue=queue.name, id=msg.id,
+            attempt=msg.attempts, max_attempts=msg.max_attempts, state=state.value, error=error,
+        )  # fmt: skip
+
+    async def _refuse(self, queue: AsyncQueue, msg: Message, error: str) -> None:
+        metrics = self.state.metrics
+        metrics.observe_callback(queue.name, "refused")
+        try:
+            await queue.nack(msg, error=error, dead=True)
+        except (LeaseLost, QueueClosed) as exc:
+            self.counts["lease_lost"] += 1
+            log_event(_WARNING, "callback.unsettled", queue=queue.name, id=msg.id, error=repr(exc))
+            return
+        metrics.nacks.labels(queue.name).inc()
+        metrics.dead.labels(queue.name).inc()
+        self.counts["dead"] += 1
+        log_event(_ERROR, "callback.refused", queue=queue.name, id=msg.id, error=error)
+
+    async def _give_back(self, queue: AsyncQueue, msg: Message) -> None:
+        try:
+            await queue.release(msg)
+        except (LeaseLost, QueueClosed) as exc:
+            log_event(_WARNING, "callback.release_failed", queue=queue.name, id=msg.id,
+                      error=repr(exc))  # fmt: skip
+            return
+        self.counts["released"] += 1
+        log_event(_INFO, "callback.released", queue=queue.name, id=msg.id, attempt=msg.attempts)
+
+
+class _LeaseRenewer:
+    """Extends a reservation near the end of its lease while its request still runs
+    (normally never: the lease outlasts the longest timeout)."""
+
+    def __init__(self, queue: AsyncQueue, msg: Message, lease: float, counts: Counter[str]):
+        self._queue, self._msg, self._lease, self._counts = queue, msg, lease, counts
+        self._loop = asyncio.get_running_loop()
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+        first = max(lease - CALLBACK_LEASE_MARGIN / 2, lease / 2)
+        self._handle = self._loop.call_later(first, self._fire)
+
+    def _fire(self) -> None:
+        if not self._stopped:
+            self._task = self._loop.create_task(self._extend())
+
+    async def _extend(self) -> None:
+        queue, msg = self._queue, self._msg
+        try:
+            until = await queue.extend(msg, self._lease)
+        except (LeaseLost, QueueClosed):
+            self._counts["lease_lost"] += 1
+            log_event(_WARNING, "callback.lease_lost", queue=queue.name, id=msg.id)
+            return
+        except Exception as exc:  # a hiccup: try again at the next beat
+            log_event(_WARNING, "callback.extend_failed", queue=queue.name, id=msg.id,
+                      error=repr(exc))  # fmt: skip
+        else:
+            log_event(_DEBUG, "callback.extended", queue=queue.name, id=msg.id, until=until)
+        if not self._stopped:
+            self._handle = self._loop.call_later(self._lease / 2, self._fire)
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._handle.cancel()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()

@@ -1,0 +1,86 @@
+"""Prometheus metrics of one server, on a registry of its own (so several servers,
+or tests, in one process never share counters).
+
+Counters and the lateness histogram are fed as things happen; the per-state message
+gauges are refreshed from ``stats()`` just before each scrape (:meth:`Metrics.render`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from ..durable.message import Stats
+
+__all__ = ["CALLBACK_OUTCOMES", "Metrics"]
+
+#: The ``outcome`` label values of ``delayq_callbacks_total``.
+CALLBACK_OUTCOMES = ("delivered", "http_error", "timeout", "connection_error", "refused")
+
+# Lateness spans sub-millisecond (in-process) to minutes (a backlog).
+_LATENESS_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+
+
+class Metrics:
+    """The server's metrics; every method is cheap and never raises."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.messages = Gauge(
+            "delayq_messages",
+            "Messages per queue and state, read from the backend at scrape time.",
+            ["queue", "state"],
+            registry=self.registry,
+        )
+        self.puts = Counter(
+            "delayq_puts", "Messages put through this server.", ["queue"], registry=self.registry
+        )
+        self.acks = Counter(
+            "delayq_acks", "Messages acked through this server.", ["queue"], registry=self.registry
+        )
+        self.nacks = Counter(
+            "delayq_nacks",
+            "Messages nacked through this server.",
+            ["queue"],
+            registry=self.registry,
+        )
+        self.dead = Counter(
+            "delayq_dead",
+            "Messages this server sent to dead (nack or callback out of attempts).",
+            ["queue"],
+            registry=self.registry,
+        )
+        self.lateness = Histogram(
+            "delayq_lateness_seconds",
+            "From a message's due time to its delivery (reserve over HTTP or callback sent).",
+            ["queue"],
+            buckets=_LATENESS_BUCKETS,
+            registry=self.registry,
+        )
+        self.callbacks = Counter(
+            "delayq_callbacks",
+            "Callback requests by outcome.",
+            ["queue", "outcome"],
+            registry=self.registry,
+        )
+
+    def observe_lateness(self, queue: str, due_at_ms: int, delivered_at_ms: float) -> None:
+        """Record one delivery ``delivered_at_ms - due_at_ms`` late (never below 0)."""
+        self.lateness.labels(queue).observe(max(0.0, (delivered_at_ms - due_at_ms) / 1000.0))
+
+    def observe_callback(self, queue: str, outcome: str) -> None:
+        """Count one callback attempt; ``outcome`` is one of :data:`CALLBACK_OUTCOMES`."""
+        if outcome not in CALLBACK_OUTCOMES:
+            raise ValueError(f"unknown callback outcome {outcome!r}")
+        self.callbacks.labels(queue, outcome).inc()
+
+    def render(self, stats: Mapping[str, Stats]) -> bytes:
+        """The text exposition, with the message gauges set from ``stats``."""
+        self.messages.clear()
+        for queue, snapshot in stats.items():
+            for state in ("scheduled", "ready", "active", "dead"):
+                self.messages.labels(queue, state).set(getattr(snapshot, state))
+        return generate_latest(self.registry)

@@ -1,0 +1,300 @@
+"""The request and response bodies of the HTTP API, as pydantic models, so that
+``/openapi.json`` documents every field.
+
+Requests refuse unknown fields (a typo is a 422, not a silently ignored option).
+Times: ``delay`` is seconds (a number) or a duration string (``"250ms"``, ``"30m"``,
+``"1h30m"``); ``at`` is an RFC 3339 time with its offset or epoch seconds. Times in
+responses are epoch milliseconds (``due_at``, ``next_due_at``, ``lease_expires_at``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+
+from .._constants import (
+    CALLBACK_MAX_TIMEOUT,
+    DEFAULT_DEAD_LIMIT,
+    DEFAULT_LEASE,
+    MAX_ID_LENGTH,
+    SERVE_MAX_BATCH,
+    SERVE_MAX_LIMIT,
+    SERVE_MAX_WAIT,
+)
+
+__all__ = [
+    "AckRequest",
+    "AckResponse",
+    "BatchPutRequest",
+    "BatchPutResponse",
+    "CallbackSpec",
+    "CancelResponse",
+    "DeadRetryRequest",
+    "DueResponse",
+    "ErrorDetail",
+    "ErrorResponse",
+    "ExtendRequest",
+    "ExtendResponse",
+    "HealthResponse",
+    "MessageList",
+    "MessageOut",
+    "NackRequest",
+    "NackResponse",
+    "PurgeRequest",
+    "PurgeResponse",
+    "PutRequestBody",
+    "PutResponse",
+    "QueueList",
+    "QueueStats",
+    "ReleaseResponse",
+    "RescheduleRequest",
+    "ReserveRequest",
+    "RetriedResponse",
+]
+
+StateName = Literal["scheduled", "ready", "active", "dead"]
+Seconds = StrictInt | StrictFloat | StrictStr
+_DELAY_DOC = 'Seconds (a number, negative means now) or a duration like "250ms", "30m", "1h30m".'
+_AT_DOC = "An RFC 3339 time with its offset (2030-01-31T09:00:00+01:00) or epoch seconds."
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- errors --------------------------------------------------------------------------
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong: a stable ``code`` and a message for people."""
+
+    code: str = Field(description="A stable, machine-readable reason, e.g. 'in_flight'.")
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    """Every error answer."""
+
+    error: ErrorDetail
+
+
+# -- put -------------------------------------------------------------------------------
+
+
+class CallbackSpec(_Request):
+    """Deliver the message to ``url`` when it falls due (push delivery by the server's
+    dispatcher); a 2xx answer acks it, anything else is retried with backoff."""
+
+    url: StrictStr = Field(description="http(s) URL; its host must be on the allowlist.")
+    method: StrictStr = Field(default="POST", description="HTTP method of the callback request.")
+    headers: dict[StrictStr, StrictStr] | None = Field(
+        default=None, description="Extra request headers."
+    )
+    timeout: StrictInt | StrictFloat | None = Field(
+        default=None,
+        description=f"Seconds to wait for an answer (at most {CALLBACK_MAX_TIMEOUT:g}).",
+    )
+
+
+class PutRequestBody(_Request):
+    """One message. Give ``payload`` (any JSON value) or ``payload_base64`` (bytes)."""
+
+    payload: Any = Field(default=None, description="The message: any JSON value.")
+    payload_base64: StrictStr | None = Field(
+        default=None, description="The message as base64 bytes, instead of payload."
+    )
+    delay: Seconds | None = Field(default=None, description=_DELAY_DOC)
+    at: Seconds | None = Field(default=None, description=_AT_DOC)
+    id: StrictStr | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_ID_LENGTH,
+        description="The message id (default: generated). No '/' (ids go in URLs).",
+    )
+    on_conflict: Literal["ignore", "replace", "error"] = Field(
+        default="ignore",
+        description="When the id exists: keep it, replace it, or answer 409.",
+    )
+    max_attempts: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
+    headers: dict[StrictStr, StrictStr] | None = None
+    callback: CallbackSpec | None = None
+
+
+class PutResponse(BaseModel):
+    """The stored message's id."""
+
+    id: str
+    queue: str
+
+
+class BatchPutRequest(_Request):
+    """Many messages, stored all or none."""
+
+    messages: list[PutRequestBody] = Field(min_length=1, max_length=SERVE_MAX_BATCH)
+
+
+class BatchPutResponse(BaseModel):
+    """The ids, in the order of the request."""
+
+    ids: list[str]
+
+
+# -- messages --------------------------------------------------------------------------
+
+
+class MessageOut(BaseModel):
+    """A message. ``payload_base64`` is set (and ``payload`` null) for a bytes payload;
+    ``lease`` and ``lease_expires_at`` only on messages from reserve."""
+
+    id: str
+    queue: str
+    state: StateName
+    due_at: int = Field(description="Epoch milliseconds.")
+    due_at_iso: str | None = None
+    attempts: int
+    max_attempts: int
+    headers: dict[str, str]
+    last_error: str | None = None
+    callback: dict[str, Any] | None = None
+    payload: Any = None
+    payload_base64: str | None = None
+    lease: str | None = None
+    lease_expires_at: int | None = None
+
+
+class MessageList(BaseModel):
+    """Messages, in the order the operation gives them."""
+
+    messages: list[MessageOut]
+
+
+class CancelResponse(BaseModel):
+    """The message was removed."""
+
+    cancelled: bool
+
+
+class RescheduleRequest(_Request):
+    """The new due time: ``delay`` or ``at`` (neither: now)."""
+
+    delay: Seconds | None = Field(default=None, description=_DELAY_DOC)
+    at: Seconds | None = Field(default=None, description=_AT_DOC)
+
+
+# -- consuming -------------------------------------------------------------------------
+
+
+class ReserveRequest(_Request):
+    """Claim up to ``max`` due messages for ``lease`` seconds, waiting up to ``wait``."""
+
+    max: StrictInt = Field(default=1, ge=1, le=SERVE_MAX_LIMIT)
+    lease: StrictInt | StrictFloat = Field(default=DEFAULT_LEASE, gt=0, le=86_400)
+    wait: StrictInt | StrictFloat = Field(default=0, ge=0, le=SERVE_MAX_WAIT)
+
+
+class AckRequest(_Request):
+    """The lease token from reserve."""
+
+    lease: StrictStr = Field(min_length=1, max_length=MAX_ID_LENGTH)
+
+
+class AckResponse(BaseModel):
+    """The message is done and removed."""
+
+    acked: bool
+
+
+class NackRequest(AckRequest):
+    """Retry later (``delay``, default: the backoff), or ``dead`` at once."""
+
+    delay: Seconds | None = Field(default=None, description=_DELAY_DOC)
+    error: StrictStr | None = Field(default=None, description="Kept as the message's last_error.")
+    dead: StrictBool = False
+
+
+class NackResponse(BaseModel):
+    """The message's new state."""
+
+    state: StateName
+
+
+class ExtendRequest(AckRequest):
+    """Renew the lease for ``lease_seconds`` from now."""
+
+    lease_seconds: StrictInt | StrictFloat = Field(default=DEFAULT_LEASE, gt=0, le=86_400)
+
+
+class ExtendResponse(BaseModel):
+    """The new expiry, epoch milliseconds."""
+
+    lease_expires_at: int
+
+
+class ReleaseResponse(BaseModel):
+    """The message is back where it was, its attempt not counted."""
+
+    released: bool
+
+
+# -- queues ----------------------------------------------------------------------------
+
+
+class QueueStats(BaseModel):
+    """A queue's counts per state, next due time (epoch ms) and lag (seconds)."""
+
+    name: str
+    scheduled: int
+    ready: int
+    active: int
+    dead: int
+    next_due_at: int | None = None
+    lag: float
+
+
+class QueueList(BaseModel):
+    """Every queue that holds messages, and the callback queues."""
+
+    queues: list[QueueStats]
+
+
+class DueResponse(BaseModel):
+    """How many messages fall due in each bucket from ``start`` (epoch ms) on."""
+
+    start: int
+    bucket_ms: int
+    counts: list[int]
+
+
+class DeadRetryRequest(_Request):
+    """The dead messages to retry (null: all)."""
+
+    ids: list[StrictStr] | None = Field(default=None, max_length=SERVE_MAX_LIMIT)
+
+
+class RetriedResponse(BaseModel):
+    """How many dead messages are ready again."""
+
+    retried: int
+
+
+class PurgeRequest(_Request):
+    """Remove the messages in ``state`` (null: all, in flight included)."""
+
+    state: StateName | None = None
+
+
+class PurgeResponse(BaseModel):
+    """How many messages were removed."""
+
+    purged: int
+
+
+class HealthResponse(BaseModel):
+    """The server and its backend answer."""
+
+    status: Literal["ok"]
+
+
+#: ``limit`` of the listing endpoints, and its default.
+LIMIT_DEFAULT = DEFAULT_DEAD_LIMIT

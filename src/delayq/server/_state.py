@@ -1,0 +1,99 @@
+"""What every request handler of one server shares: the configuration, the metrics,
+one backend, and a queue object per queue name on top of it.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from typing import Any
+
+from .._constants import CALLBACK_HEADER
+from ..durable import AsyncQueue, Message
+from ..durable._facade import check_identifier
+from ._config import ServeConfig
+from ._metrics import Metrics
+
+__all__ = ["ServerState", "message_to_json"]
+
+
+def _iso(epoch_ms: int | None) -> str | None:
+    if epoch_ms is None:
+        return None
+    return (
+        dt.datetime.fromtimestamp(epoch_ms / 1000.0, dt.timezone.utc)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+def message_to_json(msg: Message) -> dict[str, Any]:
+    """A message as the HTTP API and the dashboard show it.
+
+    A payload that was put as bytes comes out as ``payload_base64`` (``payload`` is
+    then null); any other payload is the JSON value itself. ``callback`` is the
+    message's callback (or null); ``lease`` only on messages from ``reserve``.
+    """
+    headers = dict(msg.headers)
+    callback_text = headers.pop(CALLBACK_HEADER, None)
+    body: dict[str, Any] = {
+        "id": msg.id,
+        "queue": msg.queue,
+        "state": msg.state.value,
+        "due_at": msg.due_at,
+        "due_at_iso": _iso(msg.due_at),
+        "attempts": msg.attempts,
+        "max_attempts": msg.max_attempts,
+        "headers": headers,
+        "last_error": msg.last_error,
+        "callback": json.loads(callback_text) if callback_text else None,
+    }
+    if isinstance(msg.payload, (bytes, bytearray)):
+        body["payload"] = None
+        body["payload_base64"] = base64.b64encode(msg.payload).decode("ascii")
+    else:
+        body["payload"] = msg.payload
+    if msg.lease is not None:
+        body["lease"] = msg.lease
+        body["lease_expires_at"] = msg.lease_expires_at
+    return body
+
+
+class ServerState:
+    """One backend (opened from ``config.url``) and a queue per name over it.
+
+    Creating it does no I/O. :meth:`queue` validates the name (so a bad one is a
+    ``ValueError`` before anything is stored) and caches the queue object.
+    """
+
+    def __init__(self, config: ServeConfig, metrics: Metrics | None = None) -> None:
+        self.config = config
+        self.metrics = metrics if metrics is not None else Metrics()
+        options: dict[str, Any] = dict(config.backend_options)
+        self._root = AsyncQueue(config.url, **options)
+        self._queues: dict[str, AsyncQueue] = {self._root.name: self._root}
+
+    def queue(self, name: str) -> AsyncQueue:
+        """The queue ``name`` (1 to 255 characters, no NUL, no ``{``/``}``/``/``)."""
+        queue = self._queues.get(name)
+        if queue is None:
+            check_identifier("queue name", name)
+            if any(ch in name for ch in "{}/") or name != name.strip():
+                raise ValueError(
+                    f"queue name must not contain '{{', '}}' or '/' nor start or end with "
+                    f"spaces, got {name!r:.80}"
+                )
+            queue = self._queues[name] = self._root.named(name)
+        return queue
+
+    async def queue_names(self) -> list[str]:
+        """Every queue that holds a message, and the callback queues, sorted."""
+        names = set(await self._root.queues())
+        names.update(self.config.callback_queues)
+        return sorted(names)
+
+    async def close(self) -> None:
+        """Close the backend (every queue object with it)."""
+        for queue in self._queues.values():
+            await queue.close()

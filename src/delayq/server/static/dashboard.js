@@ -1,0 +1,393 @@
+// The delayq dashboard: keeps the server-rendered pages fresh from the /v1 API and
+// drives their buttons. No framework, no build step. Data from the API only ever
+// reaches the page as text nodes or attribute values, never as HTML.
+"use strict";
+
+(() => {
+  const body = document.body;
+  const page = body.dataset.page;
+  const base = body.dataset.base || "";
+  const refreshMs = Math.max(1000, Number(body.dataset.refreshMs) || 3000);
+  const listLimit = Number(body.dataset.listLimit) || 100;
+  const chartHorizon = Number(body.dataset.chartHorizon) || 3600;
+  const chartBuckets = Number(body.dataset.chartBuckets) || 60;
+  // Relative times are computed against the server's clock, not the browser's.
+  const skewMs = (Number(body.dataset.now) || Date.now()) - Date.now();
+  const serverNow = () => Date.now() + skewMs;
+  const SVG = "http://www.w3.org/2000/svg";
+
+  document.documentElement.classList.add("js");
+
+  // -- formatting (mirrors _dashboard.py) ------------------------------------------------
+
+  function formatDuration(seconds) {
+    if (seconds < 1) return seconds > 0 ? `${Math.round(seconds * 1000)}ms` : "0s";
+    let rest = Math.floor(seconds);
+    const parts = [];
+    for (const [size, unit] of [[86400, "d"], [3600, "h"], [60, "m"], [1, "s"]]) {
+      parts.push([Math.floor(rest / size), unit]);
+      rest %= size;
+    }
+    const first = parts.findIndex(([value]) => value > 0);
+    return parts
+      .slice(first, first + 2)
+      .filter(([value]) => value > 0)
+      .map(([value, unit]) => `${value}${unit}`)
+      .join(" ");
+  }
+
+  function formatRelative(targetMs, nowMs) {
+    const delta = (targetMs - nowMs) / 1000;
+    if (Math.abs(delta) < 1) return "now";
+    const text = formatDuration(Math.abs(delta));
+    return delta > 0 ? `in ${text}` : `${text} ago`;
+  }
+
+  const iso = (ms) => new Date(ms).toISOString();
+
+  // -- DOM helpers ------------------------------------------------------------------------
+
+  // el("td", {class: "num"}, "3"): strings become text nodes; attributes are set as values.
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value !== null && value !== undefined && value !== false) node.setAttribute(name, String(value));
+    }
+    for (const child of children) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function svg(tag, attrs, text) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [name, value] of Object.entries(attrs || {})) node.setAttribute(name, String(value));
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function timeOf(ms) {
+    return el("time", { datetime: iso(ms), title: iso(ms), "data-due": ms }, formatRelative(ms, serverNow()));
+  }
+
+  const urlPart = encodeURIComponent;
+  const queuePath = (name) => `/v1/queues/${urlPart(name)}`;
+  const messageHref = (queue, id) => `${base}/queues/${urlPart(queue)}/messages/${urlPart(id)}`;
+
+  function tickTimes() {
+    const now = serverNow();
+    for (const node of document.querySelectorAll("time[data-due]")) {
+      node.textContent = formatRelative(Number(node.dataset.due), now);
+    }
+  }
+
+  // -- banner and status -----------------------------------------------------------------
+
+  const banner = document.getElementById("banner");
+  const bannerText = document.getElementById("banner-text");
+  const status = document.getElementById("refresh-status");
+
+  function showError(text) {
+    bannerText.textContent = text;
+    banner.hidden = false;
+  }
+
+  banner.querySelector(".banner-close").addEventListener("click", () => {
+    banner.hidden = true;
+  });
+
+  function setStatus(text, problem) {
+    if (!status) return;
+    status.textContent = text;
+    status.title = problem || "";
+    status.classList.toggle("failed", Boolean(problem));
+  }
+
+  // -- the API ---------------------------------------------------------------------------
+
+  async function api(method, path, payload) {
+    const init = {
+      method,
+      credentials: "same-origin",
+      headers: { "X-Requested-With": "delayq-dashboard", Accept: "application/json" },
+    };
+    if (payload !== undefined) {
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(payload);
+    }
+    const response = await fetch(base + path, init);
+    if (response.status === 401) {
+      const next = location.pathname + location.search;
+      location.assign(`${base}/login?next=${urlPart(next)}`);
+      throw new Error("Signed out: sign in again.");
+    }
+    const text = await response.text();
+    let data = null;
+    try {
+      data = text ? JSON.parse(text) : null;
+    } catch (_) {
+      data = null;
+    }
+    if (!response.ok) {
+      const error = data && data.error;
+      const failure = new Error(error ? `${error.message} (${error.code})` : `${method} ${path}: HTTP ${response.status}`);
+      failure.status = response.status;
+      throw failure;
+    }
+    return data;
+  }
+
+  // Runs `task` every refreshMs while the tab is visible; returns "refresh now".
+  function autoRefresh(task) {
+    let timer = null;
+    let running = false;
+    const schedule = () => {
+      if (timer === null && !running && !document.hidden) timer = setTimeout(run, refreshMs);
+    };
+    async function run() {
+      timer = null;
+      if (document.hidden || running) return;
+      running = true;
+      try {
+        await task();
+        setStatus(`updated ${new Date().toLocaleTimeString()}`);
+      } catch (error) {
+        setStatus("refresh failed", error.message);
+      } finally {
+        running = false;
+        schedule();
+      }
+    }
+    document.addEventListener("visibilitychange", () => {
+      clearTimeout(timer);
+      timer = null;
+      if (!document.hidden) run();
+    });
+    schedule();
+    return () => {
+      clearTimeout(timer);
+      timer = null;
+      return run();
+    };
+  }
+
+  // -- overview --------------------------------------------------------------------------
+
+  function overviewRow(queue) {
+    return el(
+      "tr",
+      { "data-queue": queue.name },
+      el("td", {}, el("a", { href: `${base}/queues/${urlPart(queue.name)}` }, queue.name)),
+      el("td", { class: "num" }, queue.scheduled),
+      el("td", { class: "num" }, queue.ready),
+      el("td", { class: "num" }, queue.active),
+      el("td", { class: queue.dead ? "num alert" : "num" }, queue.dead),
+      el("td", {}, queue.next_due_at === null ? el("span", { class: "muted" }, "—") : timeOf(queue.next_due_at)),
+      el("td", { class: queue.lag >= 1 ? "num warn" : "num" }, formatDuration(queue.lag)),
+    );
+  }
+
+  async function refreshOverview() {
+    const data = await api("GET", "/v1/queues");
+    const rows = data.queues.map(overviewRow);
+    if (rows.length === 0) rows.push(el("tr", { class: "empty" }, el("td", { colspan: 7 }, "No queue holds a message yet.")));
+    document.getElementById("queue-rows").replaceChildren(...rows);
+    document.getElementById("queue-names").replaceChildren(...data.queues.map((q) => el("option", { value: q.name })));
+  }
+
+  // -- one queue -------------------------------------------------------------------------
+
+  function waitingRow(queue, msg) {
+    const actions = el("td", { class: "actions needs-js" });
+    if (msg.state === "active") {
+      actions.append(el("span", { class: "muted" }, "in flight"));
+    } else {
+      const form = el(
+        "form",
+        { class: "reschedule", "data-action": "reschedule", "data-id": msg.id },
+        el("input", { name: "delay", "aria-label": "New delay", placeholder: "30m", size: 5, required: true }),
+        el("button", { type: "submit", class: "btn btn-small" }, "Reschedule"),
+      );
+      const cancel = el("button", { type: "button", class: "btn btn-small btn-danger", "data-action": "cancel", "data-id": msg.id }, "Cancel");
+      actions.append(form, " ", cancel);
+    }
+    return el(
+      "tr",
+      { "data-id": msg.id },
+      el("td", { class: "id" }, el("a", { href: messageHref(queue, msg.id) }, msg.id)),
+      el("td", {}, el("span", { class: `badge badge-${msg.state}` }, msg.state)),
+      el("td", {}, timeOf(msg.due_at)),
+      el("td", { class: "num" }, `${msg.attempts} / ${msg.max_attempts}`),
+      actions,
+    );
+  }
+
+  function deadRow(queue, msg) {
+    return el(
+      "tr",
+      { "data-id": msg.id },
+      el("td", { class: "id" }, el("a", { href: messageHref(queue, msg.id) }, msg.id)),
+      el("td", { class: "error", title: msg.last_error || "" }, msg.last_error || "—"),
+      el("td", { class: "num" }, `${msg.attempts} / ${msg.max_attempts}`),
+      el(
+        "td",
+        { class: "actions needs-js" },
+        el("button", { type: "button", class: "btn btn-small", "data-action": "retry", "data-id": msg.id }, "Retry"),
+      ),
+    );
+  }
+
+  // The same geometry as chart_bars() in _dashboard.py.
+  function drawChart(due) {
+    const width = 1000, plotTop = 18, plotHeight = 106, height = 146, gap = 3, ticks = 4;
+    const counts = due.counts;
+    const peak = counts.reduce((a, b) => Math.max(a, b), 0);
+    const total = counts.reduce((a, b) => a + b, 0);
+    const slot = width / Math.max(counts.length, 1);
+    const chart = svg("svg", {
+      class: "chart", id: "due-chart", viewBox: `0 0 ${width} ${height}`, role: "img",
+      "aria-labelledby": "due-chart-title",
+    });
+    chart.append(svg("title", { id: "due-chart-title" }, `${total} messages fall due over the next hour (busiest minute: ${peak})`));
+    chart.append(svg("line", { class: "axis", x1: 0, x2: width, y1: plotTop + plotHeight, y2: plotTop + plotHeight }));
+    const bars = svg("g", { class: "bars" });
+    counts.forEach((count, index) => {
+      const barHeight = count <= 0 ? 0 : Math.max(1.5, (count / peak) * plotHeight);
+      const start = due.start + index * due.bucket_ms;
+      const rect = svg("rect", {
+        class: "bar", x: index * slot + gap / 2, y: plotTop + plotHeight - barHeight,
+        width: Math.max(slot - gap, 1), height: barHeight,
+      });
+      rect.append(svg("title", {}, `${count} due ${iso(start)} to ${iso(start + due.bucket_ms)}`));
+      bars.append(rect);
+    });
+    chart.append(bars);
+    const labels = svg("g", { class: "ticks" });
+    for (let tick = 0; tick <= ticks; tick++) {
+      const offset = Math.floor((counts.length * due.bucket_ms * tick) / ticks);
+      const anchor = tick === 0 ? "start" : tick === ticks ? "end" : "middle";
+      labels.append(svg("text", { x: (width * tick) / ticks, y: height - 4, "text-anchor": anchor },
+        tick === 0 ? "now" : `+${formatDuration(offset / 1000)}`));
+    }
+    chart.append(labels);
+    chart.append(svg("text", { class: "peak", x: 0, y: 11 }, `peak ${peak}/min`));
+    document.getElementById("due-chart").replaceWith(chart);
+    document.getElementById("chart-total").textContent = `${total} in the next hour`;
+  }
+
+  function setStats(stats) {
+    for (const key of ["scheduled", "ready", "active", "dead"]) {
+      document.querySelector(`[data-stat="${key}"]`).textContent = stats[key];
+    }
+    document.querySelector('[data-stat-box="dead"]').classList.toggle("stat-alert", stats.dead > 0);
+    const next = document.querySelector('[data-stat="next_due_at"]');
+    next.replaceChildren(stats.next_due_at === null ? "—" : timeOf(stats.next_due_at));
+    document.querySelector('[data-stat="lag"]').textContent = formatDuration(stats.lag);
+  }
+
+  // Rows the user is typing into are kept, so a refresh never eats their input.
+  function replaceRows(tbody, rows, emptyText, columns) {
+    const editing = tbody.contains(document.activeElement) && document.activeElement.tagName === "INPUT";
+    if (editing) return;
+    if (rows.length === 0) rows.push(el("tr", { class: "empty" }, el("td", { colspan: columns }, emptyText)));
+    tbody.replaceChildren(...rows);
+  }
+
+  async function refreshQueue() {
+    const queue = body.dataset.queue;
+    const path = queuePath(queue);
+    const [all, waiting, dead, due] = await Promise.all([
+      api("GET", "/v1/queues"),
+      api("GET", `${path}/messages?limit=${listLimit}`),
+      api("GET", `${path}/messages?state=dead&limit=${listLimit}`),
+      api("GET", `${path}/due?horizon=${chartHorizon}&buckets=${chartBuckets}`),
+    ]);
+    const stats = all.queues.find((q) => q.name === queue) ||
+      { scheduled: 0, ready: 0, active: 0, dead: 0, next_due_at: null, lag: 0 };
+    setStats(stats);
+    drawChart(due);
+    const waitingRows = waiting.messages.filter((m) => m.state !== "dead").map((m) => waitingRow(queue, m));
+    replaceRows(document.getElementById("waiting-rows"), waitingRows, "Nothing waiting.", 5);
+    replaceRows(document.getElementById("dead-rows"), dead.messages.map((m) => deadRow(queue, m)), "No dead letters.", 4);
+  }
+
+  // -- one message -----------------------------------------------------------------------
+
+  async function refreshMessage() {
+    const queue = body.dataset.queue;
+    const id = body.dataset.id;
+    const shown = document.getElementById("message-state").textContent.trim();
+    let state = null;
+    try {
+      state = (await api("GET", `${queuePath(queue)}/messages/${urlPart(id)}`)).state;
+    } catch (error) {
+      if (error.status !== 404) throw error;
+    }
+    const typing = document.activeElement && document.activeElement.tagName === "INPUT";
+    if (state !== shown && !typing) location.reload();
+  }
+
+  // -- buttons ---------------------------------------------------------------------------
+
+  let refreshNow = async () => {};
+
+  async function act(control, action) {
+    const queue = body.dataset.queue;
+    const path = queuePath(queue);
+    control.disabled = true;
+    try {
+      await action(path);
+      banner.hidden = true;
+      if (page === "message") {
+        location.reload();
+      } else {
+        await refreshNow();
+      }
+    } catch (error) {
+      showError(error.message);
+    } finally {
+      control.disabled = false;
+    }
+  }
+
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest("button[data-action]");
+    if (!button) return;
+    const id = button.dataset.id;
+    switch (button.dataset.action) {
+      case "cancel":
+        if (!confirm(`Cancel message ${id}? It will not be delivered.`)) return;
+        act(button, async (path) => {
+          await api("DELETE", `${path}/messages/${urlPart(id)}`);
+          const row = button.closest("tr");
+          if (row) row.remove();
+        });
+        break;
+      case "retry":
+        act(button, (path) => api("POST", `${path}/dead/retry`, { ids: [id] }));
+        break;
+      case "retry-all":
+        if (!confirm("Retry every dead letter of this queue?")) return;
+        act(button, (path) => api("POST", `${path}/dead/retry`, { ids: null }));
+        break;
+      default:
+    }
+  });
+
+  document.addEventListener("submit", (event) => {
+    const form = event.target.closest("form[data-action='reschedule']");
+    if (!form) return;
+    event.preventDefault();
+    const raw = form.elements.delay.value.trim();
+    const delay = /^\d+(\.\d+)?$/.test(raw) ? Number(raw) : raw;
+    const submit = form.querySelector("button[type='submit']");
+    act(submit, (path) => api("POST", `${path}/messages/${urlPart(form.dataset.id)}/reschedule`, { delay }));
+  });
+
+  // -- start -----------------------------------------------------------------------------
+
+  setInterval(tickTimes, 1000);
+  const tasks = { overview: refreshOverview, queue: refreshQueue, message: refreshMessage };
+  if (tasks[page]) refreshNow = autoRefresh(tasks[page]);
+})();

@@ -1,0 +1,36 @@
+"""Small helpers of the HTTP API tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+#: A token long enough for ServeConfig.
+TOKEN = "s3cret-token-for-tests"
+
+
+def put(client: TestClient, queue: str = "q", **body: Any) -> str:
+    """Put one message (payload 1 unless given); return its id."""
+    if "payload_base64" not in body:
+        body.setdefault("payload", 1)
+    response = client.post(f"/v1/queues/{queue}/messages", json=body)
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+def stats(client: TestClient, queue: str = "q") -> dict[str, Any]:
+    """The queue's stats as the API shows them."""
+    response = client.get(f"/v1/queues/{queue}/stats")
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def error_of(response: Any, status: int) -> str:
+    """Assert ``response`` is the JSON error ``status``; return its code."""
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"}
+    assert isinstance(body["error"]["message"], str)
+    return str(body["error"]["code"])

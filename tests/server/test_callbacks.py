@@ -1,0 +1,322 @@
+"""Unit tests of URL callbacks without I/O: parsing, the host allowlist, signing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from delayq._constants import CALLBACK_MAX_HEADERS, CALLBACK_MAX_TIMEOUT
+from delayq.server._callbacks import (
+    Callback,
+    CallbackError,
+    address_refusal,
+    host_allowed,
+    parse_callback,
+    sign,
+    verify,
+)
+from delayq.server._config import ServeConfig
+
+
+def config(*hosts: str, loopback: bool = False, timeout: float = 10.0) -> ServeConfig:
+    return ServeConfig(
+        url="memory://callbacks-unit",
+        callback_hosts=hosts,
+        allow_loopback_callbacks=loopback,
+        callback_timeout=timeout,
+    )
+
+
+ALLOW_EXAMPLE = config("api.example.com", "*.hooks.example.org", "pinned.example.net:8443")
+
+
+# -- parse_callback --------------------------------------------------------------------
+
+
+def test_parse_fills_defaults() -> None:
+    cb = parse_callback({"url": "https://api.example.com/hook"}, ALLOW_EXAMPLE)
+    assert cb == Callback("https://api.example.com/hook", "POST", {}, 10.0)
+
+
+def test_parse_takes_a_bare_url_and_every_field() -> None:
+    assert parse_callback("https://api.example.com/x", ALLOW_EXAMPLE).url.endswith("/x")
+    cb = parse_callback(
+        {
+            "url": "https://a.hooks.example.org/h?k=1",
+            "method": "put",
+            "headers": {"Authorization": "Bearer abc", "X-Trace": "1"},
+            "timeout": 2.5,
+        },
+        ALLOW_EXAMPLE,
+    )
+    assert (cb.method, cb.timeout) == ("PUT", 2.5)
+    assert dict(cb.headers) == {"Authorization": "Bearer abc", "X-Trace": "1"}
+
+
+def test_header_round_trip() -> None:
+    cb = parse_callback(
+        {
+            "url": "https://api.example.com/ü",
+            "method": "PATCH",
+            "headers": {"A": "é"},
+            "timeout": 3,
+        },
+        ALLOW_EXAMPLE,
+    )
+    again = Callback.from_header(cb.to_header())
+    assert again == cb
+    assert json.loads(cb.to_header())["method"] == "PATCH"
+
+
+def test_callback_is_frozen_and_its_headers_read_only() -> None:
+    cb = Callback("https://api.example.com/", headers={"A": "1"})
+    with pytest.raises(AttributeError):
+        cb.url = "https://evil.example/"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        cb.headers["B"] = "2"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        (None, "must be an object"),
+        (42, "must be an object"),
+        ({}, "needs a url"),
+        ({"url": "https://api.example.com/", "retries": 3}, "unknown keys"),
+        ({"url": 5}, "must be a string"),
+        ({"url": ""}, "1 to"),
+        ({"url": "https://api.example.com/" + "a" * 3000}, "1 to"),
+        ({"url": "ftp://api.example.com/"}, "http:// or https://"),
+        ({"url": "file:///etc/passwd"}, "http:// or https://"),
+        ({"url": "api.example.com/hook"}, "http:// or https://"),
+        ({"url": "https://user:pw@api.example.com/"}, "credentials"),
+        ({"url": "https://user@api.example.com/"}, "credentials"),
+        ({"url": "https:///nohost"}, "no host"),
+        ({"url": "https://api.example.com:99999/"}, "bad port"),
+        ({"url": "https://api.example.com/a b"}, "spaces or control"),
+        ({"url": "https://api.example.com/\r\nX: y"}, "spaces or control"),
+        ({"url": "https://api.example.com/", "method": "TRACE"}, "method must be one of"),
+        ({"url": "https://api.example.com/", "method": 1}, "method must be a string"),
+        ({"url": "https://api.example.com/", "headers": []}, "headers must be an object"),
+        ({"url": "https://api.example.com/", "headers": {"A": 1}}, "strings to strings"),
+        ({"url": "https://api.example.com/", "headers": {"Bad Name": "x"}}, "valid header"),
+        ({"url": "https://api.example.com/", "headers": {"A": "x\r\nB: y"}}, "control"),
+        ({"url": "https://api.example.com/", "headers": {"Host": "evil"}}, "may not set"),
+        ({"url": "https://api.example.com/", "headers": {"content-length": "1"}}, "may not set"),
+        ({"url": "https://api.example.com/", "headers": {"Connection": "close"}}, "may not set"),
+        ({"url": "https://api.example.com/", "headers": {"Transfer-Encoding": "x"}}, "may not"),
+        ({"url": "https://api.example.com/", "headers": {"X-Delayq-Signature": "t=1"}}, "may not"),
+        ({"url": "https://api.example.com/", "headers": {"a": "1", "A": "2"}}, "twice"),
+        ({"url": "https://api.example.com/", "headers": {"A": "x" * 9000}}, "bytes, the limit"),
+        ({"url": "https://api.example.com/", "timeout": 0}, "timeout must be > 0"),
+        ({"url": "https://api.example.com/", "timeout": -1}, "timeout must be > 0"),
+        ({"url": "https://api.example.com/", "timeout": float("nan")}, "timeout must be > 0"),
+        ({"url": "https://api.example.com/", "timeout": float("inf")}, "timeout must be > 0"),
+        ({"url": "https://api.example.com/", "timeout": True}, "must be seconds"),
+        ({"url": "https://api.example.com/", "timeout": "10s"}, "must be seconds"),
+        ({"url": "https://api.example.com/", "timeout": 11}, "server's limit"),
+    ],
+)
+def test_parse_refuses_invalid(raw: Any, fragment: str) -> None:
+    with pytest.raises(CallbackError) as info:
+        parse_callback(raw, ALLOW_EXAMPLE)
+    assert info.value.code == "invalid_callback"
+    assert fragment in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_too_many_headers() -> None:
+    headers = {f"H{i}": "v" for i in range(CALLBACK_MAX_HEADERS + 1)}
+    with pytest.raises(CallbackError, match="at most"):
+        parse_callback({"url": "https://api.example.com/", "headers": headers}, ALLOW_EXAMPLE)
+
+
+def test_timeout_limit_follows_the_config() -> None:
+    roomy = config("api.example.com", timeout=60)
+    assert parse_callback({"url": "https://api.example.com/", "timeout": 60}, roomy).timeout == 60
+    assert parse_callback("https://api.example.com/", roomy).timeout == 60
+    with pytest.raises(CallbackError, match="<= 300"):
+        Callback("https://api.example.com/", timeout=CALLBACK_MAX_TIMEOUT + 1)
+
+
+@pytest.mark.parametrize("text", ["", "not json", "[1]", '{"method": "POST"}', '"https://x"'])
+def test_from_header_refuses_garbage(text: str) -> None:
+    with pytest.raises(CallbackError) as info:
+        Callback.from_header(text)
+    assert info.value.code == "invalid_callback"
+
+
+# -- the allowlist ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.example.com/hook",
+        "http://API.Example.COM./hook",
+        "https://api.example.com:9000/any-port-when-unpinned",
+        "https://a.hooks.example.org/",
+        "https://deep.a.hooks.example.org/",
+        "https://pinned.example.net:8443/",
+    ],
+)
+def test_allowed_hosts(url: str) -> None:
+    assert host_allowed(url, ALLOW_EXAMPLE)
+    assert parse_callback(url, ALLOW_EXAMPLE).url == url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://evil.example.com/",  # not listed
+        "https://api.example.com.evil.net/",  # suffix trick
+        "https://hooks.example.org/",  # the wildcard needs a label below
+        "https://xhooks.example.org/",  # not below the suffix
+        "https://pinned.example.net/",  # port 443, the pattern pins 8443
+        "https://pinned.example.net:8444/",
+        "http://10.0.0.7/",  # IP not listed
+    ],
+)
+def test_refused_hosts(url: str) -> None:
+    assert not host_allowed(url, ALLOW_EXAMPLE)
+    with pytest.raises(CallbackError) as info:
+        parse_callback(url, ALLOW_EXAMPLE)
+    assert info.value.code == "callback_host_not_allowed"
+    assert "allowlist" in info.value.message
+
+
+def test_no_host_is_allowed_by_default() -> None:
+    assert not host_allowed("https://api.example.com/", config())
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://localhost:8000/",
+        "http://LOCALHOST./",
+        "http://app.localhost/",
+        "http://127.0.0.1:9000/",
+        "http://127.1.2.3/",
+        "http://[::1]:9000/",
+        "http://[::ffff:127.0.0.1]/",
+    ],
+)
+def test_loopback_needs_the_flag(url: str) -> None:
+    listed = config("localhost", "127.0.0.1", "::1")
+    with pytest.raises(CallbackError) as info:
+        parse_callback(url, listed)
+    assert info.value.code == "callback_host_not_allowed"
+    assert "--allow-loopback-callbacks" in info.value.message
+    assert host_allowed(url, config(loopback=True))
+
+
+@pytest.mark.parametrize(
+    ("url", "ip"),
+    [
+        ("http://169.254.169.254/latest/meta-data/", "169.254.169.254"),  # cloud metadata
+        ("http://[fe80::1]/", "fe80::1"),
+        ("http://0.0.0.0:8080/", "0.0.0.0"),
+        ("http://[::]/", "::"),
+        ("http://224.0.0.1/", "224.0.0.1"),
+        ("http://[ff02::1]/", "ff02::1"),
+    ],
+)
+def test_special_addresses_refused_unless_that_ip_is_listed(url: str, ip: str) -> None:
+    wildcard = config("*.example.com", "10.0.0.7", loopback=True)
+    with pytest.raises(CallbackError) as info:
+        parse_callback(url, wildcard)
+    assert info.value.code == "callback_host_not_allowed"
+    assert host_allowed(url, config(ip))
+
+
+def test_ip_and_ipv6_patterns() -> None:
+    cfg = config("10.0.0.7", "[2001:db8::1]:8443", "2001:db8::2")
+    assert host_allowed("http://10.0.0.7:81/", cfg)
+    assert host_allowed("https://[2001:db8::1]:8443/", cfg)
+    assert not host_allowed("https://[2001:db8::1]/", cfg)
+    assert host_allowed("https://[2001:DB8:0::2]/", cfg)
+    assert not host_allowed("http://10.0.0.8/", cfg)
+
+
+def test_idna_hosts_match_their_ascii_form() -> None:
+    cfg = config("xn--bcher-kva.example")
+    assert host_allowed("https://bücher.example/", cfg)
+
+
+def test_malformed_url_is_not_allowed() -> None:
+    assert not host_allowed("not a url", ALLOW_EXAMPLE)
+
+
+@pytest.mark.parametrize(
+    ("address", "loopback", "listed", "refused"),
+    [
+        ("93.184.216.34", False, (), False),
+        ("10.1.2.3", False, (), False),
+        ("127.0.0.1", False, (), True),
+        ("127.0.0.1", True, (), False),
+        ("::1", False, (), True),
+        ("::ffff:127.0.0.1", False, (), True),
+        ("169.254.169.254", True, (), True),
+        ("169.254.169.254", False, ("169.254.169.254",), False),
+        ("0.0.0.0", True, (), True),
+        ("239.1.1.1", False, (), True),
+        ("fe80::1%eth0", False, (), True),
+        ("not-an-ip", False, (), True),
+    ],
+)
+def test_address_refusal(
+    address: str, loopback: bool, listed: tuple[str, ...], refused: bool
+) -> None:
+    reason = address_refusal(address, config(*listed, loopback=loopback))
+    assert (reason is not None) is refused
+
+
+# -- signing -----------------------------------------------------------------------------------
+
+
+def test_sign_format_and_verify() -> None:
+    header = sign("s3cret", 1_700_000_000, b'{"a":1}')
+    t, v1 = header.split(",")
+    assert t == "t=1700000000"
+    assert v1.startswith("v1=")
+    assert len(v1) == 3 + 64
+    assert verify("s3cret", header, b'{"a":1}', now=1_700_000_010)
+
+
+def test_verify_refuses_tampering() -> None:
+    body = b"payload"
+    header = sign("s3cret", 1000, body)
+    assert not verify("s3cret", header, b"payload!", now=1000)
+    assert not verify("other", header, body, now=1000)
+    assert not verify("s3cret", header.replace("t=1000", "t=1001"), body, now=1000)
+    assert not verify("", header, body, now=1000)
+
+
+def test_verify_refuses_stale_and_future_timestamps() -> None:
+    header = sign("k", 1000, b"x")
+    assert verify("k", header, b"x", now=1300)
+    assert not verify("k", header, b"x", now=1301)
+    assert not verify("k", header, b"x", now=699)
+    assert verify("k", header, b"x", now=1600, tolerance=600)
+
+
+@pytest.mark.parametrize("header", ["", "garbage", "t=abc,v1=00", "v1=00", "t=1000", "t=1000,v1="])
+def test_verify_refuses_malformed_headers(header: str) -> None:
+    assert not verify("k", header, b"x", now=1000)
+
+
+def test_verify_accepts_any_of_several_signatures() -> None:
+    new = sign("new", 1000, b"x")
+    old_digest = sign("old", 1000, b"x").split("v1=")[1]
+    both = f"{new},v1={old_digest}"
+    assert verify("new", both, b"x", now=1000)
+    assert verify("old", both, b"x", now=1000)
+
+
+def test_sign_checks_its_arguments() -> None:
+    with pytest.raises(ValueError, match="secret"):
+        sign("", 1, b"")
+    with pytest.raises(ValueError, match="timestamp"):
+        sign("k", -1, b"")

@@ -1,0 +1,456 @@
+"""The callback dispatcher end to end: real backends (memory, sqlite, redis), a real
+HTTP receiver on a free local port, the dispatcher over a real ServerState."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.conftest import memory_url, redis_url, sqlite_url
+from delayq import __version__
+from delayq._constants import CALLBACK_HEADER, CALLBACK_SIGNATURE_HEADER
+from delayq._duration import seconds_to_ms
+from delayq.durable import State
+from delayq.durable.retry import RetryPolicy
+from delayq.server._callbacks import Callback, is_loopback_host, parse_callback, verify
+from delayq.server._config import ServeConfig
+from delayq.server._dispatch import Dispatcher
+from delayq.server._state import ServerState
+
+SECRET = "test-signing-secret"
+QUEUE = "callbacks"
+BACKENDS = {"memory": memory_url, "sqlite": sqlite_url, "redis": redis_url}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, isolated store of each backend."""
+    yield from BACKENDS[request.param](tmp_path)
+
+
+@dataclass
+class Arrival:
+    """One request the receiver got."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at_ms: float
+
+    @property
+    def id(self) -> str:
+        return self.headers["x-delayq-message-id"]
+
+
+Answer = Callable[[Arrival, int], Awaitable[int]]
+
+
+async def always_ok(arrival: Arrival, nth: int) -> int:
+    return 200
+
+
+class Receiver:
+    """A tiny HTTP/1.1 server (keep-alive) that records every request and answers
+    with ``answer(arrival, nth)``, ``nth`` counting the requests of that message id."""
+
+    def __init__(self, answer: Answer = always_ok) -> None:
+        self.answer = answer
+        self.arrivals: list[Arrival] = []
+        self.per_id: Counter[str] = Counter()
+        self._server: asyncio.Server | None = None
+        self._connections: dict[asyncio.StreamWriter, asyncio.Task[Any]] = {}
+        self.port = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._connections:  # idle keep-alive connections
+            writer.close()
+        tasks = set(self._connections.values())
+        if tasks:
+            await asyncio.wait(tasks, timeout=1.0)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._server.wait_closed()
+
+    def url(self, path: str = "/hook") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[writer] = task
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                at_ms = time.time() * 1000.0
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {}
+                for line in lines[1:]:
+                    if line:
+                        name, _, value = line.partition(":")
+                        headers[name.strip().lower()] = value.strip()
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                arrival = Arrival(method, path, headers, body, at_ms)
+                self.arrivals.append(arrival)
+                self.per_id[arrival.id] += 1
+                status = await self.answer(arrival, self.per_id[arrival.id])
+                extra = "Location: /elsewhere\r\n" if 300 <= status < 400 else ""
+                writer.write(f"HTTP/1.1 {status} X\r\n{extra}Content-Length: 2\r\n\r\nok".encode())
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self._connections.pop(writer, None)
+            writer.close()
+
+
+def serve_config(url: str, **options: Any) -> ServeConfig:
+    options.setdefault("allow_loopback_callbacks", True)
+    options.setdefault("signing_secret", SECRET)
+    return ServeConfig(url=url, callback_queues=(QUEUE,), **options)
+
+
+@asynccontextmanager
+async def dispatching(
+    config: ServeConfig, answer: Answer = always_ok, *, grace: float = 1.0
+) -> AsyncIterator[tuple[ServerState, Dispatcher, Receiver]]:
+    """A receiver, a ServerState over ``config`` and its Dispatcher, all running."""
+    receiver = Receiver(answer)
+    await receiver.start()
+    state = ServerState(config)
+    dispatcher = Dispatcher(state, grace=grace)
+    await dispatcher.start()
+    try:
+        yield state, dispatcher, receiver
+    finally:
+        await dispatcher.stop()
+        await state.queue(QUEUE).purge()
+        await state.close()
+        await receiver.stop()
+
+
+async def put(state: ServerState, cb: Callback, payload: Any = None, **options: Any) -> str:
+    headers = {CALLBACK_HEADER: cb.to_header()}
+    return await state.queue(QUEUE).put(
+        {"n": 1} if payload is None else payload, headers=headers, **options
+    )
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)
+
+
+def callbacks_total(state: ServerState, outcome: str) -> float:
+    value = state.metrics.registry.get_sample_value(
+        "delayq_callbacks_total", {"queue": QUEUE, "outcome": outcome}
+    )
+    return value or 0.0
+
+
+# -- delivery ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_each_callback_arrives_once_not_early_signed(backend_url: str) -> None:
+    async def scenario() -> None:
+        async with dispatching(serve_config(backend_url)) as (state, _, receiver):
+            cb = parse_callback({"url": receiver.url()}, state.config)
+            ids: dict[str, Any] = {}
+            due: dict[str, int] = {}
+            start = time.time()
+            for i in range(30):
+                payload: Any = {"n": i, "text": "é"} if i % 3 else f"raw-{i}".encode()
+                at = start + (i % 6) * 0.1  # the first ones are due at once
+                id = await put(state, cb, payload, at=at)
+                ids[id], due[id] = payload, seconds_to_ms(at)
+            await wait_until(lambda: len(receiver.per_id) == len(ids))
+            await asyncio.sleep(0.3)  # a duplicate would come now
+            assert receiver.per_id == Counter(dict.fromkeys(ids, 1))
+            for arrival in receiver.arrivals:
+                late_ms = arrival.at_ms - due[arrival.id]
+                assert 0 <= late_ms < 2000, late_ms
+                signature = arrival.headers[CALLBACK_SIGNATURE_HEADER.lower()]
+                assert verify(SECRET, signature, arrival.body)
+                assert not verify("wrong", signature, arrival.body)
+                assert arrival.method == "POST"
+                assert arrival.path == "/hook"
+                assert arrival.headers["x-delayq-queue"] == QUEUE
+                assert arrival.headers["x-delayq-attempt"] == "1"
+                assert arrival.headers["user-agent"] == f"delayq/{__version__}"
+                payload = ids[arrival.id]
+                if isinstance(payload, bytes):
+                    assert arrival.body == payload
+                    assert arrival.headers["content-type"] == "application/octet-stream"
+                else:
+                    assert arrival.body == '{"n":%d,"text":"é"}'.encode() % payload["n"]
+                    assert arrival.headers["content-type"] == "application/json"
+            await wait_until(lambda: callbacks_total(state, "delivered") == len(ids))
+            stats = await state.queue(QUEUE).stats()
+            assert (stats.scheduled, stats.ready, stats.active, stats.dead) == (0, 0, 0, 0)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_500_twice_then_200_is_retried_with_backoff(backend_url: str) -> None:
+    async def answer(arrival: Arrival, nth: int) -> int:
+        return 500 if nth <= 2 else 200
+
+    policy = RetryPolicy(max_attempts=5, base=0.1, factor=3.0, jitter=0.0)
+    config = serve_config(backend_url, backend_options={"retry": policy})
+
+    async def scenario() -> None:
+        async with dispatching(config, answer) as (state, dispatcher, receiver):
+            cb = Callback(receiver.url(), method="PUT", headers={"Authorization": "Bearer x"})
+            id = await put(state, cb)
+            await wait_until(lambda: receiver.per_id[id] == 3)
+            await wait_until(lambda: dispatcher.counts["delivered"] == 1)
+            assert await state.queue(QUEUE).get(id) is None
+            first, second, third = receiver.arrivals
+            assert [a.headers["x-delayq-attempt"] for a in receiver.arrivals] == ["1", "2", "3"]
+            assert all(a.method == "PUT" for a in receiver.arrivals)
+            assert all(a.headers["authorization"] == "Bearer x" for a in receiver.arrivals)
+            gap1, gap2 = second.at_ms - first.at_ms, third.at_ms - second.at_ms
+            assert gap1 >= 100  # the backoff is never cut short
+            assert gap2 >= 300
+            assert gap2 > gap1
+            assert callbacks_total(state, "http_error") == 2
+            assert callbacks_total(state, "delivered") == 1
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.timeout(60)
+def test_always_failing_goes_dead_with_last_error(backend_url: str) -> None:
+    async def answer(arrival: Arrival, nth: int) -> int:
+        return 503
+
+    policy = RetryPolicy(max_attempts=3, base=0.02, jitter=0.0)
+    config = serve_config(backend_url, backend_options={"retry": policy})
+
+    async def scenario() -> None:
+        async with dispatching(config, answer) as (state, dispatcher, receiver):
+            id = await put(state, Callback(receiver.url("/fail?token=secret")))
+            await wait_until(lambda: dispatcher.counts["dead"] == 1)
+            msg = await state.queue(QUEUE).get(id)
+            assert msg is not None
+            assert msg.state is State.DEAD
+            assert msg.attempts == 3
+            assert msg.last_error == f"HTTP 503 from {receiver.url('/fail')}"
+            assert receiver.per_id[id] == 3
+            value = state.metrics.registry.get_sample_value("delayq_dead_total", {"queue": QUEUE})
+            assert value == 1
+
+    asyncio.run(scenario())
+
+
+# -- failures of other kinds (backend-independent: memory://) --------------------------------
+
+
+def run_memory(
+    body: Callable[[ServerState, Dispatcher, Receiver], Awaitable[None]],
+    answer: Answer = always_ok,
+    **options: Any,
+) -> None:
+    options.setdefault("backend_options", {"retry": RetryPolicy(max_attempts=1)})
+    grace = options.pop("grace", 1.0)
+    config = serve_config(next(memory_url(Path("."))), **options)
+
+    async def scenario() -> None:
+        async with dispatching(config, answer, grace=grace) as running:
+            await body(*running)
+
+    asyncio.run(scenario())
+
+
+async def dead_message(state: ServerState, id: str) -> Any:
+    deadline = time.monotonic() + 10
+    while True:
+        msg = await state.queue(QUEUE).get(id)
+        if msg is not None and msg.state is State.DEAD:
+            return msg
+        assert time.monotonic() < deadline, f"{id} did not go dead: {msg}"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.timeout(30)
+def test_timeout_is_a_failure_with_its_error() -> None:
+    async def answer(arrival: Arrival, nth: int) -> int:
+        await asyncio.sleep(0.5)
+        return 200
+
+    async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
+        id = await put(state, Callback(receiver.url(), timeout=0.2))
+        msg = await dead_message(state, id)
+        assert msg.last_error == f"timeout after 0.2s calling {receiver.url()}"
+        assert callbacks_total(state, "timeout") == 1
+
+    run_memory(body, answer, grace=0.0)
+
+
+@pytest.mark.timeout(30)
+def test_connection_error_is_a_failure_with_its_error() -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+
+    async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
+        id = await put(state, Callback(f"http://127.0.0.1:{port}/x"))
+        msg = await dead_message(state, id)
+        assert msg.last_error.startswith(f"connection error calling http://127.0.0.1:{port}/x")
+        assert callbacks_total(state, "connection_error") == 1
+
+    run_memory(body)
+
+
+@pytest.mark.timeout(30)
+def test_redirects_are_not_followed() -> None:
+    async def answer(arrival: Arrival, nth: int) -> int:
+        return 302
+
+    async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
+        id = await put(state, Callback(receiver.url()))
+        msg = await dead_message(state, id)
+        assert msg.last_error == f"HTTP 302 from {receiver.url()}"
+        assert [a.path for a in receiver.arrivals] == ["/hook"]
+
+    run_memory(body, answer)
+
+
+@pytest.mark.timeout(30)
+def test_missing_or_invalid_callback_header_goes_dead_at_once() -> None:
+    async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
+        queue = state.queue(QUEUE)
+        plain = await queue.put({"n": 1}, max_attempts=5)
+        garbage = await queue.put({"n": 2}, headers={CALLBACK_HEADER: "{nope"}, max_attempts=5)
+        ftp = await queue.put(
+            {"n": 3}, headers={CALLBACK_HEADER: '{"url": "ftp://x/"}'}, max_attempts=5
+        )
+        for id, fragment in [(plain, "no callback header"), (garbage, "not JSON"), (ftp, "http")]:
+            msg = await dead_message(state, id)
+            assert msg.attempts == 1
+            assert msg.last_error.startswith("callback refused: ")
+            assert fragment in msg.last_error
+        assert receiver.arrivals == []
+        assert callbacks_total(state, "refused") == 3
+
+    run_memory(body)
+
+
+@pytest.mark.timeout(30)
+def test_allowlist_is_checked_again_at_send_time() -> None:
+    url = next(memory_url(Path(".")))
+    # Put while loopback was allowed; the server now runs without the flag.
+    before = ServerState(serve_config(url))
+    after = serve_config(url, allow_loopback_callbacks=False)
+
+    async def scenario() -> None:
+        id = await put(before, Callback("http://127.0.0.1:9/hook"), max_attempts=5)
+        async with dispatching(after) as (state, _, receiver):
+            msg = await dead_message(state, id)
+            assert "--allow-loopback-callbacks" in msg.last_error
+            assert receiver.arrivals == []
+        await before.close()
+
+    asyncio.run(scenario())
+
+
+def _name_resolving_to_loopback() -> str | None:
+    """A host name that is not ``localhost`` but resolves to a loopback address."""
+    for name in {socket.gethostname(), "vm", "runsc"}:
+        try:
+            infos = socket.getaddrinfo(name, 80, type=socket.SOCK_STREAM)
+        except OSError:
+            continue
+        if not is_loopback_host(name) and all(is_loopback_host(str(info[4][0])) for info in infos):
+            return name
+    return None
+
+
+@pytest.mark.timeout(30)
+def test_a_name_resolving_to_loopback_is_refused_when_sent() -> None:
+    name = _name_resolving_to_loopback()
+    if name is None:
+        pytest.skip("no host name here resolves to loopback")
+
+    async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
+        cb = parse_callback(f"http://{name}:{receiver.port}/hook", state.config)  # allowed
+        id = await put(state, cb)
+        msg = await dead_message(state, id)
+        assert "resolves to a refused address" in msg.last_error
+        assert receiver.arrivals == []
+        assert callbacks_total(state, "refused") == 1
+
+    run_memory(body, allow_loopback_callbacks=False, callback_hosts=(name,))
+
+
+@pytest.mark.timeout(30)
+def test_stop_releases_requests_still_running_without_charging_an_attempt() -> None:
+    release = asyncio.Event()
+
+    async def answer(arrival: Arrival, nth: int) -> int:
+        await release.wait()
+        return 200
+
+    async def scenario() -> None:
+        config = serve_config(next(memory_url(Path("."))))
+        receiver = Receiver(answer)
+        await receiver.start()
+        state = ServerState(config)
+        dispatcher = Dispatcher(state, grace=0.1)
+        await dispatcher.start()
+        id = await put(state, Callback(receiver.url()))
+        await wait_until(lambda: receiver.per_id[id] == 1)
+        assert dispatcher.in_flight == 1
+        await dispatcher.stop()
+        assert not dispatcher.running
+        msg = await state.queue(QUEUE).get(id)
+        assert msg is not None
+        assert msg.state in (State.READY, State.SCHEDULED)
+        assert msg.attempts == 0
+        assert dispatcher.counts["released"] == 1
+        release.set()
+        await state.queue(QUEUE).purge()
+        await state.close()
+        await receiver.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_dispatcher_starts_once() -> None:
+    async def scenario() -> None:
+        state = ServerState(serve_config(next(memory_url(Path(".")))))
+        dispatcher = Dispatcher(state)
+        await dispatcher.stop()  # before start: nothing to do
+        await dispatcher.start()
+        with pytest.raises(RuntimeError, match="already"):
+            await dispatcher.start()
+        await dispatcher.stop()
+        await dispatcher.stop()
+        await state.close()
+
+    asyncio.run(scenario())
+    with pytest.raises(ValueError, match="grace"):
+        Dispatcher(ServerState(serve_config("memory://x")), grace=-1)

@@ -1,0 +1,136 @@
+"""``delayq serve`` as users run it (``make run`` runs it on sqlite:///delayq.db): a
+real process on a free port, real HTTP, stopped with SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+ADDRESS = re.compile(r"dashboard: (http://127\.0\.0\.1:\d+/)")
+
+
+def _environ() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DELAYQ_TOKEN", "DELAYQ_URL")}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("DELAYQ_SIGNING_SECRET", None)
+    return env
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, list[str]]]:
+    """``delayq serve`` on port 0 over a sqlite file in tmp_path: the process, its base
+    URL and the stdout lines read up to the dashboard line."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "delayq.cli", "serve", "--url", f"sqlite:///{tmp_path}/s.db",
+         "--port", "0", "--no-dispatch"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        env=_environ(),
+    )  # fmt: skip
+    lines: list[str] = []
+    base = None
+    try:
+        assert process.stdout is not None
+        deadline = time.monotonic() + 30
+        while base is None and time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            match = ADDRESS.search(line)
+            if match:
+                base = match.group(1)
+        assert base is not None, "".join(lines)
+        yield process, base, lines
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_serve_answers_http_and_stops_on_sigterm(
+    served: tuple[subprocess.Popen[str], str, list[str]],
+) -> None:
+    process, base, lines = served
+    assert any("signing secret (generated" in line for line in lines)
+    with httpx.Client(base_url=base, timeout=10) as http:
+        assert http.get("/healthz").json() == {"status": "ok"}
+        put = http.post("/v1/queues/orders/messages", json={"payload": {"n": 1}, "id": "o1"})
+        assert put.status_code == 201
+        assert http.get("/v1/queues/orders/messages/o1").json()["payload"] == {"n": 1}
+        assert http.get("/").status_code == 200  # the dashboard
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(20) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_long_poll_of_a_client_that_left_claims_nothing(
+    served: tuple[subprocess.Popen[str], str, list[str]],
+) -> None:
+    process, base, _ = served
+    port = int(base.rsplit(":", 1)[1].strip("/"))
+    body = b'{"wait": 25}'
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(
+            b"POST /v1/queues/lp/reserve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        time.sleep(0.5)
+    time.sleep(0.5)  # the server notices the client is gone
+    with httpx.Client(base_url=base, timeout=10) as http:
+        http.post("/v1/queues/lp/messages", json={"payload": 1, "id": "after"})
+        taken = http.post("/v1/queues/lp/reserve", json={"wait": 5}).json()["messages"]
+        assert [m["id"] for m in taken] == ["after"]
+    process.send_signal(signal.SIGINT)
+    assert process.wait(20) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_sigterm_ends_a_waiting_long_poll(
+    served: tuple[subprocess.Popen[str], str, list[str]],
+) -> None:
+    process, base, _ = served
+    with httpx.Client(base_url=base, timeout=30) as http:
+        started = time.monotonic()
+        timer = threading.Timer(0.5, process.send_signal, args=(signal.SIGTERM,))
+        timer.start()
+        response = http.post("/v1/queues/idle/reserve", json={"wait": 25})
+        timer.join()
+    assert response.json() == {"messages": []}
+    assert time.monotonic() - started < 15
+    assert process.wait(20) == 0
+
+
+def test_non_loopback_bind_without_token_is_one_line_exit_2(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "delayq.cli", "serve", "--host", "0.0.0.0",
+         "--url", f"sqlite:///{tmp_path}/s.db"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=_environ(),
+    )  # fmt: skip
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "without a token" in lines[0]
+    assert not (tmp_path / "s.db").exists()
