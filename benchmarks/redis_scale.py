@@ -16,7 +16,7 @@ a. ``--count`` (1,000,000) messages with a 100-byte payload (a JSON string that
    disturb), and ``MEMORY USAGE`` of the queue's keys per message.
 b. ``--burst`` (100,000) messages due at random instants of one and the same second,
    put before that second comes, drained by ``--consumers`` (4) consumer processes
-   that loop on ``reserve(max=100)`` and ``ack`` each message. How late the last one
+   that loop on ``reserve(max=100)`` and ``ack_many`` each batch. How late the last one
    is delivered (its receive time minus its ``due_at``; target: within 5 s), the
    lateness percentiles, the rate from the first delivery to the last, and lost,
    duplicate and early deliveries (all must be 0). Consumers and Redis share this
@@ -183,7 +183,7 @@ def run_consumer(url: str, name: str, second: float) -> int:
                 continue
             for message in messages:
                 received.append((message.id, now_ms, message.due_at))
-                q.ack(message)
+            q.ack_many(messages)
     print(json.dumps({"received": received, "cpu_seconds": time.process_time() - cpu}))
     return 0
 

@@ -182,3 +182,11 @@ SERVE_HEALTH_TIMEOUT = 5.0
 SERVE_SHUTDOWN_GRACE = 10.0
 #: Redis ``queues()``: the COUNT hint of each SCAN step.
 REDIS_SCAN_COUNT = 1000
+
+# -- batch acknowledgement (ack_many) ----------------------------------------------
+#: Most messages one ``ack_many`` call takes.
+MAX_ACK_MANY = 10_000
+
+# -- delayq serve: batching the puts of concurrent requests ---------------------------
+#: Most single-message puts of concurrent requests stored by one ``put_many``.
+SERVE_COALESCE_MAX_BATCH = 256

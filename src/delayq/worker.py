@@ -6,7 +6,8 @@ run on the loop, sync ones on a daemon thread each. While a job runs its lease i
 renewed every third of the lease, so a long job is never handed to someone else
 while it is alive. Outcomes:
 
-* returned: ``ack``;
+* returned: ``ack`` (the acks of jobs finishing close together go out as one
+  ``ack_many``, see :mod:`delayq._ack_batch`);
 * raised :class:`Retry`: ``nack`` after the asked delay (the attempt counts);
 * raised :class:`Discard`, or an unknown task: dead at once (``nack(dead=True)``);
 * raised anything else, or ran past its timeout: ``nack`` with the task's backoff,
@@ -33,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._ack_batch import AckBatcher
 from ._clock import SYSTEM_CLOCK, Clock
 from ._constants import (
     CRON_ACK_GUARD,
@@ -172,6 +174,7 @@ class Worker:
         self._releasing = False
         self._running: dict[asyncio.Task[None], Message] = {}
         self._queues: dict[str, AsyncQueue] = {}
+        self._ackers: dict[str, AckBatcher] = {}
         self._pool = DaemonPool()
         self._slots: Slots | None = None
 
@@ -250,6 +253,8 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await self._drain()
+            for acker in self._ackers.values():
+                await acker.drain()
             self._pool.shutdown(wait=False)
             await self._close_queues()
             self._loop = None
@@ -261,6 +266,7 @@ class Worker:
         else:
             assert self._app is not None
             self._queues = {name: self._app.open_async_queue(name) for name in self._queue_names}
+        self._ackers = {name: AckBatcher(queue) for name, queue in self._queues.items()}
 
     async def _close_queues(self) -> None:
         if self._app is not None:  # a queue given by the caller stays the caller's
@@ -362,9 +368,7 @@ class Worker:
             return
         finally:
             renewer.stop()
-        try:
-            await queue.ack(msg)
-        except LeaseLost:
+        if not await self._ackers[queue.name].ack(msg):
             self.counts["lease_lost"] += 1
             log_event(_WARNING, "job.lease_lost", queue=queue.name, id=msg.id, at="ack")
             return

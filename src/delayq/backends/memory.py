@@ -14,10 +14,7 @@ condition, asyncio tasks through their loop), so nothing polls.
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import threading
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -33,140 +30,25 @@ from ..durable.message import (
     State,
     Stats,
     apply_ack,
+    apply_ack_many,
     apply_extend,
     apply_nack,
     apply_put,
     apply_release,
     apply_reschedule,
-    apply_reserve,
     apply_retry_dead,
     can_cancel,
     compute_stats,
     matches_state,
     observe,
     resolve_due,
-    settle,
 )
 from ..errors import QueueClosed, UnsupportedURL
+from ._memory_store import Store, shared_store, stores_of
 
 __all__ = ["AsyncMemoryBackend", "MemoryBackend", "open_async_backend", "open_backend"]
 
 T = TypeVar("T")
-
-
-class _Store:
-    """One queue's messages; every method runs with ``lock`` held."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.cond = threading.Condition(self.lock)
-        self.records: dict[str, Record] = {}
-        self.due: list[tuple[int, int, str]] = []
-        self.leases: list[tuple[int, str, str]] = []
-        self.seq = itertools.count(1)
-        self.sleepers: set[LoopSleeper] = set()
-        self.thread_waiters = 0
-
-    def wake_all(self) -> None:
-        if self.thread_waiters:
-            self.cond.notify_all()
-        for sleeper in self.sleepers:
-            sleeper.wake()
-
-    def write(self, record: Record) -> None:
-        self.records[record.id] = record
-        if record.state is State.SCHEDULED:
-            heapq.heappush(self.due, (record.due_at, record.seq, record.id))
-        elif record.state is State.ACTIVE and record.lease_until is not None:
-            heapq.heappush(self.leases, (record.lease_until, record.id, record.lease or ""))
-
-    def load(self, id: str, now_ms: int) -> Record | None:
-        """The record with a lease expiry already applied (and written back)."""
-        record = self.records.get(id)
-        if record is not None:
-            settled = settle(record, now_ms)
-            if settled is not record:
-                self.write(settled)
-            record = settled
-        return record
-
-    def expire(self, now_ms: int) -> None:
-        leases = self.leases
-        while leases and leases[0][0] <= now_ms:
-            _, id, _ = heapq.heappop(leases)
-            self.load(id, now_ms)
-
-    def _head_due(self) -> int | None:
-        due, records = self.due, self.records
-        while due:
-            due_at, seq, id = due[0]
-            record = records.get(id)
-            if (
-                record is not None
-                and record.state is State.SCHEDULED
-                and record.seq == seq
-                and record.due_at == due_at
-            ):
-                return due_at
-            heapq.heappop(due)
-        return None
-
-    def _head_lease(self) -> int | None:
-        leases, records = self.leases, self.records
-        while leases:
-            until, id, token = leases[0]
-            record = records.get(id)
-            if record is not None and record.lease == token and record.lease_until == until:
-                return until
-            heapq.heappop(leases)
-        return None
-
-    def next_event(self) -> int | None:
-        """Epoch ms of the next due time or lease expiry (None: nothing pending)."""
-        events = [t for t in (self._head_due(), self._head_lease()) if t is not None]
-        return min(events) if events else None
-
-    def claim(self, now: Now, limit: int, lease_ms: int) -> list[Record]:
-        self.expire(now.floor)
-        claimed: list[Record] = []
-        while len(claimed) < limit:
-            head = self._head_due()
-            if head is None or head > now.floor:
-                break
-            _, _, id = heapq.heappop(self.due)
-            record = apply_reserve(self.records[id], now, lease_ms, uuid.uuid4().hex)
-            self.write(record)
-            claimed.append(record)
-        self._compact()
-        return claimed
-
-    def _compact(self) -> None:
-        live = len(self.records)
-        if len(self.due) > 2 * live + 1024:
-            self.due = [
-                (r.due_at, r.seq, r.id) for r in self.records.values() if r.state is State.SCHEDULED
-            ]
-            heapq.heapify(self.due)
-        if len(self.leases) > 2 * live + 1024:
-            self.leases = [
-                (r.lease_until, r.id, r.lease or "")
-                for r in self.records.values()
-                if r.state is State.ACTIVE and r.lease_until is not None
-            ]
-            heapq.heapify(self.leases)
-
-
-_STORES: dict[tuple[str, str], _Store] = {}
-_STORES_LOCK = threading.Lock()
-
-
-def _store(namespace: str, queue: str) -> _Store:
-    key = (namespace, queue)
-    store = _STORES.get(key)
-    if store is None:
-        with _STORES_LOCK:
-            store = _STORES.setdefault(key, _Store())
-    return store
 
 
 def _namespace(url: str) -> str:
@@ -187,23 +69,23 @@ class _Core:
         self._namespace = _namespace(url)
         self._clock = clock
         self._closed = False
-        self._used: set[_Store] = set()
+        self._used: set[Store] = set()
         self._used_lock = threading.Lock()
         clock.subscribe(self._on_clock_jump)
 
     def _now(self) -> Now:
         return Now.of_seconds(self._clock.time())
 
-    def _store(self, queue: str) -> _Store:
+    def _store(self, queue: str) -> Store:
         if self._closed:
             raise QueueClosed("the queue is closed")
-        store = _store(self._namespace, queue)
+        store = shared_store(self._namespace, queue)
         if store not in self._used:
             with self._used_lock:
                 self._used.add(store)
         return store
 
-    def _run(self, queue: str, step: Callable[[_Store, Now], T]) -> T:
+    def _run(self, queue: str, step: Callable[[Store, Now], T]) -> T:
         store = self._store(queue)
         with store.lock:
             return step(store, self._now())
@@ -227,7 +109,7 @@ class _Core:
 
     # -- the operations that never wait ------------------------------------------
     def _put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
-        def step(store: _Store, now: Now) -> list[str]:
+        def step(store: Store, now: Now) -> list[str]:
             staged: dict[str, Record | None] = {}
             for request in requests:
                 current = (
@@ -246,16 +128,25 @@ class _Core:
         return self._run(queue, step)
 
     def _ack(self, queue: str, id: str, token: str) -> None:
-        def step(store: _Store, now: Now) -> None:
+        def step(store: Store, now: Now) -> None:
             apply_ack(store.load(id, now.floor), token, now)
             del store.records[id]
 
         self._run(queue, step)
 
+    def _ack_many(self, queue: str, items: Sequence[tuple[str, str]]) -> list[str]:
+        def step(store: Store, now: Now) -> list[str]:
+            acked, lost = apply_ack_many(store.records, items, now)
+            for id in acked:
+                del store.records[id]
+            return lost
+
+        return self._run(queue, step)
+
     def _nack(
         self, queue: str, id: str, token: str, delay_ms: int, error: str | None, *, dead: bool
     ) -> State:
-        def step(store: _Store, now: Now) -> State:
+        def step(store: Store, now: Now) -> State:
             record = apply_nack(
                 store.load(id, now.floor),
                 token,
@@ -273,14 +164,14 @@ class _Core:
         return self._run(queue, step)
 
     def _release(self, queue: str, id: str, token: str) -> None:
-        def step(store: _Store, now: Now) -> None:
+        def step(store: Store, now: Now) -> None:
             store.write(apply_release(store.load(id, now.floor), token, now))
             store.wake_all()
 
         self._run(queue, step)
 
     def _extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
-        def step(store: _Store, now: Now) -> int:
+        def step(store: Store, now: Now) -> int:
             record = apply_extend(store.load(id, now.floor), token, now, lease_ms)
             store.write(record)
             return record.lease_until or 0
@@ -288,7 +179,7 @@ class _Core:
         return self._run(queue, step)
 
     def _cancel(self, queue: str, id: str) -> bool:
-        def step(store: _Store, now: Now) -> bool:
+        def step(store: Store, now: Now) -> bool:
             if not can_cancel(store.load(id, now.floor), now):
                 return False
             del store.records[id]
@@ -297,7 +188,7 @@ class _Core:
         return self._run(queue, step)
 
     def _reschedule(self, queue: str, id: str, delay_ms: int | None, at_ms: int | None) -> bool:
-        def step(store: _Store, now: Now) -> bool:
+        def step(store: Store, now: Now) -> bool:
             due_at = resolve_due(delay_ms, at_ms, now)
             record = apply_reschedule(store.load(id, now.floor), now, due_at, next(store.seq))
             if record is None:
@@ -309,7 +200,7 @@ class _Core:
         return self._run(queue, step)
 
     def _get(self, queue: str, id: str) -> Record | None:
-        def step(store: _Store, now: Now) -> Record | None:
+        def step(store: Store, now: Now) -> Record | None:
             record = store.records.get(id)
             return None if record is None else observe(record, now.floor, with_lease=False)
 
@@ -319,7 +210,7 @@ class _Core:
         return self._run(queue, lambda store, now: compute_stats(store.records.values(), now.floor))
 
     def _dead(self, queue: str, limit: int) -> list[Record]:
-        def step(store: _Store, now: Now) -> list[Record]:
+        def step(store: Store, now: Now) -> list[Record]:
             store.expire(now.floor)
             dead = [r for r in store.records.values() if r.state is State.DEAD]
             dead.sort(key=lambda r: r.seq)
@@ -328,7 +219,7 @@ class _Core:
         return self._run(queue, step)
 
     def _retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
-        def step(store: _Store, now: Now) -> int:
+        def step(store: Store, now: Now) -> int:
             store.expire(now.floor)
             chosen = list(store.records) if ids is None else list(dict.fromkeys(ids))
             revived = 0
@@ -344,7 +235,7 @@ class _Core:
         return self._run(queue, step)
 
     def _purge(self, queue: str, state: State | None) -> int:
-        def step(store: _Store, now: Now) -> int:
+        def step(store: Store, now: Now) -> int:
             doomed = [r.id for r in store.records.values() if matches_state(r, state, now.floor)]
             for id in doomed:
                 del store.records[id]
@@ -358,8 +249,7 @@ class _Core:
     def _queues(self) -> list[str]:
         if self._closed:
             raise QueueClosed("the queue is closed")
-        with _STORES_LOCK:
-            mine = [(q, store) for (ns, q), store in _STORES.items() if ns == self._namespace]
+        mine = stores_of(self._namespace)
         return sorted(name for name, store in mine if store.records)
 
     def _peek(self, queue: str, state: State | None, limit: int) -> list[Record]:
@@ -368,13 +258,13 @@ class _Core:
         )
 
     def _due_counts(self, queue: str, horizon_ms: int, buckets: int) -> tuple[int, list[int]]:
-        def step(store: _Store, now: Now) -> tuple[int, list[int]]:
+        def step(store: Store, now: Now) -> tuple[int, list[int]]:
             scheduled = (r.due_at for r in store.records.values() if r.state is State.SCHEDULED)
             return now.floor, count_due(scheduled, now.floor, horizon_ms, buckets)
 
         return self._run(queue, step)
 
-    def _sleep_for(self, store: _Store, give_up: float) -> float | None:
+    def _sleep_for(self, store: Store, give_up: float) -> float | None:
         """Real seconds to sleep (None: until woken); lock held."""
         until = store.next_event()
         # Wake at the due millisecond itself (plus a hair, so the floored now has
@@ -414,6 +304,10 @@ class MemoryBackend(_Core):
     def ack(self, queue: str, id: str, token: str) -> None:
         """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
         self._ack(queue, id, token)
+
+    def ack_many(self, queue: str, items: Sequence[tuple[str, str]]) -> list[str]:
+        """See :meth:`Backend.ack_many <delayq.durable.backend.Backend.ack_many>`."""
+        return self._ack_many(queue, items)
 
     def nack(
         self,
@@ -520,6 +414,10 @@ class AsyncMemoryBackend(_Core):
     async def ack(self, queue: str, id: str, token: str) -> None:
         """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
         self._ack(queue, id, token)
+
+    async def ack_many(self, queue: str, items: Sequence[tuple[str, str]]) -> list[str]:
+        """See :meth:`Backend.ack_many <delayq.durable.backend.Backend.ack_many>`."""
+        return self._ack_many(queue, items)
 
     async def nack(
         self,

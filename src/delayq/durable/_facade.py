@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
 from .._constants import (
+    MAX_ACK_MANY,
     MAX_DUE_BUCKETS,
     MAX_DUE_HORIZON,
     MAX_DUE_MS,
@@ -234,6 +235,20 @@ class QueueBase:
                 "can be acked, nacked, released or extended"
             )
         return msg.id, msg.lease
+
+    def _held_many(self, msgs: object) -> list[tuple[str, str]]:
+        """``(id, token)`` of each message for ``ack_many``: every one a leased
+        :class:`Message` of this queue, at most :data:`MAX_ACK_MANY` of them."""
+        if isinstance(msgs, (str, bytes, Mapping, Message)) or not isinstance(msgs, Iterable):
+            raise TypeError(
+                f"ack_many takes a list of Messages from reserve(), not {type(msgs).__name__}"
+            )
+        items: list[tuple[str, str]] = []
+        for msg in msgs:
+            if len(items) == MAX_ACK_MANY:
+                raise ValueError(f"ack_many takes at most {MAX_ACK_MANY} messages per call")
+            items.append(self._held(msg))
+        return items
 
     def _nack_arguments(
         self, msg: Message, delay: object, error: object, dead: object

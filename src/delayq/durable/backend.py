@@ -8,9 +8,9 @@ never validates user input (the facade did); it must guarantee:
 
 * **Atomicity per operation.** Each call below is one atomic step on the server (one
   SQL transaction, one Lua script, one lock hold): ``put`` of a whole batch, a claim
-  of up to ``limit`` messages, an ack, a nack, a cancel, a reschedule, a lease
-  expiry. Nothing is decided by a read in one round trip and a write in another.
-  A call that raises has changed nothing.
+  of up to ``limit`` messages, an ack, an ``ack_many`` batch (per shard of a sharded
+  queue), a nack, a cancel, a reschedule, a lease expiry. Nothing is decided by a read
+  in one round trip and a write in another. A call that raises has changed nothing.
 * **The server's clock decides "now".** Due times, lease expiries and "is it due"
   use the clock of the store (Redis ``TIME``, ``clock_timestamp()``, the SQLite
   process's wall clock, the memory backend's clock), in epoch milliseconds; a
@@ -110,6 +110,16 @@ class Backend(Protocol):
     def ack(self, queue: str, id: str, token: str) -> None:
         """Delete the message if ``token`` holds its unexpired lease; otherwise raise
         :class:`~delayq.LeaseLost` and change nothing."""
+        ...
+
+    def ack_many(self, queue: str, items: Sequence[tuple[str, str]]) -> list[str]:
+        """:meth:`ack` for every ``(id, token)`` pair, in one atomic step per store
+        shard (one transaction, one script, one lock hold), in order
+        (:func:`~delayq.durable.message.apply_ack_many`). Returns, in input order, the ids
+        whose token did not hold an unexpired lease (those change nothing); ``[]`` when
+        every message was acked. An id that comes twice counts as lost the second time
+        (the first ack removed it). ``items`` is never empty; the facade caps its length.
+        """
         ...
 
     def nack(
@@ -246,6 +256,10 @@ class AsyncBackend(Protocol):
 
     async def ack(self, queue: str, id: str, token: str) -> None:
         """See :meth:`Backend.ack`."""
+        ...
+
+    async def ack_many(self, queue: str, items: Sequence[tuple[str, str]]) -> list[str]:
+        """See :meth:`Backend.ack_many`."""
         ...
 
     async def nack(

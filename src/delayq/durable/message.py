@@ -48,6 +48,7 @@ __all__ = [
     "State",
     "Stats",
     "apply_ack",
+    "apply_ack_many",
     "apply_extend",
     "apply_nack",
     "apply_put",
@@ -316,6 +317,27 @@ def _held(record: Record | None, token: str, now_ms: int) -> Record:
 def apply_ack(record: Record | None, token: str, now: Now) -> None:
     """Check that ``token`` holds the lease; the caller then deletes the record."""
     _held(record, token, now.floor)
+
+
+def apply_ack_many(
+    records: Mapping[str, Record], items: Iterable[tuple[str, str]], now: Now
+) -> tuple[list[str], list[str]]:
+    """:func:`apply_ack` for each ``(id, token)`` of ``items``, in order, over the stored
+    ``records`` (by id). Returns ``(acked, lost)``: the ids the caller then deletes, and,
+    in input order, the ids whose lease was not held (those change nothing). An id acked
+    earlier in the same batch is gone for later items, so a duplicate counts as lost."""
+    acked: list[str] = []
+    lost: list[str] = []
+    gone: set[str] = set()
+    for id, token in items:
+        try:
+            apply_ack(None if id in gone else records.get(id), token, now)
+        except LeaseLost:
+            lost.append(id)
+            continue
+        gone.add(id)
+        acked.append(id)
+    return acked, lost
 
 
 def apply_nack(

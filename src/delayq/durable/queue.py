@@ -128,6 +128,17 @@ class Queue(QueueBase):
         id, token = self._held(msg)
         self._backend.ack(self._name, id, token)
 
+    def ack_many(self, msgs: Iterable[Message]) -> list[str]:
+        """Done with every message of ``msgs`` (at most 10,000, from :meth:`reserve` on
+        this queue): remove those whose lease is still held, in one round trip (one
+        per shard of a sharded queue). Returns the ids whose lease was lost (expired,
+        reserved again, acked, cancelled...): those change nothing; ``[]`` means all
+        were acked. A message given twice counts as lost the second time. Every message
+        is checked before anything is sent; an empty list sends nothing."""
+        self._check_open()
+        items = self._held_many(msgs)
+        return self._backend.ack_many(self._name, items) if items else []
+
     def nack(
         self, msg: Message, *, delay: Any = None, error: Any = None, dead: bool = False
     ) -> State:
@@ -333,6 +344,12 @@ class AsyncQueue(QueueBase):
         self._check_open()
         id, token = self._held(msg)
         await self._backend.ack(self._name, id, token)
+
+    async def ack_many(self, msgs: Iterable[Message]) -> list[str]:
+        """See :meth:`Queue.ack_many`."""
+        self._check_open()
+        items = self._held_many(msgs)
+        return await self._backend.ack_many(self._name, items) if items else []
 
     async def nack(
         self, msg: Message, *, delay: Any = None, error: Any = None, dead: bool = False

@@ -62,6 +62,23 @@ class Functions(_Base):
         self._client.function_load(self._code, replace=True)
         return self._client.fcall(name, len(keys), *keys, *args)
 
+    def many(self, runs: Sequence[tuple[str, Sequence[bytes], Sequence[Any]]]) -> list[Any]:
+        """Run several ``(script, keys, args)`` in one pipeline (not a transaction) and
+        return their replies in order; the first error is raised. EVALSHA clients (a
+        cluster, Redis < 7) run them one by one."""
+        if self._scripts is not None or len(runs) < 2:
+            return [self(script, keys, args) for script, keys, args in runs]
+        pipe = self._client.pipeline(transaction=False)
+        for script, keys, args in runs:
+            pipe.fcall(self._names[script], len(keys), *keys, *args)
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        for index, reply in enumerate(replies):
+            if isinstance(reply, redis.ResponseError):
+                if not (_missing(reply) or _unsupported(reply)):
+                    raise reply
+                replies[index] = self(*runs[index])  # loads the library (or falls back)
+        return replies
+
 
 class AsyncFunctions(_Base):
     """:class:`Functions` for ``redis.asyncio.Redis`` or ``RedisCluster``."""

@@ -62,6 +62,10 @@ def _acked(reply: Any) -> None:
         raise _lost()
 
 
+def _lost_positions(reply: Any) -> list[int]:
+    return [int(position) - 1 for position in reply]
+
+
 def _nacked(reply: Any) -> State:
     state = nack_state(reply)
     if state is None:
@@ -171,6 +175,14 @@ class Operations:
     def ack(self, queue: str, id: str, token: str) -> Call[None]:
         """``ack.lua``."""
         return Call("ack", self.keys(queue), [pack_id(id), token], _acked)
+
+    def ack_many(self, queue: str, items: Sequence[tuple[str, str]]) -> Call[list[int]]:
+        """``ack_many.lua``: the indexes into ``items`` (0-based, in order) of the pairs
+        whose lease was lost."""
+        args: list[Any] = []
+        for id, token in items:
+            args += (pack_id(id), token)
+        return Call("ack_many", self.keys(queue), args, _lost_positions)
 
     def nack(
         self,

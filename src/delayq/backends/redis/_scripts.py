@@ -50,6 +50,7 @@ __all__ = [
 #: Every script of ``scripts/`` but the prelude, by the name the backends call it.
 SCRIPT_NAMES = (
     "ack",
+    "ack_many",
     "cancel",
     "dead",
     "due_counts",

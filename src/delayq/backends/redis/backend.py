@@ -248,6 +248,10 @@ class RedisBackend(_Base):
         """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
         self._run(self._ops.ack(queue, id, token))
 
+    def ack_many(self, queue: str, items: Sequence[tuple[str, str]]) -> list[str]:
+        """See :meth:`Backend.ack_many <delayq.durable.backend.Backend.ack_many>`."""
+        return [items[i][0] for i in self._run(self._ops.ack_many(queue, items))]
+
     def nack(
         self,
         queue: str,
@@ -463,6 +467,10 @@ class AsyncRedisBackend(_Base):
     async def ack(self, queue: str, id: str, token: str) -> None:
         """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
         await self._run(self._ops.ack(queue, id, token))
+
+    async def ack_many(self, queue: str, items: Sequence[tuple[str, str]]) -> list[str]:
+        """See :meth:`Backend.ack_many <delayq.durable.backend.Backend.ack_many>`."""
+        return [items[i][0] for i in await self._run(self._ops.ack_many(queue, items))]
 
     async def nack(
         self,

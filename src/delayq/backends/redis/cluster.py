@@ -29,36 +29,32 @@ queue must always be opened with the same ``shards``: messages of other shards w
 be found. A cluster URL's nodes are startup nodes; redis-py's ``RedisCluster`` follows
 slot moves. Scripts run as library functions on a single node and by EVALSHA on a
 cluster (see :mod:`._functions`).
+
+The sync face is here; the asyncio face is :mod:`._sharded_async`, what both share
+:mod:`._sharded`, the shard views, listeners and merges :mod:`._shards`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from ..._constants import (
-    LOGGER_NAME,
-    REDIS_RECONNECT_FIRST,
-)
+from ..._constants import LOGGER_NAME, REDIS_RECONNECT_FIRST
 from ...durable.inspection import merge_peek
 from ...durable.message import PutRequest, Record, State, Stats
-from ...errors import QueueClosed
-from ._functions import AsyncFunctions, Functions
-from ._listen import CONNECTION_ERRORS, AsyncListener, Listener, next_backoff
-from ._ops import Call, Operations
+from ._functions import Functions
+from ._listen import CONNECTION_ERRORS, Listener, next_backoff
+from ._ops import Call
 from ._scripts import Claim
+from ._sharded import ShardedBase
+from ._sharded_async import AsyncShardedRedisBackend
 from ._shards import (
-    AsyncHub,
     Hub,
     ShardView,
-    async_client,
-    by_shard,
     merge_dead,
     merge_due_counts,
     merge_stats,
@@ -66,8 +62,7 @@ from ._shards import (
     sort_claimed,
     sync_client,
 )
-from ._url import parse_url
-from .backend import _HAIR, _cancel_requests, _expired, scan_queues, scan_queues_async
+from .backend import _HAIR, _expired, scan_queues
 
 __all__ = ["AsyncShardedRedisBackend", "ShardedRedisBackend"]
 
@@ -75,55 +70,7 @@ T = TypeVar("T")
 logger = logging.getLogger(LOGGER_NAME)
 
 
-class _Sharded:
-    """What both faces share: settings, one :class:`Operations` per shard, routing."""
-
-    _hubs: Mapping[str, Hub | AsyncHub]  # per queue: the shard heads and their listeners
-
-    def __init__(self, url: str, **options: Any) -> None:
-        self._settings = parse_url(url, **options)
-        self.shards = self._settings.shards
-        self._ops = [Operations(self._settings.prefix, k) for k in range(self.shards)]
-        self._closed = False
-
-    @property
-    def prefix(self) -> str:
-        """The key prefix of this backend's queues."""
-        return self._settings.prefix
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise QueueClosed("the queue is closed")
-
-    def _news(self, queue: str, shard: int) -> None:
-        hub = self._hubs.get(queue)
-        if hub is not None:
-            hub.news(shard)
-
-    def _at(self, id: str) -> Operations:
-        return self._ops[shard_of(id, self.shards)]
-
-    def _put_plan(
-        self, requests: Sequence[PutRequest], base: int | None
-    ) -> list[tuple[int, list[PutRequest], list[int] | None]]:
-        """Per shard: its requests and their queue-wide seqs."""
-        plan = []
-        for shard, indexes in by_shard(requests, self.shards).items():
-            seqs = None if base is None else [base + i + 1 for i in indexes]
-            plan.append((shard, [requests[i] for i in indexes], seqs))
-        return plan
-
-    def _ids_of(self, shard: int, ids: Sequence[str] | None) -> list[str] | None:
-        return None if ids is None else [i for i in ids if shard_of(i, self.shards) == shard]
-
-    @staticmethod
-    def _needs_check(plan: Sequence[tuple[int, list[PutRequest], Any]]) -> bool:
-        return len(plan) > 1 and any(
-            request.on_conflict != "ignore" for _, part, _ in plan for request in part
-        )
-
-
-class ShardedRedisBackend(_Sharded):
+class ShardedRedisBackend(ShardedBase):
     """The sync face of a sharded queue (see the module docstring)."""
 
     def __init__(self, url: str, **options: Any) -> None:
@@ -238,6 +185,20 @@ class ShardedRedisBackend(_Sharded):
         """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
         self._run(self._at(id).ack(queue, id, token))
 
+    def ack_many(self, queue: str, items: Sequence[tuple[str, str]]) -> list[str]:
+        """See :meth:`Backend.ack_many <delayq.durable.backend.Backend.ack_many>`: one
+        script per shard, pipelined on a single node (one by one on a cluster)."""
+        self._check_open()
+        plan = self._ack_plan(items)
+        calls = [self._ops[shard].ack_many(queue, [items[i] for i in idx]) for shard, idx in plan]
+        try:
+            replies = self._scripts.many([(c.script, c.keys, c.args) for c in calls])
+        except CONNECTION_ERRORS:
+            self._check_open()
+            raise
+        lost = [call.decode(reply) for call, reply in zip(calls, replies, strict=True)]
+        return self._lost_ids(items, plan, lost)
+
     def nack(
         self,
         queue: str,
@@ -342,283 +303,3 @@ class ShardedRedisBackend(_Sharded):
         for hub in hubs:
             hub.close()
         self._client.close()
-
-
-class AsyncShardedRedisBackend(_Sharded):
-    """The asyncio face of a sharded queue (see the module docstring)."""
-
-    def __init__(self, url: str, **options: Any) -> None:
-        super().__init__(url, **options)
-        self._client = async_client(self._settings, listener=False)
-        self._scripts = AsyncFunctions(self._client, evalsha=self._settings.cluster)
-        self._hubs: dict[str, AsyncHub] = {}
-        self._background: set[asyncio.Task[Any]] = set()
-
-    @property
-    def client(self) -> Any:
-        """The redis-py asyncio client (``Redis`` or ``RedisCluster``)."""
-        return self._client
-
-    async def _run(self, call: Call[T]) -> T:
-        self._check_open()
-        cancels = _cancel_requests()
-        try:
-            reply = await self._scripts(call.script, call.keys, call.args)
-        except CONNECTION_ERRORS:
-            self._check_open()
-            raise
-        if _cancel_requests() > cancels:
-            raise asyncio.CancelledError  # see AsyncRedisBackend._run
-        return call.decode(reply)
-
-    async def _seq_base(self, queue: str, count: int) -> int | None:
-        if self.shards == 1:
-            return None
-        self._check_open()
-        return int(await self._client.incrby(self._ops[0].seq_key(queue), count)) - count
-
-    def _hub(self, queue: str) -> AsyncHub:
-        hub = self._hubs.get(queue)
-        if hub is None:
-            self._check_open()
-            hub = AsyncHub(ShardView(self.shards))
-            for ops in self._ops:
-                hub.listeners.append(
-                    AsyncListener(
-                        functools.partial(async_client, self._settings, listener=True),
-                        ops.wake_key(queue),
-                        functools.partial(self._run, ops.wake(queue)),
-                        functools.partial(hub.news, ops.shard),
-                    )
-                )
-            self._hubs[queue] = hub
-        return hub
-
-    async def _claim_all(
-        self, queue: str, view: ShardView, limit: int, lease_ms: int, stop: list[bool]
-    ) -> list[Record]:
-        records: list[Record] = []
-        for _ in range(2 * self.shards + 2):
-            if stop[0]:  # the caller was cancelled: send nothing more
-                break
-            for shard in view.unknown():  # news may come in between: bound by fresh heads
-                epoch = view.epochs[shard]
-                claim = await self._run(self._ops[shard].claim(queue, 0, lease_ms))
-                view.learn(shard, claim, epoch)
-            pick = None if stop[0] else view.pick()
-            if pick is None:
-                break
-            shard, bound = pick
-            epoch = view.epochs[shard]
-            claim = await self._claim_one(queue, shard, limit - len(records), lease_ms, bound)
-            view.learn(shard, claim, epoch)
-            records += claim.records
-            if len(records) >= limit:
-                break
-        return sort_claimed(records)
-
-    async def _claim_one(
-        self, queue: str, shard: int, limit: int, lease_ms: int, bound: tuple[int, int] | None
-    ) -> Claim:
-        """One claim that is never lost: if the caller is cancelled while the script
-        runs, what it claimed is released once its reply is in."""
-        call = self._ops[shard].claim(queue, limit, lease_ms, bound)
-        task = asyncio.ensure_future(self._run(call))
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            task.add_done_callback(functools.partial(self._unclaim_later, queue, shard))
-            raise
-
-    def _unclaim_later(self, queue: str, shard: int, done: asyncio.Future[Claim]) -> None:
-        if done.cancelled() or done.exception() is not None or not done.result().records:
-            return
-        unclaim = asyncio.ensure_future(self._unclaim(queue, shard, done.result().records))
-        self._background.add(unclaim)
-        unclaim.add_done_callback(self._background.discard)
-
-    async def _unclaim(self, queue: str, shard: int, records: list[Record]) -> None:
-        call = self._ops[shard].unclaim(queue, records)
-        try:
-            await self._scripts(call.script, call.keys, call.args)
-        except CONNECTION_ERRORS as exc:  # the leases will expire instead
-            logger.warning("could not release %d claimed messages: %s", len(records), exc)
-        self._news(queue, shard)
-
-    async def _claim(self, queue: str, view: ShardView, limit: int, lease_ms: int) -> list[Record]:
-        """Claims of several shards: a cancel during one gives back the earlier ones."""
-        # Records of earlier shards are already ours when a later claim is cancelled.
-        stop = [False]
-        task = asyncio.ensure_future(self._claim_all(queue, view, limit, lease_ms, stop))
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            stop[0] = True
-            task.add_done_callback(functools.partial(self._unclaim_all_later, queue))
-            raise
-
-    def _unclaim_all_later(self, queue: str, done: asyncio.Future[list[Record]]) -> None:
-        if done.cancelled() or done.exception() is not None or not done.result():
-            return
-        for shard in range(self.shards):
-            mine = [r for r in done.result() if shard_of(r.id, self.shards) == shard]
-            if mine:
-                unclaim = asyncio.ensure_future(self._unclaim(queue, shard, mine))
-                self._background.add(unclaim)
-                unclaim.add_done_callback(self._background.discard)
-
-    async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
-        """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
-        plan = self._put_plan(requests, await self._seq_base(queue, len(requests)))
-        if self._needs_check(plan):
-            for shard, part, _ in plan:
-                await self._run(self._ops[shard].check_put(queue, part))
-        for shard, part, seqs in plan:
-            if await self._run(self._ops[shard].put(queue, part, seqs)):
-                self._news(queue, shard)
-        return [request.id for request in requests]
-
-    async def reserve(
-        self, queue: str, *, limit: int, lease_ms: int, wait: float | None
-    ) -> list[Record]:
-        """See :meth:`Backend.reserve <delayq.durable.backend.Backend.reserve>`."""
-        hub = self._hub(queue)
-        hub.mark_unheard()
-        if wait == 0:
-            return await self._claim(queue, hub.view, limit, lease_ms)
-        give_up = None if wait is None else time.monotonic() + wait
-        backoff = REDIS_RECONNECT_FIRST
-        with hub.session():
-            while True:
-                generation = hub.generation
-                try:
-                    records = await self._claim(queue, hub.view, limit, lease_ms)
-                except CONNECTION_ERRORS as exc:
-                    if _expired(give_up):
-                        raise
-                    logger.warning("reserve lost Redis (%s); retrying in %.2f s", exc, backoff)
-                    await hub.wait(hub.generation, backoff)
-                    backoff = next_backoff(backoff)
-                    continue
-                backoff = REDIS_RECONNECT_FIRST
-                if records or _expired(give_up):
-                    return records
-                timeout = hub.view.seconds_until_next() + _HAIR
-                if give_up is not None:
-                    timeout = min(timeout, max(0.0, give_up - time.monotonic()))
-                await hub.wait(generation, timeout)
-                self._check_open()
-
-    async def ack(self, queue: str, id: str, token: str) -> None:
-        """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
-        await self._run(self._at(id).ack(queue, id, token))
-
-    async def nack(
-        self,
-        queue: str,
-        id: str,
-        token: str,
-        *,
-        delay_ms: int,
-        error: str | None,
-        dead: bool = False,
-    ) -> State:
-        """See :meth:`Backend.nack <delayq.durable.backend.Backend.nack>`."""
-        base = await self._seq_base(queue, 1)
-        seq = None if base is None else base + 1
-        ops = self._at(id)
-        state = await self._run(ops.nack(queue, id, token, delay_ms, error, dead=dead, seq=seq))
-        if state is State.SCHEDULED:
-            self._news(queue, ops.shard)
-        return state
-
-    async def release(self, queue: str, id: str, token: str) -> None:
-        """See :meth:`Backend.release <delayq.durable.backend.Backend.release>`."""
-        ops = self._at(id)
-        await self._run(ops.release(queue, id, token))
-        self._news(queue, ops.shard)
-
-    async def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
-        """See :meth:`Backend.extend <delayq.durable.backend.Backend.extend>`."""
-        return await self._run(self._at(id).extend(queue, id, token, lease_ms))
-
-    async def cancel(self, queue: str, id: str) -> bool:
-        """See :meth:`Backend.cancel <delayq.durable.backend.Backend.cancel>`."""
-        return await self._run(self._at(id).cancel(queue, id))
-
-    async def reschedule(
-        self, queue: str, id: str, *, delay_ms: int | None, at_ms: int | None
-    ) -> bool:
-        """See :meth:`Backend.reschedule <delayq.durable.backend.Backend.reschedule>`."""
-        base = await self._seq_base(queue, 1)
-        ops = self._at(id)
-        moved = await self._run(
-            ops.reschedule(queue, id, delay_ms, at_ms, None if base is None else base + 1)
-        )
-        if moved:
-            self._news(queue, ops.shard)
-        return moved
-
-    async def get(self, queue: str, id: str) -> Record | None:
-        """See :meth:`Backend.get <delayq.durable.backend.Backend.get>`."""
-        return await self._run(self._at(id).get(queue, id))
-
-    async def stats(self, queue: str) -> Stats:
-        """See :meth:`Backend.stats <delayq.durable.backend.Backend.stats>`."""
-        return merge_stats([await self._run(ops.stats(queue)) for ops in self._ops])
-
-    async def dead(self, queue: str, limit: int) -> list[Record]:
-        """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
-        return merge_dead([await self._run(ops.dead(queue, limit)) for ops in self._ops], limit)
-
-    async def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
-        """See :meth:`Backend.retry_dead <delayq.durable.backend.Backend.retry_dead>`."""
-        revived = 0
-        for ops in self._ops:
-            mine = (
-                None if ids is None else [i for i in ids if shard_of(i, self.shards) == ops.shard]
-            )
-            if mine == []:
-                continue
-            count = len(mine) if mine is not None else await self._client.zcard(ops.dead_key(queue))
-            if not count:
-                continue
-            done = await self._run(ops.retry_dead(queue, mine, await self._seq_base(queue, count)))
-            if done:
-                self._news(queue, ops.shard)
-            revived += done
-        return revived
-
-    async def purge(self, queue: str, state: State | None) -> int:
-        """See :meth:`Backend.purge <delayq.durable.backend.Backend.purge>`."""
-        return sum([await self._run(ops.purge(queue, state)) for ops in self._ops])
-
-    async def queues(self) -> list[str]:
-        """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
-        self._check_open()
-        return await scan_queues_async(self._client, self.prefix)
-
-    async def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
-        """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
-        parts = [await self._run(ops.peek(queue, state, limit)) for ops in self._ops]
-        return merge_peek(parts, state, limit)
-
-    async def due_counts(
-        self, queue: str, *, horizon_ms: int, buckets: int
-    ) -> tuple[int, list[int]]:
-        """See :meth:`Backend.due_counts <delayq.durable.backend.Backend.due_counts>`."""
-        return merge_due_counts(
-            [await self._run(ops.due_counts(queue, horizon_ms, buckets)) for ops in self._ops]
-        )
-
-    async def close(self) -> None:
-        """See :meth:`Backend.close <delayq.durable.backend.Backend.close>`."""
-        if self._closed:
-            return
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
-        self._closed = True
-        for hub in list(self._hubs.values()):
-            await hub.close()
-        with contextlib.suppress(*CONNECTION_ERRORS):
-            await self._client.aclose()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 __all__ = [
     "ACK",
+    "ACK_MANY",
     "CANCEL",
     "CLAIM",
     "COLUMNS",
@@ -144,6 +145,24 @@ SELECT
 ACK = """
 DELETE FROM delayq_messages
 WHERE queue = ? AND id = ? AND state = 'active' AND lease = ? AND lease_until > ?
+"""
+
+#: apply_ack_many(): ACK for every ``[id, token]`` pair of the JSON array ``:items``, in
+#: one statement: json_each drives one primary key lookup per pair (CROSS JOIN fixes
+#: that loop order; left free, the planner scans the queue's leases instead). RETURNING gives the
+#: deleted ``(id, lease)`` pairs; the caller reports the other pairs as lost, in order
+#: (each row is deleted once, so a duplicate pair is lost the second time).
+ACK_MANY = """
+DELETE FROM delayq_messages
+WHERE rowid IN (
+    SELECT held.rowid
+    FROM json_each(:items) AS item
+    CROSS JOIN delayq_messages AS held
+      ON held.queue = :queue AND held.id = json_extract(item.value, '$[0]')
+    WHERE held.state = 'active' AND held.lease = json_extract(item.value, '$[1]')
+      AND held.lease_until > :now
+)
+RETURNING id, lease
 """
 
 #: apply_nack(): scheduled at ``:due_at`` (``resolve_due(delay_ms, None, now)``), or dead

@@ -1,0 +1,389 @@
+"""The operations of the SQLite backend, each one transaction, written once for both faces.
+
+:class:`Core` holds the connection pool and the wake-up of one backend object; every
+method but waiting is here, as one transaction of the statements of :mod:`.statements`
+(each the mirror of a pure transition of :mod:`delayq.durable.message`). The faces in
+:mod:`.backend` call these methods directly (sync) or on a thread pool (async).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..._constants import LEASE_EXPIRED_ERROR, SQLITE_BUSY_HANDLER_TIMEOUT
+from ...durable.message import Now, PutRequest, Record, State, Stats, lag_of, observe, resolve_due
+from ...errors import DuplicateId, LeaseLost, QueueClosed
+from . import _inspect
+from . import statements as sql
+from ._connection import Pool
+from ._url import parse_url
+from ._wakeup import Wakeup
+
+__all__ = ["Core"]
+
+_STATES = {state.value: state for state in State}
+_LEASE_LOST = "the lease expired or the message was reserved, acked or removed since"
+
+
+# -- rows -------------------------------------------------------------------------------
+
+
+def _record(row: Sequence[Any]) -> Record:
+    headers = row[8]
+    return Record(
+        id=row[0],
+        payload=row[1],
+        encoding=row[2],
+        due_at=row[3],
+        seq=row[4],
+        attempts=row[5],
+        max_attempts=row[6],
+        state=_STATES[row[7]],
+        headers=json.loads(headers) if headers else {},
+        last_error=row[9],
+        lease=row[10],
+        lease_until=row[11],
+    )
+
+
+def _headers(headers: Mapping[str, str]) -> str | None:
+    return json.dumps(dict(headers), separators=(",", ":")) if headers else None
+
+
+def _next_event(conn: sqlite3.Connection, queue: str) -> int | None:
+    due, lease = conn.execute(sql.NEXT_EVENT, {"queue": queue}).fetchall()[0]
+    events = [t for t in (due, lease) if t is not None]
+    return min(events) if events else None
+
+
+def _settle(conn: sqlite3.Connection, queue: str, now: Now) -> None:
+    conn.execute(sql.SETTLE, {"queue": queue, "now": now.floor, "expired": LEASE_EXPIRED_ERROR})
+
+
+def _next_seq(conn: sqlite3.Connection, count: int) -> int:
+    """Reserve ``count`` sequence numbers; return the first."""
+    last = conn.execute(sql.NEXT_SEQ, (count,)).fetchall()[0][0]
+    return int(last) - count + 1
+
+
+# -- the operations, written once -------------------------------------------------------
+
+
+class Core:
+    """Everything but waiting: each method is one transaction, shared by both faces."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        path, checked = parse_url(url, **options)
+        busy = checked["busy_timeout"]
+        self.pool = Pool(
+            path,
+            busy_timeout=min(busy, SQLITE_BUSY_HANDLER_TIMEOUT),
+            busy_budget=busy,
+            synchronous=checked["synchronous"],
+        )
+        self.wake = Wakeup(self.pool, checked["poll_interval"])
+        self.closed = False
+
+    def check_open(self) -> None:
+        """Raise :class:`QueueClosed` once closed."""
+        if self.closed:
+            raise QueueClosed("the queue is closed")
+
+    def close(self) -> None:
+        """Wake the waiters (they raise QueueClosed) and close the connections."""
+        self.closed = True
+        self.wake.close()
+        self.pool.close()
+
+    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+        """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
+        self.check_open()
+
+        def work(conn: sqlite3.Connection, now: Now) -> list[str]:
+            seq = _next_seq(conn, len(requests))
+            ignored: list[tuple[Any, ...]] = []  # a run of "ignore" rows, inserted at once
+            for request in requests:
+                row = (
+                    queue,
+                    request.id,
+                    request.payload,
+                    request.encoding,
+                    resolve_due(request.delay_ms, request.at_ms, now),
+                    seq,
+                    request.max_attempts,
+                    _headers(request.headers),
+                )
+                seq += 1
+                if request.on_conflict == "ignore":
+                    ignored.append(row)
+                    continue
+                if ignored:
+                    conn.executemany(sql.INSERT_IGNORE, ignored)
+                    ignored = []
+                if request.on_conflict == "error":
+                    try:
+                        conn.execute(sql.INSERT, row)
+                    except sqlite3.IntegrityError:
+                        raise DuplicateId(f"a message with id {request.id!r} exists") from None
+                elif not conn.execute(sql.REPLACE, (*row, now.floor)).fetchall():
+                    raise DuplicateId(f"message {request.id!r} is in flight: it cannot be replaced")
+            if ignored:
+                conn.executemany(sql.INSERT_IGNORE, ignored)
+            return [request.id for request in requests]
+
+        ids = self.pool.write(work)
+        self.wake.bump()
+        return ids
+
+    def claim(
+        self, queue: str, limit: int, lease_ms: int, peek: bool
+    ) -> tuple[list[Record], int | None]:
+        """Settle expired leases and claim up to ``limit`` due messages, in one
+        transaction. Returns what was claimed (in order) and, when nothing was, the
+        epoch ms of the next due time or lease expiry. With ``peek``, a read-only look
+        comes first and the write lock is taken only if something is due."""
+        self.check_open()
+        if peek:
+            next_ms, now = self.pool.read(lambda conn, now: (_next_event(conn, queue), now))
+            if next_ms is None or next_ms > now.floor:
+                return [], next_ms
+
+        def work(conn: sqlite3.Connection, now: Now) -> tuple[list[Record], int | None]:
+            _settle(conn, queue, now)
+            params = {
+                "queue": queue,
+                "now": now.floor,
+                "ceil": now.ceil,
+                "lease_ms": lease_ms,
+                "limit": limit,
+            }
+            rows = conn.execute(sql.CLAIM, params).fetchall()
+            if not rows:
+                return [], _next_event(conn, queue)
+            records = [_record(row) for row in rows]
+            records.sort(key=lambda record: (record.due_at, record.seq))
+            return records, None
+
+        return self.pool.write(work)
+
+    def release(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.release <delayq.durable.backend.Backend.release>`."""
+        self.check_open()
+
+        def work(conn: sqlite3.Connection, now: Now) -> None:
+            params = {"queue": queue, "id": id, "token": token, "now": now.floor}
+            if conn.execute(sql.RELEASE, params).rowcount != 1:
+                raise LeaseLost(_LEASE_LOST)
+
+        self.pool.write(work)
+        self.wake.bump()
+
+    def unclaim(self, queue: str, records: Sequence[Record]) -> None:
+        """Give back what a cancelled reserve claimed (nobody received it): the same
+        RELEASE as :meth:`release`, for each record whose lease the claim still
+        holds, unexpired (an expired one was settled as any expiry is)."""
+
+        def work(conn: sqlite3.Connection, now: Now) -> None:
+            conn.executemany(
+                sql.RELEASE,
+                [{"queue": queue, "id": r.id, "token": r.lease, "now": now.floor} for r in records],
+            )
+
+        if not self.pool.closed:
+            self.pool.write(work)
+            self.wake.bump()
+
+    def ack(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
+        self.check_open()
+
+        def work(conn: sqlite3.Connection, now: Now) -> None:
+            if conn.execute(sql.ACK, (queue, id, token, now.floor)).rowcount != 1:
+                raise LeaseLost(_LEASE_LOST)
+
+        self.pool.write(work)
+
+    def ack_many(self, queue: str, items: Sequence[tuple[str, str]]) -> list[str]:
+        """See :meth:`Backend.ack_many <delayq.durable.backend.Backend.ack_many>`."""
+        self.check_open()
+        encoded = json.dumps(items, separators=(",", ":"))
+
+        def work(conn: sqlite3.Connection, now: Now) -> list[tuple[str, str]]:
+            params = {"queue": queue, "items": encoded, "now": now.floor}
+            return [(row[0], row[1]) for row in conn.execute(sql.ACK_MANY, params).fetchall()]
+
+        acked = set(self.pool.write(work))
+        lost = []
+        for item in items:
+            if item in acked:
+                acked.discard(item)  # a second (id, token) of the same row is lost
+            else:
+                lost.append(item[0])
+        return lost
+
+    def nack(
+        self, queue: str, id: str, token: str, delay_ms: int, error: str | None, *, dead: bool
+    ) -> State:
+        """See :meth:`Backend.nack <delayq.durable.backend.Backend.nack>`."""
+        self.check_open()
+
+        def work(conn: sqlite3.Connection, now: Now) -> State:
+            params = {
+                "queue": queue,
+                "id": id,
+                "token": token,
+                "now": now.floor,
+                "due_at": resolve_due(delay_ms, None, now),
+                "dead": int(dead),
+                "error": error,
+                "seq": _next_seq(conn, 1),
+            }
+            rows = conn.execute(sql.NACK, params).fetchall()
+            if not rows:
+                raise LeaseLost(_LEASE_LOST)
+            return _STATES[rows[0][0]]
+
+        state = self.pool.write(work)
+        if state is State.SCHEDULED:
+            self.wake.bump()
+        return state
+
+    def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
+        """See :meth:`Backend.extend <delayq.durable.backend.Backend.extend>`."""
+        self.check_open()
+
+        def work(conn: sqlite3.Connection, now: Now) -> int:
+            params = {
+                "queue": queue,
+                "id": id,
+                "token": token,
+                "now": now.floor,
+                "ceil": now.ceil,
+                "lease_ms": lease_ms,
+            }
+            rows = conn.execute(sql.EXTEND, params).fetchall()
+            if not rows:
+                raise LeaseLost(_LEASE_LOST)
+            return int(rows[0][0])
+
+        return self.pool.write(work)
+
+    def cancel(self, queue: str, id: str) -> bool:
+        """See :meth:`Backend.cancel <delayq.durable.backend.Backend.cancel>`."""
+        self.check_open()
+        return self.pool.write(
+            lambda conn, now: conn.execute(sql.CANCEL, (queue, id, now.floor)).rowcount == 1
+        )
+
+    def reschedule(self, queue: str, id: str, delay_ms: int | None, at_ms: int | None) -> bool:
+        """See :meth:`Backend.reschedule <delayq.durable.backend.Backend.reschedule>`."""
+        self.check_open()
+
+        def work(conn: sqlite3.Connection, now: Now) -> bool:
+            _settle(conn, queue, now)
+            params = {
+                "queue": queue,
+                "id": id,
+                "now": now.floor,
+                "due_at": resolve_due(delay_ms, at_ms, now),
+                "seq": _next_seq(conn, 1),
+            }
+            return conn.execute(sql.RESCHEDULE, params).rowcount == 1
+
+        moved = self.pool.write(work)
+        if moved:
+            self.wake.bump()
+        return moved
+
+    def get(self, queue: str, id: str) -> Record | None:
+        """See :meth:`Backend.get <delayq.durable.backend.Backend.get>`."""
+        self.check_open()
+
+        def work(conn: sqlite3.Connection, now: Now) -> Record | None:
+            rows = conn.execute(sql.GET, (queue, id)).fetchall()
+            return observe(_record(rows[0]), now.floor, with_lease=False) if rows else None
+
+        return self.pool.read(work)
+
+    def stats(self, queue: str) -> Stats:
+        """See :meth:`Backend.stats <delayq.durable.backend.Backend.stats>`."""
+        self.check_open()
+
+        def work(conn: sqlite3.Connection, now: Now) -> Stats:
+            row = conn.execute(sql.STATS, {"queue": queue, "now": now.floor}).fetchall()[0]
+            scheduled, ready, active, dead, next_due, oldest_ready = row
+            return Stats(
+                scheduled=scheduled,
+                ready=ready,
+                active=active,
+                dead=dead,
+                next_due_at=next_due,
+                lag=lag_of(oldest_ready, now.floor),
+            )
+
+        return self.pool.read(work)
+
+    def dead(self, queue: str, limit: int) -> list[Record]:
+        """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
+        self.check_open()
+
+        def work(conn: sqlite3.Connection, now: Now) -> list[Record]:
+            params = {"queue": queue, "now": now.floor, "limit": limit}
+            rows = conn.execute(sql.DEAD, params).fetchall()
+            return [observe(_record(row), now.floor, with_lease=False) for row in rows]
+
+        return self.pool.read(work)
+
+    def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
+        """See :meth:`Backend.retry_dead <delayq.durable.backend.Backend.retry_dead>`."""
+        self.check_open()
+
+        def work(conn: sqlite3.Connection, now: Now) -> int:
+            _settle(conn, queue, now)
+            if ids is None:
+                rowids = [row[0] for row in conn.execute(sql.DEAD_ROWIDS_ALL, (queue,))]
+            else:
+                rowids = [
+                    row[0]
+                    for id in dict.fromkeys(ids)
+                    for row in conn.execute(sql.DEAD_ROWIDS, (queue, id)).fetchall()
+                ]
+            if rowids:
+                seq = _next_seq(conn, len(rowids))
+                rows = [(now.floor, seq + i, rowid) for i, rowid in enumerate(rowids)]
+                conn.executemany(sql.RETRY_DEAD, rows)
+            return len(rowids)
+
+        revived = self.pool.write(work)
+        if revived:
+            self.wake.bump()
+        return revived
+
+    def purge(self, queue: str, state: State | None) -> int:
+        """See :meth:`Backend.purge <delayq.durable.backend.Backend.purge>`."""
+        self.check_open()
+        statement = sql.PURGE[None if state is None else state.value]
+
+        def work(conn: sqlite3.Connection, now: Now) -> int:
+            _settle(conn, queue, now)
+            return conn.execute(statement, {"queue": queue, "now": now.floor}).rowcount
+
+        return self.pool.write(work)
+
+    def queues(self) -> list[str]:
+        """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
+        self.check_open()
+        return self.pool.read(_inspect.queue_names)
+
+    def peek(self, queue: str, state: State | None, limit: int) -> list[Record]:
+        """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
+        self.check_open()
+        return self.pool.read(_inspect.peek(queue, state, limit, _record))
+
+    def due_counts(self, queue: str, horizon_ms: int, buckets: int) -> tuple[int, list[int]]:
+        """See :meth:`Backend.due_counts <delayq.durable.backend.Backend.due_counts>`."""
+        self.check_open()
+        return self.pool.read(_inspect.due_counts(queue, horizon_ms, buckets))
