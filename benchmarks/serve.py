@@ -6,14 +6,17 @@ unique key prefix removed afterwards), or ``--url URL`` for one backend; ``--qui
 makes every section smaller. For each backend it starts ``delayq serve`` as a
 subprocess on a free port and measures:
 
-a. HTTP put rate: 16 concurrent clients over keep-alive connections (one
-   ``httpx.AsyncClient``, 16 connections) ``POST /v1/queues/{q}/messages`` with
-   ``{"payload": {...}, "delay": 60}``: messages per second, client included.
+a. HTTP put rate: 16 concurrent clients over keep-alive connections ``POST
+   /v1/queues/{q}/messages`` with ``{"payload": {...}, "delay": 60}``: messages per
+   second. The client is ``wrk`` (one thread, 16 connections, a Lua script for the
+   body) when it is on PATH, else the lean client: raw HTTP/1.1 over 16 asyncio
+   stream connections in a separate process (``--lean-client``), so that the client
+   is not what is measured. The table says which one ran.
 b. Callback lateness: 2,000 messages with a callback to a receiver in this process
    (a small asyncio HTTP server on a free port), due one every 5 ms over 10 s, put
-   through the API ahead of their due time. Lateness = the receiver's clock when the
-   request arrives minus the message's due time (``at``, exact to the ms): p50, p99
-   and max in ms; lost, duplicates and early must all be 0.
+   through the API (by the lean client) ahead of their due time. Lateness = the
+   receiver's clock when the request arrives minus the message's due time (``at``,
+   exact to the ms): p50, p99 and max in ms; lost, duplicates and early must all be 0.
 
 It prints a table (measure, target, PASS/MISS) and writes JSON to
 ``benchmarks/results/serve[-<scheme>][-quick].json``. It never asserts.
@@ -23,10 +26,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import queue
 import re
 import secrets
+import shutil
 import signal
 import statistics
 import subprocess
@@ -59,11 +64,12 @@ class Sizes:
     """How much each section does."""
 
     puts: int = 10_000
+    put_seconds: float = 5.0
     callbacks: int = 2_000
     callback_seconds: float = 10.0
 
 
-QUICK = Sizes(puts=2_000, callbacks=400, callback_seconds=2.0)
+QUICK = Sizes(puts=2_000, put_seconds=2.0, callbacks=400, callback_seconds=2.0)
 
 
 # -- the server under test ------------------------------------------------------------
@@ -123,48 +129,133 @@ def delayq_serve(url: str) -> Iterator[Served]:
             process.wait()
 
 
-# -- a: put rate ------------------------------------------------------------------------
+# -- the clients ------------------------------------------------------------------------
 
 
-async def put_all(base: str, path: str, bodies: list[dict[str, Any]]) -> float:
-    """POST every body with CLIENTS concurrent clients; return the seconds it took."""
-    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
-    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30.0) as client:
-        await client.get("/healthz")
-        cursor = iter(bodies)
-        failures: list[str] = []
+async def _lean_connection(
+    host: str, port: int, path: str, bodies: Iterator[bytes], failures: list[str]
+) -> None:
+    """One keep-alive connection: POST the next body, read the answer, repeat."""
+    reader, writer = await asyncio.open_connection(host, port)
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        "Content-Type: application/json\r\nContent-Length: "
+    ).encode()
+    try:
+        for body in bodies:
+            writer.write(b"%s%d\r\n\r\n%s" % (head, len(body), body))
+            answer = await reader.readuntil(b"\r\n\r\n")
+            status = int(answer[9:12])
+            found = re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", answer)
+            if found is None:
+                raise SystemExit(f"answer without Content-Length: {answer[:200]!r}")
+            text = await reader.readexactly(int(found.group(1)))
+            if status not in (200, 201):
+                failures.append(f"{status} {text[:200]!r}")
+    finally:
+        writer.close()
 
-        async def client_loop() -> None:
-            for body in cursor:
-                response = await client.post(path, json=body)
-                if response.status_code != 201 and response.status_code != 200:
-                    failures.append(f"{response.status_code} {response.text[:200]}")
 
-        started = time.perf_counter()
-        await asyncio.gather(*(client_loop() for _ in range(CLIENTS)))
-        seconds = time.perf_counter() - started
-    if failures:
+async def _lean_put_all(base: str, path: str, bodies: list[bytes]) -> dict[str, Any]:
+    parts = urlsplit(base)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    cursor = iter(bodies)
+    failures: list[str] = []
+    started = time.perf_counter()
+    await asyncio.gather(
+        *(_lean_connection(host, port, path, cursor, failures) for _ in range(CLIENTS))
+    )
+    return {"seconds": time.perf_counter() - started, "failures": failures}
+
+
+def lean_client_main() -> int:
+    """``--lean-client``: read ``{"base", "path", "bodies"}`` (JSON) from stdin, POST
+    every body over CLIENTS keep-alive connections, print ``{"seconds", "failures"}``."""
+    job = json.load(sys.stdin)
+    bodies = [json.dumps(body, separators=(",", ":")).encode() for body in job["bodies"]]
+    try:
+        import uvloop  # noqa: PLC0415
+
+        runner: Any = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    print(json.dumps(runner(_lean_put_all(job["base"], job["path"], bodies))))
+    return 0
+
+
+def lean_put_all(base: str, path: str, bodies: list[dict[str, Any]]) -> float:
+    """POST every body with the lean client in its own process; the seconds it took."""
+    job = json.dumps({"base": base, "path": path, "bodies": bodies})
+    done = subprocess.run(
+        [sys.executable, __file__, "--lean-client"],
+        input=job,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"the lean client failed:\n{done.stderr}")
+    result = json.loads(done.stdout)
+    if result["failures"]:
+        failures = result["failures"]
         raise SystemExit(f"{len(failures)} puts failed, e.g. {failures[0]}")
-    return seconds
+    return float(result["seconds"])
+
+
+_WRK_SCRIPT = """wrk.method = "POST"
+wrk.body = [[%s]]
+wrk.headers["Content-Type"] = "application/json"
+"""
+
+
+def wrk_put_rate(base: str, path: str, body: dict[str, Any], seconds: float) -> tuple[int, float]:
+    """``wrk`` for ``seconds`` (one thread, CLIENTS connections): (puts, seconds)."""
+    wrk = shutil.which("wrk")
+    assert wrk is not None
+    with tempfile.TemporaryDirectory(prefix="delayq-bench-wrk-") as tmp:
+        script = Path(tmp) / "put.lua"
+        script.write_text(_WRK_SCRIPT % json.dumps(body))
+        command = [wrk, "-t1", f"-c{CLIENTS}", f"-d{seconds:g}s", "-s", str(script)]
+        done = subprocess.run([*command, base + path], capture_output=True, text=True, check=False)
+    output = done.stdout + done.stderr
+    counted = re.search(r"(\d+) requests in ([\d.]+)(m?s)", output)
+    if done.returncode != 0 or counted is None:
+        raise SystemExit(f"wrk failed:\n{output}")
+    if "Non-2xx" in output or "Socket errors" in output:
+        raise SystemExit(f"wrk saw failed puts:\n{output}")
+    took = float(counted.group(2)) / (1000.0 if counted.group(3) == "ms" else 1.0)
+    return int(counted.group(1)), took
+
+
+# -- a: put rate ------------------------------------------------------------------------
 
 
 def section_put_rate(served: Served, scheme: str, sizes: Sizes) -> list[Measure]:
     """Section a."""
     name = f"bench-put-{uuid.uuid4().hex[:8]}"
-    bodies = [{"payload": {"n": i, "kind": "bench"}, "delay": 60} for i in range(sizes.puts)]
-    seconds = asyncio.run(put_all(served.base, f"/v1/queues/{name}/messages", bodies))
+    path = f"/v1/queues/{name}/messages"
+    httpx.get(f"{served.base}/healthz", timeout=30)
+    if shutil.which("wrk"):
+        client = "wrk"
+        body = {"payload": {"n": 1, "kind": "bench"}, "delay": 60}
+        puts, seconds = wrk_put_rate(served.base, path, body, sizes.put_seconds)
+    else:
+        client = "lean client"
+        bodies = [{"payload": {"n": i, "kind": "bench"}, "delay": 60} for i in range(sizes.puts)]
+        puts, seconds = sizes.puts, lean_put_all(served.base, path, bodies)
     httpx.post(f"{served.base}/v1/queues/{name}/purge", json={}, timeout=30)
-    rate = sizes.puts / seconds
+    rate = puts / seconds
     target = PUT_TARGETS.get(scheme)
     return [
         Measure(
             "a",
-            f"HTTP put, {CLIENTS} clients, keep-alive",
+            f"HTTP put, {CLIENTS} clients, keep-alive ({client})",
             rate,
             "items/s",
             f">= {target:,.0f}/s" if target else "",
             None if target is None else rate >= target,
-            note=f"{sizes.puts:,} puts in {seconds:.2f} s",
+            note=f"{puts:,} puts in {seconds:.2f} s",
+            extra={"client": client},
         )
     ]
 
@@ -227,7 +318,8 @@ async def run_callbacks(served: Served, sizes: Sizes, put_rate: float) -> dict[s
     receiver = Receiver()
     await receiver.start()
     step = sizes.callback_seconds / sizes.callbacks
-    lead = 1.0 + 1.5 * sizes.callbacks / put_rate
+    # Section a's rate may be wrk's, faster than the lean client's: count 1,000/s at most.
+    lead = 1.0 + 1.5 * sizes.callbacks / min(put_rate, 1_000.0)
     first_due = time.time() + lead
     bodies, due_by_id = [], {}
     for i in range(sizes.callbacks):
@@ -242,7 +334,8 @@ async def run_callbacks(served: Served, sizes: Sizes, put_rate: float) -> dict[s
                 "callback": {"url": f"http://127.0.0.1:{receiver.port}/hook"},
             }
         )
-    put_seconds = await put_all(served.base, f"/v1/queues/{served.callback_queue}/messages", bodies)
+    path = f"/v1/queues/{served.callback_queue}/messages"
+    put_seconds = await asyncio.to_thread(lean_put_all, served.base, path, bodies)
     slack = first_due - time.time()
     give_up = time.monotonic() + lead + sizes.callback_seconds + 30.0
     while len(receiver.received) < len(bodies) and time.monotonic() < give_up:
@@ -326,7 +419,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", help="one backend URL to measure (default: sqlite and redis)")
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
     parser.add_argument("--json", type=Path, help="where to write the JSON results")
+    parser.add_argument("--lean-client", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.lean_client:
+        return lean_client_main()
     sizes = QUICK if args.quick else Sizes()
     suffix = "-quick" if args.quick else ""
     scheme_part = f"-{urlsplit(args.url).scheme.lower()}" if args.url else ""

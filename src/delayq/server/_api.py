@@ -14,6 +14,7 @@ import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Request
+from fastapi.responses import JSONResponse, Response
 
 from .._constants import MAX_ID_LENGTH
 from ..durable import AsyncQueue, Message, State
@@ -40,7 +41,7 @@ from ._models import (
 )
 from ._state import ServerState, message_to_json
 
-__all__ = ["QueueDep", "StateDep", "error_docs", "router", "server_state"]
+__all__ = ["QueueDep", "StateDep", "error_docs", "router", "server_state", "state_of"]
 
 _ERROR_TEXT = {
     400: "Malformed JSON.",
@@ -63,10 +64,18 @@ def error_docs(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
-def server_state(request: Request) -> ServerState:
+def state_of(request: Request) -> ServerState:
     """The :class:`ServerState` of the app serving ``request``."""
     state: ServerState = request.app.state.delayq
     return state
+
+
+async def server_state(request: Request) -> ServerState:
+    """:func:`state_of` as a dependency.
+
+    ``async`` (like :func:`open_queue`) so FastAPI calls it on the loop: a plain
+    ``def`` dependency runs on the thread pool, a hand-off per request."""
+    return state_of(request)
 
 
 StateDep = Annotated[ServerState, Depends(server_state)]
@@ -81,10 +90,12 @@ QueueName = Annotated[
 MessageId = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)]
 
 
-def open_queue(queue: QueueName, state: StateDep) -> AsyncQueue:
+async def open_queue(queue: QueueName, request: Request) -> AsyncQueue:
     """The queue named in the path (422 for a bad name)."""
+    # The state straight from the request, not through StateDep: a dependency less
+    # to solve on every request.
     try:
-        return state.queue(queue)
+        return state_of(request).queue(queue)
     except (TypeError, ValueError) as exc:
         raise ApiError(422, "invalid_queue", str(exc)) from None
 
@@ -103,16 +114,20 @@ router = APIRouter(prefix="/v1", tags=["messages"], responses=error_docs())
     response_model=PutResponse,
     responses=error_docs(409),
 )
-async def put_message(queue: QueueDep, state: StateDep, body: PutRequestBody) -> dict[str, str]:
+async def put_message(queue: QueueDep, request: Request, body: PutRequestBody) -> Response:
     """Store one message, due after ``delay`` or at ``at`` (neither: now).
 
     409 ``duplicate_id`` when the id exists and ``on_conflict`` is ``"error"`` (or
     the message is in flight and ``on_conflict`` is ``"replace"``)."""
+    # The hot path of the API: the state without a dependency, puts of concurrent
+    # requests batched (PutCoalescer), and the answer built here rather than
+    # validated against PutResponse (which still documents it).
+    state = state_of(request)
     arguments = put_arguments(body, queue.name, state.config)
     with facade_errors():
-        message_id = await queue.put(**arguments)
+        message_id = await state.putter(queue).put(arguments)
     state.metrics.puts.labels(queue.name).inc()
-    return {"id": message_id, "queue": queue.name}
+    return JSONResponse({"id": message_id, "queue": queue.name}, status_code=201)
 
 
 @router.post(

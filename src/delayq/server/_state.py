@@ -9,9 +9,10 @@ import datetime as dt
 import json
 from typing import Any
 
-from .._constants import CALLBACK_HEADER
+from .._constants import CALLBACK_HEADER, SERVE_COALESCE_MAX_BATCH
 from ..durable import AsyncQueue, Message
 from ..durable._facade import check_identifier
+from ._coalesce import PutCoalescer
 from ._config import ServeConfig
 from ._metrics import Metrics
 
@@ -73,6 +74,7 @@ class ServerState:
         options: dict[str, Any] = dict(config.backend_options)
         self._root = AsyncQueue(config.url, **options)
         self._queues: dict[str, AsyncQueue] = {self._root.name: self._root}
+        self._putters: dict[str, PutCoalescer] = {}
 
     def queue(self, name: str) -> AsyncQueue:
         """The queue ``name`` (1 to 255 characters, no NUL, no ``{``/``}``/``/``)."""
@@ -87,6 +89,13 @@ class ServerState:
             queue = self._queues[name] = self._root.named(name)
         return queue
 
+    def putter(self, queue: AsyncQueue) -> PutCoalescer:
+        """The :class:`PutCoalescer` of ``queue`` (one of :meth:`queue`'s)."""
+        putter = self._putters.get(queue.name)
+        if putter is None:
+            putter = self._putters[queue.name] = PutCoalescer(queue, SERVE_COALESCE_MAX_BATCH)
+        return putter
+
     async def queue_names(self) -> list[str]:
         """Every queue that holds a message, and the callback queues, sorted."""
         names = set(await self._root.queues())
@@ -94,6 +103,9 @@ class ServerState:
         return sorted(names)
 
     async def close(self) -> None:
-        """Close the backend (every queue object with it)."""
+        """Close the backend (every queue object with it), once the batched puts
+        sent so far are stored."""
+        for putter in self._putters.values():
+            await putter.wait_idle()
         for queue in self._queues.values():
             await queue.close()
