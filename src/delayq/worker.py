@@ -30,7 +30,7 @@ import math
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,7 @@ from ._constants import (
     WORKER_EXTEND_DIVISOR,
     WORKER_IDLE_WAIT,
 )
+from ._consumer import LeaseRenewer, reserve_loop
 from ._cron import plan_tick, tick_id
 from ._duration import delay_to_seconds
 from ._runtime import DaemonPool, Slots, log_event
@@ -305,48 +306,29 @@ class Worker:
             await asyncio.gather(*left, return_exceptions=True)
 
     # -- reserving --------------------------------------------------------------------
-    async def _reserve_loop(self, queue: AsyncQueue) -> None:
-        slots = self._slots
-        assert slots is not None
-        while True:
-            taken = await slots.take_all()
-            try:
-                msgs = await queue.reserve(max=taken, wait=0, lease=self.lease)
-                if not msgs:
-                    # Block holding one slot only, so other queues keep the rest.
-                    slots.give(taken - 1)
-                    taken = 1
-                    msgs = await queue.reserve(max=1, wait=WORKER_IDLE_WAIT, lease=self.lease)
-            except QueueClosed:
-                slots.give(taken)
-                return
-            except asyncio.CancelledError:
-                slots.give(taken)
-                raise
-            except Exception as exc:
-                slots.give(taken)
-                log_event(_ERROR, "worker.reserve_failed", queue=queue.name, error=repr(exc))
-                await asyncio.sleep(WORKER_ERROR_BACKOFF)
-                continue
-            slots.give(taken - len(msgs))
-            for msg in msgs:
-                task = asyncio.create_task(self._job(queue, msg))
-                self._running[task] = msg
-                task.add_done_callback(self._job_done)
-
-    def _job_done(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
-        if self._slots is not None:
-            self._slots.give(1)
-        if not task.cancelled() and task.exception() is not None:
-            log_event(_ERROR, "worker.job_crashed", error=repr(task.exception()))
+    def _reserve_loop(self, queue: AsyncQueue) -> Coroutine[Any, Any, None]:
+        assert self._slots is not None
+        return reserve_loop(
+            queue,
+            self._slots,
+            self._running,
+            self._job,
+            lease=self.lease,
+            idle_wait=WORKER_IDLE_WAIT,
+            error_backoff=WORKER_ERROR_BACKOFF,
+            hold_all_slots=len(self._queues) == 1,
+            event_prefix="worker",
+        )
 
     # -- one message ------------------------------------------------------------------
     async def _job(self, queue: AsyncQueue, msg: Message) -> None:
         log_event(_DEBUG, "job.reserved", queue=queue.name, id=msg.id, attempt=msg.attempts)
         _current.set(msg)  # this job's own context (create_task copied it)
         started = time.monotonic()
-        renewer = _LeaseRenewer(queue, msg, self.lease, self.counts)
+        every = self.lease / WORKER_EXTEND_DIVISOR
+        renewer = LeaseRenewer(
+            queue, msg, self.counts, lease=self.lease, first=every, every=every, event_prefix="job"
+        )
         call: _Call | None = None
         try:
             call = self._resolve(msg)
@@ -530,44 +512,6 @@ class Worker:
 class HandlerTimeout(TimeoutError):
     """A handler ran past its timeout: a failure like any other (the message is
     nacked with its backoff). A sync handler's thread cannot be stopped and runs on."""
-
-
-class _LeaseRenewer:
-    """Extends a running job's lease every ``lease / 3`` seconds until stopped."""
-
-    def __init__(self, queue: AsyncQueue, msg: Message, lease: float, counts: Counter[str]):
-        self._queue, self._msg, self._lease, self._counts = queue, msg, lease, counts
-        self._loop = asyncio.get_running_loop()
-        self._task: asyncio.Task[None] | None = None
-        self._stopped = False
-        self._handle = self._loop.call_later(lease / WORKER_EXTEND_DIVISOR, self._fire)
-
-    def _fire(self) -> None:
-        if not self._stopped:
-            self._task = self._loop.create_task(self._extend())
-
-    async def _extend(self) -> None:
-        queue, msg = self._queue, self._msg
-        try:
-            until = await queue.extend(msg, self._lease)
-        except LeaseLost:
-            self._counts["lease_lost"] += 1
-            log_event(_WARNING, "job.lease_lost", queue=queue.name, id=msg.id, at="extend")
-            return
-        except QueueClosed:
-            return
-        except Exception as exc:  # a hiccup: try again at the next beat
-            log_event(_WARNING, "job.extend_failed", queue=queue.name, id=msg.id, error=repr(exc))
-        else:
-            log_event(_DEBUG, "job.extended", queue=queue.name, id=msg.id, until=until)
-        if not self._stopped:
-            self._handle = self._loop.call_later(self._lease / WORKER_EXTEND_DIVISOR, self._fire)
-
-    def stop(self) -> None:
-        self._stopped = True
-        self._handle.cancel()
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
 
 
 async def _cron_ack_guard(clock: Clock, tick_ms: int) -> None:

@@ -48,6 +48,7 @@ from .._constants import (
     DISPATCH_GRACE,
     DISPATCH_IDLE_WAIT,
 )
+from .._consumer import LeaseRenewer, reserve_loop
 from .._runtime import Slots, log_event
 from ..durable import AsyncQueue, Message
 from ..durable.message import State
@@ -237,42 +238,19 @@ class Dispatcher:
         log_event(_INFO, "dispatch.stopped", **dict(self.counts))
 
     # -- reserving ----------------------------------------------------------------------
-    async def _reserve_loop(self, queue: AsyncQueue) -> None:
-        slots = self._slots
-        assert slots is not None
-        several = len(self.config.callback_queues) > 1
-        while True:
-            taken = await slots.take_all()
-            try:
-                msgs = await queue.reserve(max=taken, wait=0, lease=self.lease)
-                if not msgs:
-                    if several:  # block holding one slot, so other queues keep the rest
-                        slots.give(taken - 1)
-                        taken = 1
-                    msgs = await queue.reserve(max=taken, wait=DISPATCH_IDLE_WAIT, lease=self.lease)
-            except QueueClosed:
-                slots.give(taken)
-                return
-            except asyncio.CancelledError:
-                slots.give(taken)
-                raise
-            except Exception as exc:
-                slots.give(taken)
-                log_event(_ERROR, "dispatch.reserve_failed", queue=queue.name, error=repr(exc))
-                await asyncio.sleep(DISPATCH_ERROR_BACKOFF)
-                continue
-            slots.give(taken - len(msgs))
-            for msg in msgs:
-                task = asyncio.create_task(self._deliver(queue, msg))
-                self._running[task] = msg
-                task.add_done_callback(self._delivered)
-
-    def _delivered(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
-        if self._slots is not None:
-            self._slots.give(1)
-        if not task.cancelled() and task.exception() is not None:
-            log_event(_ERROR, "dispatch.job_crashed", error=repr(task.exception()))
+    def _reserve_loop(self, queue: AsyncQueue) -> typing.Coroutine[typing.Any, typing.Any, None]:
+        assert self._slots is not None
+        return reserve_loop(
+            queue,
+            self._slots,
+            self._running,
+            self._deliver,
+            lease=self.lease,
+            idle_wait=DISPATCH_IDLE_WAIT,
+            error_backoff=DISPATCH_ERROR_BACKOFF,
+            hold_all_slots=len(self.config.callback_queues) == 1,
+            event_prefix="dispatch",
+        )
 
     # -- one message ----------------------------------------------------------------------
     async def _deliver(self, queue: AsyncQueue, msg: Message) -> None:
@@ -286,7 +264,15 @@ class Dispatcher:
         except (CallbackError, TypeError, ValueError) as exc:
             await self._refuse(queue, msg, f"callback refused: {exc}")
             return
-        renewer = _LeaseRenewer(queue, msg, self.lease, self.counts)
+        renewer = LeaseRenewer(
+            queue,
+            msg,
+            self.counts,
+            lease=self.lease,
+            first=max(self.lease - CALLBACK_LEASE_MARGIN / 2, self.lease / 2),
+            every=self.lease / 2,
+            event_prefix="callback",
+        )
         try:
             outcome, error = await self._send(queue, msg, callback, body, content_type)
         except asyncio.CancelledError:
@@ -422,42 +408,3 @@ class Dispatcher:
             return
         self.counts["released"] += 1
         log_event(_INFO, "callback.released", queue=queue.name, id=msg.id, attempt=msg.attempts)
-
-
-class _LeaseRenewer:
-    """Extends a reservation near the end of its lease while its request still runs
-    (normally never: the lease outlasts the longest timeout)."""
-
-    def __init__(self, queue: AsyncQueue, msg: Message, lease: float, counts: Counter[str]):
-        self._queue, self._msg, self._lease, self._counts = queue, msg, lease, counts
-        self._loop = asyncio.get_running_loop()
-        self._task: asyncio.Task[None] | None = None
-        self._stopped = False
-        first = max(lease - CALLBACK_LEASE_MARGIN / 2, lease / 2)
-        self._handle = self._loop.call_later(first, self._fire)
-
-    def _fire(self) -> None:
-        if not self._stopped:
-            self._task = self._loop.create_task(self._extend())
-
-    async def _extend(self) -> None:
-        queue, msg = self._queue, self._msg
-        try:
-            until = await queue.extend(msg, self._lease)
-        except (LeaseLost, QueueClosed):
-            self._counts["lease_lost"] += 1
-            log_event(_WARNING, "callback.lease_lost", queue=queue.name, id=msg.id)
-            return
-        except Exception as exc:  # a hiccup: try again at the next beat
-            log_event(_WARNING, "callback.extend_failed", queue=queue.name, id=msg.id,
-                      error=repr(exc))  # fmt: skip
-        else:
-            log_event(_DEBUG, "callback.extended", queue=queue.name, id=msg.id, until=until)
-        if not self._stopped:
-            self._handle = self._loop.call_later(self._lease / 2, self._fire)
-
-    def stop(self) -> None:
-        self._stopped = True
-        self._handle.cancel()
-        if self._task is not None and not self._task.done():
-            self._task.cancel()

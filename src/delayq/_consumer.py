@@ -1,0 +1,149 @@
+"""The consumer loop that the Worker and the callback dispatcher share: reserve as many
+messages as there are free slots, run each as a task, and keep its lease alive while
+it runs.
+
+The two differ only in what a job does (run a handler, send an HTTP request), how
+often the lease is renewed, and the names of their log events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections import Counter
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from ._runtime import Slots, log_event
+from .durable.message import Message
+from .durable.queue import AsyncQueue
+from .errors import LeaseLost, QueueClosed
+
+__all__ = ["LeaseRenewer", "reserve_loop"]
+
+Job = Callable[[AsyncQueue, Message], Coroutine[Any, Any, None]]
+
+
+async def reserve_loop(
+    queue: AsyncQueue,
+    slots: Slots,
+    running: dict[asyncio.Task[None], Message],
+    job: Job,
+    *,
+    lease: float,
+    idle_wait: float,
+    error_backoff: float,
+    hold_all_slots: bool,
+    event_prefix: str,
+) -> None:
+    """Reserve from ``queue`` into free ``slots`` and start ``job(queue, msg)`` for each
+    message as a task registered in ``running`` (its slot comes back when it ends).
+
+    When nothing is due, the loop blocks in ``reserve`` for up to ``idle_wait``. It
+    holds every free slot while blocking when ``hold_all_slots`` (one queue: a burst
+    due at the same instant comes in one claim), else one slot only, so the loops of
+    other queues keep the rest. Returns when the queue closes; a failing backend is
+    logged as ``<event_prefix>.reserve_failed`` and retried after ``error_backoff``.
+    """
+    finished = functools.partial(_finished, running, slots, f"{event_prefix}.job_crashed")
+    while True:
+        taken = await slots.take_all()
+        try:
+            msgs = await queue.reserve(max=taken, wait=0, lease=lease)
+            if not msgs:
+                if not hold_all_slots:
+                    slots.give(taken - 1)
+                    taken = 1
+                msgs = await queue.reserve(max=taken, wait=idle_wait, lease=lease)
+        except QueueClosed:
+            slots.give(taken)
+            return
+        except asyncio.CancelledError:
+            slots.give(taken)
+            raise
+        except Exception as exc:
+            slots.give(taken)
+            log_event(
+                logging.ERROR, f"{event_prefix}.reserve_failed", queue=queue.name, error=repr(exc)
+            )
+            await asyncio.sleep(error_backoff)
+            continue
+        slots.give(taken - len(msgs))
+        for msg in msgs:
+            task = asyncio.create_task(job(queue, msg))
+            running[task] = msg
+            task.add_done_callback(finished)
+
+
+def _finished(
+    running: dict[asyncio.Task[None], Message], slots: Slots, event: str, task: asyncio.Task[None]
+) -> None:
+    running.pop(task, None)
+    slots.give(1)
+    if not task.cancelled() and task.exception() is not None:
+        log_event(logging.ERROR, event, error=repr(task.exception()))
+
+
+class LeaseRenewer:
+    """Extends ``msg``'s lease by ``lease`` seconds, first after ``first`` seconds and
+    then every ``every``, until :meth:`stop`.
+
+    A lost lease ends the renewals (counted in ``counts["lease_lost"]``, logged as
+    ``<event_prefix>.lease_lost at=extend``); a closed queue ends them quietly; any
+    other error is logged and retried at the next beat.
+    """
+
+    def __init__(
+        self,
+        queue: AsyncQueue,
+        msg: Message,
+        counts: Counter[str],
+        *,
+        lease: float,
+        first: float,
+        every: float,
+        event_prefix: str,
+    ) -> None:
+        self._queue, self._msg, self._counts = queue, msg, counts
+        self._lease, self._every, self._prefix = lease, every, event_prefix
+        self._loop = asyncio.get_running_loop()
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+        self._handle = self._loop.call_later(first, self._fire)
+
+    def _fire(self) -> None:
+        if not self._stopped:
+            self._task = self._loop.create_task(self._extend())
+
+    async def _extend(self) -> None:
+        queue, msg, prefix = self._queue, self._msg, self._prefix
+        try:
+            until = await queue.extend(msg, self._lease)
+        except LeaseLost:
+            self._counts["lease_lost"] += 1
+            log_event(
+                logging.WARNING, f"{prefix}.lease_lost", queue=queue.name, id=msg.id, at="extend"
+            )
+            return
+        except QueueClosed:
+            return
+        except Exception as exc:  # a hiccup: try again at the next beat
+            log_event(
+                logging.WARNING,
+                f"{prefix}.extend_failed",
+                queue=queue.name,
+                id=msg.id,
+                error=repr(exc),
+            )
+        else:
+            log_event(logging.DEBUG, f"{prefix}.extended", queue=queue.name, id=msg.id, until=until)
+        if not self._stopped:
+            self._handle = self._loop.call_later(self._every, self._fire)
+
+    def stop(self) -> None:
+        """No more renewals; an extend in flight is cancelled."""
+        self._stopped = True
+        self._handle.cancel()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
