@@ -1,0 +1,161 @@
+"""The sync and async faces stay twins: same methods, same parameters, async where it must be.
+
+The queue facade is generated (``scripts/unasync.py``, checked by ``make lint``); the
+backend faces are thin hand-written pairs over shared code, so this test is what keeps
+them in step. A user switching from ``Queue`` to ``AsyncQueue`` (or a backend author
+reading one face) can count on every call existing on the other face, taking the same
+arguments with the same defaults.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import delayq
+from delayq import durable
+from delayq.durable import queue as queue_module
+from delayq.durable.backend import AsyncBackend, Backend
+
+# (label, sync class, async class), as "module:Class"; imported inside the tests so
+# that a missing optional dependency (redis-py) skips its pairs instead of failing
+# the collection.
+PAIRS = [
+    ("protocol", "delayq.durable.backend:Backend", "delayq.durable.backend:AsyncBackend"),
+    (
+        "memory",
+        "delayq.backends.memory:MemoryBackend",
+        "delayq.backends.memory:AsyncMemoryBackend",
+    ),
+    (
+        "sqlite",
+        "delayq.backends.sqlite.backend:SQLiteBackend",
+        "delayq.backends.sqlite.backend:AsyncSQLiteBackend",
+    ),
+    (
+        "redis",
+        "delayq.backends.redis.backend:RedisBackend",
+        "delayq.backends.redis.backend:AsyncRedisBackend",
+    ),
+    (
+        "redis-sharded",
+        "delayq.backends.redis.cluster:ShardedRedisBackend",
+        "delayq.backends.redis._sharded_async:AsyncShardedRedisBackend",
+    ),
+    ("queue", "delayq.durable.queue:Queue", "delayq.durable.queue:AsyncQueue"),
+]
+BACKEND_PAIRS = [pair for pair in PAIRS if pair[0] not in ("protocol", "queue")]
+PAIR_IDS = [pair[0] for pair in PAIRS]
+BACKEND_IDS = [pair[0] for pair in BACKEND_PAIRS]
+
+# Public methods of an async face that are plain functions on purpose (properties
+# are always allowed: they only read local state).
+NOT_COROUTINES = {
+    "named": "Queue.named / AsyncQueue.named returns a sibling queue and does no I/O",
+}
+# The context-manager methods of each face.
+CONTEXT_TWINS = {"__enter__": "__aenter__", "__exit__": "__aexit__"}
+
+
+def _load(spec: str) -> type[Any]:
+    module_name, _, class_name = spec.partition(":")
+    if module_name.startswith("delayq.backends.redis"):
+        pytest.importorskip("redis", reason="redis-py is not installed")
+    cls: type[Any] = getattr(importlib.import_module(module_name), class_name)
+    return cls
+
+
+def _pair(sync_spec: str, async_spec: str) -> tuple[type[Any], type[Any]]:
+    return _load(sync_spec), _load(async_spec)
+
+
+def _public(cls: type[Any]) -> dict[str, Any]:
+    """The public attributes of ``cls`` (inherited ones too), unbound."""
+    return {name: inspect.getattr_static(cls, name) for name in dir(cls) if name[0] != "_"}
+
+
+def _methods(cls: type[Any]) -> dict[str, Callable[..., Any]]:
+    """The public methods of ``cls`` (properties left out)."""
+    return {
+        name: getattr(cls, name)
+        for name, value in _public(cls).items()
+        if not isinstance(value, property)
+    }
+
+
+def _shape(function: Callable[..., Any]) -> list[tuple[str, str, object]]:
+    """What a caller sees of a signature: each parameter's name, kind and default
+    (annotations differ between the faces: ``Backend`` vs ``AsyncBackend``...)."""
+    return [
+        (parameter.name, parameter.kind.name, parameter.default)
+        for parameter in inspect.signature(function).parameters.values()
+    ]
+
+
+@pytest.mark.parametrize(("label", "sync_spec", "async_spec"), PAIRS, ids=PAIR_IDS)
+def test_both_faces_have_the_same_public_members(
+    label: str, sync_spec: str, async_spec: str
+) -> None:
+    sync_cls, async_cls = _pair(sync_spec, async_spec)
+    sync_members, async_members = _public(sync_cls), _public(async_cls)
+    assert sorted(sync_members) == sorted(async_members), label
+    for name, value in sync_members.items():
+        assert isinstance(value, property) == isinstance(async_members[name], property), name
+
+
+@pytest.mark.parametrize(("label", "sync_spec", "async_spec"), PAIRS, ids=PAIR_IDS)
+def test_each_method_takes_the_same_parameters_on_both_faces(
+    label: str, sync_spec: str, async_spec: str
+) -> None:
+    sync_cls, async_cls = _pair(sync_spec, async_spec)
+    async_methods = {**_methods(async_cls), "__init__": async_cls.__init__}
+    for name, method in {**_methods(sync_cls), "__init__": sync_cls.__init__}.items():
+        assert name in async_methods, f"{label}: {name} has no async twin"
+        assert _shape(method) == _shape(async_methods[name]), f"{label}: {name}"
+
+
+@pytest.mark.parametrize(("label", "sync_spec", "async_spec"), PAIRS, ids=PAIR_IDS)
+def test_the_async_face_awaits_and_the_sync_face_does_not(
+    label: str, sync_spec: str, async_spec: str
+) -> None:
+    sync_cls, async_cls = _pair(sync_spec, async_spec)
+    for name, method in _methods(async_cls).items():
+        expected = name not in NOT_COROUTINES
+        assert inspect.iscoroutinefunction(method) is expected, f"{label}: {name}"
+    for name, method in _methods(sync_cls).items():
+        assert not inspect.iscoroutinefunction(method), f"{label}: {name}"
+    assert not inspect.iscoroutinefunction(async_cls.__init__)
+
+
+@pytest.mark.parametrize(("label", "sync_spec", "async_spec"), PAIRS, ids=PAIR_IDS)
+def test_context_managers_are_twins(label: str, sync_spec: str, async_spec: str) -> None:
+    sync_cls, async_cls = _pair(sync_spec, async_spec)
+    for sync_name, async_name in CONTEXT_TWINS.items():
+        assert hasattr(sync_cls, sync_name) == hasattr(async_cls, async_name), label
+        if hasattr(sync_cls, sync_name):
+            async_method = getattr(async_cls, async_name)
+            assert inspect.iscoroutinefunction(async_method), f"{label}: {async_name}"
+            assert _shape(getattr(sync_cls, sync_name)) == _shape(async_method)
+
+
+@pytest.mark.parametrize(("label", "sync_spec", "async_spec"), BACKEND_PAIRS, ids=BACKEND_IDS)
+def test_every_backend_implements_its_protocol(label: str, sync_spec: str, async_spec: str) -> None:
+    sync_cls, async_cls = _pair(sync_spec, async_spec)
+    for cls, protocol in ((sync_cls, Backend), (async_cls, AsyncBackend)):
+        implemented = _methods(cls)
+        for name, wanted in _methods(protocol).items():
+            assert name in implemented, f"{cls.__name__} lacks {protocol.__name__}.{name}"
+            method = implemented[name]
+            assert _shape(method) == _shape(wanted), f"{cls.__name__}.{name}"
+            assert inspect.iscoroutinefunction(method) == inspect.iscoroutinefunction(wanted)
+
+
+def test_queue_is_importable_where_it_always_was() -> None:
+    assert delayq.Queue is durable.Queue is queue_module.Queue
+    assert delayq.AsyncQueue is durable.AsyncQueue is queue_module.AsyncQueue
+    assert queue_module.Queue.put.__doc__
+    assert queue_module.Queue.put.__doc__ == queue_module.AsyncQueue.put.__doc__
