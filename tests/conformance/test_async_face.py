@@ -42,7 +42,9 @@ def test_waiting_reserve_does_not_block_the_loop(url: str) -> None:
 
     ticks, elapsed = asyncio.run(main())
     assert elapsed >= 0.25
-    assert ticks >= 10
+    # A reserve that blocked the loop would leave the ticker at 0 or 1; a loaded machine
+    # (or a garbage collection late in a long run) may eat some ticks of the 30.
+    assert ticks >= 5
 
 
 def test_cancelled_reserve_claims_nothing(url: str) -> None:

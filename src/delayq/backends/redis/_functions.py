@@ -18,15 +18,15 @@ import redis
 
 from ._scripts import SCRIPT_NAMES, function_name, library_source, script_source
 
-__all__ = ["AsyncFunctions", "Functions"]
+__all__ = ["AsyncFunctions", "Functions", "function_missing", "functions_unsupported"]
 
 
-def _missing(exc: redis.ResponseError) -> bool:
+def function_missing(exc: redis.ResponseError) -> bool:
     """The function (so the library) is not on the server."""
     return "function not found" in str(exc).lower()
 
 
-def _unsupported(exc: redis.ResponseError) -> bool:
+def functions_unsupported(exc: redis.ResponseError) -> bool:
     """The server has no FCALL (Redis before 7.0)."""
     return "unknown command" in str(exc).lower() and "fcall" in str(exc).lower()
 
@@ -38,6 +38,11 @@ class _Base:
         self._names = {name: function_name(name) for name in SCRIPT_NAMES}
         #: The EVALSHA scripts, when asked for or once FCALL is unknown.
         self._scripts: dict[str, Any] | None = self._use_scripts() if evalsha else None
+
+    @property
+    def evalsha(self) -> bool:
+        """True once calls run as EVALSHA scripts (asked for, or FCALL is unknown)."""
+        return self._scripts is not None
 
     def _use_scripts(self) -> dict[str, Any]:
         scripts = {name: self._client.register_script(script_source(name)) for name in SCRIPT_NAMES}
@@ -55,9 +60,9 @@ class Functions(_Base):
         try:
             return self._client.fcall(name, len(keys), *keys, *args)
         except redis.ResponseError as exc:
-            if _unsupported(exc):
+            if functions_unsupported(exc):
                 return self._use_scripts()[script](keys=keys, args=args)
-            if not _missing(exc):
+            if not function_missing(exc):
                 raise
         self._client.function_load(self._code, replace=True)
         return self._client.fcall(name, len(keys), *keys, *args)
@@ -74,7 +79,7 @@ class Functions(_Base):
         replies: list[Any] = pipe.execute(raise_on_error=False)
         for index, reply in enumerate(replies):
             if isinstance(reply, redis.ResponseError):
-                if not (_missing(reply) or _unsupported(reply)):
+                if not (function_missing(reply) or functions_unsupported(reply)):
                     raise reply
                 replies[index] = self(*runs[index])  # loads the library (or falls back)
         return replies
@@ -90,9 +95,9 @@ class AsyncFunctions(_Base):
         try:
             return await self._client.fcall(name, len(keys), *keys, *args)
         except redis.ResponseError as exc:
-            if _unsupported(exc):
+            if functions_unsupported(exc):
                 return await self._use_scripts()[script](keys=keys, args=args)
-            if not _missing(exc):
+            if not function_missing(exc):
                 raise
         await self._client.function_load(self._code, replace=True)
         return await self._client.fcall(name, len(keys), *keys, *args)

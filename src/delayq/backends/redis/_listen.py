@@ -155,9 +155,13 @@ class Listener:
                     return
                 try:
                     got: Any = client.blpop([self._key], timeout=REDIS_LISTEN_TIMEOUT)
-                except CONNECTION_ERRORS as exc:
+                except Exception as exc:
+                    # close() closes the client under a BLPOP, which may then fail in any
+                    # way (redis-py polls a socket that is gone): that is the end.
                     if self._stop_if():
                         return
+                    if not isinstance(exc, CONNECTION_ERRORS):
+                        raise
                     logger.warning("redis listener lost its connection (%s); retrying", exc)
                     self._news()
                     self.bump()

@@ -21,7 +21,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from ..._constants import LEASE_EXPIRED_ERROR, REDIS_KEY_SUFFIXES
+from ..._constants import LEASE_EXPIRED_ERROR, RAW_ENCODING, REDIS_KEY_SUFFIXES
 from ...durable.message import PutRequest, Record, State, Stats, lag_of
 from ...errors import DuplicateId
 
@@ -144,7 +144,11 @@ def _read(name: str) -> str:
 
 
 def _prelude() -> str:
-    return _read("lib").replace("@LEASE_EXPIRED@", json.dumps(LEASE_EXPIRED_ERROR))
+    return (
+        _read("lib")
+        .replace("@LEASE_EXPIRED@", json.dumps(LEASE_EXPIRED_ERROR))
+        .replace("@RAW_ENCODING@", json.dumps(RAW_ENCODING))
+    )
 
 
 @cache

@@ -24,9 +24,10 @@ scripts (the reserve script first of all), so no separate process is needed. The
 scripts run as functions of one library (``FCALL``; :mod:`._functions`), loaded when the
 server does not have it, so the shared prelude is compiled once per server.
 
-Connections: a shared pool per backend object for the scripts (redis-py retries a
-command after a connection error, with backoff), plus, per queue with a waiting
-consumer, one listener connection that blocks on the wake-up marker. Durability is
+Connections: the sync face runs the scripts on one connection per thread
+(:mod:`._link`: a failed connect or send is retried with backoff, a lost reply only for
+scripts that are safe to run twice), the async face on a redis-py pool; plus, per queue
+with a waiting consumer, one listener connection that blocks on the wake-up marker. Durability is
 Redis's: with ``appendonly yes`` and ``appendfsync always`` an acknowledged put survives
 a crash of the server; with the defaults the last second of writes may be lost.
 """
@@ -63,6 +64,7 @@ from ...durable.inspection import merge_peek
 from ...durable.message import PutRequest, Record, State, Stats
 from ...errors import QueueClosed
 from ._functions import AsyncFunctions, Functions
+from ._link import Link
 from ._listen import CONNECTION_ERRORS, AsyncListener, Listener, next_backoff
 from ._ops import Call, Operations
 from ._scripts import Claim, queue_names, queues_pattern
@@ -172,6 +174,7 @@ class RedisBackend(_Base):
             **_client_options(listener=False),
         )
         self._scripts = Functions(self._client)
+        self._link = Link(self._client, self._scripts)
         self._listeners: dict[str, Listener] = {}
         self._lock = threading.Lock()
 
@@ -183,7 +186,7 @@ class RedisBackend(_Base):
     def _run(self, call: Call[T]) -> T:
         self._check_open()
         try:
-            reply = self._scripts(call.script, call.keys, call.args)
+            reply = self._link(call.script, call.keys, call.args)
         except CONNECTION_ERRORS:
             self._check_open()
             raise
@@ -335,6 +338,7 @@ class RedisBackend(_Base):
             listeners = list(self._listeners.values())
         for listener in listeners:
             listener.close()
+        self._link.close()
         self._client.close()
 
 

@@ -1,7 +1,7 @@
 -- lib.lua: the prelude prepended to every script below (not a script of its own).
 -- KEYS, the same six in this order for every script, all under one hash tag
 -- ("<prefix>:{<queue>:<shard>}:..."), so a queue shard lives in one cluster slot:
---   KEYS[1] msg    hash   id -> the packed record (cmsgpack, see pack())
+--   KEYS[1] msg    hash   id -> the packed record (see pack())
 --   KEYS[2] due    zset   scheduled messages: score due_at ms, member seq (8 bytes BE) .. id
 --   KEYS[3] lease  zset   active messages: score lease_until ms, member id
 --   KEYS[4] dead   zset   dead messages: score seq, member id
@@ -34,26 +34,70 @@ local function due_member(seq, id)
   return struct.pack('>I8', seq) .. id
 end
 
--- Record fields, in the packed order; optional trailing fields are left out.
+-- The record, format 2: one byte of flags, then cmsgpack values, then the payload as is.
+--   flags = 128 + state + 4 * enc_code + 16 * (1 when the extra values follow), where
+--   enc_code is 0 for json (the default), 1 for 'bytes', 2 for a name in the extras;
+--   values: seq, attempts, max [, enc or '', headers, err, lease, lease_until, due]
+--   (false for an absent extra). A scheduled record leaves its due time out: it is its
+--   score in K_DUE (load() reads it there, or takes it from the caller).
+-- Format 1, written by earlier versions and still read: cmsgpack of state, due, seq,
+-- attempts, max, enc, payload[, headers[, err[, lease, lease_until]]]. Its first byte
+-- is the state (1 to 3), never 128 or more, so the two cannot be mistaken; a format 1
+-- record is written in format 2 by its next change.
+local RAW_ENCODING = @RAW_ENCODING@
+
 local function pack(r)
-  if r.lease then
-    return cmsgpack.pack(r.state, r.due, r.seq, r.attempts, r.max, r.enc, r.payload,
-      r.headers, r.err, r.lease, r.lease_until)
-  elseif r.err then
-    return cmsgpack.pack(r.state, r.due, r.seq, r.attempts, r.max, r.enc, r.payload,
-      r.headers, r.err)
-  elseif r.headers then
-    return cmsgpack.pack(r.state, r.due, r.seq, r.attempts, r.max, r.enc, r.payload, r.headers)
+  local code, extra = 0, r.state ~= SCHEDULED or r.headers or r.err or r.lease
+  if r.enc == RAW_ENCODING then
+    code = 1
+  elseif r.enc then
+    code, extra = 2, true
   end
-  return cmsgpack.pack(r.state, r.due, r.seq, r.attempts, r.max, r.enc, r.payload)
+  local flags = 128 + r.state + 4 * code
+  if not extra then
+    return string.char(flags) .. cmsgpack.pack(r.seq, r.attempts, r.max) .. r.payload
+  end
+  local due = false
+  if r.state ~= SCHEDULED then due = r.due end
+  return string.char(flags + 16) .. cmsgpack.pack(r.seq, r.attempts, r.max,
+    code == 2 and r.enc or '', r.headers or false, r.err or false, r.lease or false,
+    r.lease_until or false, due) .. r.payload
 end
 
-local function load(id)
+local function nil_if_false(value)
+  if value == false then return nil end
+  return value
+end
+
+-- The record of id (nil when unknown); due: its score in K_DUE when the caller has it.
+local function load(id, due)
   local raw = redis.call('HGET', K_MSG, id)
   if not raw then return nil end
-  local st, due, seq, att, max, enc, payload, headers, err, lease, lu = cmsgpack.unpack(raw)
-  return {id = id, state = st, due = due, seq = seq, attempts = att, max = max, enc = enc,
-    payload = payload, headers = headers, err = err, lease = lease, lease_until = lu}
+  local flags = string.byte(raw, 1)
+  if flags < 128 then
+    local st, d, seq, att, max, enc, payload, headers, err, lease, lu = cmsgpack.unpack(raw)
+    return {id = id, state = st, due = d, seq = seq, attempts = att, max = max, enc = enc,
+      payload = payload, headers = headers, err = err, lease = lease, lease_until = lu}
+  end
+  flags = flags - 128
+  local r = {id = id, state = flags % 4}
+  local code, off = math.floor(flags / 4) % 4, nil
+  if flags >= 16 then
+    local enc, headers, err, lease, lu, d
+    off, r.seq, r.attempts, r.max, enc, headers, err, lease, lu, d =
+      cmsgpack.unpack_limit(raw, 9, 1)
+    if code == 2 then r.enc = enc end
+    r.headers, r.err, r.lease = nil_if_false(headers), nil_if_false(err), nil_if_false(lease)
+    r.lease_until, r.due = nil_if_false(lu), nil_if_false(d)
+  else
+    off, r.seq, r.attempts, r.max = cmsgpack.unpack_limit(raw, 3, 1)
+  end
+  if code == 1 then r.enc = RAW_ENCODING end
+  if off < 0 then r.payload = '' else r.payload = string.sub(raw, off + 1) end
+  if r.state == SCHEDULED then
+    r.due = due or tonumber(redis.call('ZSCORE', K_DUE, due_member(r.seq, id)))
+  end
+  return r
 end
 
 local function copy(r)
@@ -178,6 +222,13 @@ end
 local function remove_all(key, cmd, members)
   for i = 1, #members, CHUNK do
     redis.call(cmd, key, unpack(members, i, math.min(i + CHUNK - 1, #members)))
+  end
+end
+
+-- HSET/ZADD many pairs (field, value or score, member) given flat, in chunks of pairs.
+local function add_all(key, cmd, pairs)
+  for i = 1, #pairs, 2 * CHUNK do
+    redis.call(cmd, key, unpack(pairs, i, math.min(i + 2 * CHUNK - 1, #pairs)))
   end
 end
 

@@ -12,16 +12,13 @@ settle_expired(now)
 local limit, lease_ms, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local high = now
 if ARGV[4] and ARGV[4] ~= '' and tonumber(ARGV[4]) < now then high = tonumber(ARGV[4]) end
-local members = redis.call('ZRANGEBYSCORE', K_DUE, '-inf', high, 'LIMIT', 0, limit)
-if ARGV[5] and #members > 0 then
-  local edge = struct.pack('>I8', tonumber(ARGV[5]))
-  local kept = {}
-  for _, member in ipairs(members) do
-    local score = tonumber(redis.call('ZSCORE', K_DUE, member))
-    if score > high or (score == high and string.sub(member, 1, 8) > edge) then break end
-    kept[#kept + 1] = member
-  end
-  members = kept
+local scored = redis.call('ZRANGEBYSCORE', K_DUE, '-inf', high, 'WITHSCORES', 'LIMIT', 0, limit)
+local members, dues = {}, {}
+local edge = ARGV[5] and struct.pack('>I8', tonumber(ARGV[5]))
+for i = 1, #scored, 2 do
+  local member, score = scored[i], tonumber(scored[i + 1])
+  if edge and (score > high or (score == high and string.sub(member, 1, 8) > edge)) then break end
+  members[#members + 1], dues[#dues + 1] = member, score
 end
 local out = {now, us, false, false}
 local function head()
@@ -35,7 +32,7 @@ if #members == 0 then
 end
 remove_all(K_DUE, 'ZREM', members)
 for i, member in ipairs(members) do
-  local r = load(string.sub(member, 9))
+  local r = load(string.sub(member, 9), dues[i])
   r.state, r.attempts = ACTIVE, r.attempts + 1
   r.lease, r.lease_until = token .. i, ceil + lease_ms
   store(r)

@@ -1,0 +1,128 @@
+"""The sync face's connection per thread (``backends/redis/_link.py``) on a private
+``redis-server``: a script whose reply was lost is sent again only when a second run is
+harmless, and a connection the server closed while idle is replaced before it is used.
+
+``DEBUG SLEEP`` stalls the server so that a reply misses the client's socket timeout
+while the command itself, already in the server's buffer, still runs afterwards."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from delayq.durable import Queue, State
+
+redis = pytest.importorskip("redis")
+
+from delayq.backends.redis._scripts import queue_keys  # noqa: E402
+
+from ._redis_server import RedisProcess  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+#: The client's read timeout (s), and how long the server stalls: longer.
+READ_TIMEOUT = 0.3
+STALL = 0.8
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RedisProcess]:
+    """A private server without persistence that accepts DEBUG."""
+    process = RedisProcess(
+        tmp_path, ("--save", "", "--appendonly", "no", "--enable-debug-command", "yes")
+    )
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def _stall(server: RedisProcess, seconds: float) -> threading.Thread:
+    """Block the whole server for ``seconds`` from another connection (returns once the
+    stall has begun)."""
+
+    def sleep() -> None:
+        client = server.client()
+        try:
+            client.execute_command("DEBUG", "SLEEP", seconds)
+        finally:
+            client.close()
+
+    thread = threading.Thread(target=sleep, daemon=True)
+    thread.start()
+    time.sleep(0.1)
+    return thread
+
+
+@pytest.mark.timeout(30)
+def test_a_put_whose_reply_is_lost_is_not_sent_again(server: RedisProcess) -> None:
+    url = f"{server.url}?socket_timeout={READ_TIMEOUT}"
+    with Queue(url, name="lost") as q:
+        q.put("first", id="m", on_conflict="replace")
+        stall = _stall(server, STALL)
+        with pytest.raises(redis.TimeoutError):
+            q.put("second", id="m", on_conflict="replace")  # runs once the stall ends
+        stall.join(10)
+        message = q.get("m")
+        assert message is not None
+        assert message.payload == "second"
+        # Every run of put.lua with on_conflict="replace" takes a new seq: two runs,
+        # not three (a resent put would have replaced the message once more).
+        client = server.client()
+        try:
+            assert int(client.get(queue_keys("delayq", "lost")[4]) or 0) == 2
+        finally:
+            client.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_read_whose_reply_is_lost_is_sent_again(server: RedisProcess) -> None:
+    url = f"{server.url}?socket_timeout={READ_TIMEOUT}"
+    with Queue(url, name="read") as q:
+        id = q.put("kept", delay=3600)
+        stall = _stall(server, 0.5)
+        message = q.get(id)  # the first try times out, a later one answers
+        stall.join(10)
+        assert message is not None
+        assert (message.payload, message.state) == ("kept", State.SCHEDULED)
+
+
+@pytest.mark.timeout(30)
+def test_a_connection_closed_by_a_restart_is_replaced_before_use(server: RedisProcess) -> None:
+    with Queue(server.url, name="restart") as q:
+        q.put("before")  # this thread's connection is open and idle now
+        server.stop()
+        server.start()  # no persistence: the queue is empty, the library gone
+        q.put("after")  # must not fail: nothing was sent on the dead connection
+        got = q.reserve(wait=0)
+        assert [m.payload for m in got] == ["after"]
+
+
+@pytest.mark.timeout(30)
+def test_each_thread_has_its_own_connection_and_close_ends_them(server: RedisProcess) -> None:
+    client = server.client()
+    with Queue(server.url, name="threads") as q:
+        q.put(0)
+        before = len(client.client_list())
+
+        def put_some() -> None:
+            for i in range(20):
+                q.put(i)
+
+        threads = [threading.Thread(target=put_some) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert len(client.client_list()) == before + 4
+        assert q.stats().ready == 81
+    deadline = time.monotonic() + 5
+    while len(client.client_list()) > 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(client.client_list()) == 1  # only this one: the queue closed its own
+    client.close()
