@@ -4,9 +4,12 @@
 JSON API (put, get, cancel, reschedule, reserve with long-poll, ack/nack/extend,
 stats, dead letters), ``/healthz``, ``/metrics``, the callback dispatcher and the
 dashboard. Needs the ``serve`` extra (``pip install 'delayq[serve]'``).
+:func:`verify` checks a callback request's ``X-Delayq-Signature`` (for a Python
+receiver); :func:`sign` makes one.
 """
 
 from ._app import create_app, request_stop
+from ._callbacks import sign, verify
 from ._config import ServeConfig
 
-__all__ = ["ServeConfig", "create_app", "request_stop"]
+__all__ = ["ServeConfig", "create_app", "request_stop", "sign", "verify"]

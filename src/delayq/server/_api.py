@@ -84,7 +84,7 @@ QueueName = Annotated[
     Path(
         min_length=1,
         max_length=MAX_ID_LENGTH,
-        description="The queue: 1 to 255 characters, no '{', '}', '/' or NUL.",
+        description="The queue: 1 to 255 characters, no '{', '}', '/' or NUL, not '.' or '..'.",
     ),
 ]
 MessageId = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)]

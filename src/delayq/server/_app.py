@@ -22,6 +22,7 @@ from ._api_queues import ops_router, queues_router
 from ._auth import TokenAuth
 from ._config import ServeConfig
 from ._errors import install_error_handlers
+from ._head import HeadAsGet
 from ._limits import BodyLimit
 from ._state import ServerState
 
@@ -123,6 +124,7 @@ def create_app(config: ServeConfig, *, state: ServerState | None = None) -> Fast
     app.include_router(ops_router)
     _include_dashboard(app)
     # Added last = runs first: auth before anything reads the body.
+    app.add_middleware(HeadAsGet)
     app.add_middleware(BodyLimit, max_body=config.max_body)
     app.add_middleware(TokenAuth, token=config.token)
     return app

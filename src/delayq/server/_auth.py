@@ -104,10 +104,18 @@ class TokenAuth:
             target = f"/login?next={quote(path, safe='/')}"
             await RedirectResponse(target, status_code=303)(scope, receive, send)
             return
+        message = "missing or wrong token: send 'Authorization: Bearer <token>'"
+        cookie = _cookie(scope, SESSION_COOKIE)
+        if cookie is not None and _equal(cookie, self._session or ""):
+            # Signed in, but a write on the cookie alone (the CSRF guard): say so.
+            message = (
+                "the dashboard session cookie alone cannot change anything: send "
+                "'X-Requested-With' with it, or 'Authorization: Bearer <token>'"
+            )
         response = error_response(
             401,
             "unauthorized",
-            "missing or wrong token: send 'Authorization: Bearer <token>'",
+            message,
             {"WWW-Authenticate": 'Bearer realm="delayq"'},
         )
         await response(scope, receive, send)

@@ -22,7 +22,13 @@ from .._constants import (
 )
 from ..durable._facade import check_identifier
 
-__all__ = ["SESSION_COOKIE", "ServeConfig", "is_loopback_host", "session_value"]
+__all__ = [
+    "SESSION_COOKIE",
+    "ServeConfig",
+    "check_queue_name",
+    "is_loopback_host",
+    "session_value",
+]
 
 #: The dashboard's login cookie; its value is :func:`session_value` of the token.
 SESSION_COOKIE = "delayq_session"
@@ -32,6 +38,20 @@ def session_value(token: str) -> str:
     """The cookie value that stands for ``token``: an HMAC of it, so the cookie never
     carries the token itself and changes when the token does."""
     return hmac.new(token.encode(), b"delayq dashboard session", hashlib.sha256).hexdigest()
+
+
+def check_queue_name(name: str) -> str:
+    """``name`` if the server can serve a queue of that name, else ``ValueError``
+    (``TypeError`` for a non-str): 1 to 255 characters, no NUL, no ``{``, ``}`` or
+    ``/``, no leading or trailing space, and not ``.`` or ``..`` (URL paths drop those
+    segments, so no client could name the queue)."""
+    check_identifier("queue name", name)
+    if any(ch in name for ch in "{}/") or name != name.strip() or name in (".", ".."):
+        raise ValueError(
+            f"queue name must not contain '{{', '}}' or '/', start or end with spaces, "
+            f"or be '.' or '..', got {name!r:.80}"
+        )
+    return name
 
 
 def is_loopback_host(host: str) -> bool:
@@ -89,7 +109,10 @@ class ServeConfig:
         if not self.callback_queues:
             raise ValueError("callback_queues must name at least one queue")
         for name in self.callback_queues:
-            check_identifier("callback queue", name)
+            try:
+                check_queue_name(name)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"callback queue: {exc}") from None
         for pattern in self.callback_hosts:
             if not isinstance(pattern, str) or not pattern or "/" in pattern:
                 raise ValueError(f"callback host must be a host name or pattern, got {pattern!r}")

@@ -58,9 +58,15 @@ def to_at(value: int | float | str | None) -> int | float | datetime | None:
 
 
 def check_message_id(value: str) -> str:
-    """A message id the API can name in a URL later: no '/'."""
+    """A message id the API can name in a URL later: no '/', and not '.' or '..'
+    (clients and browsers drop those path segments, so the id could never be read,
+    cancelled or acked)."""
     if "/" in value:
         raise ApiError(422, "invalid_id", f"a message id must not contain '/': {value!r:.80}")
+    if value in (".", ".."):
+        raise ApiError(
+            422, "invalid_id", f"a message id cannot be {value!r}: URLs drop that path segment"
+        )
     return value
 
 

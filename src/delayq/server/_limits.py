@@ -79,15 +79,18 @@ class BodyLimit:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
+        content_type = _header(scope, b"content-type")
         if (
             body
             and scope["method"] in _METHODS_WITH_JSON
             and scope["path"].startswith(_API_PREFIX)
-            and not _is_json(_header(scope, b"content-type"))
+            and not _is_json(content_type)
         ):
-            await error_response(
-                415, "unsupported_media_type", "the request body must be application/json"
-            )(scope, receive, send)
+            got = f"got {content_type[:80]!r}" if content_type else "no Content-Type was sent"
+            refusal = (
+                f"the request body must be JSON ({got}): send 'Content-Type: application/json'"
+            )
+            await error_response(415, "unsupported_media_type", refusal)(scope, receive, send)
             return
         replayed = False
 

@@ -110,7 +110,7 @@ class PutRequestBody(_Request):
         default=None,
         min_length=1,
         max_length=MAX_ID_LENGTH,
-        description="The message id (default: generated). No '/' (ids go in URLs).",
+        description="The message id (default: generated). No '/', not '.' or '..' (URLs).",
     )
     on_conflict: Literal["ignore", "replace", "error"] = Field(
         default="ignore",

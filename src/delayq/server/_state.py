@@ -11,9 +11,8 @@ from typing import Any
 
 from .._constants import CALLBACK_HEADER, SERVE_COALESCE_MAX_BATCH
 from ..durable import AsyncQueue, Message
-from ..durable._facade import check_identifier
 from ._coalesce import PutCoalescer
-from ._config import ServeConfig
+from ._config import ServeConfig, check_queue_name
 from ._metrics import Metrics
 
 __all__ = ["ServerState", "message_to_json"]
@@ -77,15 +76,10 @@ class ServerState:
         self._putters: dict[str, PutCoalescer] = {}
 
     def queue(self, name: str) -> AsyncQueue:
-        """The queue ``name`` (1 to 255 characters, no NUL, no ``{``/``}``/``/``)."""
+        """The queue ``name`` (see :func:`~._config.check_queue_name`)."""
         queue = self._queues.get(name)
         if queue is None:
-            check_identifier("queue name", name)
-            if any(ch in name for ch in "{}/") or name != name.strip():
-                raise ValueError(
-                    f"queue name must not contain '{{', '}}' or '/' nor start or end with "
-                    f"spaces, got {name!r:.80}"
-                )
+            check_queue_name(name)
             queue = self._queues[name] = self._root.named(name)
         return queue
 
