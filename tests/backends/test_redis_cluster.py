@@ -4,11 +4,13 @@ The cluster is the session's (tests/backends/_redis_cluster.py: three ``redis-se
 processes on free ports, stopped at exit); single-node sharding uses the shared test
 Redis under a private prefix. Checked here: one queue's messages land on every master,
 global due-time order across shards with several consumers, an empty shard costs a
-draining consumer no script call, and a sharded single node keeps the order.
+draining consumer no script call, a sharded single node keeps the order, and a batch
+spread over shards keeps put order.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -18,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from delayq.durable import Queue
+from delayq.durable import AsyncQueue, Queue
+from delayq.durable.message import PutRequest
 
 pytest.importorskip("redis")
 
@@ -94,19 +97,23 @@ def test_global_due_order_across_shards_with_several_consumers(
     start = time.time() + 0.5
     with Queue(url, name="order") as producer:
         producer.put_many([{"payload": i, "at": start + i * 0.01} for i in range(60)])
-    got: list[tuple[float, int, float]] = []
+    # (claimed at, payload, due), both in the servers' epoch ms: the claim time is the
+    # lease expiry less the lease, read by the claiming script from Redis' clock, so the
+    # order of claims does not depend on when each consumer thread got the CPU back.
+    got: list[tuple[int, int, int]] = []
     lock = threading.Lock()
+    lease_ms = 30_000
 
     def consume() -> None:
         with Queue(url, name="order") as q:
             while True:
-                batch = q.reserve(wait=2, max=1)
+                batch = q.reserve(wait=2, max=1, lease=lease_ms / 1000)
                 if not batch:
                     return
-                now = time.time()
                 for msg in batch:
+                    assert msg.lease_expires_at is not None
                     with lock:
-                        got.append((now, msg.payload, msg.due_at / 1000.0))
+                        got.append((msg.lease_expires_at - lease_ms, msg.payload, msg.due_at))
                     q.ack(msg)
 
     threads = [threading.Thread(target=consume) for _ in range(3)]
@@ -115,14 +122,18 @@ def test_global_due_order_across_shards_with_several_consumers(
     for thread in threads:
         thread.join(20)
     assert sorted(p for _, p, _ in got) == list(range(60))
-    for reserved_at, _, due in got:
-        assert reserved_at >= due - 0.002  # never early (clock of one machine)
-    got.sort()
-    # Each message is delivered after every message due more than the slack (plus the
-    # time the consumers' own steps take) before it.
-    bound = (ORDER_SLACK_MS + 10) / 1000.0
-    for i, (_, _, due) in enumerate(got):
-        assert all(later_due >= due - bound for _, _, later_due in got[i + 1 :])
+    for claimed, _, due in got:
+        assert claimed >= due  # never early
+    # A message claimed (strictly) later than another was not due more than the slack
+    # before it: consumers keep global due order across shards within ORDER_SLACK_MS.
+    bound = ORDER_SLACK_MS + 1
+    for claimed, payload, due in got:
+        early = [
+            (later_claimed, later_payload, later_due)
+            for later_claimed, later_payload, later_due in got
+            if later_claimed > claimed + 1 and later_due < due - bound
+        ]
+        assert not early, ((claimed, payload, due), early, sorted(got))
 
 
 def test_an_empty_shard_costs_a_draining_consumer_nothing(
@@ -191,3 +202,75 @@ def test_sharded_single_node_keeps_due_then_put_order(single_url: str, prefix: s
             for msg in batch:
                 q.ack(msg)
         assert got == early + late
+
+
+def _in_order(q: Any, ids: list[str]) -> list[str]:
+    """The waiting messages in the order reserve takes them, (due_at, seq) across
+    shards (peek merges the shards by it; no consumer's view of the heads involved)."""
+    waiting = q.peek(limit=len(ids) + 1)
+    q.purge()
+    return [m.id for m in waiting]
+
+
+@pytest.mark.parametrize("where", ["cluster", "single"])
+@pytest.mark.timeout(60)
+def test_a_batch_spread_over_shards_keeps_put_order(
+    where: str, request: pytest.FixtureRequest, prefix: str
+) -> None:
+    """A put is one script per shard, run one after another: the batch's parts must not
+    each resolve "due now" or a delay from their own later clock reading (the later
+    shards' messages came out after the earlier ones' in a fraction of the runs)."""
+    if where == "cluster":
+        cluster: Cluster = request.getfixturevalue("cluster")
+        request.getfixturevalue("cluster_client")  # deletes the keys afterwards
+        url = f"{cluster.url}?prefix={prefix}&shards=4"
+    else:
+        url = request.getfixturevalue("single_url")
+    with Queue(url, name="batch-order") as q:
+        for round in range(25):
+            now = q.put_many([{"payload": i} for i in range(24)])
+            assert _in_order(q, now) == now, f"due now, round {round}"
+            later = q.put_many([{"payload": i, "delay": 0.5} for i in range(24)])
+            assert _in_order(q, later) == later, f"equal delays, round {round}"
+        # And a consumer takes a batch due now in put order.
+        ids = q.put_many([{"payload": i} for i in range(3)])
+        assert [m.id for m in q.reserve(wait=0, max=3)] == ids
+
+
+@pytest.mark.timeout(60)
+def test_a_batch_spread_over_shards_keeps_put_order_on_the_async_face(
+    cluster: Cluster, cluster_client: Any, prefix: str
+) -> None:
+    url = f"{cluster.url}?prefix={prefix}&shards=4"
+
+    async def main() -> None:
+        async with AsyncQueue(url, name="batch-order-async") as q:
+            for round in range(25):
+                ids = await q.put_many([{"payload": i} for i in range(24)])
+                waiting = await q.peek(limit=25)
+                await q.purge()
+                assert [m.id for m in waiting] == ids, f"round {round}"
+
+    asyncio.run(main())
+
+
+def test_a_claim_bounded_later_than_now_takes_a_message_due_this_very_ms(
+    single_url: str,
+) -> None:
+    """The bound's seq breaks ties at the bound's due time only: a message due exactly
+    at the server's now, with a higher seq than a bound due later, is claimed (it was
+    left until the next millisecond, a spin of empty claims)."""
+    from delayq.backends.redis.cluster import ShardedRedisBackend  # noqa: PLC0415
+
+    backend = ShardedRedisBackend(single_url)
+    try:
+        ops = backend._ops[0]
+        for round in range(200):
+            # The batch's due time is the server's now; claim in the same ms, mostly.
+            base, now = backend._run(ops.take_seqs("edge", 1))
+            request = PutRequest(id=f"m{round}", payload=b"x", encoding="bytes", max_attempts=3)
+            backend._run(ops.put("edge", [request], [base + 1], [now.floor]))
+            claim = backend._run(ops.claim("edge", 1, 30_000, (now.floor + 1000, 0)))
+            assert [r.id for r in claim.records] == [f"m{round}"], f"round {round}"
+    finally:
+        backend.close()

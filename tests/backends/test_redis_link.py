@@ -1,12 +1,15 @@
-"""The sync face's connection per thread (``backends/redis/_link.py``) on a private
-``redis-server``: a script whose reply was lost is sent again only when a second run is
-harmless, and a connection the server closed while idle is replaced before it is used.
+"""Lost replies on a private ``redis-server``: a script whose reply was lost is sent again
+only when a second run is harmless, and a connection the server closed while idle is
+replaced before it is used. On the sync face's connection per thread
+(``backends/redis/_link.py``), and on the faces that run on redis-py clients without
+redis-py's retries (``_resend.py``): the async face and the sharded faces.
 
 ``DEBUG SLEEP`` stalls the server so that a reply misses the client's socket timeout
 while the command itself, already in the server's buffer, still runs afterwards."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from delayq.durable import Queue, State
+from delayq.durable import AsyncQueue, Queue, State
 
 redis = pytest.importorskip("redis")
 
@@ -126,3 +129,98 @@ def test_each_thread_has_its_own_connection_and_close_ends_them(server: RedisPro
         time.sleep(0.02)
     assert len(client.client_list()) == 1  # only this one: the queue closed its own
     client.close()
+
+
+def _seq(server: RedisProcess, queue: str) -> int:
+    """How many seqs ``put.lua`` took for ``queue`` (one per run with "replace")."""
+    client = server.client()
+    try:
+        return int(client.get(queue_keys("delayq", queue)[4]) or 0)
+    finally:
+        client.close()
+
+
+@pytest.mark.timeout(30)
+def test_an_async_put_whose_reply_is_lost_is_not_sent_again(server: RedisProcess) -> None:
+    url = f"{server.url}?socket_timeout={READ_TIMEOUT}"
+
+    async def main() -> None:
+        async with AsyncQueue(url, name="lost-async") as q:
+            await q.put("first", id="m", on_conflict="replace")
+            stall = _stall(server, STALL)
+            with pytest.raises(redis.TimeoutError):
+                await q.put("second", id="m", on_conflict="replace")
+            stall.join(10)
+            message = await q.get("m")
+            assert message is not None
+            assert message.payload == "second"
+
+    asyncio.run(main())
+    assert _seq(server, "lost-async") == 2  # two runs: the lost one was not sent again
+
+
+@pytest.mark.parametrize("shards", [1, 2])
+@pytest.mark.timeout(30)
+def test_an_async_ack_whose_reply_is_lost_is_not_sent_again(
+    server: RedisProcess, shards: int
+) -> None:
+    """Sent again, the ack would find its own work done and raise LeaseLost."""
+    url = f"{server.url}?socket_timeout={READ_TIMEOUT}&shards={shards}"
+
+    async def main() -> None:
+        async with AsyncQueue(url, name="ack-async") as q:
+            await q.put("job")
+            [message] = await q.reserve(wait=0)
+            stall = _stall(server, STALL)
+            with pytest.raises(redis.TimeoutError):
+                await q.ack(message)
+            stall.join(10)
+            assert (await q.stats()).active == 0
+            assert await q.get(message.id) is None
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(30)
+def test_an_async_read_whose_reply_is_lost_is_sent_again(server: RedisProcess) -> None:
+    url = f"{server.url}?socket_timeout={READ_TIMEOUT}"
+
+    async def main() -> None:
+        async with AsyncQueue(url, name="read-async") as q:
+            id = await q.put("kept", delay=3600)
+            stall = _stall(server, 0.5)
+            message = await q.get(id)  # the first try times out, a later one answers
+            stall.join(10)
+            assert message is not None
+            assert message.payload == "kept"
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(30)
+def test_an_async_connection_closed_by_a_restart_is_replaced_before_use(
+    server: RedisProcess,
+) -> None:
+    async def main() -> None:
+        async with AsyncQueue(server.url, name="restart-async") as q:
+            await q.put("before")
+            server.stop()
+            server.start()
+            await q.put("after")  # nothing was sent on the dead connection
+            assert [m.payload for m in await q.reserve(wait=0)] == ["after"]
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(30)
+def test_a_sharded_ack_whose_reply_is_lost_is_not_sent_again(server: RedisProcess) -> None:
+    url = f"{server.url}?socket_timeout={READ_TIMEOUT}&shards=2"
+    with Queue(url, name="ack-sharded") as q:
+        q.put("job")
+        [message] = q.reserve(wait=0)
+        stall = _stall(server, STALL)
+        with pytest.raises(redis.TimeoutError):
+            q.ack(message)
+        stall.join(10)
+        assert q.stats().active == 0
+        assert q.get(message.id) is None

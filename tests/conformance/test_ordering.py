@@ -25,11 +25,12 @@ def test_equal_due_times_come_out_in_put_order(q: Any) -> None:
 
 
 def test_due_messages_come_out_earliest_due_first(q: Any) -> None:
+    q.stats()  # connect first: a put slower than the gaps below would be due at once
     t0 = time.time()
-    q.put("c", at=t0 + 0.15)
-    q.put("a", at=t0 + 0.05)
-    q.put("b", at=t0 + 0.10)
-    time.sleep(0.2)
+    q.put("c", at=t0 + 0.6)
+    q.put("a", at=t0 + 0.2)
+    q.put("b", at=t0 + 0.4)
+    time.sleep(max(0.0, t0 + 0.65 - time.time()))
     assert [m.payload for m in q.reserve(wait=0, max=10)] == ["a", "b", "c"]
 
 

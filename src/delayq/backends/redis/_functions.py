@@ -7,6 +7,10 @@ a restart without persistence, ``FLUSHALL`` or ``FUNCTION FLUSH``. A server with
 functions (before Redis 7.0) gets the same scripts by EVALSHA instead, and so does a
 Redis Cluster client (``evalsha=True``): redis-py routes EVALSHA by its KEYS itself but
 asks a node for the keys of every FCALL (``COMMAND GETKEYS``, one more round trip).
+
+A call lost to a connection error is sent again only as :mod:`._resend` says (the client
+is made without redis-py's own retries): always for a script of
+:data:`~._scripts.RESEND_SAFE`, otherwise only when it surely did not run.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from typing import Any
 
 import redis
 
-from ._scripts import SCRIPT_NAMES, function_name, library_source, script_source
+from ._resend import call, call_async
+from ._scripts import RESEND_SAFE, SCRIPT_NAMES, function_name, library_source, script_source
 
 __all__ = ["AsyncFunctions", "Functions", "function_missing", "functions_unsupported"]
 
@@ -54,6 +59,9 @@ class Functions(_Base):
     """Runs a script by name on a ``redis.Redis`` or ``redis.cluster.RedisCluster``."""
 
     def __call__(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        return call(lambda: self._once(script, keys, args), script in RESEND_SAFE)
+
+    def _once(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         if self._scripts is not None:
             return self._scripts[script](keys=keys, args=args)
         name = self._names[script]
@@ -73,6 +81,10 @@ class Functions(_Base):
         cluster, Redis < 7) run them one by one."""
         if self._scripts is not None or len(runs) < 2:
             return [self(script, keys, args) for script, keys, args in runs]
+        safe = all(script in RESEND_SAFE for script, _, _ in runs)
+        return call(lambda: self._pipelined(runs), safe)
+
+    def _pipelined(self, runs: Sequence[tuple[str, Sequence[bytes], Sequence[Any]]]) -> list[Any]:
         pipe = self._client.pipeline(transaction=False)
         for script, keys, args in runs:
             pipe.fcall(self._names[script], len(keys), *keys, *args)
@@ -81,7 +93,7 @@ class Functions(_Base):
             if isinstance(reply, redis.ResponseError):
                 if not (function_missing(reply) or functions_unsupported(reply)):
                     raise reply
-                replies[index] = self(*runs[index])  # loads the library (or falls back)
+                replies[index] = self._once(*runs[index])  # loads the library (or falls back)
         return replies
 
 
@@ -89,6 +101,9 @@ class AsyncFunctions(_Base):
     """:class:`Functions` for ``redis.asyncio.Redis`` or ``RedisCluster``."""
 
     async def __call__(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        return await call_async(lambda: self._once(script, keys, args), script in RESEND_SAFE)
+
+    async def _once(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         if self._scripts is not None:
             return await self._scripts[script](keys=keys, args=args)
         name = self._names[script]

@@ -12,9 +12,10 @@ Errors and retries, which decide whether a write may run twice:
   (Redis runs only complete commands), so the call is retried on a fresh connection,
   with backoff, up to :data:`REDIS_RETRIES` times;
 * a failure while reading the reply leaves it unknown whether the script ran: only the
-  scripts in :data:`RESEND_SAFE` (their second run changes nothing and answers the same)
-  are sent again; any other raises the connection error (a put, a claim, an ack... may
-  or may not have happened, as for any call cut off in flight);
+  scripts in :data:`~._scripts.RESEND_SAFE` (their second run changes nothing and answers
+  the same; the list every face uses) are sent again; any other raises the connection
+  error (a put, a claim, an ack... may or may not have happened, as for any call cut off
+  in flight);
 * a connection the server closed while it sat idle (a restart) is seen before sending
   (it reads as end of file) and replaced, so nothing is lost to it; a ``LOADING`` reply
   (a restarted server still reading its data) ran nothing and is retried too.
@@ -39,15 +40,9 @@ from redis.backoff import ExponentialBackoff
 from ..._constants import REDIS_RETRIES, REDIS_RETRY_BASE, REDIS_RETRY_CAP
 from ._functions import Functions, function_missing, functions_unsupported
 from ._listen import CONNECTION_ERRORS
-from ._scripts import READ_ONLY_SCRIPTS, SCRIPT_NAMES, function_name, library_source
+from ._scripts import RESEND_SAFE, SCRIPT_NAMES, function_name, library_source
 
-__all__ = ["RESEND_SAFE", "Link"]
-
-#: Scripts whose second run, after a reply was lost, changes nothing and answers as the
-#: first would have: the read-only ones, ``stats``/``dead`` (they only settle expired
-#: leases, which a second run finds settled), ``extend`` (the lease is renewed from the
-#: new now) and ``wake`` (the marker holds at most one element).
-RESEND_SAFE = READ_ONLY_SCRIPTS | frozenset(("dead", "extend", "stats", "wake"))
+__all__ = ["Link"]
 
 Packer = Callable[[tuple[Any, ...]], bytes]
 

@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
 from ...durable.inspection import bucket_width
-from ...durable.message import PutRequest, Record, State, Stats
+from ...durable.message import Now, PutRequest, Record, State, Stats
 from ...errors import LeaseLost
 from ._scripts import (
     Claim,
@@ -104,6 +104,10 @@ def _nothing(reply: Any) -> None:
     return None
 
 
+def _seqs_and_now(reply: Any) -> tuple[int, Now]:
+    return int(reply[0]), Now(int(reply[1]), int(reply[2]))
+
+
 def _ms(value: int | None) -> bytes | int:
     return b"" if value is None else value
 
@@ -137,13 +141,28 @@ class Operations:
         return self.keys(queue)[5]
 
     def put(
-        self, queue: str, requests: Sequence[PutRequest], seqs: Sequence[int] | None = None
+        self,
+        queue: str,
+        requests: Sequence[PutRequest],
+        seqs: Sequence[int] | None = None,
+        dues: Sequence[int] | None = None,
     ) -> Call[bool]:
-        """``put.lua``; the result says whether waiting consumers were woken."""
-        args = put_args(requests)
+        """``put.lua``; the result says whether waiting consumers were woken. ``dues``
+        (with ``seqs`` only): exact due times, resolved against one now for a batch
+        spread over shards, instead of the script's own resolution."""
+        args = put_args(requests, dues)
         if seqs is not None:
             args += (b"s", *seqs)
+            if dues is not None:
+                args.append(b"x")
+        elif dues is not None:
+            raise ValueError("exact due times go with queue-wide seqs")
         return Call("put", self.keys(queue), args, _put_woke)
+
+    def take_seqs(self, queue: str, count: int) -> Call[tuple[int, Now]]:
+        """``take_seqs.lua`` (on shard 0): ``count`` queue-wide seqs (the one before the
+        first is returned) and the server's now, in one step."""
+        return Call("take_seqs", self.keys(queue), [count], _seqs_and_now)
 
     def check_put(self, queue: str, requests: Sequence[PutRequest]) -> Call[bool]:
         """``put.lua`` in check mode: raises what the put would raise, writes nothing."""

@@ -27,6 +27,7 @@ from ...errors import DuplicateId
 
 __all__ = [
     "READ_ONLY_SCRIPTS",
+    "RESEND_SAFE",
     "SCRIPT_NAMES",
     "Claim",
     "decode_claim",
@@ -65,11 +66,21 @@ SCRIPT_NAMES = (
     "reserve",
     "retry_dead",
     "stats",
+    "take_seqs",
     "wake",
 )
 
 #: The scripts that write nothing: their library functions carry the ``no-writes`` flag.
 READ_ONLY_SCRIPTS = frozenset(("due_counts", "get", "peek"))
+
+#: The scripts sent again after their reply was lost (the only list of them, used by
+#: every face): a second run changes nothing and answers as the first would have. The
+#: read-only ones, ``stats``/``dead`` (they only settle expired leases, which a second
+#: run finds settled), ``extend`` (the lease is renewed from the new now), ``wake`` (the
+#: marker holds at most one element) and ``take_seqs`` (the seqs of the lost run are
+#: skipped: gaps in the counter are harmless). Any other script may have run when its
+#: reply is lost: it is sent again only when it surely was not sent.
+RESEND_SAFE = READ_ONLY_SCRIPTS | frozenset(("dead", "extend", "stats", "take_seqs", "wake"))
 
 _HEX_ID = re.compile(r"[0-9a-f]{32}")
 _STATES = {state.value: state for state in State}
@@ -200,10 +211,11 @@ def _ms(value: int | None) -> bytes | int:
     return b"" if value is None else value
 
 
-def put_args(requests: Sequence[PutRequest]) -> list[Any]:
-    """ARGV of ``put.lua``."""
+def put_args(requests: Sequence[PutRequest], dues: Sequence[int] | None = None) -> list[Any]:
+    """ARGV of ``put.lua``; ``dues``: each request's due time, resolved by the caller,
+    sent as its ``at_ms`` (then the script must be told they are exact: ``'x'``)."""
     args: list[Any] = [len(requests)]
-    for request in requests:
+    for index, request in enumerate(requests):
         encoding = "" if request.encoding == _DEFAULT_ENCODING else request.encoding
         headers = (
             json.dumps(dict(request.headers), separators=(",", ":")) if request.headers else ""
@@ -211,8 +223,8 @@ def put_args(requests: Sequence[PutRequest]) -> list[Any]:
         args += (
             pack_id(request.id),
             _CONFLICT[request.on_conflict],
-            _ms(request.delay_ms),
-            _ms(request.at_ms),
+            _ms(request.delay_ms) if dues is None else b"",
+            _ms(request.at_ms) if dues is None else dues[index],
             request.max_attempts,
             encoding,
             headers,

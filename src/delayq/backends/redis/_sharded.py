@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...durable.message import PutRequest
+from ...durable.message import Now, PutRequest, resolve_due
 from ...errors import QueueClosed
 from ._ops import Operations
 from ._shards import AsyncHub, Hub, by_shard, shard_of
@@ -44,13 +44,25 @@ class ShardedBase:
         return self._ops[shard_of(id, self.shards)]
 
     def _put_plan(
-        self, requests: Sequence[PutRequest], base: int | None
-    ) -> list[tuple[int, list[PutRequest], list[int] | None]]:
-        """Per shard: its requests and their queue-wide seqs."""
-        plan = []
+        self, requests: Sequence[PutRequest], taken: tuple[int, Now] | None
+    ) -> list[tuple[int, list[PutRequest], list[int] | None, list[int] | None]]:
+        """Per shard: its requests, their queue-wide seqs and their exact due times.
+
+        ``taken``: the seq before the batch's first and shard 0's now, read together
+        (``take_seqs.lua``; None with one shard: the script resolves its own). Every due
+        time of the batch is resolved against that one now, so parts put on different
+        shards (one script each, one after another, each with its own ``TIME``) keep
+        put order among equal delays and "due now" (order is ``(due_at, seq)``).
+        """
+        plan: list[tuple[int, list[PutRequest], list[int] | None, list[int] | None]] = []
         for shard, indexes in by_shard(requests, self.shards).items():
-            seqs = None if base is None else [base + i + 1 for i in indexes]
-            plan.append((shard, [requests[i] for i in indexes], seqs))
+            part = [requests[i] for i in indexes]
+            if taken is None:
+                plan.append((shard, part, None, None))
+                continue
+            base, now = taken
+            dues = [resolve_due(r.delay_ms, r.at_ms, now) for r in part]
+            plan.append((shard, part, [base + i + 1 for i in indexes], dues))
         return plan
 
     def _ack_plan(self, items: Sequence[tuple[str, str]]) -> list[tuple[int, list[int]]]:
@@ -78,7 +90,7 @@ class ShardedBase:
         return None if ids is None else [i for i in ids if shard_of(i, self.shards) == shard]
 
     @staticmethod
-    def _needs_check(plan: Sequence[tuple[int, list[PutRequest], Any]]) -> bool:
+    def _needs_check(plan: Sequence[tuple[int, list[PutRequest], Any, Any]]) -> bool:
         return len(plan) > 1 and any(
-            request.on_conflict != "ignore" for _, part, _ in plan for request in part
+            request.on_conflict != "ignore" for _, part, _, _ in plan for request in part
         )

@@ -20,6 +20,7 @@ from ...durable.message import PutRequest, Record, State, Stats
 from ._functions import AsyncFunctions
 from ._listen import CONNECTION_ERRORS, AsyncListener, next_backoff
 from ._ops import Call
+from ._resend import call_async
 from ._scripts import Claim
 from ._sharded import ShardedBase
 from ._shards import (
@@ -71,7 +72,13 @@ class AsyncShardedRedisBackend(ShardedBase):
         if self.shards == 1:
             return None
         self._check_open()
-        return int(await self._client.incrby(self._ops[0].seq_key(queue), count)) - count
+        key = self._ops[0].seq_key(queue)
+        # Sent again after a lost reply: the seqs of the lost run are skipped (harmless).
+        return int(await call_async(lambda: self._client.incrby(key, count), safe=True)) - count
+
+    async def _dead_count(self, queue: str, shard: int) -> int:
+        key = self._ops[shard].dead_key(queue)
+        return int(await call_async(lambda: self._client.zcard(key), safe=True))
 
     def _hub(self, queue: str) -> AsyncHub:
         hub = self._hubs.get(queue)
@@ -165,12 +172,15 @@ class AsyncShardedRedisBackend(ShardedBase):
 
     async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
         """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
-        plan = self._put_plan(requests, await self._seq_base(queue, len(requests)))
+        taken = None
+        if self.shards > 1:
+            taken = await self._run(self._ops[0].take_seqs(queue, len(requests)))
+        plan = self._put_plan(requests, taken)
         if self._needs_check(plan):
-            for shard, part, _ in plan:
+            for shard, part, _, _ in plan:
                 await self._run(self._ops[shard].check_put(queue, part))
-        for shard, part, seqs in plan:
-            if await self._run(self._ops[shard].put(queue, part, seqs)):
+        for shard, part, seqs, dues in plan:
+            if await self._run(self._ops[shard].put(queue, part, seqs, dues)):
                 self._news(queue, shard)
         return [request.id for request in requests]
 
@@ -284,7 +294,7 @@ class AsyncShardedRedisBackend(ShardedBase):
             )
             if mine == []:
                 continue
-            count = len(mine) if mine is not None else await self._client.zcard(ops.dead_key(queue))
+            count = len(mine) if mine is not None else await self._dead_count(queue, ops.shard)
             if not count:
                 continue
             done = await self._run(ops.retry_dead(queue, mine, await self._seq_base(queue, count)))

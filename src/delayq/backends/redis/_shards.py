@@ -35,13 +35,10 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
-from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.retry import Retry
 
-from ..._constants import REDIS_RETRIES, REDIS_RETRY_BASE, REDIS_RETRY_CAP
 from ...durable.message import PutRequest, Record, Stats
 from ._listen import AsyncListener, Listener
+from ._resend import no_retry, no_retry_async, track_sends, tracked
 from ._scripts import Claim
 from ._url import Settings
 from .backend import _client_options
@@ -296,29 +293,36 @@ def sort_claimed(records: list[Record]) -> list[Record]:
 
 
 def sync_client(settings: Settings, *, listener: bool) -> Any:
-    """A redis-py client of the settings' node or cluster."""
-    if listener:
-        retry = Retry(NoBackoff(), 0)
-    else:
-        retry = Retry(ExponentialBackoff(REDIS_RETRY_CAP, REDIS_RETRY_BASE), REDIS_RETRIES)
+    """A redis-py client of the settings' node or cluster, without redis-py's retries
+    (a listener retries itself; scripts are sent again as :mod:`._resend` says)."""
     options = _client_options(listener)
     if settings.cluster:
         nodes = [
             redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
             for host, port in settings.nodes
         ]
-        return redis.cluster.RedisCluster(startup_nodes=nodes, retry=retry, **options)
-    return redis.Redis.from_url(settings.url, retry=retry, **options)
+        # Given a URL, RedisCluster makes its nodes' pools with our connection class.
+        host, port = settings.nodes[0]
+        first = f"redis://{f'[{host}]' if ':' in host else host}:{port}"
+        return redis.cluster.RedisCluster(
+            url=first,
+            startup_nodes=nodes[1:],
+            retry=no_retry(),
+            connection_class=tracked(redis.Connection),
+            **options,
+        )
+    return track_sends(redis.Redis.from_url(settings.url, retry=no_retry(), **options))
 
 
 def async_client(settings: Settings, *, listener: bool) -> Any:
-    """A redis-py asyncio client of the settings' node or cluster."""
-    if listener:
-        retry = AsyncRetry(NoBackoff(), 0)
-    else:
-        retry = AsyncRetry(ExponentialBackoff(REDIS_RETRY_CAP, REDIS_RETRY_BASE), REDIS_RETRIES)
+    """:func:`sync_client` for asyncio."""
     options = _client_options(listener)
+    client: Any
     if settings.cluster:
         nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in settings.nodes]
-        return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, retry=retry, **options)
-    return redis.asyncio.Redis.from_url(settings.url, retry=retry, **options)
+        client = redis.asyncio.cluster.RedisCluster(
+            startup_nodes=nodes, retry=no_retry_async(), **options
+        )
+    else:
+        client = redis.asyncio.Redis.from_url(settings.url, retry=no_retry_async(), **options)
+    return track_sends(client)

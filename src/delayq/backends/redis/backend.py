@@ -25,8 +25,9 @@ scripts run as functions of one library (``FCALL``; :mod:`._functions`), loaded 
 server does not have it, so the shared prelude is compiled once per server.
 
 Connections: the sync face runs the scripts on one connection per thread
-(:mod:`._link`: a failed connect or send is retried with backoff, a lost reply only for
-scripts that are safe to run twice), the async face on a redis-py pool; plus, per queue
+(:mod:`._link`), the async face on a redis-py pool without redis-py's retries
+(:mod:`._resend`); on both a failed connect or send is retried with backoff, a lost
+reply only for scripts that are safe to run twice; plus, per queue
 with a waiting consumer, one listener connection that blocks on the wake-up marker. Durability is
 Redis's: with ``appendonly yes`` and ``appendfsync always`` an acknowledged put survives
 a crash of the server; with the defaults the last second of writes may be lost.
@@ -45,7 +46,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis
 import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ..._constants import (
@@ -54,9 +55,6 @@ from ..._constants import (
     REDIS_LISTEN_SLACK,
     REDIS_LISTEN_TIMEOUT,
     REDIS_RECONNECT_FIRST,
-    REDIS_RETRIES,
-    REDIS_RETRY_BASE,
-    REDIS_RETRY_CAP,
     REDIS_SCAN_COUNT,
     REDIS_SOCKET_TIMEOUT,
 )
@@ -67,6 +65,7 @@ from ._functions import AsyncFunctions, Functions
 from ._link import Link
 from ._listen import CONNECTION_ERRORS, AsyncListener, Listener, next_backoff
 from ._ops import Call, Operations
+from ._resend import call, call_async, no_retry, no_retry_async, track_sends
 from ._scripts import Claim, queue_names, queues_pattern
 from ._url import Settings, parse_url
 
@@ -127,15 +126,22 @@ def _cancel_requests() -> int:
 def scan_queues(client: Any, prefix: str) -> list[str]:
     """The queues under ``prefix`` that hold a message: a SCAN (on every master of a
     cluster) for their shards' ``msg`` keys, which exist exactly while not empty."""
-    keys = client.scan_iter(match=queues_pattern(prefix), count=REDIS_SCAN_COUNT)
-    return queue_names(prefix, keys)
+    pattern = queues_pattern(prefix)
+    return call(
+        lambda: queue_names(prefix, client.scan_iter(match=pattern, count=REDIS_SCAN_COUNT)),
+        safe=True,
+    )
 
 
 async def scan_queues_async(client: Any, prefix: str) -> list[str]:
     """:func:`scan_queues` on an asyncio client."""
     pattern = queues_pattern(prefix)
-    keys = [key async for key in client.scan_iter(match=pattern, count=REDIS_SCAN_COUNT)]
-    return queue_names(prefix, keys)
+
+    async def scan() -> list[str]:
+        keys = [key async for key in client.scan_iter(match=pattern, count=REDIS_SCAN_COUNT)]
+        return queue_names(prefix, keys)
+
+    return await call_async(scan, safe=True)
 
 
 class _Base:
@@ -168,10 +174,11 @@ class RedisBackend(_Base):
 
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
-        self._client = redis.Redis.from_url(
-            self._settings.url,
-            retry=Retry(ExponentialBackoff(REDIS_RETRY_CAP, REDIS_RETRY_BASE), REDIS_RETRIES),
-            **_client_options(listener=False),
+        # No retries in redis-py: they would resend a script whose reply was lost.
+        self._client = track_sends(
+            redis.Redis.from_url(
+                self._settings.url, retry=no_retry(), **_client_options(listener=False)
+            )
         )
         self._scripts = Functions(self._client)
         self._link = Link(self._client, self._scripts)
@@ -356,10 +363,11 @@ class AsyncRedisBackend(_Base):
 
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
-        self._client = redis.asyncio.Redis.from_url(
-            self._settings.url,
-            retry=AsyncRetry(ExponentialBackoff(REDIS_RETRY_CAP, REDIS_RETRY_BASE), REDIS_RETRIES),
-            **_client_options(listener=False),
+        # No retries in redis-py: the scripts are sent again as _resend.py says.
+        self._client = track_sends(
+            redis.asyncio.Redis.from_url(
+                self._settings.url, retry=no_retry_async(), **_client_options(listener=False)
+            )
         )
         self._scripts = AsyncFunctions(self._client)
         self._listeners: dict[str, AsyncListener] = {}

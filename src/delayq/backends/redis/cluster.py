@@ -11,7 +11,9 @@ touches one shard's keys only.
   across processes and versions), so ack/nack/extend/release/cancel/reschedule/get by
   id are one script on one shard.
 * ``seq`` (the FIFO tie-break) comes from one queue-wide counter, shard 0's ``seq`` key,
-  with one ``INCRBY`` before a put, nack, reschedule or retry_dead (when ``N > 1``).
+  with one ``INCRBY`` before a nack, reschedule or retry_dead (when ``N > 1``); a put
+  takes its seqs with shard 0's clock (``take_seqs.lua``) and resolves every due time
+  of its batch against that one now, so its parts on other shards keep put order.
 * A put batch is one script per shard it touches; when it spans shards and may conflict,
   every shard first checks its part (``put.lua`` in check mode) before any writes, so
   a duplicate stores nothing. Only a conflicting put racing between the check and the
@@ -49,6 +51,7 @@ from ...durable.message import PutRequest, Record, State, Stats
 from ._functions import Functions
 from ._listen import CONNECTION_ERRORS, Listener, next_backoff
 from ._ops import Call
+from ._resend import call
 from ._scripts import Claim
 from ._sharded import ShardedBase
 from ._sharded_async import AsyncShardedRedisBackend
@@ -99,7 +102,13 @@ class ShardedRedisBackend(ShardedBase):
         if self.shards == 1:
             return None
         self._check_open()
-        return int(self._client.incrby(self._ops[0].seq_key(queue), count)) - count
+        key = self._ops[0].seq_key(queue)
+        # Sent again after a lost reply: the seqs of the lost run are skipped (harmless).
+        return int(call(lambda: self._client.incrby(key, count), safe=True)) - count
+
+    def _dead_count(self, queue: str, shard: int) -> int:
+        key = self._ops[shard].dead_key(queue)
+        return int(call(lambda: self._client.zcard(key), safe=True))
 
     def _hub(self, queue: str) -> Hub:
         hub = self._hubs.get(queue)
@@ -143,12 +152,15 @@ class ShardedRedisBackend(ShardedBase):
 
     def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
         """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
-        plan = self._put_plan(requests, self._seq_base(queue, len(requests)))
+        taken = None
+        if self.shards > 1:
+            taken = self._run(self._ops[0].take_seqs(queue, len(requests)))
+        plan = self._put_plan(requests, taken)
         if self._needs_check(plan):
-            for shard, part, _ in plan:
+            for shard, part, _, _ in plan:
                 self._run(self._ops[shard].check_put(queue, part))
-        for shard, part, seqs in plan:
-            if self._run(self._ops[shard].put(queue, part, seqs)):
+        for shard, part, seqs, dues in plan:
+            if self._run(self._ops[shard].put(queue, part, seqs, dues)):
                 self._news(queue, shard)
         return [request.id for request in requests]
 
@@ -264,7 +276,7 @@ class ShardedRedisBackend(ShardedBase):
             )
             if mine == []:
                 continue
-            count = len(mine) if mine is not None else self._client.zcard(ops.dead_key(queue))
+            count = len(mine) if mine is not None else self._dead_count(queue, ops.shard)
             if not count:
                 continue
             done = self._run(ops.retry_dead(queue, mine, self._seq_base(queue, count)))

@@ -5,13 +5,17 @@
 --   max_attempts, encoding ('' for json), headers (JSON or ''), payload; then, optional
 --   (sharded queues): 'c' to only check the batch (write nothing, return {0, 0} or the
 --   error), or 's' followed by one seq per request (given by the client's queue-wide
---   counter instead of this shard's).
+--   counter instead of this shard's), then optionally 'x': each request's at_ms is its
+--   exact due time, resolved by the client against one now of the whole batch
+--   (take_seqs.lua), kept as is even when it is before this shard's now (the message
+--   is due at once; only ordering and the lag see it).
 -- Returns {0, woke} when stored (woke: 1 if the marker was pushed, else 0); {1, id} when
 -- id exists and on_conflict is 'e'; {2, id} when 'r' would replace a message in flight.
 -- Nothing is written unless it returns {0, woke}.
 local now, ceil = clock()
 local n = tonumber(ARGV[1])
 local mode = ARGV[2 + n * 8] or ''
+local exact = mode == 's' and ARGV[3 + n * 9] == 'x'
 -- Whether anything is due before `earliest` that waiting consumers know of: a marker
 -- that waits for them already, else the earliest due time or lease expiry (see below).
 local function known_before()
@@ -81,9 +85,15 @@ for i = 0, n - 1 do
     if headers == '' then headers = nil end
     if enc == '' then enc = nil end
     if current == false or current.fresh == nil then order[#order + 1] = id end
-    staged[id] = {id = id, state = SCHEDULED, due = resolve_due(ARGV[b + 2], ARGV[b + 3], now, ceil),
-      index = i, attempts = 0, max = tonumber(ARGV[b + 4]), enc = enc, headers = headers,
-      payload = ARGV[b + 7], fresh = true}
+    local due
+    if exact then
+      due = tonumber(ARGV[b + 3])
+    else
+      due = resolve_due(ARGV[b + 2], ARGV[b + 3], now, ceil)
+    end
+    staged[id] = {id = id, state = SCHEDULED, due = due, index = i, attempts = 0,
+      max = tonumber(ARGV[b + 4]), enc = enc, headers = headers, payload = ARGV[b + 7],
+      fresh = true}
   end
 end
 if #order == 0 or mode == 'c' then return {0, 0} end

@@ -10,11 +10,13 @@
 local now, ceil, us = clock()
 settle_expired(now)
 local limit, lease_ms, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-local high = now
-if ARGV[4] and ARGV[4] ~= '' and tonumber(ARGV[4]) < now then high = tonumber(ARGV[4]) end
+-- The bound's seq only matters at its own due time: a bound due after now takes all due.
+local high, edge = now, nil
+if ARGV[4] and ARGV[4] ~= '' and tonumber(ARGV[4]) <= now then
+  high, edge = tonumber(ARGV[4]), struct.pack('>I8', tonumber(ARGV[5]))
+end
 local scored = redis.call('ZRANGEBYSCORE', K_DUE, '-inf', high, 'WITHSCORES', 'LIMIT', 0, limit)
 local members, dues = {}, {}
-local edge = ARGV[5] and struct.pack('>I8', tonumber(ARGV[5]))
 for i = 1, #scored, 2 do
   local member, score = scored[i], tonumber(scored[i + 1])
   if edge and (score > high or (score == high and string.sub(member, 1, 8) > edge)) then break end

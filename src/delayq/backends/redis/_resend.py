@@ -1,0 +1,237 @@
+"""When a call is sent again: the retry rule of the faces that run on redis-py clients
+(the async face, both sharded faces, and the sync face's EVALSHA fallback).
+
+redis-py's own ``Retry`` sends any command again after a connection error, even one
+whose reply was lost after the server ran it: a put or an ack could run twice (a false
+``DuplicateId``, a false ``LeaseLost``, a double claim). So those clients are made with
+no retries (:func:`no_retry`, :func:`track_sends`) and every call goes through
+:func:`call` / :func:`call_async`, which send it again, with backoff, up to
+:data:`REDIS_RETRIES` times, only when that is harmless:
+
+* the script is in :data:`~._scripts.RESEND_SAFE` (its second run changes nothing), or
+* the script was surely not run: the failure came before it was written to a socket
+  (connecting, the pool's check of an idle connection), or the write itself failed
+  (Redis runs only complete commands; a write that timed out may still complete, so it
+  counts as sent), or the server answered that it ran nothing (``LOADING`` while a
+  restarted server reads its data, ``CLUSTERDOWN``, a slot not covered).
+
+"Written" is known from the connections themselves: the clients' connection classes are
+swapped for subclasses (:func:`tracked`) that mark the caller's :class:`Attempt` when
+they write a script command (``FCALL``, ``EVALSHA``, ``EVAL``) during it; the attempt
+travels in a context variable, so each thread and each task has its own. Other commands
+an attempt may send (a handshake, ``SCRIPT LOAD``, a cluster's slot refresh) are
+harmless and do not count. The sync single-node face keeps its own connection per thread
+and the same rule (:mod:`._link`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import select
+import time
+from collections.abc import Awaitable, Callable
+from functools import cache
+from typing import Any, TypeVar
+
+import redis
+import redis.asyncio
+import redis.asyncio.connection
+import redis.exceptions
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.retry import Retry
+
+from ..._constants import REDIS_RETRIES, REDIS_RETRY_BASE, REDIS_RETRY_CAP
+from ._listen import CONNECTION_ERRORS
+
+__all__ = [
+    "Attempt",
+    "call",
+    "call_async",
+    "no_retry",
+    "no_retry_async",
+    "track_sends",
+    "tracked",
+]
+
+T = TypeVar("T")
+C = TypeVar("C")
+
+#: Errors after which a call may be sent again (when the rule allows).
+_RETRIABLE = (
+    *CONNECTION_ERRORS,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.SlotNotCoveredError,
+)
+#: Errors that say the command did not run, sent or not.
+_RAN_NOTHING = (
+    redis.exceptions.BusyLoadingError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.SlotNotCoveredError,
+)
+#: Errors no retry mends.
+_FINAL = (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)
+_SCRIPT_COMMANDS = frozenset((b"FCALL", b"FCALL_RO", b"EVALSHA", b"EVALSHA_RO", b"EVAL"))
+
+
+class Attempt:
+    """One try of a call: whether a script command was written for it."""
+
+    __slots__ = ("sent",)
+
+    def __init__(self) -> None:
+        self.sent = False
+
+
+_ATTEMPT: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar(
+    "delayq_redis_attempt", default=None
+)
+
+
+def _writes_script(command: Any) -> bool:
+    """Whether a packed command (bytes, or a list of chunks whose first holds the
+    command name) is a script call."""
+    head = command if isinstance(command, bytes | bytearray | str) else next(iter(command), b"")
+    if isinstance(head, str):
+        head = head.encode()
+    parts = bytes(head[:64]).split(b"\r\n", 3)  # b"*N", b"$len", b"NAME", ...
+    return len(parts) > 2 and parts[2].upper() in _SCRIPT_COMMANDS
+
+
+class _SyncMarks:
+    """Mixin of a sync redis-py connection: marks the attempt when a script is written."""
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        attempt = _ATTEMPT.get()
+        send = super().send_packed_command  # type: ignore[misc]
+        if attempt is None or attempt.sent or not _writes_script(command):
+            send(command, check_health)
+            return
+        self.connect()  # type: ignore[attr-defined]  # failures here sent nothing
+        if check_health:
+            self.check_health()  # type: ignore[attr-defined]
+        attempt.sent = True
+        try:
+            send(command, False)
+        except redis.ConnectionError:
+            attempt.sent = False  # the socket failed under the write: incomplete
+            raise
+
+
+def _readable(connection: Any) -> bool:
+    """Whether an idle asyncio connection's socket has something to read (end of file
+    after a restart, or stray bytes), asked of the socket itself: the event loop may
+    not have looked at it since (a loop kept busy, or blocked)."""
+    writer = getattr(connection, "_writer", None)
+    sock = None if writer is None else writer.get_extra_info("socket")
+    if sock is None or not hasattr(select, "poll"):  # no poll(): the loop's view only
+        return False
+    poller = select.poll()
+    try:
+        poller.register(sock.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):
+        return True
+
+
+class _AsyncMarks:
+    """:class:`_SyncMarks` for asyncio connections, which also replace a connection the
+    server closed while it sat idle (a cluster node's pool does not look)."""
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        attempt = _ATTEMPT.get()
+        send = super().send_packed_command  # type: ignore[misc]
+        if attempt is None or attempt.sent or not _writes_script(command):
+            await send(command, check_health)
+            return
+        this: Any = self
+        if this.is_connected and (_readable(this) or await this.can_read()):
+            await this.disconnect()  # end of file or stray bytes: not ready to send
+        await this.connect()
+        if check_health:
+            await this.check_health()
+        attempt.sent = True
+        try:
+            await send(command, False)
+        except redis.ConnectionError:
+            attempt.sent = False
+            raise
+
+
+@cache
+def tracked(base: type[Any]) -> type[Any]:
+    """The subclass of connection class ``base`` that marks script writes."""
+    asynchronous = issubclass(base, redis.asyncio.connection.AbstractConnection)
+    mixin: type[Any] = _AsyncMarks if asynchronous else _SyncMarks
+    return type(f"Tracked{base.__name__}", (mixin, base), {})
+
+
+def no_retry() -> Retry:
+    """A redis-py ``Retry`` that never retries (the retries happen here)."""
+    return Retry(NoBackoff(), 0)
+
+
+def no_retry_async() -> AsyncRetry:
+    """:func:`no_retry` for asyncio clients."""
+    return AsyncRetry(NoBackoff(), 0)
+
+
+def track_sends(client: C) -> C:
+    """Swap the connection class of a redis-py client that has not connected yet for
+    its :func:`tracked` subclass; returns the client."""
+    target: Any = client
+    pool = getattr(target, "connection_pool", None)
+    if pool is not None:  # Redis, asyncio Redis
+        pool.connection_class = tracked(pool.connection_class)
+        return client
+    # asyncio RedisCluster: its nodes are made from these settings as they are found.
+    kwargs = target.connection_kwargs
+    kwargs["connection_class"] = tracked(kwargs.get("connection_class", redis.asyncio.Connection))
+    for node in target.startup_nodes:
+        node.connection_class = tracked(node.connection_class)
+    return client
+
+
+def _again(exc: BaseException, attempt: Attempt, safe: bool, failures: int) -> bool:
+    if failures > REDIS_RETRIES or isinstance(exc, _FINAL):
+        return False
+    return safe or not attempt.sent or isinstance(exc, _RAN_NOTHING)
+
+
+_BACKOFF = ExponentialBackoff(REDIS_RETRY_CAP, REDIS_RETRY_BASE)
+
+
+def call(send: Callable[[], T], safe: bool) -> T:
+    """``send()``, sent again after a failure as the module docstring says; ``safe``:
+    the call may run twice."""
+    failures = 0
+    while True:
+        attempt = Attempt()
+        token = _ATTEMPT.set(attempt)
+        try:
+            return send()
+        except _RETRIABLE as exc:
+            failures += 1
+            if not _again(exc, attempt, safe, failures):
+                raise
+        finally:
+            _ATTEMPT.reset(token)
+        time.sleep(_BACKOFF.compute(failures))
+
+
+async def call_async(send: Callable[[], Awaitable[T]], safe: bool) -> T:
+    """:func:`call` for a coroutine function."""
+    failures = 0
+    while True:
+        attempt = Attempt()
+        token = _ATTEMPT.set(attempt)
+        try:
+            return await send()
+        except _RETRIABLE as exc:
+            failures += 1
+            if not _again(exc, attempt, safe, failures):
+                raise
+        finally:
+            _ATTEMPT.reset(token)
+        await asyncio.sleep(_BACKOFF.compute(failures))
