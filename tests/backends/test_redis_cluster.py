@@ -4,8 +4,9 @@ The cluster is the session's (tests/backends/_redis_cluster.py: three ``redis-se
 processes on free ports, stopped at exit); single-node sharding uses the shared test
 Redis under a private prefix. Checked here: one queue's messages land on every master,
 global due-time order across shards with several consumers, an empty shard costs a
-draining consumer no script call, a sharded single node keeps the order, and a batch
-spread over shards keeps put order.
+draining consumer no script call, a sharded single node keeps the order, a batch
+spread over shards keeps put order, and a new asyncio client given many commands at once
+runs them all.
 """
 
 from __future__ import annotations
@@ -274,3 +275,26 @@ def test_a_claim_bounded_later_than_now_takes_a_message_due_this_very_ms(
             assert [r.id for r in claim.records] == [f"m{round}"], f"round {round}"
     finally:
         backend.close()
+
+
+def test_tasks_starting_at_once_on_a_new_async_client_all_succeed(
+    cluster: Cluster, cluster_client: Any, prefix: str
+) -> None:
+    """Commands given at once to a new asyncio cluster client, before it has loaded the
+    cluster's map, all run: none is sent to the wrong node and lost to the reconnects
+    that follow a ``MOVED``."""
+    url = f"{cluster.url}?prefix={prefix}&shards=4"
+
+    async def main() -> None:
+        for round in range(10):
+            async with AsyncQueue(url, name=f"cold-start-{round}") as q:
+                results = await asyncio.gather(
+                    *(q.put(i) for i in range(16)), return_exceptions=True
+                )
+                errors = [r for r in results if isinstance(r, BaseException)]
+                assert not errors, f"round {round}: {errors[:3]}"
+                stats = await q.stats()
+                assert stats.ready + stats.scheduled == 16
+                await q.purge()
+
+    asyncio.run(main())

@@ -2,6 +2,13 @@
 
 Beside the operations of the sync face it keeps a claim spread over several shards safe
 against cancellation: what earlier shards gave a reserve cancelled later is given back.
+
+A cluster client loads its map of the cluster (``initialize``) before its first command
+(:meth:`AsyncShardedRedisBackend._ready`). redis-py's asyncio ``RedisCluster`` loads it
+lazily, and a command given to it before then is routed as if it had no key, to one
+node, which answers ``MOVED``; redis-py's handling of ``MOVED`` then disconnects pooled
+connections that other tasks have just taken, so several tasks starting at once saw
+"Connection closed by server" on a healthy cluster (a put failed, a claim was lost).
 """
 
 from __future__ import annotations
@@ -56,10 +63,18 @@ class AsyncShardedRedisBackend(ShardedBase):
         """The redis-py asyncio client (``Redis`` or ``RedisCluster``)."""
         return self._client
 
+    async def _ready(self) -> Any:
+        """The client, with the cluster's map loaded (see the module docstring); a
+        single-node client as is."""
+        if self._settings.cluster:
+            await self._client.initialize()  # returns at once once loaded
+        return self._client
+
     async def _run(self, call: Call[T]) -> T:
         self._check_open()
         cancels = _cancel_requests()
         try:
+            await self._ready()
             reply = await self._scripts(call.script, call.keys, call.args)
         except CONNECTION_ERRORS:
             self._check_open()
@@ -73,12 +88,14 @@ class AsyncShardedRedisBackend(ShardedBase):
             return None
         self._check_open()
         key = self._ops[0].seq_key(queue)
+        client = await self._ready()
         # Sent again after a lost reply: the seqs of the lost run are skipped (harmless).
-        return int(await call_async(lambda: self._client.incrby(key, count), safe=True)) - count
+        return int(await call_async(lambda: client.incrby(key, count), safe=True)) - count
 
     async def _dead_count(self, queue: str, shard: int) -> int:
         key = self._ops[shard].dead_key(queue)
-        return int(await call_async(lambda: self._client.zcard(key), safe=True))
+        client = await self._ready()
+        return int(await call_async(lambda: client.zcard(key), safe=True))
 
     def _hub(self, queue: str) -> AsyncHub:
         hub = self._hubs.get(queue)
@@ -310,7 +327,7 @@ class AsyncShardedRedisBackend(ShardedBase):
     async def queues(self) -> list[str]:
         """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
         self._check_open()
-        return await scan_queues_async(self._client, self.prefix)
+        return await scan_queues_async(await self._ready(), self.prefix)
 
     async def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
         """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
