@@ -9,7 +9,9 @@ never asserts: a missed target is reported.
 
 Sections
 
-a. ``put`` one by one (a small JSON payload, due now): messages per second.
+a. ``put`` one by one (a small JSON payload, due now): messages per second. For a
+   ``redis://`` URL also the machine's round trip (``PING`` one by one over a bare
+   socket): a put is one round trip, so this is its ceiling here.
 b. ``put_many`` in batches of 1000: messages per second.
 c. Drain what (b) stored with one consumer: ``reserve(max=100, wait=0)`` and one
    ``ack_many`` of the batch, until the queue is empty: messages per second.
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import socket
 import statistics
 import subprocess
 import sys
@@ -97,6 +100,17 @@ def section_throughput(url: str, sizes: Sizes, targets: tuple[float, ...]) -> li
             )
         )
         q.purge()
+    floor = round_trip_rate(url, sizes.puts)
+    if floor is not None:
+        out.append(
+            Measure(
+                "a",
+                "the machine's round trip: PING one by one",
+                floor,
+                "items/s",
+                note="one socket, hiredis: the ceiling of a put",
+            )
+        )
     fresh_heap()
     with Queue(url, name=fresh_name("many")) as q:
         batches = [
@@ -141,6 +155,33 @@ def section_throughput(url: str, sizes: Sizes, targets: tuple[float, ...]) -> li
         )
         q.purge()
     return out
+
+
+def round_trip_rate(url: str, count: int) -> float | None:
+    """PINGs per second, one by one over one TCP socket with a hiredis reader, to the
+    server of a ``redis://`` URL without password or TLS (None for other URLs): what
+    one round trip costs on this machine, the ceiling of puts one by one."""
+    parts = urlsplit(url)
+    if parts.scheme != "redis" or parts.password:
+        return None
+    import hiredis  # noqa: PLC0415 (only with the redis extra)
+
+    with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        reader = hiredis.Reader()
+        ping = hiredis.pack_command((b"PING",))
+
+        def once() -> None:
+            sock.sendall(ping)
+            while reader.gets() is False:
+                reader.feed(sock.recv(65536))
+
+        for _ in range(100):
+            once()
+        started = time.perf_counter()
+        for _ in range(count):
+            once()
+        return count / (time.perf_counter() - started)
 
 
 # -- d, e: lateness ----------------------------------------------------------------------

@@ -224,3 +224,100 @@ def test_a_sharded_ack_whose_reply_is_lost_is_not_sent_again(server: RedisProces
         stall.join(10)
         assert q.stats().active == 0
         assert q.get(message.id) is None
+
+
+# -- the direct exchange and its redis-py fallback ----------------------------------------
+
+#: A script that counts its runs, then answers the error reply it is given.
+_FAIL = b"redis.call('INCR', KEYS[1]) return redis.error_reply(ARGV[1])"
+
+
+def _queue(server: RedisProcess, name: str, protocol: int, direct: bool) -> Queue:
+    """A queue whose thread connection is open, exchanging directly on its socket or,
+    with ``direct=False``, through redis-py (as without hiredis)."""
+    q = Queue(f"{server.url}?protocol={protocol}", name=name)
+    link = q.backend._link  # type: ignore[attr-defined]
+    if not direct:
+        link._hiredis = None
+    q.put("first")
+    assert (link._local.wire.direct is not None) is direct
+    return q
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "redis-py"])
+@pytest.mark.timeout(30)
+def test_error_replies_are_raised_and_retried_as_redis_py_raises_them(
+    server: RedisProcess, protocol: int, direct: bool
+) -> None:
+    counter = f"errors-{protocol}-{direct}:runs".encode()
+    client = server.client()
+
+    def fail(reply: str, safe: bool = False) -> None:
+        link._exchange((b"EVAL", _FAIL, 1, counter, reply), safe)
+
+    def runs() -> int:
+        return int(client.get(counter) or 0)
+
+    with _queue(server, f"errors-{protocol}-{direct}", protocol, direct) as q:
+        link = q.backend._link  # type: ignore[attr-defined]
+        with pytest.raises(redis.ResponseError) as info:
+            fail("ERR plain")
+        assert (type(info.value), str(info.value), runs()) == (redis.ResponseError, "plain", 1)
+        with pytest.raises(redis.exceptions.NoScriptError):
+            fail("NOSCRIPT gone")
+        assert runs() == 2
+        before = link._exchange((b"CLIENT", b"ID"), True)
+        assert link._exchange((b"CLIENT", b"ID"), True) == before  # an error reply keeps it
+        # LOADING: the server ran nothing (as it says), so even a put is sent again.
+        with pytest.raises(redis.BusyLoadingError):
+            fail("LOADING still loading")
+        assert runs() == 2 + 1 + 3  # REDIS_RETRIES
+        # A connection error the server answers: the connection is replaced, and only
+        # a call that may run twice is sent again.
+        with pytest.raises(redis.ConnectionError):
+            fail("ERR max number of clients reached")
+        assert runs() == 7
+        assert link._exchange((b"CLIENT", b"ID"), True) != before
+        with pytest.raises(redis.ConnectionError):
+            fail("ERR max number of clients reached", safe=True)
+        assert runs() == 7 + 4
+        q.put("after")
+        assert [m.payload for m in q.reserve(max=10, wait=0)] == ["first", "after"]
+    client.close()
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "redis-py"])
+@pytest.mark.timeout(30)
+def test_a_push_before_a_reply_is_not_taken_for_it(server: RedisProcess, direct: bool) -> None:
+    """RESP3: an invalidation (client tracking) the server pushes while a call waits."""
+    name = f"push-{direct}"
+    key, wake = f"{name}:tracked".encode(), f"{name}:list".encode()
+    client = server.client()
+    with _queue(server, name, 3, direct) as q:
+        link = q.backend._link  # type: ignore[attr-defined]
+        replies: list[object] = []
+        pushes: list[object] = []
+        tracking = threading.Event()
+
+        def wait() -> None:  # on this thread's own connection
+            assert link._exchange((b"CLIENT", b"TRACKING", b"ON"), True) == b"OK"
+            link._exchange((b"GET", key), True)  # tracked from now on
+            if direct:
+                link._local.wire.direct.on_push = pushes.append
+            tracking.set()
+            replies.append(link._exchange((b"BLPOP", wake, 5), True))
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        assert tracking.wait(10)
+        time.sleep(0.3)  # BLPOP waits on the server
+        client.set(key, "changed")  # the push goes out first...
+        client.rpush(wake, "woken")  # ...then BLPOP's reply
+        waiter.join(10)
+        assert replies == [[wake, b"woken"]]
+        if direct:
+            assert pushes == [[b"invalidate", [key]]]
+        q.put("after")
+        assert q.stats().ready == 2
+    client.close()
