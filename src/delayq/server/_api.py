@@ -41,7 +41,16 @@ from ._models import (
 )
 from ._state import ServerState, message_to_json
 
-__all__ = ["QueueDep", "StateDep", "error_docs", "router", "server_state", "state_of"]
+__all__ = [
+    "QueueDep",
+    "StateDep",
+    "error_docs",
+    "put_one",
+    "queue_named",
+    "router",
+    "server_state",
+    "state_of",
+]
 
 _ERROR_TEXT = {
     400: "Malformed JSON.",
@@ -90,14 +99,19 @@ QueueName = Annotated[
 MessageId = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)]
 
 
+def queue_named(state: ServerState, name: str) -> AsyncQueue:
+    """The queue ``name`` of ``state`` (422 ``invalid_queue`` for a bad name)."""
+    try:
+        return state.queue(name)
+    except (TypeError, ValueError) as exc:
+        raise ApiError(422, "invalid_queue", str(exc)) from None
+
+
 async def open_queue(queue: QueueName, request: Request) -> AsyncQueue:
     """The queue named in the path (422 for a bad name)."""
     # The state straight from the request, not through StateDep: a dependency less
     # to solve on every request.
-    try:
-        return state_of(request).queue(queue)
-    except (TypeError, ValueError) as exc:
-        raise ApiError(422, "invalid_queue", str(exc)) from None
+    return queue_named(state_of(request), queue)
 
 
 QueueDep = Annotated[AsyncQueue, Depends(open_queue)]
@@ -119,15 +133,22 @@ async def put_message(queue: QueueDep, request: Request, body: PutRequestBody) -
 
     409 ``duplicate_id`` when the id exists and ``on_conflict`` is ``"error"`` (or
     the message is in flight and ``on_conflict`` is ``"replace"``)."""
-    # The hot path of the API: the state without a dependency, puts of concurrent
-    # requests batched (PutCoalescer), and the answer built here rather than
-    # validated against PutResponse (which still documents it).
-    state = state_of(request)
+    # A valid put sent as application/json is answered by FastPut (_fastput.py)
+    # with put_one before it gets here; this route answers the others the same way,
+    # and every fault. The answer is not validated against PutResponse (which still
+    # documents it).
+    return JSONResponse(await put_one(state_of(request), queue, body), status_code=201)
+
+
+async def put_one(state: ServerState, queue: AsyncQueue, body: PutRequestBody) -> dict[str, str]:
+    """Store the message of a valid put request; the answer's body (``PutResponse``).
+
+    The puts of concurrent requests are batched (:class:`~._coalesce.PutCoalescer`)."""
     arguments = put_arguments(body, queue.name, state.config)
     with facade_errors():
         message_id = await state.putter(queue).put(arguments)
     state.metrics.puts.labels(queue.name).inc()
-    return JSONResponse({"id": message_id, "queue": queue.name}, status_code=201)
+    return {"id": message_id, "queue": queue.name}
 
 
 @router.post(

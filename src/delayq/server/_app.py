@@ -1,10 +1,11 @@
 """The FastAPI application of ``delayq serve``.
 
-:func:`create_app` wires the pieces: token auth and the body limit (ASGI middleware,
-outermost first), the JSON error handlers, the ``/v1`` API, ``/healthz`` and
-``/metrics``, the dashboard, and a lifespan that opens the backend and runs the
-callback dispatcher. :func:`request_stop` tells open long-polls to return now (the
-``serve`` command calls it on SIGINT/SIGTERM, before uvicorn waits for requests).
+:func:`create_app` wires the pieces: token auth, the body limit and the fast path of
+single puts (ASGI middleware, outermost first), the JSON error handlers, the ``/v1``
+API, ``/healthz`` and ``/metrics``, the dashboard, and a lifespan that opens the
+backend and runs the callback dispatcher. :func:`request_stop` tells open long-polls
+to return now (the ``serve`` command calls it on SIGINT/SIGTERM, before uvicorn
+waits for requests).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ._api_queues import ops_router, queues_router
 from ._auth import TokenAuth
 from ._config import ServeConfig
 from ._errors import install_error_handlers
+from ._fastput import FastPut
 from ._head import HeadAsGet
 from ._limits import BodyLimit
 from ._state import ServerState
@@ -123,7 +125,9 @@ def create_app(config: ServeConfig, *, state: ServerState | None = None) -> Fast
     app.include_router(queues_router)
     app.include_router(ops_router)
     _include_dashboard(app)
-    # Added last = runs first: auth before anything reads the body.
+    # Added last = runs first: auth before anything reads the body, and the put
+    # fast path (the hot route without FastAPI's per-request machinery) after both.
+    app.add_middleware(FastPut)
     app.add_middleware(HeadAsGet)
     app.add_middleware(BodyLimit, max_body=config.max_body)
     app.add_middleware(TokenAuth, token=config.token)

@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._errors import error_response
 
-__all__ = ["BodyLimit"]
+__all__ = ["BodyLimit", "replaying"]
 
 _API_PREFIX = "/v1/"
 _METHODS_WITH_JSON = frozenset(("POST", "PUT", "PATCH"))
@@ -92,13 +92,19 @@ class BodyLimit:
             )
             await error_response(415, "unsupported_media_type", refusal)(scope, receive, send)
             return
-        replayed = False
+        await self.app(scope, replaying(body, receive), send)
 
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
 
-        await self.app(scope, replay, send)
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """``receive`` that gives ``body`` first, in one message, then what the client
+    sends (so that a disconnect is still seen)."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
