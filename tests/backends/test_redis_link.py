@@ -112,17 +112,24 @@ def test_each_thread_has_its_own_connection_and_close_ends_them(server: RedisPro
     with Queue(server.url, name="threads") as q:
         q.put(0)
         before = len(client.client_list())
+        # The threads stay alive until counted: a finished thread's connection may be
+        # closed as soon as its thread-local state is collected.
+        counted, done = threading.Event(), threading.Barrier(5)
 
         def put_some() -> None:
             for i in range(20):
                 q.put(i)
+            done.wait(10)
+            counted.wait(10)
 
         threads = [threading.Thread(target=put_some) for _ in range(4)]
         for thread in threads:
             thread.start()
+        done.wait(10)
+        assert len(client.client_list()) == before + 4
+        counted.set()
         for thread in threads:
             thread.join(10)
-        assert len(client.client_list()) == before + 4
         assert q.stats().ready == 81
     deadline = time.monotonic() + 5
     while len(client.client_list()) > 1 and time.monotonic() < deadline:

@@ -24,7 +24,7 @@ from .._constants import (
 )
 from .._duration import at_to_epoch, delay_to_seconds, seconds_to_ms
 from ..errors import QueueClosed
-from .message import Message, OnConflict, PutRequest, Record, State
+from .message import Message, OnConflict, PutRequest, Record, State, put_request
 from .registry import default_url, scheme_of
 from .retry import RetryPolicy
 from .serializer import Codec
@@ -34,6 +34,8 @@ __all__ = ["QueueBase"]
 _Q = TypeVar("_Q", bound="QueueBase")
 _ON_CONFLICT = ("ignore", "replace", "error")
 _PUT_KEYS = frozenset(("payload", "delay", "at", "id", "on_conflict", "max_attempts", "headers"))
+#: Generated ids put_many draws from one os.urandom call (16 random bytes each).
+_ID_BATCH = 256
 
 
 def check_identifier(kind: str, value: object) -> str:
@@ -175,21 +177,32 @@ class QueueBase:
         on_conflict: object = "ignore",
         max_attempts: object = None,
         headers: object = None,
+        new_id: str | None = None,
     ) -> PutRequest:
+        """The checked, encoded request of a put; ``new_id``: the id to use when ``id``
+        is None (None: draw one)."""
         if on_conflict not in _ON_CONFLICT:
             raise ValueError(f"on_conflict must be one of {_ON_CONFLICT}, got {on_conflict!r}")
         mode: OnConflict = on_conflict  # type: ignore[assignment]
-        # 128 random bits, as uuid4 has, without building a UUID object.
-        message_id = os.urandom(16).hex() if id is None else check_identifier("id", id)
+        if id is not None:
+            message_id = check_identifier("id", id)
+        elif new_id is None:
+            # 128 random bits, as uuid4 has, without building a UUID object.
+            message_id = os.urandom(16).hex()
+        else:
+            message_id = new_id
         attempts = (
             self._retry.max_attempts
             if max_attempts is None
             else check_int("max_attempts", max_attempts, 1)
         )
-        header_map = check_headers(headers)
-        delay_ms, at_ms = due_arguments(delay, at)
+        header_map = {} if headers is None else check_headers(headers)
+        if delay is None and at is None:
+            delay_ms = at_ms = None
+        else:
+            delay_ms, at_ms = due_arguments(delay, at)
         data, encoding = self._codec.encode(payload)
-        return PutRequest(
+        return put_request(
             id=message_id,
             payload=data,
             encoding=encoding,
@@ -203,16 +216,39 @@ class QueueBase:
     def _requests(self, items: object) -> list[PutRequest]:
         if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
             raise TypeError(f"put_many takes a list of dicts, not {type(items).__name__}")
-        requests = []
+        requests: list[PutRequest] = []
+        append, request = requests.append, self._request
+        # Generated ids are drawn _ID_BATCH at a time: one os.urandom call, not one each.
+        pool, used = "", 0
         for index, item in enumerate(items):
-            if not isinstance(item, Mapping):
+            if type(item) is not dict and not isinstance(item, Mapping):  # ABC check: slow
                 raise TypeError(f"put_many item {index} is a {type(item).__name__}, not a dict")
             unknown = set(item) - _PUT_KEYS
             if unknown:
                 raise TypeError(f"put_many item {index} has unknown keys {sorted(unknown)}")
             if "payload" not in item:
                 raise TypeError(f"put_many item {index} has no 'payload'")
-            requests.append(self._request(**item))
+            get = item.get
+            id = get("id")
+            new_id = None
+            if id is None:
+                if used == len(pool):
+                    pool, used = os.urandom(16 * _ID_BATCH).hex(), 0
+                new_id = pool[used : used + 32]
+                used += 32
+            # The item's values as _request(**item) would get them, without a dict to unpack.
+            append(
+                request(
+                    item["payload"],
+                    delay=get("delay"),
+                    at=get("at"),
+                    id=id,
+                    on_conflict=get("on_conflict", "ignore"),
+                    max_attempts=get("max_attempts"),
+                    headers=get("headers"),
+                    new_id=new_id,
+                )
+            )
         return requests
 
     def _reserve_arguments(

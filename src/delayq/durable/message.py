@@ -62,6 +62,7 @@ __all__ = [
     "lag_of",
     "matches_state",
     "observe",
+    "put_request",
     "resolve_due",
     "settle",
 ]
@@ -148,6 +149,57 @@ class PutRequest:
     delay_ms: int | None = None
     at_ms: int | None = None
     on_conflict: OnConflict = "ignore"
+
+
+# The slots of PutRequest, set directly: its frozen __init__ sets each field through
+# object.__setattr__, which costs twice as much, and put_many builds thousands at a time.
+_new_object = object.__new__
+(
+    _SET_ID,
+    _SET_PAYLOAD,
+    _SET_ENCODING,
+    _SET_MAX_ATTEMPTS,
+    _SET_HEADERS,
+    _SET_DELAY_MS,
+    _SET_AT_MS,
+    _SET_ON_CONFLICT,
+) = (
+    vars(PutRequest)[name].__set__
+    for name in (
+        "id",
+        "payload",
+        "encoding",
+        "max_attempts",
+        "headers",
+        "delay_ms",
+        "at_ms",
+        "on_conflict",
+    )
+)
+
+
+def put_request(
+    *,
+    id: str,
+    payload: bytes,
+    encoding: str,
+    max_attempts: int,
+    headers: Mapping[str, str],
+    delay_ms: int | None,
+    at_ms: int | None,
+    on_conflict: OnConflict,
+) -> PutRequest:
+    """``PutRequest(...)`` with every field given, built faster (same object)."""
+    request: PutRequest = _new_object(PutRequest)
+    _SET_ID(request, id)
+    _SET_PAYLOAD(request, payload)
+    _SET_ENCODING(request, encoding)
+    _SET_MAX_ATTEMPTS(request, max_attempts)
+    _SET_HEADERS(request, headers)
+    _SET_DELAY_MS(request, delay_ms)
+    _SET_AT_MS(request, at_ms)
+    _SET_ON_CONFLICT(request, on_conflict)
+    return request
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import pickle
+import threading
 import warnings
+from json import encoder as json_encoder
 from typing import Any, Protocol, runtime_checkable
 
 from .._constants import RAW_ENCODING
@@ -35,16 +37,67 @@ class Serializer(Protocol):
         ...
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+# JSONEncoder.encode() builds the C encoder that does the work anew on every call, around
+# a new dict of the containers it is inside (to refuse circular ones): half the cost of
+# encoding a small payload. Each thread keeps one instead, with its dict, which is empty
+# again after every call (cleared after an error, which can leave entries behind).
+_make_c_encoder: Any = getattr(json_encoder, "c_make_encoder", None)
+_threads = threading.local()
+
+
+def _c_encoder() -> tuple[Any, dict[int, Any]]:
+    markers: dict[int, Any] = {}
+    encoder = _make_c_encoder(
+        markers,
+        _ENCODER.default,
+        json_encoder.encode_basestring,
+        None,
+        _ENCODER.key_separator,
+        _ENCODER.item_separator,
+        False,
+        False,
+        False,
+    )
+    return encoder, markers
+
+
+def _encode_reusing(obj: Any) -> str:
+    """``_ENCODER.encode(obj)`` with this thread's C encoder."""
+    try:
+        encoder, markers = _threads.encoder
+    except AttributeError:
+        encoder, markers = _threads.encoder = _c_encoder()
+    try:
+        return "".join(encoder(obj, 0))
+    except BaseException:
+        markers.clear()
+        raise
+
+
+def _reuse_works() -> bool:
+    """The C encoder is there and takes the arguments JSONEncoder gives it (a private
+    interface of the json module): else every call goes through JSONEncoder.encode."""
+    if _make_c_encoder is None:
+        return False
+    sample = {"a": [1, 2.5, None, True, "\u00e9\n"], "b": {}}
+    try:
+        return _encode_reusing(sample) == _ENCODER.encode(sample)
+    except Exception:  # any failure means: do not use it
+        return False
+
+
+_encode = _encode_reusing if _reuse_works() else _ENCODER.encode
+
+
 class JSONSerializer:
     """Compact UTF-8 JSON; NaN and infinities are refused (they are not JSON)."""
 
     name = "json"
-    # One encoder for every call: json.dumps with options builds a new one each time.
-    _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
     def dumps(self, obj: Any, /) -> bytes:
         """Encode ``obj`` as JSON bytes."""
-        return self._encode(obj).encode()
+        return _encode(obj).encode()
 
     def loads(self, data: bytes, /) -> Any:
         """Decode JSON bytes."""

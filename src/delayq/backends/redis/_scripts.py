@@ -82,7 +82,6 @@ READ_ONLY_SCRIPTS = frozenset(("due_counts", "get", "peek"))
 #: reply is lost: it is sent again only when it surely was not sent.
 RESEND_SAFE = READ_ONLY_SCRIPTS | frozenset(("dead", "extend", "stats", "take_seqs", "wake"))
 
-_HEX_ID = re.compile(r"[0-9a-f]{32}")
 _STATES = {state.value: state for state in State}
 _CONFLICT = {"ignore": b"i", "replace": b"r", "error": b"e"}
 #: The default serializer's name is stored as an empty string (a few bytes a message).
@@ -137,8 +136,15 @@ def pack_id(id: str) -> bytes:
     """The stored form of a message id: a generated id (32 lowercase hex digits) as NUL
     plus its 16 bytes, which saves 32 bytes of memory per message (ids never hold NUL,
     so the two forms cannot meet); any other id as UTF-8."""
-    if len(id) == 32 and _HEX_ID.fullmatch(id):
-        return b"\x00" + bytes.fromhex(id)
+    if len(id) == 32:
+        # fromhex() also takes upper case and spaces: the round trip rules them out.
+        try:
+            raw = bytes.fromhex(id)
+        except ValueError:
+            pass
+        else:
+            if raw.hex() == id:
+                return b"\x00" + raw
     return id.encode("utf-8", "surrogatepass")
 
 
@@ -207,27 +213,64 @@ def function_name(script: str) -> str:
     return f"{library_source()[0]}_{script}"
 
 
-def _ms(value: int | None) -> bytes | int:
-    return b"" if value is None else value
+def _uniform(requests: Sequence[PutRequest]) -> bool:
+    """Whether the requests share every value but their id and payload (and have no
+    headers: equal dicts may still differ in order, so in their JSON)."""
+    first = requests[0]
+    on_conflict, delay_ms, at_ms = first.on_conflict, first.delay_ms, first.at_ms
+    max_attempts, encoding = first.max_attempts, first.encoding
+    for request in requests:
+        if (
+            request.headers
+            or request.on_conflict != on_conflict
+            or request.delay_ms != delay_ms
+            or request.at_ms != at_ms
+            or request.max_attempts != max_attempts
+            or request.encoding != encoding
+        ):
+            return False
+    return True
 
 
 def put_args(requests: Sequence[PutRequest], dues: Sequence[int] | None = None) -> list[Any]:
     """ARGV of ``put.lua``; ``dues``: each request's due time, resolved by the caller,
-    sent as its ``at_ms`` (then the script must be told they are exact: ``'x'``)."""
-    args: list[Any] = [len(requests)]
+    sent as its ``at_ms`` (then the script must be told they are exact: ``'x'``).
+
+    Requests that share all but their id and payload go in the script's uniform form:
+    a quarter of the values to send, pack and parse."""
+    conflict, default = _CONFLICT, _DEFAULT_ENCODING
+    if dues is None and len(requests) > 1 and _uniform(requests):
+        first = requests[0]
+        args: list[Any] = [
+            -len(requests),
+            conflict[first.on_conflict],
+            b"" if first.delay_ms is None else first.delay_ms,
+            b"" if first.at_ms is None else first.at_ms,
+            first.max_attempts,
+            "" if first.encoding == default else first.encoding,
+            "",
+        ]
+        for request in requests:
+            args += (pack_id(request.id), request.payload)
+        return args
+    args = [len(requests)]
     for index, request in enumerate(requests):
-        encoding = "" if request.encoding == _DEFAULT_ENCODING else request.encoding
-        headers = (
-            json.dumps(dict(request.headers), separators=(",", ":")) if request.headers else ""
-        )
+        encoding = request.encoding
+        headers = request.headers
+        if dues is None:
+            delay_ms, at_ms = request.delay_ms, request.at_ms
+            delay: Any = b"" if delay_ms is None else delay_ms
+            at: Any = b"" if at_ms is None else at_ms
+        else:
+            delay, at = b"", dues[index]
         args += (
             pack_id(request.id),
-            _CONFLICT[request.on_conflict],
-            _ms(request.delay_ms) if dues is None else b"",
-            _ms(request.at_ms) if dues is None else dues[index],
+            conflict[request.on_conflict],
+            delay,
+            at,
             request.max_attempts,
-            encoding,
-            headers,
+            "" if encoding == default else encoding,
+            json.dumps(dict(headers), separators=(",", ":")) if headers else "",
             request.payload,
         )
     return args

@@ -64,6 +64,22 @@ local function pack(r)
     r.lease_until or false, due) .. r.payload
 end
 
+-- pack() of a new scheduled record (attempts 0, no error, no lease), from its values as
+-- put.lua's ARGV gives them ('' for no encoding name or no headers). The flags byte of
+-- such a record without extras, 128 + SCHEDULED, is a literal: a library is loaded
+-- without the string module.
+local PACKED_SCHEDULED = '\129'
+
+local function pack_new(seq, max, enc, headers, payload)
+  if enc == '' and headers == '' then
+    return PACKED_SCHEDULED .. cmsgpack.pack(seq, 0, max) .. payload
+  end
+  if enc == '' then enc = nil end
+  if headers == '' then headers = nil end
+  return pack({state = SCHEDULED, seq = seq, attempts = 0, max = max, enc = enc,
+    headers = headers, payload = payload})
+end
+
 local function nil_if_false(value)
   if value == false then return nil end
   return value

@@ -2,7 +2,10 @@
 -- KEYS: msg, due, lease, dead, seq, wake (see lib.lua).
 -- ARGV[1]: n, the number of requests; then 8 values per request:
 --   id, on_conflict ('i' ignore, 'r' replace, 'e' error), delay_ms or '', at_ms or '',
---   max_attempts, encoding ('' for json), headers (JSON or ''), payload; then, optional
+--   max_attempts, encoding ('' for json), headers (JSON or ''), payload. Or, the uniform
+--   form of a batch whose requests share all but their id and payload: ARGV[1] is -n,
+--   then the six shared values once (on_conflict, delay_ms or '', at_ms or '',
+--   max_attempts, encoding, headers), then id and payload per request. Then, optional
 --   (sharded queues): 'c' to only check the batch (write nothing, return {0, 0} or the
 --   error), or 's' followed by one seq per request (given by the client's queue-wide
 --   counter instead of this shard's), then optionally 'x': each request's at_ms is its
@@ -14,8 +17,20 @@
 -- Nothing is written unless it returns {0, woke}.
 local now, ceil = clock()
 local n = tonumber(ARGV[1])
-local mode = ARGV[2 + n * 8] or ''
-local exact = mode == 's' and ARGV[3 + n * 9] == 'x'
+local uniform = n < 0
+if uniform then n = -n end
+-- Request i (from 0): its id is ARGV[at(i)], its payload ARGV[at(i) + PAYLOAD] and its
+-- other values ARGV[opts(i) + 1] (on_conflict) to ARGV[opts(i) + 6] (headers).
+local ID, STRIDE, PAYLOAD = 2, 8, 7
+if uniform then ID, STRIDE, PAYLOAD = 8, 2, 1 end
+local function at(i) return ID + i * STRIDE end
+local function opts(i)
+  if uniform then return 1 end
+  return 2 + i * 8
+end
+local tail = at(n)
+local mode = ARGV[tail] or ''
+local exact = mode == 's' and ARGV[tail + 1 + n] == 'x'
 -- Whether anything is due before `earliest` that waiting consumers know of: a marker
 -- that waits for them already, else the earliest due time or lease expiry (see below).
 local function known_before()
@@ -35,24 +50,73 @@ end
 
 -- The common case, one request with on_conflict 'i': HSETNX stores it only if the id is
 -- free, so no separate look-up (a seq taken for an id that exists is skipped: harmless).
-if n == 1 and ARGV[3] == 'i' and mode == '' then
-  local id, enc, headers = ARGV[2], ARGV[7], ARGV[8]
+if n == 1 and ARGV[opts(0) + 1] == 'i' and mode == '' then
+  local id, o = ARGV[at(0)], opts(0)
+  local enc, headers = ARGV[o + 5], ARGV[o + 6]
   if enc == '' then enc = nil end
   if headers == '' then headers = nil end
   local r = {id = id, state = SCHEDULED, seq = redis.call('INCR', K_SEQ), attempts = 0,
-    max = tonumber(ARGV[6]), enc = enc, headers = headers, payload = ARGV[9],
-    due = resolve_due(ARGV[4], ARGV[5], now, ceil)}
+    max = tonumber(ARGV[o + 4]), enc = enc, headers = headers, payload = ARGV[at(0) + PAYLOAD],
+    due = resolve_due(ARGV[o + 2], ARGV[o + 3], now, ceil)}
   if redis.call('HSETNX', K_MSG, id, pack(r)) == 0 then return {0, 0} end
   local pending, before = known_before()
   redis.call('ZADD', K_DUE, r.due, due_member(r.seq, id))
   return announce(r.due, pending, before)
 end
 
+-- Every request of the batch on_conflict 'i', not sharded (mode '').
+local function all_ignore()
+  if mode ~= '' then return false end
+  for i = 0, n - 1 do
+    if ARGV[opts(i) + 1] ~= 'i' then return false end
+  end
+  return true
+end
+
+-- The common batch, all 'i': what the two passes below do, without staging a record. A
+-- request is stored when its id is neither stored (one HMGET per CHUNK requests) nor
+-- taken by an earlier request of the batch; every other is ignored. Seqs as below: one
+-- per request, in order, taken only when something is stored.
+if all_ignore() then
+  local base, earliest, count = false, false, 0
+  local seen, records, entries = {}, {}, {}
+  -- Scores as text, formatted once per distinct due time (most batches share one):
+  -- redis.call() would format each number itself, and with digits to spare.
+  local last_due, last_score = false, false
+  for first = 0, n - 1, CHUNK do
+    local ids = {}
+    for i = first, math.min(first + CHUNK, n) - 1 do ids[i - first + 1] = ARGV[at(i)] end
+    local found = redis.call('HMGET', K_MSG, unpack(ids))
+    for j = 1, #ids do
+      local id = ids[j]
+      if not found[j] and not seen[id] then
+        seen[id] = true
+        if not base then base = redis.call('INCRBY', K_SEQ, n) - n end
+        local i = first + j - 1
+        local o = opts(i)
+        local seq, due = base + i + 1, resolve_due(ARGV[o + 2], ARGV[o + 3], now, ceil)
+        records[count + 1] = id
+        records[count + 2] = pack_new(seq, tonumber(ARGV[o + 4]), ARGV[o + 5], ARGV[o + 6],
+          ARGV[at(i) + PAYLOAD])
+        if due ~= last_due then last_due, last_score = due, string.format('%d', due) end
+        entries[count + 1], entries[count + 2] = last_score, due_member(seq, id)
+        count = count + 2
+        if not earliest or due < earliest then earliest = due end
+      end
+    end
+  end
+  if not base then return {0, 0} end
+  local pending, before = known_before()
+  add_all(K_MSG, 'HSET', records)
+  add_all(K_DUE, 'ZADD', entries)
+  return announce(earliest, pending, before)
+end
+
 -- Which ids exist, one HMGET per CHUNK requests: only those are loaded.
 local exists = {}
 for first = 0, n - 1, CHUNK do
   local ids = {}
-  for i = first, math.min(first + CHUNK, n) - 1 do ids[#ids + 1] = ARGV[2 + i * 8] end
+  for i = first, math.min(first + CHUNK, n) - 1 do ids[#ids + 1] = ARGV[at(i)] end
   local found = redis.call('HMGET', K_MSG, unpack(ids))
   for j = 1, #ids do
     if found[j] then exists[ids[j]] = true end
@@ -61,8 +125,8 @@ end
 local staged, original, order = {}, {}, {}
 -- First pass: decide every request (later ones see earlier ones), write nothing.
 for i = 0, n - 1 do
-  local b = 2 + i * 8
-  local id, mode = ARGV[b], ARGV[b + 1]
+  local b = opts(i)
+  local id, mode = ARGV[at(i)], ARGV[b + 1]
   local current = staged[id]
   if current == nil then
     current = exists[id] and load(id) or false
@@ -92,7 +156,7 @@ for i = 0, n - 1 do
       due = resolve_due(ARGV[b + 2], ARGV[b + 3], now, ceil)
     end
     staged[id] = {id = id, state = SCHEDULED, due = due, index = i, attempts = 0,
-      max = tonumber(ARGV[b + 4]), enc = enc, headers = headers, payload = ARGV[b + 7],
+      max = tonumber(ARGV[b + 4]), enc = enc, headers = headers, payload = ARGV[at(i) + PAYLOAD],
       fresh = true}
   end
 end
@@ -106,7 +170,7 @@ local earliest = false
 local records, entries = {}, {}
 for _, id in ipairs(order) do
   local r = staged[id]
-  if mode == 's' then r.seq = tonumber(ARGV[3 + n * 8 + r.index]) else r.seq = base + r.index + 1 end
+  if mode == 's' then r.seq = tonumber(ARGV[tail + 1 + r.index]) else r.seq = base + r.index + 1 end
   r.index, r.fresh = nil, nil
   if original[id] then unindex(original[id]) end
   records[#records + 1], records[#records + 2] = id, pack(r)
