@@ -1,12 +1,15 @@
 """put_many batches whose items all keep on_conflict 'ignore': ids stored already or
 repeated in the batch, batches larger than a backend's look-up chunk, items that share
-every option or not."""
+every option or not, with one due time or each its own."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
+
+from delayq._duration import seconds_to_ms
 
 from ._helpers import ceil_ms, now_ms
 
@@ -87,3 +90,32 @@ def test_shared_delay_bytes_and_headers(q: Any) -> None:
     assert q.get(tagged[3]).due_at <= now_ms()
     assert drain_ids(q) == tagged
     assert total(q) == 7
+
+
+def test_each_item_its_own_delay_or_time(q: Any) -> None:
+    """A batch (over one look-up chunk) whose items share every option but their due
+    time: each keeps its own, given as a delay or as a time; none is early."""
+    start = time.time()
+    items: list[dict[str, Any]] = []
+    for i in range(700):
+        if i % 3 == 0:
+            items.append({"payload": i, "id": f"d{i}", "delay": 60 + i})
+        elif i % 3 == 1:
+            items.append({"payload": i, "id": f"d{i}", "at": start + 120 + i / 1000})
+        else:
+            items.append({"payload": i, "id": f"d{i}"})  # due now
+    items.append({"payload": "again", "id": "d0", "delay": 1})  # a repeat: ignored
+    before = ceil_ms()
+    q.put_many(items)
+    after = ceil_ms()
+    assert total(q) == 700
+    for i in (0, 1, 2, 597, 598, 599, 699):
+        msg = q.get(f"d{i}")
+        assert msg.payload == i
+        if i % 3 == 0:
+            assert before + (60 + i) * 1000 <= msg.due_at <= after + (60 + i) * 1000
+        elif i % 3 == 1:
+            assert msg.due_at == seconds_to_ms(start + 120 + i / 1000)
+        else:
+            assert msg.due_at <= now_ms()
+    assert drain_ids(q) == [f"d{i}" for i in range(2, 700, 3)]

@@ -213,45 +213,62 @@ def function_name(script: str) -> str:
     return f"{library_source()[0]}_{script}"
 
 
-def _uniform(requests: Sequence[PutRequest]) -> bool:
-    """Whether the requests share every value but their id and payload (and have no
-    headers: equal dicts may still differ in order, so in their JSON)."""
+def _uniform(requests: Sequence[PutRequest]) -> tuple[bool, bool]:
+    """Whether the requests share every value but their id, payload and due time (and
+    have no headers: equal dicts may still differ in order, so in their JSON), and
+    whether they share their due time too."""
     first = requests[0]
     on_conflict, delay_ms, at_ms = first.on_conflict, first.delay_ms, first.at_ms
     max_attempts, encoding = first.max_attempts, first.encoding
+    same_due = True
     for request in requests:
         if (
             request.headers
             or request.on_conflict != on_conflict
-            or request.delay_ms != delay_ms
-            or request.at_ms != at_ms
             or request.max_attempts != max_attempts
             or request.encoding != encoding
         ):
-            return False
-    return True
+            return False, False
+        if same_due and (request.delay_ms != delay_ms or request.at_ms != at_ms):
+            same_due = False
+    return True, same_due
 
 
 def put_args(requests: Sequence[PutRequest], dues: Sequence[int] | None = None) -> list[Any]:
     """ARGV of ``put.lua``; ``dues``: each request's due time, resolved by the caller,
     sent as its ``at_ms`` (then the script must be told they are exact: ``'x'``).
 
-    Requests that share all but their id and payload go in the script's uniform form:
-    a quarter of the values to send, pack and parse."""
+    Requests that share all but their id, payload and due time go in the script's
+    uniform form: the shared values once, then per request its id and payload (and its
+    delay and at when those differ), a quarter to a half of the values to send, pack
+    and parse."""
     conflict, default = _CONFLICT, _DEFAULT_ENCODING
-    if dues is None and len(requests) > 1 and _uniform(requests):
+    uniform, same_due = (False, False)
+    if dues is None and len(requests) > 1:
+        uniform, same_due = _uniform(requests)
+    if uniform:
         first = requests[0]
         args: list[Any] = [
             -len(requests),
             conflict[first.on_conflict],
-            b"" if first.delay_ms is None else first.delay_ms,
-            b"" if first.at_ms is None else first.at_ms,
+            (b"" if first.delay_ms is None else first.delay_ms) if same_due else b"*",
+            (b"" if first.at_ms is None else first.at_ms) if same_due else b"*",
             first.max_attempts,
             "" if first.encoding == default else first.encoding,
             "",
         ]
-        for request in requests:
-            args += (pack_id(request.id), request.payload)
+        if same_due:
+            for request in requests:
+                args += (pack_id(request.id), request.payload)
+        else:
+            for request in requests:
+                delay_ms, at_ms = request.delay_ms, request.at_ms
+                args += (
+                    pack_id(request.id),
+                    b"" if delay_ms is None else delay_ms,
+                    b"" if at_ms is None else at_ms,
+                    request.payload,
+                )
         return args
     args = [len(requests)]
     for index, request in enumerate(requests):

@@ -5,7 +5,9 @@
 --   max_attempts, encoding ('' for json), headers (JSON or ''), payload. Or, the uniform
 --   form of a batch whose requests share all but their id and payload: ARGV[1] is -n,
 --   then the six shared values once (on_conflict, delay_ms or '', at_ms or '',
---   max_attempts, encoding, headers), then id and payload per request. Then, optional
+--   max_attempts, encoding, headers), then id and payload per request; when the shared
+--   delay_ms and at_ms are both '*', each request carries its own: id, delay_ms or '',
+--   at_ms or '', payload per request. Then, optional
 --   (sharded queues): 'c' to only check the batch (write nothing, return {0, 0} or the
 --   error), or 's' followed by one seq per request (given by the client's queue-wide
 --   counter instead of this shard's), then optionally 'x': each request's at_ms is its
@@ -21,12 +23,22 @@ local uniform = n < 0
 if uniform then n = -n end
 -- Request i (from 0): its id is ARGV[at(i)], its payload ARGV[at(i) + PAYLOAD] and its
 -- other values ARGV[opts(i) + 1] (on_conflict) to ARGV[opts(i) + 6] (headers).
+-- Its delay_ms and at_ms are ARGV[due_at(i)] and ARGV[due_at(i) + 1].
 local ID, STRIDE, PAYLOAD = 2, 8, 7
-if uniform then ID, STRIDE, PAYLOAD = 8, 2, 1 end
+local own_due = uniform and ARGV[3] == '*' and ARGV[4] == '*'
+if own_due then
+  ID, STRIDE, PAYLOAD = 8, 4, 3
+elseif uniform then
+  ID, STRIDE, PAYLOAD = 8, 2, 1
+end
 local function at(i) return ID + i * STRIDE end
 local function opts(i)
   if uniform then return 1 end
   return 2 + i * 8
+end
+local function due_at(i)
+  if own_due then return at(i) + 1 end
+  return opts(i) + 2
 end
 local tail = at(n)
 local mode = ARGV[tail] or ''
@@ -57,7 +69,7 @@ if n == 1 and ARGV[opts(0) + 1] == 'i' and mode == '' then
   if headers == '' then headers = nil end
   local r = {id = id, state = SCHEDULED, seq = redis.call('INCR', K_SEQ), attempts = 0,
     max = tonumber(ARGV[o + 4]), enc = enc, headers = headers, payload = ARGV[at(0) + PAYLOAD],
-    due = resolve_due(ARGV[o + 2], ARGV[o + 3], now, ceil)}
+    due = resolve_due(ARGV[due_at(0)], ARGV[due_at(0) + 1], now, ceil)}
   if redis.call('HSETNX', K_MSG, id, pack(r)) == 0 then return {0, 0} end
   local pending, before = known_before()
   redis.call('ZADD', K_DUE, r.due, due_member(r.seq, id))
@@ -94,7 +106,8 @@ if all_ignore() then
         if not base then base = redis.call('INCRBY', K_SEQ, n) - n end
         local i = first + j - 1
         local o = opts(i)
-        local seq, due = base + i + 1, resolve_due(ARGV[o + 2], ARGV[o + 3], now, ceil)
+        local d = due_at(i)
+        local seq, due = base + i + 1, resolve_due(ARGV[d], ARGV[d + 1], now, ceil)
         records[count + 1] = id
         records[count + 2] = pack_new(seq, tonumber(ARGV[o + 4]), ARGV[o + 5], ARGV[o + 6],
           ARGV[at(i) + PAYLOAD])
@@ -150,10 +163,11 @@ for i = 0, n - 1 do
     if enc == '' then enc = nil end
     if current == false or current.fresh == nil then order[#order + 1] = id end
     local due
+    local d = due_at(i)
     if exact then
-      due = tonumber(ARGV[b + 3])
+      due = tonumber(ARGV[d + 1])
     else
-      due = resolve_due(ARGV[b + 2], ARGV[b + 3], now, ceil)
+      due = resolve_due(ARGV[d], ARGV[d + 1], now, ceil)
     end
     staged[id] = {id = id, state = SCHEDULED, due = due, index = i, attempts = 0,
       max = tonumber(ARGV[b + 4]), enc = enc, headers = headers, payload = ARGV[at(i) + PAYLOAD],
