@@ -34,6 +34,7 @@ SCHEMES: dict[str, str | None] = {
     "redis": "redis",
     "rediss": "redis",
     "redis+cluster": "redis",
+    "redis+unix": "redis",
     "postgresql": None,
     "postgres": None,
     "amqp": None,

@@ -1,4 +1,5 @@
-"""``redis://`` and ``rediss://`` URLs and options (documented in :mod:`.backend`)."""
+"""``redis://``, ``rediss://``, ``redis+unix://`` and ``redis+cluster://`` URLs and
+options (documented in :mod:`.backend`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ __all__ = ["OPTIONS", "Settings", "parse_url"]
 OPTIONS = frozenset({"prefix", "shards"})
 _SCHEMES = ("redis", "rediss")
 _CLUSTER = "redis+cluster"
+#: A Unix domain socket: ``redis+unix://[user:password@]/path/to/redis.sock[?db=N]``,
+#: which redis-py spells ``unix://``.
+_UNIX = "redis+unix"
 #: More shards than this is a mistake (each costs a listener connection per consumer).
 MAX_SHARDS = 1024
 
@@ -67,16 +71,30 @@ def parse_url(url: str, **options: Any) -> Settings:
     ``prefix`` (URL parameter or keyword) starts every key; other URL parameters are
     redis-py's (``socket_timeout``, ``max_connections``, ...)."""
     parts = urlsplit(url)
-    cluster = parts.scheme.lower() == _CLUSTER
-    if parts.scheme.lower() not in _SCHEMES and not cluster:
-        raise UnsupportedURL(f"not a redis://, rediss:// or redis+cluster:// URL: {url!r}")
+    scheme = parts.scheme.lower()
+    cluster = scheme == _CLUSTER
+    if scheme not in _SCHEMES and not cluster and scheme != _UNIX:
+        raise UnsupportedURL(
+            f"not a redis://, rediss://, redis+unix:// or redis+cluster:// URL: {url!r}"
+        )
     nodes = _nodes(url, parts.netloc) if cluster else ()
-    if not cluster and not parts.hostname:
-        raise UnsupportedURL(f"a redis URL names a host: redis://host:port/db, not {url!r}")
-    path = parts.path.strip("/")
-    if path and not path.isdigit():
-        raise UnsupportedURL(f"the path of a redis URL is a database number, not {path!r}")
     query = parse_qsl(parts.query, keep_blank_values=True)
+    if scheme == _UNIX:
+        if parts.hostname or parts.port or not parts.path.strip("/"):
+            raise UnsupportedURL(
+                f"a redis+unix URL names a socket file: redis+unix:///path/to/redis.sock"
+                f"?db=0, not {url!r}"
+            )
+        db = dict(query).get("db", "0")
+        if not db.isdigit():
+            raise UnsupportedURL(f"the db of a redis+unix URL is a number, not {db!r}")
+        scheme = "unix"  # redis-py's name for it
+    else:
+        if not cluster and not parts.hostname:
+            raise UnsupportedURL(f"a redis URL names a host: redis://host:port/db, not {url!r}")
+        path = parts.path.strip("/")
+        if path and not path.isdigit():
+            raise UnsupportedURL(f"the path of a redis URL is a database number, not {path!r}")
     given = {key: value for key, value in query if key in OPTIONS}
     unknown = sorted(set(options) - OPTIONS)
     if unknown:
@@ -89,5 +107,8 @@ def parse_url(url: str, **options: Any) -> Settings:
         raise ValueError(f"prefix must be a non-empty str without braces, got {prefix!r}")
     shards = _shards(given.get("shards", 1))
     rest = urlencode([(key, value) for key, value in query if key not in OPTIONS])
-    clean = urlunsplit((parts.scheme.lower(), parts.netloc, parts.path, rest, ""))
+    if scheme == "unix":  # urlunsplit would drop the empty host: unix:/path
+        clean = f"unix://{parts.netloc}{parts.path}" + (f"?{rest}" if rest else "")
+    else:
+        clean = urlunsplit((scheme, parts.netloc, parts.path, rest, ""))
     return Settings(url=clean, prefix=prefix, shards=shards, nodes=nodes)

@@ -1,7 +1,9 @@
 """``redis://host:port/db`` (and ``rediss://``): the durable contract on one Redis node.
 
 URLs: ``redis://[user:password@]host[:port][/db][?prefix=...&socket_timeout=...]``;
-``rediss://`` for TLS. Options (keyword arguments of ``Queue``/``AsyncQueue``, or URL
+``rediss://`` for TLS; ``redis+unix://[user:password@]/path/to/redis.sock[?db=N&...]``
+for a server on this host reached through its Unix domain socket (no TCP stack: a
+shorter round trip). Options (keyword arguments of ``Queue``/``AsyncQueue``, or URL
 parameters): ``prefix`` (default ``"delayq"``), the start of every key. Other URL
 parameters are redis-py's own (``socket_timeout``, ``max_connections``, ...).
 
