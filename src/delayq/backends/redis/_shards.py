@@ -14,7 +14,12 @@ next shard's head plus :data:`ORDER_SLACK_MS`, then tops up from the next shards
 order until ``max`` is reached or no head is due; the batch is returned sorted by
 ``(due_at, seq)``, with ``seq`` taken from one queue-wide counter. So no message is handed
 out ahead of a due message of another shard more than ``ORDER_SLACK_MS`` earlier, as far
-as the view is fresh. A head is marked unknown (looked at again, with a claim of 0) when
+as the view is fresh. A head that turned unknown since it was last seen (news came in
+while the claim was being chosen) still bounds the claim by its last seen value: news
+only adds messages due from now on, which a claim of messages already due does not
+pass, while the messages that shard had are still there or were taken by someone else
+(then the bound is tighter than needed, and the next look fixes it). A head is marked
+unknown (looked at again, with a claim of 0) when
 that shard's wake-up marker arrives, when a local write makes it earlier, every
 :data:`REFRESH_SECONDS`, and for every shard at the start of a reserve whose listeners
 were not running. An empty shard is thus not visited again until it has news.
@@ -116,6 +121,8 @@ class ShardView:
 
     def __init__(self, shards: int) -> None:
         self.heads: list[float] = [_UNKNOWN] * shards
+        #: Each shard's head as last seen, kept while the head is unknown.
+        self.seen: list[float] = [_EMPTY] * shards
         self.seqs = [0] * shards
         self.epochs = [0] * shards
         self._offset: float | None = None
@@ -144,10 +151,13 @@ class ShardView:
     def learn(self, shard: int, claim: Claim, epoch: int) -> None:
         """Take in what a reserve script of ``shard`` reported; ``epoch``: the shard's
         epoch when the script was sent (news since then keep the head unknown)."""
+        head = _EMPTY if claim.next_ms is None else float(claim.next_ms)
         with self._lock:
+            # Seen even when news since keep the head unknown: the freshest bound.
+            self.seen[shard] = head
+            self.seqs[shard] = claim.next_seq
             if self.epochs[shard] == epoch:
-                self.heads[shard] = _EMPTY if claim.next_ms is None else float(claim.next_ms)
-                self.seqs[shard] = claim.next_seq
+                self.heads[shard] = head
             self._offset = claim.now_ms + claim.now_us / 1000.0 - time.monotonic() * 1000.0
 
     def server_now(self) -> float:
@@ -163,11 +173,17 @@ class ShardView:
         first = order[0]
         if self.heads[first] > self.server_now():
             return None
-        # Heads change under us (news from listeners): only a known one bounds the claim.
-        known = [k for k in order[1:] if math.isfinite(self.heads[k])]
-        if not known:
+        # Heads change under us (news from listeners): an unknown one bounds the claim by
+        # its last seen value (see the module docstring).
+        bounds = [
+            (self.seen[k] if self.heads[k] == _UNKNOWN else self.heads[k], self.seqs[k])
+            for k in order[1:]
+        ]
+        bounds = [bound for bound in bounds if math.isfinite(bound[0])]
+        if not bounds:
             return first, None
-        return first, (int(self.heads[known[0]]) + ORDER_SLACK_MS, self.seqs[known[0]])
+        head, seq = min(bounds)
+        return first, (int(head) + ORDER_SLACK_MS, seq)
 
     def seconds_until_next(self) -> float:
         """Seconds until the earliest head (at most :data:`REFRESH_SECONDS`)."""

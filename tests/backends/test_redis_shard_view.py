@@ -1,0 +1,67 @@
+"""The consumer's view of a sharded queue's heads (``ShardView``, no I/O): which shard a
+claim goes to and how far it may reach, so that global due order holds across shards."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("redis")
+
+from delayq.backends.redis._scripts import Claim
+from delayq.backends.redis._shards import ORDER_SLACK_MS, ShardView
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _learn(view: ShardView, shard: int, head: int | None, seq: int = 1) -> None:
+    """What a claim of 0 on ``shard`` reports: its head (None: nothing pending)."""
+    view.learn(shard, Claim([], _now_ms(), 0, head, seq), view.epochs[shard])
+
+
+def test_a_claim_goes_to_the_earliest_head_bounded_by_the_next() -> None:
+    now = _now_ms()
+    view = ShardView(3)
+    _learn(view, 0, now - 50, seq=7)
+    _learn(view, 1, now - 90, seq=3)
+    _learn(view, 2, None)
+    assert view.pick() == (1, (now - 50 + ORDER_SLACK_MS, 7))
+
+
+def test_nothing_is_picked_before_the_earliest_head_is_due() -> None:
+    view = ShardView(2)
+    _learn(view, 0, _now_ms() + 60_000)
+    _learn(view, 1, None)
+    assert view.pick() is None
+
+
+def test_a_head_that_turned_unknown_still_bounds_the_claim_by_its_last_seen_value() -> None:
+    now = _now_ms()
+    view = ShardView(3)
+    _learn(view, 0, now - 40, seq=5)
+    _learn(view, 1, now - 90, seq=2)
+    _learn(view, 2, now - 10, seq=9)
+    # News for shards 0 and 1 (a listener heard their markers): both are looked at
+    # first; a claim on shard 0 must not pass shard 1's message due 50 ms earlier.
+    view.mark(0)
+    view.mark(1)
+    shard, bound = view.pick() or (None, None)
+    assert shard in (0, 1)
+    other = 1 if shard == 0 else 0
+    assert bound == ({0: now - 40, 1: now - 90}[other] + ORDER_SLACK_MS, {0: 5, 1: 2}[other])
+
+
+def test_news_during_a_look_keeps_the_head_unknown_but_its_value_seen() -> None:
+    now = _now_ms()
+    view = ShardView(2)
+    _learn(view, 0, now - 20, seq=4)
+    epoch = view.epochs[1]
+    view.mark(1)  # news arrive while the look at shard 1 is under way
+    view.learn(1, Claim([], now, 0, now - 70, 3), epoch)
+    assert 1 in view.unknown()
+    # Shard 1 is looked at again first, and shard 0's claim stops before its message.
+    view.mark(0)
+    assert view.pick() in ((0, (now - 70 + ORDER_SLACK_MS, 3)), (1, (now - 20 + ORDER_SLACK_MS, 4)))
