@@ -57,6 +57,9 @@ class AsyncShardedRedisBackend(ShardedBase):
         self._scripts = AsyncFunctions(self._client, evalsha=self._settings.cluster)
         self._hubs: dict[str, AsyncHub] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        #: The cluster's map is loaded (a later reload is redis-py's own, with a default
+        #: node to route by meanwhile); a single node needs none.
+        self._mapped = not self._settings.cluster
 
     @property
     def client(self) -> Any:
@@ -66,8 +69,9 @@ class AsyncShardedRedisBackend(ShardedBase):
     async def _ready(self) -> Any:
         """The client, with the cluster's map loaded (see the module docstring); a
         single-node client as is."""
-        if self._settings.cluster:
-            await self._client.initialize()  # returns at once once loaded
+        if not self._mapped:
+            await self._client.initialize()
+            self._mapped = True
         return self._client
 
     async def _run(self, call: Call[T]) -> T:
