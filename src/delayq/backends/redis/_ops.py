@@ -26,6 +26,7 @@ from ._scripts import (
     nack_state,
     pack_id,
     put_args,
+    put_one_args,
     queue_keys,
     raise_put_status,
 )
@@ -147,9 +148,13 @@ class Operations:
         seqs: Sequence[int] | None = None,
         dues: Sequence[int] | None = None,
     ) -> Call[bool]:
-        """``put.lua``; the result says whether waiting consumers were woken. ``dues``
-        (with ``seqs`` only): exact due times, resolved against one now for a batch
-        spread over shards, instead of the script's own resolution."""
+        """``put.lua`` (``put_one.lua`` for one request with ``on_conflict="ignore"``
+        on a queue that is not sharded); the result says whether waiting consumers were
+        woken. ``dues`` (with ``seqs`` only): exact due times, resolved against one now
+        for a batch spread over shards, instead of the script's own resolution."""
+        one = len(requests) == 1 and requests[0].on_conflict == "ignore"
+        if one and seqs is None and dues is None:
+            return Call("put_one", self.keys(queue), put_one_args(requests[0]), _put_woke)
         args = put_args(requests, dues)
         if seqs is not None:
             args += (b"s", *seqs)

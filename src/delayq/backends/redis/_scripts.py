@@ -61,6 +61,7 @@ SCRIPT_NAMES = (
     "peek",
     "purge",
     "put",
+    "put_one",
     "release",
     "reschedule",
     "reserve",
@@ -272,8 +273,6 @@ def put_args(requests: Sequence[PutRequest], dues: Sequence[int] | None = None) 
         return args
     args = [len(requests)]
     for index, request in enumerate(requests):
-        encoding = request.encoding
-        headers = request.headers
         if dues is None:
             delay_ms, at_ms = request.delay_ms, request.at_ms
             delay: Any = b"" if delay_ms is None else delay_ms
@@ -286,11 +285,33 @@ def put_args(requests: Sequence[PutRequest], dues: Sequence[int] | None = None) 
             delay,
             at,
             request.max_attempts,
-            "" if encoding == default else encoding,
-            json.dumps(dict(headers), separators=(",", ":")) if headers else "",
+            "" if request.encoding == default else request.encoding,
+            _headers_arg(request.headers),
             request.payload,
         )
     return args
+
+
+def put_one_args(request: PutRequest) -> list[Any]:
+    """ARGV of ``put_one.lua``: one request with ``on_conflict="ignore"``, on a queue
+    that is not sharded; the encoding and headers only when either is not the default."""
+    delay_ms, at_ms = request.delay_ms, request.at_ms
+    args: list[Any] = [
+        pack_id(request.id),
+        b"" if delay_ms is None else delay_ms,
+        b"" if at_ms is None else at_ms,
+        request.max_attempts,
+        request.payload,
+    ]
+    encoding, headers = request.encoding, request.headers
+    if headers or encoding != _DEFAULT_ENCODING:
+        args += ("" if encoding == _DEFAULT_ENCODING else encoding, _headers_arg(headers))
+    return args
+
+
+def _headers_arg(headers: Mapping[str, str]) -> str:
+    """Headers as the scripts take them: compact JSON, or '' for none."""
+    return json.dumps(dict(headers), separators=(",", ":")) if headers else ""
 
 
 def raise_put_status(reply: Sequence[Any]) -> None:

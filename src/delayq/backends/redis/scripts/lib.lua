@@ -209,6 +209,25 @@ local function next_event()
   return best
 end
 
+-- For a put: whether a marker waits for consumers already (pending), else the earliest
+-- due time or lease expiry they may sleep until (false when none). Read before the put
+-- adds its own entries.
+local function known_before()
+  if redis.call('LLEN', K_WAKE) > 0 then return true, false end
+  return false, next_event()
+end
+
+-- A put's reply {0, woke}: the marker is pushed when the put's earliest due time comes
+-- before every event a consumer may sleep until (known_before()).
+local function announce(earliest, pending, before)
+  if pending then return {0, 1} end
+  if not before or earliest < before then
+    redis.call('RPUSH', K_WAKE, 1)
+    return {0, 1}
+  end
+  return {0, 0}
+end
+
 -- resolve_due(): '' means absent; a positive delay counts from the ceiling; no delay,
 -- a delay <= 0 or a past at_ms is due now (the floor); never before now.
 local function resolve_due(delay_ms, at_ms, now, ceil)

@@ -43,39 +43,6 @@ end
 local tail = at(n)
 local mode = ARGV[tail] or ''
 local exact = mode == 's' and ARGV[tail + 1 + n] == 'x'
--- Whether anything is due before `earliest` that waiting consumers know of: a marker
--- that waits for them already, else the earliest due time or lease expiry (see below).
-local function known_before()
-  if redis.call('LLEN', K_WAKE) > 0 then return true, true end
-  return false, next_event()
-end
-
--- Push the marker when `earliest` comes before every event a consumer may sleep until.
-local function announce(earliest, pending, before)
-  if pending then return {0, 1} end
-  if not before or earliest < before then
-    redis.call('RPUSH', K_WAKE, 1)
-    return {0, 1}
-  end
-  return {0, 0}
-end
-
--- The common case, one request with on_conflict 'i': HSETNX stores it only if the id is
--- free, so no separate look-up (a seq taken for an id that exists is skipped: harmless).
-if n == 1 and ARGV[opts(0) + 1] == 'i' and mode == '' then
-  local id, o = ARGV[at(0)], opts(0)
-  local enc, headers = ARGV[o + 5], ARGV[o + 6]
-  if enc == '' then enc = nil end
-  if headers == '' then headers = nil end
-  local r = {id = id, state = SCHEDULED, seq = redis.call('INCR', K_SEQ), attempts = 0,
-    max = tonumber(ARGV[o + 4]), enc = enc, headers = headers, payload = ARGV[at(0) + PAYLOAD],
-    due = resolve_due(ARGV[due_at(0)], ARGV[due_at(0) + 1], now, ceil)}
-  if redis.call('HSETNX', K_MSG, id, pack(r)) == 0 then return {0, 0} end
-  local pending, before = known_before()
-  redis.call('ZADD', K_DUE, r.due, due_member(r.seq, id))
-  return announce(r.due, pending, before)
-end
-
 -- Every request of the batch on_conflict 'i', not sharded (mode '').
 local function all_ignore()
   if mode ~= '' then return false end
