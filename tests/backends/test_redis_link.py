@@ -1,8 +1,10 @@
 """Lost replies on a private ``redis-server``: a script whose reply was lost is sent again
 only when a second run is harmless, and a connection the server closed while idle is
 replaced before it is used. On the sync face's connection per thread
-(``backends/redis/_link.py``), and on the faces that run on redis-py clients without
-redis-py's retries (``_resend.py``): the async face and the sharded faces.
+(``backends/redis/_link.py``), the async face's connection per call in flight
+(``_link_async.py``: also a call cancelled on the wire, and redis-py's path where the
+direct exchange does not apply), and on the faces that run on redis-py clients without
+redis-py's retries (``_resend.py``): the sharded faces.
 
 ``DEBUG SLEEP`` stalls the server so that a reply misses the client's socket timeout
 while the command itself, already in the server's buffer, still runs afterwards."""
@@ -14,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -328,3 +331,155 @@ def test_a_push_before_a_reply_is_not_taken_for_it(server: RedisProcess, direct:
         q.put("after")
         assert q.stats().ready == 2
     client.close()
+
+
+# -- the async face's own connections (_link_async.py) ----------------------------------
+
+
+def _async_link(q: AsyncQueue) -> Any:
+    return q.backend._link  # type: ignore[attr-defined]
+
+
+@pytest.mark.timeout(30)
+def test_async_error_replies_are_raised_and_retried_as_redis_py_raises_them(
+    server: RedisProcess,
+) -> None:
+    counter = b"errors-async:runs"
+    client = server.client()
+
+    def runs() -> int:
+        return int(client.get(counter) or 0)
+
+    async def main() -> None:
+        async with AsyncQueue(server.url, name="errors-async") as q:
+            await q.put("first")
+            link = _async_link(q)
+            assert link._direct
+
+            async def fail(reply: str, safe: bool = False) -> None:
+                await link._exchange((b"EVAL", _FAIL, 1, counter, reply), safe)
+
+            with pytest.raises(redis.ResponseError) as info:
+                await fail("ERR plain")
+            assert (type(info.value), str(info.value), runs()) == (
+                redis.ResponseError,
+                "plain",
+                1,
+            )
+            with pytest.raises(redis.exceptions.NoScriptError):
+                await fail("NOSCRIPT gone")
+            assert runs() == 2
+            before = await link._exchange((b"CLIENT", b"ID"), True)
+            assert await link._exchange((b"CLIENT", b"ID"), True) == before  # kept
+            # LOADING: the server ran nothing (as it says), so even a put is sent again.
+            with pytest.raises(redis.BusyLoadingError):
+                await fail("LOADING still loading")
+            assert runs() == 2 + 1 + 3  # REDIS_RETRIES
+            # A connection error the server answers: the connection is replaced, and
+            # only a call that may run twice is sent again.
+            with pytest.raises(redis.ConnectionError):
+                await fail("ERR max number of clients reached")
+            assert runs() == 7
+            assert await link._exchange((b"CLIENT", b"ID"), True) != before
+            with pytest.raises(redis.ConnectionError):
+                await fail("ERR max number of clients reached", safe=True)
+            assert runs() == 7 + 4
+            await q.put("after")
+            assert [m.payload for m in await q.reserve(max=10, wait=0)] == ["first", "after"]
+
+    asyncio.run(main())
+    client.close()
+
+
+@pytest.mark.timeout(30)
+def test_an_async_call_cancelled_on_the_wire_never_hands_its_reply_to_the_next(
+    server: RedisProcess,
+) -> None:
+    async def main() -> None:
+        async with AsyncQueue(server.url, name="cancelled") as q:
+            kept = await q.put("kept", delay=3600)
+            link = _async_link(q)
+            stall = _stall(server, 0.5)
+            put = asyncio.ensure_future(q.put("maybe", id="maybe"))
+            await asyncio.sleep(0.1)  # written, its reply held back by the stall
+            put.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await put
+            assert link._idle == []  # its connection was dropped, not kept
+            await asyncio.to_thread(stall.join, 10)
+            # The next calls get their own replies, not the cancelled put's.
+            message = await q.get(kept)
+            assert message is not None
+            assert message.payload == "kept"
+            assert (await q.stats()).scheduled == 1
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(30)
+def test_async_one_connection_per_call_in_flight_reused_and_closed_with_the_queue(
+    server: RedisProcess,
+) -> None:
+    client = server.client()
+
+    def connections() -> int:
+        return len(client.client_list()) - 1  # not this one
+
+    async def main() -> None:
+        async with AsyncQueue(server.url, name="pool") as q:
+            link = _async_link(q)
+            first = await link._exchange((b"CLIENT", b"ID"), True)
+            for i in range(20):
+                await q.put(i)
+            assert await link._exchange((b"CLIENT", b"ID"), True) == first  # one, reused
+            assert connections() == 1
+
+            # Calls in flight together each take a connection, kept for later calls.
+            stall = _stall(server, 0.3)
+            await asyncio.gather(*(q.put(i) for i in range(8)))
+            await asyncio.to_thread(stall.join, 10)
+            assert len(link._idle) == 8
+            assert connections() == 8
+            await asyncio.gather(*(q.put(i) for i in range(8)))
+            assert connections() == 8  # reused, none added
+            assert (await q.stats()).ready == 36
+        assert connections() == 0
+
+    asyncio.run(main())
+    client.close()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+@pytest.mark.timeout(30)
+def test_async_resp3_goes_through_redis_py_and_both_paths_work(
+    server: RedisProcess, protocol: int
+) -> None:
+    async def main() -> None:
+        async with AsyncQueue(f"{server.url}?protocol={protocol}", name=f"p{protocol}") as q:
+            await q.put("a")
+            await q.put_many([{"payload": "b"}, {"payload": "c", "delay": 3600}])
+            assert _async_link(q)._direct is (protocol == 2)
+            got = await q.reserve(max=10, wait=0)
+            assert [m.payload for m in got] == ["a", "b"]
+            assert await q.ack_many(got) == []
+            assert (await q.stats()).scheduled == 1
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(30)
+def test_a_queue_used_from_one_event_loop_after_another(server: RedisProcess) -> None:
+    """A connection belongs to the loop that opened it: the next loop opens its own."""
+    q = AsyncQueue(server.url, name="loops")
+
+    async def put(payload: str) -> int:
+        await q.put(payload)
+        return (await q.stats()).ready
+
+    assert asyncio.run(put("one")) == 1
+    assert asyncio.run(put("two")) == 2
+
+    async def close() -> None:
+        await q.close()
+
+    asyncio.run(close())

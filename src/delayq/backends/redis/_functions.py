@@ -23,7 +23,13 @@ import redis
 from ._resend import call, call_async
 from ._scripts import RESEND_SAFE, SCRIPT_NAMES, function_name, library_source, script_source
 
-__all__ = ["AsyncFunctions", "Functions", "function_missing", "functions_unsupported"]
+__all__ = [
+    "AsyncFunctions",
+    "Functions",
+    "FunctionsBase",
+    "function_missing",
+    "functions_unsupported",
+]
 
 
 def function_missing(exc: redis.ResponseError) -> bool:
@@ -36,7 +42,9 @@ def functions_unsupported(exc: redis.ResponseError) -> bool:
     return "unknown command" in str(exc).lower() and "fcall" in str(exc).lower()
 
 
-class _Base:
+class FunctionsBase:
+    """What both faces' runners hold: the client, the library, the EVALSHA scripts."""
+
     def __init__(self, client: Any, *, evalsha: bool = False) -> None:
         self._client = client
         self._code = library_source()[1]
@@ -55,7 +63,7 @@ class _Base:
         return scripts
 
 
-class Functions(_Base):
+class Functions(FunctionsBase):
     """Runs a script by name on a ``redis.Redis`` or ``redis.cluster.RedisCluster``."""
 
     def __call__(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
@@ -97,7 +105,7 @@ class Functions(_Base):
         return replies
 
 
-class AsyncFunctions(_Base):
+class AsyncFunctions(FunctionsBase):
     """:class:`Functions` for ``redis.asyncio.Redis`` or ``RedisCluster``."""
 
     async def __call__(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:

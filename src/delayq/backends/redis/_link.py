@@ -49,34 +49,60 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import redis
 from redis.backoff import ExponentialBackoff
 
 from ..._constants import REDIS_RETRIES, REDIS_RETRY_BASE, REDIS_RETRY_CAP
-from ._functions import Functions, function_missing, functions_unsupported
+from ._functions import Functions, FunctionsBase, function_missing, functions_unsupported
 from ._listen import CONNECTION_ERRORS
 from ._scripts import RESEND_SAFE, SCRIPT_NAMES, function_name, library_source
 
-__all__ = ["Link"]
+__all__ = [
+    "CLOSED",
+    "MORE",
+    "READ_SIZE",
+    "Link",
+    "LinkBase",
+    "load_hiredis",
+    "reader_options",
+]
 
 Packer = Callable[[tuple[Any, ...]], bytes]
 
 #: What redis-py raises for a socket the server closed.
-_CLOSED = "Connection closed by server."
+CLOSED = "Connection closed by server."
 #: The reply reader's "not enough data yet" (None and False are replies in RESP3).
-_MORE = object()
+MORE = object()
 #: Bytes read from the socket at a time (redis-py's default ``socket_read_size``).
-_READ_SIZE = 65536
+READ_SIZE = 65536
 
 
-def _hiredis() -> Any:
+def load_hiredis() -> Any:
+    """The hiredis module, or None when it is not installed."""
     try:
         import hiredis  # noqa: PLC0415 (optional: redis-py works without it)
     except ImportError:
         return None
     return hiredis
+
+
+def reader_options(connection: Any, parse_error: Callable[[str], Any]) -> dict[str, Any]:
+    """The keyword arguments of a hiredis ``Reader`` that reads replies as redis-py's
+    parser of ``connection`` does: error replies become redis-py's exception classes by
+    its table (``parse_error``), text is decoded as the connection's encoder says."""
+    options: dict[str, Any] = {
+        "protocolError": redis.exceptions.InvalidResponse,
+        "replyError": parse_error,
+        "notEnoughData": MORE,
+    }
+    encoder = getattr(connection, "encoder", None)
+    if encoder is not None:
+        options["errors"] = encoder.encoding_errors
+        if encoder.decode_responses:
+            options["encoding"] = encoder.encoding
+    return options
 
 
 class _Direct:
@@ -102,7 +128,7 @@ class _Direct:
         poller = select.poll()
         poller.register(sock, select.POLLIN)
         self.poll = poller.poll
-        self.buffer = bytearray(_READ_SIZE)
+        self.buffer = bytearray(READ_SIZE)
 
     def idle(self) -> bool:
         """Nothing buffered and nothing to read (no end of file, no stray bytes)."""
@@ -124,7 +150,7 @@ class _Direct:
         reader = self.reader
         while True:
             reply = reader.gets()
-            while reply is _MORE:
+            while reply is MORE:
                 self._read()
                 reply = reader.gets()
             if self.push is None or not isinstance(reply, self.push):
@@ -146,7 +172,7 @@ class _Direct:
         except OSError as exc:
             raise redis.ConnectionError(f"Error while reading from socket: {exc}") from exc
         if not size:
-            raise redis.ConnectionError(_CLOSED)
+            raise redis.ConnectionError(CLOSED)
         self.reader.feed(buffer, 0, size)
 
 
@@ -170,23 +196,35 @@ class _Local(threading.local):
     wire: _Wire | None = None
 
 
-class Link:
-    """Runs the library's functions for one ``redis.Redis`` client's server, on a
-    connection per thread made from the client's pool settings (``max_connections``
-    does not apply to them)."""
+F = TypeVar("F", bound=FunctionsBase)
 
-    def __init__(self, client: redis.Redis, functions: Functions) -> None:
+
+class LinkBase(Generic[F]):
+    """What the sync and async links hold: the client's connection settings, the
+    library's function names and code, hiredis, the retry backoff, and ``functions``,
+    redis-py's path (EVALSHA too) for calls the direct exchange does not take."""
+
+    def __init__(self, client: Any, functions: F) -> None:
         pool = client.connection_pool
         self._connection_class: Any = pool.connection_class
         self._connection_kwargs = dict(pool.connection_kwargs)
         self._functions = functions
         self._names = {name: function_name(name).encode() for name in SCRIPT_NAMES}
         self._code = library_source()[1]
+        self._hiredis = load_hiredis()
+        self._backoff = ExponentialBackoff(REDIS_RETRY_CAP, REDIS_RETRY_BASE)
+
+
+class Link(LinkBase[Functions]):
+    """Runs the library's functions for one ``redis.Redis`` client's server, on a
+    connection per thread made from the client's pool settings (``max_connections``
+    does not apply to them)."""
+
+    def __init__(self, client: redis.Redis, functions: Functions) -> None:
+        super().__init__(client, functions)
         self._local = _Local()
         self._open: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()
-        self._hiredis = _hiredis()
-        self._backoff = ExponentialBackoff(REDIS_RETRY_CAP, REDIS_RETRY_BASE)
 
     def __call__(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         """Run ``script`` with ``keys`` and ``args``; its raw reply."""
@@ -262,18 +300,9 @@ class Link:
             or (push is None and not resp2)
         ):
             return None
-        options: dict[str, Any] = {
-            "protocolError": redis.exceptions.InvalidResponse,
-            "replyError": parse_error,  # redis-py's table: reply text -> exception
-            "notEnoughData": _MORE,
-        }
-        encoder = getattr(connection, "encoder", None)
-        if encoder is not None:
-            options["errors"] = encoder.encoding_errors
-            if encoder.decode_responses:
-                options["encoding"] = encoder.encoding
         on_push = getattr(parser, "handle_push_response", None)
-        return _Direct(sock, hiredis.Reader(**options), hiredis.pack_command, push, on_push)
+        reader = hiredis.Reader(**reader_options(connection, parse_error))
+        return _Direct(sock, reader, hiredis.pack_command, push, on_push)
 
     def _packed(self, connection: Any, command: tuple[Any, ...]) -> list[bytes]:
         if self._hiredis is not None:

@@ -27,8 +27,9 @@ scripts run as functions of one library (``FCALL``; :mod:`._functions`), loaded 
 server does not have it, so the shared prelude is compiled once per server.
 
 Connections: the sync face runs the scripts on one connection per thread
-(:mod:`._link`), the async face on a redis-py pool without redis-py's retries
-(:mod:`._resend`); on both a failed connect or send is retried with backoff, a lost
+(:mod:`._link`), the async face on one connection per call in flight
+(:mod:`._link_async`), redis-py's pool without redis-py's retries (:mod:`._resend`)
+where those do not apply; on both a failed connect or send is retried with backoff, a lost
 reply only for scripts that are safe to run twice; plus, per queue
 with a waiting consumer, one listener connection that blocks on the wake-up marker. Durability is
 Redis's: with ``appendonly yes`` and ``appendfsync always`` an acknowledged put survives
@@ -65,6 +66,7 @@ from ...durable.message import PutRequest, Record, State, Stats
 from ...errors import QueueClosed
 from ._functions import AsyncFunctions, Functions
 from ._link import Link
+from ._link_async import AsyncLink
 from ._listen import CONNECTION_ERRORS, AsyncListener, Listener, next_backoff
 from ._ops import Call, Operations
 from ._resend import call, call_async, no_retry, no_retry_async, track_sends
@@ -372,6 +374,7 @@ class AsyncRedisBackend(_Base):
             )
         )
         self._scripts = AsyncFunctions(self._client)
+        self._link = AsyncLink(self._client, self._scripts)
         self._listeners: dict[str, AsyncListener] = {}
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -384,7 +387,7 @@ class AsyncRedisBackend(_Base):
         self._check_open()
         cancels = _cancel_requests()
         try:
-            reply = await self._scripts(call.script, call.keys, call.args)
+            reply = await self._link(call.script, call.keys, call.args)
         except CONNECTION_ERRORS:
             self._check_open()
             raise
@@ -573,6 +576,7 @@ class AsyncRedisBackend(_Base):
         self._closed = True
         for listener in list(self._listeners.values()):
             await listener.close()
+        await self._link.aclose()
         with contextlib.suppress(*CONNECTION_ERRORS):
             await self._client.aclose()
 
