@@ -11,7 +11,8 @@ Sections
 
 a. ``put`` one by one (a small JSON payload, due now): messages per second. For a
    ``redis://`` URL also the machine's round trip (``PING`` one by one over a bare
-   socket): a put is one round trip, so this is its ceiling here.
+   socket): a put is one round trip, so this is its ceiling here. Then the same
+   through ``AsyncQueue``: one task, and 16 tasks putting one by one at once.
 b. ``put_many`` in batches of 1000: messages per second.
 c. Drain what (b) stored with one consumer: ``reserve(max=100, wait=0)`` and one
    ``ack_many`` of the batch, until the queue is empty: messages per second.
@@ -30,6 +31,7 @@ e. The same with the consumer in another process (skipped for ``memory://``, who
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import socket
@@ -45,7 +47,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from _common import RESULTS_DIR, Measure, console, environment, fresh_heap, print_table, write_json
-from delayq.durable import Queue
+from delayq.durable import AsyncQueue, Queue
 
 #: Targets per scheme: (put/s, put_many/s, drain/s, p99 ms same process, p99 ms other).
 #: Issue 3 sets them for sqlite, issue 4 for redis; other schemes are held to
@@ -68,6 +70,8 @@ def family(url: str) -> str:
 
 
 DELAYS = (0.0, 0.001, 0.01, 0.05, 0.2, 1.0)
+#: Section a's async row with several producers: tasks putting one by one at once.
+ASYNC_TASKS = 16
 
 
 @dataclass
@@ -122,6 +126,10 @@ def section_throughput(url: str, sizes: Sizes, targets: tuple[float, ...]) -> li
                 note="one socket, hiredis: the ceiling of a put",
             )
         )
+    for tasks in (1, ASYNC_TASKS):
+        rate = asyncio.run(async_put_rate(url, sizes.puts, tasks))
+        label = "one task" if tasks == 1 else f"{tasks} tasks at once"
+        out.append(Measure("a", f"put one by one, AsyncQueue, {label}", rate, "items/s"))
     fresh_heap()
     with Queue(url, name=fresh_name("many")) as q:
         batches = [
@@ -166,6 +174,23 @@ def section_throughput(url: str, sizes: Sizes, targets: tuple[float, ...]) -> li
         )
         q.purge()
     return out
+
+
+async def async_put_rate(url: str, count: int, tasks: int) -> float:
+    """Puts per second through ``AsyncQueue``, ``count`` in all, from ``tasks`` tasks
+    that each put one by one."""
+    async with AsyncQueue(url, name=fresh_name("aput")) as q:
+        await q.put({"n": -1})  # connected, library loaded
+
+        async def put_some(first: int) -> None:
+            for i in range(first, count, tasks):
+                await q.put({"n": i})
+
+        started = time.perf_counter()
+        await asyncio.gather(*(put_some(first) for first in range(tasks)))
+        rate = count / (time.perf_counter() - started)
+        await q.purge()
+    return rate
 
 
 def round_trip_rate(url: str, count: int) -> float | None:
