@@ -1,9 +1,10 @@
 """Lost replies on a private ``redis-server``: a script whose reply was lost is sent again
 only when a second run is harmless, and a connection the server closed while idle is
 replaced before it is used. On the sync face's connection per thread
-(``backends/redis/_link.py``), the async face's connection per call in flight
-(``_link_async.py``: also a call cancelled on the wire, and redis-py's path where the
-direct exchange does not apply), and on the faces that run on redis-py clients without
+(``backends/redis/_link.py``), the async face's pipelined connection per loop
+(``_link_async.py``: also calls at once sharing it, a call cancelled on the wire, a late
+reply failing the calls behind it, and redis-py's path where the direct exchange does
+not apply), and on the faces that run on redis-py clients without
 redis-py's retries (``_resend.py``): the sharded faces.
 
 ``DEBUG SLEEP`` stalls the server so that a reply misses the client's socket timeout
@@ -399,25 +400,27 @@ def test_an_async_call_cancelled_on_the_wire_never_hands_its_reply_to_the_next(
         async with AsyncQueue(server.url, name="cancelled") as q:
             kept = await q.put("kept", delay=3600)
             link = _async_link(q)
+            before = await link._exchange((b"CLIENT", b"ID"), True)
             stall = _stall(server, 0.5)
             put = asyncio.ensure_future(q.put("maybe", id="maybe"))
             await asyncio.sleep(0.1)  # written, its reply held back by the stall
             put.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await put
-            assert link._idle == []  # its connection was dropped, not kept
-            await asyncio.to_thread(stall.join, 10)
-            # The next calls get their own replies, not the cancelled put's.
+            # Written behind the cancelled put on the same connection: each call
+            # gets its own reply, the cancelled put's is read and dropped.
             message = await q.get(kept)
+            await asyncio.to_thread(stall.join, 10)
             assert message is not None
             assert message.payload == "kept"
             assert (await q.stats()).scheduled == 1
+            assert await link._exchange((b"CLIENT", b"ID"), True) == before  # in step
 
     asyncio.run(main())
 
 
 @pytest.mark.timeout(30)
-def test_async_one_connection_per_call_in_flight_reused_and_closed_with_the_queue(
+def test_async_calls_at_once_share_one_connection_closed_with_the_queue(
     server: RedisProcess,
 ) -> None:
     client = server.client()
@@ -426,27 +429,58 @@ def test_async_one_connection_per_call_in_flight_reused_and_closed_with_the_queu
         return len(client.client_list()) - 1  # not this one
 
     async def main() -> None:
-        async with AsyncQueue(server.url, name="pool") as q:
+        async with AsyncQueue(server.url, name="pipelined") as q:
             link = _async_link(q)
             first = await link._exchange((b"CLIENT", b"ID"), True)
-            for i in range(20):
-                await q.put(i)
-            assert await link._exchange((b"CLIENT", b"ID"), True) == first  # one, reused
-            assert connections() == 1
-
-            # Calls in flight together each take a connection, kept for later calls.
+            # Calls in flight together go out on one connection and each gets its
+            # own reply: the seq each put took follows the order they were made.
             stall = _stall(server, 0.3)
-            await asyncio.gather(*(q.put(i) for i in range(8)))
+            ids = await asyncio.gather(*(q.put(i, id=f"m{i}") for i in range(50)))
             await asyncio.to_thread(stall.join, 10)
-            assert len(link._idle) == 8
-            assert connections() == 8
-            await asyncio.gather(*(q.put(i) for i in range(8)))
-            assert connections() == 8  # reused, none added
-            assert (await q.stats()).ready == 36
+            got = await q.reserve(max=50, wait=0)
+            assert [m.id for m in got] == ids
+            assert [m.payload for m in got] == list(range(50))
+            assert connections() == 1
+            assert await link._exchange((b"CLIENT", b"ID"), True) == first
+            # The queue closes once the calls on the wire have their replies.
+            stall = _stall(server, 0.3)
+            late = asyncio.ensure_future(q.put("late"))
+            await asyncio.sleep(0.05)
+        assert await late
+        await asyncio.to_thread(stall.join, 10)
         assert connections() == 0
 
     asyncio.run(main())
     client.close()
+
+
+@pytest.mark.timeout(30)
+def test_an_async_reply_later_than_the_timeout_fails_the_calls_waiting_with_it(
+    server: RedisProcess,
+) -> None:
+    url = f"{server.url}?socket_timeout={READ_TIMEOUT}"
+
+    async def main() -> None:
+        async with AsyncQueue(url, name="late-async") as q:
+            await q.put("first", id="same", on_conflict="replace")
+            link = _async_link(q)
+            before = await link._exchange((b"CLIENT", b"ID"), True)
+            stall = _stall(server, STALL)
+            results = await asyncio.gather(
+                *(q.put(i, id="same", on_conflict="replace") for i in range(3)),
+                return_exceptions=True,
+            )
+            await asyncio.to_thread(stall.join, 10)
+            # Each may have run: none is sent again (a timeout, or the connection it
+            # failed for the others), and the next call has a connection of its own.
+            assert all(isinstance(r, redis.ConnectionError | redis.TimeoutError) for r in results)
+            assert await link._exchange((b"CLIENT", b"ID"), True) != before
+            message = await q.get("same")
+            assert message is not None
+            assert message.payload in (0, 1, 2)
+
+    asyncio.run(main())
+    assert _seq(server, "late-async") == 1 + 3  # the first put, then three runs, none resent
 
 
 @pytest.mark.parametrize("protocol", [2, 3])

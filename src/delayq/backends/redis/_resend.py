@@ -49,8 +49,10 @@ __all__ = [
     "Attempt",
     "call",
     "call_async",
+    "cancel_requests",
     "no_retry",
     "no_retry_async",
+    "not_cancelled",
     "track_sends",
     "tracked",
 ]
@@ -235,3 +237,22 @@ async def call_async(send: Callable[[], Awaitable[T]], safe: bool) -> T:
         finally:
             _ATTEMPT.reset(token)
         await asyncio.sleep(_BACKOFF.compute(failures))
+
+
+def cancel_requests() -> int:
+    """How many cancellations of the current task are pending (0 before Python 3.11)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return int(cancelling()) if cancelling is not None else 0
+
+
+async def not_cancelled(call: Awaitable[T]) -> T:
+    """``await call``, a call through redis-py, raising ``CancelledError`` when the
+    task was cancelled meanwhile: redis-py sends with ``asyncio.wait_for``, which before
+    Python 3.12 returns the result and drops a cancel that comes as the send completes
+    (the script ran, as for any call cancelled in flight)."""
+    cancels = cancel_requests()
+    result = await call
+    if cancel_requests() > cancels:
+        raise asyncio.CancelledError
+    return result

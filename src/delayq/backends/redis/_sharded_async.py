@@ -27,7 +27,7 @@ from ...durable.message import PutRequest, Record, State, Stats
 from ._functions import AsyncFunctions
 from ._listen import CONNECTION_ERRORS, AsyncListener, next_backoff
 from ._ops import Call
-from ._resend import call_async
+from ._resend import call_async, not_cancelled
 from ._scripts import Claim
 from ._sharded import ShardedBase
 from ._shards import (
@@ -40,7 +40,7 @@ from ._shards import (
     shard_of,
     sort_claimed,
 )
-from .backend import _HAIR, _cancel_requests, _expired, scan_queues_async
+from .backend import _HAIR, _expired, scan_queues_async
 
 __all__ = ["AsyncShardedRedisBackend"]
 
@@ -76,15 +76,12 @@ class AsyncShardedRedisBackend(ShardedBase):
 
     async def _run(self, call: Call[T]) -> T:
         self._check_open()
-        cancels = _cancel_requests()
         try:
             await self._ready()
-            reply = await self._scripts(call.script, call.keys, call.args)
+            reply = await not_cancelled(self._scripts(call.script, call.keys, call.args))
         except CONNECTION_ERRORS:
             self._check_open()
             raise
-        if _cancel_requests() > cancels:
-            raise asyncio.CancelledError  # see AsyncRedisBackend._run
         return call.decode(reply)
 
     async def _seq_base(self, queue: str, count: int) -> int | None:

@@ -27,7 +27,7 @@ scripts run as functions of one library (``FCALL``; :mod:`._functions`), loaded 
 server does not have it, so the shared prelude is compiled once per server.
 
 Connections: the sync face runs the scripts on one connection per thread
-(:mod:`._link`), the async face on one connection per call in flight
+(:mod:`._link`), the async face on one pipelined connection per event loop
 (:mod:`._link_async`), redis-py's pool without redis-py's retries (:mod:`._resend`)
 where those do not apply; on both a failed connect or send is retried with backoff, a lost
 reply only for scripts that are safe to run twice; plus, per queue
@@ -118,13 +118,6 @@ def _sleep_for(claim: Claim, give_up: float | None) -> float | None:
 
 def _expired(give_up: float | None) -> bool:
     return give_up is not None and time.monotonic() >= give_up
-
-
-def _cancel_requests() -> int:
-    """How many cancellations of the current task are pending (0 before Python 3.11)."""
-    task = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)
-    return int(cancelling()) if cancelling is not None else 0
 
 
 def scan_queues(client: Any, prefix: str) -> list[str]:
@@ -385,17 +378,11 @@ class AsyncRedisBackend(_Base):
 
     async def _run(self, call: Call[T]) -> T:
         self._check_open()
-        cancels = _cancel_requests()
         try:
             reply = await self._link(call.script, call.keys, call.args)
         except CONNECTION_ERRORS:
             self._check_open()
             raise
-        if _cancel_requests() > cancels:
-            # redis-py sends with asyncio.wait_for, which before Python 3.12 returns the
-            # result and drops a cancel that comes as the send completes: the caller was
-            # cancelled, so say so (the script ran, as for any call cancelled in flight).
-            raise asyncio.CancelledError
         return call.decode(reply)
 
     def _listener(self, queue: str) -> AsyncListener:
