@@ -483,6 +483,32 @@ def test_an_async_reply_later_than_the_timeout_fails_the_calls_waiting_with_it(
     assert _seq(server, "late-async") == 1 + 3  # the first put, then three runs, none resent
 
 
+@pytest.mark.timeout(30)
+def test_async_bytes_no_call_asked_for_replace_the_connection(server: RedisProcess) -> None:
+    """A message the server sends unasked (here to a subscriber) puts the connection out
+    of step: it is given up, and the next call opens another and gets its own reply."""
+    client = server.client()
+
+    async def main() -> None:
+        async with AsyncQueue(server.url, name="stray") as q:
+            kept = await q.put("kept", delay=3600)
+            link = _async_link(q)
+            before = await link._exchange((b"CLIENT", b"ID"), True)
+            await link._exchange((b"SUBSCRIBE", b"stray-channel"), True)
+            assert client.publish("stray-channel", "unasked") == 1
+            for _ in range(100):  # the reader sees it at once; give it the loop
+                if link._wire is None or link._wire.failure is not None:
+                    break
+                await asyncio.sleep(0.01)
+            message = await q.get(kept)
+            assert message is not None
+            assert message.payload == "kept"
+            assert await link._exchange((b"CLIENT", b"ID"), True) != before
+
+    asyncio.run(main())
+    client.close()
+
+
 @pytest.mark.parametrize("protocol", [2, 3])
 @pytest.mark.timeout(30)
 def test_async_resp3_goes_through_redis_py_and_both_paths_work(
