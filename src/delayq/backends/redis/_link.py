@@ -66,6 +66,7 @@ __all__ = [
     "Link",
     "LinkBase",
     "load_hiredis",
+    "raise_errors",
     "reader_options",
 ]
 
@@ -103,6 +104,16 @@ def reader_options(connection: Any, parse_error: Callable[[str], Any]) -> dict[s
         if encoder.decode_responses:
             options["encoding"] = encoder.encoding
     return options
+
+
+def raise_errors(reply: Any) -> Any:
+    """``reply`` as a hiredis reader built by :func:`reader_options` gives it, or the
+    error it is raised as redis-py raises it."""
+    if isinstance(reply, redis.RedisError):
+        raise reply  # a ResponseError, or a ConnectionError (BusyLoadingError...)
+    if type(reply) is list and reply and isinstance(reply[0], redis.ConnectionError):
+        raise reply[0]
+    return reply
 
 
 class _Direct:
@@ -157,11 +168,7 @@ class _Direct:
                 break
             if self.on_push is not None:
                 self.on_push(reply)
-        if isinstance(reply, redis.RedisError):
-            raise reply  # a ResponseError, or a ConnectionError (BusyLoadingError...)
-        if type(reply) is list and reply and isinstance(reply[0], redis.ConnectionError):
-            raise reply[0]
-        return reply
+        return raise_errors(reply)
 
     def _read(self) -> None:
         buffer = self.buffer

@@ -40,7 +40,7 @@ import redis.asyncio
 
 from ..._constants import REDIS_RETRIES
 from ._functions import AsyncFunctions, function_missing, functions_unsupported
-from ._link import CLOSED, MORE, READ_SIZE, LinkBase, reader_options
+from ._link import CLOSED, MORE, READ_SIZE, LinkBase, raise_errors, reader_options
 from ._listen import CONNECTION_ERRORS
 from ._resend import not_cancelled
 from ._scripts import RESEND_SAFE
@@ -212,15 +212,6 @@ def _copy(failure: BaseException) -> BaseException:
     return redis.ConnectionError(f"the connection failed: {failure}")
 
 
-def _raise_errors(reply: Any) -> Any:
-    """``reply``, or the error it is raised as redis-py raises it."""
-    if isinstance(reply, redis.RedisError):
-        raise reply  # a ResponseError, or a ConnectionError (BusyLoadingError...)
-    if type(reply) is list and reply and isinstance(reply[0], redis.ConnectionError):
-        raise reply[0]
-    return reply
-
-
 class AsyncLink(LinkBase[AsyncFunctions]):
     """Runs the library's functions for one ``redis.asyncio.Redis`` client's server, on
     one pipelined connection per event loop made from the client's pool settings."""
@@ -241,7 +232,7 @@ class AsyncLink(LinkBase[AsyncFunctions]):
     async def __call__(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         """Run ``script`` with ``keys`` and ``args``; its raw reply."""
         if not self._direct or self._functions.evalsha:
-            return await not_cancelled(self._functions(script, keys, args))
+            return await self._through_redis_py(script, keys, args)
         command = (b"FCALL", self._names[script], len(keys), *keys, *args)
         safe = script in RESEND_SAFE
         try:
@@ -249,13 +240,19 @@ class AsyncLink(LinkBase[AsyncFunctions]):
                 return await self._exchange(command, safe)
             except redis.ResponseError as exc:
                 if functions_unsupported(exc):  # switches it to EVALSHA
-                    return await not_cancelled(self._functions(script, keys, args))
+                    return await self._through_redis_py(script, keys, args)
                 if not function_missing(exc):
                     raise
             await self._exchange((b"FUNCTION", b"LOAD", b"REPLACE", self._code), True)
             return await self._exchange(command, safe)
         except _Indirect:  # raised before anything was sent
-            return await not_cancelled(self._functions(script, keys, args))
+            return await self._through_redis_py(script, keys, args)
+
+    async def _through_redis_py(
+        self, script: str, keys: Sequence[bytes], args: Sequence[Any]
+    ) -> Any:
+        """The call on redis-py's path (:class:`~._functions.AsyncFunctions`)."""
+        return await not_cancelled(self._functions(script, keys, args))
 
     async def aclose(self) -> None:
         """Close the connection, once the calls waiting on it have their replies (or
@@ -340,7 +337,7 @@ class AsyncLink(LinkBase[AsyncFunctions]):
                     wire = await self._take()
                 future = wire.send(packed)
                 sent = True
-                return _raise_errors(await future)
+                return raise_errors(await future)
             except redis.BusyLoadingError:
                 # The server refused the command while it loads its data: it ran
                 # nothing, so retry (on the same connection: it is in step).

@@ -49,7 +49,6 @@ __all__ = [
     "Attempt",
     "call",
     "call_async",
-    "cancel_requests",
     "no_retry",
     "no_retry_async",
     "not_cancelled",
@@ -239,7 +238,7 @@ async def call_async(send: Callable[[], Awaitable[T]], safe: bool) -> T:
         await asyncio.sleep(_BACKOFF.compute(failures))
 
 
-def cancel_requests() -> int:
+def _cancel_requests() -> int:
     """How many cancellations of the current task are pending (0 before Python 3.11)."""
     task = asyncio.current_task()
     cancelling = getattr(task, "cancelling", None)
@@ -251,8 +250,8 @@ async def not_cancelled(call: Awaitable[T]) -> T:
     task was cancelled meanwhile: redis-py sends with ``asyncio.wait_for``, which before
     Python 3.12 returns the result and drops a cancel that comes as the send completes
     (the script ran, as for any call cancelled in flight)."""
-    cancels = cancel_requests()
+    cancels = _cancel_requests()
     result = await call
-    if cancel_requests() > cancels:
+    if _cancel_requests() > cancels:
         raise asyncio.CancelledError
     return result
