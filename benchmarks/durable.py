@@ -26,12 +26,20 @@ d. Lateness, consumer in the same process: a producer thread puts 2000 messages
    consumer's CPU share shows that waiting is not a busy loop.
 e. The same with the consumer in another process (skipped for ``memory://``, whose
    store lives in one process): the producer's puts reach it through the store.
+
+In d and e the consumer's process, once set up, freezes its heap out of the garbage
+collector's sight (:func:`gc.freeze`), as ``delayq worker`` and ``delayq serve`` do:
+otherwise a full collection scans the tens of thousands of objects its imports left
+(redis-py alone makes 26,000) and stops the consumer for tens of milliseconds, which
+is the interpreter's pause, not the queue's. A consumer written with the Queue API
+should do the same (see the README).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import random
 import socket
@@ -46,7 +54,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from _common import RESULTS_DIR, Measure, console, environment, fresh_heap, print_table, write_json
+from _common import (
+    RESULTS_DIR,
+    Measure,
+    console,
+    environment,
+    fresh_heap,
+    gc_frozen,
+    print_table,
+    write_json,
+)
 from delayq.durable import AsyncQueue, Queue
 
 #: Targets per scheme: (put/s, put_many/s, drain/s, p99 ms same process, p99 ms other).
@@ -300,7 +317,7 @@ def section_same_process(url: str, sizes: Sizes, target: float) -> list[Measure]
     (so a put wakes the consumer directly)."""
     report: dict[str, Any] = {}
     give_up = sizes.late_seconds + max(DELAYS) + 10.0
-    with Queue(url, name=fresh_name("late")) as q:
+    with Queue(url, name=fresh_name("late")) as q, gc_frozen():
         consumer = threading.Thread(
             target=lambda: report.update(consume(q, sizes.late_messages, give_up))
         )
@@ -348,6 +365,8 @@ def run_consumer(url: str, name: str, count: int, give_up: float) -> int:
     """The ``--consumer`` mode of section e: report as JSON on stdout."""
     with Queue(url, name=name) as q:
         q.stats()  # open the store before saying ready
+        gc.collect()
+        gc.freeze()  # as delayq worker does once set up (see the module's docstring)
         print("ready", flush=True)
         print(json.dumps(consume(q, count, give_up)))
     return 0

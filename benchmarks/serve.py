@@ -49,7 +49,15 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from _common import RESULTS_DIR, Measure, console, environment, print_table, write_json
+from _common import (
+    RESULTS_DIR,
+    Measure,
+    console,
+    environment,
+    gc_frozen,
+    print_table,
+    write_json,
+)
 from delayq._duration import seconds_to_ms
 
 #: Targets from the issue: puts/s over HTTP on redis; callback p99 lateness (ms).
@@ -348,7 +356,10 @@ async def run_callbacks(served: Served, sizes: Sizes, put_rate: float) -> dict[s
 
 def section_callbacks(served: Served, sizes: Sizes, put_rate: float) -> list[Measure]:
     """Section b."""
-    report = asyncio.run(run_callbacks(served, sizes, put_rate))
+    # The receiver's process is the measuring tool, not delayq: frozen, its collector
+    # does not stop it mid-run and stamp callbacks late (delayq serve freezes its own).
+    with gc_frozen():
+        report = asyncio.run(run_callbacks(served, sizes, put_rate))
     received: dict[str, list[float]] = report["received"]
     due: dict[str, int] = report["due"]
     late = sorted(t - due[id] for id, times in received.items() if id in due for t in times)

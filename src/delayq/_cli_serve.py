@@ -20,6 +20,7 @@ from ._constants import (
     SERVE_DEFAULT_PORT,
     SERVE_SHUTDOWN_GRACE,
 )
+from ._runtime import freeze_startup_heap
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -48,6 +49,7 @@ def _make_server(config: Any, app: FastAPI, console: Console, *, access_log: boo
                     for sock in server.sockets:
                         port = sock.getsockname()[1]
                 console.print(f"dashboard: {_address(config.host, port)}", markup=False)
+                freeze_startup_heap()
 
         def handle_exit(self, sig: int, frame: Any) -> None:
             # Not uvicorn's own: it re-raises the signal after shutdown, so a clean

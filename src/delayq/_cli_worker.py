@@ -19,6 +19,7 @@ import click
 
 from ._cli_common import CliError, duration_option, open_queue, translate_errors, url_option
 from ._constants import DEFAULT_LEASE, DEFAULT_WORKER_CONCURRENCY, DEFAULT_WORKER_GRACE, LOGGER_NAME
+from ._runtime import freeze_startup_heap
 from .app import App
 from .durable.registry import scheme_of
 from .worker import Worker
@@ -158,4 +159,5 @@ def worker(
     with open_queue(app.url, (names or app.queue_names)[0], create=True) as probe:
         probe.stats()
     _configure_logging(log_level)
+    freeze_startup_heap()
     runner.run()

@@ -22,6 +22,7 @@ import pytest
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
 
 APP = """
+import gc
 import os
 import time
 
@@ -38,6 +39,11 @@ def record(*parts):
 @app.task(queue="jobs")
 def work(n):
     record("ran", n, time.time())
+
+
+@app.task(queue="jobs")
+def heap():
+    record("frozen", gc.get_freeze_count())
 
 
 @app.task(queue="slow")
@@ -166,3 +172,16 @@ def test_worker_with_a_bad_app_path_says_so_in_one_line(project: Project) -> Non
         "error: examples_app:nope: 'examples_app' has no attribute 'nope' "
         "(see 'delayq worker --help')"
     ]
+
+
+def test_worker_sets_its_start_up_heap_aside(project: Project) -> None:
+    """The objects alive once the worker is set up (redis-py's and the app's imports,
+    tens of thousands) are frozen: a full collection, which would scan them all and stop
+    the worker for tens of milliseconds, sees only what came later."""
+    project.put("jobs", envelope("heap"))
+    worker = project.worker()
+    project.wait(lambda: len(project.lines("frozen")) == 1)
+    [[count]] = project.lines("frozen")
+    assert int(count) > 10_000
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(15) == 0

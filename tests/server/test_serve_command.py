@@ -18,6 +18,13 @@ import httpx
 import pytest
 
 ADDRESS = re.compile(r"dashboard: (http://127\.0\.0\.1:\d+/)")
+#: ``delayq`` as its console script runs it, printing at exit how many objects the
+#: process had frozen out of the garbage collector's sight.
+REPORT_FROZEN_AT_EXIT = (
+    "import atexit, gc; "
+    "atexit.register(lambda: print('frozen', gc.get_freeze_count(), flush=True)); "
+    "from delayq.cli import main; main()"
+)
 
 
 def _environ() -> dict[str, str]:
@@ -32,8 +39,8 @@ def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, list[st
     """``delayq serve`` on port 0 over a sqlite file in tmp_path: the process, its base
     URL and the stdout lines read up to the dashboard line."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "delayq.cli", "serve", "--url", f"sqlite:///{tmp_path}/s.db",
-         "--port", "0", "--no-dispatch"],
+        [sys.executable, "-c", REPORT_FROZEN_AT_EXIT, "serve",
+         "--url", f"sqlite:///{tmp_path}/s.db", "--port", "0", "--no-dispatch"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -76,6 +83,11 @@ def test_serve_answers_http_and_stops_on_sigterm(
         assert http.get("/").status_code == 200  # the dashboard
     process.send_signal(signal.SIGTERM)
     assert process.wait(20) == 0
+    # Set up, it froze its heap (FastAPI's, uvicorn's, redis-py's objects): a full
+    # collection no longer scans them, which stopped it for tens of milliseconds.
+    assert process.stdout is not None
+    [frozen] = re.findall(r"^frozen (\d+)$", process.stdout.read(), re.MULTILINE)
+    assert int(frozen) > 10_000
 
 
 @pytest.mark.slow
