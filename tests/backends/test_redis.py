@@ -426,6 +426,94 @@ def test_an_idle_consumer_sends_few_commands(private: PrivateRedis) -> None:
     client.close()
 
 
+def _connections(client: Any) -> int:
+    return int(client.info("stats")["total_connections_received"])
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_consumer_reserving_again_and_again_keeps_its_listener_connection(
+    private: PrivateRedis, face: str
+) -> None:
+    """Each put between two waiting reserves sends its marker to the consumer's
+    listener while no reserve of it waits: the listener hands the marker back and
+    parks with its connection, rather than reconnecting for the next wait (a new
+    connection per message cost the consumer its CPU and milliseconds of lateness)."""
+    client = redis.Redis.from_url(private.url)
+    rounds = 20
+
+    def sync_rounds(producer: Queue) -> list[Any]:
+        got = []
+        with Queue(private.url, name="loop") as consumer:
+            for n in range(rounds):
+                producer.put(n)
+                [msg] = consumer.reserve(wait=PROMPTLY)
+                consumer.ack(msg)
+                got.append(msg.payload)
+                if n == 0:
+                    before = _connections(client)
+        assert _connections(client) - before <= 1
+        return got
+
+    async def async_rounds(producer: Queue) -> list[Any]:
+        got = []
+        async with AsyncQueue(private.url, name="loop") as consumer:
+            for n in range(rounds):
+                producer.put(n)
+                await asyncio.sleep(0.02)  # the listener takes the marker, no reserve waiting
+                [msg] = await consumer.reserve(wait=PROMPTLY)
+                await consumer.ack(msg)
+                got.append(msg.payload)
+                if n == 0:
+                    before = _connections(client)
+        assert _connections(client) - before <= 1
+        return got
+
+    with Queue(private.url, name="loop") as producer:
+        producer.put("warm up")  # the producer's own connection, before counting
+        producer.purge()
+        got = sync_rounds(producer) if face == "sync" else asyncio.run(async_rounds(producer))
+    assert got == list(range(rounds))
+    client.close()
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_marker_taken_by_an_idle_listener_reaches_the_waiting_consumer(
+    private: PrivateRedis, face: str
+) -> None:
+    """Consumer A's listener still blocks (lingering after A's reserve gave up) when B
+    starts waiting: A's is first in line for the put's marker, and must hand it on, so
+    B wakes at once rather than at its listener's next periodic look."""
+    got: list[Any] = []
+
+    async def async_idle(url: str) -> None:
+        async with AsyncQueue(url, name="two") as a:
+            assert await a.reserve(wait=0.2) == []
+            await asyncio.sleep(1.5)  # A's loop runs on: its listener lingers
+
+    with Queue(private.url, name="two") as b, Queue(private.url, name="two") as producer:
+        if face == "sync":
+            a = Queue(private.url, name="two")
+            assert a.reserve(wait=0.2) == []
+            idle = None
+        else:
+            a = None
+            idle = threading.Thread(target=asyncio.run, args=(async_idle(private.url),))
+            idle.start()
+            time.sleep(0.3)
+        waiter = threading.Thread(target=lambda: got.extend(b.reserve(wait=PROMPTLY)))
+        waiter.start()
+        time.sleep(0.2)  # B's listener blocks behind A's
+        started = time.monotonic()
+        producer.put("x")
+        waiter.join(PROMPTLY)
+        assert [m.payload for m in got] == ["x"]
+        assert time.monotonic() - started < 1.0  # the marker, not the 2 s periodic look
+        if a is not None:
+            a.close()
+        if idle is not None:
+            idle.join(PROMPTLY)
+
+
 @pytest.mark.parametrize("face", ["sync", "async"])
 def test_a_waiting_consumer_survives_a_redis_restart(private: PrivateRedis, face: str) -> None:
     got: list[Any] = []

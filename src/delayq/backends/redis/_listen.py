@@ -14,9 +14,12 @@ Redis's own BLPOP timeout is only as fine as its event loop (100 ms at ``hz 10``
 is why the precise sleep happens here and BLPOP only carries news. When BLPOP times out
 (every :data:`REDIS_LISTEN_TIMEOUT` s) the waiters look again too, which bounds any missed
 wake-up. A marker is taken by one listener only: one that finds no local waiter puts it
-back and stops. A lost connection wakes the waiters (they meet the error, back off and
-retry) and is retried with backoff; the first BLPOP after a reconnect re-arms everything.
-The listener runs while a waiting reserve is in progress, and lingers one BLPOP after.
+back and parks, its connection kept, until a reserve here waits again (it would take the
+marker straight back if it blocked at once). A lost connection wakes the waiters (they
+meet the error, back off and retry) and is retried with backoff; the first BLPOP after a
+reconnect re-arms everything. The listener runs while a waiting reserve is in progress,
+and lingers one BLPOP (or one park) after: a consumer that reserves again and again keeps
+one connection and one thread, not one per wait.
 A sharded queue runs one listener per shard and learns through ``on_news`` which shard
 had news (a marker, or a lost connection; a BLPOP timeout is no news).
 """
@@ -74,6 +77,7 @@ class Listener:
         self._thread: threading.Thread | None = None
         self._client: Any = None
         self._closed = False
+        self._parked = False
         # Held while the marker is put back, so nothing is written once close() returned.
         self._rewake_lock = threading.Lock()
 
@@ -98,7 +102,9 @@ class Listener:
         """Around a waiting ``reserve``: the listener runs while one is in progress."""
         with self._cond:
             self._active += 1
-            if self._thread is None and not self._closed:
+            if self._parked:
+                self._cond.notify_all()
+            elif self._thread is None and not self._closed:
                 self._thread = threading.Thread(
                     target=self._run, name="delayq-redis-listener", daemon=True
                 )
@@ -142,6 +148,15 @@ class Listener:
                 return True
             return False
 
+    def _park(self) -> bool:
+        """Wait, connection kept, until a waiting reserve starts here (at most one BLPOP
+        timeout); True when the thread retired instead."""
+        with self._cond:
+            self._parked = True
+            self._cond.wait_for(lambda: self._closed or self._active, REDIS_LISTEN_TIMEOUT)
+            self._parked = False
+        return self._stop_if(inactive=True)
+
     def _run(self) -> None:
         backoff = REDIS_RECONNECT_FIRST
         client = self._make_client()
@@ -170,12 +185,14 @@ class Listener:
                     backoff = next_backoff(backoff)
                     continue
                 backoff = REDIS_RECONNECT_FIRST
-                if got is not None and self._stop_if(inactive=True):
+                if got is not None and not self._active:
                     # Nobody here will look: hand the marker to another consumer.
                     with self._rewake_lock, contextlib.suppress(QueueClosed, *CONNECTION_ERRORS):
                         if not self._closed:
                             self._rewake()
-                    return
+                    if self._park():
+                        return
+                    continue
                 if got is not None:
                     self._news()
                 self.bump()
@@ -206,6 +223,7 @@ class AsyncListener:
         self._active = 0
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._parked: asyncio.Future[None] | None = None
 
     @property
     def generation(self) -> int:
@@ -228,7 +246,9 @@ class AsyncListener:
     def session(self) -> Iterator[None]:
         """Around a waiting ``reserve``: the listener runs while one is in progress."""
         self._active += 1
-        if self._task is None and not self._closed:
+        if self._parked is not None:
+            _resolve(self._parked)
+        elif self._task is None and not self._closed:
             self._task = asyncio.get_running_loop().create_task(self._run())
         try:
             yield
@@ -255,6 +275,8 @@ class AsyncListener:
         """Wake every waiter for good and stop the listener task."""
         self._closed = True
         self.bump()
+        if self._parked is not None:
+            _resolve(self._parked)
         task = self._task
         if task is not None:
             task.cancel()
@@ -270,6 +292,16 @@ class AsyncListener:
                 self._task = None
             return True
         return False
+
+    async def _park(self) -> bool:
+        """Wait, connection kept, until a waiting reserve starts here (at most one BLPOP
+        timeout); True when the task retired instead."""
+        if not self._active and not self._closed:
+            parked = self._parked = asyncio.get_running_loop().create_future()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(parked, REDIS_LISTEN_TIMEOUT)
+            self._parked = None
+        return self._stop_if(not self._active)
 
     async def _run(self) -> None:
         backoff = REDIS_RECONNECT_FIRST
@@ -292,12 +324,14 @@ class AsyncListener:
                     backoff = next_backoff(backoff)
                     continue
                 backoff = REDIS_RECONNECT_FIRST
-                if got is not None and self._stop_if(not self._active):
+                if got is not None and not self._active:
                     # Nobody here will look: hand the marker to another consumer.
                     if not self._closed:
                         with contextlib.suppress(QueueClosed, *CONNECTION_ERRORS):
                             await self._rewake()
-                    return
+                    if await self._park():
+                        return
+                    continue
                 if got is not None:
                     self._news()
                 self.bump()
