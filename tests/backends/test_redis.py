@@ -359,7 +359,7 @@ def _calls_of(client: Any, command: str) -> int:
 
 
 def test_evalsha_reloads_the_scripts_after_script_flush(private: PrivateRedis) -> None:
-    # EVALSHA is how a cluster client runs the scripts (and a server before Redis 7.0).
+    # EVALSHA is how a server before Redis 7.0 runs the scripts.
     client = redis.Redis.from_url(private.url)
     run, ops = Functions(client, evalsha=True), Operations("flush")
 

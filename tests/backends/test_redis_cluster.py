@@ -2,7 +2,8 @@
 
 The cluster is the session's (tests/backends/_redis_cluster.py: three ``redis-server``
 processes on free ports, stopped at exit); single-node sharding uses the shared test
-Redis under a private prefix. Checked here: one queue's messages land on every master,
+Redis under a private prefix. Checked here: the scripts run as functions routed by their
+keys (no node asked for them), one queue's messages land on every master,
 global due-time order across shards with several consumers, an empty shard costs a
 draining consumer no script call, a sharded single node keeps the order, a batch
 spread over shards keeps put order, and a new asyncio client given many commands at once
@@ -64,9 +65,63 @@ def cluster_client(cluster: Cluster, prefix: str) -> Iterator[Any]:
         client.close()
 
 
-def _evalsha_calls(client: Any, node: Any) -> int:
+def _calls(client: Any, node: Any, *commands: str) -> int:
     stats = client.info("commandstats", target_nodes=node)
-    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in commands)
+
+
+def _script_calls(client: Any, node: Any) -> int:
+    return _calls(client, node, "fcall", "evalsha")
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_cluster_runs_the_scripts_as_functions_routed_by_their_keys(
+    cluster: Cluster, cluster_client: Any, prefix: str, face: str
+) -> None:
+    """FCALL, the library compiled once per node, not EVALSHA (which ran the whole
+    prelude each call); routed by the slot of its KEYS, so no node is asked for the keys
+    of a call (COMMAND GETKEYS, a round trip more); the library loaded again on every
+    primary after FUNCTION FLUSH."""
+    url = f"{cluster.url}?prefix={prefix}&shards=6"
+    masters = list(cluster_client.get_primaries())
+
+    def counts() -> tuple[int, int, int]:
+        return (
+            sum(_calls(cluster_client, n, "fcall") for n in masters),
+            sum(_calls(cluster_client, n, "evalsha") for n in masters),
+            sum(_calls(cluster_client, n, "command|getkeys") for n in masters),
+        )
+
+    def sync_round(n: int) -> list[Any]:
+        with Queue(url, name=f"fc-{face}") as q:
+            q.put_many([{"payload": i} for i in range(n)])
+            got = []
+            while len(got) < n:
+                batch = q.reserve(wait=1, max=n)
+                q.ack_many(batch)
+                got += [m.payload for m in batch]
+            return sorted(got)
+
+    async def async_round(n: int) -> list[Any]:
+        async with AsyncQueue(url, name=f"fc-{face}") as q:
+            await q.put_many([{"payload": i} for i in range(n)])
+            got = []
+            while len(got) < n:
+                batch = await q.reserve(wait=1, max=n)
+                await q.ack_many(batch)
+                got += [m.payload for m in batch]
+            return sorted(got)
+
+    def round_of(n: int) -> list[Any]:
+        return sync_round(n) if face == "sync" else asyncio.run(async_round(n))
+
+    fcall, evalsha, getkeys = counts()
+    assert round_of(30) == list(range(30))
+    cluster_client.function_flush()  # every primary forgets the library
+    assert round_of(30) == list(range(30))
+    after = counts()
+    assert after[0] - fcall >= 12  # puts, claims and acks on six shards, twice
+    assert (after[1] - evalsha, after[2] - getkeys) == (0, 0)
 
 
 def test_one_queue_spreads_over_every_master(
@@ -154,7 +209,7 @@ def test_an_empty_shard_costs_a_draining_consumer_nothing(
     with Queue(url, name=name) as q:
         q.put_many([{"payload": i, "id": i} for i in ids])
         first = q.reserve(wait=1, max=10)  # learns every head, the empty one included
-        before = _evalsha_calls(cluster_client, node)
+        before = _script_calls(cluster_client, node)
         drained = len(first)
         while drained < len(ids):
             batch = q.reserve(wait=1, max=10)
@@ -164,7 +219,7 @@ def test_an_empty_shard_costs_a_draining_consumer_nothing(
                 q.ack(msg)
         for msg in first:
             q.ack(msg)
-        assert _evalsha_calls(cluster_client, node) - before == 0
+        assert _script_calls(cluster_client, node) - before == 0
 
 
 @pytest.fixture

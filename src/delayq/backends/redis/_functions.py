@@ -3,10 +3,11 @@ compiles once, rather than as EVALSHA scripts whose prelude is run on every call
 
 The library (:func:`~._scripts.library_source`) is loaded with ``FUNCTION LOAD REPLACE``
 when a call finds its function missing: on first use against a server, and again after
-a restart without persistence, ``FLUSHALL`` or ``FUNCTION FLUSH``. A server without
-functions (before Redis 7.0) gets the same scripts by EVALSHA instead, and so does a
-Redis Cluster client (``evalsha=True``): redis-py routes EVALSHA by its KEYS itself but
-asks a node for the keys of every FCALL (``COMMAND GETKEYS``, one more round trip).
+a restart without persistence, ``FLUSHALL`` or ``FUNCTION FLUSH``; on a cluster, redis-py
+sends ``FUNCTION LOAD`` to every primary. A server without functions (before Redis 7.0)
+gets the same scripts by EVALSHA instead. A cluster client routes each FCALL by the slot
+of its KEYS (``_shards._Cluster``), as redis-py routes EVALSHA; EVALSHA would run the
+whole prelude on every call, which took three times the server's time of an FCALL.
 
 A call lost to a connection error is sent again only as :mod:`._resend` says (the client
 is made without redis-py's own retries): always for a script of
@@ -43,13 +44,18 @@ def functions_unsupported(exc: redis.ResponseError) -> bool:
 
 
 class FunctionsBase:
-    """What both faces' runners hold: the client, the library, the EVALSHA scripts."""
+    """What both faces' runners hold: the client, the library, the EVALSHA scripts.
 
-    def __init__(self, client: Any, *, evalsha: bool = False) -> None:
+    ``cluster``: the client is a ``RedisCluster``, whose pipeline :meth:`Functions.many`
+    does not use (each run goes alone to its node). ``evalsha``: run EVALSHA scripts from
+    the start, as a server before Redis 7.0 ends up doing."""
+
+    def __init__(self, client: Any, *, cluster: bool = False, evalsha: bool = False) -> None:
         self._client = client
+        self._cluster = cluster
         self._code = library_source()[1]
         self._names = {name: function_name(name) for name in SCRIPT_NAMES}
-        #: The EVALSHA scripts, when asked for or once FCALL is unknown.
+        #: The EVALSHA scripts, when asked for or once FCALL turned out to be unknown.
         self._scripts: dict[str, Any] | None = self._use_scripts() if evalsha else None
 
     @property
@@ -85,9 +91,9 @@ class Functions(FunctionsBase):
 
     def many(self, runs: Sequence[tuple[str, Sequence[bytes], Sequence[Any]]]) -> list[Any]:
         """Run several ``(script, keys, args)`` in one pipeline (not a transaction) and
-        return their replies in order; the first error is raised. EVALSHA clients (a
-        cluster, Redis < 7) run them one by one."""
-        if self._scripts is not None or len(runs) < 2:
+        return their replies in order; the first error is raised. A cluster, and EVALSHA
+        clients (Redis < 7), run them one by one."""
+        if self._cluster or self._scripts is not None or len(runs) < 2:
             return [self(script, keys, args) for script, keys, args in runs]
         safe = all(script in RESEND_SAFE for script, _, _ in runs)
         return call(lambda: self._pipelined(runs), safe)

@@ -54,7 +54,7 @@ class AsyncShardedRedisBackend(ShardedBase):
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
         self._client = async_client(self._settings, listener=False)
-        self._scripts = AsyncFunctions(self._client, evalsha=self._settings.cluster)
+        self._scripts = AsyncFunctions(self._client, cluster=self._settings.cluster)
         self._hubs: dict[str, AsyncHub] = {}
         self._background: set[asyncio.Task[Any]] = set()
         #: The cluster's map is loaded (a later reload is redis-py's own, with a default

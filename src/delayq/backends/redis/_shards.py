@@ -308,6 +308,48 @@ def sort_claimed(records: list[Record]) -> list[Record]:
     return records
 
 
+_FCALLS = frozenset({"FCALL", "FCALL_RO"})
+
+
+def _fcall_slot(cluster: Any, command: object, numkeys: object, keys: Sequence[Any]) -> int | None:
+    """The slot of an FCALL whose KEYS (``numkeys`` of ``keys``) share one, found here;
+    None for any other command, or keys redis-py should judge itself."""
+    if not isinstance(command, str) or command.upper() not in _FCALLS:
+        return None
+    try:
+        count = int(numkeys)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
+    slots = {cluster.keyslot(key) for key in keys[:count]}
+    return slots.pop() if len(slots) == 1 else None
+
+
+class _Cluster(redis.cluster.RedisCluster):
+    """A ``RedisCluster`` that finds an FCALL's slot from its KEYS, as redis-py does for
+    EVALSHA, instead of asking a node for them (``COMMAND GETKEYS``, a round trip more
+    per call). Every other command, and any routing after that, is redis-py's own."""
+
+    def determine_slot(self, *args: Any) -> int | None:
+        """See ``RedisCluster.determine_slot``."""
+        if len(args) > 3:
+            slot = _fcall_slot(self, args[0], args[2], args[3:])
+            if slot is not None:
+                return slot
+        return super().determine_slot(*args)
+
+
+class _AsyncCluster(redis.asyncio.cluster.RedisCluster):
+    """:class:`_Cluster` for asyncio (redis-py names the hook ``_determine_slot`` there;
+    were it renamed, FCALLs would only cost the round trip again)."""
+
+    async def _determine_slot(self, command: str, *args: Any) -> int:
+        if len(args) > 2:
+            slot = _fcall_slot(self, command, args[1], args[2:])
+            if slot is not None:
+                return slot
+        return int(await super()._determine_slot(command, *args))
+
+
 def sync_client(settings: Settings, *, listener: bool) -> Any:
     """A redis-py client of the settings' node or cluster, without redis-py's retries
     (a listener retries itself; scripts are sent again as :mod:`._resend` says)."""
@@ -320,7 +362,7 @@ def sync_client(settings: Settings, *, listener: bool) -> Any:
         # Given a URL, RedisCluster makes its nodes' pools with our connection class.
         host, port = settings.nodes[0]
         first = f"redis://{f'[{host}]' if ':' in host else host}:{port}"
-        return redis.cluster.RedisCluster(
+        return _Cluster(
             url=first,
             startup_nodes=nodes[1:],
             retry=no_retry(),
@@ -336,9 +378,7 @@ def async_client(settings: Settings, *, listener: bool) -> Any:
     client: Any
     if settings.cluster:
         nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in settings.nodes]
-        client = redis.asyncio.cluster.RedisCluster(
-            startup_nodes=nodes, retry=no_retry_async(), **options
-        )
+        client = _AsyncCluster(startup_nodes=nodes, retry=no_retry_async(), **options)
     else:
         client = redis.asyncio.Redis.from_url(settings.url, retry=no_retry_async(), **options)
     return track_sends(client)

@@ -79,7 +79,7 @@ class ShardedRedisBackend(ShardedBase):
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
         self._client = sync_client(self._settings, listener=False)
-        self._scripts = Functions(self._client, evalsha=self._settings.cluster)
+        self._scripts = Functions(self._client, cluster=self._settings.cluster)
         self._hubs: dict[str, Hub] = {}
         self._lock = threading.Lock()
 
