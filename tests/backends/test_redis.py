@@ -12,6 +12,7 @@ the others use the shared test Redis under a private key prefix, deleted afterwa
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import re
 import shutil
@@ -349,6 +350,32 @@ def test_a_put_from_another_client_wakes_a_waiting_consumer(shared_url: str) -> 
         thread.join(PROMPTLY)
         assert [m.payload for m in got] == ["x"]
         assert time.monotonic() - started < 1.0
+
+
+def _put_in_child(queue: Queue, out: Any) -> None:
+    """In a forked child: put through the inherited queue, send the ids back."""
+    out.send([queue.put(n) for n in range(50)])
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")
+def test_a_forked_child_puts_on_its_own_connection_with_ids_of_its_own(shared_url: str) -> None:
+    """The parent's connection and its pool of random id bytes exist at fork time: the
+    child must open its own connection (a shared one would mix replies) and draw its
+    own ids (drawing on from the parent's pool would repeat the parent's)."""
+    with Queue(shared_url, name="fork") as q:
+        ids = [q.put(n) for n in range(3)]
+        context = multiprocessing.get_context("fork")
+        receiver, sender = context.Pipe(duplex=False)
+        child = context.Process(target=_put_in_child, args=(q, sender))
+        child.start()
+        ids += [q.put(n) for n in range(50)]
+        child_ids = receiver.recv()
+        child.join(30)
+        assert child.exitcode == 0
+        assert len(set(child_ids)) == 50
+        assert not set(child_ids) & set(ids)
+        assert q.stats().total == 103
+        assert q.get(child_ids[-1]).payload == 49
 
 
 # -- on a private server ----------------------------------------------------------------------

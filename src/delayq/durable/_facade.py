@@ -8,7 +8,6 @@ nothing. ``TypeError`` means a wrong kind of value, ``ValueError`` a wrong value
 from __future__ import annotations
 
 import copy
-import os
 import random
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
@@ -23,6 +22,7 @@ from .._constants import (
     MAX_PEEK_LIMIT,
 )
 from .._duration import at_to_epoch, delay_to_seconds, seconds_to_ms
+from .._fork import new_id
 from ..errors import QueueClosed
 from .message import Message, OnConflict, PutRequest, Record, State, put_request
 from .registry import default_url, scheme_of
@@ -34,8 +34,6 @@ __all__ = ["QueueBase"]
 _Q = TypeVar("_Q", bound="QueueBase")
 _ON_CONFLICT = ("ignore", "replace", "error")
 _PUT_KEYS = frozenset(("payload", "delay", "at", "id", "on_conflict", "max_attempts", "headers"))
-#: Generated ids put_many draws from one os.urandom call (16 random bytes each).
-_ID_BATCH = 256
 
 
 def check_identifier(kind: str, value: object) -> str:
@@ -177,20 +175,12 @@ class QueueBase:
         on_conflict: object = "ignore",
         max_attempts: object = None,
         headers: object = None,
-        new_id: str | None = None,
     ) -> PutRequest:
-        """The checked, encoded request of a put; ``new_id``: the id to use when ``id``
-        is None (None: draw one)."""
+        """The checked, encoded request of a put (an id drawn when ``id`` is None)."""
         if on_conflict not in _ON_CONFLICT:
             raise ValueError(f"on_conflict must be one of {_ON_CONFLICT}, got {on_conflict!r}")
         mode: OnConflict = on_conflict  # type: ignore[assignment]
-        if id is not None:
-            message_id = check_identifier("id", id)
-        elif new_id is None:
-            # 128 random bits, as uuid4 has, without building a UUID object.
-            message_id = os.urandom(16).hex()
-        else:
-            message_id = new_id
+        message_id = new_id() if id is None else check_identifier("id", id)
         attempts = (
             self._retry.max_attempts
             if max_attempts is None
@@ -218,8 +208,6 @@ class QueueBase:
             raise TypeError(f"put_many takes a list of dicts, not {type(items).__name__}")
         requests: list[PutRequest] = []
         append, request = requests.append, self._request
-        # Generated ids are drawn _ID_BATCH at a time: one os.urandom call, not one each.
-        pool, used = "", 0
         for index, item in enumerate(items):
             if type(item) is not dict and not isinstance(item, Mapping):  # ABC check: slow
                 raise TypeError(f"put_many item {index} is a {type(item).__name__}, not a dict")
@@ -229,24 +217,16 @@ class QueueBase:
             if "payload" not in item:
                 raise TypeError(f"put_many item {index} has no 'payload'")
             get = item.get
-            id = get("id")
-            new_id = None
-            if id is None:
-                if used == len(pool):
-                    pool, used = os.urandom(16 * _ID_BATCH).hex(), 0
-                new_id = pool[used : used + 32]
-                used += 32
             # The item's values as _request(**item) would get them, without a dict to unpack.
             append(
                 request(
                     item["payload"],
                     delay=get("delay"),
                     at=get("at"),
-                    id=id,
+                    id=get("id"),
                     on_conflict=get("on_conflict", "ignore"),
                     max_attempts=get("max_attempts"),
                     headers=get("headers"),
-                    new_id=new_id,
                 )
             )
         return requests

@@ -42,9 +42,10 @@ before 7.0) hands every call to :class:`~._functions.Functions`, which runs EVAL
 
 from __future__ import annotations
 
-import os
 import select
 import socket
+import struct
+import sys
 import threading
 import time
 import weakref
@@ -55,6 +56,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 
 from ..._constants import REDIS_RETRIES, REDIS_RETRY_BASE, REDIS_RETRY_CAP
+from ..._fork import generation
 from ._functions import Functions, FunctionsBase, function_missing, functions_unsupported
 from ._listen import CONNECTION_ERRORS
 from ._scripts import RESEND_SAFE, SCRIPT_NAMES, function_name, library_source
@@ -140,6 +142,7 @@ class _Direct:
         poller.register(sock, select.POLLIN)
         self.poll = poller.poll
         self.buffer = bytearray(READ_SIZE)
+        _kernel_timeouts(sock)
 
     def idle(self) -> bool:
         """Nothing buffered and nothing to read (no end of file, no stray bytes)."""
@@ -150,7 +153,7 @@ class _Direct:
         (the caller drops the connection after any failure here)."""
         try:
             self.sock.sendall(self.pack(command))
-        except TimeoutError:  # socket.timeout
+        except (TimeoutError, BlockingIOError):  # Python's timeout, or the kernel's
             raise redis.TimeoutError("Timeout writing to socket") from None
         except OSError as exc:
             raise redis.ConnectionError(f"Error while writing to socket: {exc}") from exc
@@ -174,7 +177,7 @@ class _Direct:
         buffer = self.buffer
         try:
             size = self.sock.recv_into(buffer)
-        except TimeoutError:  # socket.timeout
+        except (TimeoutError, BlockingIOError):  # Python's timeout, or the kernel's
             raise redis.TimeoutError("Timeout reading from socket") from None
         except OSError as exc:
             raise redis.ConnectionError(f"Error while reading from socket: {exc}") from exc
@@ -183,14 +186,30 @@ class _Direct:
         self.reader.feed(buffer, 0, size)
 
 
+def _kernel_timeouts(sock: socket.socket) -> None:
+    """Hand ``sock``'s timeout to the kernel (Linux): a blocking socket with
+    ``SO_RCVTIMEO`` and ``SO_SNDTIMEO``. Python polls a socket that has a timeout before
+    every send and every receive; the kernel's timeouts cost nothing until they expire,
+    when the call fails with EAGAIN (``BlockingIOError``). A put is then three system
+    calls (the idle poll, a send, a receive) instead of five."""
+    timeout = sock.gettimeout()
+    if not timeout or sys.platform != "linux":
+        return
+    microseconds = max(1, round(timeout * 1_000_000))
+    timeval = struct.pack("ll", *divmod(microseconds, 1_000_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+    sock.settimeout(None)
+
+
 class _Wire:
     """One thread's connection, and its direct exchange while it has one."""
 
-    __slots__ = ("connection", "direct", "pid")
+    __slots__ = ("connection", "direct", "fork")
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection
-        self.pid = os.getpid()
+        self.fork = generation()
         self.direct: _Direct | None = None
 
     def drop(self) -> None:
@@ -258,7 +277,7 @@ class Link(LinkBase[Functions]):
 
     def _wire(self) -> _Wire:
         wire = self._local.wire
-        if wire is None or wire.pid != os.getpid():
+        if wire is None or wire.fork != generation():
             connection = self._connection_class(**self._connection_kwargs)
             wire = self._local.wire = _Wire(connection)
             with self._lock:
