@@ -3,14 +3,14 @@
 ``os.getpid()`` is a system call each time (glibc stopped caching it), and on a
 virtual machine a system call is no longer cheap: the hot paths compare
 :func:`generation` instead, which a fork handler bumps in the child. Message ids come
-from a per-thread pool of random bytes drawn :data:`ID_BATCH` ids at a time, which the
-child replaces: a child drawing from its parent's pool would repeat its ids.
+from a pool of random bytes drawn :data:`ID_BATCH` ids at a time, which the child
+empties: a child drawing from its parent's pool would repeat its ids.
 """
 
 from __future__ import annotations
 
 import os
-import threading
+from collections.abc import Iterator
 
 __all__ = ["ID_BATCH", "generation", "new_id"]
 
@@ -20,12 +20,10 @@ ID_BATCH = 256
 _generation = 0
 
 
-class _IdPool(threading.local):
-    digits = ""
-    used = 0
-
-
-_pool = _IdPool()
+#: The ids not yet handed out. ``next()`` of a list iterator is one step under the GIL,
+#: so threads share it without a lock and never get the same id; two threads refilling
+#: at once each draw fresh bytes, and the pool left over is simply dropped.
+_ids: Iterator[str] = iter(())
 
 
 def generation() -> int:
@@ -36,19 +34,25 @@ def generation() -> int:
 
 def new_id() -> str:
     """A new message id: 128 random bits as 32 lowercase hex digits, as uuid4 has, from
-    the thread's pool (one ``os.urandom`` call per :data:`ID_BATCH` ids)."""
-    pool = _pool
-    used = pool.used
-    if used == len(pool.digits):
-        pool.digits, used = os.urandom(16 * ID_BATCH).hex(), 0
-    pool.used = used + 32
-    return pool.digits[used : used + 32]
+    the process's pool (one ``os.urandom`` call per :data:`ID_BATCH` ids)."""
+    try:
+        return next(_ids)
+    except StopIteration:
+        return _refill()
+
+
+def _refill() -> str:
+    global _ids
+    digits = os.urandom(16 * ID_BATCH).hex()
+    ids = iter([digits[start : start + 32] for start in range(0, len(digits), 32)])
+    _ids = ids
+    return next(ids)
 
 
 def _after_fork_in_child() -> None:
-    global _generation, _pool
+    global _generation, _ids
     _generation += 1
-    _pool = _IdPool()
+    _ids = iter(())
 
 
 if hasattr(os, "register_at_fork"):

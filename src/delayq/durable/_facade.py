@@ -165,10 +165,9 @@ class QueueBase:
         if self._closed:
             raise QueueClosed(f"queue {self._name!r} is closed")
 
-    def _request(
+    def _request(  # noqa: PLR0917 (positional: put_many calls it once per item)
         self,
         payload: object,
-        *,
         delay: object = None,
         at: object = None,
         id: object = None,
@@ -211,22 +210,23 @@ class QueueBase:
         for index, item in enumerate(items):
             if type(item) is not dict and not isinstance(item, Mapping):  # ABC check: slow
                 raise TypeError(f"put_many item {index} is a {type(item).__name__}, not a dict")
-            unknown = set(item) - _PUT_KEYS
-            if unknown:
-                raise TypeError(f"put_many item {index} has unknown keys {sorted(unknown)}")
+            if not item.keys() <= _PUT_KEYS:
+                unknown = sorted(set(item) - _PUT_KEYS)
+                raise TypeError(f"put_many item {index} has unknown keys {unknown}")
             if "payload" not in item:
                 raise TypeError(f"put_many item {index} has no 'payload'")
             get = item.get
-            # The item's values as _request(**item) would get them, without a dict to unpack.
+            # The item's values as _request(**item) would get them, in order, without a
+            # dict to unpack or keywords to match.
             append(
                 request(
                     item["payload"],
-                    delay=get("delay"),
-                    at=get("at"),
-                    id=get("id"),
-                    on_conflict=get("on_conflict", "ignore"),
-                    max_attempts=get("max_attempts"),
-                    headers=get("headers"),
+                    get("delay"),
+                    get("at"),
+                    get("id"),
+                    get("on_conflict", "ignore"),
+                    get("max_attempts"),
+                    get("headers"),
                 )
             )
         return requests

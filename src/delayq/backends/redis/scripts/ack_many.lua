@@ -6,16 +6,30 @@
 -- order; an empty list when all were acked. An id acked earlier in the same call is gone,
 -- so a duplicate pair is lost. Settling an expired lease on the way wakes as ack.lua does.
 local now = clock()
-local lost, acked = {}, {}
-for i = 1, #ARGV, 2 do
-  local id = ARGV[i]
-  local r = load_settled(id, now)
-  if held(r, ARGV[i + 1]) then
-    redis.call('HDEL', K_MSG, id)
+local ids = {}
+for i = 1, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+-- Read in one HMGET (per CHUNK) and deleted in one HDEL at the end. An id met again is
+-- read again, as the earlier pair may have settled it; if the earlier pair acked it, it
+-- is gone for this one.
+local records = load_all(ids)
+local lost, acked, met = {}, {}, {}
+for n, id in ipairs(ids) do
+  local r
+  if met[id] == nil then
+    r = settled(records[n], now)
+  elseif met[id] == false then
+    r = load_settled(id, now)
+  end
+  if held(r, ARGV[2 * n]) then
     acked[#acked + 1] = id
+    met[id] = true
   else
-    lost[#lost + 1] = (i + 1) / 2
+    lost[#lost + 1] = n
+    if met[id] == nil then met[id] = false end
   end
 end
-if #acked > 0 then remove_all(K_LEASE, 'ZREM', acked) end
+if #acked > 0 then
+  remove_all(K_MSG, 'HDEL', acked)
+  remove_all(K_LEASE, 'ZREM', acked)
+end
 return lost

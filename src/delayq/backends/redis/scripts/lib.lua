@@ -85,9 +85,9 @@ local function nil_if_false(value)
   return value
 end
 
--- The record of id (nil when unknown); due: its score in K_DUE when the caller has it.
-local function load(id, due)
-  local raw = redis.call('HGET', K_MSG, id)
+-- The record of id stored as raw (nil when unknown: raw is nil or false); due: its score
+-- in K_DUE when the caller has it.
+local function decode(id, raw, due)
   if not raw then return nil end
   local flags = string.byte(raw, 1)
   if flags < 128 then
@@ -114,6 +114,25 @@ local function load(id, due)
     r.due = due or tonumber(redis.call('ZSCORE', K_DUE, due_member(r.seq, id)))
   end
   return r
+end
+
+-- The record of id (nil when unknown); due: its score in K_DUE when the caller has it.
+local function load(id, due)
+  return decode(id, redis.call('HGET', K_MSG, id), due)
+end
+
+-- load() of every id of ids (nil where unknown), one HMGET per CHUNK ids; dues, when
+-- given, holds each one's score in K_DUE.
+local function load_all(ids, dues)
+  local records = {}
+  for first = 1, #ids, CHUNK do
+    local last = math.min(first + CHUNK - 1, #ids)
+    local raws = redis.call('HMGET', K_MSG, unpack(ids, first, last))
+    for i = first, last do
+      records[i] = decode(ids[i], raws[i - first + 1], dues and dues[i])
+    end
+  end
+  return records
 end
 
 local function copy(r)
@@ -162,9 +181,8 @@ local function settle(r, now)
   return s, true
 end
 
--- The record with a lease expiry applied and written back (nil when unknown).
-local function load_settled(id, now)
-  local r = load(id)
+-- The loaded record r with a lease expiry applied and written back (nil when unknown).
+local function settled(r, now)
   if not r then return nil end
   local s, changed = settle(r, now)
   if changed then
@@ -173,6 +191,11 @@ local function load_settled(id, now)
     if s.state == SCHEDULED then wake() end
   end
   return s
+end
+
+-- The record of id with a lease expiry applied and written back (nil when unknown).
+local function load_settled(id, now)
+  return settled(load(id), now)
 end
 
 -- settle() for every expired lease of the queue.
@@ -265,5 +288,24 @@ local function add_all(key, cmd, pairs)
   for i = 1, #pairs, 2 * CHUNK do
     redis.call(cmd, key, unpack(pairs, i, math.min(i + 2 * CHUNK - 1, #pairs)))
   end
+end
+
+-- store() of every record of rs, with one HSET and one ZADD per index (per CHUNK).
+local function store_all(rs)
+  local fields, due, lease, dead = {}, {}, {}, {}
+  for _, r in ipairs(rs) do
+    fields[#fields + 1], fields[#fields + 2] = r.id, pack(r)
+    if r.state == SCHEDULED then
+      due[#due + 1], due[#due + 2] = r.due, due_member(r.seq, r.id)
+    elseif r.state == ACTIVE then
+      lease[#lease + 1], lease[#lease + 2] = r.lease_until, r.id
+    else
+      dead[#dead + 1], dead[#dead + 2] = r.seq, r.id
+    end
+  end
+  add_all(K_MSG, 'HSET', fields)
+  add_all(K_DUE, 'ZADD', due)
+  add_all(K_LEASE, 'ZADD', lease)
+  add_all(K_DEAD, 'ZADD', dead)
 end
 
