@@ -24,7 +24,7 @@ from .._constants import (
 from .._duration import at_to_epoch, delay_to_seconds, seconds_to_ms
 from .._fork import new_id
 from ..errors import QueueClosed
-from .message import Message, OnConflict, PutRequest, Record, State, put_request
+from .message import Message, OnConflict, PutRequest, Record, State, new_message, put_request
 from .registry import default_url, scheme_of
 from .retry import RetryPolicy
 from .serializer import Codec
@@ -327,7 +327,7 @@ class QueueBase:
         return [check_identifier("id", value) for value in ids]
 
     def _message(self, record: Record) -> Message:
-        return Message(
+        return new_message(
             id=record.id,
             queue=self._name,
             payload=self._codec.decode(record.payload, record.encoding),

@@ -22,7 +22,7 @@ from importlib import resources
 from typing import Any
 
 from ..._constants import LEASE_EXPIRED_ERROR, RAW_ENCODING, REDIS_KEY_SUFFIXES
-from ...durable.message import PutRequest, Record, State, Stats, lag_of
+from ...durable.message import PutRequest, Record, State, Stats, lag_of, new_record
 from ...errors import DuplicateId
 
 __all__ = [
@@ -342,7 +342,7 @@ def decode_record(row: Sequence[Any]) -> Record:
     """A record from ``reply()`` of ``lib.lua``."""
     headers: Mapping[str, str] = json.loads(row[8]) if row[8] else {}
     encoding = row[2].decode() if row[2] else _DEFAULT_ENCODING
-    return Record(
+    return new_record(
         id=unpack_id(row[0]),
         payload=row[1],
         encoding=encoding,

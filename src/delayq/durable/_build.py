@@ -1,0 +1,40 @@
+"""Constructors of frozen slotted dataclasses that skip ``object.__setattr__``.
+
+A frozen dataclass's ``__init__`` sets every field through ``object.__setattr__``,
+which costs about twice what setting the slot itself does: for the objects the hot
+paths make by the thousand (a put request per item of ``put_many``, a record and a
+message per reserved message) that was a fifth of the client's time. :func:`builder`
+makes, once per class, the function that creates the same object by setting its
+slots directly; every field must be given, by keyword.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+__all__ = ["builder"]
+
+T = TypeVar("T")
+
+
+def builder(cls: type[T]) -> Callable[..., T]:
+    """``build(**every_field) -> cls`` for the frozen, slotted dataclass ``cls``: the
+    object ``cls(**every_field)`` makes, without its ``__init__``."""
+    if not dataclasses.is_dataclass(cls) or "__slots__" not in vars(cls):
+        raise TypeError(f"{cls.__name__} is not a slotted dataclass")
+    names = [field.name for field in dataclasses.fields(cls)]
+    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    for name in names:
+        namespace[f"_set_{name}"] = vars(cls)[name].__set__
+    lines = [f"def build(*, {', '.join(names)}):", "    obj = _new(_cls)"]
+    lines += [f"    _set_{name}(obj, {name})" for name in names]
+    lines.append("    return obj")
+    # Generated as dataclasses generates __init__: one call per field, no loop.
+    exec("\n".join(lines), namespace)
+    build: Callable[..., T] = namespace["build"]
+    build.__qualname__ = build.__name__ = f"new_{cls.__name__.lower()}"
+    build.__doc__ = f"``{cls.__name__}(...)`` with every field given, built faster."
+    build.__module__ = cls.__module__
+    return build

@@ -1,0 +1,64 @@
+"""The default JSON serializer reads exactly what ``json.loads`` reads.
+
+Its ``loads`` takes a short way for the UTF-8 documents delayq writes, and leaves
+everything else to ``json.loads``: the same value for any input, or the same error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from delayq.durable.serializer import JSONSerializer
+
+SERIALIZER = JSONSerializer()
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def _outcome(read: Any, data: bytes) -> tuple[str, Any]:
+    try:
+        value = read(data)
+    except Exception as exc:
+        return "raised", type(exc)
+    if isinstance(value, float) and math.isnan(value):
+        return "nan", None
+    return "value", value
+
+
+@given(json_values)
+def test_what_it_writes_it_reads_back(value: Any) -> None:
+    assert SERIALIZER.loads(SERIALIZER.dumps(value)) == value
+
+
+@given(json_values, st.sampled_from(["", " ", "\n", "\t "]), st.sampled_from(["", " ", "\r\n"]))
+def test_documents_from_elsewhere_read_as_json_loads_reads_them(
+    value: Any, before: str, after: str
+) -> None:
+    for encoding in ("utf-8", "utf-8-sig", "utf-16", "utf-32"):
+        data = (before + json.dumps(value) + after).encode(encoding)
+        assert _outcome(SERIALIZER.loads, data) == _outcome(json.loads, data)
+
+
+@given(st.binary(max_size=40))
+def test_any_bytes_read_or_fail_as_json_loads_does(data: bytes) -> None:
+    assert _outcome(SERIALIZER.loads, data) == _outcome(json.loads, data)
+
+
+def test_malformed_documents_raise_what_json_loads_raises() -> None:
+    for data in (b"", b"{", b'{"a":1}{"b":2}', b'{"a":1} x', b"tru", b"\xff"):
+        assert _outcome(SERIALIZER.loads, data) == _outcome(json.loads, data)
