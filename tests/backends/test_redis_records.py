@@ -231,5 +231,12 @@ def test_a_scheduled_record_holds_no_due_time_and_fits_a_small_allocation(prefix
         # hash value is a 112-byte allocation (sds header 3 + 108 + NUL).
         assert len(raw) == 108
         assert raw.endswith(b"y" * 100)
+        # A batch's record is laid out the same (put.lua packs the part after the seq
+        # once per batch): only the seq differs.
+        [batched] = q.put_many([{"payload": b"z" * 100, "delay": 3600}])
+        raw_batched = _raw(client, prefix, batched)
+        assert len(raw_batched) == 108
+        assert raw_batched[:2] + raw_batched[6:8] == raw[:2] + raw[6:8]
+        assert raw_batched.endswith(b"z" * 100)
         q.purge()
     client.close()

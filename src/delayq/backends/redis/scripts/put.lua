@@ -62,6 +62,12 @@ if all_ignore() then
   -- Scores as text, formatted once per distinct due time (most batches share one):
   -- redis.call() would format each number itself, and with digits to spare.
   local last_due, last_score = false, false
+  -- What the uniform form shares, worked out once rather than per request: the due time
+  -- (unless each has its own), and the record's bytes after its seq when there is no
+  -- encoding or headers (cmsgpack.pack of several values is their packs end to end).
+  local shared_due = uniform and not own_due and resolve_due(ARGV[3], ARGV[4], now, ceil)
+  local after_seq = uniform and ARGV[6] == '' and ARGV[7] == ''
+    and cmsgpack.pack(0, tonumber(ARGV[5]))
   for first = 0, n - 1, CHUNK do
     local ids = {}
     for i = first, math.min(first + CHUNK, n) - 1 do ids[i - first + 1] = ARGV[at(i)] end
@@ -72,12 +78,19 @@ if all_ignore() then
         seen[id] = true
         if not base then base = redis.call('INCRBY', K_SEQ, n) - n end
         local i = first + j - 1
-        local o = opts(i)
-        local d = due_at(i)
-        local seq, due = base + i + 1, resolve_due(ARGV[d], ARGV[d + 1], now, ceil)
+        local seq, due, payload = base + i + 1, shared_due, ARGV[at(i) + PAYLOAD]
+        if not due then
+          local d = due_at(i)
+          due = resolve_due(ARGV[d], ARGV[d + 1], now, ceil)
+        end
         records[count + 1] = id
-        records[count + 2] = pack_new(seq, tonumber(ARGV[o + 4]), ARGV[o + 5], ARGV[o + 6],
-          ARGV[at(i) + PAYLOAD])
+        if after_seq then
+          records[count + 2] = PACKED_SCHEDULED .. cmsgpack.pack(seq) .. after_seq .. payload
+        else
+          local o = opts(i)
+          records[count + 2] = pack_new(seq, tonumber(ARGV[o + 4]), ARGV[o + 5], ARGV[o + 6],
+            payload)
+        end
         if due ~= last_due then last_due, last_score = due, string.format('%d', due) end
         entries[count + 1], entries[count + 2] = last_score, due_member(seq, id)
         count = count + 2
