@@ -542,6 +542,53 @@ def test_a_marker_taken_by_an_idle_listener_reaches_the_waiting_consumer(
 
 
 @pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_parked_listener_recovers_from_a_restart(private: PrivateRedis, face: str) -> None:
+    """The listener parks with its connection between two reserves; Redis restarts
+    meanwhile. The next wait finds the connection dead, reconnects and is woken by the
+    next put, as if nothing had happened."""
+
+    def put_later(payload: str) -> threading.Thread:
+        def put() -> None:
+            time.sleep(0.5)
+            with Queue(private.url, name="park") as producer:
+                producer.put(payload)
+
+        thread = threading.Thread(target=put)
+        thread.start()
+        return thread
+
+    def sync_run() -> list[Any]:
+        with Queue(private.url, name="park") as q:
+            q.put("first")
+            [msg] = q.reserve(wait=PROMPTLY)
+            q.ack(msg)
+            q.put("second")  # its marker reaches the listener while nothing waits: parked
+            time.sleep(0.3)
+            private.stop()
+            private.start()  # no persistence: "second" is gone
+            producer = put_later("after")
+            got = q.reserve(wait=10)
+            producer.join()
+            return [m.payload for m in got]
+
+    async def async_run() -> list[Any]:
+        async with AsyncQueue(private.url, name="park") as q:
+            await q.put("first")
+            [msg] = await q.reserve(wait=PROMPTLY)
+            await q.ack(msg)
+            await q.put("second")
+            await asyncio.sleep(0.3)
+            private.stop()
+            private.start()
+            producer = put_later("after")
+            got = await q.reserve(wait=10)
+            producer.join()
+            return [m.payload for m in got]
+
+    assert (sync_run() if face == "sync" else asyncio.run(async_run())) == ["after"]
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
 def test_a_waiting_consumer_survives_a_redis_restart(private: PrivateRedis, face: str) -> None:
     got: list[Any] = []
     errors: list[BaseException] = []
