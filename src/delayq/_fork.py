@@ -3,13 +3,14 @@
 ``os.getpid()`` is a system call each time (glibc stopped caching it), and on a
 virtual machine a system call is no longer cheap: the hot paths compare
 :func:`generation` instead, which a fork handler bumps in the child. Message ids come
-from a pool of random bytes drawn :data:`ID_BATCH` ids at a time, which the child
-empties: a child drawing from its parent's pool would repeat its ids.
+from a per-thread pool of random bytes drawn :data:`ID_BATCH` ids at a time, which the
+child replaces: a child drawing from its parent's pool would repeat its ids.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 
 __all__ = ["ID_BATCH", "generation", "new_id"]
@@ -20,10 +21,14 @@ ID_BATCH = 256
 _generation = 0
 
 
-#: The ids not yet handed out. ``next()`` of a list iterator is one step under the GIL,
-#: so threads share it without a lock and never get the same id; two threads refilling
-#: at once each draw fresh bytes, and the pool left over is simply dropped.
-_ids: Iterator[str] = iter(())
+class _Pool(threading.local):
+    """The ids this thread has not handed out yet (a pool per thread: one shared
+    iterator would need a lock where threads truly run at once)."""
+
+    ids: Iterator[str] = iter(())
+
+
+_pool = _Pool()
 
 
 def generation() -> int:
@@ -34,25 +39,23 @@ def generation() -> int:
 
 def new_id() -> str:
     """A new message id: 128 random bits as 32 lowercase hex digits, as uuid4 has, from
-    the process's pool (one ``os.urandom`` call per :data:`ID_BATCH` ids)."""
+    the thread's pool (one ``os.urandom`` call per :data:`ID_BATCH` ids)."""
     try:
-        return next(_ids)
+        return next(_pool.ids)
     except StopIteration:
         return _refill()
 
 
 def _refill() -> str:
-    global _ids
     digits = os.urandom(16 * ID_BATCH).hex()
-    ids = iter([digits[start : start + 32] for start in range(0, len(digits), 32)])
-    _ids = ids
+    ids = _pool.ids = iter([digits[start : start + 32] for start in range(0, len(digits), 32)])
     return next(ids)
 
 
 def _after_fork_in_child() -> None:
-    global _generation, _ids
+    global _generation, _pool
     _generation += 1
-    _ids = iter(())
+    _pool = _Pool()
 
 
 if hasattr(os, "register_at_fork"):
