@@ -353,3 +353,29 @@ def test_tasks_starting_at_once_on_a_new_async_client_all_succeed(
                 await q.purge()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_news_a_parked_listener_did_not_hear_reaches_the_next_claim(
+    single_url: str, face: str
+) -> None:
+    """A sharded consumer's listener takes a marker while no reserve of it waits, hands
+    it back and parks. Parked, it hears nothing: the next claim, even one that does not
+    wait, must look at every shard again rather than trust its view of them."""
+    with Queue(single_url, name="parked") as producer:
+
+        def sync_run() -> list[Any]:
+            with Queue(single_url, name="parked") as consumer:
+                assert consumer.reserve(wait=0.2) == []  # listeners start, heads known
+                producer.put("news")  # a marker: no reserve waits, the listener parks
+                time.sleep(0.3)
+                return [m.payload for m in consumer.reserve(wait=0)]
+
+        async def async_run() -> list[Any]:
+            async with AsyncQueue(single_url, name="parked") as consumer:
+                assert await consumer.reserve(wait=0.2) == []
+                producer.put("news")
+                await asyncio.sleep(0.3)
+                return [m.payload for m in await consumer.reserve(wait=0)]
+
+        assert (sync_run() if face == "sync" else asyncio.run(async_run())) == ["news"]

@@ -88,8 +88,9 @@ class Listener:
 
     @property
     def running(self) -> bool:
-        """True while the listener blocks on the marker (or is about to)."""
-        return self._thread is not None
+        """True while the listener blocks on the marker (or is about to); not while it
+        is parked, when it hears nothing (news may wait for a consumer to look)."""
+        return self._thread is not None and not self._parked
 
     def bump(self) -> None:
         """Wake every waiter of this listener."""
@@ -232,8 +233,9 @@ class AsyncListener:
 
     @property
     def running(self) -> bool:
-        """True while the listener blocks on the marker (or is about to)."""
-        return self._task is not None
+        """True while the listener blocks on the marker (or is about to); not while it
+        is parked, when it hears nothing (news may wait for a consumer to look)."""
+        return self._task is not None and self._parked is None
 
     def bump(self) -> None:
         """Wake every waiter of this listener."""
