@@ -35,6 +35,7 @@ import time
 import typing
 from collections import Counter
 
+import anyio
 import httpcore
 import httpx
 
@@ -193,6 +194,9 @@ class Dispatcher:
         """Start reserving from every callback queue (on the running event loop)."""
         if self._client is not None:
             raise RuntimeError("the dispatcher was started already")
+        # httpcore connects through anyio, which loads its event loop backend on its
+        # first call: 45-65 ms here, which the first callbacks due would be late by.
+        await anyio.sleep(0)
         config = self.config
         self._client = httpx.AsyncClient(
             transport=_GuardedTransport(config),
