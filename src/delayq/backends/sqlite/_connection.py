@@ -30,6 +30,7 @@ from importlib import resources
 from typing import TypeVar
 
 from ..._constants import SQLITE_WAL_AUTOCHECKPOINT
+from ..._fork import generation
 from ...durable.message import Now
 from ...errors import QueueClosed
 from . import statements as sql
@@ -83,7 +84,7 @@ class Pool:
         self._busy_budget = busy_budget
         self._synchronous = synchronous
         self._idle: list[sqlite3.Connection] = []
-        self._pid = os.getpid()
+        self._fork = generation()
         self._ready = False
         self._ready_lock = threading.Lock()
         self.closed = False
@@ -149,7 +150,7 @@ class Pool:
     def _borrow(self) -> sqlite3.Connection:
         if self.closed:
             raise QueueClosed("the queue is closed")
-        if self._pid != os.getpid():
+        if self._fork != generation():
             self.after_fork()
         try:
             return self._idle.pop()
@@ -166,13 +167,13 @@ class Pool:
         """Forget the connections of the parent process (see the module docstring)."""
         _ORPHANS.extend(self._idle)
         self._idle = []
-        self._pid = os.getpid()
+        self._fork = generation()
         self._ready_lock = threading.Lock()
 
     def close(self) -> None:
         """Close idle connections now and busy ones when they come back. Idempotent."""
         self.closed = True
-        if self._pid != os.getpid():
+        if self._fork != generation():
             self.after_fork()
         while self._idle:
             _close(self._idle.pop())
