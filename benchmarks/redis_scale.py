@@ -21,6 +21,13 @@ b. ``--burst`` (100,000) messages due at random instants of one and the same sec
    lateness percentiles, the rate from the first delivery to the last, and lost,
    duplicate and early deliveries (all must be 0). Consumers and Redis share this
    machine's CPUs.
+c. An idle consumer: another process loops on ``reserve()`` (no ``wait``: until a
+   message is due) on an empty queue, on a queue whose only message is due in an hour,
+   and on a queue of 4 shards (``?shards=4``) with the same message. The commands it
+   sends per second over ``IDLE_SECONDS`` (target: at most 5), read from ``MONITOR``
+   (clients other than the consumer must leave the server alone meanwhile; the
+   commands its scripts run are listed in the note, not counted); then a message put
+   due now must reach it, and how late it came is reported.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import random
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -52,7 +60,7 @@ from _common import (
 from delayq.durable import Queue
 
 DEFAULT_URL = "redis://127.0.0.1:6379/9"
-SECTIONS = ("a", "b")
+SECTIONS = ("a", "b", "c")
 BATCH = 1_000
 #: A JSON string of 98 characters serializes to 100 bytes.
 PAYLOAD = "x" * 98
@@ -64,6 +72,16 @@ BURST_TARGET_S = 5.0
 MEMORY_SAMPLES = 10_000
 #: A consumer gives up this long after the burst's second, whatever happened.
 GIVE_UP_S = 90.0
+IDLE_TARGET = 5.0
+IDLE_SECONDS = 20.0
+#: What the benchmark ECHOes to end its MONITOR.
+STOP_MONITOR = "delayq-bench-stop"
+#: Section c's cases: label, shards, whether a message waits due in an hour.
+IDLE_CASES = (
+    ("empty queue", 1, False),
+    ("a message due in an hour", 1, True),
+    ("4 shards, a message due in an hour", 4, True),
+)
 
 
 def database_of(url: str) -> int:
@@ -314,6 +332,133 @@ def burst_measures(
     ]
 
 
+# -- c: an idle consumer ----------------------------------------------------------------------
+
+
+def run_idle_consumer(url: str, name: str) -> int:
+    """The ``--idle-consumer`` mode: loop on ``reserve()`` until the message ``"stop"``
+    comes; print a JSON report of how late it came (ms)."""
+    with Queue(url, name=name) as q:
+        q.stats()  # connected, scripts loaded
+        print("ready", flush=True)
+        while True:
+            for message in q.reserve():
+                q.ack(message)
+                if message.payload == "stop":
+                    late = time.time() * 1000.0 - message.due_at
+                    print(json.dumps({"late_ms": late}), flush=True)
+                    return 0
+
+
+class CommandLog:
+    """Every command the server runs, as ``MONITOR`` shows it, as (server time,
+    whether a script ran it, the command's name), read by a thread while in its ``with`` block."""
+
+    def __init__(self, url: str) -> None:
+        self.entries: list[tuple[float, bool, str]] = []
+        self._url = url
+        self._client = redis.Redis.from_url(url)
+        self._thread = threading.Thread(target=self._read, daemon=True)
+
+    def _read(self) -> None:
+        with self._client.monitor() as monitor:
+            for entry in monitor.listen():
+                if entry["command"] == f"ECHO {STOP_MONITOR}":
+                    return
+                name = str(entry["command"]).split(" ", 1)[0].lower()
+                self.entries.append((float(entry["time"]), entry["client_type"] == "lua", name))
+
+    def __enter__(self) -> CommandLog:
+        self._thread.start()
+        time.sleep(0.1)  # MONITOR sent
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with redis.Redis.from_url(self._url) as client:
+            client.echo(STOP_MONITOR)
+        self._thread.join(5)
+        self._client.close()
+
+    def between(self, start: float, end: float, *, scripts: bool) -> dict[str, int]:
+        """Calls per command from ``start`` to ``end`` (epoch s): those clients sent, or
+        (``scripts``) those the scripts they called ran."""
+        counts: dict[str, int] = {}
+        for at, by_script, name in list(self.entries):
+            if start <= at < end and by_script == scripts:
+                counts[name] = counts.get(name, 0) + 1
+        return counts
+
+
+def with_shards(url: str, shards: int) -> str:
+    """``url`` with ``shards=`` in its query (as is for one shard)."""
+    if shards == 1:
+        return url
+    parts = urlsplit(url)
+    query = f"{parts.query}&shards={shards}" if parts.query else f"shards={shards}"
+    return parts._replace(query=query).geturl()
+
+
+def section_idle(url: str) -> list[Measure]:
+    """Section c: the command rate of an idle consumer, then its wake-up."""
+    out: list[Measure] = []
+    script = str(Path(__file__).resolve())
+    for label, shards, later in IDLE_CASES:
+        case_url = with_shards(url, shards)
+        name = f"scale-idle-{random.getrandbits(32):08x}"
+        log = CommandLog(url)
+        with Queue(case_url, name=name) as q, log:
+            if later:
+                q.put("later", delay=3600)
+            child = subprocess.Popen(
+                [sys.executable, script, "--url", case_url, "--idle-consumer", name],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                assert child.stdout is not None
+                if child.stdout.readline().strip() != "ready":
+                    raise SystemExit("the idle consumer did not start")
+                time.sleep(1.0)  # into its wait
+                start = time.time()
+                time.sleep(IDLE_SECONDS)
+                end = time.time()
+                q.put("stop")
+                report = json.loads(child.communicate(timeout=30)[0])
+            finally:
+                if child.poll() is None:
+                    child.kill()
+                    child.wait(10)
+        sent = log.between(start, end, scripts=False)
+        inside = log.between(start, end, scripts=True)
+        per_second = sum(sent.values()) / IDLE_SECONDS
+        out.append(
+            Measure(
+                "c",
+                f"idle consumer, {label}: commands it sends",
+                per_second,
+                "per s",
+                f"<= {IDLE_TARGET:g}/s",
+                per_second <= IDLE_TARGET,
+                note=f"in {IDLE_SECONDS:g} s: {_counted(sent)}; in its scripts: {_counted(inside)}",
+                extra={"sent": sent, "in_scripts": inside},
+            )
+        )
+        out.append(
+            Measure(
+                "c",
+                f"idle consumer, {label}: then a put due now, late by",
+                float(report["late_ms"]),
+                "ms",
+                note="the message that ends its wait",
+            )
+        )
+    return out
+
+
+def _counted(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {n}" for name, n in sorted(counts.items())) or "none"
+
+
 # -- main -----------------------------------------------------------------------------------
 
 
@@ -327,9 +472,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--consumers", type=int, default=4, help="consumer processes of b")
     parser.add_argument("--json", type=Path, default=RESULTS_DIR / "redis-scale.json")
     parser.add_argument("--consumer", nargs=2, metavar=("NAME", "SECOND"), help=argparse.SUPPRESS)
+    parser.add_argument("--idle-consumer", metavar="NAME", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.consumer:
         return run_consumer(args.url, args.consumer[0], float(args.consumer[1]))
+    if args.idle_consumer:
+        return run_idle_consumer(args.url, args.idle_consumer)
 
     sections = parse_sections(args.sections, SECTIONS)
     client = redis.Redis.from_url(args.url)
@@ -356,6 +504,12 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             measures += section_burst(args.url, client, args.burst, args.consumers, put_rate)
             timings["b"] = time.perf_counter() - t0
+            client.flushdb(asynchronous=True)
+        if "c" in sections:
+            console.print(f"section c: an idle consumer, {len(IDLE_CASES)} cases ...", style="dim")
+            t0 = time.perf_counter()
+            measures += section_idle(args.url)
+            timings["c"] = time.perf_counter() - t0
     finally:
         client.flushdb(asynchronous=True)
         client.close()
