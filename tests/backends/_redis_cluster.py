@@ -80,6 +80,40 @@ class Cluster:
     def start(self) -> None:
         """Start the masters, create the cluster and wait until it serves every slot."""
         deadline = time.monotonic() + START_TIMEOUT
+        self._launch(deadline)
+        create = subprocess.run(
+            [
+                self._cli,
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{port}" for port in self.ports),
+                *("--cluster-replicas", "0", "--cluster-yes"),
+            ],
+            capture_output=True,
+            timeout=START_TIMEOUT,
+            check=False,
+        )
+        if create.returncode != 0:
+            raise ClusterUnavailable(f"cluster create failed: {create.stdout[-500:]!r}")
+        self._wait_ok(deadline)
+
+    def kill(self) -> None:
+        """SIGKILL every node (their cluster config files stay)."""
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+        for process in self.processes:
+            process.wait(10)
+        self.processes.clear()
+
+    def restart(self) -> None:
+        """Start the killed nodes again from their cluster config files (their data is
+        gone: no persistence) and wait until the cluster serves every slot."""
+        deadline = time.monotonic() + START_TIMEOUT
+        self._launch(deadline)
+        self._wait_ok(deadline)
+
+    def _launch(self, deadline: float) -> None:
         for port in self.ports:
             command = [
                 self._server,
@@ -96,20 +130,8 @@ class Cluster:
             while "PONG" not in self._ask(port, "ping"):
                 self._check(deadline, "a node did not answer PING")
                 time.sleep(0.02)
-        create = subprocess.run(
-            [
-                self._cli,
-                "--cluster",
-                "create",
-                *(f"127.0.0.1:{port}" for port in self.ports),
-                *("--cluster-replicas", "0", "--cluster-yes"),
-            ],
-            capture_output=True,
-            timeout=START_TIMEOUT,
-            check=False,
-        )
-        if create.returncode != 0:
-            raise ClusterUnavailable(f"cluster create failed: {create.stdout[-500:]!r}")
+
+    def _wait_ok(self, deadline: float) -> None:
         for port in self.ports:
             while "cluster_state:ok" not in self._ask(port, "cluster", "info"):
                 self._check(deadline, "the cluster did not reach cluster_state:ok")
@@ -123,12 +145,7 @@ class Cluster:
 
     def stop(self) -> None:
         """Stop every node and delete the directory."""
-        for process in self.processes:
-            if process.poll() is None:
-                process.kill()
-        for process in self.processes:
-            process.wait(10)
-        self.processes.clear()
+        self.kill()
         shutil.rmtree(self.directory, ignore_errors=True)
 
 

@@ -9,20 +9,24 @@ killed one left on disk. It never touches the shared Redis on port 6379.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 import redis
 
-__all__ = ["RedisProcess", "free_port", "unavailable"]
+from delayq.durable import AsyncQueue, Queue
+
+__all__ = ["RedisProcess", "WaitingConsumer", "free_port", "unavailable"]
 
 #: How long a server may take to accept commands (loading its AOF included).
 READY_TIMEOUT = 10.0
@@ -123,3 +127,30 @@ class RedisProcess:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+class WaitingConsumer:
+    """One ``reserve(wait=wait)`` on queue ``name`` of ``url`` through the ``face``
+    ("sync" or "async"), in a daemon thread started at once: what it got, what it raised."""
+
+    def __init__(self, url: str, name: str, face: str, wait: float) -> None:
+        self.got: list[Any] = []
+        self.errors: list[BaseException] = []
+        self._url, self._name, self._face, self._wait = url, name, face, wait
+        self.thread = threading.Thread(target=self._consume, daemon=True)
+        self.thread.start()
+
+    def _consume(self) -> None:
+        try:
+            if self._face == "sync":
+                with Queue(self._url, name=self._name) as q:
+                    self.got.extend(q.reserve(wait=self._wait))
+            else:
+
+                async def main() -> None:
+                    async with AsyncQueue(self._url, name=self._name) as q:
+                        self.got.extend(await q.reserve(wait=self._wait))
+
+                asyncio.run(main())
+        except BaseException as exc:
+            self.errors.append(exc)

@@ -49,6 +49,8 @@ from delayq.backends.redis._scripts import (  # noqa: E402
 from delayq.backends.redis._url import parse_url  # noqa: E402
 from delayq.durable.message import PutRequest  # noqa: E402
 
+from ._redis_server import WaitingConsumer  # noqa: E402
+
 SHARED = os.environ.get("DELAYQ_TEST_REDIS", "redis://127.0.0.1:6379/0")
 SCRIPTS = resources.files("delayq.backends.redis").joinpath("scripts")
 #: Generous bound for "promptly" in real time (benchmarks measure how fast).
@@ -590,27 +592,7 @@ def test_a_parked_listener_recovers_from_a_restart(private: PrivateRedis, face: 
 
 @pytest.mark.parametrize("face", ["sync", "async"])
 def test_a_waiting_consumer_survives_a_redis_restart(private: PrivateRedis, face: str) -> None:
-    got: list[Any] = []
-    errors: list[BaseException] = []
-    runner_loop = asyncio.new_event_loop()
-
-    def consume() -> None:
-        try:
-            if face == "sync":
-                with Queue(private.url, name="restart") as q:
-                    got.extend(q.reserve(wait=30))
-            else:
-
-                async def main() -> None:
-                    async with AsyncQueue(private.url, name="restart") as q:
-                        got.extend(await q.reserve(wait=30))
-
-                runner_loop.run_until_complete(main())
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=consume, daemon=True)
-    thread.start()
+    consumer = WaitingConsumer(private.url, "restart", face, wait=30)
     time.sleep(0.5)  # waiting, its listener blocked in BLPOP
     private.stop()
     time.sleep(0.5)
@@ -618,11 +600,10 @@ def test_a_waiting_consumer_survives_a_redis_restart(private: PrivateRedis, face
     time.sleep(0.5)
     with Queue(private.url, name="restart") as producer:
         producer.put("after the restart")
-        thread.join(20)
-        assert not errors, errors
-        assert [m.payload for m in got] == ["after the restart"]
-        assert producer.get(got[0].id).state is State.ACTIVE
-    runner_loop.close()
+        consumer.thread.join(20)
+        assert not consumer.errors, consumer.errors
+        assert [m.payload for m in consumer.got] == ["after the restart"]
+        assert producer.get(consumer.got[0].id).state is State.ACTIVE
 
 
 def test_async_reserve_cancelled_mid_claim_gives_the_claim_back(shared_url: str) -> None:

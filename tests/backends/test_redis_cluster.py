@@ -35,7 +35,7 @@ from delayq.backends.redis._scripts import queue_keys
 from delayq.backends.redis._shards import ORDER_SLACK_MS, shard_of
 
 from ._redis_cluster import Cluster, ClusterUnavailable, shared_cluster
-from ._redis_server import unavailable
+from ._redis_server import WaitingConsumer, unavailable
 
 SHARED = os.environ.get("DELAYQ_TEST_REDIS", "redis://127.0.0.1:6379/0")
 
@@ -379,3 +379,38 @@ def test_news_a_parked_listener_did_not_hear_reaches_the_next_claim(
                 return [m.payload for m in await consumer.reserve(wait=0)]
 
         assert (sync_run() if face == "sync" else asyncio.run(async_run())) == ["news"]
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[Cluster]:
+    """A 3-master cluster of the test's own, to kill and restart."""
+    own = Cluster()
+    try:
+        own.start()
+    except ClusterUnavailable as exc:
+        own.stop()
+        unavailable(f"the test cluster did not start: {exc}")
+    try:
+        yield own
+    finally:
+        own.stop()
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_waiting_consumer_outlives_a_cluster_restart(own_cluster: Cluster, face: str) -> None:
+    """Every node is killed under a consumer waiting on a sharded queue, then started
+    again: a put made after the restart reaches the consumer within seconds, not at the
+    end of its wait (its listeners retried rather than died with the cluster's errors)."""
+    url = f"{own_cluster.url}?shards=3"
+    consumer = WaitingConsumer(url, "restart", face, wait=60)
+    time.sleep(0.5)  # waiting, its listeners blocked in BLPOP
+    own_cluster.kill()
+    time.sleep(1.0)  # the listeners meet the dead cluster
+    own_cluster.restart()
+    with Queue(url, name="restart") as producer:
+        producer.put("after the restart")
+        consumer.thread.join(15)
+    assert not consumer.thread.is_alive(), "the consumer missed the put made after the restart"
+    assert not consumer.errors, consumer.errors
+    assert [m.payload for m in consumer.got] == ["after the restart"]

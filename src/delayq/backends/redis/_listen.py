@@ -44,12 +44,20 @@ from ..._constants import (
 )
 from ...errors import QueueClosed
 
-__all__ = ["CONNECTION_ERRORS", "AsyncListener", "Listener", "next_backoff"]
+__all__ = ["CONNECTION_ERRORS", "LOST_CONNECTION", "AsyncListener", "Listener", "next_backoff"]
 
 logger = logging.getLogger(LOGGER_NAME)
 
 #: What a lost or unreachable Redis raises.
-CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
+LOST_CONNECTION = (redis.ConnectionError, redis.TimeoutError, OSError)
+#: What a lost, unreachable or recovering Redis raises: also a cluster that says it is
+#: down (CLUSTERDOWN, until every slot is served again after a restart) or a slot that
+#: redis-py's view of the cluster does not cover yet. None of them ran the command.
+CONNECTION_ERRORS = (
+    *LOST_CONNECTION,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.SlotNotCoveredError,
+)
 
 
 def next_backoff(backoff: float) -> float:
@@ -158,11 +166,21 @@ class Listener:
             self._parked = False
         return self._stop_if(inactive=True)
 
-    def _run(self) -> None:
-        backoff = REDIS_RECONNECT_FIRST
+    def _connect(self) -> Any:
+        """A new client, or None when closed meanwhile (close() closes the client it
+        finds, so one made after that is closed here)."""
         client = self._make_client()
         with self._cond:
-            self._client = client
+            if not self._closed:
+                self._client = client
+                return client
+        with contextlib.suppress(Exception):
+            client.close()
+        return None
+
+    def _run(self) -> None:
+        backoff = REDIS_RECONNECT_FIRST
+        client: Any = None
         idle = 0
         try:
             while True:
@@ -170,6 +188,12 @@ class Listener:
                 if self._stop_if(idle=idle > 1):
                     return
                 try:
+                    if client is None:
+                        # A cluster client connects as it is made: it may fail too.
+                        client = self._connect()
+                        if client is None:
+                            self._stop_if()
+                            return
                     got: Any = client.blpop([self._key], timeout=REDIS_LISTEN_TIMEOUT)
                 except Exception as exc:
                     # close() closes the client under a BLPOP, which may then fail in any
@@ -201,8 +225,11 @@ class Listener:
             with self._cond:
                 if self._client is client:
                     self._client = None
-            with contextlib.suppress(Exception):
-                client.close()
+                if self._thread is threading.current_thread():  # ended by an error
+                    self._thread = None
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    client.close()
 
 
 class AsyncListener:

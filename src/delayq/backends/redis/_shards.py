@@ -42,7 +42,7 @@ import redis.asyncio.cluster
 import redis.cluster
 
 from ...durable.message import PutRequest, Record, Stats
-from ._listen import AsyncListener, Listener
+from ._listen import LOST_CONNECTION, AsyncListener, Listener
 from ._resend import no_retry, no_retry_async, track_sends, tracked
 from ._scripts import Claim
 from ._url import Settings
@@ -324,10 +324,34 @@ def _fcall_slot(cluster: Any, command: object, numkeys: object, keys: Sequence[A
     return slots.pop() if len(slots) == 1 else None
 
 
+@contextlib.contextmanager
+def _unreachable_as_connection_error() -> Iterator[None]:
+    """redis-py's "Redis Cluster cannot be connected" (no node answered while it read
+    the slots; the last node's error is its cause) as the ``ConnectionError`` it is, so
+    the retry loops of the listeners and waiting reserves handle it like any lost
+    connection instead of dying of it. Any other cluster error passes as it is."""
+    try:
+        yield
+    except redis.exceptions.RedisClusterException as exc:
+        if isinstance(exc.__cause__, LOST_CONNECTION):
+            raise redis.ConnectionError(str(exc)) from exc
+        raise
+
+
 class _Cluster(redis.cluster.RedisCluster):
     """A ``RedisCluster`` that finds an FCALL's slot from its KEYS, as redis-py does for
     EVALSHA, instead of asking a node for them (``COMMAND GETKEYS``, a round trip more
-    per call). Every other command, and any routing after that, is redis-py's own."""
+    per call). Every other command, and any routing after that, is redis-py's own. An
+    unreachable cluster raises ``ConnectionError``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        with _unreachable_as_connection_error():
+            super().__init__(*args, **kwargs)
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        """See ``RedisCluster.execute_command``."""
+        with _unreachable_as_connection_error():
+            return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
 
     def determine_slot(self, *args: Any) -> int | None:
         """See ``RedisCluster.determine_slot``."""
@@ -341,6 +365,11 @@ class _Cluster(redis.cluster.RedisCluster):
 class _AsyncCluster(redis.asyncio.cluster.RedisCluster):
     """:class:`_Cluster` for asyncio (redis-py names the hook ``_determine_slot`` there;
     were it renamed, FCALLs would only cost the round trip again)."""
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        """See ``RedisCluster.execute_command``."""
+        with _unreachable_as_connection_error():
+            return await super().execute_command(*args, **kwargs)
 
     async def _determine_slot(self, command: str, *args: Any) -> int:
         if len(args) > 2:
