@@ -398,14 +398,21 @@ def own_cluster() -> Iterator[Cluster]:
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 @pytest.mark.parametrize("face", ["sync", "async"])
-def test_a_waiting_consumer_outlives_a_cluster_restart(own_cluster: Cluster, face: str) -> None:
-    """Every node is killed under a consumer waiting on a sharded queue, then started
-    again: a put made after the restart reaches the consumer within seconds, not at the
-    end of its wait (its listeners retried rather than died with the cluster's errors)."""
+@pytest.mark.parametrize("killed", ["under the wait", "before the queue opens"])
+def test_a_waiting_consumer_outlives_a_cluster_restart(
+    own_cluster: Cluster, face: str, killed: str
+) -> None:
+    """Every node is killed under a consumer waiting on a sharded queue (or before the
+    consumer opens its queue and waits), then started again: a put made after the
+    restart reaches the consumer within seconds, not at the end of its wait (its
+    listeners retried rather than died of the cluster's errors)."""
     url = f"{own_cluster.url}?shards=3"
+    if killed == "before the queue opens":
+        own_cluster.kill()
     consumer = WaitingConsumer(url, "restart", face, wait=60)
-    time.sleep(0.5)  # waiting, its listeners blocked in BLPOP
-    own_cluster.kill()
+    time.sleep(0.5)  # waiting (its listeners blocked in BLPOP, or retrying)
+    if killed == "under the wait":
+        own_cluster.kill()
     time.sleep(1.0)  # the listeners meet the dead cluster
     own_cluster.restart()
     with Queue(url, name="restart") as producer:

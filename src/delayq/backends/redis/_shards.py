@@ -33,7 +33,7 @@ import math
 import threading
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import redis
@@ -366,6 +366,11 @@ class _AsyncCluster(redis.asyncio.cluster.RedisCluster):
     """:class:`_Cluster` for asyncio (redis-py names the hook ``_determine_slot`` there;
     were it renamed, FCALLs would only cost the round trip again)."""
 
+    async def initialize(self, *args: Any, **kwargs: Any) -> Any:
+        """See ``RedisCluster.initialize``."""
+        with _unreachable_as_connection_error():
+            return await super().initialize(*args, **kwargs)
+
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         """See ``RedisCluster.execute_command``."""
         with _unreachable_as_connection_error():
@@ -377,6 +382,36 @@ class _AsyncCluster(redis.asyncio.cluster.RedisCluster):
             if slot is not None:
                 return slot
         return int(await super()._determine_slot(command, *args))
+
+
+class _LazyCluster:
+    """A :class:`_Cluster` made on its first use, and made again on the next use after
+    that failed. redis-py's sync cluster client reads the slots as it is made, so a
+    queue opened while the cluster is down would fail at once, where a single node's
+    client (and the asyncio cluster client) connects on first use and a waiting reserve
+    retries until the server is back."""
+
+    def __init__(self, make: Callable[[], _Cluster]) -> None:
+        self._make = make
+        self._client: _Cluster | None = None
+        self._lock = threading.Lock()
+
+    def _made(self) -> _Cluster:
+        client = self._client
+        if client is None:
+            with self._lock:
+                client = self._client
+                if client is None:
+                    client = self._client = self._make()
+        return client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._made(), name)
+
+    def close(self) -> None:
+        """Close the client, if it was made."""
+        if self._client is not None:
+            self._client.close()
 
 
 def sync_client(settings: Settings, *, listener: bool) -> Any:
@@ -391,12 +426,14 @@ def sync_client(settings: Settings, *, listener: bool) -> Any:
         # Given a URL, RedisCluster makes its nodes' pools with our connection class.
         host, port = settings.nodes[0]
         first = f"redis://{f'[{host}]' if ':' in host else host}:{port}"
-        return _Cluster(
-            url=first,
-            startup_nodes=nodes[1:],
-            retry=no_retry(),
-            connection_class=tracked(redis.Connection),
-            **options,
+        return _LazyCluster(
+            lambda: _Cluster(
+                url=first,
+                startup_nodes=nodes[1:],
+                retry=no_retry(),
+                connection_class=tracked(redis.Connection),
+                **options,
+            )
         )
     return track_sends(redis.Redis.from_url(settings.url, retry=no_retry(), **options))
 
