@@ -38,6 +38,7 @@ from redis.crc import key_slot  # noqa: E402
 from delayq.backends.redis._functions import Functions  # noqa: E402
 from delayq.backends.redis._ops import Operations  # noqa: E402
 from delayq.backends.redis._scripts import (  # noqa: E402
+    DRAINING_SCRIPTS,
     READ_ONLY_SCRIPTS,
     SCRIPT_NAMES,
     function_name,
@@ -218,16 +219,23 @@ def test_the_library_binds_the_key_aliases_from_keys_in_every_function() -> None
         text,
     )
     assert registered == [(function_name(script), binding) for script in SCRIPT_NAMES]
-    # The read-only ones carry the no-writes flag, and only they do.
+    # The read-only ones carry the no-writes flag, the draining ones allow-oom; no other.
     flagged = re.findall(
-        r"function_name='delayq_[0-9a-f]{16}_(\w+)'.*?flags=\{'no-writes'\}\}", text, re.S
+        r"function_name='delayq_[0-9a-f]{16}_(\w+)', callback=function\(KEYS, ARGV\)\n"
+        r".*?\nend, flags=\{'([\w-]+)'\}\}",
+        text,
+        re.S,
     )
-    assert sorted(flagged) == sorted(READ_ONLY_SCRIPTS) == ["due_counts", "get", "peek"]
+    assert sorted(name for name, flag in flagged if flag == "no-writes") == sorted(
+        READ_ONLY_SCRIPTS
+    )
+    assert sorted(name for name, flag in flagged if flag == "allow-oom") == sorted(DRAINING_SCRIPTS)
+    assert len(flagged) == len(READ_ONLY_SCRIPTS) + len(DRAINING_SCRIPTS)
     assert len(re.findall(r"\bK_\w+\s*=", text)) == len(SCRIPT_NAMES)
     assert len(re.findall(r"\bKEYS\b", text)) == len(SCRIPT_NAMES) * 7
 
 
-def test_read_only_functions_are_loaded_with_the_no_writes_flag(shared_url: str) -> None:
+def test_functions_carry_no_writes_or_allow_oom_as_they_should(shared_url: str) -> None:
     with Queue(shared_url, name="ro") as q:
         q.put("x")
         assert [m.payload for m in q.peek()] == ["x"]
@@ -239,7 +247,13 @@ def test_read_only_functions_are_loaded_with_the_no_writes_flag(shared_url: str)
         info = dict(zip(function[::2], function[1::2], strict=True))
         flags[info[b"name"].decode()] = [flag.decode() for flag in info[b"flags"]]
     for script in SCRIPT_NAMES:
-        expected = ["no-writes"] if script in READ_ONLY_SCRIPTS else []
+        expected = (
+            ["no-writes"]
+            if script in READ_ONLY_SCRIPTS
+            else ["allow-oom"]
+            if script in DRAINING_SCRIPTS
+            else []
+        )
         assert flags[function_name(script)] == expected
 
 
@@ -452,6 +466,46 @@ def test_an_idle_consumer_sends_few_commands(private: PrivateRedis) -> None:
         per_second = (_commands(client) - before - 1) / 2.0
         thread.join(PROMPTLY)
         assert per_second <= 10.0
+    client.close()
+
+
+def test_a_full_redis_refuses_puts_but_its_consumers_still_drain_it(
+    private: PrivateRedis,
+) -> None:
+    """With ``maxmemory`` reached under ``noeviction``, puts fail whole (nothing half
+    written) while claims, acks, cancels and lease changes still run: the queue drains,
+    and then takes puts again. Without ``allow-oom`` a claim was refused too, and
+    nothing could ever free the memory."""
+    client = redis.Redis.from_url(private.url)
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", int(client.info("memory")["used_memory"]) + 2_000_000)
+    with Queue(private.url, name="full") as q:
+        stored: list[str] = []
+        for _ in range(1000):
+            try:
+                stored += q.put_many([{"payload": "x" * 200} for _ in range(100)])
+            except redis.exceptions.OutOfMemoryError:
+                break
+        else:
+            pytest.fail("maxmemory never refused a put")
+        assert stored
+        assert q.stats().ready == len(stored)  # the refused batch left nothing behind
+        held = q.reserve(wait=0, max=10)
+        q.extend(held[0], lease=60)
+        q.release(held[1])
+        q.ack(held[2])
+        assert q.cancel(stored[-1])
+        q.ack_many(held[3:])
+        drained = 1 + len(held[3:])
+        while batch := q.reserve(wait=0, max=100):
+            q.ack_many(batch)
+            drained += len(batch)
+        assert drained == len(stored) - 1 - 1  # all but the extended one and the cancelled
+        stats = q.stats()
+        assert (stats.ready, stats.scheduled, stats.active, stats.dead) == (0, 0, 1, 0)
+        assert [m.payload for m in q.reserve(wait=0)] == []
+        q.put("room again")
+        assert [m.payload for m in q.reserve(wait=0)] == ["room again"]
     client.close()
 
 

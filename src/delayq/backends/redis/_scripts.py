@@ -26,6 +26,7 @@ from ...durable.message import PutRequest, Record, State, Stats, lag_of, new_rec
 from ...errors import DuplicateId
 
 __all__ = [
+    "DRAINING_SCRIPTS",
     "READ_ONLY_SCRIPTS",
     "RESEND_SAFE",
     "SCRIPT_NAMES",
@@ -73,6 +74,17 @@ SCRIPT_NAMES = (
 
 #: The scripts that write nothing: their library functions carry the ``no-writes`` flag.
 READ_ONLY_SCRIPTS = frozenset(("due_counts", "get", "peek"))
+
+#: The scripts that run even when Redis is out of memory (``maxmemory`` reached with
+#: ``noeviction``): their functions carry the ``allow-oom`` flag. They free memory (ack,
+#: ack_many, cancel, purge) or change it by a few bytes for each message they touch
+#: (claiming, renewing, releasing and settling leases; the wake-up marker), so a full
+#: Redis refuses new messages but its consumers still drain it; without the flag a claim
+#: was refused too and nothing could ever free the memory. Scripts that store a message
+#: or an error text (put, nack, reschedule, retry_dead) are refused, as Redis means.
+DRAINING_SCRIPTS = frozenset(
+    ("ack", "ack_many", "cancel", "dead", "extend", "purge", "release", "reserve", "stats", "wake")
+)
 
 #: The scripts sent again after their reply was lost (the only list of them, used by
 #: every face): a second run changes nothing and answers as the first would have. The
@@ -197,10 +209,11 @@ def library_source() -> tuple[str, str]:
     parts = [prelude.replace(_BINDING, f"local {_ALIASES}\n")]
     for name in SCRIPT_NAMES:
         callback = f"function(KEYS, ARGV)\n{_BINDING[len('local ') :]}{_read(name)}\nend"
-        if name in READ_ONLY_SCRIPTS:
+        flag = "no-writes" if name in READ_ONLY_SCRIPTS else "allow-oom"
+        if name in READ_ONLY_SCRIPTS or name in DRAINING_SCRIPTS:
             parts.append(
                 f"redis.register_function{{function_name='@LIB@_{name}', callback={callback}, "
-                "flags={'no-writes'}}\n"
+                f"flags={{'{flag}'}}}}\n"
             )
         else:
             parts.append(f"redis.register_function('@LIB@_{name}', {callback})\n")
