@@ -52,21 +52,24 @@ def _free_ports(count: int) -> list[int]:
 
 
 class Cluster:
-    """Three cluster-mode ``redis-server`` processes joined into one cluster."""
+    """Three cluster-mode ``redis-server`` masters joined into one cluster, each with
+    ``replicas`` replicas (then a dead master's replica takes over within seconds)."""
 
-    def __init__(self) -> None:
+    def __init__(self, replicas: int = 0) -> None:
         server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
         if server is None or cli is None:
             raise ClusterUnavailable("no redis-server or redis-cli binary on PATH")
         self._server, self._cli = server, cli
+        self.replicas = replicas
         self.directory = Path(tempfile.mkdtemp(prefix="delayq-cluster-"))
-        self.ports = _free_ports(MASTERS)
-        self.processes: list[subprocess.Popen[bytes]] = []
+        #: The masters first (``redis-cli --cluster create`` makes them so), then replicas.
+        self.ports = _free_ports(MASTERS * (1 + replicas))
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
 
     @property
     def url(self) -> str:
-        """``redis+cluster://`` of all three masters."""
-        return "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for port in self.ports)
+        """``redis+cluster://`` of the three masters."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for port in self.ports[:MASTERS])
 
     def _ask(self, port: int, *command: str) -> str:
         done = subprocess.run(
@@ -78,7 +81,8 @@ class Cluster:
         return done.stdout.decode(errors="replace")
 
     def start(self) -> None:
-        """Start the masters, create the cluster and wait until it serves every slot."""
+        """Start the nodes, create the cluster and wait until it serves every slot (and
+        every replica is in sync)."""
         deadline = time.monotonic() + START_TIMEOUT
         self._launch(deadline)
         create = subprocess.run(
@@ -87,7 +91,7 @@ class Cluster:
                 "--cluster",
                 "create",
                 *(f"127.0.0.1:{port}" for port in self.ports),
-                *("--cluster-replicas", "0", "--cluster-yes"),
+                *("--cluster-replicas", str(self.replicas), "--cluster-yes"),
             ],
             capture_output=True,
             timeout=START_TIMEOUT,
@@ -96,15 +100,18 @@ class Cluster:
         if create.returncode != 0:
             raise ClusterUnavailable(f"cluster create failed: {create.stdout[-500:]!r}")
         self._wait_ok(deadline)
+        for port in self.ports[MASTERS:]:
+            while "master_link_status:up" not in self._ask(port, "info", "replication"):
+                self._check(deadline, "a replica did not sync")
+                time.sleep(0.05)
 
-    def kill(self) -> None:
-        """SIGKILL every node (their cluster config files stay)."""
-        for process in self.processes:
-            if process.poll() is None:
-                process.kill()
-        for process in self.processes:
-            process.wait(10)
-        self.processes.clear()
+    def kill(self, port: int | None = None) -> None:
+        """SIGKILL the node of ``port``, or every node (their cluster config files stay)."""
+        ports = list(self.processes) if port is None else [port]
+        for each in ports:
+            self.processes[each].kill()
+        for each in ports:
+            self.processes.pop(each).wait(10)
 
     def restart(self) -> None:
         """Start the killed nodes again from their cluster config files (their data is
@@ -113,33 +120,54 @@ class Cluster:
         self._launch(deadline)
         self._wait_ok(deadline)
 
+    def wait_failover(self, dead: int) -> None:
+        """Wait until the others hold the killed master ``dead`` failed and serve all
+        its slots again (its replica promoted)."""
+        deadline = time.monotonic() + START_TIMEOUT
+        alive = next(iter(self.processes))
+        while True:
+            nodes = self._ask(alive, "cluster", "nodes").splitlines()
+            line = next(line for line in nodes if f":{dead}@" in line)
+            if " master,fail " in line and line.rstrip().endswith("disconnected"):
+                break  # failed, and its slots moved to the promoted replica
+            self._check(deadline, "no replica took over the dead master")
+            time.sleep(0.05)
+        self._wait_ok(deadline)
+
     def _launch(self, deadline: float) -> None:
+        # With replicas, a dead master is failed after 2 s (not 15) and its replica always
+        # tries to take over. Without, a node slow to answer on a busy machine must not be
+        # failed: that would take the cluster down under a test.
+        failover = ("--cluster-node-timeout", "2000", "--cluster-replica-validity-factor", "0")
         for port in self.ports:
+            if port in self.processes:
+                continue
             command = [
                 self._server,
                 *("--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.directory)),
                 *("--cluster-enabled", "yes"),
                 *("--cluster-config-file", str(self.directory / f"nodes-{port}.conf")),
+                *(failover if self.replicas else ()),
                 *("--save", "", "--appendonly", "no"),
                 *("--logfile", str(self.directory / f"redis-{port}.log")),
             ]
-            self.processes.append(
-                subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.processes[port] = subprocess.Popen(
+                command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
             )
-        for port in self.ports:
+        for port in self.processes:
             while "PONG" not in self._ask(port, "ping"):
                 self._check(deadline, "a node did not answer PING")
                 time.sleep(0.02)
 
     def _wait_ok(self, deadline: float) -> None:
-        for port in self.ports:
+        for port in self.processes:
             while "cluster_state:ok" not in self._ask(port, "cluster", "info"):
                 self._check(deadline, "the cluster did not reach cluster_state:ok")
                 time.sleep(0.05)
 
     def _check(self, deadline: float, what: str) -> None:
-        if any(process.poll() is not None for process in self.processes):
-            raise ClusterUnavailable("a redis-server exited at start")
+        if any(process.poll() is not None for process in self.processes.values()):
+            raise ClusterUnavailable("a redis-server exited")
         if time.monotonic() > deadline:
             raise ClusterUnavailable(what)
 

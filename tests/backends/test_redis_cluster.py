@@ -381,10 +381,8 @@ def test_news_a_parked_listener_did_not_hear_reaches_the_next_claim(
         assert (sync_run() if face == "sync" else asyncio.run(async_run())) == ["news"]
 
 
-@pytest.fixture
-def own_cluster() -> Iterator[Cluster]:
-    """A 3-master cluster of the test's own, to kill and restart."""
-    own = Cluster()
+def _started(replicas: int) -> Iterator[Cluster]:
+    own = Cluster(replicas)
     try:
         own.start()
     except ClusterUnavailable as exc:
@@ -394,6 +392,12 @@ def own_cluster() -> Iterator[Cluster]:
         yield own
     finally:
         own.stop()
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[Cluster]:
+    """A 3-master cluster of the test's own, to kill and restart."""
+    yield from _started(replicas=0)
 
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
@@ -421,3 +425,57 @@ def test_a_waiting_consumer_outlives_a_cluster_restart(
     assert not consumer.thread.is_alive(), "the consumer missed the put made after the restart"
     assert not consumer.errors, consumer.errors
     assert [m.payload for m in consumer.got] == ["after the restart"]
+
+
+@pytest.fixture
+def replicated_cluster() -> Iterator[Cluster]:
+    """A cluster of three masters with a replica each, of the test's own."""
+    yield from _started(replicas=1)
+
+
+def test_a_consumer_keeps_receiving_across_a_master_failover(
+    replicated_cluster: Cluster,
+) -> None:
+    """A master dies and its replica takes over: once it has, puts go to the new master
+    and a consumer looping on reserve (as a worker does, going on after an error) gets
+    every one of them, acked, with nothing delivered twice."""
+    url = f"{replicated_cluster.url}?shards=3"
+    received: list[str] = []
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def consume() -> None:
+        with Queue(url, name="failover") as q:
+            while not done.is_set():
+                try:
+                    batch = q.reserve(wait=0.5, max=10)
+                    q.ack_many(batch)
+                except Exception as exc:  # a worker logs, backs off and goes on
+                    errors.append(exc)
+                    time.sleep(0.1)
+                    continue
+                received.extend(message.payload for message in batch)
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    try:
+        with Queue(url, name="failover") as producer:
+            before = [f"before {i}" for i in range(12)]
+            producer.put_many([{"payload": payload} for payload in before])
+            deadline = time.monotonic() + 10
+            while len(received) < len(before) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert sorted(received) == sorted(before)
+            dead = replicated_cluster.ports[0]
+            replicated_cluster.kill(dead)
+            replicated_cluster.wait_failover(dead)
+            after = [f"after {i}" for i in range(12)]
+            for payload in after:  # one by one: every shard, the promoted one included
+                producer.put(payload)
+            deadline = time.monotonic() + 15
+            while len(received) < len(before) + len(after) and time.monotonic() < deadline:
+                time.sleep(0.05)
+    finally:
+        done.set()
+        thread.join(10)
+    assert sorted(received) == sorted(before + after), errors
