@@ -113,6 +113,20 @@ def test_retry_dead_makes_messages_ready_with_attempts_reset(q: Any) -> None:
     assert all(m.attempts == 1 for m in got)
 
 
+def test_retry_dead_revives_messages_in_the_order_they_died(q: Any, backend_url: str) -> None:
+    first, second, third = (q.put(i) for i in range(3))
+    held = {m.id: m for m in q.reserve(wait=0, max=3)}
+    for id in (third, first, second):
+        q.nack(held[id], dead=True)
+    assert [m.id for m in q.dead()] == [third, first, second]
+    assert q.retry_dead() == 3
+    revived = [m.id for m in q.reserve(wait=0, max=3)]
+    if "shards=" in backend_url:  # each shard revives its own, in order: not across them
+        assert sorted(revived) == sorted([third, first, second])
+    else:
+        assert revived == [third, first, second]
+
+
 def test_retry_dead_ignores_messages_that_are_not_dead(q: Any) -> None:
     msg_id = q.put("x")
     assert q.retry_dead([msg_id]) == 0

@@ -221,7 +221,11 @@ class _Core:
     def _retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
         def step(store: Store, now: Now) -> int:
             store.expire(now.floor)
-            chosen = list(store.records) if ids is None else list(dict.fromkeys(ids))
+            if ids is None:  # every dead message, in the order they died (as dead() lists)
+                dead = [r for r in store.records.values() if r.state is State.DEAD]
+                chosen = [r.id for r in sorted(dead, key=lambda r: r.seq)]
+            else:
+                chosen = list(dict.fromkeys(ids))
             revived = 0
             for id in chosen:
                 record = apply_retry_dead(store.records.get(id), now, next(store.seq))

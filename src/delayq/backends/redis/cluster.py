@@ -24,7 +24,8 @@ touches one shard's keys only.
   :mod:`._shards`); a waiting reserve listens on every shard's wake-up marker.
 * stats, dead, retry_dead, purge, peek and due_counts run on every shard and merge the
   results (each shard's part is atomic; the whole is not one snapshot); queues scans
-  every master.
+  every master. retry_dead revives each shard's dead messages in the order they died,
+  one shard after the other: across shards that order is not kept.
 
 Options: those of :mod:`.backend`, plus ``shards`` (1 to 1024; default 1). The same
 queue must always be opened with the same ``shards``: messages of other shards would not
