@@ -37,10 +37,17 @@ from delayq.durable import State
 LATER = 3600.0  # "an hour away": never due during a run
 LEASE = 600.0
 MAX_ATTEMPTS = 2
-IDS = st.sampled_from([f"m{i}" for i in range(6)])
+ALL_IDS = [f"m{i}" for i in range(6)]
+IDS = st.sampled_from(ALL_IDS)
 WHEN = st.sampled_from(["now", "now", "later"])
 _CONFLICT = {"i": "ignore", "r": "replace", "e": "error"}
 _STATES = ("waiting", "ready", "active", "dead")
+_GET_STATES = {
+    "waiting": State.SCHEDULED,
+    "ready": State.READY,
+    "active": State.ACTIVE,
+    "dead": State.DEAD,
+}
 
 
 def _delay(when: str) -> float:
@@ -205,7 +212,20 @@ class QueueModel(RuleBasedStateMachine):
         assert (stats.scheduled, stats.ready, stats.active, stats.dead) == expected
 
     def teardown(self) -> None:
-        self.q.purge()
+        try:  # at the end of the run, get() of every id tells its state and attempts
+            for id in ALL_IDS:
+                entry, found = self.messages.get(id), self.q.get(id)
+                if entry is None:
+                    assert found is None, id
+                else:
+                    state = _GET_STATES[entry.state]
+                    assert (found.state, found.attempts, found.payload) == (
+                        state,
+                        entry.attempts,
+                        entry.payload,
+                    ), id
+        finally:
+            self.q.purge()
 
 
 def test_random_operations_match_the_model(
