@@ -188,8 +188,7 @@ class Listener:
                 if self._stop_if(idle=idle > 1):
                     return
                 try:
-                    if client is None:
-                        # A cluster client connects as it is made: it may fail too.
+                    if client is None:  # made here, so a failure is retried as a lost one
                         client = self._connect()
                         if client is None:
                             self._stop_if()

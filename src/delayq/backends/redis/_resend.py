@@ -60,11 +60,7 @@ T = TypeVar("T")
 C = TypeVar("C")
 
 #: Errors after which a call may be sent again (when the rule allows).
-_RETRIABLE = (
-    *CONNECTION_ERRORS,
-    redis.exceptions.ClusterDownError,
-    redis.exceptions.SlotNotCoveredError,
-)
+_RETRIABLE = CONNECTION_ERRORS
 #: Errors that say the command did not run, sent or not.
 _RAN_NOTHING = (
     redis.exceptions.BusyLoadingError,

@@ -86,6 +86,11 @@ DRAINING_SCRIPTS = frozenset(
     ("ack", "ack_many", "cancel", "dead", "extend", "purge", "release", "reserve", "stats", "wake")
 )
 
+#: The flag of each script's library function that has one.
+_FLAGS = dict.fromkeys(READ_ONLY_SCRIPTS, "no-writes") | dict.fromkeys(
+    DRAINING_SCRIPTS, "allow-oom"
+)
+
 #: The scripts sent again after their reply was lost (the only list of them, used by
 #: every face): a second run changes nothing and answers as the first would have. The
 #: read-only ones, ``stats``/``dead`` (they only settle expired leases, which a second
@@ -209,8 +214,8 @@ def library_source() -> tuple[str, str]:
     parts = [prelude.replace(_BINDING, f"local {_ALIASES}\n")]
     for name in SCRIPT_NAMES:
         callback = f"function(KEYS, ARGV)\n{_BINDING[len('local ') :]}{_read(name)}\nend"
-        flag = "no-writes" if name in READ_ONLY_SCRIPTS else "allow-oom"
-        if name in READ_ONLY_SCRIPTS or name in DRAINING_SCRIPTS:
+        flag = _FLAGS.get(name)
+        if flag is not None:
             parts.append(
                 f"redis.register_function{{function_name='@LIB@_{name}', callback={callback}, "
                 f"flags={{'{flag}'}}}}\n"

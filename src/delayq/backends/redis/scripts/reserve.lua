@@ -36,7 +36,8 @@ remove_all(K_DUE, 'ZREM', members)
 local ids = {}
 for i, member in ipairs(members) do ids[i] = string.sub(member, 9) end
 -- Read in one HMGET and written in one HSET and one ZADD (per CHUNK), not one of each
--- per message: the calls into Redis were most of the script's time.
+-- per message (measured: a few percent less server time for a claim of 100; decoding,
+-- packing and the reply take most of it).
 local records, claimed = load_all(ids, dues), {}
 for i = 1, #ids do
   local r = records[i]
