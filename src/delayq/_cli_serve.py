@@ -8,24 +8,33 @@ from __future__ import annotations
 
 import secrets
 import signal
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 
 from ._cli_common import CliError, resolve_url, url_option
 from ._constants import (
     DEFAULT_CALLBACK_QUEUE,
+    SERVE_CLIENT_TIMEOUT,
     SERVE_DEFAULT_HOST,
     SERVE_DEFAULT_PORT,
+    SERVE_MAX_CONCURRENCY,
+    SERVE_SESSION_TTL,
     SERVE_SHUTDOWN_GRACE,
 )
 from ._runtime import freeze_startup_heap
+from .durable.registry import redact_url
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
 __all__ = ["serve"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _address(host: str, port: int) -> str:
@@ -39,6 +48,7 @@ def _make_server(config: Any, app: FastAPI, console: Console, *, access_log: boo
     import uvicorn  # noqa: PLC0415
 
     from .server import request_stop  # noqa: PLC0415
+    from .server._protocol import GuardedHttpToolsProtocol  # noqa: PLC0415
 
     class Server(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
@@ -65,17 +75,39 @@ def _make_server(config: Any, app: FastAPI, console: Console, *, access_log: boo
             app,
             host=config.host,
             port=config.port,
-            proxy_headers=False,
+            proxy_headers=bool(config.forwarded_allow_ips),
+            forwarded_allow_ips=list(config.forwarded_allow_ips) or None,
             server_header=False,
             access_log=access_log,
             log_level="info",
             lifespan="on",
-            # uvloop and httptools when importable (the serve extra installs them):
-            # several times the requests per second of asyncio and h11.
+            # uvloop when importable (the serve extra installs it), and httptools (it
+            # too): several times the requests per second of asyncio and h11; the
+            # protocol adds a size cap and a deadline to each request's head.
             loop="auto",
-            http="auto",
+            http=GuardedHttpToolsProtocol.limited(header_timeout=config.client_timeout),
+            limit_concurrency=config.max_concurrency,
             timeout_graceful_shutdown=int(SERVE_SHUTDOWN_GRACE),
         )
+    )
+
+
+def _first_line(path: Path, option: str) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"cannot read {path}: {exc}", param_hint=option) from None
+    if not lines or not lines[0].strip():
+        raise click.BadParameter(f"{path} is empty", param_hint=option)
+    return lines[0].strip()
+
+
+def _secret_file_option(name: str, what: str) -> Callable[[F], F]:
+    return click.option(
+        name,
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        help=f"Read the {what} from this file (its first line).",
     )
 
 
@@ -94,7 +126,48 @@ def _make_server(config: Any, app: FastAPI, console: Console, *, access_log: boo
     envvar="DELAYQ_TOKEN",
     default=None,
     help="Require 'Authorization: Bearer TOKEN' (or the dashboard login); needed to bind "
-    "a non-loopback address. Default: $DELAYQ_TOKEN.",
+    "a non-loopback address. Default: $DELAYQ_TOKEN. Other users of the machine can read "
+    "a command line: prefer --token-file or the variable.",
+)
+@_secret_file_option("--token-file", "token")
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A name clients reach the server by (the Host header): queue.example.com, "
+    "*.example.com, or * for any (repeatable). On loopback only loopback names are "
+    "answered unless listed.",
+)
+@click.option(
+    "--forwarded-allow-ips",
+    default=None,
+    metavar="IPS",
+    help="Comma-separated addresses of proxies whose X-Forwarded-For and "
+    "X-Forwarded-Proto are believed (the client's address; https makes the session "
+    "cookie Secure).",
+)
+@click.option(
+    "--max-concurrency",
+    type=click.IntRange(1),
+    default=SERVE_MAX_CONCURRENCY,
+    show_default=True,
+    help="Connections and requests served at once; more are answered 503.",
+)
+@click.option(
+    "--client-timeout",
+    type=click.FloatRange(0.1, 3600),
+    default=SERVE_CLIENT_TIMEOUT,
+    show_default=True,
+    help="Seconds a client may take to send a request's headers, or each piece of its "
+    "body; past it the connection is closed.",
+)
+@click.option(
+    "--session-ttl",
+    type=click.FloatRange(60, 366 * 86400),
+    default=SERVE_SESSION_TTL,
+    show_default=True,
+    help="Seconds a dashboard login lasts.",
 )
 @click.option("--no-dispatch", is_flag=True, help="Do not deliver callbacks from this process.")
 @click.option(
@@ -121,8 +194,9 @@ def _make_server(config: Any, app: FastAPI, console: Console, *, access_log: boo
     envvar="DELAYQ_SIGNING_SECRET",
     default=None,
     help="Key of the callbacks' HMAC-SHA256 signature (default: $DELAYQ_SIGNING_SECRET, "
-    "else a new one, printed once).",
+    "else one made for this run and never shown, which no receiver can verify).",
 )
+@_secret_file_option("--signing-secret-file", "signing secret")
 @click.option("--access-log", is_flag=True, help="Log every request.")
 def serve(
     *,
@@ -130,11 +204,18 @@ def serve(
     host: str,
     port: int,
     token: str | None,
+    token_file: Path | None,
+    allowed_hosts: tuple[str, ...],
+    forwarded_allow_ips: str | None,
+    max_concurrency: int,
+    session_ttl: float,
+    client_timeout: float,
     no_dispatch: bool,
     callback_queues: tuple[str, ...],
     callback_hosts: tuple[str, ...],
     allow_loopback_callbacks: bool,
     signing_secret: str | None,
+    signing_secret_file: Path | None,
     access_log: bool,
 ) -> None:
     """Serve the queue at --url over HTTP until SIGINT/SIGTERM.
@@ -144,6 +225,17 @@ def serve(
     callback are delivered to their URL when due, signed with the signing secret.
     """
     url = resolve_url(url)
+    context = click.get_current_context()
+    if token_file is not None:
+        token = _first_line(token_file, "--token-file")
+    elif token and context.get_parameter_source("token") is ParameterSource.COMMANDLINE:
+        click.echo(
+            "warning: --token on the command line can be read by other users of this "
+            "machine (ps): use --token-file or $DELAYQ_TOKEN",
+            err=True,
+        )
+    if signing_secret_file is not None:
+        signing_secret = _first_line(signing_secret_file, "--signing-secret-file")
     generated = not signing_secret
     secret = secrets.token_urlsafe(32) if generated else signing_secret
     try:
@@ -163,15 +255,22 @@ def serve(
             callback_hosts=callback_hosts,
             allow_loopback_callbacks=allow_loopback_callbacks,
             signing_secret=secret,
+            allowed_hosts=allowed_hosts,
+            forwarded_allow_ips=tuple(
+                part.strip() for part in (forwarded_allow_ips or "").split(",") if part.strip()
+            ),
+            max_concurrency=max_concurrency,
+            session_ttl=session_ttl,
+            client_timeout=client_timeout,
         )
     except (TypeError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
     console = Console(highlight=False, soft_wrap=True)
-    console.print(f"delayq serve: {url}", markup=False)
-    if generated:
+    console.print(f"delayq serve: {redact_url(url)}", markup=False)
+    if generated and config.dispatch:
         console.print(
-            f"signing secret (generated; pass --signing-secret or $DELAYQ_SIGNING_SECRET "
-            f"to keep it across restarts): {secret}",
+            "callbacks are signed with a secret made for this run, not shown: give one "
+            "with --signing-secret-file or $DELAYQ_SIGNING_SECRET for receivers to verify",
             markup=False,
         )
     app = create_app(config)

@@ -190,3 +190,27 @@ MAX_ACK_MANY = 10_000
 # -- delayq serve: batching the puts of concurrent requests ---------------------------
 #: Most single-message puts of concurrent requests stored by one ``put_many``.
 SERVE_COALESCE_MAX_BATCH = 256
+
+# -- delayq serve: limits on what a client may hold or send ---------------------------
+#: Most bytes of a request's line and headers; more is a 431 (counted as they arrive).
+SERVE_MAX_HEADER_BYTES = 32 * 1024
+#: Seconds a client may take to send a request's line and headers (from its first
+#: byte, or from the connection's start), or each piece of a body; and a whole body.
+#: Past either the connection is closed (with a 408 when a request began).
+SERVE_CLIENT_TIMEOUT = 10.0
+SERVE_BODY_TIMEOUT = 60.0
+#: Largest body (bytes) of a request outside the ``/v1`` API (the dashboard's forms).
+SERVE_MAX_PAGE_BODY = 8192
+#: Connections and requests one server process serves at once; more are a 503.
+SERVE_MAX_CONCURRENCY = 1000
+#: Long-polls (reserves with a wait) one client address may hold open at once; more
+#: are a 429.
+SERVE_MAX_LONG_POLLS_PER_CLIENT = 32
+#: Token attempts (bearer or login form) that may fail in a burst from one client
+#: address, and how many seconds give one more; past that its attempts are a 429.
+SERVE_AUTH_FAILURE_BURST = 20
+SERVE_AUTH_FAILURE_REFILL = 3.0
+#: Client addresses the attempt throttle remembers at once.
+SERVE_AUTH_TRACKED_CLIENTS = 10_000
+#: How long a dashboard session lasts (seconds) from its login.
+SERVE_SESSION_TTL = 12 * 3600.0

@@ -15,7 +15,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from ._constants import LOGGER_NAME
 
-__all__ = ["DaemonPool", "Slots", "freeze_startup_heap", "log_event"]
+__all__ = ["DaemonPool", "Slots", "freeze_startup_heap", "log_event", "log_value"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -23,11 +23,25 @@ T = TypeVar("T")
 logger = logging.getLogger(LOGGER_NAME)
 
 
+def log_value(value: object) -> str:
+    """``value`` as one field of a log line: as it is when it is plain printable text
+    without spaces, quotes or ``=``; else in double quotes with backslash escapes
+    (``\\n``, ``\\"``, ``\\x1b``...), so no value can end the line or forge a field."""
+    text = str(value)
+    if text and text.isprintable() and not any(ch in text for ch in ' "=\\'):
+        return text
+    escaped = text.encode("unicode_escape").decode("ascii").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
 def log_event(level: int, event: str, **fields: object) -> None:
-    """Log ``event`` on the ``delayq`` logger as ``event key=value ...``; the fields
-    also go to the record as ``record.delayq`` (a dict) for structured handlers."""
+    """Log ``event`` on the ``delayq`` logger as ``event key=value ...`` (values
+    escaped by :func:`log_value`); the fields also go to the record as
+    ``record.delayq`` (a dict, unescaped) for structured handlers."""
     if logger.isEnabledFor(level):
-        text = " ".join(f"{key}={value}" for key, value in fields.items() if value is not None)
+        text = " ".join(
+            f"{key}={log_value(value)}" for key, value in fields.items() if value is not None
+        )
         logger.log(level, "%s %s", event, text, extra={"delayq": {"event": event, **fields}})
 
 

@@ -6,6 +6,8 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from delayq.server._config import SESSION_COOKIE
+
 #: A token long enough for ServeConfig.
 TOKEN = "s3cret-token-for-tests"
 
@@ -34,3 +36,16 @@ def error_of(response: Any, status: int) -> str:
     assert set(body) == {"error"}
     assert isinstance(body["error"]["message"], str)
     return str(body["error"]["code"])
+
+
+def signed_in(client: TestClient, token: str = TOKEN) -> dict[str, str]:
+    """Log in through the dashboard's form; the Cookie header of the session."""
+    response = client.post("/login", data={"token": token, "next": "/"}, follow_redirects=False)
+    assert response.status_code == 303, response.text
+    value = response.cookies[SESSION_COOKIE]
+    client.cookies.clear()
+    return {"Cookie": f"{SESSION_COOKIE}={value}"}
+
+
+#: The header of a POST without a body (the API takes only JSON requests).
+JSON_TYPE = {"content-type": "application/json"}

@@ -48,7 +48,7 @@ def make_client() -> Iterator[MakeClient]:
     def make(url: str | None = None, **options: Any) -> TestClient:
         options.setdefault("dispatch", False)
         config = ServeConfig(url=url or f"memory://server-{uuid.uuid4().hex}", **options)
-        return stack.enter_context(TestClient(create_app(config)))
+        return stack.enter_context(TestClient(create_app(config), base_url="http://localhost"))
 
     with stack:
         yield make

@@ -187,7 +187,7 @@ def test_concurrent_http_puts_each_get_their_own_answer(
         sizes = count_batches(state.queue("q"), monkeypatch)
         transport = httpx.ASGITransport(app=app)
         try:
-            async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
                 first = await http.post("/v1/queues/q/messages", json={"payload": 0, "id": "t"})
                 assert first.status_code == 201
                 bodies: list[dict[str, Any]] = [{"payload": n} for n in range(8)]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from ._helpers import error_of, put, stats
+from ._helpers import JSON_TYPE, error_of, put, stats
 
 
 def reserve(client: TestClient, queue: str = "q", **body: Any) -> list[dict[str, Any]]:
@@ -42,7 +42,7 @@ def test_reserve_ack_round_trip(any_client: TestClient) -> None:
 def test_reserve_without_body_takes_one(client: TestClient) -> None:
     put(client)
     put(client)
-    response = client.post("/v1/queues/q/reserve")
+    response = client.post("/v1/queues/q/reserve", headers=JSON_TYPE)
     assert len(response.json()["messages"]) == 1
 
 
@@ -86,7 +86,7 @@ def test_nack_uses_the_backoff_then_dead(any_client: TestClient) -> None:
     message = any_client.get(f"/v1/queues/q/messages/{message_id}").json()
     assert message["last_error"] == "boom"
     assert message["due_at"] >= before + 800  # the default policy's first backoff: ~1 s
-    any_client.post(f"/v1/queues/q/messages/{message_id}/reschedule")
+    any_client.post(f"/v1/queues/q/messages/{message_id}/reschedule", headers=JSON_TYPE)
     held = reserve(any_client)[0]
     response = any_client.post(
         f"/v1/queues/q/messages/{message_id}/nack", json={"lease": held["lease"], "delay": 0}

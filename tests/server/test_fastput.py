@@ -50,7 +50,7 @@ class Pair:
             app.dependency_overrides[open_queue] = self._counted(app)
         else:
             app.user_middleware = [m for m in app.user_middleware if m.cls is not FastPut]
-        return stack.enter_context(TestClient(app))
+        return stack.enter_context(TestClient(app, base_url="http://localhost"))
 
     def _counted(self, app: FastAPI) -> Any:
         async def counted_open_queue(queue: QueueName, request: Request) -> AsyncQueue:

@@ -8,9 +8,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from delayq.server._config import SESSION_COOKIE, session_value
-
-from ._helpers import TOKEN, error_of, stats
+from ._helpers import TOKEN, error_of, signed_in, stats
 from .conftest import MakeClient
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -55,9 +53,10 @@ def test_healthz_needs_no_token(locked: TestClient) -> None:
 
 
 def test_session_cookie_passes(locked: TestClient) -> None:
-    cookie = {"Cookie": f"{SESSION_COOKIE}={session_value(TOKEN)}"}
+    cookie = signed_in(locked)
     assert locked.get("/v1/queues", headers=cookie).status_code == 200
-    wrong = {"Cookie": f"{SESSION_COOKIE}={session_value('another-token')}"}
+    forged = cookie["Cookie"][:-4] + "0000"
+    wrong = {"Cookie": forged}
     assert error_of(locked.get("/v1/queues", headers=wrong), 401) == "unauthorized"
     # A write on the strength of the cookie alone also needs X-Requested-With (no CSRF).
     bare = locked.post("/v1/queues/q/messages", json={"payload": 1}, headers=cookie)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from ._helpers import error_of, put, stats
+from ._helpers import JSON_TYPE, error_of, put, stats
 
 
 def test_put_then_get_round_trips_payload_and_fields(any_client: TestClient) -> None:
@@ -219,7 +219,7 @@ def test_reschedule(any_client: TestClient) -> None:
     )
     assert response.status_code == 200
     assert response.json()["due_at"] == 4070908800000
-    now = any_client.post(f"/v1/queues/q/messages/{message_id}/reschedule")
+    now = any_client.post(f"/v1/queues/q/messages/{message_id}/reschedule", headers=JSON_TYPE)
     assert now.json()["state"] == "ready"
 
 
@@ -232,10 +232,10 @@ def test_reschedule_refusals(client: TestClient) -> None:
     both = client.post(f"/v1/queues/q/messages/{message_id}/reschedule", json={"delay": 1, "at": 1})
     assert error_of(both, 422) == "invalid_argument"
     assert stats(client)["scheduled"] == 1
-    lease = client.post("/v1/queues/q/reserve").json()["messages"]
+    lease = client.post("/v1/queues/q/reserve", headers=JSON_TYPE).json()["messages"]
     assert lease == []
     dead_id = put(client)
-    held = client.post("/v1/queues/q/reserve").json()["messages"][0]
+    held = client.post("/v1/queues/q/reserve", headers=JSON_TYPE).json()["messages"][0]
     client.post(
         f"/v1/queues/q/messages/{dead_id}/nack", json={"lease": held["lease"], "dead": True}
     )

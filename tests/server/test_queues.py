@@ -10,11 +10,11 @@ from fastapi.testclient import TestClient
 
 from delayq.server import ServeConfig, create_app
 
-from ._helpers import error_of, put, stats
+from ._helpers import JSON_TYPE, error_of, put, stats
 
 
 def kill(client: TestClient, message_id: str, queue: str = "q") -> None:
-    held = client.post(f"/v1/queues/{queue}/reserve").json()["messages"][0]
+    held = client.post(f"/v1/queues/{queue}/reserve", headers=JSON_TYPE).json()["messages"][0]
     assert held["id"] == message_id
     response = client.post(
         f"/v1/queues/{queue}/messages/{message_id}/nack",
@@ -74,12 +74,12 @@ def test_dead_list_retry_and_purge(any_client: TestClient) -> None:
     assert retried.json() == {"retried": 1}
     assert any_client.post("/v1/queues/q/dead/retry", json={"ids": None}).json() == {"retried": 1}
     kill(any_client, "d1")
-    assert any_client.post("/v1/queues/q/dead/retry").json() == {"retried": 1}
+    assert any_client.post("/v1/queues/q/dead/retry", headers=JSON_TYPE).json() == {"retried": 1}
     put(any_client, delay="1h")
     assert any_client.post("/v1/queues/q/purge", json={"state": "scheduled"}).json() == {
         "purged": 1
     }
-    assert any_client.post("/v1/queues/q/purge").json() == {"purged": 2}
+    assert any_client.post("/v1/queues/q/purge", headers=JSON_TYPE).json() == {"purged": 2}
     assert stats(any_client)["ready"] == 0
 
 
@@ -115,7 +115,7 @@ def test_healthz_is_503_when_the_backend_does_not_answer(make_client: Any) -> No
 def test_metrics(any_client: TestClient) -> None:
     put(any_client, "m", delay="1h")
     message_id = put(any_client, "m")
-    held = any_client.post("/v1/queues/m/reserve").json()["messages"][0]
+    held = any_client.post("/v1/queues/m/reserve", headers=JSON_TYPE).json()["messages"][0]
     any_client.post(f"/v1/queues/m/messages/{message_id}/ack", json={"lease": held["lease"]})
     response = any_client.get("/metrics")
     assert response.status_code == 200
@@ -132,6 +132,6 @@ def test_lifespan_runs_the_dispatcher_when_asked(tmp_path: Any) -> None:
 
     config = ServeConfig(url=f"sqlite:///{tmp_path / 'd.db'}", dispatch=True)
     app = create_app(config)
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:
         assert client.get("/healthz").status_code == 200
     # Leaving the block ran the lifespan's shutdown: the dispatcher stopped cleanly.

@@ -20,7 +20,14 @@ from schemathesis.specs.openapi.checks import (
 from delayq.server import ServeConfig, create_app
 
 # Every example writes to this store; a fresh one per test session.
-APP = create_app(ServeConfig(url=f"memory://schema-{uuid.uuid4().hex}", dispatch=False))
+APP = create_app(
+    ServeConfig(
+        url=f"memory://schema-{uuid.uuid4().hex}",
+        dispatch=False,
+        # The name schemathesis reaches an ASGI app by.
+        allowed_hosts=("testserver",),
+    )
+)
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 
 CHECKS = [

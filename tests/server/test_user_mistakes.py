@@ -13,9 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from delayq.server import ServeConfig
-from delayq.server._config import SESSION_COOKIE, check_queue_name, session_value
+from delayq.server._config import check_queue_name
 
-from ._helpers import TOKEN, error_of, put, stats
+from ._helpers import TOKEN, error_of, put, signed_in, stats
 from .conftest import MakeClient
 from .test_serve_command import _environ
 
@@ -208,7 +208,7 @@ def test_415_says_what_was_sent_and_what_to_send(client: TestClient) -> None:
 
 def test_a_write_on_the_cookie_alone_says_what_is_missing(make_client: MakeClient) -> None:
     locked = make_client(token=TOKEN)
-    cookie = {"Cookie": f"{SESSION_COOKIE}={session_value(TOKEN)}"}
+    cookie = signed_in(locked)
     response = locked.post("/v1/queues/q/messages", json={"payload": 1}, headers=cookie)
     assert error_of(response, 401) == "unauthorized"
     assert "X-Requested-With" in response.json()["error"]["message"]

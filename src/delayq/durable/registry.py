@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -22,6 +23,7 @@ __all__ = [
     "default_url",
     "open_async_backend",
     "open_backend",
+    "redact_url",
     "register_scheme",
     "scheme_of",
 ]
@@ -40,6 +42,37 @@ SCHEMES: dict[str, str | None] = {
     "amqp": None,
     "amqps": None,
 }
+
+
+# A query parameter whose value is a secret (redis-py takes password=..., TLS key
+# passphrases and the like).
+_SECRET_PARAMETER = re.compile(
+    r"(?i)([?&](?:password|passwd|pass|pwd|secret|token|ssl_password|api_key)=)[^&#]*"
+)
+
+
+def redact_url(url: str) -> str:
+    """``url`` fit to print or log: its password (``user:***@``) and secret query
+    parameters (``password=***``) hidden, the rest kept as given."""
+    if not isinstance(url, str):
+        return repr(url)
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return _SECRET_PARAMETER.sub(r"\1***", url)
+    authority_end = len(rest)
+    for mark in "/?#":
+        found = rest.find(mark)
+        if found != -1:
+            authority_end = min(authority_end, found)
+    authority, tail = rest[:authority_end], rest[authority_end:]
+    if "@" in authority:
+        userinfo, _, host = authority.rpartition("@")
+        user, colon, _password = userinfo.partition(":")
+        authority = f"{user}:***@{host}" if colon else f"{user}@{host}"
+        if not colon and user and scheme.startswith("redis"):
+            # redis://secret@host: redis-py reads a lone userinfo as the password.
+            authority = f"***@{host}"
+    return f"{scheme}://{authority}" + _SECRET_PARAMETER.sub(r"\1***", tail)
 
 
 def register_scheme(scheme: str, module: str | None) -> None:

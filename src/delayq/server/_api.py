@@ -286,7 +286,8 @@ async def reserve(
     body = body or ReserveRequest()
     with facade_errors():
         if body.wait > 0:
-            messages = await _long_poll(queue, request, body)
+            with request.app.state.delayq_long_polls.slot(request.scope):
+                messages = await _long_poll(queue, request, body)
         else:
             messages = await queue.reserve(wait=0, lease=body.lease, max=body.max)
     now_ms = time.time() * 1000.0

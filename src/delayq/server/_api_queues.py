@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 from typing import Annotated, Any
 
@@ -20,6 +21,7 @@ from .._constants import (
     SERVE_MAX_LIMIT,
 )
 from .._duration import seconds_to_ms
+from .._runtime import log_event
 from ..durable import AsyncQueue, State, Stats
 from ._api import QueueDep, StateDep, error_docs
 from ._errors import error_response, facade_errors
@@ -153,12 +155,16 @@ async def purge(
     responses={503: {"model": ErrorResponse, "description": "The backend does not answer."}},
 )
 async def healthz(state: StateDep) -> Any:
-    """200 when the backend answers (no token needed), else 503."""
+    """200 when the backend answers (no token needed), else 503. The answer names
+    the kind of failure only; its detail (addresses, paths) goes to the log."""
     try:
         await asyncio.wait_for(state.queue(DEFAULT_QUEUE_NAME).stats(), SERVE_HEALTH_TIMEOUT)
     except Exception as exc:
-        text = " ".join(str(exc).split()) or type(exc).__name__
-        return error_response(503, "backend_unavailable", f"the backend does not answer: {text}")
+        kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else type(exc).__name__
+        log_event(logging.WARNING, "health.failed", error=kind, detail=str(exc))
+        return error_response(
+            503, "backend_unavailable", f"the backend does not answer ({kind}): see the log"
+        )
     return JSONResponse({"status": "ok"})
 
 

@@ -1,7 +1,8 @@
 """The FastAPI application of ``delayq serve``.
 
-:func:`create_app` wires the pieces: token auth, the body limit and the fast path of
-single puts (ASGI middleware, outermost first), the JSON error handlers, the ``/v1``
+:func:`create_app` wires the pieces: the request guard (host, cross-site writes,
+header size), token auth, the body limit and the fast path of single puts (ASGI
+middleware, outermost first), the JSON error handlers, the ``/v1``
 API, ``/healthz`` and ``/metrics``, the dashboard, and a lifespan that opens the
 backend and runs the callback dispatcher. :func:`request_stop` tells open long-polls
 to return now (the ``serve`` command calls it on SIGINT/SIGTERM, before uvicorn
@@ -18,12 +19,14 @@ from typing import Any
 from fastapi import FastAPI
 
 from .. import __version__
+from .._constants import SERVE_BODY_TIMEOUT
 from ._api import router as api_router
 from ._api_queues import ops_router, queues_router
-from ._auth import TokenAuth
+from ._auth import AttemptThrottle, Sessions, TokenAuth
 from ._config import ServeConfig
 from ._errors import install_error_handlers
 from ._fastput import FastPut
+from ._guard import LongPolls, RequestGuard
 from ._head import HeadAsGet
 from ._limits import BodyLimit
 from ._state import ServerState
@@ -118,6 +121,11 @@ def create_app(config: ServeConfig, *, state: ServerState | None = None) -> Fast
         lifespan=lifespan,
     )
     app.state.delayq_stopper = stopper
+    sessions = None if config.token is None else Sessions(config.token, config.session_ttl)
+    throttle = AttemptThrottle()
+    app.state.delayq_sessions = sessions
+    app.state.delayq_throttle = throttle
+    app.state.delayq_long_polls = LongPolls(config.max_long_polls_per_client)
     if state is not None:
         app.state.delayq = state
     install_error_handlers(app)
@@ -125,10 +133,17 @@ def create_app(config: ServeConfig, *, state: ServerState | None = None) -> Fast
     app.include_router(queues_router)
     app.include_router(ops_router)
     _include_dashboard(app)
-    # Added last = runs first: auth before anything reads the body, and the put
-    # fast path (the hot route without FastAPI's per-request machinery) after both.
+    # Added last = runs first: the guard, then auth before anything reads the body,
+    # and the put fast path (the hot route without FastAPI's per-request machinery)
+    # after them.
     app.add_middleware(FastPut)
     app.add_middleware(HeadAsGet)
-    app.add_middleware(BodyLimit, max_body=config.max_body)
-    app.add_middleware(TokenAuth, token=config.token)
+    app.add_middleware(
+        BodyLimit,
+        max_body=config.max_body,
+        read_timeout=config.client_timeout,
+        total_timeout=max(SERVE_BODY_TIMEOUT, config.client_timeout),
+    )
+    app.add_middleware(TokenAuth, token=config.token, sessions=sessions, throttle=throttle)
+    app.add_middleware(RequestGuard, config=config)
     return app

@@ -1,30 +1,61 @@
-"""Token authentication of every request, as an ASGI middleware.
+"""Token authentication of every request, as an ASGI middleware, with the dashboard's
+sessions and the throttle of failed token attempts.
 
 With a token configured, a request passes with ``Authorization: Bearer <token>`` or
-with the dashboard's session cookie (:data:`~._config.SESSION_COOKIE` equal to
-:func:`~._config.session_value` of the token); both are compared in constant time.
+with a live dashboard session (the :data:`~._config.SESSION_COOKIE` cookie that
+``/login`` sets: see :class:`Sessions`); secrets are compared in constant time.
 ``/healthz``, the dashboard's ``/login`` and ``/logout`` and ``/static/`` files are
 open. An API call that changes something (not GET/HEAD) on the strength of the cookie
 alone must also send ``X-Requested-With`` (as the dashboard's script does), which a
-cross-site form cannot. A
-refused API request is a 401 with ``WWW-Authenticate: Bearer``; a browser asking
-for a dashboard page (``GET`` accepting HTML, outside the API) is sent to
-``/login`` instead.
+cross-site form cannot. A refused API request is a 401 with
+``WWW-Authenticate: Bearer``; a browser asking for a dashboard page (``GET``
+accepting HTML, outside the API) is sent to ``/login`` instead.
+
+A wrong token, as a bearer or in the login form, is logged (``auth.failed``) and
+counted against the client's address (:class:`AttemptThrottle`): past a burst, that
+address's token attempts are a 429 until the throttle refills. Live sessions are
+not throttled: their cookie cannot be guessed.
+
+The Cookie header is read by :func:`cookie_value`, which takes linear time whatever
+the header holds (the standard library's parser is quadratic on some inputs).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
-from http.cookies import CookieError, SimpleCookie
+import ipaddress
+import logging
+import math
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 from urllib.parse import quote
 
 from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ._config import SESSION_COOKIE, session_value
+from .._constants import (
+    SERVE_AUTH_FAILURE_BURST,
+    SERVE_AUTH_FAILURE_REFILL,
+    SERVE_AUTH_TRACKED_CLIENTS,
+)
+from .._runtime import log_event
+from ._config import SESSION_COOKIE
 from ._errors import error_response
 
-__all__ = ["OPEN_PATHS", "OPEN_PREFIXES", "TokenAuth"]
+__all__ = [
+    "OPEN_PATHS",
+    "OPEN_PREFIXES",
+    "AttemptThrottle",
+    "Sessions",
+    "TokenAuth",
+    "client_key",
+    "cookie_value",
+    "header",
+    "token_matches",
+]
 
 #: Paths served without a token.
 OPEN_PATHS = frozenset(("/healthz", "/login", "/logout"))
@@ -34,57 +65,183 @@ _SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS"))
 _API_PREFIX = "/v1/"
 # Paths a browser is never redirected from: machines read them.
 _MACHINE_PREFIXES = ("/v1/", "/metrics", "/openapi.json", "/docs", "/redoc")
+# A session cookie longer than this is not one of ours (and is not looked at further).
+_MAX_SESSION_VALUE = 128
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+def header(scope: Scope, name: bytes) -> str | None:
+    """The first ``name`` header of the request (lowercase ``name``), or None."""
     for key, value in scope.get("headers", ()):
         if key == name:
             return bytes(value).decode("latin-1")
     return None
 
 
-def _cookie(scope: Scope, name: str) -> str | None:
-    text = _header(scope, b"cookie")
-    if not text:
-        return None
-    jar: SimpleCookie = SimpleCookie()
+def cookie_value(scope: Scope, name: str) -> str | None:
+    """The value of cookie ``name`` in the request's Cookie headers, as sent (not
+    unquoted), or None. Linear in the headers' length."""
+    for key, value in scope.get("headers", ()):
+        if key != b"cookie":
+            continue
+        for part in bytes(value).decode("latin-1").split(";"):
+            found, sep, text = part.partition("=")
+            if sep and found.strip() == name:
+                return text.strip()
+    return None
+
+
+def token_matches(given: str, token: str) -> bool:
+    """``given == token``, in time independent of where they differ."""
+    return hmac.compare_digest(given.encode("utf-8", "replace"), token.encode())
+
+
+def client_key(scope: Scope) -> str:
+    """The address the throttles count a request against: the client's IP, or its
+    /64 network for IPv6 (one host usually holds a whole /64)."""
+    client = scope.get("client")
+    if not client:
+        return "unknown"
+    host = str(client[0])
     try:
-        jar.load(text)
-    except CookieError:
-        return None
-    morsel = jar.get(name)
-    return None if morsel is None else morsel.value
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is None:
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else address)
 
 
-def _equal(given: str, expected: str) -> bool:
-    return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode())
+class Sessions:
+    """The dashboard's sessions: signed cookie values that expire, and can be ended.
+
+    A value is ``<expires>.<nonce>.<mac>``: the unix second it ends, 16 random bytes,
+    and an HMAC-SHA256 of both under a key derived from the token (a new token ends
+    every session). :meth:`end` (``/logout``) remembers the nonce until it would
+    have expired, so a copied cookie stops working at logout. Ended sessions are kept
+    in this process: another replica of the server honours a session until it
+    expires.
+    """
+
+    def __init__(self, token: str, ttl: float, clock: Callable[[], float] = time.time) -> None:
+        self._key = hmac.new(token.encode(), b"delayq dashboard session key", "sha256").digest()
+        self.ttl = ttl
+        self._clock = clock
+        self._ended: dict[str, int] = {}
+
+    def _mac(self, expires: str, nonce: str) -> str:
+        message = f"{expires}.{nonce}".encode()
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
+    def start(self) -> str:
+        """A new session's cookie value."""
+        expires = str(math.ceil(self._clock() + self.ttl))
+        nonce = secrets.token_urlsafe(16)
+        return f"{expires}.{nonce}.{self._mac(expires, nonce)}"
+
+    def _parse(self, value: str | None) -> tuple[int, str] | None:
+        if not value or len(value) > _MAX_SESSION_VALUE:
+            return None
+        parts = value.split(".")
+        if len(parts) != 3 or not parts[0].isdigit() or len(parts[0]) > 12:
+            return None
+        expires, nonce, mac = parts
+        if not hmac.compare_digest(mac.encode(), self._mac(expires, nonce).encode()):
+            return None
+        return int(expires), nonce
+
+    def live(self, value: str | None) -> bool:
+        """True when ``value`` is a session this server started, not expired or ended."""
+        parsed = self._parse(value)
+        if parsed is None:
+            return False
+        expires, nonce = parsed
+        return expires > self._clock() and nonce not in self._ended
+
+    def end(self, value: str | None) -> None:
+        """End the session ``value`` (nothing when it is not a live one)."""
+        parsed = self._parse(value)
+        if parsed is None:
+            return
+        now = self._clock()
+        expires, nonce = parsed
+        if expires > now:
+            self._ended[nonce] = expires
+            if len(self._ended) > 1024:
+                self._ended = {n: e for n, e in self._ended.items() if e > now}
+
+
+class AttemptThrottle:
+    """Failed token attempts per client address, as a token bucket: ``burst``
+    failures at once, then one more each ``refill`` seconds. Bounded: it remembers the
+    ``tracked`` addresses that failed most recently."""
+
+    def __init__(
+        self,
+        burst: int = SERVE_AUTH_FAILURE_BURST,
+        refill: float = SERVE_AUTH_FAILURE_REFILL,
+        tracked: int = SERVE_AUTH_TRACKED_CLIENTS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.burst = burst
+        self.refill = refill
+        self.tracked = tracked
+        self._clock = clock
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def _tokens(self, client: str) -> float:
+        entry = self._buckets.get(client)
+        if entry is None:
+            return float(self.burst)
+        tokens, since = entry
+        return min(float(self.burst), tokens + (self._clock() - since) / self.refill)
+
+    def retry_after(self, client: str) -> float:
+        """0 when ``client`` may try a token now, else the seconds until it may."""
+        tokens = self._tokens(client)
+        return 0.0 if tokens >= 1 else (1 - tokens) * self.refill
+
+    def failed(self, client: str, *, via: str, path: str) -> None:
+        """Count (and log) a wrong token from ``client``."""
+        tokens = self._tokens(client) - 1
+        self._buckets[client] = (tokens, self._clock())
+        self._buckets.move_to_end(client)
+        while len(self._buckets) > self.tracked:
+            self._buckets.popitem(last=False)
+        log_event(logging.WARNING, "auth.failed", client=client, via=via, path=path)
+        if tokens < 1:
+            log_event(
+                logging.WARNING,
+                "auth.throttled",
+                client=client,
+                retry_after=f"{(1 - tokens) * self.refill:.0f}s",
+            )
+
+
+def too_many_attempts(retry_after: float) -> ASGIApp:
+    """The 429 answer to a token attempt of a throttled client."""
+    seconds = max(1, math.ceil(retry_after))
+    return error_response(
+        429,
+        "too_many_attempts",
+        f"too many wrong tokens from this address: try again in {seconds} s",
+        {"Retry-After": str(seconds)},
+    )
 
 
 class TokenAuth:
-    """Refuse requests without the token (or the session cookie) when one is set."""
+    """Refuse requests without the token (or a live session) when one is set."""
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str | None,
+        sessions: Sessions | None = None,
+        throttle: AttemptThrottle | None = None,
+    ) -> None:
         self.app = app
         self._token = token
-        self._session = None if token is None else session_value(token)
-
-    def allowed(self, scope: Scope) -> bool:
-        """True when the request carries the token or the session cookie."""
-        assert self._token is not None
-        assert self._session is not None
-        authorization = _header(scope, b"authorization")
-        if authorization is not None:
-            scheme, _, credentials = authorization.strip().partition(" ")
-            if scheme.lower() == "bearer" and _equal(credentials.strip(), self._token):
-                return True
-        cookie = _cookie(scope, SESSION_COOKIE)
-        if cookie is None or not _equal(cookie, self._session):
-            return False
-        return (
-            scope["method"] in _SAFE_METHODS
-            or not scope["path"].startswith(_API_PREFIX)
-            or _header(scope, b"x-requested-with") is not None
-        )
+        self._sessions = sessions
+        self._throttle = throttle if throttle is not None else AttemptThrottle()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass an authenticated (or open) request on; answer the rest."""
@@ -92,10 +249,39 @@ class TokenAuth:
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]
-        if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES) or self.allowed(scope):
+        if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
             await self.app(scope, receive, send)
             return
-        accept = _header(scope, b"accept") or ""
+        authorization = header(scope, b"authorization")
+        if authorization is not None:
+            scheme, _, credentials = authorization.strip().partition(" ")
+            if scheme.lower() == "bearer":
+                client = client_key(scope)
+                wait = self._throttle.retry_after(client)
+                if wait > 0:
+                    await too_many_attempts(wait)(scope, receive, send)
+                    return
+                if token_matches(credentials.strip(), self._token):
+                    await self.app(scope, receive, send)
+                    return
+                self._throttle.failed(client, via="bearer", path=path)
+                await self._refuse(scope, receive, send, signed_in=False)
+                return
+        signed_in = self._sessions is not None and self._sessions.live(
+            cookie_value(scope, SESSION_COOKIE)
+        )
+        if signed_in and (
+            scope["method"] in _SAFE_METHODS
+            or not path.startswith(_API_PREFIX)
+            or header(scope, b"x-requested-with") is not None
+        ):
+            await self.app(scope, receive, send)
+            return
+        await self._refuse(scope, receive, send, signed_in=signed_in)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, *, signed_in: bool) -> None:
+        path: str = scope["path"]
+        accept = header(scope, b"accept") or ""
         if (
             scope["method"] == "GET"
             and "text/html" in accept
@@ -105,8 +291,7 @@ class TokenAuth:
             await RedirectResponse(target, status_code=303)(scope, receive, send)
             return
         message = "missing or wrong token: send 'Authorization: Bearer <token>'"
-        cookie = _cookie(scope, SESSION_COOKIE)
-        if cookie is not None and _equal(cookie, self._session or ""):
+        if signed_in:
             # Signed in, but a write on the cookie alone (the CSRF guard): say so.
             message = (
                 "the dashboard session cookie alone cannot change anything: send "

@@ -6,8 +6,6 @@ metrics) reads this one frozen object; nothing reads the environment later.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import ipaddress
 from dataclasses import dataclass, field
 
@@ -15,10 +13,14 @@ from .._constants import (
     CALLBACK_DEFAULT_TIMEOUT,
     CALLBACK_MAX_TIMEOUT,
     DEFAULT_CALLBACK_QUEUE,
+    SERVE_CLIENT_TIMEOUT,
     SERVE_DEFAULT_HOST,
     SERVE_DEFAULT_PORT,
     SERVE_DISPATCH_CONCURRENCY,
     SERVE_MAX_BODY,
+    SERVE_MAX_CONCURRENCY,
+    SERVE_MAX_LONG_POLLS_PER_CLIENT,
+    SERVE_SESSION_TTL,
 )
 from ..durable._facade import check_identifier
 
@@ -26,18 +28,13 @@ __all__ = [
     "SESSION_COOKIE",
     "ServeConfig",
     "check_queue_name",
+    "host_name",
     "is_loopback_host",
-    "session_value",
+    "is_wildcard_host",
 ]
 
-#: The dashboard's login cookie; its value is :func:`session_value` of the token.
+#: The dashboard's login cookie (see :class:`~._auth.Sessions`).
 SESSION_COOKIE = "delayq_session"
-
-
-def session_value(token: str) -> str:
-    """The cookie value that stands for ``token``: an HMAC of it, so the cookie never
-    carries the token itself and changes when the token does."""
-    return hmac.new(token.encode(), b"delayq dashboard session", hashlib.sha256).hexdigest()
 
 
 def check_queue_name(name: str) -> str:
@@ -65,6 +62,42 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
+def is_wildcard_host(host: str) -> bool:
+    """True for the addresses that bind every interface (``0.0.0.0``, ``::``, "")."""
+    name = host.strip("[]")
+    if not name:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_unspecified
+    except ValueError:
+        return False
+
+
+def host_name(value: str) -> str:
+    """The host of a ``Host`` header or an ``--allowed-host`` entry: lowercase, without
+    brackets, port or trailing dot (``"[::1]:8080"`` -> ``"::1"``)."""
+    text = value.strip().lower()
+    if text.startswith("["):
+        return text[1:].partition("]")[0]
+    if text.count(":") == 1:
+        text = text.partition(":")[0]
+    return text.rstrip(".")
+
+
+def _check_allowed_host(pattern: object) -> str:
+    if not isinstance(pattern, str) or not pattern.strip():
+        raise ValueError(f"allowed host must be a host name, got {pattern!r}")
+    text = pattern.strip().lower()
+    if text == "*":
+        return text
+    name = text[2:] if text.startswith("*.") else text
+    if not name or any(ch in name for ch in "/@*?#") or any(ch.isspace() for ch in name):
+        raise ValueError(
+            f"allowed host must be a host name, '*.domain' or '*', got {pattern!r:.80}"
+        )
+    return text
+
+
 @dataclass(frozen=True)
 class ServeConfig:
     """The server's settings.
@@ -78,6 +111,19 @@ class ServeConfig:
     (``"api.example.com"``, ``"*.example.com"``, optionally with ``":port"``);
     loopback targets are allowed only with ``allow_loopback_callbacks``.
     ``signing_secret`` keys the HMAC-SHA256 signature of every callback request.
+
+    ``allowed_hosts`` are the names clients may reach the server by (the ``Host``
+    header): ``queue.example.com``, ``*.example.com``, or ``*`` for any. A server
+    bound to loopback also answers to loopback names (``localhost``, ``127.0.0.1``,
+    ``[::1]``) and to nothing else unless listed; one bound to another address
+    answers to any name while none is listed (its token guards it). A dashboard
+    session lasts ``session_ttl`` seconds. ``max_concurrency`` bounds the
+    connections and requests served at once (503 past it) and
+    ``max_long_polls_per_client`` the waiting reserves of one client address (429).
+    ``forwarded_allow_ips`` are the proxies whose ``X-Forwarded-For`` and
+    ``X-Forwarded-Proto`` are believed (the client's address and ``https``).
+    ``client_timeout`` is how long a client may take to send a request's head, or
+    each piece of its body (408 and the connection closed past it).
     """
 
     url: str
@@ -92,6 +138,12 @@ class ServeConfig:
     callback_timeout: float = CALLBACK_DEFAULT_TIMEOUT
     dispatch_concurrency: int = SERVE_DISPATCH_CONCURRENCY
     max_body: int = SERVE_MAX_BODY
+    allowed_hosts: tuple[str, ...] = ()
+    session_ttl: float = SERVE_SESSION_TTL
+    max_concurrency: int = SERVE_MAX_CONCURRENCY
+    max_long_polls_per_client: int = SERVE_MAX_LONG_POLLS_PER_CLIENT
+    forwarded_allow_ips: tuple[str, ...] = ()
+    client_timeout: float = SERVE_CLIENT_TIMEOUT
     backend_options: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -122,3 +174,41 @@ class ServeConfig:
             raise ValueError("dispatch_concurrency must be an int >= 1")
         if type(self.max_body) is not int or self.max_body < 1024:
             raise ValueError("max_body must be an int >= 1024 bytes")
+        object.__setattr__(
+            self, "allowed_hosts", tuple(_check_allowed_host(p) for p in self.allowed_hosts)
+        )
+        ttl = self.session_ttl
+        if type(ttl) not in (int, float) or not 60 <= ttl <= 366 * 86400:
+            raise ValueError("session_ttl must be 60 seconds to 366 days")
+        if type(self.max_concurrency) is not int or self.max_concurrency < 1:
+            raise ValueError("max_concurrency must be an int >= 1")
+        if type(self.max_long_polls_per_client) is not int or self.max_long_polls_per_client < 1:
+            raise ValueError("max_long_polls_per_client must be an int >= 1")
+        timeout = self.client_timeout
+        if type(timeout) not in (int, float) or not 0.1 <= timeout <= 3600:
+            raise ValueError("client_timeout must be 0.1 to 3600 seconds")
+        for address in self.forwarded_allow_ips:
+            if not isinstance(address, str) or not address.strip():
+                raise ValueError(f"forwarded_allow_ips: not an address, {address!r}")
+
+    def listed_host(self, name: str) -> bool:
+        """True when the host ``name`` matches an entry of ``allowed_hosts`` by name
+        (``*`` aside)."""
+        return any(
+            host_name(pattern) == name or (pattern.startswith("*.") and name.endswith(pattern[1:]))
+            for pattern in self.allowed_hosts
+        )
+
+    def host_allowed(self, value: str | None) -> bool:
+        """True when a request whose ``Host`` header is ``value`` may be served
+        (no header at all is allowed: browsers always send one)."""
+        if value is None:
+            return True
+        name = host_name(value)
+        if "*" in self.allowed_hosts or self.listed_host(name):
+            return True
+        if is_loopback_host(name):
+            return True
+        if is_loopback_host(self.host):
+            return False
+        return not self.allowed_hosts or name == host_name(self.host)

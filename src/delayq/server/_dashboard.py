@@ -5,9 +5,11 @@ autoescaping on), so reading works without JavaScript and without the ``/v1`` AP
 ``static/dashboard.js`` then keeps the numbers fresh from the API and drives the
 buttons (cancel, reschedule, retry), sending ``X-Requested-With: delayq-dashboard``.
 
-When the server has a token, every page needs the session cookie (set by the login
-form; its value is :func:`session_value` of the token, never the token itself) or an
-``Authorization: Bearer`` header; without either a page redirects to ``/login``.
+When the server has a token, every page needs a live session (the cookie the login
+form sets: a signed value that expires and that ``POST /logout`` ends; see
+:class:`~._auth.Sessions`) or an ``Authorization: Bearer`` header; without either a
+page redirects to ``/login``. Wrong tokens in the login form count against the
+client's address like wrong bearer tokens (429 past the burst).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hashlib
-import hmac
 import json
 import time
 from pathlib import Path
@@ -35,7 +36,8 @@ from .._constants import (
     DASHBOARD_REFRESH_MS,
 )
 from ..durable import AsyncQueue
-from ._config import SESSION_COOKIE, session_value
+from ._auth import AttemptThrottle, Sessions, client_key, cookie_value, token_matches
+from ._config import SESSION_COOKIE
 from ._state import ServerState, message_to_json
 
 __all__ = [
@@ -199,19 +201,22 @@ _templates.filters["urlpart"] = _url_part
 # -- sessions ----------------------------------------------------------------------------
 
 
+def _sessions(request: Request) -> Sessions | None:
+    sessions: Sessions | None = request.app.state.delayq_sessions
+    return sessions
+
+
 def is_signed_in(request: Request) -> bool:
-    """True when the server has no token, or the request carries the session cookie or
-    ``Authorization: Bearer <token>`` (both compared in constant time)."""
+    """True when the server has no token, or the request carries a live session or
+    ``Authorization: Bearer <token>`` (compared in constant time)."""
     token = server_state(request).config.token
     if token is None:
         return True
-    cookie = request.cookies.get(SESSION_COOKIE, "")
-    if hmac.compare_digest(cookie.encode(), session_value(token).encode()):
+    sessions = _sessions(request)
+    if sessions is not None and sessions.live(cookie_value(request.scope, SESSION_COOKIE)):
         return True
     scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(
-        credentials.strip().encode(), token.encode()
-    )
+    return scheme.lower() == "bearer" and token_matches(credentials.strip(), token)
 
 
 def safe_next(target: str | None) -> str:
@@ -375,9 +380,10 @@ async def login_form(request: Request, next: str = "/") -> Response:
 
 @router.post("/login", response_class=HTMLResponse)
 async def login(request: Request) -> Response:
-    """Check the posted token (constant time); on success set the session cookie."""
+    """Check the posted token (constant time); on success start a session."""
     token = server_state(request).config.token
-    if token is None:
+    sessions = _sessions(request)
+    if token is None or sessions is None:
         return RedirectResponse(f"{_base(request)}/", status_code=303)
     body = b""
     async for chunk in request.stream():
@@ -387,12 +393,23 @@ async def login(request: Request) -> Response:
     fields = parse_qs(body.decode("utf-8", "replace"), max_num_fields=8)
     given = fields.get("token", [""])[0]
     target = safe_next(fields.get("next", ["/"])[0])
-    if not hmac.compare_digest(given.encode(), token.encode()):
+    throttle: AttemptThrottle = request.app.state.delayq_throttle
+    client = client_key(request.scope)
+    wait = throttle.retry_after(client)
+    if wait > 0:
+        page = _render(
+            request, "login.html", 429, next=target, error="Too many wrong tokens: wait a while."
+        )
+        page.headers["Retry-After"] = str(max(1, int(wait + 0.999)))
+        return page
+    if not token_matches(given, token):
+        throttle.failed(client, via="login", path="/login")
         return _render(request, "login.html", 401, next=target, error="Wrong token.")
     response = RedirectResponse(_base(request) + target, status_code=303)
     response.set_cookie(
         SESSION_COOKIE,
-        session_value(token),
+        sessions.start(),
+        max_age=int(sessions.ttl),
         httponly=True,
         samesite="strict",
         path="/",
@@ -401,13 +418,22 @@ async def login(request: Request) -> Response:
     return response
 
 
-@router.api_route("/logout", methods=["GET", "POST"])
+@router.post("/logout")
 async def logout(request: Request) -> Response:
-    """Clear the session cookie, back to the login form."""
-    has_token = server_state(request).config.token is not None
-    target = f"{_base(request)}/login" if has_token else f"{_base(request)}/"
+    """End the session (its cookie stops working, even a copy of it), back to the
+    login form."""
+    sessions = _sessions(request)
+    if sessions is not None:
+        sessions.end(cookie_value(request.scope, SESSION_COOKIE))
+    target = f"{_base(request)}/login" if sessions is not None else f"{_base(request)}/"
     response = RedirectResponse(target, status_code=303)
-    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+    response.delete_cookie(
+        SESSION_COOKIE,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
     return response
 
 

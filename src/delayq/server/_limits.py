@@ -1,58 +1,59 @@
 """The request body rules of the HTTP API, as an ASGI middleware.
 
 A body is read in full before the route sees it, counting bytes as they arrive: more
-than ``max_body`` is a 413 as soon as it is known (a ``Content-Length`` above it is
+than the route's cap is a 413 as soon as it is known (a ``Content-Length`` above it is
 refused unread; a body longer than its ``Content-Length`` says, or a chunked one, is
-cut off at the limit). A non-empty body sent to the API (``/v1/...``) must be JSON
-(``application/json`` or ``application/*+json``), else 415. The route then reads
-the buffered body; later ``receive`` calls reach the client connection, so a route
-can still learn that the client went away.
+cut off at the cap). The cap is ``max_body`` for the API (``/v1/...``) and
+:data:`SERVE_MAX_PAGE_BODY` for everything else (the dashboard's forms), so an open
+route never buffers an API-sized body. Each piece of a body must arrive within
+:data:`SERVE_CLIENT_TIMEOUT` seconds and the whole within
+:data:`SERVE_BODY_TIMEOUT`, else 408 and the connection is closed. The route then
+reads the buffered body; later ``receive`` calls reach the client connection, so a
+route can still learn that the client went away. (That the API's bodies are JSON is
+:class:`~._guard.RequestGuard`'s rule.)
 """
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .._constants import SERVE_BODY_TIMEOUT, SERVE_CLIENT_TIMEOUT, SERVE_MAX_PAGE_BODY
+from ._auth import header
 from ._errors import error_response
 
 __all__ = ["BodyLimit", "replaying"]
 
 _API_PREFIX = "/v1/"
-_METHODS_WITH_JSON = frozenset(("POST", "PUT", "PATCH"))
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if key == name:
-            return bytes(value).decode("latin-1")
-    return None
-
-
-def _is_json(content_type: str | None) -> bool:
-    if not content_type:
-        return False
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (
-        media.startswith("application/") and media.endswith("+json")
-    )
 
 
 class BodyLimit:
-    """Refuse bodies over ``max_body`` bytes (413) and non-JSON API bodies (415)."""
+    """Refuse bodies over the route's cap (413) or too slow to arrive (408)."""
 
-    def __init__(self, app: ASGIApp, max_body: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_body: int,
+        *,
+        read_timeout: float = SERVE_CLIENT_TIMEOUT,
+        total_timeout: float = SERVE_BODY_TIMEOUT,
+    ) -> None:
         self.app = app
         self.max_body = max_body
-
-    def _too_large(self) -> str:
-        return f"the request body is larger than {self.max_body} bytes"
+        self.read_timeout = read_timeout
+        self.total_timeout = total_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Buffer the body within the limit, check its type, then call the app."""
+        """Buffer the body within the cap and the time limits, then call the app."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = _header(scope, b"content-length")
+        cap = self.max_body if scope["path"].startswith(_API_PREFIX) else SERVE_MAX_PAGE_BODY
+        too_large = error_response(
+            413, "body_too_large", f"the request body is larger than {cap} bytes"
+        )
+        declared = header(scope, b"content-length")
         if declared is not None:
             try:
                 size = int(declared)
@@ -61,38 +62,37 @@ class BodyLimit:
                     scope, receive, send
                 )
                 return
-            if size > self.max_body:
-                await error_response(413, "body_too_large", self._too_large())(scope, receive, send)
+            if size > cap:
+                await too_large(scope, receive, send)
                 return
         chunks: list[bytes] = []
         total = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.total_timeout
         while True:
-            message = await receive()
+            try:
+                timeout = min(self.read_timeout, deadline - loop.time())
+                message = await asyncio.wait_for(receive(), max(timeout, 0.0))
+            except asyncio.TimeoutError:
+                slow = error_response(
+                    408,
+                    "body_timeout",
+                    "the request body did not arrive in time",
+                    {"Connection": "close"},
+                )
+                await slow(scope, receive, send)
+                return
             if message["type"] == "http.disconnect":
                 return  # nobody to answer
             chunk = message.get("body", b"")
             total += len(chunk)
-            if total > self.max_body:
-                await error_response(413, "body_too_large", self._too_large())(scope, receive, send)
+            if total > cap:
+                await too_large(scope, receive, send)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        body = b"".join(chunks)
-        content_type = _header(scope, b"content-type")
-        if (
-            body
-            and scope["method"] in _METHODS_WITH_JSON
-            and scope["path"].startswith(_API_PREFIX)
-            and not _is_json(content_type)
-        ):
-            got = f"got {content_type[:80]!r}" if content_type else "no Content-Type was sent"
-            refusal = (
-                f"the request body must be JSON ({got}): send 'Content-Type: application/json'"
-            )
-            await error_response(415, "unsupported_media_type", refusal)(scope, receive, send)
-            return
-        await self.app(scope, replaying(body, receive), send)
+        await self.app(scope, replaying(b"".join(chunks), receive), send)
 
 
 def replaying(body: bytes, receive: Receive) -> Receive:
