@@ -25,7 +25,7 @@ from rich.text import Text
 from ._duration import delay_to_seconds
 from .backends.sqlite._url import parse_url
 from .durable.queue import Queue
-from .durable.registry import default_url, scheme_of
+from .durable.registry import default_url, redact_url, scheme_of
 from .errors import DelayqError, DuplicateId, PayloadTooLarge, UnsupportedURL
 
 __all__ = [
@@ -135,7 +135,8 @@ def translate_errors(url: str) -> Iterator[None]:
         raise click.UsageError(str(exc)) from None
     except Exception as exc:
         if _is_connection_error(exc):
-            raise CliError(f"cannot use the queue at {url}: {_one_line(str(exc))}") from None
+            shown = redact_url(url)
+            raise CliError(f"cannot use the queue at {shown}: {_one_line(str(exc))}") from None
         raise
 
 

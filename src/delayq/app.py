@@ -34,7 +34,7 @@ from ._cron import CronSchedule, EverySchedule, Schedule, tick_id
 from .durable._facade import check_identifier
 from .durable.message import Message, OnConflict
 from .durable.queue import AsyncQueue, Queue
-from .durable.registry import default_url
+from .durable.registry import default_url, redact_url
 from .durable.retry import RetryPolicy
 
 __all__ = ["App", "CronJob", "Task", "TaskMessage", "UnknownTask", "decode_envelope"]
@@ -508,4 +508,4 @@ class App:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<App {self.url!r} tasks={sorted(self.tasks)}>"
+        return f"<App {redact_url(self.url)!r} tasks={sorted(self.tasks)}>"

@@ -116,6 +116,16 @@ def test_a_server_that_is_down_exits_1() -> None:
         assert "refused" in line.lower()
 
 
+@pytest.mark.skipif(importlib.util.find_spec("redis") is None, reason="needs redis-py")
+def test_an_error_does_not_print_the_urls_password() -> None:
+    port = closed_port()
+    result = Cli(f"redis://:hunter2@127.0.0.1:{port}/0")("stats", "q")
+    assert result.exit_code == 1
+    line = one_error_line(result)
+    assert "hunter2" not in result.output
+    assert f"cannot use the queue at redis://:***@127.0.0.1:{port}/0" in line
+
+
 def test_help_lists_every_command(cli: Cli) -> None:
     result = cli("--help", url=False)
     assert result.exit_code == 0

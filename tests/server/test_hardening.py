@@ -367,3 +367,16 @@ def test_session_values_do_not_reveal_the_token() -> None:
     value = Sessions(TOKEN, ttl=60, clock=time.time).start()
     assert TOKEN not in value
     assert len(value) < 128
+
+
+def test_a_queue_and_an_app_do_not_show_their_password() -> None:
+    from delayq import App, Queue  # noqa: PLC0415
+
+    url = "redis://:hunter2@127.0.0.1:6379/0"
+    queue = Queue(url)
+    try:
+        assert "hunter2" not in repr(queue)
+        assert "***" in repr(queue)
+    finally:
+        queue.close()
+    assert "hunter2" not in repr(App(url))

@@ -25,7 +25,7 @@ from .._duration import at_to_epoch, delay_to_seconds, seconds_to_ms
 from .._fork import new_id
 from ..errors import QueueClosed
 from .message import Message, OnConflict, PutRequest, Record, State, new_message, put_request
-from .registry import default_url, scheme_of
+from .registry import default_url, redact_url, scheme_of
 from .retry import RetryPolicy
 from .serializer import Codec
 
@@ -343,4 +343,4 @@ class QueueBase:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<{type(self).__name__} {self._name!r} at {self._url!r} {state}>"
+        return f"<{type(self).__name__} {self._name!r} at {redact_url(self._url)!r} {state}>"
