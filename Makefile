@@ -1,20 +1,35 @@
 # Every target that runs code first makes .venv from pyproject.toml (once, and again when
-# pyproject.toml changes), so a fresh clone needs nothing but Python 3.10+.
+# pyproject.toml changes), so a fresh clone needs nothing but Python 3.10+. `make run`
+# installs only what serving needs; the other targets add the development tools.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+SERVE_STAMP := $(VENV)/.serve-installed
 STAMP  := $(VENV)/.installed
+HOST   ?= 127.0.0.1
+PORT   ?= 8080
 
 .PHONY: run test lint bench clean
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
+	@echo "make: creating $(VENV) (first run only)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
 
-run: $(STAMP)
-	$(BIN)/delayq serve --url sqlite:///delayq.db
+$(SERVE_STAMP): pyproject.toml | $(BIN)/python
+	@echo "make: installing delayq with its server into $(VENV)"
+	$(BIN)/python -m pip install --progress-bar off -e '.[serve]'
+	$(BIN)/python -c "import delayq.server"
+	touch $(SERVE_STAMP)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	@echo "make: installing delayq with its development tools into $(VENV)"
+	$(BIN)/python -m pip install --progress-bar off -e '.[dev]'
+	$(BIN)/python -c "import delayq.server, pytest, mypy"
+	touch $(STAMP) $(SERVE_STAMP)
+
+run: $(SERVE_STAMP)
+	$(BIN)/delayq serve --url sqlite:///delayq.db --host $(HOST) --port $(PORT)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

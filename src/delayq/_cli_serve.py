@@ -6,8 +6,10 @@ rest of the ``delayq`` command works without the ``serve`` extra.
 
 from __future__ import annotations
 
+import errno
 import secrets
 import signal
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -90,6 +92,28 @@ def _make_server(config: Any, app: FastAPI, console: Console, *, access_log: boo
             timeout_graceful_shutdown=int(SERVE_SHUTDOWN_GRACE),
         )
     )
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound before anything is printed, so that a busy
+    port or a wrong address is one clear line."""
+    name = host.strip("[]")
+    family = socket.AF_INET6 if ":" in name else socket.AF_INET
+    try:
+        return socket.create_server((name, port), family=family, backlog=2048)
+    except socket.gaierror as exc:
+        raise CliError(f"cannot listen on {host!r}: {exc.strerror}") from None
+    except OSError as exc:
+        where = _address(host, port)
+        if exc.errno == errno.EADDRINUSE:
+            reason = "the port is in use: stop what holds it, or choose another with --port"
+        elif exc.errno == errno.EADDRNOTAVAIL:
+            reason = "that address is not one of this machine's: check --host"
+        elif exc.errno == errno.EACCES:
+            reason = "ports below 1024 need privileges: choose another with --port"
+        else:
+            reason = exc.strerror or str(exc)
+        raise CliError(f"cannot listen on {where}: {reason}") from None
 
 
 def _first_line(path: Path, option: str) -> str:
@@ -265,6 +289,7 @@ def serve(
         )
     except (TypeError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
+    listener = _listen(host, port)
     console = Console(highlight=False, soft_wrap=True)
     console.print(f"delayq serve: {redact_url(url)}", markup=False)
     if generated and config.dispatch:
@@ -275,6 +300,7 @@ def serve(
         )
     app = create_app(config)
     server = _make_server(config, app, console, access_log=access_log)
-    server.run()
+    with listener:
+        server.run(sockets=[listener])
     if not server.started:
         raise CliError(f"the server did not start on {_address(host, port)} (see above)")

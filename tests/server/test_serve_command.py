@@ -147,3 +147,25 @@ def test_non_loopback_bind_without_token_is_one_line_exit_2(tmp_path: Path) -> N
     assert len(lines) == 1
     assert "without a token" in lines[0]
     assert not (tmp_path / "s.db").exists()
+
+
+def test_a_busy_port_is_one_line_before_anything_else(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as holder:
+        port = holder.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "delayq.cli", "serve", "--port", str(port),
+             "--url", f"sqlite:///{tmp_path}/s.db"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=_environ(),
+        )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert lines == [
+        f"error: cannot listen on http://127.0.0.1:{port}/: the port is in use: stop what "
+        "holds it, or choose another with --port"
+    ]
+    assert not (tmp_path / "s.db").exists()
