@@ -15,7 +15,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from ._constants import LOGGER_NAME
 
-__all__ = ["DaemonPool", "Slots", "freeze_startup_heap", "log_event", "log_value"]
+__all__ = ["DaemonPool", "Slots", "freeze_startup_heap", "log_event", "log_raised", "log_value"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -34,15 +34,25 @@ def log_value(value: object) -> str:
     return f'"{escaped}"'
 
 
-def log_event(level: int, event: str, **fields: object) -> None:
-    """Log ``event`` on the ``delayq`` logger as ``event key=value ...`` (values
-    escaped by :func:`log_value`); the fields also go to the record as
-    ``record.delayq`` (a dict, unescaped) for structured handlers."""
+def _log(level: int, event: str, fields: dict[str, object], exc: BaseException | None) -> None:
     if logger.isEnabledFor(level):
         text = " ".join(
             f"{key}={log_value(value)}" for key, value in fields.items() if value is not None
         )
-        logger.log(level, "%s %s", event, text, extra={"delayq": {"event": event, **fields}})
+        extra = {"delayq": {"event": event, **fields}}
+        logger.log(level, "%s %s", event, text, exc_info=exc, extra=extra)
+
+
+def log_event(level: int, event: str, **fields: object) -> None:
+    """Log ``event`` on the ``delayq`` logger as ``event key=value ...`` (values
+    escaped by :func:`log_value`); the fields also go to the record as
+    ``record.delayq`` (a dict, unescaped) for structured handlers."""
+    _log(level, event, fields, None)
+
+
+def log_raised(level: int, event: str, exc: BaseException, **fields: object) -> None:
+    """:func:`log_event`, followed by the traceback of ``exc`` (its whole chain)."""
+    _log(level, event, fields, exc)
 
 
 def freeze_startup_heap() -> None:

@@ -50,7 +50,7 @@ from ._constants import (
 from ._consumer import LeaseRenewer, reserve_loop
 from ._cron import plan_tick, tick_id
 from ._duration import delay_to_seconds
-from ._runtime import DaemonPool, Slots, log_event
+from ._runtime import DaemonPool, Slots, log_event, log_raised
 from .app import App, CronJob, UnknownTask, decode_envelope
 from .durable.message import Message, State
 from .durable.queue import AsyncQueue
@@ -453,7 +453,9 @@ class Worker:
             else:
                 policy = call.retry if call else queue.retry
                 delay = policy.backoff(max(msg.attempts, 1))
-                state = await queue.nack(msg, delay=delay, error=exc)
+                # A timeout's traceback is the worker's own: its message says it all.
+                raised = f"HandlerTimeout: {exc}" if isinstance(exc, HandlerTimeout) else exc
+                state = await queue.nack(msg, delay=delay, error=raised)
                 event = "job.failed"
                 fields["retry_in"] = round(delay, 3) if state is State.SCHEDULED else None
         except LeaseLost:
@@ -464,16 +466,18 @@ class Worker:
             log_event(_WARNING, "job.unsettled", error=repr(exc), **fields)
             return
         self.counts["dead" if state is State.DEAD else "retried"] += 1
-        log_event(
-            _ERROR if state is State.DEAD else _WARNING,
-            event,
+        level = _ERROR if state is State.DEAD else _WARNING
+        fields.update(
             state=state.value,
             attempt=msg.attempts,
             max_attempts=msg.max_attempts,
             seconds=round(seconds, 6),
             error=f"{type(exc).__name__}: {exc}",
-            **fields,
         )
+        if event == "job.failed" and not isinstance(exc, HandlerTimeout):
+            log_raised(level, event, exc, **fields)  # the traceback: where it was raised
+        else:
+            log_event(level, event, **fields)
 
     async def _give_back(self, queue: AsyncQueue, msg: Message) -> None:
         try:

@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from delayq._constants import MAX_ERROR_LENGTH
+from delayq.durable._facade import error_text
 from delayq.durable.message import Message, State
 from delayq.durable.queue import AsyncQueue, Queue
 from delayq.durable.retry import RetryPolicy
@@ -65,7 +67,12 @@ def test_a_failing_handler_is_retried_with_backoff_then_dead() -> None:
         assert msg is not None
         assert msg.state is State.DEAD
         assert msg.attempts == 3
-        assert msg.last_error == "ValueError: boom 3"
+        # The summary first, then where it was raised (the traceback).
+        summary, _, trace = msg.last_error.partition("\n\n")
+        assert summary == "ValueError: boom 3"
+        assert trace.startswith("Traceback (most recent call last):")
+        assert 'raise ValueError(f"boom {msg.attempts}")' in trace
+        assert trace.endswith("ValueError: boom 3")
         assert worker.counts["retried"] == 2
 
     asyncio.run(main())
@@ -337,3 +344,53 @@ def test_every_state_change_is_logged(caplog: pytest.LogCaptureFixture) -> None:
         r for r in caplog.records if getattr(r, "delayq", {}).get("event") == "job.failed"
     )
     assert failed.delayq["state"] == "dead"  # type: ignore[attr-defined]
+
+
+def test_a_failure_is_logged_with_its_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    url = memory_url()
+
+    def lookup(msg: Message) -> None:
+        table: dict[str, int] = {}
+        try:
+            table["zz"]
+        except KeyError as exc:
+            raise RuntimeError("no price for zz") from exc
+
+    async def main() -> None:
+        queue = AsyncQueue(url, name="q", retry=FAST)
+        await queue.put("x", id="m", max_attempts=1)
+        worker = Worker(queue, lookup)
+        await serve_until(worker, lambda: worker.counts["dead"] == 1)
+        await queue.close()
+
+    caplog.set_level(logging.WARNING, logger="delayq")
+    asyncio.run(main())
+    [record] = [r for r in caplog.records if r.getMessage().startswith("job.failed")]
+    assert 'error="RuntimeError: no price for zz"' in record.getMessage()
+    assert record.exc_info is not None
+    text = logging.Formatter().format(record)
+    # The whole chain, down to the line that raised first.
+    assert "KeyError: 'zz'" in text
+    assert 'table["zz"]' in text
+    assert "RuntimeError: no price for zz" in text
+
+
+def test_a_long_traceback_is_cut_keeping_the_summary_and_its_end() -> None:
+    def dive(n: int) -> None:
+        if n == 0:
+            raise ValueError("at the bottom")
+        try:
+            dive(n - 1)
+        except ValueError as exc:
+            raise ValueError("at the bottom") from exc
+
+    try:
+        dive(100)  # a chain of 101 exceptions: far more than the limit
+    except ValueError as exc:
+        text = error_text(exc)
+    assert text is not None
+    assert len(text) <= MAX_ERROR_LENGTH
+    assert text.startswith("ValueError: at the bottom\n\n...\n")
+    assert text.endswith('raise ValueError("at the bottom") from exc\nValueError: at the bottom')
+    # An exception never raised has no traceback: the summary alone.
+    assert error_text(KeyError("zz")) == "KeyError: 'zz'"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import random
+import traceback
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
@@ -96,16 +97,25 @@ def due_arguments(delay: object, at: object) -> tuple[int | None, int | None]:
 
 
 def error_text(error: object) -> str | None:
-    """``last_error`` for ``nack(error=...)``: a str or an exception, cut to 8192 chars."""
+    """``last_error`` for ``nack(error=...)``: a str, or an exception as its one-line
+    summary (``KeyError: 'zz'``) followed, when it was raised, by its traceback (the
+    whole chain); cut to 8192 characters, keeping the summary and the traceback's end
+    (the exception raised last, where it was raised)."""
     if error is None:
         return None
     if isinstance(error, BaseException):
-        text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-    elif isinstance(error, str):
-        text = error
-    else:
-        raise TypeError(f"error must be a str or an exception, not {type(error).__name__}")
-    return text[:MAX_ERROR_LENGTH]
+        summary = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        if error.__traceback__ is None:
+            return summary[:MAX_ERROR_LENGTH]
+        trace = "".join(traceback.format_exception(error)).rstrip("\n")
+        text = f"{summary}\n\n{trace}"
+        if len(text) <= MAX_ERROR_LENGTH:
+            return text
+        head = f"{summary[: MAX_ERROR_LENGTH // 4]}\n\n...\n"
+        return head + trace[len(head) - MAX_ERROR_LENGTH :]
+    if isinstance(error, str):
+        return error[:MAX_ERROR_LENGTH]
+    raise TypeError(f"error must be a str or an exception, not {type(error).__name__}")
 
 
 class QueueBase:
