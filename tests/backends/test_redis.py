@@ -306,6 +306,31 @@ def test_every_key_lives_under_the_prefix_and_the_queue_tag(shared_url: str) -> 
         client.close()
 
 
+def test_a_marker_handed_back_after_a_purge_leaves_no_key(shared_url: str) -> None:
+    """A listener that took the wake-up marker with nobody to wake puts it back; when a
+    purge came in between, the empty queue must keep no key (``delayq demo`` left one)."""
+    prefix = shared_url.split("prefix=")[1]
+    client = redis.Redis.from_url(SHARED)
+    run, ops = Functions(client), Operations(prefix)
+    with Queue(shared_url, name="handed") as q:
+        q.put("a", id="a")
+        assert client.exists(ops.wake_key("handed"))
+        client.delete(ops.wake_key("handed"))  # a listener took the marker...
+        q.purge()  # ...the queue is purged...
+        run(*_script_call(ops.wake("handed")))  # ...and the listener hands it back
+        assert list(client.scan_iter(match=f"{prefix}:*")) == []
+        q.put("b", id="b", delay=3600)
+        client.delete(ops.wake_key("handed"))
+        run(*_script_call(ops.wake("handed")))  # a queue that holds something: put back
+        assert client.exists(ops.wake_key("handed"))
+        q.purge()
+    client.close()
+
+
+def _script_call(call: Any) -> tuple[str, list[bytes], list[Any]]:
+    return call.script, call.keys, call.args
+
+
 def test_fifo_is_exact_across_seq_byte_boundaries(shared_url: str) -> None:
     with Queue(shared_url, name="fifo") as q:
         at = time.time() + 0.05
