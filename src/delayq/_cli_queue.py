@@ -1,5 +1,5 @@
-"""``delayq put | cancel | reschedule | get | stats | dead | purge``: one queue operation
-each, on the durable queue at ``--url``.
+"""``delayq put | send | get | ls | cancel | reschedule | stats | dead | purge``: one
+queue operation each, on the durable queue at ``--url``.
 
 Output that scripts read goes to stdout as plain text (the id ``put`` prints) or JSON
 (``--json``); everything for people is rich text. Errors are one red line on stderr
@@ -38,11 +38,22 @@ from ._cli_common import (
     translate_errors,
     url_option,
 )
-from ._constants import DEFAULT_DEAD_LIMIT, DEFAULT_QUEUE_NAME
+from ._constants import DEFAULT_DEAD_LIMIT, DEFAULT_PEEK_LIMIT, DEFAULT_QUEUE_NAME, MAX_PEEK_LIMIT
 from .durable.message import Message, State, Stats
 from .durable.queue import Queue
 
-__all__ = ["QUEUE_COMMANDS", "cancel", "dead", "get", "purge", "put", "reschedule", "stats"]
+__all__ = [
+    "QUEUE_COMMANDS",
+    "cancel",
+    "dead",
+    "get",
+    "ls",
+    "purge",
+    "put",
+    "reschedule",
+    "send",
+    "stats",
+]
 
 _STATES = [state.value for state in State]
 
@@ -199,6 +210,80 @@ def put(
             headers=headers,
             **due,
         )
+    click.echo(stored)
+
+
+def _argument_value(text: str) -> Any:
+    """A task argument from the command line: JSON when it parses as JSON (``42``,
+    ``true``, ``{"a": 1}``, ``"42"``), else the text itself."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+@click.command(short_help="Start a task of an App: put its message; print its id.")
+@click.argument("task")
+@click.argument("args", nargs=-1)
+@click.option(
+    "--kw",
+    "kw_items",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A keyword argument of the task (repeatable); VALUE as for ARGS.",
+)
+@click.option(
+    "--queue",
+    default=None,
+    help=f"The task's queue (default: the one --app gives it, else {DEFAULT_QUEUE_NAME}).",
+)
+@click.option(
+    "--app",
+    "app_spec",
+    default=None,
+    metavar="MODULE:ATTR",
+    help="The App that defines TASK: the task must exist there, and its queue and "
+    "max_attempts are used.",
+)
+@duration_option("--delay", help="Run after this long: 30m, 1h30m, 250ms, 90 (seconds).")
+@at_option("Run at this ISO 8601 time with its offset: 2030-01-31T09:00:00+01:00, ...Z.")
+@click.option("--id", "message_id", default=None, help="The message id (default: a random one).")
+@url_option()
+def send(
+    *,
+    task: str,
+    args: tuple[str, ...],
+    kw_items: tuple[str, ...],
+    queue: str | None,
+    app_spec: str | None,
+    delay: float | None,
+    at: datetime | None,
+    message_id: str | None,
+    url: str | None,
+) -> None:
+    """Put the message that runs TASK(*ARGS, **kw) on a worker: the task envelope
+    {"task": TASK, "args": [...], "kwargs": {...}} that App workers run. Each ARG is
+    JSON when it parses as JSON (42, true, "quoted text", [1, 2]), else plain text.
+    Print the message id; sending the same --id twice runs the task once."""
+    due = _due(delay, at, required=False)
+    kwargs: dict[str, Any] = {}
+    for item in kw_items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint="'--kw'")
+        kwargs[name] = _argument_value(value)
+    max_attempts = None
+    if app_spec is not None:
+        from ._cli_worker import load_app  # noqa: PLC0415
+
+        defined = load_app(app_spec).tasks.get(task)
+        if defined is None:
+            raise click.UsageError(f"{app_spec} has no task {task!r}")
+        queue = queue or defined.queue
+        max_attempts = defined.max_attempts
+    payload = {"task": task, "args": [_argument_value(a) for a in args], "kwargs": kwargs}
+    with open_queue(resolve_url(url), queue or DEFAULT_QUEUE_NAME, create=True) as q:
+        stored = q.put(payload, id=message_id, max_attempts=max_attempts, **due)
     click.echo(stored)
 
 
@@ -414,12 +499,62 @@ def _stats_live(console: Console, snapshot: Snapshot, interval: float, note: str
             pass
 
 
-# -- dead, purge --------------------------------------------------------------------------
+# -- ls, dead, purge ----------------------------------------------------------------------
 
 
 def _short(value: Any, width: int = 60) -> str:
     text = repr(value) if isinstance(value, bytes) else json.dumps(value, default=str)
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@click.command(short_help="List the messages of a queue: waiting, in flight or dead.")
+@click.argument("queue")
+@click.option(
+    "--state",
+    type=click.Choice(_STATES),
+    default=None,
+    help="Only the messages in this state (default: the waiting ones, ready and "
+    "scheduled, in the order a worker takes them).",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, MAX_PEEK_LIMIT),
+    default=DEFAULT_PEEK_LIMIT,
+    show_default=True,
+    help="List at most this many.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON on stdout.")
+@url_option()
+def ls(*, queue: str, state: str | None, limit: int, as_json: bool, url: str | None) -> None:
+    """List the messages of QUEUE without changing anything: the waiting ones by
+    default (earliest due first), or those in --state (in flight: by lease expiry)."""
+    with open_queue(resolve_url(url), queue) as q:
+        messages = q.peek(state, limit)
+        snapshot = q.stats()
+    if as_json:
+        _print_json([message_data(msg) for msg in messages])
+        return
+    which = "waiting" if state is None else state
+    total = snapshot.ready + snapshot.scheduled if state is None else getattr(snapshot, state)
+    if not messages:
+        _console().print(f"no {which} messages in queue {queue!r}")
+        return
+    now = _now_ms()
+    table = Table(title=f"{which} messages of {queue!r}", title_justify="left")
+    for column in ("id", "state", "due", "attempts", "lease until", "payload"):
+        table.add_column(column, overflow="fold")
+    for msg in messages:
+        lease = msg.lease_expires_at
+        table.add_row(
+            msg.id,
+            Text(msg.state.value, style=_STATE_STYLE.get(msg.state, "")),
+            f"{relative(msg.due_at, now)} ({format_ms(msg.due_at)})",
+            f"{msg.attempts}/{msg.max_attempts}",
+            "" if lease is None else format_ms(lease),
+            _short(msg.payload),
+        )
+    table.caption = f"{len(messages)} shown of {total} {which}"
+    _console().print(table)
 
 
 @click.command(short_help="List dead messages, or make them ready again.")
@@ -524,4 +659,4 @@ def purge(*, queue: str, state: str | None, yes: bool, url: str | None) -> None:
 
 
 #: Every command of this module, in the order ``delayq --help`` lists them.
-QUEUE_COMMANDS = (put, get, cancel, reschedule, stats, dead, purge)
+QUEUE_COMMANDS = (put, send, get, ls, cancel, reschedule, stats, dead, purge)

@@ -6,6 +6,7 @@ import json
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -336,3 +337,76 @@ def test_purge_one_state_with_yes(cli: Cli, queue: Queue, state: str, left: list
     assert result.exit_code == 0, result.output
     assert "purged 1 message(s)" in result.stdout
     assert sorted(i for i in ("s1", "r1", "a1", "d1") if queue.get(i) is not None) == left
+
+
+# -- send --------------------------------------------------------------------------------
+
+
+def test_send_puts_the_task_envelope_a_worker_runs(cli: Cli, url: str) -> None:
+    result = cli(
+        "send", "charge", "42", "eur", '"42"', "--kw", "retry=true", "--kw", "note=two words",
+        "--delay", "1h", "--id", "c-42",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "c-42\n"
+    with Queue(url, name="default") as q:
+        msg = q.get("c-42")
+    assert msg is not None
+    assert msg.payload == {
+        "task": "charge",
+        "args": [42, "eur", "42"],
+        "kwargs": {"retry": True, "note": "two words"},
+    }
+    assert msg.due_at > now_ms() + 3_500_000
+
+
+def test_send_with_the_app_uses_its_queue_and_refuses_an_unknown_task(
+    cli: Cli, url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "shop.py").write_text(
+        "from delayq import App\n"
+        f"app = App({url!r})\n"
+        "@app.task(queue='orders', max_attempts=2)\n"
+        "def expire(order: int) -> None:\n"
+        "    pass\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    result = cli("send", "expire", "7", "--app", "shop:app")
+    assert result.exit_code == 0, result.output
+    with Queue(url, name="orders") as q:
+        [msg] = q.peek()
+    assert msg.payload == {"task": "expire", "args": [7], "kwargs": {}}
+    assert msg.max_attempts == 2
+    unknown = cli("send", "expir", "--app", "shop:app")
+    assert unknown.exit_code == 2
+    assert "shop:app has no task 'expir'" in unknown.stderr
+    bad = cli("send", "expire", "--kw", "no-equals")
+    assert bad.exit_code == 2
+    assert "NAME=VALUE" in bad.stderr
+
+
+# -- ls ----------------------------------------------------------------------------------
+
+
+def test_ls_lists_waiting_in_flight_and_dead_messages(cli: Cli, queue: Queue) -> None:
+    make_dead(queue, "gone")
+    queue.put({"n": 1}, id="later", delay=3600)
+    queue.put({"n": 2}, id="now")
+    queue.put({"n": 3}, id="held")
+    [held] = queue.reserve(wait=0, lease=600)
+    assert held.id == "now"
+    waiting = cli("ls", "jobs", "--json")
+    assert waiting.exit_code == 0, waiting.output
+    assert [m["id"] for m in json.loads(waiting.stdout)] == ["held", "later"]
+    active = json.loads(cli("ls", "jobs", "--state", "active", "--json").stdout)
+    assert [m["id"] for m in active] == ["now"]
+    assert active[0]["lease_expires_at"] > now_ms() + 500_000
+    table = cli("ls", "jobs", "--state", "active")
+    assert "now" in table.stdout
+    assert "lease until" in table.stdout
+    assert "1 shown of 1 active" in table.stdout
+    dead = json.loads(cli("ls", "jobs", "--state", "dead", "--json").stdout)
+    assert [m["id"] for m in dead] == ["gone"]
+    assert "no ready messages" in cli("ls", "jobs", "--state", "ready").stdout
+    limited = json.loads(cli("ls", "jobs", "--limit", "1", "--json").stdout)
+    assert [m["id"] for m in limited] == ["held"]

@@ -121,7 +121,9 @@ def test_peek_active_by_lease_expiry_without_token_and_changes_nothing(q: Any) -
     active = q.peek("active")
     assert [m.id for m in active] == [short, long]
     assert all(m.state is State.ACTIVE and m.attempts == 1 for m in active)
-    assert all(m.lease is None and m.lease_expires_at is None for m in active)
+    assert all(m.lease is None for m in active)
+    expiries = [held_short.lease_expires_at, held_long.lease_expires_at]
+    assert [m.lease_expires_at for m in active] == expiries
     assert [m.id for m in q.peek("active", limit=1)] == [short]
     assert q.peek() == []
     q.ack(held_short)  # the lease still holds
@@ -263,3 +265,22 @@ def test_bad_due_counts_raises_before_the_backend_is_called(
 def test_the_limits_themselves_are_accepted(q: Any) -> None:
     assert q.peek(limit=10_000) == []
     assert q.due_counts("366d", 1000)[1] == [0] * 1000
+
+
+def test_get_and_peek_show_when_a_lease_expires_but_never_its_token(q: Any) -> None:
+    """An in-flight message is visible: when its lease ends (the lease token, which
+    settles it, stays with the consumer)."""
+    q.put("x", id="held")
+    [held] = q.reserve(wait=0, lease=600)
+    assert held.lease is not None
+    assert held.lease_expires_at is not None
+    got = q.get("held")
+    assert got.state is State.ACTIVE
+    assert got.lease is None
+    assert got.lease_expires_at == held.lease_expires_at
+    [peeked] = q.peek("active")
+    assert peeked.lease is None
+    assert peeked.lease_expires_at == held.lease_expires_at
+    # Once settled, a message has no lease to show.
+    q.release(held)
+    assert q.get("held").lease_expires_at is None

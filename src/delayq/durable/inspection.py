@@ -58,14 +58,11 @@ def select_peek(
 
 def merge_peek(parts: Iterable[Iterable[Record]], state: State | None, limit: int) -> list[Record]:
     """The first ``limit`` of several already observed peek results (e.g. one per
-    shard) in :func:`peek_order`, their leases dropped (active ones come with their
-    ``lease_until``, the sort key)."""
+    shard) in :func:`peek_order`, their lease tokens dropped (active ones keep their
+    ``lease_until``, the sort key and what a reader wants to know)."""
     merged = (record for part in parts for record in part)
     chosen = heapq.nsmallest(limit, merged, key=peek_order(state))
-    return [
-        record if record.lease_until is None else replace(record, lease=None, lease_until=None)
-        for record in chosen
-    ]
+    return [record if record.lease is None else replace(record, lease=None) for record in chosen]
 
 
 def bucket_width(horizon_ms: int, buckets: int) -> int:

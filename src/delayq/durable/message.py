@@ -258,12 +258,13 @@ def is_due(record: Record, now_ms: int) -> bool:
 
 def observe(record: Record, now_ms: int, *, with_lease: bool = True) -> Record:
     """The record as a caller should see it at ``now_ms``: settled, ``READY`` when due,
-    and without its lease unless ``with_lease`` (``get`` never shows the token)."""
+    and without its lease token unless ``with_lease`` (``get`` and ``peek`` show when
+    an active message's lease expires, never the token that settles it)."""
     record = settle(record, now_ms)
     if is_due(record, now_ms):
         record = replace(record, state=State.READY)
     if not with_lease and record.lease is not None:
-        record = replace(record, lease=None, lease_until=None)
+        record = replace(record, lease=None)
     return record
 
 

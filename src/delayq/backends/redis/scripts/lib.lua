@@ -266,12 +266,16 @@ end
 
 local STATE_NAMES = {'scheduled', 'active', 'dead'}
 
--- observe(): the record as a reply, READY when due; the lease only if asked.
+-- observe(): the record as a reply, READY when due; the lease's expiry when it has
+-- one, its token only if asked.
 local function reply(r, now, with_lease)
   local name = STATE_NAMES[r.state]
   if r.state == SCHEDULED and r.due <= now then name = 'ready' end
   local lease, lease_until = false, false
-  if with_lease and r.lease then lease, lease_until = r.lease, r.lease_until end
+  if r.lease then
+    lease_until = r.lease_until
+    if with_lease then lease = r.lease end
+  end
   return {r.id, r.payload, r.enc or '', r.due, r.seq, r.attempts, r.max, name,
     r.headers or false, r.err or false, lease, lease_until}
 end

@@ -1,11 +1,11 @@
--- peek.lua: up to limit messages in one observed state, without their leases (read only:
--- an expired lease is settled in the reply, never written; the function is no-writes).
+-- peek.lua: up to limit messages in one observed state, without their lease tokens (read
+-- only: an expired lease is settled in the reply, never written; the function is no-writes).
 -- KEYS: msg, due, lease, dead, seq, wake (see lib.lua).
 -- ARGV[1]: '' (waiting: scheduled and ready), 'ready', 'scheduled', 'active' or 'dead';
 -- ARGV[2]: limit.
 -- Returns a list of records (see reply() in lib.lua): waiting, ready and scheduled ones
--- by (due_at, seq), active ones by (lease_until, seq) and with their lease (the caller
--- merges shards by it, then drops it), dead ones by seq (as dead.lua).
+-- by (due_at, seq), active ones by (lease_until, seq) with their lease's expiry (the
+-- caller merges shards by it), dead ones by seq (as dead.lua).
 local now = clock()
 local state, limit = ARGV[1], tonumber(ARGV[2])
 local found = {}
@@ -67,5 +67,5 @@ end
 
 table.sort(found, order)
 local out = {}
-for i = 1, math.min(limit, #found) do out[i] = reply(found[i], now, state == 'active') end
+for i = 1, math.min(limit, #found) do out[i] = reply(found[i], now, false) end
 return out
