@@ -110,11 +110,14 @@ def _make_server(config: Any, app: FastAPI, console: Console, *, access_log: boo
     "callback_hosts",
     multiple=True,
     metavar="PATTERN",
-    help="A host callbacks may go to: api.example.com, *.example.com, host:port "
+    help="A host callbacks may go to: api.example.com, *.example.com, with :PORT for that "
+    "port or :* for any; without one, only port 80 (http) or 443 (https) "
     "(repeatable; default: none).",
 )
 @click.option(
-    "--allow-loopback-callbacks", is_flag=True, help="Allow callbacks to loopback addresses."
+    "--allow-loopback-callbacks",
+    is_flag=True,
+    help="Allow callbacks to loopback addresses (on any port, listed or not).",
 )
 @click.option(
     "--signing-secret",

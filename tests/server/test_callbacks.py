@@ -156,7 +156,6 @@ def test_from_header_refuses_garbage(text: str) -> None:
     [
         "https://api.example.com/hook",
         "http://API.Example.COM./hook",
-        "https://api.example.com:9000/any-port-when-unpinned",
         "https://a.hooks.example.org/",
         "https://deep.a.hooks.example.org/",
         "https://pinned.example.net:8443/",
@@ -177,6 +176,9 @@ def test_allowed_hosts(url: str) -> None:
         "https://pinned.example.net/",  # port 443, the pattern pins 8443
         "https://pinned.example.net:8444/",
         "http://10.0.0.7/",  # IP not listed
+        "https://api.example.com:9000/",  # a pattern without a port: the default one only
+        "http://api.example.com:443/",  # the default port of https, not of http
+        "https://a.hooks.example.org:8443/",
     ],
 )
 def test_refused_hosts(url: str) -> None:
@@ -228,12 +230,13 @@ def test_special_addresses_refused_unless_that_ip_is_listed(url: str, ip: str) -
     with pytest.raises(CallbackError) as info:
         parse_callback(url, wildcard)
     assert info.value.code == "callback_host_not_allowed"
-    assert host_allowed(url, config(ip))
+    assert host_allowed(url, config(f"[{ip}]:*" if ":" in ip else f"{ip}:*"))
 
 
 def test_ip_and_ipv6_patterns() -> None:
     cfg = config("10.0.0.7", "[2001:db8::1]:8443", "2001:db8::2")
-    assert host_allowed("http://10.0.0.7:81/", cfg)
+    assert host_allowed("http://10.0.0.7/", cfg)
+    assert not host_allowed("http://10.0.0.7:81/", cfg)
     assert host_allowed("https://[2001:db8::1]:8443/", cfg)
     assert not host_allowed("https://[2001:db8::1]/", cfg)
     assert host_allowed("https://[2001:DB8:0::2]/", cfg)
@@ -243,6 +246,39 @@ def test_ip_and_ipv6_patterns() -> None:
 def test_idna_hosts_match_their_ascii_form() -> None:
     cfg = config("xn--bcher-kva.example")
     assert host_allowed("https://bücher.example/", cfg)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "url", "allowed"),
+    [
+        ("api.example.com", "https://api.example.com/", True),
+        ("api.example.com", "http://api.example.com/", True),
+        ("api.example.com", "https://api.example.com:443/", True),
+        ("api.example.com", "https://api.example.com:8443/", False),
+        ("api.example.com", "http://api.example.com:443/", False),
+        ("api.example.com:*", "https://api.example.com:8443/", True),
+        ("api.example.com:*", "http://api.example.com/", True),
+        ("api.example.com:8443", "https://api.example.com/", False),
+        ("*.example.com", "https://a.example.com:8443/", False),
+        ("*.example.com:*", "https://a.example.com:8443/", True),
+        ("[2001:db8::1]:*", "https://[2001:db8::1]:9/", True),
+        ("2001:db8::1", "https://[2001:db8::1]:9/", False),
+        ("10.0.0.7:*", "http://10.0.0.7:81/", True),
+        # a malformed pattern allows nothing (it used to allow every port)
+        ("api.example.com:abc", "https://api.example.com/", False),
+        ("api.example.com:99999", "https://api.example.com/", False),
+        ("api.example.com:", "https://api.example.com/", False),
+    ],
+)
+def test_a_pattern_without_a_port_allows_the_default_port_only(
+    pattern: str, url: str, allowed: bool
+) -> None:
+    assert host_allowed(url, config(pattern)) is allowed
+
+
+def test_loopback_allows_any_port_with_the_flag() -> None:
+    assert host_allowed("http://127.0.0.1:54321/", config(loopback=True))
+    assert host_allowed("http://localhost:54321/", config(loopback=True))
 
 
 def test_malformed_url_is_not_allowed() -> None:

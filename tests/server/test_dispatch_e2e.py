@@ -403,7 +403,7 @@ def test_a_name_resolving_to_loopback_is_refused_when_sent() -> None:
         assert receiver.arrivals == []
         assert callbacks_total(state, "refused") == 1
 
-    run_memory(body, allow_loopback_callbacks=False, callback_hosts=(name,))
+    run_memory(body, allow_loopback_callbacks=False, callback_hosts=(f"{name}:*",))
 
 
 @pytest.mark.timeout(30)

@@ -9,9 +9,13 @@ signature that receivers verify with :func:`verify`.
 
 The allowlist (``ServeConfig.callback_hosts``): a pattern is an exact host
 (``api.example.com``, ``10.0.0.7``, ``[2001:db8::1]``) or ``*.suffix`` (any host
-strictly below ``suffix``), optionally with ``:port``. Loopback targets (``localhost``,
-``127.0.0.0/8``, ``::1``) are allowed when, and only when,
-``allow_loopback_callbacks`` is set. Link-local (``169.254.0.0/16``, cloud metadata),
+strictly below ``suffix``), then optionally ``:port`` or ``:*``. Without a port a
+pattern allows the default port of the URL's scheme only (80 for http, 443 for
+https); ``:port`` allows that port only, ``:*`` every port. A malformed pattern
+(``host:abc``) allows nothing. Loopback targets (``localhost``, ``127.0.0.0/8``,
+``::1``) are allowed when, and only when, ``allow_loopback_callbacks`` is set, on any
+port and without being listed (the flag is meant for a receiver on the same machine,
+typically on a port of its own). Link-local (``169.254.0.0/16``, cloud metadata),
 unspecified and multicast addresses are refused unless that very IP literal is listed.
 """
 
@@ -262,22 +266,46 @@ def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return address
 
 
-def _split_pattern(pattern: str) -> tuple[str, int | None]:
-    """``"host"``, ``"host:port"``, ``"[v6]:port"`` or a bare IPv6 -> (host, port)."""
+_AnyPort = Literal["*"]
+
+
+def _split_pattern(pattern: str) -> tuple[str, int | _AnyPort | None] | None:
+    """``"host"``, ``"host:port"``, ``"host:*"``, ``"[v6]"``, ``"[v6]:port"``,
+    ``"[v6]:*"`` or a bare IPv6 -> ``(host, port)``, the port None when the pattern
+    names none (the scheme's default port) and ``"*"`` for any; None when the pattern
+    is malformed (it then allows nothing)."""
     text = pattern.strip().lower()
+    port: str | None
     if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else ""
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return None
+        port = rest[1:] if rest else None
     elif text.count(":") == 1:
         host, _, port = text.partition(":")
     else:
-        host, port = text, ""
-    return host.rstrip("."), int(port) if port.isdigit() else None
+        host, port = text, None
+    host = host.rstrip(".")
+    if not host:
+        return None
+    if port is None or port == "*":
+        return host, "*" if port else None
+    if port.isascii() and port.isdigit() and 0 < int(port) <= 65535:
+        return host, int(port)
+    return None
 
 
-def _pattern_matches(pattern: str, host: str, port: int) -> bool:
-    want_host, want_port = _split_pattern(pattern)
-    if want_port is not None and want_port != port:
+def _pattern_matches(pattern: str, host: str, port: int, default_ports: tuple[int, ...]) -> bool:
+    """True if ``pattern`` allows ``host`` (normalized) on ``port``; a pattern without
+    a port allows ``default_ports`` only."""
+    split = _split_pattern(pattern)
+    if split is None:
+        return False
+    want_host, want_port = split
+    if want_port is None:
+        if port not in default_ports:
+            return False
+    elif want_port not in ("*", port):
         return False
     if want_host.startswith("*."):
         return host.endswith(want_host[1:])
@@ -288,7 +316,11 @@ def _pattern_matches(pattern: str, host: str, port: int) -> bool:
 
 
 def _listed_ip(address: ipaddress.IPv4Address | ipaddress.IPv6Address, config: ServeConfig) -> bool:
-    return any(_ip(_split_pattern(p)[0]) == address for p in config.callback_hosts)
+    for pattern in config.callback_hosts:
+        split = _split_pattern(pattern)
+        if split is not None and _ip(split[0]) == address:
+            return True
+    return False
 
 
 def address_refusal(address: str, config: ServeConfig) -> str | None:
@@ -317,7 +349,8 @@ def check_host(url: str, config: ServeConfig) -> None:
     ``config`` (see the module's docstring for the rules). Does no DNS lookup."""
     parts = _check_url(url)
     host = _ascii_host(parts.hostname or "")
-    port = parts.port or _DEFAULT_PORTS[parts.scheme.lower()]
+    default_port = _DEFAULT_PORTS[parts.scheme.lower()]
+    port = parts.port or default_port
     literal = _ip(host)
     if is_loopback_host(host) or (literal is not None and literal.is_loopback):
         if config.allow_loopback_callbacks:
@@ -330,11 +363,14 @@ def check_host(url: str, config: ServeConfig) -> None:
         reason = address_refusal(host, config)
         if reason is not None:
             raise _refused(f"callback host refused: {reason}")
-    if not any(_pattern_matches(pattern, host, port) for pattern in config.callback_hosts):
+    if not any(
+        _pattern_matches(pattern, host, port, (default_port,)) for pattern in config.callback_hosts
+    ):
         allowed = ", ".join(config.callback_hosts) or "none configured"
         raise _refused(
             f"callback host {host}:{port} is not in the server's allowlist ({allowed:.200}); "
-            "add it with --allow-callback-host"
+            "add it with --allow-callback-host (a pattern without a port allows the "
+            "default port only: add :PORT or :*)"
         )
 
 

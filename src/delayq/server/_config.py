@@ -75,8 +75,10 @@ class ServeConfig:
     without a token is refused. ``dispatch`` runs the callback dispatcher in the
     server process, over ``callback_queues``: a message put with a ``callback`` must
     go to one of them. ``callback_hosts`` is the allowlist of callback hosts
-    (``"api.example.com"``, ``"*.example.com"``, optionally with ``":port"``);
-    loopback targets are allowed only with ``allow_loopback_callbacks``.
+    (``"api.example.com"``, ``"*.example.com"``, optionally with ``":port"`` or
+    ``":*"``; without a port only the scheme's default port, 80 or 443, is allowed);
+    loopback targets are allowed only with ``allow_loopback_callbacks`` (then on any
+    port, listed or not).
     ``signing_secret`` keys the HMAC-SHA256 signature of every callback request.
     """
 
