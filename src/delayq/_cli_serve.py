@@ -120,6 +120,12 @@ def _make_server(config: Any, app: FastAPI, console: Console, *, access_log: boo
     help="Allow callbacks to loopback addresses (on any port, listed or not).",
 )
 @click.option(
+    "--allow-private-callbacks",
+    is_flag=True,
+    help="Allow listed callback hosts to resolve to private and other non-public "
+    "addresses (10/8, 172.16/12, 192.168/16, fc00::/7, 100.64/10, NAT64, ...).",
+)
+@click.option(
     "--signing-secret",
     envvar="DELAYQ_SIGNING_SECRET",
     default=None,
@@ -137,6 +143,7 @@ def serve(
     callback_queues: tuple[str, ...],
     callback_hosts: tuple[str, ...],
     allow_loopback_callbacks: bool,
+    allow_private_callbacks: bool,
     signing_secret: str | None,
     access_log: bool,
 ) -> None:
@@ -165,6 +172,7 @@ def serve(
             callback_queues=callback_queues or (DEFAULT_CALLBACK_QUEUE,),
             callback_hosts=callback_hosts,
             allow_loopback_callbacks=allow_loopback_callbacks,
+            allow_private_callbacks=allow_private_callbacks,
             signing_secret=secret,
         )
     except (TypeError, ValueError) as exc:

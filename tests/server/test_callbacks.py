@@ -20,11 +20,14 @@ from delayq.server._callbacks import (
 from delayq.server._config import ServeConfig
 
 
-def config(*hosts: str, loopback: bool = False, timeout: float = 10.0) -> ServeConfig:
+def config(
+    *hosts: str, loopback: bool = False, private: bool = False, timeout: float = 10.0
+) -> ServeConfig:
     return ServeConfig(
         url="memory://callbacks-unit",
         callback_hosts=hosts,
         allow_loopback_callbacks=loopback,
+        allow_private_callbacks=private,
         callback_timeout=timeout,
     )
 
@@ -248,6 +251,28 @@ def test_idna_hosts_match_their_ascii_form() -> None:
     assert host_allowed("https://bücher.example/", cfg)
 
 
+def test_the_host_is_encoded_as_the_http_client_encodes_it() -> None:
+    # IDNA2008 (what httpx connects to) keeps "ß": api.xn--busine-gta.com. IDNA2003 (the
+    # codec of Python) made it "ss", so a listed api.business.com admitted another host.
+    listed = config("api.business.com")
+    assert not host_allowed("https://api.busineß.com/hook", listed)
+    with pytest.raises(CallbackError) as info:
+        parse_callback("https://api.busineß.com/hook", listed)
+    assert info.value.code == "callback_host_not_allowed"
+    assert "api.xn--busine-gta.com" in info.value.message
+    assert host_allowed("https://api.busineß.com/hook", config("api.xn--busine-gta.com"))
+    assert host_allowed("https://api.busineß.com/hook", config("api.busineß.com"))
+    assert host_allowed("https://API.Business.com/hook", listed)
+
+
+def test_a_host_the_http_client_cannot_encode_is_invalid() -> None:
+    # IDNA2003 encodes a snowman (xn--n3h); IDNA2008, and so httpx, refuses it.
+    with pytest.raises(CallbackError) as info:
+        parse_callback("https://\u2603.example/", config("xn--n3h.example"))
+    assert info.value.code == "invalid_callback"
+    assert "not a valid host name" in info.value.message
+
+
 @pytest.mark.parametrize(
     ("pattern", "url", "allowed"),
     [
@@ -281,6 +306,73 @@ def test_loopback_allows_any_port_with_the_flag() -> None:
     assert host_allowed("http://localhost:54321/", config(loopback=True))
 
 
+NON_PUBLIC = [
+    "10.1.2.3",  # private
+    "172.16.0.1",
+    "172.31.255.254",
+    "192.168.1.1",
+    "100.64.0.1",  # shared address space (CGNAT)
+    "100.127.255.254",
+    "240.0.0.1",  # reserved
+    "255.255.255.255",
+    "198.18.0.1",  # benchmarking
+    "192.0.0.8",  # IETF protocol assignments
+    "0.1.2.3",  # "this network"
+    "fd00::1",  # unique local
+    "fc00::1",
+    "fec0::1",  # site-local (deprecated)
+    "64:ff9b::808:808",  # NAT64
+    "64:ff9b:1::1",  # local-use NAT64
+    "::808:808",  # IPv4-compatible (deprecated)
+    "2001:db8::1",  # documentation
+    "::ffff:10.0.0.1",  # IPv4-mapped private
+]
+
+
+@pytest.mark.parametrize("address", NON_PUBLIC)
+def test_non_public_addresses_are_refused_unless_allowed(address: str) -> None:
+    reason = address_refusal(address, config())
+    assert reason is not None
+    assert "--allow-private-callbacks" in reason
+    assert address_refusal(address, config(private=True)) is None
+    assert address_refusal(address, config(address)) is None  # that very IP is listed
+
+
+@pytest.mark.parametrize("address", NON_PUBLIC)
+def test_non_public_literals_are_refused_at_put(address: str) -> None:
+    host = f"[{address}]" if ":" in address else address
+    with pytest.raises(CallbackError) as info:
+        parse_callback(f"https://{host}/hook", config("*.example.com", private=False))
+    assert info.value.code == "callback_host_not_allowed"
+    assert host_allowed(f"https://{host}/hook", config(host))
+
+
+@pytest.mark.parametrize(
+    ("address", "embedded"),
+    [
+        ("::127.0.0.1", "127.0.0.1"),  # IPv4-compatible
+        ("::ffff:127.0.0.1", "127.0.0.1"),  # IPv4-mapped
+        ("2002:7f00:1::", "127.0.0.1"),  # 6to4
+        ("2002:7f00:1::1", "127.0.0.1"),
+        ("2002:a9fe:a9fe::", "169.254.169.254"),
+        ("64:ff9b::a9fe:a9fe", "169.254.169.254"),  # NAT64
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "127.0.0.1"),  # Teredo (client obfuscated)
+    ],
+)
+def test_an_ipv6_embedding_a_refused_ipv4_is_refused(address: str, embedded: str) -> None:
+    # Allowing private ranges does not allow what they embed.
+    reason = address_refusal(address, config(private=True))
+    assert reason is not None
+    assert embedded in reason
+    assert not host_allowed(f"https://[{address}]/", config(f"[{address}]", private=True))
+
+
+def test_6to4_of_a_private_ipv4_is_private() -> None:
+    assert address_refusal("2002:a00:1::", config()) is not None  # 10.0.0.1
+    assert address_refusal("2002:5db8:d822::1", config()) is None  # 93.184.216.34
+    assert address_refusal("2606:4700:4700::1111", config()) is None
+
+
 def test_malformed_url_is_not_allowed() -> None:
     assert not host_allowed("not a url", ALLOW_EXAMPLE)
 
@@ -289,7 +381,8 @@ def test_malformed_url_is_not_allowed() -> None:
     ("address", "loopback", "listed", "refused"),
     [
         ("93.184.216.34", False, (), False),
-        ("10.1.2.3", False, (), False),
+        ("10.1.2.3", False, (), True),
+        ("10.1.2.3", False, ("10.1.2.3:8080",), False),
         ("127.0.0.1", False, (), True),
         ("127.0.0.1", True, (), False),
         ("::1", False, (), True),

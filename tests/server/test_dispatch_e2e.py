@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from conformance.conftest import memory_url, redis_url, sqlite_url
@@ -23,7 +24,13 @@ from delayq.durable import State
 from delayq.durable.retry import RetryPolicy
 from delayq.server._callbacks import Callback, is_loopback_host, parse_callback, verify
 from delayq.server._config import ServeConfig
-from delayq.server._dispatch import Dispatcher
+from delayq.server._dispatch import (
+    CallbackRefused,
+    Dispatcher,
+    Resolve,
+    _GuardedNetwork,
+    _GuardedTransport,
+)
 from delayq.server._state import ServerState
 
 SECRET = "test-signing-secret"
@@ -389,11 +396,18 @@ def _name_resolving_to_loopback() -> str | None:
     return None
 
 
-@pytest.mark.timeout(30)
-def test_a_name_resolving_to_loopback_is_refused_when_sent() -> None:
+@pytest.fixture
+def loopback_name() -> str:
+    """A name (not ``localhost``) that resolves to loopback here, else a skip."""
     name = _name_resolving_to_loopback()
     if name is None:
         pytest.skip("no host name here resolves to loopback")
+    return name
+
+
+@pytest.mark.timeout(30)
+def test_a_name_resolving_to_loopback_is_refused_when_sent(loopback_name: str) -> None:
+    name = loopback_name
 
     async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
         cb = parse_callback(f"http://{name}:{receiver.port}/hook", state.config)  # allowed
@@ -404,6 +418,141 @@ def test_a_name_resolving_to_loopback_is_refused_when_sent() -> None:
         assert callbacks_total(state, "refused") == 1
 
     run_memory(body, allow_loopback_callbacks=False, callback_hosts=(f"{name}:*",))
+
+
+# -- the guard at the connection: the host httpx connects to, its port, its addresses ------
+
+
+async def guarded_attempt(
+    config: ServeConfig, host: str, port: int, resolve: Resolve | None = None
+) -> str | None:
+    """Open a connection through the dispatcher's guard and close it: None when it
+    connected, else why it was refused."""
+    network = _GuardedNetwork(config) if resolve is None else _GuardedNetwork(config, resolve)
+    try:
+        stream = await network.connect_tcp(host, port, timeout=5.0)
+    except CallbackRefused as exc:
+        return str(exc)
+    await stream.aclose()
+    return None
+
+
+@pytest.mark.timeout(30)
+def test_the_connection_checks_the_host_and_port_against_the_allowlist(loopback_name: str) -> None:
+    name = loopback_name
+
+    async def scenario() -> None:
+        receiver = Receiver()
+        await receiver.start()
+        port = receiver.port
+
+        def with_hosts(*hosts: str) -> ServeConfig:  # loopback addresses allowed
+            return serve_config("memory://guard", callback_hosts=hosts)
+
+        try:
+            # The name resolves to an allowed (loopback) address, but is not listed.
+            assert "allowlist" in (await guarded_attempt(with_hosts(), name, port) or "")
+            # Listed without a port: its default ports only.
+            assert "allowlist" in (await guarded_attempt(with_hosts(name), name, port) or "")
+            other = f"{name}:{port + 1 if port < 65535 else 1}"
+            assert "allowlist" in (await guarded_attempt(with_hosts(other), name, port) or "")
+            assert await guarded_attempt(with_hosts(f"{name}:*"), name, port) is None
+            assert await guarded_attempt(with_hosts(f"{name}:{port}"), name, port) is None
+            # Loopback targets keep any port with --allow-loopback-callbacks.
+            assert await guarded_attempt(with_hosts(), "127.0.0.1", port) is None
+            assert await guarded_attempt(with_hosts(), "localhost", port) is None
+        finally:
+            await receiver.stop()
+
+    asyncio.run(scenario())
+
+
+class FixedResolver:
+    """A resolver whose answer the test chooses; it records the names asked."""
+
+    def __init__(self, *addresses: str) -> None:
+        self.addresses = list(addresses)
+        self.asked: list[str] = []
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        self.asked.append(host)
+        return self.addresses
+
+
+@pytest.mark.timeout(30)
+def test_the_connection_checks_the_idna2008_name_before_resolving_it() -> None:
+    # httpx connects to api.xn--busine-gta.com for api.busineß.com; a listed
+    # api.business.com (its IDNA2003 form) must not let it through.
+    resolver = FixedResolver("127.0.0.1")
+    config = serve_config("memory://guard", callback_hosts=("api.business.com:*",))
+    reason = asyncio.run(guarded_attempt(config, "api.xn--busine-gta.com", 443, resolver))
+    assert reason is not None
+    assert "api.xn--busine-gta.com" in reason
+    assert "allowlist" in reason
+    assert resolver.asked == []  # refused before any lookup
+
+
+@pytest.mark.timeout(30)
+def test_the_http_client_goes_through_the_guard_with_its_own_host() -> None:
+    """httpx, over the dispatcher's transport, asks the guard for the IDNA2008 name;
+    listed in that form it reaches the receiver (the test's resolver says 127.0.0.1)."""
+
+    async def scenario() -> None:
+        receiver = Receiver()
+        await receiver.start()
+        url = f"http://api.busineß.com:{receiver.port}/hook"
+        try:
+            for listed, arrives in [("api.business.com:*", False), ("api.busineß.com:*", True)]:
+                resolver = FixedResolver("127.0.0.1")
+                config = serve_config("memory://guard", callback_hosts=(listed,))
+                transport = _GuardedTransport(config, resolve=resolver)
+                async with httpx.AsyncClient(transport=transport) as client:
+                    headers = {"X-Delayq-Message-Id": "m-1"}
+                    if arrives:
+                        response = await client.post(url, headers=headers, content=b"x")
+                        assert response.status_code == 200
+                        assert resolver.asked == ["api.xn--busine-gta.com"]
+                    else:
+                        with pytest.raises(CallbackRefused, match="xn--busine-gta"):
+                            await client.post(url, headers=headers, content=b"x")
+                        assert resolver.asked == []
+            assert [a.headers["host"] for a in receiver.arrivals] == [
+                f"api.xn--busine-gta.com:{receiver.port}"
+            ]
+        finally:
+            await receiver.stop()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("addresses", "options", "fragment"),
+    [
+        (("10.0.0.7",), {}, "private"),
+        (("127.0.0.1", "192.168.1.20"), {}, "private"),
+        (("100.64.0.1",), {}, "shared"),
+        (("fd12::1",), {}, "unique local"),
+        (("64:ff9b::808:808",), {}, "NAT64"),
+        (("240.0.0.1",), {}, "reserved"),
+        (
+            ("2002:7f00:1::",),
+            {"allow_private_callbacks": True, "allow_loopback_callbacks": False},
+            "127.0.0.1",
+        ),
+        (("::ffff:169.254.169.254",), {"allow_private_callbacks": True}, "link-local"),
+    ],
+)
+@pytest.mark.timeout(30)
+def test_the_connection_refuses_non_public_addresses_by_default(
+    addresses: tuple[str, ...], options: dict[str, Any], fragment: str
+) -> None:
+    resolver = FixedResolver(*addresses)
+    config = serve_config("memory://guard", callback_hosts=("hooks.example.com",), **options)
+    reason = asyncio.run(guarded_attempt(config, "hooks.example.com", 443, resolver))
+    assert reason is not None
+    assert "resolves to a refused address" in reason
+    assert fragment in reason
+    assert resolver.asked == ["hooks.example.com"]
 
 
 @pytest.mark.timeout(30)

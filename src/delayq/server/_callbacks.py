@@ -12,11 +12,30 @@ The allowlist (``ServeConfig.callback_hosts``): a pattern is an exact host
 strictly below ``suffix``), then optionally ``:port`` or ``:*``. Without a port a
 pattern allows the default port of the URL's scheme only (80 for http, 443 for
 https); ``:port`` allows that port only, ``:*`` every port. A malformed pattern
-(``host:abc``) allows nothing. Loopback targets (``localhost``, ``127.0.0.0/8``,
-``::1``) are allowed when, and only when, ``allow_loopback_callbacks`` is set, on any
-port and without being listed (the flag is meant for a receiver on the same machine,
-typically on a port of its own). Link-local (``169.254.0.0/16``, cloud metadata),
-unspecified and multicast addresses are refused unless that very IP literal is listed.
+(``host:abc``) allows nothing. Host names are compared in the ASCII form the HTTP
+client connects to: a non-ASCII name is encoded by IDNA 2008 as httpx encodes it
+(``api.busineß.com`` is ``api.xn--busine-gta.com``, not Python's IDNA 2003
+``api.business.com``), and so are non-ASCII patterns.
+
+Addresses (IP literals, and every address a name resolves to when the request is
+sent):
+
+* loopback (``localhost``, ``127.0.0.0/8``, ``::1``): allowed when, and only when,
+  ``allow_loopback_callbacks`` is set, on any port and without being listed (the flag
+  is meant for a receiver on the same machine, typically on a port of its own);
+* link-local (``169.254.0.0/16``, cloud metadata), unspecified and multicast: refused
+  unless that very IP literal is listed;
+* every other address that is not public: private (``10/8``, ``172.16/12``,
+  ``192.168/16``), unique local (``fc00::/7``), shared/CGNAT (``100.64/10``), NAT64
+  (``64:ff9b::/96``, ``64:ff9b:1::/48``), reserved (``240/4``), IPv4-compatible IPv6,
+  and whatever else :mod:`ipaddress` does not call global: refused unless
+  ``allow_private_callbacks`` is set or that very IP literal is listed;
+* an IPv6 address that carries an IPv4 one (IPv4-mapped, IPv4-compatible, 6to4,
+  Teredo, NAT64) is refused when that IPv4 address would be, whatever the flags say
+  of the IPv6 range.
+
+``allow_private_callbacks`` lifts the address rule only: the host must still match
+the allowlist.
 """
 
 from __future__ import annotations
@@ -31,8 +50,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, TypeAlias
 from urllib.parse import SplitResult, urlsplit
+
+import idna
 
 from .._constants import (
     CALLBACK_DEFAULT_TIMEOUT,
@@ -50,6 +71,7 @@ __all__ = [
     "CallbackError",
     "address_refusal",
     "check_host",
+    "connection_refusal",
     "host_allowed",
     "sign",
     "verify",
@@ -245,18 +267,27 @@ def _check_headers(headers: object) -> dict[str, str]:
 # -- the allowlist ------------------------------------------------------------------------
 
 
+def _idna(name: str) -> str:
+    """A non-ASCII host name as httpx sends and connects to it: IDNA 2008 by the
+    ``idna`` package with its default options, as httpx calls it (not Python's IDNA
+    2003 codec, which maps ``ß`` to ``ss``); ``UnicodeError`` when it cannot."""
+    return name if name.isascii() else idna.encode(name).decode("ascii")
+
+
 def _ascii_host(host: str) -> str:
-    """``host`` lowercased, without brackets or a trailing dot, IDNA-encoded."""
+    """``host`` lowercased, without brackets or a trailing dot, IDNA-encoded as the
+    HTTP client encodes it."""
     name = host.strip("[]").lower().rstrip(".")
-    if not name.isascii():
-        try:
-            name = name.encode("idna").decode("ascii")
-        except UnicodeError:
-            raise _invalid(f"callback host {host!r:.100} is not a valid host name") from None
-    return name
+    try:
+        return _idna(name)
+    except UnicodeError:  # idna.IDNAError is one
+        raise _invalid(f"callback host {host!r:.100} is not a valid host name") from None
 
 
-def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+_Address: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _ip(host: str) -> _Address | None:
     try:
         address = ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
@@ -286,6 +317,11 @@ def _split_pattern(pattern: str) -> tuple[str, int | _AnyPort | None] | None:
     else:
         host, port = text, None
     host = host.rstrip(".")
+    wildcard = "*." if host.startswith("*.") else ""
+    try:
+        host = wildcard + _idna(host[len(wildcard) :])
+    except UnicodeError:
+        return None
     if not host:
         return None
     if port is None or port == "*":
@@ -315,7 +351,7 @@ def _pattern_matches(pattern: str, host: str, port: int, default_ports: tuple[in
     return want_host == host
 
 
-def _listed_ip(address: ipaddress.IPv4Address | ipaddress.IPv6Address, config: ServeConfig) -> bool:
+def _listed_ip(address: _Address, config: ServeConfig) -> bool:
     for pattern in config.callback_hosts:
         split = _split_pattern(pattern)
         if split is not None and _ip(split[0]) == address:
@@ -323,12 +359,59 @@ def _listed_ip(address: ipaddress.IPv4Address | ipaddress.IPv6Address, config: S
     return False
 
 
-def address_refusal(address: str, config: ServeConfig) -> str | None:
-    """Why a connection to the IP ``address`` is refused under ``config`` (None: it
-    is allowed). The dispatcher checks every address a callback host resolves to."""
-    ip = _ip(address)
-    if ip is None:
-        return f"{address!r} is not an IP address"
+# Addresses that are not public, refused unless --allow-private-callbacks or listed,
+# by the name a refusal gives them; the rest of what ipaddress does not call global
+# (it differs between Python versions, hence the explicit ranges) is refused too.
+_NON_PUBLIC = tuple(
+    (ipaddress.ip_network(network), kind)
+    for network, kind in (
+        ("10.0.0.0/8", "private"),
+        ("172.16.0.0/12", "private"),
+        ("192.168.0.0/16", "private"),
+        ("100.64.0.0/10", "shared (carrier-grade NAT)"),
+        ("0.0.0.0/8", "'this network'"),
+        ("192.0.0.0/24", "IETF protocol assignment"),
+        ("240.0.0.0/4", "reserved"),
+        ("fc00::/7", "unique local"),
+        ("fec0::/10", "site-local"),
+        ("64:ff9b::/96", "NAT64"),
+        ("64:ff9b:1::/48", "NAT64 (local use)"),
+        ("::/96", "IPv4-compatible IPv6"),
+    )
+)
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_V4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def _embedded_v4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one stands for or leads to: 6to4, Teredo (the
+    client), NAT64 (well-known prefix) and IPv4-compatible (IPv4-mapped ones are
+    made IPv4 by :func:`_ip` already)."""
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    if ip in _NAT64 or (ip in _V4_COMPATIBLE and int(ip) > 1):  # not :: or ::1
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
+def _non_public(ip: _Address) -> str | None:
+    """What kind of non-public address ``ip`` is (None: a public one)."""
+    for network, kind in _NON_PUBLIC:
+        if ip in network:
+            return kind
+    if not ip.is_global or ip.is_reserved:
+        return "non-global"
+    return None
+
+
+def _ip_refusal(ip: _Address, config: ServeConfig) -> str | None:
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = _embedded_v4(ip)
+        reason = None if embedded is None else _ip_refusal(embedded, config)
+        if reason is not None:
+            return f"{ip} embeds {embedded}: {reason}"
     if ip.is_loopback:
         if config.allow_loopback_callbacks:
             return None
@@ -339,9 +422,50 @@ def address_refusal(address: str, config: ServeConfig) -> str | None:
         else "multicast" if ip.is_multicast
         else None
     )  # fmt: skip
-    if special is not None and not _listed_ip(ip, config):
+    if special is not None:
+        if _listed_ip(ip, config):
+            return None
         return f"{ip} is a {special} address (allowed only when that IP is listed)"
-    return None
+    kind = _non_public(ip)
+    if kind is None or config.allow_private_callbacks or _listed_ip(ip, config):
+        return None
+    return (
+        f"{ip} is a {kind} address (allowed only with --allow-private-callbacks, "
+        "or when that IP is listed)"
+    )
+
+
+def address_refusal(address: str, config: ServeConfig) -> str | None:
+    """Why a connection to the IP ``address`` is refused under ``config`` (None: it
+    is allowed). The dispatcher checks every address a callback host resolves to."""
+    ip = _ip(address)
+    if ip is None:
+        return f"{address!r} is not an IP address"
+    return _ip_refusal(ip, config)
+
+
+def _target_refusal(
+    host: str, port: int, default_ports: tuple[int, ...], config: ServeConfig
+) -> str | None:
+    """Why ``host`` (normalized by :func:`_ascii_host`) on ``port`` is refused, a
+    pattern without a port allowing ``default_ports``; None: allowed."""
+    literal = _ip(host)
+    if is_loopback_host(host) or (literal is not None and literal.is_loopback):
+        if config.allow_loopback_callbacks:
+            return None
+        return (
+            f"callback host {host!r} is loopback: the server allows it only with "
+            "--allow-loopback-callbacks"
+        )
+    if not any(_pattern_matches(p, host, port, default_ports) for p in config.callback_hosts):
+        allowed = ", ".join(config.callback_hosts) or "none configured"
+        return (
+            f"callback host {host}:{port} is not in the server's allowlist ({allowed:.200}); "
+            "add it with --allow-callback-host (a pattern without a port allows the "
+            "default port only: add :PORT or :*)"
+        )
+    reason = None if literal is None else address_refusal(host, config)
+    return None if reason is None else f"callback host refused: {reason}"
 
 
 def check_host(url: str, config: ServeConfig) -> None:
@@ -350,28 +474,26 @@ def check_host(url: str, config: ServeConfig) -> None:
     parts = _check_url(url)
     host = _ascii_host(parts.hostname or "")
     default_port = _DEFAULT_PORTS[parts.scheme.lower()]
-    port = parts.port or default_port
-    literal = _ip(host)
-    if is_loopback_host(host) or (literal is not None and literal.is_loopback):
-        if config.allow_loopback_callbacks:
-            return
-        raise _refused(
-            f"callback host {host!r} is loopback: the server allows it only with "
-            "--allow-loopback-callbacks"
-        )
-    if literal is not None:
-        reason = address_refusal(host, config)
-        if reason is not None:
-            raise _refused(f"callback host refused: {reason}")
-    if not any(
-        _pattern_matches(pattern, host, port, (default_port,)) for pattern in config.callback_hosts
-    ):
-        allowed = ", ".join(config.callback_hosts) or "none configured"
-        raise _refused(
-            f"callback host {host}:{port} is not in the server's allowlist ({allowed:.200}); "
-            "add it with --allow-callback-host (a pattern without a port allows the "
-            "default port only: add :PORT or :*)"
-        )
+    reason = _target_refusal(host, parts.port or default_port, (default_port,), config)
+    if reason is not None:
+        raise _refused(reason)
+
+
+def connection_refusal(host: str, port: int, config: ServeConfig) -> str | None:
+    """Why a TCP connection to ``host``:``port`` is refused under ``config`` (None: it
+    is allowed), ``host`` being what the HTTP client connects to (an ASCII name or an
+    IP literal), checked before it is resolved: the rules of :func:`check_host`,
+    except that a pattern without a port allows both 80 and 443 (the scheme is not
+    known here; :func:`check_host`, at put and at send, holds it to the scheme's own).
+    A non-ASCII name is refused: resolving it would encode it by IDNA 2003. The
+    addresses a name resolves to are then checked with :func:`address_refusal`."""
+    if not host.isascii():
+        return f"callback host {host!r:.100} is not ASCII (IDNA-encode it first)"
+    try:
+        name = _ascii_host(host)
+    except CallbackError as exc:
+        return exc.message
+    return _target_refusal(name, port, tuple(_DEFAULT_PORTS.values()), config)
 
 
 def host_allowed(url: str, config: ServeConfig) -> bool:

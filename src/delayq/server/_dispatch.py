@@ -13,10 +13,12 @@ within milliseconds of its due time. Each message is one request:
 * no callback header, a malformed one, or a host the allowlist refuses now (the
   configuration may have changed since the put): dead at once.
 
-The host's addresses are checked when each connection is opened (a network backend
-under httpx resolves the name and connects only to allowed addresses), so a name that
-resolves to loopback or link-local is refused even if it looked harmless at put
-(DNS rebinding). Redirects are not followed; proxies from the environment are ignored.
+Each connection is checked when it is opened, by a network backend under httpx: the
+host httpx connects to (its own IDNA encoding of the name, whatever the URL looked
+like) and the port must match the allowlist, then the name is resolved there and the
+connection goes only to allowed addresses, so a name that resolves to loopback,
+link-local or a private range is refused even if it looked harmless at put (DNS
+rebinding). Redirects are not followed; proxies from the environment are ignored.
 
 The lease of a reservation is the longest callback timeout plus a margin, so it
 normally never needs renewing; a request that still runs near its end (a stalled
@@ -34,6 +36,7 @@ import socket
 import time
 import typing
 from collections import Counter
+from collections.abc import Awaitable, Callable
 
 import anyio
 import httpcore
@@ -55,11 +58,18 @@ from ..durable import AsyncQueue, Message
 from ..durable.message import State
 from ..durable.serializer import JSONSerializer
 from ..errors import LeaseLost, QueueClosed
-from ._callbacks import Callback, CallbackError, address_refusal, check_host, sign
+from ._callbacks import (
+    Callback,
+    CallbackError,
+    address_refusal,
+    check_host,
+    connection_refusal,
+    sign,
+)
 from ._config import ServeConfig
 from ._state import ServerState
 
-__all__ = ["CallbackRefused", "Dispatcher"]
+__all__ = ["CallbackRefused", "Dispatcher", "Resolve"]
 
 _INFO, _WARNING, _ERROR, _DEBUG = logging.INFO, logging.WARNING, logging.ERROR, logging.DEBUG
 _JSON = JSONSerializer()
@@ -67,16 +77,29 @@ _JSON = JSONSerializer()
 
 class CallbackRefused(Exception):
     """A callback target the configuration does not allow (raised while connecting
-    when its host resolves to a refused address)."""
+    when the host or port is not allowed, or the host resolves to a refused address)."""
+
+
+#: How a host name is resolved for a callback: ``(host, port)`` -> its addresses.
+Resolve = Callable[[str, int], Awaitable[list[str]]]
+
+
+async def _getaddrinfo(host: str, port: int) -> list[str]:
+    """The addresses of ``host`` from the system resolver (``OSError`` when none)."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
 class _GuardedNetwork(httpcore.AsyncNetworkBackend):
-    """Opens TCP connections only to addresses the configuration allows: the host is
-    resolved here and the connection goes to a checked address, so the name cannot
-    resolve differently between the check and the connect."""
+    """Opens TCP connections only where the configuration allows: the host httpx
+    connects to, and its port, must pass the allowlist (:func:`connection_refusal`)
+    before the name is resolved; then it is resolved here (by ``resolve``, the system
+    resolver by default) and the connection goes to a checked address, so the name
+    cannot resolve differently between the check and the connect."""
 
-    def __init__(self, config: ServeConfig) -> None:
+    def __init__(self, config: ServeConfig, resolve: Resolve = _getaddrinfo) -> None:
         self._config = config
+        self._resolve = resolve
         self._inner = httpcore.AnyIOBackend()
 
     async def connect_tcp(
@@ -87,14 +110,16 @@ class _GuardedNetwork(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        """Resolve ``host``, refuse it if any address is refused, connect to the first
-        address that answers."""
-        loop = asyncio.get_running_loop()
+        """Refuse ``host``:``port`` unless the allowlist has it; resolve ``host``,
+        refuse it if any address is refused, connect to the first address that
+        answers."""
+        reason = connection_refusal(host, port, self._config)
+        if reason is not None:
+            raise CallbackRefused(f"connection to {host}:{port} refused: {reason}")
         try:
-            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            addresses = await self._resolve(host, port)
         except OSError as exc:
             raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
-        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
         for address in addresses:
             reason = address_refusal(address, self._config)
             if reason is not None:
@@ -131,7 +156,7 @@ class _GuardedTransport(httpx.AsyncHTTPTransport):
     """httpx's transport over a connection pool that connects through
     :class:`_GuardedNetwork` (httpx offers no public way to pass a network backend)."""
 
-    def __init__(self, config: ServeConfig) -> None:
+    def __init__(self, config: ServeConfig, resolve: Resolve = _getaddrinfo) -> None:
         super().__init__(trust_env=False)
         limit = config.dispatch_concurrency
         self._pool = httpcore.AsyncConnectionPool(
@@ -139,7 +164,7 @@ class _GuardedTransport(httpx.AsyncHTTPTransport):
             max_connections=limit,
             max_keepalive_connections=limit,
             keepalive_expiry=30.0,
-            network_backend=_GuardedNetwork(config),
+            network_backend=_GuardedNetwork(config, resolve),
         )
 
 
