@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from typing import Any
 
@@ -105,6 +107,7 @@ def test_callback_is_frozen_and_its_headers_read_only() -> None:
         ({"url": "https://api.example.com/", "headers": []}, "headers must be an object"),
         ({"url": "https://api.example.com/", "headers": {"A": 1}}, "strings to strings"),
         ({"url": "https://api.example.com/", "headers": {"Bad Name": "x"}}, "valid header"),
+        ({"url": "https://api.example.com/", "headers": {"Name\n": "x"}}, "valid header"),
         ({"url": "https://api.example.com/", "headers": {"A": "x\r\nB: y"}}, "control"),
         ({"url": "https://api.example.com/", "headers": {"Host": "evil"}}, "may not set"),
         ({"url": "https://api.example.com/", "headers": {"content-length": "1"}}, "may not set"),
@@ -449,3 +452,83 @@ def test_sign_checks_its_arguments() -> None:
         sign("", 1, b"")
     with pytest.raises(ValueError, match="timestamp"):
         sign("k", -1, b"")
+
+
+# -- signing, v2: method, URL and message id too ----------------------------------------------
+
+REQUEST = {"method": "GET", "url": "https://api.example.com/orders/42?k=1", "message_id": "m-1"}
+
+
+def v2_by_hand(secret: str, t: int, method: str, url: str, message_id: str, body: bytes) -> str:
+    """The v2 digest as the README tells a receiver to compute it."""
+    signed = f"{t}\n{method}\n{url}\n{message_id}\n".encode() + body
+    return hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+
+
+def test_sign_v2_format() -> None:
+    header = sign("s3cret", 1000, b"", **REQUEST)
+    fields = dict(part.split("=", 1) for part in header.split(","))
+    assert list(fields) == ["t", "v1", "v2"]
+    assert fields["t"] == "1000"
+    assert fields["v1"] == sign("s3cret", 1000, b"").split("v1=")[1]  # v1 as before
+    assert fields["v2"] == v2_by_hand("s3cret", 1000, "GET", REQUEST["url"], "m-1", b"")
+
+
+def test_v2_covers_method_url_message_id_and_body() -> None:
+    header = sign("k", 1000, b"", **REQUEST)
+    assert verify("k", header, b"", now=1000, **REQUEST)
+    for change in (
+        {"method": "DELETE"},
+        {"url": "https://api.example.com/orders/43?k=1"},
+        {"url": "https://api.example.com/orders/42"},
+        {"message_id": "m-2"},
+    ):
+        assert not verify("k", header, b"", now=1000, **{**REQUEST, **change}), change
+    assert not verify("k", header, b"x", now=1000, **REQUEST)
+    assert not verify("other", header, b"", now=1000, **REQUEST)
+    # Two bodyless requests of other messages no longer share a signature.
+    other = sign("k", 1000, b"", **{**REQUEST, "message_id": "m-2"})
+    assert other.split("v2=")[1] != header.split("v2=")[1]
+    assert other.split("v1=")[1].split(",")[0] == header.split("v1=")[1].split(",")[0]
+
+
+def test_v1_still_verifies_during_the_transition() -> None:
+    header = sign("k", 1000, b"body", **REQUEST)
+    assert verify("k", header, b"body", now=1000)
+
+
+def test_given_the_request_only_v2_counts() -> None:
+    # A v1-only header (or one stripped of its v2) cannot pass for another request.
+    v1_only = sign("k", 1000, b"")
+    assert verify("k", v1_only, b"", now=1000)
+    assert not verify("k", v1_only, b"", now=1000, **REQUEST)
+    stripped = sign("k", 1000, b"", **REQUEST).rsplit(",", 1)[0]
+    assert not verify("k", stripped, b"", now=1000, **REQUEST)
+
+
+def test_v2_tolerance_and_several_signatures() -> None:
+    header = sign("new", 1000, b"x", **REQUEST)
+    old = sign("old", 1000, b"x", **REQUEST).split("v2=")[1]
+    both = f"{header},v2={old}"
+    assert verify("new", both, b"x", now=1300, **REQUEST)
+    assert verify("old", both, b"x", now=1300, **REQUEST)
+    assert not verify("new", both, b"x", now=1301, **REQUEST)
+
+
+def test_sign_v2_checks_its_arguments() -> None:
+    with pytest.raises(ValueError, match="together"):
+        sign("k", 1, b"", method="GET", url="https://a.example/")
+    with pytest.raises(ValueError, match="together"):
+        verify("k", "t=1,v2=00", b"", now=1, message_id="m")
+    for message_id in ("a\nb", "a\n", " a", "é", ""):
+        with pytest.raises(ValueError, match="message id"):
+            sign("k", 1, b"", method="GET", url="https://a.example/", message_id=message_id)
+    with pytest.raises(ValueError, match="url"):
+        sign("k", 1, b"", method="GET", url="https://a.example/\nx", message_id="a")
+    for method in ("G ET", "GET\n", ""):
+        with pytest.raises(ValueError, match="method"):
+            sign("k", 1, b"", method=method, url="https://a.example/", message_id="a")
+    with pytest.raises(ValueError, match="url"):
+        sign("k", 1, b"", method="GET", url="https://a.example/\n", message_id="a")
+    # verify() says False, never raises, for such values (no signature covers them)
+    assert not verify("k", "t=1,v2=00", b"", now=1, method="GET\n", url="u", message_id="a")

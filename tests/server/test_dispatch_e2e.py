@@ -4,7 +4,14 @@ HTTP receiver on a free local port, the dispatcher over a real ServerState."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import hmac
+import json
+import re
+import shutil
 import socket
+import subprocess
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -271,6 +278,147 @@ def test_always_failing_goes_dead_with_last_error(backend_url: str) -> None:
             assert value == 1
 
     asyncio.run(scenario())
+
+
+# -- the signature, v2 ----------------------------------------------------------------------
+
+
+def signature_fields(arrival: Arrival) -> dict[str, str]:
+    header = arrival.headers[CALLBACK_SIGNATURE_HEADER.lower()]
+    return dict(part.split("=", 1) for part in header.split(","))
+
+
+def received_url(arrival: Arrival) -> str:
+    """The URL as a receiver rebuilds it: its scheme, the Host header, the target."""
+    return f"http://{arrival.headers['host']}{arrival.path}"
+
+
+@pytest.mark.timeout(30)
+def test_signature_v2_signs_method_url_message_id_and_body() -> None:
+    async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
+        sent = [
+            await put(state, Callback(receiver.url("/orders/1?k=v"), method="GET")),
+            await put(state, Callback(receiver.url("/orders/2"), method="GET")),
+            await put(state, Callback(receiver.url("/orders/3"), method="DELETE"), b""),
+            await put(state, Callback(receiver.url("/orders/4"), method="PUT"), {"n": 4}),
+        ]
+        await wait_until(lambda: len(receiver.arrivals) == len(sent))
+        for arrival in receiver.arrivals:
+            fields = signature_fields(arrival)
+            header = arrival.headers[CALLBACK_SIGNATURE_HEADER.lower()]
+            url = received_url(arrival)
+            # As the README documents it, computed by hand:
+            signed = f"{fields['t']}\n{arrival.method}\n{url}\n{arrival.id}\n".encode()
+            expected = hmac.new(SECRET.encode(), signed + arrival.body, hashlib.sha256)
+            assert fields["v2"] == expected.hexdigest()
+            request = {"method": arrival.method, "url": url, "message_id": arrival.id}
+            assert verify(SECRET, header, arrival.body, **request)
+            assert verify(SECRET, header, arrival.body)  # v1, for existing receivers
+            for other in receiver.arrivals:
+                if other is not arrival:  # no request's signature passes for another's
+                    theirs = {"method": other.method, "url": received_url(other)}
+                    assert not verify(SECRET, header, other.body, **theirs, message_id=other.id)
+                    assert not verify(SECRET, header, arrival.body, **{**request, **theirs})
+                    mixed = {**request, "message_id": other.id}
+                    assert not verify(SECRET, header, arrival.body, **mixed)
+        first, second = receiver.arrivals[:2]
+        assert first.body == second.body == b""
+        assert signature_fields(first)["v2"] != signature_fields(second)["v2"]
+
+    run_memory(body)
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_block(language: str, marker: str) -> str:
+    """The README's fenced ``language`` block that holds ``marker``."""
+    fence = re.compile(rf"^```{language}\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+    blocks = [b for b in fence.findall(README.read_text(encoding="utf-8")) if marker in b]
+    assert len(blocks) == 1, f"{len(blocks)} {language} blocks of the README hold {marker!r}"
+    return str(blocks[0])
+
+
+def readme_cases(receiver: Receiver) -> list[dict[str, Any]]:
+    """What each arrival asks a receiver to check, and a forged copy of each (the
+    signature of one request given with another's message id)."""
+    cases = []
+    for arrival, other in zip(receiver.arrivals, receiver.arrivals[::-1], strict=True):
+        case = {
+            "header": arrival.headers[CALLBACK_SIGNATURE_HEADER.lower()],
+            "method": arrival.method,
+            "url": received_url(arrival),
+            "id": arrival.id,
+            "body": base64.b64encode(arrival.body).decode(),
+        }
+        cases += [{**case, "valid": True}, {**case, "id": other.id, "valid": False}]
+    return cases
+
+
+def run_readme_receivers(check: Callable[[Receiver], None]) -> None:
+    """Two callbacks (a bodyless GET, a POST) delivered, then `check(receiver)`."""
+
+    async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
+        await put(state, Callback(receiver.url("/a?k=1"), method="GET"))
+        await put(state, Callback(receiver.url("/b"), method="POST"), {"n": "é"})
+        await wait_until(lambda: len(receiver.arrivals) == 2)
+        check(receiver)
+
+    run_memory(body)
+
+
+@pytest.mark.timeout(30)
+def test_the_readme_python_receiver_verifies_v2() -> None:
+    namespace: dict[str, Any] = {}
+    exec(readme_block("python", '"v2"'), namespace)
+    verified = namespace["verified"]
+
+    def check(receiver: Receiver) -> None:
+        for case in readme_cases(receiver):
+            body = base64.b64decode(case["body"])
+            args = (SECRET, case["header"], case["method"], case["url"], case["id"], body)
+            assert verified(*args) is case["valid"], case
+
+    run_readme_receivers(check)
+
+
+@pytest.mark.timeout(30)
+def test_the_readme_node_receiver_verifies_v2() -> None:
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    code = readme_block("js", "fields.v2") + (
+        "\nconst cases = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+        "\nconsole.log(JSON.stringify(cases.map((c) => verified("
+        "c.secret, c.header, c.method, c.url, c.id, Buffer.from(c.body, 'base64')))));"
+    )
+
+    def check(receiver: Receiver) -> None:
+        cases = [{**case, "secret": SECRET} for case in readme_cases(receiver)]
+        result = subprocess.run(
+            [node, "-e", code], input=json.dumps(cases), capture_output=True, text=True,
+            timeout=20, check=True,
+        )  # fmt: skip
+        assert json.loads(result.stdout) == [case["valid"] for case in cases]
+
+    run_readme_receivers(check)
+
+
+@pytest.mark.timeout(30)
+def test_a_message_id_that_cannot_be_signed_or_sent_goes_dead_with_its_reason() -> None:
+    async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
+        header = {CALLBACK_HEADER: Callback(receiver.url()).to_header()}
+        queue = state.queue(QUEUE)
+        newline = await queue.put({"n": 1}, id="a\nb", headers=header, max_attempts=5)
+        accented = await queue.put({"n": 2}, id="é", headers=header, max_attempts=5)
+        for id, fragment in [(newline, "message id"), (accented, "message id")]:
+            msg = await dead_message(state, id)
+            assert msg.attempts == 1
+            assert msg.last_error.startswith("callback refused: ")
+            assert fragment in msg.last_error
+        assert receiver.arrivals == []
+
+    run_memory(body)
 
 
 # -- failures of other kinds (backend-independent: memory://) --------------------------------

@@ -71,6 +71,7 @@ __all__ = [
     "CallbackError",
     "address_refusal",
     "check_host",
+    "check_message_id",
     "connection_refusal",
     "host_allowed",
     "sign",
@@ -92,7 +93,7 @@ _RESERVED_HEADERS = frozenset(
 )  # fmt: skip
 _RESERVED_PREFIX = "x-delayq-"
 # RFC 9110 token characters.
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # used with fullmatch
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _CALLBACK_KEYS = frozenset(("url", "method", "headers", "timeout"))
 
@@ -245,7 +246,7 @@ def _check_headers(headers: object) -> dict[str, str]:
     for name, value in headers.items():
         if not isinstance(name, str) or not isinstance(value, str):
             raise _invalid(f"callback headers must map strings to strings, got {name!r:.60}")
-        if not _TOKEN.match(name):
+        if not _TOKEN.fullmatch(name):
             raise _invalid(f"callback header name {name!r:.60} is not a valid header name")
         lowered = name.lower()
         if lowered in _RESERVED_HEADERS or lowered.startswith(_RESERVED_PREFIX):
@@ -507,20 +508,81 @@ def host_allowed(url: str, config: ServeConfig) -> bool:
 
 # -- signing ------------------------------------------------------------------------------
 
+# What an HTTP header carries unchanged: printable ASCII, no space at either end (a
+# receiver's parser strips those).
+_HEADER_SAFE = re.compile(r"[!-~](?:[ -~]*[!-~])?")  # used with fullmatch
+
+
+def check_message_id(message_id: str) -> str:
+    """``message_id`` if it can be sent in ``X-Delayq-Message-Id`` as it is (and so be
+    signed by v2): printable ASCII without a space at either end; else ``ValueError``."""
+    if not isinstance(message_id, str) or not _HEADER_SAFE.fullmatch(message_id):
+        raise ValueError(
+            f"message id {message_id!r:.80} cannot be sent in the X-Delayq-Message-Id "
+            "header: it must be printable ASCII without a space at either end"
+        )
+    return message_id
+
 
 def _digest(secret: str, timestamp: int, body: bytes) -> str:
     message = str(timestamp).encode() + b"." + body
     return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
 
-def sign(secret: str, timestamp: int, body: bytes) -> str:
-    """The signature header value of a request: ``t=<unix seconds>,v1=<hex>``, where
-    ``<hex>`` is HMAC-SHA256 keyed by ``secret`` of ``b"<t>." + body``."""
+def _digest_v2(secret: str, timestamp: int, request: tuple[str, str, str], body: bytes) -> str:
+    method, url, message_id = request
+    message = f"{timestamp}\n{method}\n{url}\n{message_id}\n".encode() + body
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def _request_of(
+    method: str | None, url: str | None, message_id: str | None
+) -> tuple[str, str, str] | None:
+    """``(method, url, message_id)`` checked for v2, or None when none is given.
+    ``ValueError`` when only some are given or one could make the signed text
+    ambiguous (a newline in it)."""
+    if method is None and url is None and message_id is None:
+        return None
+    if method is None or url is None or message_id is None:
+        raise ValueError("method, url and message_id go together (they make the v2 signature)")
+    if not isinstance(method, str) or not _TOKEN.fullmatch(method):
+        raise ValueError(f"method must be an HTTP method such as POST, got {method!r:.40}")
+    if not isinstance(url, str) or not url or not _HEADER_SAFE.fullmatch(url) or " " in url:
+        raise ValueError(f"url must be the URL as sent (printable ASCII, no spaces): {url!r:.100}")
+    return method, url, check_message_id(message_id)
+
+
+def sign(
+    secret: str,
+    timestamp: int,
+    body: bytes,
+    *,
+    method: str | None = None,
+    url: str | None = None,
+    message_id: str | None = None,
+) -> str:
+    """The signature header value of a request.
+
+    ``t=<unix seconds>,v1=<hex>``: ``<hex>`` is HMAC-SHA256, keyed by ``secret``, of
+    ``b"<t>." + body``. Given the request's ``method``, ``url`` and ``message_id``
+    (all three), ``,v2=<hex>`` follows: HMAC-SHA256, keyed by ``secret``, of
+    ``f"{t}\\n{method}\\n{url}\\n{message_id}\\n".encode() + body``, i.e. four lines,
+    each ended by a newline (none can hold one: they are checked), then the raw
+    body. ``url`` is the URL as sent: the scheme, ``://``, the ``Host`` header, then
+    the request target (path and query as on the request line); ``message_id`` the
+    ``X-Delayq-Message-Id`` header (see :func:`check_message_id`). The dispatcher
+    sends v1 and v2 together while receivers move to v2.
+    """
     if not isinstance(secret, str) or not secret:
         raise ValueError("the signing secret must be a non-empty str")
     if type(timestamp) is not int or timestamp < 0:
         raise ValueError(f"timestamp must be unix seconds (an int >= 0), got {timestamp!r}")
-    return f"t={timestamp},v1={_digest(secret, timestamp, bytes(body))}"
+    request = _request_of(method, url, message_id)
+    data = bytes(body)
+    header = f"t={timestamp},v1={_digest(secret, timestamp, data)}"
+    if request is not None:
+        header += f",v2={_digest_v2(secret, timestamp, request, data)}"
+    return header
 
 
 def verify(
@@ -530,27 +592,47 @@ def verify(
     *,
     tolerance: float = CALLBACK_SIGNATURE_TOLERANCE,
     now: float | None = None,
+    method: str | None = None,
+    url: str | None = None,
+    message_id: str | None = None,
 ) -> bool:
-    """True if ``header_value`` (from :data:`CALLBACK_SIGNATURE_HEADER`) signs ``body``
-    with ``secret`` and its timestamp is within ``tolerance`` seconds of ``now``
-    (default: the current time). Any ``v1=`` entry may match (several are allowed,
-    e.g. while a secret is rotated); the comparison takes constant time."""
+    """True if ``header_value`` (from :data:`CALLBACK_SIGNATURE_HEADER`) signs this
+    request with ``secret`` and its timestamp is within ``tolerance`` seconds of
+    ``now`` (default: the current time).
+
+    Given the request's ``method``, ``url`` (as :func:`sign` describes it) and
+    ``message_id`` (the ``X-Delayq-Message-Id`` header), only a ``v2=`` entry may
+    match, so a header stripped of its v2 does not pass for another request; without
+    them, a ``v1=`` entry (``body`` only, as before v2). Several entries of a kind are
+    allowed (e.g. while a secret is rotated); the comparison takes constant time.
+    ``ValueError`` if only some of ``method``, ``url`` and ``message_id`` are given."""
+    try:
+        request = _request_of(method, url, message_id)
+    except ValueError:
+        if method is None or url is None or message_id is None:
+            raise
+        return False  # a value no signature covers
     if not isinstance(secret, str) or not secret or not isinstance(header_value, str):
         return False
+    scheme = "v1" if request is None else "v2"
     timestamp: int | None = None
     candidates: list[str] = []
     for part in header_value.split(","):
         key, _, value = part.strip().partition("=")
-        if key == "t" and value.isdigit() and timestamp is None:
+        if key == "t" and value.isascii() and value.isdigit() and timestamp is None:
             timestamp = int(value)
-        elif key == "v1" and value:
+        elif key == scheme and value:
             candidates.append(value)
     if timestamp is None or not candidates:
         return False
     current = time.time() if now is None else now
     if abs(current - timestamp) > tolerance:
         return False
-    expected = _digest(secret, timestamp, bytes(body)).encode()
+    data = bytes(body)
+    if request is None:
+        expected = _digest(secret, timestamp, data).encode()
+    else:
+        expected = _digest_v2(secret, timestamp, request, data).encode()
     matched = False
     for candidate in candidates:
         matched |= hmac.compare_digest(expected, candidate.encode("ascii", "replace"))

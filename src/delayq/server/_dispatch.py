@@ -63,6 +63,7 @@ from ._callbacks import (
     CallbackError,
     address_refusal,
     check_host,
+    check_message_id,
     connection_refusal,
     sign,
 )
@@ -171,6 +172,13 @@ class _GuardedTransport(httpx.AsyncHTTPTransport):
 def _shown_url(url: str) -> str:
     """``url`` without its query (which may hold a receiver's token), for errors/logs."""
     return url.split("?", 1)[0].split("#", 1)[0]
+
+
+def _sent_url(url: httpx.URL) -> str:
+    """The URL as the receiver gets it (what v2 signs): the scheme, ``://``, the Host
+    header httpx sends (``url.netloc``) and the request target (``url.raw_path``, path
+    and query); no fragment."""
+    return f"{url.scheme}://{url.netloc.decode('ascii')}{url.raw_path.decode('ascii')}"
 
 
 def _body_of(msg: Message) -> tuple[bytes, str]:
@@ -289,6 +297,7 @@ class Dispatcher:
                 raise CallbackError("invalid_callback", "the message has no callback header")
             callback = Callback.from_header(text)
             check_host(callback.url, self.config)
+            check_message_id(msg.id)
             body, content_type = _body_of(msg)
         except (CallbackError, TypeError, ValueError) as exc:
             await self._refuse(queue, msg, f"callback refused: {exc}")
@@ -327,20 +336,10 @@ class Dispatcher:
         timeout = min(callback.timeout, self.config.callback_timeout)
         if callback.method == "GET":
             body = b""
-        headers = httpx.Headers(
-            {
-                "X-Delayq-Message-Id": msg.id,
-                "X-Delayq-Queue": msg.queue,
-                "X-Delayq-Attempt": str(msg.attempts),
-            }
-        )
-        if body or callback.method != "GET":
-            headers["Content-Type"] = content_type
-        secret = self.config.signing_secret
-        if secret:
-            headers[CALLBACK_SIGNATURE_HEADER] = sign(secret, int(time.time()), body)
-        for name, value in callback.headers.items():
-            headers[name] = value
+        try:
+            request = self._build(msg, callback, body, content_type, timeout)
+        except (httpx.InvalidURL, ValueError) as exc:  # a header value httpx cannot send
+            return "refused", f"callback refused: the request cannot be made: {exc}"
         shown = _shown_url(callback.url)
         sent_ms = time.time() * 1000.0
         self.state.metrics.observe_lateness(queue.name, msg.due_at, sent_ms)
@@ -349,9 +348,7 @@ class Dispatcher:
             url=shown, late_ms=round(sent_ms - msg.due_at, 3),
         )  # fmt: skip
         try:
-            status = await asyncio.wait_for(
-                self._request(callback, headers, body, timeout), timeout
-            )
+            status = await asyncio.wait_for(self._request(request), timeout)
         except (asyncio.TimeoutError, httpx.TimeoutException):
             return "timeout", f"timeout after {timeout:g}s calling {shown}"
         except CallbackRefused as exc:
@@ -363,20 +360,51 @@ class Dispatcher:
             return "delivered", None
         return "http_error", f"HTTP {status} from {shown}"
 
-    async def _request(
-        self, callback: Callback, headers: httpx.Headers, body: bytes, timeout: float
-    ) -> int:
+    def _build(
+        self, msg: Message, callback: Callback, body: bytes, content_type: str, timeout: float
+    ) -> httpx.Request:
+        """The request of ``callback`` for ``msg``, signed (v1 and v2) when the server
+        has a secret: v2 signs the method, URL and message id as they are sent."""
+        assert self._client is not None
+        headers = httpx.Headers(
+            {
+                "X-Delayq-Message-Id": msg.id,
+                "X-Delayq-Queue": msg.queue,
+                "X-Delayq-Attempt": str(msg.attempts),
+            }
+        )
+        if body or callback.method != "GET":
+            headers["Content-Type"] = content_type
+        for name, value in callback.headers.items():
+            headers[name] = value
+        request = self._client.build_request(
+            callback.method, callback.url, headers=headers, content=body, timeout=timeout
+        )
+        secret = self.config.signing_secret
+        if secret:
+            request.headers[CALLBACK_SIGNATURE_HEADER] = sign(
+                secret,
+                int(time.time()),
+                body,
+                method=request.method,
+                url=_sent_url(request.url),
+                message_id=msg.id,
+            )
+        return request
+
+    async def _request(self, request: httpx.Request) -> int:
         """Send and read (a bounded part of) the answer, so the connection is reused."""
         assert self._client is not None
-        async with self._client.stream(
-            callback.method, callback.url, headers=headers, content=body, timeout=timeout
-        ) as response:
+        response = await self._client.send(request, stream=True)
+        try:
             read = 0
             async for chunk in response.aiter_raw():
                 read += len(chunk)
                 if read > CALLBACK_MAX_RESPONSE_READ:
                     break  # the rest is dropped with the connection
             return response.status_code
+        finally:
+            await response.aclose()
 
     # -- settling -------------------------------------------------------------------------
     async def _ack(self, queue: AsyncQueue, msg: Message, callback: Callback) -> None:
