@@ -370,9 +370,15 @@ def test_an_ipv6_embedding_a_refused_ipv4_is_refused(address: str, embedded: str
     assert not host_allowed(f"https://[{address}]/", config(f"[{address}]", private=True))
 
 
-def test_6to4_of_a_private_ipv4_is_private() -> None:
-    assert address_refusal("2002:a00:1::", config()) is not None  # 10.0.0.1
-    assert address_refusal("2002:5db8:d822::1", config()) is None  # 93.184.216.34
+def test_6to4_is_refused_by_default_and_by_what_it_embeds() -> None:
+    # On every Python version alike (ipaddress calls 2002::/16 global on some only).
+    public_6to4 = "2002:5db8:d822::1"  # 93.184.216.34
+    assert "6to4" in (address_refusal(public_6to4, config()) or "")
+    assert address_refusal(public_6to4, config(private=True)) is None
+    assert address_refusal(public_6to4, config(public_6to4)) is None
+    private_6to4 = "2002:a00:1::"  # 10.0.0.1
+    assert "10.0.0.1" in (address_refusal(private_6to4, config(private_6to4)) or "")
+    assert address_refusal(private_6to4, config(private=True)) is None
     assert address_refusal("2606:4700:4700::1111", config()) is None
 
 

@@ -28,7 +28,9 @@ sent):
 * every other address that is not public: private (``10/8``, ``172.16/12``,
   ``192.168/16``), unique local (``fc00::/7``), shared/CGNAT (``100.64/10``), NAT64
   (``64:ff9b::/96``, ``64:ff9b:1::/48``), reserved (``240/4``), IPv4-compatible IPv6,
-  and whatever else :mod:`ipaddress` does not call global: refused unless
+  6to4 (``2002::/16``), and whatever else :mod:`ipaddress` does not call global (the
+  ranges named here are listed explicitly, so every Python version refuses them alike;
+  what ``is_global`` says differs between versions): refused unless
   ``allow_private_callbacks`` is set or that very IP literal is listed;
 * an IPv6 address that carries an IPv4 one (IPv4-mapped, IPv4-compatible, 6to4,
   Teredo, NAT64) is refused when that IPv4 address would be, whatever the flags say
@@ -378,6 +380,7 @@ _NON_PUBLIC = tuple(
         ("64:ff9b::/96", "NAT64"),
         ("64:ff9b:1::/48", "NAT64 (local use)"),
         ("::/96", "IPv4-compatible IPv6"),
+        ("2002::/16", "6to4"),
     )
 )
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
