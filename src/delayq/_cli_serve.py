@@ -207,11 +207,20 @@ def _secret_file_option(name: str, what: str) -> Callable[[F], F]:
     "callback_hosts",
     multiple=True,
     metavar="PATTERN",
-    help="A host callbacks may go to: api.example.com, *.example.com, host:port "
+    help="A host callbacks may go to: api.example.com, *.example.com, with :PORT for that "
+    "port or :* for any; without one, only port 80 (http) or 443 (https) "
     "(repeatable; default: none).",
 )
 @click.option(
-    "--allow-loopback-callbacks", is_flag=True, help="Allow callbacks to loopback addresses."
+    "--allow-loopback-callbacks",
+    is_flag=True,
+    help="Allow callbacks to loopback addresses (on any port, listed or not).",
+)
+@click.option(
+    "--allow-private-callbacks",
+    is_flag=True,
+    help="Allow listed callback hosts to resolve to private and other non-public "
+    "addresses (10/8, 172.16/12, 192.168/16, fc00::/7, 100.64/10, NAT64, ...).",
 )
 @click.option(
     "--signing-secret",
@@ -238,6 +247,7 @@ def serve(
     callback_queues: tuple[str, ...],
     callback_hosts: tuple[str, ...],
     allow_loopback_callbacks: bool,
+    allow_private_callbacks: bool,
     signing_secret: str | None,
     signing_secret_file: Path | None,
     access_log: bool,
@@ -278,6 +288,7 @@ def serve(
             callback_queues=callback_queues or (DEFAULT_CALLBACK_QUEUE,),
             callback_hosts=callback_hosts,
             allow_loopback_callbacks=allow_loopback_callbacks,
+            allow_private_callbacks=allow_private_callbacks,
             signing_secret=secret,
             allowed_hosts=allowed_hosts,
             forwarded_allow_ips=tuple(

@@ -128,7 +128,8 @@ DEFAULT_CALLBACK_QUEUE = "callbacks"
 CALLBACK_HEADER = "delayq-callback"
 CALLBACK_DEFAULT_TIMEOUT = 10.0
 CALLBACK_MAX_TIMEOUT = 300.0
-#: The request header with ``t=<unix seconds>,v1=<hex HMAC-SHA256 of "t.body">``.
+#: The request header with ``t=<unix seconds>,v1=<hex>,v2=<hex>``: v1 the HMAC-SHA256 of
+#: ``"<t>." + body``, v2 of ``"<t>\n<method>\n<url>\n<message id>\n" + body``.
 CALLBACK_SIGNATURE_HEADER = "X-Delayq-Signature"
 
 # -- inspection: queues(), peek(), due_counts() --------------------------------------

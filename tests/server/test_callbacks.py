@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from typing import Any
 
@@ -20,11 +22,14 @@ from delayq.server._callbacks import (
 from delayq.server._config import ServeConfig
 
 
-def config(*hosts: str, loopback: bool = False, timeout: float = 10.0) -> ServeConfig:
+def config(
+    *hosts: str, loopback: bool = False, private: bool = False, timeout: float = 10.0
+) -> ServeConfig:
     return ServeConfig(
         url="memory://callbacks-unit",
         callback_hosts=hosts,
         allow_loopback_callbacks=loopback,
+        allow_private_callbacks=private,
         callback_timeout=timeout,
     )
 
@@ -102,6 +107,7 @@ def test_callback_is_frozen_and_its_headers_read_only() -> None:
         ({"url": "https://api.example.com/", "headers": []}, "headers must be an object"),
         ({"url": "https://api.example.com/", "headers": {"A": 1}}, "strings to strings"),
         ({"url": "https://api.example.com/", "headers": {"Bad Name": "x"}}, "valid header"),
+        ({"url": "https://api.example.com/", "headers": {"Name\n": "x"}}, "valid header"),
         ({"url": "https://api.example.com/", "headers": {"A": "x\r\nB: y"}}, "control"),
         ({"url": "https://api.example.com/", "headers": {"Host": "evil"}}, "may not set"),
         ({"url": "https://api.example.com/", "headers": {"content-length": "1"}}, "may not set"),
@@ -156,7 +162,6 @@ def test_from_header_refuses_garbage(text: str) -> None:
     [
         "https://api.example.com/hook",
         "http://API.Example.COM./hook",
-        "https://api.example.com:9000/any-port-when-unpinned",
         "https://a.hooks.example.org/",
         "https://deep.a.hooks.example.org/",
         "https://pinned.example.net:8443/",
@@ -177,6 +182,9 @@ def test_allowed_hosts(url: str) -> None:
         "https://pinned.example.net/",  # port 443, the pattern pins 8443
         "https://pinned.example.net:8444/",
         "http://10.0.0.7/",  # IP not listed
+        "https://api.example.com:9000/",  # a pattern without a port: the default one only
+        "http://api.example.com:443/",  # the default port of https, not of http
+        "https://a.hooks.example.org:8443/",
     ],
 )
 def test_refused_hosts(url: str) -> None:
@@ -228,12 +236,13 @@ def test_special_addresses_refused_unless_that_ip_is_listed(url: str, ip: str) -
     with pytest.raises(CallbackError) as info:
         parse_callback(url, wildcard)
     assert info.value.code == "callback_host_not_allowed"
-    assert host_allowed(url, config(ip))
+    assert host_allowed(url, config(f"[{ip}]:*" if ":" in ip else f"{ip}:*"))
 
 
 def test_ip_and_ipv6_patterns() -> None:
     cfg = config("10.0.0.7", "[2001:db8::1]:8443", "2001:db8::2")
-    assert host_allowed("http://10.0.0.7:81/", cfg)
+    assert host_allowed("http://10.0.0.7/", cfg)
+    assert not host_allowed("http://10.0.0.7:81/", cfg)
     assert host_allowed("https://[2001:db8::1]:8443/", cfg)
     assert not host_allowed("https://[2001:db8::1]/", cfg)
     assert host_allowed("https://[2001:DB8:0::2]/", cfg)
@@ -245,6 +254,134 @@ def test_idna_hosts_match_their_ascii_form() -> None:
     assert host_allowed("https://bücher.example/", cfg)
 
 
+def test_the_host_is_encoded_as_the_http_client_encodes_it() -> None:
+    # IDNA2008 (what httpx connects to) keeps "ß": api.xn--busine-gta.com. IDNA2003 (the
+    # codec of Python) made it "ss", so a listed api.business.com admitted another host.
+    listed = config("api.business.com")
+    assert not host_allowed("https://api.busineß.com/hook", listed)
+    with pytest.raises(CallbackError) as info:
+        parse_callback("https://api.busineß.com/hook", listed)
+    assert info.value.code == "callback_host_not_allowed"
+    assert "api.xn--busine-gta.com" in info.value.message
+    assert host_allowed("https://api.busineß.com/hook", config("api.xn--busine-gta.com"))
+    assert host_allowed("https://api.busineß.com/hook", config("api.busineß.com"))
+    assert host_allowed("https://API.Business.com/hook", listed)
+
+
+def test_a_host_the_http_client_cannot_encode_is_invalid() -> None:
+    # IDNA2003 encodes a snowman (xn--n3h); IDNA2008, and so httpx, refuses it.
+    with pytest.raises(CallbackError) as info:
+        parse_callback("https://\u2603.example/", config("xn--n3h.example"))
+    assert info.value.code == "invalid_callback"
+    assert "not a valid host name" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("pattern", "url", "allowed"),
+    [
+        ("api.example.com", "https://api.example.com/", True),
+        ("api.example.com", "http://api.example.com/", True),
+        ("api.example.com", "https://api.example.com:443/", True),
+        ("api.example.com", "https://api.example.com:8443/", False),
+        ("api.example.com", "http://api.example.com:443/", False),
+        ("api.example.com:*", "https://api.example.com:8443/", True),
+        ("api.example.com:*", "http://api.example.com/", True),
+        ("api.example.com:8443", "https://api.example.com/", False),
+        ("*.example.com", "https://a.example.com:8443/", False),
+        ("*.example.com:*", "https://a.example.com:8443/", True),
+        ("[2001:db8::1]:*", "https://[2001:db8::1]:9/", True),
+        ("2001:db8::1", "https://[2001:db8::1]:9/", False),
+        ("10.0.0.7:*", "http://10.0.0.7:81/", True),
+        # a malformed pattern allows nothing (it used to allow every port)
+        ("api.example.com:abc", "https://api.example.com/", False),
+        ("api.example.com:99999", "https://api.example.com/", False),
+        ("api.example.com:", "https://api.example.com/", False),
+    ],
+)
+def test_a_pattern_without_a_port_allows_the_default_port_only(
+    pattern: str, url: str, allowed: bool
+) -> None:
+    assert host_allowed(url, config(pattern)) is allowed
+
+
+def test_loopback_allows_any_port_with_the_flag() -> None:
+    assert host_allowed("http://127.0.0.1:54321/", config(loopback=True))
+    assert host_allowed("http://localhost:54321/", config(loopback=True))
+
+
+NON_PUBLIC = [
+    "10.1.2.3",  # private
+    "172.16.0.1",
+    "172.31.255.254",
+    "192.168.1.1",
+    "100.64.0.1",  # shared address space (CGNAT)
+    "100.127.255.254",
+    "240.0.0.1",  # reserved
+    "255.255.255.255",
+    "198.18.0.1",  # benchmarking
+    "192.0.0.8",  # IETF protocol assignments
+    "0.1.2.3",  # "this network"
+    "fd00::1",  # unique local
+    "fc00::1",
+    "fec0::1",  # site-local (deprecated)
+    "64:ff9b::808:808",  # NAT64
+    "64:ff9b:1::1",  # local-use NAT64
+    "::808:808",  # IPv4-compatible (deprecated)
+    "2001:db8::1",  # documentation
+    "::ffff:10.0.0.1",  # IPv4-mapped private
+]
+
+
+@pytest.mark.parametrize("address", NON_PUBLIC)
+def test_non_public_addresses_are_refused_unless_allowed(address: str) -> None:
+    reason = address_refusal(address, config())
+    assert reason is not None
+    assert "--allow-private-callbacks" in reason
+    assert address_refusal(address, config(private=True)) is None
+    assert address_refusal(address, config(address)) is None  # that very IP is listed
+
+
+@pytest.mark.parametrize("address", NON_PUBLIC)
+def test_non_public_literals_are_refused_at_put(address: str) -> None:
+    host = f"[{address}]" if ":" in address else address
+    with pytest.raises(CallbackError) as info:
+        parse_callback(f"https://{host}/hook", config("*.example.com", private=False))
+    assert info.value.code == "callback_host_not_allowed"
+    assert host_allowed(f"https://{host}/hook", config(host))
+
+
+@pytest.mark.parametrize(
+    ("address", "embedded"),
+    [
+        ("::127.0.0.1", "127.0.0.1"),  # IPv4-compatible
+        ("::ffff:127.0.0.1", "127.0.0.1"),  # IPv4-mapped
+        ("2002:7f00:1::", "127.0.0.1"),  # 6to4
+        ("2002:7f00:1::1", "127.0.0.1"),
+        ("2002:a9fe:a9fe::", "169.254.169.254"),
+        ("64:ff9b::a9fe:a9fe", "169.254.169.254"),  # NAT64
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "127.0.0.1"),  # Teredo (client obfuscated)
+    ],
+)
+def test_an_ipv6_embedding_a_refused_ipv4_is_refused(address: str, embedded: str) -> None:
+    # Allowing private ranges does not allow what they embed.
+    reason = address_refusal(address, config(private=True))
+    assert reason is not None
+    assert embedded in reason
+    assert not host_allowed(f"https://[{address}]/", config(f"[{address}]", private=True))
+
+
+def test_6to4_is_refused_by_default_and_by_what_it_embeds() -> None:
+    # On every Python version alike (ipaddress calls 2002::/16 global on some only).
+    public_6to4 = "2002:5db8:d822::1"  # 93.184.216.34
+    assert "6to4" in (address_refusal(public_6to4, config()) or "")
+    assert address_refusal(public_6to4, config(private=True)) is None
+    assert address_refusal(public_6to4, config(public_6to4)) is None
+    private_6to4 = "2002:a00:1::"  # 10.0.0.1
+    assert "10.0.0.1" in (address_refusal(private_6to4, config(private_6to4)) or "")
+    assert address_refusal(private_6to4, config(private=True)) is None
+    assert address_refusal("2606:4700:4700::1111", config()) is None
+
+
 def test_malformed_url_is_not_allowed() -> None:
     assert not host_allowed("not a url", ALLOW_EXAMPLE)
 
@@ -253,7 +390,8 @@ def test_malformed_url_is_not_allowed() -> None:
     ("address", "loopback", "listed", "refused"),
     [
         ("93.184.216.34", False, (), False),
-        ("10.1.2.3", False, (), False),
+        ("10.1.2.3", False, (), True),
+        ("10.1.2.3", False, ("10.1.2.3:8080",), False),
         ("127.0.0.1", False, (), True),
         ("127.0.0.1", True, (), False),
         ("::1", False, (), True),
@@ -320,3 +458,83 @@ def test_sign_checks_its_arguments() -> None:
         sign("", 1, b"")
     with pytest.raises(ValueError, match="timestamp"):
         sign("k", -1, b"")
+
+
+# -- signing, v2: method, URL and message id too ----------------------------------------------
+
+REQUEST = {"method": "GET", "url": "https://api.example.com/orders/42?k=1", "message_id": "m-1"}
+
+
+def v2_by_hand(secret: str, t: int, method: str, url: str, message_id: str, body: bytes) -> str:
+    """The v2 digest as the README tells a receiver to compute it."""
+    signed = f"{t}\n{method}\n{url}\n{message_id}\n".encode() + body
+    return hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+
+
+def test_sign_v2_format() -> None:
+    header = sign("s3cret", 1000, b"", **REQUEST)
+    fields = dict(part.split("=", 1) for part in header.split(","))
+    assert list(fields) == ["t", "v1", "v2"]
+    assert fields["t"] == "1000"
+    assert fields["v1"] == sign("s3cret", 1000, b"").split("v1=")[1]  # v1 as before
+    assert fields["v2"] == v2_by_hand("s3cret", 1000, "GET", REQUEST["url"], "m-1", b"")
+
+
+def test_v2_covers_method_url_message_id_and_body() -> None:
+    header = sign("k", 1000, b"", **REQUEST)
+    assert verify("k", header, b"", now=1000, **REQUEST)
+    for change in (
+        {"method": "DELETE"},
+        {"url": "https://api.example.com/orders/43?k=1"},
+        {"url": "https://api.example.com/orders/42"},
+        {"message_id": "m-2"},
+    ):
+        assert not verify("k", header, b"", now=1000, **{**REQUEST, **change}), change
+    assert not verify("k", header, b"x", now=1000, **REQUEST)
+    assert not verify("other", header, b"", now=1000, **REQUEST)
+    # Two bodyless requests of other messages no longer share a signature.
+    other = sign("k", 1000, b"", **{**REQUEST, "message_id": "m-2"})
+    assert other.split("v2=")[1] != header.split("v2=")[1]
+    assert other.split("v1=")[1].split(",")[0] == header.split("v1=")[1].split(",")[0]
+
+
+def test_v1_still_verifies_during_the_transition() -> None:
+    header = sign("k", 1000, b"body", **REQUEST)
+    assert verify("k", header, b"body", now=1000)
+
+
+def test_given_the_request_only_v2_counts() -> None:
+    # A v1-only header (or one stripped of its v2) cannot pass for another request.
+    v1_only = sign("k", 1000, b"")
+    assert verify("k", v1_only, b"", now=1000)
+    assert not verify("k", v1_only, b"", now=1000, **REQUEST)
+    stripped = sign("k", 1000, b"", **REQUEST).rsplit(",", 1)[0]
+    assert not verify("k", stripped, b"", now=1000, **REQUEST)
+
+
+def test_v2_tolerance_and_several_signatures() -> None:
+    header = sign("new", 1000, b"x", **REQUEST)
+    old = sign("old", 1000, b"x", **REQUEST).split("v2=")[1]
+    both = f"{header},v2={old}"
+    assert verify("new", both, b"x", now=1300, **REQUEST)
+    assert verify("old", both, b"x", now=1300, **REQUEST)
+    assert not verify("new", both, b"x", now=1301, **REQUEST)
+
+
+def test_sign_v2_checks_its_arguments() -> None:
+    with pytest.raises(ValueError, match="together"):
+        sign("k", 1, b"", method="GET", url="https://a.example/")
+    with pytest.raises(ValueError, match="together"):
+        verify("k", "t=1,v2=00", b"", now=1, message_id="m")
+    for message_id in ("a\nb", "a\n", " a", "é", ""):
+        with pytest.raises(ValueError, match="message id"):
+            sign("k", 1, b"", method="GET", url="https://a.example/", message_id=message_id)
+    with pytest.raises(ValueError, match="url"):
+        sign("k", 1, b"", method="GET", url="https://a.example/\nx", message_id="a")
+    for method in ("G ET", "GET\n", ""):
+        with pytest.raises(ValueError, match="method"):
+            sign("k", 1, b"", method=method, url="https://a.example/", message_id="a")
+    with pytest.raises(ValueError, match="url"):
+        sign("k", 1, b"", method="GET", url="https://a.example/\n", message_id="a")
+    # verify() says False, never raises, for such values (no signature covers them)
+    assert not verify("k", "t=1,v2=00", b"", now=1, method="GET\n", url="u", message_id="a")

@@ -4,7 +4,14 @@ HTTP receiver on a free local port, the dispatcher over a real ServerState."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import hmac
+import json
+import re
+import shutil
 import socket
+import subprocess
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -13,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from conformance.conftest import memory_url, redis_url, sqlite_url
@@ -23,7 +31,13 @@ from delayq.durable import State
 from delayq.durable.retry import RetryPolicy
 from delayq.server._callbacks import Callback, is_loopback_host, parse_callback, verify
 from delayq.server._config import ServeConfig
-from delayq.server._dispatch import Dispatcher
+from delayq.server._dispatch import (
+    CallbackRefused,
+    Dispatcher,
+    Resolve,
+    _GuardedNetwork,
+    _GuardedTransport,
+)
 from delayq.server._state import ServerState
 
 SECRET = "test-signing-secret"
@@ -266,6 +280,147 @@ def test_always_failing_goes_dead_with_last_error(backend_url: str) -> None:
     asyncio.run(scenario())
 
 
+# -- the signature, v2 ----------------------------------------------------------------------
+
+
+def signature_fields(arrival: Arrival) -> dict[str, str]:
+    header = arrival.headers[CALLBACK_SIGNATURE_HEADER.lower()]
+    return dict(part.split("=", 1) for part in header.split(","))
+
+
+def received_url(arrival: Arrival) -> str:
+    """The URL as a receiver rebuilds it: its scheme, the Host header, the target."""
+    return f"http://{arrival.headers['host']}{arrival.path}"
+
+
+@pytest.mark.timeout(30)
+def test_signature_v2_signs_method_url_message_id_and_body() -> None:
+    async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
+        sent = [
+            await put(state, Callback(receiver.url("/orders/1?k=v"), method="GET")),
+            await put(state, Callback(receiver.url("/orders/2"), method="GET")),
+            await put(state, Callback(receiver.url("/orders/3"), method="DELETE"), b""),
+            await put(state, Callback(receiver.url("/orders/4"), method="PUT"), {"n": 4}),
+        ]
+        await wait_until(lambda: len(receiver.arrivals) == len(sent))
+        for arrival in receiver.arrivals:
+            fields = signature_fields(arrival)
+            header = arrival.headers[CALLBACK_SIGNATURE_HEADER.lower()]
+            url = received_url(arrival)
+            # As the README documents it, computed by hand:
+            signed = f"{fields['t']}\n{arrival.method}\n{url}\n{arrival.id}\n".encode()
+            expected = hmac.new(SECRET.encode(), signed + arrival.body, hashlib.sha256)
+            assert fields["v2"] == expected.hexdigest()
+            request = {"method": arrival.method, "url": url, "message_id": arrival.id}
+            assert verify(SECRET, header, arrival.body, **request)
+            assert verify(SECRET, header, arrival.body)  # v1, for existing receivers
+            for other in receiver.arrivals:
+                if other is not arrival:  # no request's signature passes for another's
+                    theirs = {"method": other.method, "url": received_url(other)}
+                    assert not verify(SECRET, header, other.body, **theirs, message_id=other.id)
+                    assert not verify(SECRET, header, arrival.body, **{**request, **theirs})
+                    mixed = {**request, "message_id": other.id}
+                    assert not verify(SECRET, header, arrival.body, **mixed)
+        first, second = receiver.arrivals[:2]
+        assert first.body == second.body == b""
+        assert signature_fields(first)["v2"] != signature_fields(second)["v2"]
+
+    run_memory(body)
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_block(language: str, marker: str) -> str:
+    """The README's fenced ``language`` block that holds ``marker``."""
+    fence = re.compile(rf"^```{language}\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+    blocks = [b for b in fence.findall(README.read_text(encoding="utf-8")) if marker in b]
+    assert len(blocks) == 1, f"{len(blocks)} {language} blocks of the README hold {marker!r}"
+    return str(blocks[0])
+
+
+def readme_cases(receiver: Receiver) -> list[dict[str, Any]]:
+    """What each arrival asks a receiver to check, and a forged copy of each (the
+    signature of one request given with another's message id)."""
+    cases = []
+    for arrival, other in zip(receiver.arrivals, receiver.arrivals[::-1], strict=True):
+        case = {
+            "header": arrival.headers[CALLBACK_SIGNATURE_HEADER.lower()],
+            "method": arrival.method,
+            "url": received_url(arrival),
+            "id": arrival.id,
+            "body": base64.b64encode(arrival.body).decode(),
+        }
+        cases += [{**case, "valid": True}, {**case, "id": other.id, "valid": False}]
+    return cases
+
+
+def run_readme_receivers(check: Callable[[Receiver], None]) -> None:
+    """Two callbacks (a bodyless GET, a POST) delivered, then `check(receiver)`."""
+
+    async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
+        await put(state, Callback(receiver.url("/a?k=1"), method="GET"))
+        await put(state, Callback(receiver.url("/b"), method="POST"), {"n": "é"})
+        await wait_until(lambda: len(receiver.arrivals) == 2)
+        check(receiver)
+
+    run_memory(body)
+
+
+@pytest.mark.timeout(30)
+def test_the_readme_python_receiver_verifies_v2() -> None:
+    namespace: dict[str, Any] = {}
+    exec(readme_block("python", '"v2"'), namespace)
+    verified = namespace["verified"]
+
+    def check(receiver: Receiver) -> None:
+        for case in readme_cases(receiver):
+            body = base64.b64decode(case["body"])
+            args = (SECRET, case["header"], case["method"], case["url"], case["id"], body)
+            assert verified(*args) is case["valid"], case
+
+    run_readme_receivers(check)
+
+
+@pytest.mark.timeout(30)
+def test_the_readme_node_receiver_verifies_v2() -> None:
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    code = readme_block("js", "fields.v2") + (
+        "\nconst cases = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+        "\nconsole.log(JSON.stringify(cases.map((c) => verified("
+        "c.secret, c.header, c.method, c.url, c.id, Buffer.from(c.body, 'base64')))));"
+    )
+
+    def check(receiver: Receiver) -> None:
+        cases = [{**case, "secret": SECRET} for case in readme_cases(receiver)]
+        result = subprocess.run(
+            [node, "-e", code], input=json.dumps(cases), capture_output=True, text=True,
+            timeout=20, check=True,
+        )  # fmt: skip
+        assert json.loads(result.stdout) == [case["valid"] for case in cases]
+
+    run_readme_receivers(check)
+
+
+@pytest.mark.timeout(30)
+def test_a_message_id_that_cannot_be_signed_or_sent_goes_dead_with_its_reason() -> None:
+    async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
+        header = {CALLBACK_HEADER: Callback(receiver.url()).to_header()}
+        queue = state.queue(QUEUE)
+        newline = await queue.put({"n": 1}, id="a\nb", headers=header, max_attempts=5)
+        accented = await queue.put({"n": 2}, id="é", headers=header, max_attempts=5)
+        for id, fragment in [(newline, "message id"), (accented, "message id")]:
+            msg = await dead_message(state, id)
+            assert msg.attempts == 1
+            assert msg.last_error.startswith("callback refused: ")
+            assert fragment in msg.last_error
+        assert receiver.arrivals == []
+
+    run_memory(body)
+
+
 # -- failures of other kinds (backend-independent: memory://) --------------------------------
 
 
@@ -389,11 +544,18 @@ def _name_resolving_to_loopback() -> str | None:
     return None
 
 
-@pytest.mark.timeout(30)
-def test_a_name_resolving_to_loopback_is_refused_when_sent() -> None:
+@pytest.fixture
+def loopback_name() -> str:
+    """A name (not ``localhost``) that resolves to loopback here, else a skip."""
     name = _name_resolving_to_loopback()
     if name is None:
         pytest.skip("no host name here resolves to loopback")
+    return name
+
+
+@pytest.mark.timeout(30)
+def test_a_name_resolving_to_loopback_is_refused_when_sent(loopback_name: str) -> None:
+    name = loopback_name
 
     async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
         cb = parse_callback(f"http://{name}:{receiver.port}/hook", state.config)  # allowed
@@ -403,7 +565,142 @@ def test_a_name_resolving_to_loopback_is_refused_when_sent() -> None:
         assert receiver.arrivals == []
         assert callbacks_total(state, "refused") == 1
 
-    run_memory(body, allow_loopback_callbacks=False, callback_hosts=(name,))
+    run_memory(body, allow_loopback_callbacks=False, callback_hosts=(f"{name}:*",))
+
+
+# -- the guard at the connection: the host httpx connects to, its port, its addresses ------
+
+
+async def guarded_attempt(
+    config: ServeConfig, host: str, port: int, resolve: Resolve | None = None
+) -> str | None:
+    """Open a connection through the dispatcher's guard and close it: None when it
+    connected, else why it was refused."""
+    network = _GuardedNetwork(config) if resolve is None else _GuardedNetwork(config, resolve)
+    try:
+        stream = await network.connect_tcp(host, port, timeout=5.0)
+    except CallbackRefused as exc:
+        return str(exc)
+    await stream.aclose()
+    return None
+
+
+@pytest.mark.timeout(30)
+def test_the_connection_checks_the_host_and_port_against_the_allowlist(loopback_name: str) -> None:
+    name = loopback_name
+
+    async def scenario() -> None:
+        receiver = Receiver()
+        await receiver.start()
+        port = receiver.port
+
+        def with_hosts(*hosts: str) -> ServeConfig:  # loopback addresses allowed
+            return serve_config("memory://guard", callback_hosts=hosts)
+
+        try:
+            # The name resolves to an allowed (loopback) address, but is not listed.
+            assert "allowlist" in (await guarded_attempt(with_hosts(), name, port) or "")
+            # Listed without a port: its default ports only.
+            assert "allowlist" in (await guarded_attempt(with_hosts(name), name, port) or "")
+            other = f"{name}:{port + 1 if port < 65535 else 1}"
+            assert "allowlist" in (await guarded_attempt(with_hosts(other), name, port) or "")
+            assert await guarded_attempt(with_hosts(f"{name}:*"), name, port) is None
+            assert await guarded_attempt(with_hosts(f"{name}:{port}"), name, port) is None
+            # Loopback targets keep any port with --allow-loopback-callbacks.
+            assert await guarded_attempt(with_hosts(), "127.0.0.1", port) is None
+            assert await guarded_attempt(with_hosts(), "localhost", port) is None
+        finally:
+            await receiver.stop()
+
+    asyncio.run(scenario())
+
+
+class FixedResolver:
+    """A resolver whose answer the test chooses; it records the names asked."""
+
+    def __init__(self, *addresses: str) -> None:
+        self.addresses = list(addresses)
+        self.asked: list[str] = []
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        self.asked.append(host)
+        return self.addresses
+
+
+@pytest.mark.timeout(30)
+def test_the_connection_checks_the_idna2008_name_before_resolving_it() -> None:
+    # httpx connects to api.xn--busine-gta.com for api.busineß.com; a listed
+    # api.business.com (its IDNA2003 form) must not let it through.
+    resolver = FixedResolver("127.0.0.1")
+    config = serve_config("memory://guard", callback_hosts=("api.business.com:*",))
+    reason = asyncio.run(guarded_attempt(config, "api.xn--busine-gta.com", 443, resolver))
+    assert reason is not None
+    assert "api.xn--busine-gta.com" in reason
+    assert "allowlist" in reason
+    assert resolver.asked == []  # refused before any lookup
+
+
+@pytest.mark.timeout(30)
+def test_the_http_client_goes_through_the_guard_with_its_own_host() -> None:
+    """httpx, over the dispatcher's transport, asks the guard for the IDNA2008 name;
+    listed in that form it reaches the receiver (the test's resolver says 127.0.0.1)."""
+
+    async def scenario() -> None:
+        receiver = Receiver()
+        await receiver.start()
+        url = f"http://api.busineß.com:{receiver.port}/hook"
+        try:
+            for listed, arrives in [("api.business.com:*", False), ("api.busineß.com:*", True)]:
+                resolver = FixedResolver("127.0.0.1")
+                config = serve_config("memory://guard", callback_hosts=(listed,))
+                transport = _GuardedTransport(config, resolve=resolver)
+                async with httpx.AsyncClient(transport=transport) as client:
+                    headers = {"X-Delayq-Message-Id": "m-1"}
+                    if arrives:
+                        response = await client.post(url, headers=headers, content=b"x")
+                        assert response.status_code == 200
+                        assert resolver.asked == ["api.xn--busine-gta.com"]
+                    else:
+                        with pytest.raises(CallbackRefused, match="xn--busine-gta"):
+                            await client.post(url, headers=headers, content=b"x")
+                        assert resolver.asked == []
+            assert [a.headers["host"] for a in receiver.arrivals] == [
+                f"api.xn--busine-gta.com:{receiver.port}"
+            ]
+        finally:
+            await receiver.stop()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("addresses", "options", "fragment"),
+    [
+        (("10.0.0.7",), {}, "private"),
+        (("127.0.0.1", "192.168.1.20"), {}, "private"),
+        (("100.64.0.1",), {}, "shared"),
+        (("fd12::1",), {}, "unique local"),
+        (("64:ff9b::808:808",), {}, "NAT64"),
+        (("240.0.0.1",), {}, "reserved"),
+        (
+            ("2002:7f00:1::",),
+            {"allow_private_callbacks": True, "allow_loopback_callbacks": False},
+            "127.0.0.1",
+        ),
+        (("::ffff:169.254.169.254",), {"allow_private_callbacks": True}, "link-local"),
+    ],
+)
+@pytest.mark.timeout(30)
+def test_the_connection_refuses_non_public_addresses_by_default(
+    addresses: tuple[str, ...], options: dict[str, Any], fragment: str
+) -> None:
+    resolver = FixedResolver(*addresses)
+    config = serve_config("memory://guard", callback_hosts=("hooks.example.com",), **options)
+    reason = asyncio.run(guarded_attempt(config, "hooks.example.com", 443, resolver))
+    assert reason is not None
+    assert "resolves to a refused address" in reason
+    assert fragment in reason
+    assert resolver.asked == ["hooks.example.com"]
 
 
 @pytest.mark.timeout(30)

@@ -5,7 +5,9 @@ JSON API (put, get, cancel, reschedule, reserve with long-poll, ack/nack/extend,
 stats, dead letters), ``/healthz``, ``/metrics``, the callback dispatcher and the
 dashboard. Needs the ``serve`` extra (``pip install 'delayq[serve]'``).
 :func:`verify` checks a callback request's ``X-Delayq-Signature`` (for a Python
-receiver); :func:`sign` makes one.
+receiver: v2, over the method, URL, message id and body, when given the request's
+``method``, ``url`` and ``message_id``; else v1, over the body); :func:`sign` makes
+one.
 """
 
 from ._app import create_app, request_stop

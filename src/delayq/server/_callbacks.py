@@ -9,10 +9,35 @@ signature that receivers verify with :func:`verify`.
 
 The allowlist (``ServeConfig.callback_hosts``): a pattern is an exact host
 (``api.example.com``, ``10.0.0.7``, ``[2001:db8::1]``) or ``*.suffix`` (any host
-strictly below ``suffix``), optionally with ``:port``. Loopback targets (``localhost``,
-``127.0.0.0/8``, ``::1``) are allowed when, and only when,
-``allow_loopback_callbacks`` is set. Link-local (``169.254.0.0/16``, cloud metadata),
-unspecified and multicast addresses are refused unless that very IP literal is listed.
+strictly below ``suffix``), then optionally ``:port`` or ``:*``. Without a port a
+pattern allows the default port of the URL's scheme only (80 for http, 443 for
+https); ``:port`` allows that port only, ``:*`` every port. A malformed pattern
+(``host:abc``) allows nothing. Host names are compared in the ASCII form the HTTP
+client connects to: a non-ASCII name is encoded by IDNA 2008 as httpx encodes it
+(``api.busineß.com`` is ``api.xn--busine-gta.com``, not Python's IDNA 2003
+``api.business.com``), and so are non-ASCII patterns.
+
+Addresses (IP literals, and every address a name resolves to when the request is
+sent):
+
+* loopback (``localhost``, ``127.0.0.0/8``, ``::1``): allowed when, and only when,
+  ``allow_loopback_callbacks`` is set, on any port and without being listed (the flag
+  is meant for a receiver on the same machine, typically on a port of its own);
+* link-local (``169.254.0.0/16``, cloud metadata), unspecified and multicast: refused
+  unless that very IP literal is listed;
+* every other address that is not public: private (``10/8``, ``172.16/12``,
+  ``192.168/16``), unique local (``fc00::/7``), shared/CGNAT (``100.64/10``), NAT64
+  (``64:ff9b::/96``, ``64:ff9b:1::/48``), reserved (``240/4``), IPv4-compatible IPv6,
+  6to4 (``2002::/16``), and whatever else :mod:`ipaddress` does not call global (the
+  ranges named here are listed explicitly, so every Python version refuses them alike;
+  what ``is_global`` says differs between versions): refused unless
+  ``allow_private_callbacks`` is set or that very IP literal is listed;
+* an IPv6 address that carries an IPv4 one (IPv4-mapped, IPv4-compatible, 6to4,
+  Teredo, NAT64) is refused when that IPv4 address would be, whatever the flags say
+  of the IPv6 range.
+
+``allow_private_callbacks`` lifts the address rule only: the host must still match
+the allowlist.
 """
 
 from __future__ import annotations
@@ -27,8 +52,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, TypeAlias
 from urllib.parse import SplitResult, urlsplit
+
+import idna
 
 from .._constants import (
     CALLBACK_DEFAULT_TIMEOUT,
@@ -46,6 +73,8 @@ __all__ = [
     "CallbackError",
     "address_refusal",
     "check_host",
+    "check_message_id",
+    "connection_refusal",
     "host_allowed",
     "sign",
     "verify",
@@ -66,7 +95,7 @@ _RESERVED_HEADERS = frozenset(
 )  # fmt: skip
 _RESERVED_PREFIX = "x-delayq-"
 # RFC 9110 token characters.
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # used with fullmatch
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _CALLBACK_KEYS = frozenset(("url", "method", "headers", "timeout"))
 
@@ -219,7 +248,7 @@ def _check_headers(headers: object) -> dict[str, str]:
     for name, value in headers.items():
         if not isinstance(name, str) or not isinstance(value, str):
             raise _invalid(f"callback headers must map strings to strings, got {name!r:.60}")
-        if not _TOKEN.match(name):
+        if not _TOKEN.fullmatch(name):
             raise _invalid(f"callback header name {name!r:.60} is not a valid header name")
         lowered = name.lower()
         if lowered in _RESERVED_HEADERS or lowered.startswith(_RESERVED_PREFIX):
@@ -241,18 +270,27 @@ def _check_headers(headers: object) -> dict[str, str]:
 # -- the allowlist ------------------------------------------------------------------------
 
 
+def _idna(name: str) -> str:
+    """A non-ASCII host name as httpx sends and connects to it: IDNA 2008 by the
+    ``idna`` package with its default options, as httpx calls it (not Python's IDNA
+    2003 codec, which maps ``ß`` to ``ss``); ``UnicodeError`` when it cannot."""
+    return name if name.isascii() else idna.encode(name).decode("ascii")
+
+
 def _ascii_host(host: str) -> str:
-    """``host`` lowercased, without brackets or a trailing dot, IDNA-encoded."""
+    """``host`` lowercased, without brackets or a trailing dot, IDNA-encoded as the
+    HTTP client encodes it."""
     name = host.strip("[]").lower().rstrip(".")
-    if not name.isascii():
-        try:
-            name = name.encode("idna").decode("ascii")
-        except UnicodeError:
-            raise _invalid(f"callback host {host!r:.100} is not a valid host name") from None
-    return name
+    try:
+        return _idna(name)
+    except UnicodeError:  # idna.IDNAError is one
+        raise _invalid(f"callback host {host!r:.100} is not a valid host name") from None
 
 
-def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+_Address: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _ip(host: str) -> _Address | None:
     try:
         address = ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
@@ -262,22 +300,51 @@ def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return address
 
 
-def _split_pattern(pattern: str) -> tuple[str, int | None]:
-    """``"host"``, ``"host:port"``, ``"[v6]:port"`` or a bare IPv6 -> (host, port)."""
+_AnyPort = Literal["*"]
+
+
+def _split_pattern(pattern: str) -> tuple[str, int | _AnyPort | None] | None:
+    """``"host"``, ``"host:port"``, ``"host:*"``, ``"[v6]"``, ``"[v6]:port"``,
+    ``"[v6]:*"`` or a bare IPv6 -> ``(host, port)``, the port None when the pattern
+    names none (the scheme's default port) and ``"*"`` for any; None when the pattern
+    is malformed (it then allows nothing)."""
     text = pattern.strip().lower()
+    port: str | None
     if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else ""
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return None
+        port = rest[1:] if rest else None
     elif text.count(":") == 1:
         host, _, port = text.partition(":")
     else:
-        host, port = text, ""
-    return host.rstrip("."), int(port) if port.isdigit() else None
+        host, port = text, None
+    host = host.rstrip(".")
+    wildcard = "*." if host.startswith("*.") else ""
+    try:
+        host = wildcard + _idna(host[len(wildcard) :])
+    except UnicodeError:
+        return None
+    if not host:
+        return None
+    if port is None or port == "*":
+        return host, "*" if port else None
+    if port.isascii() and port.isdigit() and 0 < int(port) <= 65535:
+        return host, int(port)
+    return None
 
 
-def _pattern_matches(pattern: str, host: str, port: int) -> bool:
-    want_host, want_port = _split_pattern(pattern)
-    if want_port is not None and want_port != port:
+def _pattern_matches(pattern: str, host: str, port: int, default_ports: tuple[int, ...]) -> bool:
+    """True if ``pattern`` allows ``host`` (normalized) on ``port``; a pattern without
+    a port allows ``default_ports`` only."""
+    split = _split_pattern(pattern)
+    if split is None:
+        return False
+    want_host, want_port = split
+    if want_port is None:
+        if port not in default_ports:
+            return False
+    elif want_port not in ("*", port):
         return False
     if want_host.startswith("*."):
         return host.endswith(want_host[1:])
@@ -287,16 +354,68 @@ def _pattern_matches(pattern: str, host: str, port: int) -> bool:
     return want_host == host
 
 
-def _listed_ip(address: ipaddress.IPv4Address | ipaddress.IPv6Address, config: ServeConfig) -> bool:
-    return any(_ip(_split_pattern(p)[0]) == address for p in config.callback_hosts)
+def _listed_ip(address: _Address, config: ServeConfig) -> bool:
+    for pattern in config.callback_hosts:
+        split = _split_pattern(pattern)
+        if split is not None and _ip(split[0]) == address:
+            return True
+    return False
 
 
-def address_refusal(address: str, config: ServeConfig) -> str | None:
-    """Why a connection to the IP ``address`` is refused under ``config`` (None: it
-    is allowed). The dispatcher checks every address a callback host resolves to."""
-    ip = _ip(address)
-    if ip is None:
-        return f"{address!r} is not an IP address"
+# Addresses that are not public, refused unless --allow-private-callbacks or listed,
+# by the name a refusal gives them; the rest of what ipaddress does not call global
+# (it differs between Python versions, hence the explicit ranges) is refused too.
+_NON_PUBLIC = tuple(
+    (ipaddress.ip_network(network), kind)
+    for network, kind in (
+        ("10.0.0.0/8", "private"),
+        ("172.16.0.0/12", "private"),
+        ("192.168.0.0/16", "private"),
+        ("100.64.0.0/10", "shared (carrier-grade NAT)"),
+        ("0.0.0.0/8", "'this network'"),
+        ("192.0.0.0/24", "IETF protocol assignment"),
+        ("240.0.0.0/4", "reserved"),
+        ("fc00::/7", "unique local"),
+        ("fec0::/10", "site-local"),
+        ("64:ff9b::/96", "NAT64"),
+        ("64:ff9b:1::/48", "NAT64 (local use)"),
+        ("::/96", "IPv4-compatible IPv6"),
+        ("2002::/16", "6to4"),
+    )
+)
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_V4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def _embedded_v4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one stands for or leads to: 6to4, Teredo (the
+    client), NAT64 (well-known prefix) and IPv4-compatible (IPv4-mapped ones are
+    made IPv4 by :func:`_ip` already)."""
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    if ip in _NAT64 or (ip in _V4_COMPATIBLE and int(ip) > 1):  # not :: or ::1
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
+def _non_public(ip: _Address) -> str | None:
+    """What kind of non-public address ``ip`` is (None: a public one)."""
+    for network, kind in _NON_PUBLIC:
+        if ip in network:
+            return kind
+    if not ip.is_global or ip.is_reserved:
+        return "non-global"
+    return None
+
+
+def _ip_refusal(ip: _Address, config: ServeConfig) -> str | None:
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = _embedded_v4(ip)
+        reason = None if embedded is None else _ip_refusal(embedded, config)
+        if reason is not None:
+            return f"{ip} embeds {embedded}: {reason}"
     if ip.is_loopback:
         if config.allow_loopback_callbacks:
             return None
@@ -307,9 +426,50 @@ def address_refusal(address: str, config: ServeConfig) -> str | None:
         else "multicast" if ip.is_multicast
         else None
     )  # fmt: skip
-    if special is not None and not _listed_ip(ip, config):
+    if special is not None:
+        if _listed_ip(ip, config):
+            return None
         return f"{ip} is a {special} address (allowed only when that IP is listed)"
-    return None
+    kind = _non_public(ip)
+    if kind is None or config.allow_private_callbacks or _listed_ip(ip, config):
+        return None
+    return (
+        f"{ip} is a {kind} address (allowed only with --allow-private-callbacks, "
+        "or when that IP is listed)"
+    )
+
+
+def address_refusal(address: str, config: ServeConfig) -> str | None:
+    """Why a connection to the IP ``address`` is refused under ``config`` (None: it
+    is allowed). The dispatcher checks every address a callback host resolves to."""
+    ip = _ip(address)
+    if ip is None:
+        return f"{address!r} is not an IP address"
+    return _ip_refusal(ip, config)
+
+
+def _target_refusal(
+    host: str, port: int, default_ports: tuple[int, ...], config: ServeConfig
+) -> str | None:
+    """Why ``host`` (normalized by :func:`_ascii_host`) on ``port`` is refused, a
+    pattern without a port allowing ``default_ports``; None: allowed."""
+    literal = _ip(host)
+    if is_loopback_host(host) or (literal is not None and literal.is_loopback):
+        if config.allow_loopback_callbacks:
+            return None
+        return (
+            f"callback host {host!r} is loopback: the server allows it only with "
+            "--allow-loopback-callbacks"
+        )
+    if not any(_pattern_matches(p, host, port, default_ports) for p in config.callback_hosts):
+        allowed = ", ".join(config.callback_hosts) or "none configured"
+        return (
+            f"callback host {host}:{port} is not in the server's allowlist ({allowed:.200}); "
+            "add it with --allow-callback-host (a pattern without a port allows the "
+            "default port only: add :PORT or :*)"
+        )
+    reason = None if literal is None else address_refusal(host, config)
+    return None if reason is None else f"callback host refused: {reason}"
 
 
 def check_host(url: str, config: ServeConfig) -> None:
@@ -317,25 +477,27 @@ def check_host(url: str, config: ServeConfig) -> None:
     ``config`` (see the module's docstring for the rules). Does no DNS lookup."""
     parts = _check_url(url)
     host = _ascii_host(parts.hostname or "")
-    port = parts.port or _DEFAULT_PORTS[parts.scheme.lower()]
-    literal = _ip(host)
-    if is_loopback_host(host) or (literal is not None and literal.is_loopback):
-        if config.allow_loopback_callbacks:
-            return
-        raise _refused(
-            f"callback host {host!r} is loopback: the server allows it only with "
-            "--allow-loopback-callbacks"
-        )
-    if literal is not None:
-        reason = address_refusal(host, config)
-        if reason is not None:
-            raise _refused(f"callback host refused: {reason}")
-    if not any(_pattern_matches(pattern, host, port) for pattern in config.callback_hosts):
-        allowed = ", ".join(config.callback_hosts) or "none configured"
-        raise _refused(
-            f"callback host {host}:{port} is not in the server's allowlist ({allowed:.200}); "
-            "add it with --allow-callback-host"
-        )
+    default_port = _DEFAULT_PORTS[parts.scheme.lower()]
+    reason = _target_refusal(host, parts.port or default_port, (default_port,), config)
+    if reason is not None:
+        raise _refused(reason)
+
+
+def connection_refusal(host: str, port: int, config: ServeConfig) -> str | None:
+    """Why a TCP connection to ``host``:``port`` is refused under ``config`` (None: it
+    is allowed), ``host`` being what the HTTP client connects to (an ASCII name or an
+    IP literal), checked before it is resolved: the rules of :func:`check_host`,
+    except that a pattern without a port allows both 80 and 443 (the scheme is not
+    known here; :func:`check_host`, at put and at send, holds it to the scheme's own).
+    A non-ASCII name is refused: resolving it would encode it by IDNA 2003. The
+    addresses a name resolves to are then checked with :func:`address_refusal`."""
+    if not host.isascii():
+        return f"callback host {host!r:.100} is not ASCII (IDNA-encode it first)"
+    try:
+        name = _ascii_host(host)
+    except CallbackError as exc:
+        return exc.message
+    return _target_refusal(name, port, tuple(_DEFAULT_PORTS.values()), config)
 
 
 def host_allowed(url: str, config: ServeConfig) -> bool:
@@ -349,20 +511,81 @@ def host_allowed(url: str, config: ServeConfig) -> bool:
 
 # -- signing ------------------------------------------------------------------------------
 
+# What an HTTP header carries unchanged: printable ASCII, no space at either end (a
+# receiver's parser strips those).
+_HEADER_SAFE = re.compile(r"[!-~](?:[ -~]*[!-~])?")  # used with fullmatch
+
+
+def check_message_id(message_id: str) -> str:
+    """``message_id`` if it can be sent in ``X-Delayq-Message-Id`` as it is (and so be
+    signed by v2): printable ASCII without a space at either end; else ``ValueError``."""
+    if not isinstance(message_id, str) or not _HEADER_SAFE.fullmatch(message_id):
+        raise ValueError(
+            f"message id {message_id!r:.80} cannot be sent in the X-Delayq-Message-Id "
+            "header: it must be printable ASCII without a space at either end"
+        )
+    return message_id
+
 
 def _digest(secret: str, timestamp: int, body: bytes) -> str:
     message = str(timestamp).encode() + b"." + body
     return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
 
-def sign(secret: str, timestamp: int, body: bytes) -> str:
-    """The signature header value of a request: ``t=<unix seconds>,v1=<hex>``, where
-    ``<hex>`` is HMAC-SHA256 keyed by ``secret`` of ``b"<t>." + body``."""
+def _digest_v2(secret: str, timestamp: int, request: tuple[str, str, str], body: bytes) -> str:
+    method, url, message_id = request
+    message = f"{timestamp}\n{method}\n{url}\n{message_id}\n".encode() + body
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def _request_of(
+    method: str | None, url: str | None, message_id: str | None
+) -> tuple[str, str, str] | None:
+    """``(method, url, message_id)`` checked for v2, or None when none is given.
+    ``ValueError`` when only some are given or one could make the signed text
+    ambiguous (a newline in it)."""
+    if method is None and url is None and message_id is None:
+        return None
+    if method is None or url is None or message_id is None:
+        raise ValueError("method, url and message_id go together (they make the v2 signature)")
+    if not isinstance(method, str) or not _TOKEN.fullmatch(method):
+        raise ValueError(f"method must be an HTTP method such as POST, got {method!r:.40}")
+    if not isinstance(url, str) or not url or not _HEADER_SAFE.fullmatch(url) or " " in url:
+        raise ValueError(f"url must be the URL as sent (printable ASCII, no spaces): {url!r:.100}")
+    return method, url, check_message_id(message_id)
+
+
+def sign(
+    secret: str,
+    timestamp: int,
+    body: bytes,
+    *,
+    method: str | None = None,
+    url: str | None = None,
+    message_id: str | None = None,
+) -> str:
+    """The signature header value of a request.
+
+    ``t=<unix seconds>,v1=<hex>``: ``<hex>`` is HMAC-SHA256, keyed by ``secret``, of
+    ``b"<t>." + body``. Given the request's ``method``, ``url`` and ``message_id``
+    (all three), ``,v2=<hex>`` follows: HMAC-SHA256, keyed by ``secret``, of
+    ``f"{t}\\n{method}\\n{url}\\n{message_id}\\n".encode() + body``, i.e. four lines,
+    each ended by a newline (none can hold one: they are checked), then the raw
+    body. ``url`` is the URL as sent: the scheme, ``://``, the ``Host`` header, then
+    the request target (path and query as on the request line); ``message_id`` the
+    ``X-Delayq-Message-Id`` header (see :func:`check_message_id`). The dispatcher
+    sends v1 and v2 together while receivers move to v2.
+    """
     if not isinstance(secret, str) or not secret:
         raise ValueError("the signing secret must be a non-empty str")
     if type(timestamp) is not int or timestamp < 0:
         raise ValueError(f"timestamp must be unix seconds (an int >= 0), got {timestamp!r}")
-    return f"t={timestamp},v1={_digest(secret, timestamp, bytes(body))}"
+    request = _request_of(method, url, message_id)
+    data = bytes(body)
+    header = f"t={timestamp},v1={_digest(secret, timestamp, data)}"
+    if request is not None:
+        header += f",v2={_digest_v2(secret, timestamp, request, data)}"
+    return header
 
 
 def verify(
@@ -372,27 +595,47 @@ def verify(
     *,
     tolerance: float = CALLBACK_SIGNATURE_TOLERANCE,
     now: float | None = None,
+    method: str | None = None,
+    url: str | None = None,
+    message_id: str | None = None,
 ) -> bool:
-    """True if ``header_value`` (from :data:`CALLBACK_SIGNATURE_HEADER`) signs ``body``
-    with ``secret`` and its timestamp is within ``tolerance`` seconds of ``now``
-    (default: the current time). Any ``v1=`` entry may match (several are allowed,
-    e.g. while a secret is rotated); the comparison takes constant time."""
+    """True if ``header_value`` (from :data:`CALLBACK_SIGNATURE_HEADER`) signs this
+    request with ``secret`` and its timestamp is within ``tolerance`` seconds of
+    ``now`` (default: the current time).
+
+    Given the request's ``method``, ``url`` (as :func:`sign` describes it) and
+    ``message_id`` (the ``X-Delayq-Message-Id`` header), only a ``v2=`` entry may
+    match, so a header stripped of its v2 does not pass for another request; without
+    them, a ``v1=`` entry (``body`` only, as before v2). Several entries of a kind are
+    allowed (e.g. while a secret is rotated); the comparison takes constant time.
+    ``ValueError`` if only some of ``method``, ``url`` and ``message_id`` are given."""
+    try:
+        request = _request_of(method, url, message_id)
+    except ValueError:
+        if method is None or url is None or message_id is None:
+            raise
+        return False  # a value no signature covers
     if not isinstance(secret, str) or not secret or not isinstance(header_value, str):
         return False
+    scheme = "v1" if request is None else "v2"
     timestamp: int | None = None
     candidates: list[str] = []
     for part in header_value.split(","):
         key, _, value = part.strip().partition("=")
-        if key == "t" and value.isdigit() and timestamp is None:
+        if key == "t" and value.isascii() and value.isdigit() and timestamp is None:
             timestamp = int(value)
-        elif key == "v1" and value:
+        elif key == scheme and value:
             candidates.append(value)
     if timestamp is None or not candidates:
         return False
     current = time.time() if now is None else now
     if abs(current - timestamp) > tolerance:
         return False
-    expected = _digest(secret, timestamp, bytes(body)).encode()
+    data = bytes(body)
+    if request is None:
+        expected = _digest(secret, timestamp, data).encode()
+    else:
+        expected = _digest_v2(secret, timestamp, request, data).encode()
     matched = False
     for candidate in candidates:
         matched |= hmac.compare_digest(expected, candidate.encode("ascii", "replace"))

@@ -108,8 +108,12 @@ class ServeConfig:
     without a token is refused. ``dispatch`` runs the callback dispatcher in the
     server process, over ``callback_queues``: a message put with a ``callback`` must
     go to one of them. ``callback_hosts`` is the allowlist of callback hosts
-    (``"api.example.com"``, ``"*.example.com"``, optionally with ``":port"``);
-    loopback targets are allowed only with ``allow_loopback_callbacks``.
+    (``"api.example.com"``, ``"*.example.com"``, optionally with ``":port"`` or
+    ``":*"``; without a port only the scheme's default port, 80 or 443, is allowed);
+    loopback targets are allowed only with ``allow_loopback_callbacks`` (then on any
+    port, listed or not); private and other non-public addresses (``10/8``,
+    ``fc00::/7``, ``100.64/10``, NAT64, ...) only with ``allow_private_callbacks``
+    (the host must still be listed) or when that IP is listed.
     ``signing_secret`` keys the HMAC-SHA256 signature of every callback request.
 
     ``allowed_hosts`` are the names clients may reach the server by (the ``Host``
@@ -134,6 +138,7 @@ class ServeConfig:
     callback_queues: tuple[str, ...] = (DEFAULT_CALLBACK_QUEUE,)
     callback_hosts: tuple[str, ...] = ()
     allow_loopback_callbacks: bool = False
+    allow_private_callbacks: bool = False
     signing_secret: str | None = None
     callback_timeout: float = CALLBACK_DEFAULT_TIMEOUT
     dispatch_concurrency: int = SERVE_DISPATCH_CONCURRENCY

@@ -13,10 +13,12 @@ within milliseconds of its due time. Each message is one request:
 * no callback header, a malformed one, or a host the allowlist refuses now (the
   configuration may have changed since the put): dead at once.
 
-The host's addresses are checked when each connection is opened (a network backend
-under httpx resolves the name and connects only to allowed addresses), so a name that
-resolves to loopback or link-local is refused even if it looked harmless at put
-(DNS rebinding). Redirects are not followed; proxies from the environment are ignored.
+Each connection is checked when it is opened, by a network backend under httpx: the
+host httpx connects to (its own IDNA encoding of the name, whatever the URL looked
+like) and the port must match the allowlist, then the name is resolved there and the
+connection goes only to allowed addresses, so a name that resolves to loopback,
+link-local or a private range is refused even if it looked harmless at put (DNS
+rebinding). Redirects are not followed; proxies from the environment are ignored.
 
 The lease of a reservation is the longest callback timeout plus a margin, so it
 normally never needs renewing; a request that still runs near its end (a stalled
@@ -34,6 +36,7 @@ import socket
 import time
 import typing
 from collections import Counter
+from collections.abc import Awaitable, Callable
 
 import anyio
 import httpcore
@@ -55,11 +58,19 @@ from ..durable import AsyncQueue, Message
 from ..durable.message import State
 from ..durable.serializer import JSONSerializer
 from ..errors import LeaseLost, QueueClosed
-from ._callbacks import Callback, CallbackError, address_refusal, check_host, sign
+from ._callbacks import (
+    Callback,
+    CallbackError,
+    address_refusal,
+    check_host,
+    check_message_id,
+    connection_refusal,
+    sign,
+)
 from ._config import ServeConfig
 from ._state import ServerState
 
-__all__ = ["CallbackRefused", "Dispatcher"]
+__all__ = ["CallbackRefused", "Dispatcher", "Resolve"]
 
 _INFO, _WARNING, _ERROR, _DEBUG = logging.INFO, logging.WARNING, logging.ERROR, logging.DEBUG
 _JSON = JSONSerializer()
@@ -67,16 +78,29 @@ _JSON = JSONSerializer()
 
 class CallbackRefused(Exception):
     """A callback target the configuration does not allow (raised while connecting
-    when its host resolves to a refused address)."""
+    when the host or port is not allowed, or the host resolves to a refused address)."""
+
+
+#: How a host name is resolved for a callback: ``(host, port)`` -> its addresses.
+Resolve = Callable[[str, int], Awaitable[list[str]]]
+
+
+async def _getaddrinfo(host: str, port: int) -> list[str]:
+    """The addresses of ``host`` from the system resolver (``OSError`` when none)."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
 class _GuardedNetwork(httpcore.AsyncNetworkBackend):
-    """Opens TCP connections only to addresses the configuration allows: the host is
-    resolved here and the connection goes to a checked address, so the name cannot
-    resolve differently between the check and the connect."""
+    """Opens TCP connections only where the configuration allows: the host httpx
+    connects to, and its port, must pass the allowlist (:func:`connection_refusal`)
+    before the name is resolved; then it is resolved here (by ``resolve``, the system
+    resolver by default) and the connection goes to a checked address, so the name
+    cannot resolve differently between the check and the connect."""
 
-    def __init__(self, config: ServeConfig) -> None:
+    def __init__(self, config: ServeConfig, resolve: Resolve = _getaddrinfo) -> None:
         self._config = config
+        self._resolve = resolve
         self._inner = httpcore.AnyIOBackend()
 
     async def connect_tcp(
@@ -87,14 +111,16 @@ class _GuardedNetwork(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        """Resolve ``host``, refuse it if any address is refused, connect to the first
-        address that answers."""
-        loop = asyncio.get_running_loop()
+        """Refuse ``host``:``port`` unless the allowlist has it; resolve ``host``,
+        refuse it if any address is refused, connect to the first address that
+        answers."""
+        reason = connection_refusal(host, port, self._config)
+        if reason is not None:
+            raise CallbackRefused(f"connection to {host}:{port} refused: {reason}")
         try:
-            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            addresses = await self._resolve(host, port)
         except OSError as exc:
             raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
-        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
         for address in addresses:
             reason = address_refusal(address, self._config)
             if reason is not None:
@@ -131,7 +157,7 @@ class _GuardedTransport(httpx.AsyncHTTPTransport):
     """httpx's transport over a connection pool that connects through
     :class:`_GuardedNetwork` (httpx offers no public way to pass a network backend)."""
 
-    def __init__(self, config: ServeConfig) -> None:
+    def __init__(self, config: ServeConfig, resolve: Resolve = _getaddrinfo) -> None:
         super().__init__(trust_env=False)
         limit = config.dispatch_concurrency
         self._pool = httpcore.AsyncConnectionPool(
@@ -139,13 +165,20 @@ class _GuardedTransport(httpx.AsyncHTTPTransport):
             max_connections=limit,
             max_keepalive_connections=limit,
             keepalive_expiry=30.0,
-            network_backend=_GuardedNetwork(config),
+            network_backend=_GuardedNetwork(config, resolve),
         )
 
 
 def _shown_url(url: str) -> str:
     """``url`` without its query (which may hold a receiver's token), for errors/logs."""
     return url.split("?", 1)[0].split("#", 1)[0]
+
+
+def _sent_url(url: httpx.URL) -> str:
+    """The URL as the receiver gets it (what v2 signs): the scheme, ``://``, the Host
+    header httpx sends (``url.netloc``) and the request target (``url.raw_path``, path
+    and query); no fragment."""
+    return f"{url.scheme}://{url.netloc.decode('ascii')}{url.raw_path.decode('ascii')}"
 
 
 def _body_of(msg: Message) -> tuple[bytes, str]:
@@ -264,6 +297,7 @@ class Dispatcher:
                 raise CallbackError("invalid_callback", "the message has no callback header")
             callback = Callback.from_header(text)
             check_host(callback.url, self.config)
+            check_message_id(msg.id)
             body, content_type = _body_of(msg)
         except (CallbackError, TypeError, ValueError) as exc:
             await self._refuse(queue, msg, f"callback refused: {exc}")
@@ -302,20 +336,10 @@ class Dispatcher:
         timeout = min(callback.timeout, self.config.callback_timeout)
         if callback.method == "GET":
             body = b""
-        headers = httpx.Headers(
-            {
-                "X-Delayq-Message-Id": msg.id,
-                "X-Delayq-Queue": msg.queue,
-                "X-Delayq-Attempt": str(msg.attempts),
-            }
-        )
-        if body or callback.method != "GET":
-            headers["Content-Type"] = content_type
-        secret = self.config.signing_secret
-        if secret:
-            headers[CALLBACK_SIGNATURE_HEADER] = sign(secret, int(time.time()), body)
-        for name, value in callback.headers.items():
-            headers[name] = value
+        try:
+            request = self._build(msg, callback, body, content_type, timeout)
+        except (httpx.InvalidURL, ValueError) as exc:  # a header value httpx cannot send
+            return "refused", f"callback refused: the request cannot be made: {exc}"
         shown = _shown_url(callback.url)
         sent_ms = time.time() * 1000.0
         self.state.metrics.observe_lateness(queue.name, msg.due_at, sent_ms)
@@ -324,9 +348,7 @@ class Dispatcher:
             url=shown, late_ms=round(sent_ms - msg.due_at, 3),
         )  # fmt: skip
         try:
-            status = await asyncio.wait_for(
-                self._request(callback, headers, body, timeout), timeout
-            )
+            status = await asyncio.wait_for(self._request(request), timeout)
         except (asyncio.TimeoutError, httpx.TimeoutException):
             return "timeout", f"timeout after {timeout:g}s calling {shown}"
         except CallbackRefused as exc:
@@ -338,20 +360,51 @@ class Dispatcher:
             return "delivered", None
         return "http_error", f"HTTP {status} from {shown}"
 
-    async def _request(
-        self, callback: Callback, headers: httpx.Headers, body: bytes, timeout: float
-    ) -> int:
+    def _build(
+        self, msg: Message, callback: Callback, body: bytes, content_type: str, timeout: float
+    ) -> httpx.Request:
+        """The request of ``callback`` for ``msg``, signed (v1 and v2) when the server
+        has a secret: v2 signs the method, URL and message id as they are sent."""
+        assert self._client is not None
+        headers = httpx.Headers(
+            {
+                "X-Delayq-Message-Id": msg.id,
+                "X-Delayq-Queue": msg.queue,
+                "X-Delayq-Attempt": str(msg.attempts),
+            }
+        )
+        if body or callback.method != "GET":
+            headers["Content-Type"] = content_type
+        for name, value in callback.headers.items():
+            headers[name] = value
+        request = self._client.build_request(
+            callback.method, callback.url, headers=headers, content=body, timeout=timeout
+        )
+        secret = self.config.signing_secret
+        if secret:
+            request.headers[CALLBACK_SIGNATURE_HEADER] = sign(
+                secret,
+                int(time.time()),
+                body,
+                method=request.method,
+                url=_sent_url(request.url),
+                message_id=msg.id,
+            )
+        return request
+
+    async def _request(self, request: httpx.Request) -> int:
         """Send and read (a bounded part of) the answer, so the connection is reused."""
         assert self._client is not None
-        async with self._client.stream(
-            callback.method, callback.url, headers=headers, content=body, timeout=timeout
-        ) as response:
+        response = await self._client.send(request, stream=True)
+        try:
             read = 0
             async for chunk in response.aiter_raw():
                 read += len(chunk)
                 if read > CALLBACK_MAX_RESPONSE_READ:
                     break  # the rest is dropped with the connection
             return response.status_code
+        finally:
+            await response.aclose()
 
     # -- settling -------------------------------------------------------------------------
     async def _ack(self, queue: AsyncQueue, msg: Message, callback: Callback) -> None:
