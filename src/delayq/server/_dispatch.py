@@ -31,6 +31,7 @@ attempt. Every outcome is counted in the server's metrics and logged on the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -153,12 +154,66 @@ class _GuardedNetwork(httpcore.AsyncNetworkBackend):
         await self._inner.sleep(seconds)
 
 
-class _GuardedTransport(httpx.AsyncHTTPTransport):
-    """httpx's transport over a connection pool that connects through
-    :class:`_GuardedNetwork` (httpx offers no public way to pass a network backend)."""
+# httpcore's errors as the httpx errors the dispatcher sorts outcomes by.
+_ERRORS: tuple[tuple[type[Exception], type[httpx.HTTPError]], ...] = (
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout),
+    (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.TimeoutException, httpx.TimeoutException),
+    (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError),
+    (httpcore.WriteError, httpx.WriteError),
+    (httpcore.NetworkError, httpx.NetworkError),
+    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
+    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
+    (httpcore.ProtocolError, httpx.ProtocolError),
+)
+
+
+@contextlib.contextmanager
+def _as_httpx_errors() -> typing.Iterator[None]:
+    try:
+        yield
+    except httpcore.TimeoutException as exc:
+        raise _translated(exc) from exc
+    except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol) as exc:
+        raise _translated(exc) from exc
+
+
+def _translated(exc: Exception) -> httpx.HTTPError:
+    for source, target in _ERRORS:
+        if isinstance(exc, source):
+            return target(str(exc))
+    return httpx.TransportError(str(exc))
+
+
+class _Body(httpx.AsyncByteStream):
+    """An answer's body as httpx reads it, from httpcore's stream."""
+
+    def __init__(
+        self,
+        stream: typing.AsyncIterable[bytes],
+        close: typing.Callable[[], typing.Awaitable[None]],
+    ) -> None:
+        self._stream = stream
+        self._close = close
+
+    async def __aiter__(self) -> typing.AsyncIterator[bytes]:
+        with _as_httpx_errors():
+            async for chunk in self._stream:
+                yield chunk
+
+    async def aclose(self) -> None:
+        await self._close()
+
+
+class _GuardedTransport(httpx.AsyncBaseTransport):
+    """An httpx transport over httpcore's connection pool, connecting through
+    :class:`_GuardedNetwork` (httpx's own transport takes no network backend)."""
 
     def __init__(self, config: ServeConfig, resolve: Resolve = _getaddrinfo) -> None:
-        super().__init__(trust_env=False)
         limit = config.dispatch_concurrency
         self._pool = httpcore.AsyncConnectionPool(
             ssl_context=httpx.create_ssl_context(trust_env=False),
@@ -167,6 +222,34 @@ class _GuardedTransport(httpx.AsyncHTTPTransport):
             keepalive_expiry=30.0,
             network_backend=_GuardedNetwork(config, resolve),
         )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` on a pooled connection; the answer streams its body."""
+        assert isinstance(request.stream, httpx.AsyncByteStream)
+        url = request.url
+        core = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        with _as_httpx_errors():
+            answer = await self._pool.handle_async_request(core)
+        stream = answer.stream
+        assert isinstance(stream, typing.AsyncIterable)
+        return httpx.Response(
+            status_code=answer.status,
+            headers=answer.headers,
+            stream=_Body(stream, answer.aclose),
+            extensions=answer.extensions,
+        )
+
+    async def aclose(self) -> None:
+        """Close every pooled connection."""
+        await self._pool.aclose()
 
 
 def _shown_url(url: str) -> str:
