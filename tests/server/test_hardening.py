@@ -380,3 +380,19 @@ def test_a_queue_and_an_app_do_not_show_their_password() -> None:
     finally:
         queue.close()
     assert "hunter2" not in repr(App(url))
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["api.example.com:abc", "api.example.com:0", "api.example.com:99999", "api.example.com:",
+     "*", "*.", "a*.b",
+     "https://api.example.com", "[::1", "[::1]8080", "user@api.example.com", " "],
+)  # fmt: skip
+def test_a_malformed_callback_host_is_refused_at_start(pattern: str) -> None:
+    with pytest.raises(ValueError, match="callback host must be"):
+        ServeConfig(url="memory://x", callback_hosts=(pattern,))
+
+
+def test_well_formed_callback_hosts_are_accepted() -> None:
+    hosts = ("api.example.com", "*.example.com:8443", "10.0.0.7:*", "[2001:db8::1]:443", "::1")
+    assert ServeConfig(url="memory://x", callback_hosts=hosts).callback_hosts == hosts

@@ -98,6 +98,30 @@ def _check_allowed_host(pattern: object) -> str:
     return text
 
 
+def _check_callback_host(pattern: object) -> None:
+    """Refuse an allowlist entry that is not ``host``, ``*.domain``, ``[v6]`` or a bare
+    IPv6 address, optionally with ``:port`` (1 to 65535) or ``:*``."""
+    problem = f"callback host must be a host name or pattern (host[:port|:*]), got {pattern!r:.80}"
+    if not isinstance(pattern, str) or not pattern.strip():
+        raise ValueError(problem)
+    text = pattern.strip().lower()
+    port: str | None = None
+    if text.startswith("["):
+        host, closed, rest = text[1:].partition("]")
+        if not closed or (rest and not rest.startswith(":")):
+            raise ValueError(problem)
+        port = rest[1:] if rest else None
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+    else:
+        host = text
+    if port is not None and port != "*" and not (port.isdigit() and 0 < int(port) < 65536):
+        raise ValueError(problem)
+    name = host[2:] if host.startswith("*.") else host
+    if not name or "*" in name or any(ch in name for ch in "/@?#[] \t\\"):
+        raise ValueError(problem)
+
+
 @dataclass(frozen=True)
 class ServeConfig:
     """The server's settings.
@@ -171,8 +195,7 @@ class ServeConfig:
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"callback queue: {exc}") from None
         for pattern in self.callback_hosts:
-            if not isinstance(pattern, str) or not pattern or "/" in pattern:
-                raise ValueError(f"callback host must be a host name or pattern, got {pattern!r}")
+            _check_callback_host(pattern)
         if not 0 < self.callback_timeout <= CALLBACK_MAX_TIMEOUT:
             raise ValueError(f"callback_timeout must be > 0 and <= {CALLBACK_MAX_TIMEOUT} s")
         if type(self.dispatch_concurrency) is not int or self.dispatch_concurrency < 1:
