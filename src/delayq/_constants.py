@@ -35,6 +35,9 @@ DEFAULT_MAX_PAYLOAD = 1024 * 1024
 MAX_ID_LENGTH = 255
 #: ``last_error`` strings are cut to this many characters.
 MAX_ERROR_LENGTH = 8192
+#: Longest ``wait`` of ``reserve`` (s), about a century (a thread cannot wait much longer
+#: at once); ``wait=None`` waits until a message is due, however long that takes.
+MAX_RESERVE_WAIT = 100 * 366 * 86_400.0
 #: Default lease of ``reserve``, in seconds.
 DEFAULT_LEASE = 30.0
 #: Default number of messages ``dead()`` returns.

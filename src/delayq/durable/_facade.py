@@ -20,6 +20,7 @@ from .._constants import (
     MAX_ERROR_LENGTH,
     MAX_ID_LENGTH,
     MAX_PEEK_LIMIT,
+    MAX_RESERVE_WAIT,
 )
 from .._duration import at_to_epoch, delay_to_seconds, seconds_to_ms
 from .._fork import new_id
@@ -77,11 +78,26 @@ def check_seconds(kind: str, value: object, *, positive: bool) -> float:
 
 
 def to_ms(seconds: float) -> int:
-    """Seconds as whole milliseconds, rounded up (a due time is never early)."""
-    ms = seconds_to_ms(seconds)
-    if ms > MAX_DUE_MS:
-        raise ValueError(f"{seconds!r} seconds is out of range")
-    return ms
+    """Seconds as whole milliseconds, rounded up (a due time is never early).
+
+    ValueError beyond the latest due time (1e308 seconds is finite, but not once
+    multiplied by 1000); a value as far below 0 comes out as ``-MAX_DUE_MS`` (every
+    caller reads a negative as "now")."""
+    product = seconds * 1000.0
+    if not product <= MAX_DUE_MS:  # NaN included
+        raise ValueError(f"{seconds!r} seconds is out of range (past the year 9999)")
+    if product < -MAX_DUE_MS:
+        return -MAX_DUE_MS
+    return seconds_to_ms(seconds)
+
+
+def epoch_of(at: object) -> float:
+    """``at`` (an aware datetime or epoch seconds) as epoch seconds; ValueError for an
+    int too large for a float."""
+    try:
+        return at_to_epoch(at)
+    except OverflowError:
+        raise ValueError(f"at= is out of range: an int of {len(str(at))} digits") from None
 
 
 def due_arguments(delay: object, at: object) -> tuple[int | None, int | None]:
@@ -89,7 +105,7 @@ def due_arguments(delay: object, at: object) -> tuple[int | None, int | None]:
     if at is not None:
         if delay is not None:
             raise ValueError("give delay= or at=, not both")
-        return None, max(0, to_ms(at_to_epoch(at)))
+        return None, max(0, to_ms(epoch_of(at)))
     if delay is None:
         return None, None
     return max(0, to_ms(delay_to_seconds(delay))), None
@@ -235,6 +251,11 @@ class QueueBase:
         self, wait: object, lease: object, max: object
     ) -> tuple[float | None, int, int]:
         wait_s = None if wait is None else check_seconds("wait", wait, positive=False)
+        if wait_s is not None and wait_s > MAX_RESERVE_WAIT:
+            raise ValueError(
+                f"wait must be at most {MAX_RESERVE_WAIT:.0f} seconds (a century), got "
+                f"{wait!r}: wait=None waits until a message is due"
+            )
         lease_ms = to_ms(check_seconds("lease", lease, positive=True))
         return wait_s, lease_ms, check_int("max", max, 1)
 
