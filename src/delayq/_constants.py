@@ -44,6 +44,12 @@ DEFAULT_LEASE = 30.0
 DEFAULT_DEAD_LIMIT = 100
 #: The ``last_error`` of a message whose lease expired.
 LEASE_EXPIRED_ERROR = "lease expired"
+#: Most containers (dicts, lists, tuples) a payload may nest, one inside the other: a
+#: deeper one is refused at put (PayloadTooDeep, a ValueError), and one stored before
+#: this limit is read back with ``payload_error`` set instead of its payload. JSON
+#: readers bound the depth they read (Python's at about 1000, pydantic's answers at
+#: 255 with the message around it, .NET's at 64): every client reads 64 back.
+MAX_PAYLOAD_DEPTH = 64
 #: The ``encoding`` of a payload given as bytes and stored untouched.
 RAW_ENCODING = "bytes"
 

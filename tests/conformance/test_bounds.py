@@ -4,11 +4,15 @@ before anything is written, the same on every face (and the same as over HTTP)."
 
 from __future__ import annotations
 
+import json
+import pickle
+import warnings
 from typing import Any
 
 import pytest
 
 from delayq.durable import State
+from delayq.durable.serializer import PayloadTooDeep
 
 from ._helpers import total
 
@@ -59,3 +63,64 @@ def test_a_hugely_negative_time_means_now(q: Any, field: str) -> None:
     assert q.get(msg_id).state is State.READY
     assert q.reschedule(msg_id, **{field: -1e308})
     assert q.get(msg_id).state is State.READY
+
+
+# -- payloads nested too deep, records of another serializer (issue 14, point 4) -------
+
+
+def _nested(depth: int) -> Any:
+    """A value inside ``depth`` containers: dicts, lists and tuples by turns."""
+    value: Any = 1
+    for level in range(depth):
+        value = ({"k": value}, [value], (value,))[level % 3]
+    return value
+
+
+@pytest.mark.parametrize("depth", [65, 260, 5000])
+def test_a_payload_nested_too_deep_is_a_value_error(q: Any, depth: int) -> None:
+    with pytest.raises(PayloadTooDeep, match="more than 64"):
+        q.put(_nested(depth))
+    with pytest.raises(ValueError, match=r"put_many item 1: .*more than 64"):
+        q.put_many([{"payload": "fine"}, {"payload": _nested(depth)}])
+    with pytest.raises(ValueError, match="more than 64"):
+        q.put([["strings do not count: [[[{{{"] * 100, _nested(depth)])
+    assert total(q) == 0
+
+
+def test_a_payload_at_the_depth_limit_round_trips(q: Any) -> None:
+    wide = [[["[{"] * 50 for _ in range(10)] for _ in range(10)]  # many brackets, shallow
+    expected = json.loads(json.dumps(_nested(64)))
+    msg_id = q.put(_nested(64))
+    wide_id = q.put(wide)
+    assert q.get(msg_id).payload == expected
+    assert q.get(wide_id).payload == wide
+    assert [msg.payload for msg in q.reserve(wait=0, max=5)] == [expected, wide]
+
+
+def test_a_record_of_another_serializer_spoils_only_itself(make_queue: Any) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pickle's warning
+        pickled = make_queue(serializer=pickle)
+    plain = make_queue(pickled.name)
+    foreign = pickled.put({"made": "by pickle"})
+    good = plain.put({"n": 1})
+    json_read_by_pickle = plain.put({"n": 2})
+
+    seen = plain.get(foreign)
+    assert seen.payload is None
+    assert "pickle" in seen.payload_error
+    assert plain.get(good).payload_error is None
+    assert [msg.payload for msg in plain.peek()] == [None, {"n": 1}, {"n": 2}]
+    held = plain.reserve(wait=0, max=10)
+    assert [(msg.id, msg.payload, msg.attempts) for msg in held] == [
+        (foreign, None, 1),
+        (good, {"n": 1}, 1),
+        (json_read_by_pickle, {"n": 2}, 1),
+    ]
+    assert held[0].payload_error == seen.payload_error
+    assert pickled.get(json_read_by_pickle).payload_error is not None
+    assert pickled.get(foreign).payload == {"made": "by pickle"}
+    assert plain.nack(held[0], dead=True) is State.DEAD
+    plain.ack(held[1])
+    [dead] = plain.dead()
+    assert (dead.id, dead.payload, dead.payload_error) == (foreign, None, seen.payload_error)

@@ -5,10 +5,19 @@ for a stored record, an answer about that one message, never a 500."""
 
 from __future__ import annotations
 
+import json
+import pickle
+import warnings
+from typing import Any
+
 import pytest
 from fastapi.testclient import TestClient
 
+from delayq.durable import Queue
+from delayq.durable.message import put_request
+
 from ._helpers import error_of, put, stats
+from .conftest import MakeClient
 
 _JSON = {"content-type": "application/json"}
 
@@ -90,3 +99,124 @@ def test_a_hugely_negative_time_means_now(client: TestClient, field: str) -> Non
     moved = client.post(f"/v1/queues/q/messages/{message_id}/reschedule", json={field: -1e308})
     assert moved.status_code == 200, moved.text
     assert moved.json()["state"] == "ready"
+
+
+# -- payloads the server could not serve back (issue 14, point 4) ------------------------
+
+
+def _nested(depth: int) -> str:
+    """JSON text of a value inside ``depth`` containers, lists and objects by turns."""
+    text = "1"
+    for level in range(depth):
+        text = f"[{text}]" if level % 2 else f'{{"k":{text}}}'
+    return text
+
+
+@pytest.mark.parametrize("depth", [65, 260])
+def test_a_payload_nested_too_deep_is_refused_at_put(any_client: TestClient, depth: int) -> None:
+    put(any_client, id="kept")
+    deep = _nested(depth)
+    for path, body, where in (
+        ("messages", f'{{"id": "deep", "payload": {deep}}}', "payload"),
+        ("messages/batch", f'{{"messages": [{{"payload": 1}}, {{"payload": {deep}}}]}}', "item 1"),
+    ):
+        response = any_client.post(f"/v1/queues/q/{path}", content=body, headers=_JSON)
+        assert error_of(response, 422) == "payload_too_deep"
+        assert where in response.json()["error"]["message"]
+        assert "more than 64" in response.json()["error"]["message"]
+    assert stats(any_client)["ready"] == 1
+    assert any_client.get("/v1/queues/q/messages/deep").status_code == 404
+
+
+def test_a_payload_at_the_depth_limit_round_trips(any_client: TestClient) -> None:
+    body = f'{{"id": "deep", "payload": {_nested(64)}}}'
+    assert any_client.post("/v1/queues/q/messages", content=body, headers=_JSON).status_code == 201
+    batch = f'{{"messages": [{{"id": "deep2", "payload": {_nested(64)}}}]}}'
+    response = any_client.post("/v1/queues/q/messages/batch", content=batch, headers=_JSON)
+    assert response.status_code == 201, response.text
+    expected = json.loads(_nested(64))
+    assert any_client.get("/v1/queues/q/messages/deep").json()["payload"] == expected
+    reserved = any_client.post("/v1/queues/q/reserve", json={"max": 10}).json()["messages"]
+    assert [msg["payload"] for msg in reserved] == [expected, expected]
+
+
+def _write_bad_records(url: str) -> list[str]:
+    """Write, through the Python face, records this server cannot show: one pickled by
+    a queue with another serializer, one nested deeper than the limit (as one stored
+    before it existed, written below the facade's checks); then two good ones."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pickle's warning
+        with Queue(url, name="q", serializer=pickle) as pickled:
+            foreign = pickled.put({"made": "by pickle"})
+    with Queue(url, name="q") as plain:
+        deep = json.dumps(json.loads(_nested(200)), separators=(",", ":")).encode()
+        request = put_request(
+            id="deep",
+            payload=deep,
+            encoding="json",
+            max_attempts=5,
+            headers={},
+            delay_ms=None,
+            at_ms=None,
+            on_conflict="ignore",
+        )
+        plain.backend.put("q", [request])
+        plain.put({"n": 1}, id="good-1")
+        plain.put({"n": 2}, id="good-2")
+    return [foreign, "deep"]
+
+
+def test_a_record_the_server_cannot_show_spoils_only_itself(
+    backend_url: str, make_client: MakeClient
+) -> None:
+    client = make_client(backend_url)
+    bad = _write_bad_records(backend_url)
+
+    def check(message: dict[str, Any]) -> None:
+        if message["id"] in bad:
+            assert message["payload"] is None
+            assert message["payload_base64"] is None
+            assert "cannot be" in message["payload_error"]
+        else:
+            assert message["payload"] == {"n": int(message["id"][-1])}
+            assert message["payload_error"] is None
+
+    listed = client.get("/v1/queues/q/messages")
+    assert listed.status_code == 200, listed.text
+    assert [msg["id"] for msg in listed.json()["messages"]] == [*bad, "good-1", "good-2"]
+    for message in listed.json()["messages"]:
+        check(message)
+        one = client.get(f"/v1/queues/q/messages/{message['id']}")
+        assert one.status_code == 200, one.text
+        check(one.json())
+        page = client.get(f"/queues/q/messages/{message['id']}")
+        assert page.status_code == 200
+        assert ("cannot be shown" in page.text) is (message["id"] in bad)
+    assert "pickle" in client.get(f"/v1/queues/q/messages/{bad[0]}").json()["payload_error"]
+
+    reserved = client.post("/v1/queues/q/reserve", json={"max": 10, "lease": 60})
+    assert reserved.status_code == 200, reserved.text
+    held = reserved.json()["messages"]
+    assert [msg["id"] for msg in held] == [*bad, "good-1", "good-2"]
+    for message in held:
+        check(message)
+        assert message["attempts"] == 1
+    active = client.get("/v1/queues/q/messages", params={"state": "active"})
+    assert active.status_code == 200, active.text
+    for message in held:
+        if message["id"] in bad:
+            nacked = client.post(
+                f"/v1/queues/q/messages/{message['id']}/nack",
+                json={"lease": message["lease"], "dead": True, "error": "unreadable"},
+            )
+            assert nacked.json() == {"state": "dead"}
+        else:
+            acked = client.post(
+                f"/v1/queues/q/messages/{message['id']}/ack", json={"lease": message["lease"]}
+            )
+            assert acked.json() == {"acked": True}
+    dead = client.get("/v1/queues/q/dead")
+    assert dead.status_code == 200, dead.text
+    assert [msg["id"] for msg in dead.json()["messages"]] == bad
+    for message in dead.json()["messages"]:
+        check(message)

@@ -28,7 +28,7 @@ from ..errors import QueueClosed
 from .message import Message, OnConflict, PutRequest, Record, State, new_message, put_request
 from .registry import default_url, scheme_of
 from .retry import RetryPolicy
-from .serializer import Codec
+from .serializer import Codec, PayloadTooDeep
 
 __all__ = ["QueueBase"]
 
@@ -234,17 +234,20 @@ class QueueBase:
             get = item.get
             # The item's values as _request(**item) would get them, in order, without a
             # dict to unpack or keywords to match.
-            append(
-                request(
-                    item["payload"],
-                    get("delay"),
-                    get("at"),
-                    get("id"),
-                    get("on_conflict", "ignore"),
-                    get("max_attempts"),
-                    get("headers"),
+            try:
+                append(
+                    request(
+                        item["payload"],
+                        get("delay"),
+                        get("at"),
+                        get("id"),
+                        get("on_conflict", "ignore"),
+                        get("max_attempts"),
+                        get("headers"),
+                    )
                 )
-            )
+            except PayloadTooDeep as exc:
+                raise PayloadTooDeep(f"put_many item {index}: {exc}") from None
         return requests
 
     def _reserve_arguments(
@@ -348,10 +351,11 @@ class QueueBase:
         return [check_identifier("id", value) for value in ids]
 
     def _message(self, record: Record) -> Message:
+        payload, payload_error = self._codec.read(record.payload, record.encoding)
         return new_message(
             id=record.id,
             queue=self._name,
-            payload=self._codec.decode(record.payload, record.encoding),
+            payload=payload,
             due_at=record.due_at,
             attempts=record.attempts,
             max_attempts=record.max_attempts,
@@ -360,6 +364,7 @@ class QueueBase:
             last_error=record.last_error,
             lease=record.lease,
             lease_expires_at=record.lease_until,
+            payload_error=payload_error,
         )
 
     def __repr__(self) -> str:

@@ -97,6 +97,10 @@ class Message:
     ``due_at`` is epoch milliseconds; ``attempts`` counts how many times the message
     was reserved. ``lease`` (the fencing token) and ``lease_expires_at`` (epoch ms) are
     set only on messages returned by ``reserve``; ``ack``/``nack``/``extend`` need them.
+    ``payload_error`` says why the stored payload cannot be given back (``payload`` is
+    then None): it was written with another serializer, or nests deeper than delayq
+    allows (stored before that limit). Such a message is still reserved, acked,
+    nacked or cancelled like any other; it never fails the call that returns it.
     """
 
     id: str
@@ -110,6 +114,7 @@ class Message:
     last_error: str | None = None
     lease: str | None = None
     lease_expires_at: int | None = None
+    payload_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,8 +32,11 @@ def message_to_json(msg: Message) -> dict[str, Any]:
     """A message as the HTTP API and the dashboard show it.
 
     A payload that was put as bytes comes out as ``payload_base64`` (``payload`` is
-    then null); any other payload is the JSON value itself. ``callback`` is the
-    message's callback (or null); ``lease`` only on messages from ``reserve``.
+    then null); any other payload is the JSON value itself. A payload the server
+    cannot give back (written with another serializer, or nested deeper than the
+    limit before there was one) is null with ``payload_error`` saying why: that one
+    message, never the answer around it. ``callback`` is the message's callback (or
+    null); ``lease`` only on messages from ``reserve``.
     """
     headers = dict(msg.headers)
     callback_text = headers.pop(CALLBACK_HEADER, None)
@@ -49,7 +52,10 @@ def message_to_json(msg: Message) -> dict[str, Any]:
         "last_error": msg.last_error,
         "callback": json.loads(callback_text) if callback_text else None,
     }
-    if isinstance(msg.payload, (bytes, bytearray)):
+    if msg.payload_error is not None:
+        body["payload"] = None
+        body["payload_error"] = msg.payload_error
+    elif isinstance(msg.payload, (bytes, bytearray)):
         body["payload"] = None
         body["payload_base64"] = base64.b64encode(msg.payload).decode("ascii")
     else:
