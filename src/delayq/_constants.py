@@ -47,9 +47,14 @@ LEASE_EXPIRED_ERROR = "lease expired"
 #: Most containers (dicts, lists, tuples) a payload may nest, one inside the other: a
 #: deeper one is refused at put (PayloadTooDeep, a ValueError), and one stored before
 #: this limit is read back with ``payload_error`` set instead of its payload. JSON
-#: readers bound the depth they read (Python's at about 1000, pydantic's answers at
-#: 255 with the message around it, .NET's at 64): every client reads 64 back.
+#: readers bound the depth they read (the server's answers fail past about 250, some
+#: clients' readers past 64): 64 is read back by all of them.
 MAX_PAYLOAD_DEPTH = 64
+#: Most headers of one message, and most bytes of their names and values together
+#: (UTF-8): a message's headers are shown whole wherever it is (the API, the dashboard),
+#: so they are bounded apart from the payload. More raises HeadersTooLarge (a ValueError).
+MAX_MESSAGE_HEADERS = 64
+MAX_MESSAGE_HEADER_BYTES = 64 * 1024
 #: The ``encoding`` of a payload given as bytes and stored untouched.
 RAW_ENCODING = "bytes"
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from delayq.durable import State
+from delayq.durable.message import HeadersTooLarge
 from delayq.durable.serializer import PayloadTooDeep
 
 from ._helpers import total
@@ -124,3 +125,31 @@ def test_a_record_of_another_serializer_spoils_only_itself(make_queue: Any) -> N
     plain.ack(held[1])
     [dead] = plain.dead()
     assert (dead.id, dead.payload, dead.payload_error) == (foreign, None, seen.payload_error)
+
+
+# -- headers (issue 14, point 12) -------------------------------------------------------
+
+LIMIT_BYTES = 64 * 1024
+
+TOO_MANY_OR_LARGE = [
+    {f"h{index}": "v" for index in range(65)},
+    {"big": "x" * (LIMIT_BYTES - 2)},
+    {"a": "é" * (LIMIT_BYTES // 2)},  # 2 bytes each in UTF-8: over by the name
+]
+
+
+@pytest.mark.parametrize("headers", TOO_MANY_OR_LARGE, ids=["65 headers", "bytes", "utf-8"])
+def test_headers_too_many_or_too_large_are_a_value_error(q: Any, headers: dict[str, str]) -> None:
+    with pytest.raises(HeadersTooLarge, match=r"at most 64 headers|the limit is 65536"):
+        q.put("x", headers=headers)
+    with pytest.raises(ValueError, match=r"put_many item 1: .*(64 headers|65536)"):
+        q.put_many([{"payload": "fine"}, {"payload": "x", "headers": headers}])
+    assert total(q) == 0
+
+
+def test_headers_at_the_limits_are_stored(q: Any) -> None:
+    many = {f"h{index}": "v" for index in range(64)}
+    large = {"big": "x" * (LIMIT_BYTES - 3)}
+    wide = {"a": "é" * (LIMIT_BYTES // 2 - 1), "b": ""}  # exactly the limit
+    ids = [q.put("x", headers=headers) for headers in (many, large, wide)]
+    assert [dict(q.get(msg_id).headers) for msg_id in ids] == [many, large, wide]

@@ -220,3 +220,34 @@ def test_a_record_the_server_cannot_show_spoils_only_itself(
     assert [msg["id"] for msg in dead.json()["messages"]] == bad
     for message in dead.json()["messages"]:
         check(message)
+
+
+# -- headers count (issue 14, point 12) -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{f"h{index}": "v" for index in range(140_000)}, {"big": "x" * 70_000}],
+    ids=["140k headers", "70 kB header"],
+)
+def test_headers_too_many_or_too_large_are_422_and_write_nothing(
+    make_client: MakeClient, headers: dict[str, str]
+) -> None:
+    client = make_client(callback_hosts=["example.com"])
+    callback = {"url": "https://example.com/hook"}
+    for queue, body in (
+        ("q", {"payload": 1, "headers": headers}),
+        ("q", {"messages": [{"payload": 1}, {"payload": 2, "headers": headers}]}),
+        ("callbacks", {"payload": 1, "headers": headers, "callback": callback}),
+    ):
+        path = f"/v1/queues/{queue}/messages" + ("/batch" if "messages" in body else "")
+        response = client.post(path, json=body)
+        assert error_of(response, 422) == "headers_too_large", path
+    assert stats(client)["ready"] == 0
+    assert stats(client, "callbacks")["ready"] == 0
+
+
+def test_headers_at_the_limit_are_stored(client: TestClient) -> None:
+    headers = {f"h{index:02}": "v" * 1000 for index in range(64)}
+    message_id = put(client, headers=headers)
+    assert client.get(f"/v1/queues/q/messages/{message_id}").json()["headers"] == headers

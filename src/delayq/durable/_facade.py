@@ -19,13 +19,24 @@ from .._constants import (
     MAX_DUE_MS,
     MAX_ERROR_LENGTH,
     MAX_ID_LENGTH,
+    MAX_MESSAGE_HEADER_BYTES,
+    MAX_MESSAGE_HEADERS,
     MAX_PEEK_LIMIT,
     MAX_RESERVE_WAIT,
 )
 from .._duration import at_to_epoch, delay_to_seconds, seconds_to_ms
 from .._fork import new_id
 from ..errors import QueueClosed
-from .message import Message, OnConflict, PutRequest, Record, State, new_message, put_request
+from .message import (
+    HeadersTooLarge,
+    Message,
+    OnConflict,
+    PutRequest,
+    Record,
+    State,
+    new_message,
+    put_request,
+)
 from .registry import default_url, scheme_of
 from .retry import RetryPolicy
 from .serializer import Codec, PayloadTooDeep
@@ -58,15 +69,33 @@ def check_int(kind: str, value: object, low: int) -> int:
 
 
 def check_headers(headers: object) -> dict[str, str]:
-    """A mapping of str to str (copied)."""
+    """A mapping of str to str (copied), of at most MAX_MESSAGE_HEADERS entries and
+    MAX_MESSAGE_HEADER_BYTES of names and values (UTF-8)."""
     if headers is None:
         return {}
     if not isinstance(headers, Mapping):
         raise TypeError(f"headers must be a dict of str to str, not {type(headers).__name__}")
+    chars = 0
     for key, value in headers.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError(f"headers must map str to str, got {key!r}: {value!r:.80}")
+        chars += len(key) + len(value)
+    if len(headers) > MAX_MESSAGE_HEADERS:
+        raise HeadersTooLarge(
+            f"a message has at most {MAX_MESSAGE_HEADERS} headers, got {len(headers)}"
+        )
+    if chars * 4 > MAX_MESSAGE_HEADER_BYTES:  # else surely within it: 4 bytes a char at most
+        size = sum(len(_utf8(key)) + len(_utf8(value)) for key, value in headers.items())
+        if size > MAX_MESSAGE_HEADER_BYTES:
+            raise HeadersTooLarge(
+                f"a message's headers are {size} bytes (names and values, UTF-8), "
+                f"the limit is {MAX_MESSAGE_HEADER_BYTES}"
+            )
     return dict(headers)
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
 
 
 def check_seconds(kind: str, value: object, *, positive: bool) -> float:
@@ -248,6 +277,8 @@ class QueueBase:
                 )
             except PayloadTooDeep as exc:
                 raise PayloadTooDeep(f"put_many item {index}: {exc}") from None
+            except HeadersTooLarge as exc:
+                raise HeadersTooLarge(f"put_many item {index}: {exc}") from None
         return requests
 
     def _reserve_arguments(

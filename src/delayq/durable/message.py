@@ -41,6 +41,7 @@ from ..errors import DuplicateId, LeaseLost
 from ._build import builder
 
 __all__ = [
+    "HeadersTooLarge",
     "Message",
     "Now",
     "OnConflict",
@@ -71,6 +72,11 @@ __all__ = [
 ]
 
 OnConflict = Literal["ignore", "replace", "error"]
+
+
+class HeadersTooLarge(ValueError):
+    """A message's headers are too many or too large (``MAX_MESSAGE_HEADERS``,
+    ``MAX_MESSAGE_HEADER_BYTES``); nothing was stored."""
 
 
 class State(str, enum.Enum):

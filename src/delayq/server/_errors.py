@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
 from .._constants import LOGGER_NAME
+from ..durable.message import HeadersTooLarge
 from ..durable.serializer import PayloadTooDeep
 from ..errors import DuplicateId, LeaseLost, PayloadTooLarge, QueueClosed
 
@@ -132,6 +133,8 @@ def facade_errors() -> Iterator[None]:
         raise ApiError(409, "lease_lost", str(exc) or "the lease is no longer held") from None
     except PayloadTooDeep as exc:
         raise ApiError(422, "payload_too_deep", str(exc)) from None
+    except HeadersTooLarge as exc:
+        raise ApiError(422, "headers_too_large", str(exc)) from None
     except (TypeError, ValueError) as exc:
         raise ApiError(422, "invalid_argument", str(exc)) from None
 
