@@ -204,3 +204,7 @@ MAX_ACK_MANY = 10_000
 # -- delayq serve: batching the puts of concurrent requests ---------------------------
 #: Most single-message puts of concurrent requests stored by one ``put_many``.
 SERVE_COALESCE_MAX_BATCH = 256
+#: Most queue objects (and idle put batchers) one server keeps for reuse; the least
+#: recently used beyond it are dropped (a queue object is made again on its next
+#: request), so requests naming ever new queues cannot grow the server's memory.
+SERVE_QUEUE_CACHE = 1024

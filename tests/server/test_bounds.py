@@ -5,16 +5,23 @@ for a stored record, an answer about that one message, never a 500."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import pickle
+import uuid
 import warnings
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from delayq.durable import Queue
+from delayq._constants import SERVE_QUEUE_CACHE
+from delayq.durable import AsyncQueue, Queue
 from delayq.durable.message import put_request
+from delayq.server import ServeConfig, create_app
+from delayq.server._coalesce import PutCoalescer
 
 from ._helpers import error_of, put, stats
 from .conftest import MakeClient
@@ -251,3 +258,84 @@ def test_headers_at_the_limit_are_stored(client: TestClient) -> None:
     headers = {f"h{index:02}": "v" * 1000 for index in range(64)}
     message_id = put(client, headers=headers)
     assert client.get(f"/v1/queues/q/messages/{message_id}").json()["headers"] == headers
+
+
+# -- queue names that come and go (issue 14, point 12) ----------------------------------
+
+_UNKNOWN_NAMES = 10_000
+
+
+def _alive(url: str) -> int:
+    """How many queue objects and put batchers over ``url`` this process holds: what
+    the server keeps per queue name."""
+    gc.collect()
+    count = 0
+    for obj in gc.get_objects():
+        queue = obj.queue if isinstance(obj, PutCoalescer) else obj
+        count += isinstance(queue, AsyncQueue) and queue.url == url
+    return count
+
+
+async def _ask_about(client: httpx.AsyncClient, index: int) -> None:
+    """One read of a queue that does not exist, by one route or another."""
+    name = f"nobody-{index}"
+    route = index % 5
+    if route == 0:
+        response = await client.get(f"/v1/queues/{name}/stats")
+    elif route == 1:
+        response = await client.get(f"/v1/queues/{name}/messages")
+    elif route == 2:
+        response = await client.get(f"/v1/queues/{name}/messages/some-id")
+    elif route == 3:
+        response = await client.post(f"/v1/queues/{name}/reserve", json={"wait": 0})
+    else:
+        response = await client.get(f"/v1/queues/{name}/dead")
+    assert response.status_code == (404 if route == 2 else 200), response.text
+
+
+async def _use_and_empty(client: httpx.AsyncClient, index: int) -> None:
+    """Put, reserve and ack one message in a queue of its own (which then is empty)."""
+    name = f"brief-{index}"
+    assert (await client.post(f"/v1/queues/{name}/messages", json={"payload": 1})).is_success
+    [held] = (await client.post(f"/v1/queues/{name}/reserve", json={})).json()["messages"]
+    acked = await client.post(
+        f"/v1/queues/{name}/messages/{held['id']}/ack", json={"lease": held["lease"]}
+    )
+    assert acked.is_success
+
+
+async def _come_and_go(client: httpx.AsyncClient, state: Any, url: str) -> None:
+    assert (await client.post("/v1/queues/kept/messages", json={"payload": 1})).is_success
+    [held] = (await client.post("/v1/queues/kept/reserve", json={})).json()["messages"]
+    before = (await client.get("/metrics")).text
+    for start in range(0, _UNKNOWN_NAMES, 100):
+        await asyncio.gather(*(_ask_about(client, i) for i in range(start, start + 100)))
+    for start in range(0, SERVE_QUEUE_CACHE + 100, 50):
+        await asyncio.gather(*(_use_and_empty(client, i) for i in range(start, start + 50)))
+    assert state.cached <= 2 * SERVE_QUEUE_CACHE
+    assert _alive(url) <= 2 * SERVE_QUEUE_CACHE + 10
+    for _ in range(2):  # a queue gone at two scrapes in a row loses its series
+        after = (await client.get("/metrics")).text
+    assert "nobody-" not in after
+    assert "brief-" not in after
+    assert len(after) < 2 * len(before)
+    assert 'delayq_messages{queue="kept",state="active"} 1.0' in after
+    assert 'delayq_puts_total{queue="kept"} 1.0' in after
+    # The queue object of "kept" was dropped long ago: its lease still holds.
+    acked = await client.post(
+        f"/v1/queues/kept/messages/{held['id']}/ack", json={"lease": held["lease"]}
+    )
+    assert acked.json() == {"acked": True}
+
+
+def test_queue_names_that_come_and_go_leave_caches_and_metrics_bounded() -> None:
+    config = ServeConfig(url=f"memory://bounded-{uuid.uuid4().hex}", dispatch=False)
+    app = create_app(config)
+
+    async def scenario() -> None:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                await _come_and_go(client, app.state.delayq, config.url)
+
+    asyncio.run(scenario())
