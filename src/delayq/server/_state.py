@@ -74,8 +74,8 @@ class ServerState:
     ``ValueError`` before anything is stored) and caches the queue object. The cache
     keeps the :data:`SERVE_QUEUE_CACHE` most recently used queues (and idle put
     batchers): a queue object named from the root shares its backend and holds
-    nothing of its own, so dropping one closes nothing and loses nothing, and a
-    request for a name never seen before costs no memory once it is answered.
+    nothing of its own, so dropping one closes nothing and loses nothing, and
+    requests naming ever new queues cannot grow the cache past its cap.
     """
 
     def __init__(self, config: ServeConfig, metrics: Metrics | None = None) -> None:
@@ -115,7 +115,7 @@ class ServerState:
             excess = len(putters) - SERVE_QUEUE_CACHE
             stale: list[str] = []
             for name, old in putters.items():
-                if old.idle:
+                if old.idle and old is not putter:
                     stale.append(name)
                     if len(stale) == excess:
                         break
