@@ -35,12 +35,26 @@ DEFAULT_MAX_PAYLOAD = 1024 * 1024
 MAX_ID_LENGTH = 255
 #: ``last_error`` strings are cut to this many characters.
 MAX_ERROR_LENGTH = 8192
+#: Longest ``wait`` of ``reserve`` (s), about a century (a thread cannot wait much longer
+#: at once); ``wait=None`` waits until a message is due, however long that takes.
+MAX_RESERVE_WAIT = 100 * 366 * 86_400.0
 #: Default lease of ``reserve``, in seconds.
 DEFAULT_LEASE = 30.0
 #: Default number of messages ``dead()`` returns.
 DEFAULT_DEAD_LIMIT = 100
 #: The ``last_error`` of a message whose lease expired.
 LEASE_EXPIRED_ERROR = "lease expired"
+#: Most containers (dicts, lists, tuples) a payload may nest, one inside the other: a
+#: deeper one is refused at put (PayloadTooDeep, a ValueError), and one stored before
+#: this limit is read back with ``payload_error`` set instead of its payload. JSON
+#: readers bound the depth they read (the server's answers fail past about 250, some
+#: clients' readers past 64): 64 is read back by all of them.
+MAX_PAYLOAD_DEPTH = 64
+#: Most headers of one message, and most bytes of their names and values together
+#: (UTF-8): a message's headers are shown whole wherever it is (the API, the dashboard),
+#: so they are bounded apart from the payload. More raises HeadersTooLarge (a ValueError).
+MAX_MESSAGE_HEADERS = 64
+MAX_MESSAGE_HEADER_BYTES = 64 * 1024
 #: The ``encoding`` of a payload given as bytes and stored untouched.
 RAW_ENCODING = "bytes"
 
@@ -191,6 +205,10 @@ MAX_ACK_MANY = 10_000
 # -- delayq serve: batching the puts of concurrent requests ---------------------------
 #: Most single-message puts of concurrent requests stored by one ``put_many``.
 SERVE_COALESCE_MAX_BATCH = 256
+#: Most queue objects (and idle put batchers) one server keeps for reuse; the least
+#: recently used beyond it are dropped (a queue object is made again on its next
+#: request), so requests naming ever new queues cannot grow the server's memory.
+SERVE_QUEUE_CACHE = 1024
 
 # -- delayq serve: limits on what a client may hold or send ---------------------------
 #: Most bytes of a request's line and headers; more is a 431 (counted as they arrive).

@@ -407,6 +407,8 @@ def test_ls_lists_waiting_in_flight_and_dead_messages(cli: Cli, queue: Queue) ->
     assert "1 shown of 1 active" in table.stdout
     dead = json.loads(cli("ls", "jobs", "--state", "dead", "--json").stdout)
     assert [m["id"] for m in dead] == ["gone"]
-    assert "no ready messages" in cli("ls", "jobs", "--state", "ready").stdout
+    ready = json.loads(cli("ls", "jobs", "--state", "ready", "--json").stdout)
+    assert [m["id"] for m in ready] == ["held"]
+    assert "no waiting messages in queue 'empty'" in cli("ls", "empty").stdout
     limited = json.loads(cli("ls", "jobs", "--limit", "1", "--json").stdout)
     assert [m["id"] for m in limited] == ["held"]

@@ -34,4 +34,16 @@ def test_example_runs_and_tells_its_story(script: str, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     for text in EXPECTED[script]:
         assert text in result.stdout, result.stdout + result.stderr
-    assert "Traceback" not in result.stderr
+    assert_tracebacks_only_of_failed_jobs(result.stderr)
+
+
+def assert_tracebacks_only_of_failed_jobs(stderr: str) -> None:
+    """The only tracebacks are those the worker logs with a failed job (where its task
+    raised): nothing else crashed."""
+    event = ""
+    for line in stderr.splitlines():
+        if line.startswith("Traceback"):
+            assert "job.failed" in event, stderr
+        elif line and not line.startswith((" ", "\t")) and ":" in line and " " in line:
+            if "job." in line or "worker." in line or "cron." in line:
+                event = line

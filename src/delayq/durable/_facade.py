@@ -20,15 +20,27 @@ from .._constants import (
     MAX_DUE_MS,
     MAX_ERROR_LENGTH,
     MAX_ID_LENGTH,
+    MAX_MESSAGE_HEADER_BYTES,
+    MAX_MESSAGE_HEADERS,
     MAX_PEEK_LIMIT,
+    MAX_RESERVE_WAIT,
 )
 from .._duration import at_to_epoch, delay_to_seconds, seconds_to_ms
 from .._fork import new_id
 from ..errors import QueueClosed
-from .message import Message, OnConflict, PutRequest, Record, State, new_message, put_request
+from .message import (
+    HeadersTooLarge,
+    Message,
+    OnConflict,
+    PutRequest,
+    Record,
+    State,
+    new_message,
+    put_request,
+)
 from .registry import default_url, redact_url, scheme_of
 from .retry import RetryPolicy
-from .serializer import Codec
+from .serializer import Codec, PayloadTooDeep
 
 __all__ = ["QueueBase"]
 
@@ -58,15 +70,33 @@ def check_int(kind: str, value: object, low: int) -> int:
 
 
 def check_headers(headers: object) -> dict[str, str]:
-    """A mapping of str to str (copied)."""
+    """A mapping of str to str (copied), of at most MAX_MESSAGE_HEADERS entries and
+    MAX_MESSAGE_HEADER_BYTES of names and values (UTF-8)."""
     if headers is None:
         return {}
     if not isinstance(headers, Mapping):
         raise TypeError(f"headers must be a dict of str to str, not {type(headers).__name__}")
+    chars = 0
     for key, value in headers.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError(f"headers must map str to str, got {key!r}: {value!r:.80}")
+        chars += len(key) + len(value)
+    if len(headers) > MAX_MESSAGE_HEADERS:
+        raise HeadersTooLarge(
+            f"a message has at most {MAX_MESSAGE_HEADERS} headers, got {len(headers)}"
+        )
+    if chars * 4 > MAX_MESSAGE_HEADER_BYTES:  # else surely within it: 4 bytes a char at most
+        size = sum(len(_utf8(key)) + len(_utf8(value)) for key, value in headers.items())
+        if size > MAX_MESSAGE_HEADER_BYTES:
+            raise HeadersTooLarge(
+                f"a message's headers are {size} bytes (names and values, UTF-8), "
+                f"the limit is {MAX_MESSAGE_HEADER_BYTES}"
+            )
     return dict(headers)
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
 
 
 def check_seconds(kind: str, value: object, *, positive: bool) -> float:
@@ -78,11 +108,26 @@ def check_seconds(kind: str, value: object, *, positive: bool) -> float:
 
 
 def to_ms(seconds: float) -> int:
-    """Seconds as whole milliseconds, rounded up (a due time is never early)."""
-    ms = seconds_to_ms(seconds)
-    if ms > MAX_DUE_MS:
-        raise ValueError(f"{seconds!r} seconds is out of range")
-    return ms
+    """Seconds as whole milliseconds, rounded up (a due time is never early).
+
+    ValueError beyond the latest due time (1e308 seconds is finite, but not once
+    multiplied by 1000); a value as far below 0 comes out as ``-MAX_DUE_MS`` (every
+    caller reads a negative as "now")."""
+    product = seconds * 1000.0
+    if not product <= MAX_DUE_MS:  # NaN included
+        raise ValueError(f"{seconds!r} seconds is out of range (past the year 9999)")
+    if product < -MAX_DUE_MS:
+        return -MAX_DUE_MS
+    return seconds_to_ms(seconds)
+
+
+def epoch_of(at: object) -> float:
+    """``at`` (an aware datetime or epoch seconds) as epoch seconds; ValueError for an
+    int too large for a float."""
+    try:
+        return at_to_epoch(at)
+    except OverflowError:
+        raise ValueError(f"at= is out of range: an int of {len(str(at))} digits") from None
 
 
 def due_arguments(delay: object, at: object) -> tuple[int | None, int | None]:
@@ -90,7 +135,7 @@ def due_arguments(delay: object, at: object) -> tuple[int | None, int | None]:
     if at is not None:
         if delay is not None:
             raise ValueError("give delay= or at=, not both")
-        return None, max(0, to_ms(at_to_epoch(at)))
+        return None, max(0, to_ms(epoch_of(at)))
     if delay is None:
         return None, None
     return max(0, to_ms(delay_to_seconds(delay))), None
@@ -228,23 +273,33 @@ class QueueBase:
             get = item.get
             # The item's values as _request(**item) would get them, in order, without a
             # dict to unpack or keywords to match.
-            append(
-                request(
-                    item["payload"],
-                    get("delay"),
-                    get("at"),
-                    get("id"),
-                    get("on_conflict", "ignore"),
-                    get("max_attempts"),
-                    get("headers"),
+            try:
+                append(
+                    request(
+                        item["payload"],
+                        get("delay"),
+                        get("at"),
+                        get("id"),
+                        get("on_conflict", "ignore"),
+                        get("max_attempts"),
+                        get("headers"),
+                    )
                 )
-            )
+            except PayloadTooDeep as exc:
+                raise PayloadTooDeep(f"put_many item {index}: {exc}") from None
+            except HeadersTooLarge as exc:
+                raise HeadersTooLarge(f"put_many item {index}: {exc}") from None
         return requests
 
     def _reserve_arguments(
         self, wait: object, lease: object, max: object
     ) -> tuple[float | None, int, int]:
         wait_s = None if wait is None else check_seconds("wait", wait, positive=False)
+        if wait_s is not None and wait_s > MAX_RESERVE_WAIT:
+            raise ValueError(
+                f"wait must be at most {MAX_RESERVE_WAIT:.0f} seconds (a century), got "
+                f"{wait!r}: wait=None waits until a message is due"
+            )
         lease_ms = to_ms(check_seconds("lease", lease, positive=True))
         return wait_s, lease_ms, check_int("max", max, 1)
 
@@ -337,10 +392,11 @@ class QueueBase:
         return [check_identifier("id", value) for value in ids]
 
     def _message(self, record: Record) -> Message:
+        payload, payload_error = self._codec.read(record.payload, record.encoding)
         return new_message(
             id=record.id,
             queue=self._name,
-            payload=self._codec.decode(record.payload, record.encoding),
+            payload=payload,
             due_at=record.due_at,
             attempts=record.attempts,
             max_attempts=record.max_attempts,
@@ -349,6 +405,7 @@ class QueueBase:
             last_error=record.last_error,
             lease=record.lease,
             lease_expires_at=record.lease_until,
+            payload_error=payload_error,
         )
 
     def __repr__(self) -> str:

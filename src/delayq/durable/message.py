@@ -41,6 +41,7 @@ from ..errors import DuplicateId, LeaseLost
 from ._build import builder
 
 __all__ = [
+    "HeadersTooLarge",
     "Message",
     "Now",
     "OnConflict",
@@ -73,6 +74,11 @@ __all__ = [
 OnConflict = Literal["ignore", "replace", "error"]
 
 
+class HeadersTooLarge(ValueError):
+    """A message's headers are too many or too large (``MAX_MESSAGE_HEADERS``,
+    ``MAX_MESSAGE_HEADER_BYTES``); nothing was stored."""
+
+
 class State(str, enum.Enum):
     """Where a message is in its life: ``scheduled -> ready -> active -> (gone |
     scheduled | dead)``."""
@@ -97,6 +103,10 @@ class Message:
     ``due_at`` is epoch milliseconds; ``attempts`` counts how many times the message
     was reserved. ``lease`` (the fencing token) and ``lease_expires_at`` (epoch ms) are
     set only on messages returned by ``reserve``; ``ack``/``nack``/``extend`` need them.
+    ``payload_error`` says why the stored payload cannot be given back (``payload`` is
+    then None): it was written with another serializer, or nests deeper than delayq
+    allows (stored before that limit). Such a message is still reserved, acked,
+    nacked or cancelled like any other; it never fails the call that returns it.
     """
 
     id: str
@@ -110,6 +120,7 @@ class Message:
     last_error: str | None = None
     lease: str | None = None
     lease_expires_at: int | None = None
+    payload_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

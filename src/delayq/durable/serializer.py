@@ -3,9 +3,13 @@
 A payload given as bytes (or bytearray/memoryview) is stored untouched and comes
 back as ``bytes``, whatever the serializer. Everything else goes through the
 serializer; a payload it cannot encode raises :class:`TypeError` before anything
-is stored, and an encoded payload above the queue's limit raises
-:class:`~delayq.PayloadTooLarge`. Pickle is never the default: passing the
-:mod:`pickle` module works but warns, since unpickling runs arbitrary code.
+is stored, one that nests more than ``MAX_PAYLOAD_DEPTH`` (64) containers raises
+:class:`PayloadTooDeep` (a ``ValueError``), and an encoded payload above the queue's
+limit raises :class:`~delayq.PayloadTooLarge`. Reading never raises for one record:
+a payload that cannot be decoded (written with another serializer) or that nests
+too deep (stored before the limit) is reported as its error instead
+(:meth:`Codec.read`). Pickle is never the default: passing the :mod:`pickle` module
+works but warns, since unpickling runs arbitrary code.
 """
 
 from __future__ import annotations
@@ -17,10 +21,43 @@ import warnings
 from json import encoder as json_encoder
 from typing import Any, Protocol, runtime_checkable
 
-from .._constants import RAW_ENCODING
+from .._constants import MAX_PAYLOAD_DEPTH, RAW_ENCODING
 from ..errors import PayloadTooLarge
 
-__all__ = ["Codec", "JSONSerializer", "Serializer"]
+__all__ = ["Codec", "JSONSerializer", "PayloadTooDeep", "Serializer", "too_deep"]
+
+
+class PayloadTooDeep(ValueError):
+    """The payload nests more containers than ``MAX_PAYLOAD_DEPTH``: no JSON reader
+    (the HTTP API's answers included) could be relied on to read it back."""
+
+
+_CONTAINERS = (dict, list, tuple)
+
+
+def too_deep(payload: object, limit: int = MAX_PAYLOAD_DEPTH) -> bool:
+    """True when ``payload`` nests more than ``limit`` dicts, lists or tuples one
+    inside the other (``1`` nests 0, ``[1]`` 1, ``{"a": [1]}`` 2). Iterative, so any
+    depth is measured without recursion; it stops at the first path too deep."""
+    if not isinstance(payload, _CONTAINERS):
+        return False
+    stack: list[tuple[Any, int]] = [(payload, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        container, depth = pop()
+        if depth > limit:
+            return True
+        children = container.values() if isinstance(container, dict) else container
+        for child in children:
+            if isinstance(child, _CONTAINERS):
+                push((child, depth + 1))
+    return False
+
+
+def _json_fits(text: bytes) -> bool:
+    """True when JSON ``text`` surely nests at most MAX_PAYLOAD_DEPTH containers: it
+    opens no more than that many (brackets inside strings only count too many)."""
+    return text.count(b"[") + text.count(b"{") <= MAX_PAYLOAD_DEPTH
 
 
 @runtime_checkable
@@ -130,7 +167,7 @@ class JSONSerializer:
 class Codec:
     """A queue's payload rules: a serializer plus a size limit, in both directions."""
 
-    __slots__ = ("encoding", "max_payload", "serializer")
+    __slots__ = ("_json", "encoding", "max_payload", "serializer")
 
     def __init__(self, serializer: object = None, max_payload: int | None = None) -> None:
         if serializer is None:
@@ -151,16 +188,20 @@ class Codec:
         self.max_payload = max_payload
         name = getattr(serializer, "name", None) or getattr(serializer, "__name__", None)
         self.encoding = str(name or type(serializer).__name__)
+        # Only delayq's JSON is known to write brackets for every container.
+        self._json = type(serializer) is JSONSerializer
 
     def encode(self, payload: object) -> tuple[bytes, str]:
-        """``(data, encoding)`` for ``payload``; TypeError or PayloadTooLarge if it
-        cannot be stored."""
+        """``(data, encoding)`` for ``payload``; TypeError, PayloadTooDeep or
+        PayloadTooLarge if it cannot be stored."""
         if isinstance(payload, (bytes, bytearray, memoryview)):
             data, encoding = bytes(payload), RAW_ENCODING
         else:
             try:
                 encoded = self.serializer.dumps(payload)
-            except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+            except RecursionError:
+                raise self._too_deep(payload) from None
+            except (TypeError, ValueError, OverflowError) as exc:
                 raise TypeError(
                     f"payload of type {type(payload).__name__} cannot be serialized "
                     f"by {self.encoding}: {exc}"
@@ -170,14 +211,46 @@ class Codec:
             elif not isinstance(encoded, bytes):
                 raise TypeError(f"{self.encoding}.dumps() returned {type(encoded).__name__}")
             data, encoding = encoded, self.encoding
+            if not (self._json and _json_fits(data)) and too_deep(payload):
+                raise self._too_deep(payload)
         if self.max_payload is not None and len(data) > self.max_payload:
             raise PayloadTooLarge(
                 f"payload is {len(data)} bytes serialized, the limit is {self.max_payload}"
             )
         return data, encoding
 
+    @staticmethod
+    def _too_deep(payload: object) -> PayloadTooDeep:
+        return PayloadTooDeep(
+            f"payload of type {type(payload).__name__} nests more than {MAX_PAYLOAD_DEPTH} "
+            "dicts/lists one inside the other: flatten it, or send it as bytes"
+        )
+
     def decode(self, data: bytes, encoding: str) -> Any:
         """The payload stored as ``data`` with ``encoding``."""
         if encoding == RAW_ENCODING:
             return bytes(data)
         return self.serializer.loads(data)
+
+    def read(self, data: bytes, encoding: str) -> tuple[Any, str | None]:
+        """``(payload, None)`` for a stored payload, or ``(None, why)`` when it cannot
+        be given back: this serializer fails on it (it was written with another one,
+        ``encoding`` names which), or it nests more than MAX_PAYLOAD_DEPTH containers
+        (stored before that limit). Never raises, so one such record spoils nothing
+        but itself."""
+        if encoding == RAW_ENCODING:
+            return bytes(data), None
+        try:
+            payload = self.serializer.loads(data)
+        except Exception as exc:  # whatever a serializer raises on bytes it cannot read
+            text = " ".join(str(exc).split())[:200] or type(exc).__name__
+            return None, (
+                f"the payload (encoding {encoding!r}) cannot be decoded by this queue's "
+                f"serializer ({self.encoding}): {text}"
+            )
+        if not (self._json and _json_fits(data)) and too_deep(payload):
+            return None, (
+                f"the payload nests more than {MAX_PAYLOAD_DEPTH} dicts/lists one inside "
+                "the other: it cannot be shown"
+            )
+        return payload, None

@@ -98,6 +98,11 @@ class PutCoalescer:
         if not done.done():
             done.set_result(message_id)
 
+    @property
+    def idle(self) -> bool:
+        """True when no put is waiting or being stored."""
+        return not self._pending and not self._running
+
     async def wait_idle(self) -> None:
         """Return once every batch sent so far is stored (or failed)."""
         while self._running:

@@ -351,7 +351,9 @@ async def message_page(request: Request, queue: str, message_id: str) -> Respons
     if msg is None:
         return _render(request, "missing.html", 404, queue=queue, message_id=message_id)
     body = message_to_json(msg)
-    if "payload_base64" in body:
+    if "payload_error" in body:
+        payload_text, payload_kind = body["payload_error"], "cannot be shown"
+    elif "payload_base64" in body:
         payload_text, payload_kind = body["payload_base64"], "bytes, base64"
     else:
         payload_text, payload_kind = _pretty_json(body["payload"]), "JSON"

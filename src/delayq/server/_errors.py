@@ -24,6 +24,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
 from .._constants import LOGGER_NAME
+from ..durable.message import HeadersTooLarge
+from ..durable.serializer import PayloadTooDeep
 from ..errors import DuplicateId, LeaseLost, PayloadTooLarge, QueueClosed
 
 __all__ = [
@@ -129,6 +131,10 @@ def facade_errors() -> Iterator[None]:
         raise ApiError(413, "payload_too_large", str(exc)) from None
     except LeaseLost as exc:
         raise ApiError(409, "lease_lost", str(exc) or "the lease is no longer held") from None
+    except PayloadTooDeep as exc:
+        raise ApiError(422, "payload_too_deep", str(exc)) from None
+    except HeadersTooLarge as exc:
+        raise ApiError(422, "headers_too_large", str(exc)) from None
     except (TypeError, ValueError) as exc:
         raise ApiError(422, "invalid_argument", str(exc)) from None
 
@@ -214,7 +220,10 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
         message = f"{request.method} is not allowed on {request.url.path}; allowed: {allowed}"
         return error_response(status, code, message, {"Allow": allowed})
     elif status == 400 and message == _UNDECODABLE_BODY:
-        code, message = "malformed_json", "the request body is not valid UTF-8 JSON"
+        code, message = (
+            "malformed_json",
+            "the request body is not valid UTF-8 JSON (or nests too deep to read)",
+        )
     return error_response(status, code, message, exc.headers)
 
 

@@ -3,13 +3,19 @@ or tests, in one process never share counters).
 
 Counters and the lateness histogram are fed as things happen; the per-state message
 gauges are refreshed from ``stats()`` just before each scrape (:meth:`Metrics.render`).
+Every series is labelled by queue, and a scrape keeps only the series of the queues it
+shows: those that hold messages and the configured ones. A queue seen in neither of
+two scrapes in a row loses its series (counters start again from 0 if it comes back,
+which Prometheus reads as a reset), so queue names that come and go, or that were
+only ever asked about, leave nothing behind.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics import MetricWrapperBase
 
 from ..durable.message import Stats
 
@@ -66,6 +72,16 @@ class Metrics:
             ["queue", "outcome"],
             registry=self.registry,
         )
+        # The series fed as things happen, with their label names (queue first).
+        self._by_queue: list[tuple[MetricWrapperBase, tuple[str, ...]]] = [
+            (self.puts, ("queue",)),
+            (self.acks, ("queue",)),
+            (self.nacks, ("queue",)),
+            (self.dead, ("queue",)),
+            (self.lateness, ("queue",)),
+            (self.callbacks, ("queue", "outcome")),
+        ]
+        self._absent: set[str] = set()
 
     def observe_lateness(self, queue: str, due_at_ms: int, delivered_at_ms: float) -> None:
         """Record one delivery ``delivered_at_ms - due_at_ms`` late (never below 0)."""
@@ -78,9 +94,31 @@ class Metrics:
         self.callbacks.labels(queue, outcome).inc()
 
     def render(self, stats: Mapping[str, Stats]) -> bytes:
-        """The text exposition, with the message gauges set from ``stats``."""
+        """The text exposition, with the message gauges set from ``stats`` (every
+        queue to show) and the series of queues gone since the last scrape dropped."""
         self.messages.clear()
         for queue, snapshot in stats.items():
             for state in ("scheduled", "ready", "active", "dead"):
                 self.messages.labels(queue, state).set(getattr(snapshot, state))
+        self._drop_gone(stats.keys())
         return generate_latest(self.registry)
+
+    def _drop_gone(self, shown: Iterable[str]) -> None:
+        """Remove the series of queues absent from ``shown`` and from the previous
+        scrape's: a queue first used between the stats of a scrape and its rendering
+        keeps what it counted, since the next scrape shows it."""
+        keep = set(shown)
+        absent: set[str] = set()
+        for metric, names in self._by_queue:
+            series = {
+                tuple(sample.labels[name] for name in names)
+                for family in metric.collect()
+                for sample in family.samples
+            }
+            for labels in series:
+                if labels[0] in keep:
+                    continue
+                absent.add(labels[0])
+                if labels[0] in self._absent:
+                    metric.remove(*labels)
+        self._absent = absent

@@ -145,7 +145,8 @@ class BatchPutResponse(BaseModel):
 
 class MessageOut(BaseModel):
     """A message. ``payload_base64`` is set (and ``payload`` null) for a bytes payload;
-    ``lease`` and ``lease_expires_at`` only on messages from reserve."""
+    ``payload_error`` (and ``payload`` null) for a stored payload the server cannot
+    give back; ``lease`` and ``lease_expires_at`` only on messages from reserve."""
 
     id: str
     queue: str
@@ -159,6 +160,11 @@ class MessageOut(BaseModel):
     callback: dict[str, Any] | None = None
     payload: Any = None
     payload_base64: str | None = None
+    payload_error: str | None = Field(
+        default=None,
+        description="Why the payload cannot be shown (it is then null): written with "
+        "another serializer, or nested deeper than the limit before there was one.",
+    )
     lease: str | None = None
     lease_expires_at: int | None = None
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+from collections import OrderedDict
 from typing import Any
 
-from .._constants import CALLBACK_HEADER, SERVE_COALESCE_MAX_BATCH
+from .._constants import CALLBACK_HEADER, SERVE_COALESCE_MAX_BATCH, SERVE_QUEUE_CACHE
 from ..durable import AsyncQueue, Message
 from ._coalesce import PutCoalescer
 from ._config import ServeConfig, check_queue_name
@@ -32,8 +33,11 @@ def message_to_json(msg: Message) -> dict[str, Any]:
     """A message as the HTTP API and the dashboard show it.
 
     A payload that was put as bytes comes out as ``payload_base64`` (``payload`` is
-    then null); any other payload is the JSON value itself. ``callback`` is the
-    message's callback (or null); ``lease`` only on messages from ``reserve``.
+    then null); any other payload is the JSON value itself. A payload the server
+    cannot give back (written with another serializer, or nested deeper than the
+    limit before there was one) is null with ``payload_error`` saying why: that one
+    message, never the answer around it. ``callback`` is the message's callback (or
+    null); ``lease`` only on messages from ``reserve``.
     """
     headers = dict(msg.headers)
     callback_text = headers.pop(CALLBACK_HEADER, None)
@@ -49,7 +53,10 @@ def message_to_json(msg: Message) -> dict[str, Any]:
         "last_error": msg.last_error,
         "callback": json.loads(callback_text) if callback_text else None,
     }
-    if isinstance(msg.payload, (bytes, bytearray)):
+    if msg.payload_error is not None:
+        body["payload"] = None
+        body["payload_error"] = msg.payload_error
+    elif isinstance(msg.payload, (bytes, bytearray)):
         body["payload"] = None
         body["payload_base64"] = base64.b64encode(msg.payload).decode("ascii")
     else:
@@ -64,7 +71,11 @@ class ServerState:
     """One backend (opened from ``config.url``) and a queue per name over it.
 
     Creating it does no I/O. :meth:`queue` validates the name (so a bad one is a
-    ``ValueError`` before anything is stored) and caches the queue object.
+    ``ValueError`` before anything is stored) and caches the queue object. The cache
+    keeps the :data:`SERVE_QUEUE_CACHE` most recently used queues (and idle put
+    batchers): a queue object named from the root shares its backend and holds
+    nothing of its own, so dropping one closes nothing and loses nothing, and
+    requests naming ever new queues cannot grow the cache past its cap.
     """
 
     def __init__(self, config: ServeConfig, metrics: Metrics | None = None) -> None:
@@ -72,23 +83,51 @@ class ServerState:
         self.metrics = metrics if metrics is not None else Metrics()
         options: dict[str, Any] = dict(config.backend_options)
         self._root = AsyncQueue(config.url, **options)
-        self._queues: dict[str, AsyncQueue] = {self._root.name: self._root}
-        self._putters: dict[str, PutCoalescer] = {}
+        self._queues: OrderedDict[str, AsyncQueue] = OrderedDict()
+        self._putters: OrderedDict[str, PutCoalescer] = OrderedDict()
 
     def queue(self, name: str) -> AsyncQueue:
         """The queue ``name`` (see :func:`~._config.check_queue_name`)."""
-        queue = self._queues.get(name)
-        if queue is None:
-            check_queue_name(name)
-            queue = self._queues[name] = self._root.named(name)
+        queues = self._queues
+        queue = queues.get(name)
+        if queue is not None:
+            queues.move_to_end(name)
+            return queue
+        if name == self._root.name:
+            return self._root
+        check_queue_name(name)
+        queue = queues[name] = self._root.named(name)
+        if len(queues) > SERVE_QUEUE_CACHE:
+            queues.popitem(last=False)  # a sibling: dropped, not closed (shared backend)
         return queue
 
     def putter(self, queue: AsyncQueue) -> PutCoalescer:
         """The :class:`PutCoalescer` of ``queue`` (one of :meth:`queue`'s)."""
-        putter = self._putters.get(queue.name)
-        if putter is None:
-            putter = self._putters[queue.name] = PutCoalescer(queue, SERVE_COALESCE_MAX_BATCH)
+        putters = self._putters
+        putter = putters.get(queue.name)
+        if putter is not None:
+            putters.move_to_end(queue.name)
+            return putter
+        putter = putters[queue.name] = PutCoalescer(queue, SERVE_COALESCE_MAX_BATCH)
+        if len(putters) > SERVE_QUEUE_CACHE:
+            # Drop the least recently used idle batchers; one with puts in flight stays
+            # until a later call finds it idle.
+            excess = len(putters) - SERVE_QUEUE_CACHE
+            stale: list[str] = []
+            for name, old in putters.items():
+                if old.idle and old is not putter:
+                    stale.append(name)
+                    if len(stale) == excess:
+                        break
+            for name in stale:
+                del putters[name]
         return putter
+
+    @property
+    def cached(self) -> int:
+        """How many queue objects and put batchers are kept for reuse (the root
+        queue aside): at most about twice :data:`SERVE_QUEUE_CACHE`."""
+        return len(self._queues) + len(self._putters)
 
     async def queue_names(self) -> list[str]:
         """Every queue that holds a message, and the callback queues, sorted."""
@@ -99,7 +138,8 @@ class ServerState:
     async def close(self) -> None:
         """Close the backend (every queue object with it), once the batched puts
         sent so far are stored."""
-        for putter in self._putters.values():
+        for putter in list(self._putters.values()):
             await putter.wait_idle()
-        for queue in self._queues.values():
+        for queue in list(self._queues.values()):
             await queue.close()
+        await self._root.close()
