@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-FENCE_OPEN = re.compile(r"^```(\S+)\s*$")
+FENCE_OPEN = re.compile(r"^```(\S*)\s*$")  # a bare fence: language "", which no test runs
 NOT_RUN = re.compile(r"^<!--\s*not run:\s*(?P<reason>.+?)\s*-->\s*$")
 FILE_COMMENT = re.compile(r"^#\s*(?P<name>[A-Za-z_]\w*\.py)\b")
 DEFINES_VERIFIED = re.compile(r"^(?:def|function) verified\(", re.MULTILINE)
