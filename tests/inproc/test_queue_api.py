@@ -594,3 +594,53 @@ def test_exports() -> None:
     assert issubclass(delayq.QueueClosed, delayq.DelayqError)
     assert HeapStore is delayq.HeapStore
     assert WheelStore is delayq.WheelStore
+
+
+def test_due_at_is_the_deadline_on_the_wall_clock(q: AnyQueue, clock: FakeClock) -> None:
+    h = q.put("x", delay=90)
+    due = datetime.fromtimestamp(WALL + 90, timezone.utc)
+    assert h.due_at == due
+    assert h.due_at.tzinfo is timezone.utc
+    assert q.peek() is h
+    assert "due=2023-11-14T22:14:50.000Z (in 1m30s)" in repr(h)
+    assert f"deadline={MONO + 90:.6f}" in repr(h)
+    clock.advance(30)
+    assert h.due_at == due  # time passing does not move it
+    assert "(in 1m)" in repr(h)
+    at = datetime.fromtimestamp(WALL + 3600, timezone.utc)
+    q.reschedule(h, at=at)
+    assert abs(h.due_at - at) < timedelta(milliseconds=1)
+    q.reschedule(h, delay="250ms")
+    assert "(in 250ms)" in repr(h)
+    clock.advance(1.5)
+    assert q.get_nowait() == "x"
+    assert h.due_at == datetime.fromtimestamp(WALL + 30.25, timezone.utc)  # when it was due
+    assert "(1.25s ago)" in repr(h)
+    assert "done" in repr(h)
+
+
+def test_due_at_of_a_cancelled_handle_and_of_a_far_one(q: AnyQueue, clock: FakeClock) -> None:
+    h = q.put("x", delay=5)
+    assert q.cancel(h)
+    assert h.due_at == datetime.fromtimestamp(WALL + 5, timezone.utc)
+    far = q.put("far", delay=1e15)  # beyond what a datetime holds
+    assert far.due_at == datetime.max.replace(tzinfo=timezone.utc)
+    assert "due=beyond year 9999" in repr(far)
+
+
+def test_due_at_on_the_system_clock(make_store: Callable[[], Any]) -> None:
+    q: DelayQueue[str] = DelayQueue(make_store())
+    before = datetime.now(timezone.utc)
+    h = q.put("x", delay="1h")
+    after = datetime.now(timezone.utc)
+    assert before + timedelta(hours=1) <= h.due_at + timedelta(milliseconds=1)
+    assert h.due_at <= after + timedelta(hours=1, milliseconds=1)
+
+
+def test_a_store_serves_one_queue_whatever_its_clock() -> None:
+    store: HeapStore[str] = HeapStore()
+    with pytest.raises(TypeError):
+        DelayQueue(store, clock=object())  # type: ignore[arg-type]
+    DelayQueue(store)  # the refused clock did not bind it
+    with pytest.raises(ValueError, match="belongs to one queue"):
+        DelayQueue(store, clock=FakeClock())

@@ -582,3 +582,14 @@ def test_reschedule_of_a_taken_timer_moves_it(paused: Scheduler, clock: FakeCloc
     wait_for(lambda: rec.count() == 2)
     assert rec.names == ["sentinel", "taken"]
     assert rec.runs[1][1] >= timer.deadline
+
+
+def test_timer_due_at() -> None:
+    clock = FakeClock(monotonic=1_000.0, wall=1_700_000_000.0)
+    with Scheduler(clock=clock) as sched:
+        timer = sched.call_later(2.5, print, id="t")
+        assert timer.due_at == datetime.fromtimestamp(1_700_000_002.5, timezone.utc)
+        assert "due=2023-11-14T22:13:22.500Z (in 2.5s)" in repr(timer)
+        sched.reschedule("t", delay=60)
+        assert timer.due_at == datetime.fromtimestamp(1_700_000_060, timezone.utc)
+        assert sched.cancel("t")

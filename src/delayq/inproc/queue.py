@@ -16,24 +16,21 @@ from __future__ import annotations
 
 import queue as _stdlib_queue
 import threading
-import weakref
 from collections.abc import Iterator
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from .._clock import SYSTEM_CLOCK, Clock
 from .._constants import DEFAULT_GET_MANY, INF
 from .._duration import deadline_from
 from ..errors import QueueClosed
 from .heap import HeapStore
-from .store import VALUE, Handle, TimerStore
+from .store import VALUE, Handle, TimerStore, bind_clock, clock_of
 
 __all__ = ["DelayQueue", "QueueCore"]
 
 T = TypeVar("T")
 
 Empty = _stdlib_queue.Empty
-
-_bound_stores: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def check_timeout(timeout: float | None) -> float | None:
@@ -62,13 +59,13 @@ class QueueCore(Generic[T]):
     def __init__(self, store: TimerStore[T] | None = None, *, clock: Clock | None = None) -> None:
         if store is None:
             store = HeapStore()
-        elif len(store) or store in _bound_stores:
+        elif len(store) or clock_of(store) is not None:
             raise ValueError("a store belongs to one queue: pass a new, empty store")
-        _bound_stores.add(store)
         if clock is None:
             clock = SYSTEM_CLOCK
         elif not isinstance(clock, Clock):
             raise TypeError(f"clock must implement delayq.Clock, not {type(clock).__name__}")
+        bind_clock(store, clock)  # what Handle.due_at converts with
         self._store = store
         self._clock = clock
         self._monotonic = clock.monotonic

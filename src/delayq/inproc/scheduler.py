@@ -20,6 +20,7 @@ import logging
 import threading
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from types import TracebackType
 from typing import Any
 
@@ -28,7 +29,7 @@ from .._constants import DEFAULT_GET_MANY, DEFAULT_SCHEDULER_WORKERS, LOGGER_NAM
 from .._duration import AtLike, DelayLike, deadline_from
 from ..errors import QueueClosed
 from .queue import DelayQueue
-from .store import Handle, TimerStore
+from .store import Handle, TimerStore, describe_due
 
 __all__ = ["Scheduler", "Timer"]
 
@@ -44,7 +45,8 @@ class Timer:
     """A callback scheduled on a :class:`Scheduler`: what ``call_later``/``call_at`` return.
 
     ``id`` is the id given at scheduling (None if none was given); ``deadline`` is when
-    it is due, in the scheduler clock's monotonic seconds; ``pending`` is True until the
+    it is due, in the scheduler clock's monotonic seconds, and ``due_at`` the same as an
+    aware UTC datetime; ``pending`` is True until the
     callback starts or the timer is cancelled. A timer replaced by a later
     ``call_later(..., id=same_id)`` counts as cancelled: its handle stays ``pending ==
     False`` and ``cancel(old_handle)`` returns False, while ``cancel(id)`` reaches the
@@ -81,6 +83,13 @@ class Timer:
         return self._handle.deadline
 
     @property
+    def due_at(self) -> datetime:
+        """When the callback is (or was) due, as an aware UTC datetime (see
+        :attr:`Handle.due_at <delayq.Handle.due_at>`)."""
+        assert self._handle is not None  # set before the timer is handed out
+        return self._handle.due_at
+
+    @property
     def pending(self) -> bool:
         """True until the callback is started or the timer is cancelled or replaced."""
         return self._state == _PENDING
@@ -102,8 +111,8 @@ class Timer:
         status = ("pending", "fired", "cancelled")[self._state]
         name = getattr(self._fn, "__qualname__", None) or repr(self._fn)
         fn = f" fn={name}" if self._fn is not None else ""
-        deadline = f" deadline={self.deadline:.6f}" if self._handle is not None else ""
-        return f"<Timer {status} id={self.id!r}{deadline}{fn}>"
+        due = f" {describe_due(self._handle)}" if self._handle is not None else ""
+        return f"<Timer {status} id={self.id!r}{due}{fn}>"
 
 
 class Scheduler:
