@@ -44,6 +44,7 @@ def assert_tracebacks_only_of_failed_jobs(stderr: str) -> None:
     for line in stderr.splitlines():
         if line.startswith("Traceback"):
             assert "job.failed" in event, stderr
-        elif line and not line.startswith((" ", "\t")) and ":" in line and " " in line:
-            if "job." in line or "worker." in line or "cron." in line:
-                event = line
+        elif not line.startswith((" ", "\t")) and any(
+            kind in line for kind in ("job.", "worker.", "cron.")
+        ):
+            event = line

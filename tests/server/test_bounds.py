@@ -335,7 +335,8 @@ def test_queue_names_that_come_and_go_leave_caches_and_metrics_bounded() -> None
     async def scenario() -> None:
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            base = "http://localhost"
+            async with httpx.AsyncClient(transport=transport, base_url=base) as client:
                 await _come_and_go(client, app.state.delayq, config.url)
 
     asyncio.run(scenario())
