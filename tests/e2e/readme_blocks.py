@@ -13,8 +13,9 @@ How each language runs, as written:
 - ``python``: a fresh interpreter. A block whose first line is a comment naming a
   file (``# myapp.py: ...``) is saved under that name and run as ``python myapp.py``,
   so that later blocks (and ``delayq worker myapp:app``) import it. A block that
-  defines ``verified(secret, header, body)`` is also run with a few lines added that
-  call it on a body signed by :func:`delayq.server.sign` and on a changed body.
+  defines ``verified(secret, header, method, url, message_id, body)`` is also run with
+  a few lines added that call it on a request signed by :func:`delayq.server.sign`, and
+  on one whose body, URL or message id was changed.
 - ``js``: ``node -e``, then, for a block that defines ``verified``, the same check.
 - ``sh``: each command (a line, with its ``\\``-continuations and quoted newlines) by
   ``bash -c``. A command that runs until stopped (``delayq serve``, ``delayq worker``,
@@ -251,35 +252,56 @@ def _run(line: int, what: str, argv: list[str], cwd: Path, env: dict[str, str]) 
 
 
 def _python_check() -> str:
-    """Lines added after a python ``verified`` block: its answers as JSON."""
+    """Lines added after a python ``verified`` block: its answers as JSON (the signed
+    request, then one whose body, URL or message id differs)."""
     return (
         "\nimport json as _json, os as _os\n"
-        "_body = bytes.fromhex(_os.environ['README_BODY'])\n"
-        "_changed = bytes.fromhex(_os.environ['README_CHANGED_BODY'])\n"
-        "_secret, _header = _os.environ['README_SECRET'], _os.environ['README_HEADER']\n"
-        "print(_json.dumps([verified(_secret, _header, _body),"
-        " verified(_secret, _header, _changed)]))\n"
+        "_e = _os.environ\n"
+        "_body = bytes.fromhex(_e['README_BODY'])\n"
+        "_changed = bytes.fromhex(_e['README_CHANGED_BODY'])\n"
+        "_s, _h, _m, _u, _i = (_e['README_SECRET'], _e['README_HEADER'], 'POST',"
+        " _e['README_URL'], _e['README_ID'])\n"
+        "print(_json.dumps([verified(_s, _h, _m, _u, _i, _body),"
+        " verified(_s, _h, _m, _u, _i, _changed),"
+        " verified(_s, _h, _m, _u + 'x', _i, _body),"
+        " verified(_s, _h, _m, _u, _i + 'x', _body)]))\n"
     )
 
 
 def _js_check() -> str:
-    """Lines added after a js ``verified`` block: its answers as JSON."""
+    """Lines added after a js ``verified`` block: its answers as JSON (as for python)."""
     return (
-        "\n{ const env = process.env;\n"
-        "  const body = Buffer.from(env.README_BODY, 'hex');\n"
-        "  const changed = Buffer.from(env.README_CHANGED_BODY, 'hex');\n"
-        "  console.log(JSON.stringify([verified(env.README_SECRET, env.README_HEADER, body),\n"
-        "    verified(env.README_SECRET, env.README_HEADER, changed)])); }\n"
+        "\n{ const e = process.env;\n"
+        "  const body = Buffer.from(e.README_BODY, 'hex');\n"
+        "  const changed = Buffer.from(e.README_CHANGED_BODY, 'hex');\n"
+        "  const [s, h, u, i] = [e.README_SECRET, e.README_HEADER, e.README_URL, e.README_ID];\n"
+        "  console.log(JSON.stringify([verified(s, h, 'POST', u, i, body),\n"
+        "    verified(s, h, 'POST', u, i, changed), verified(s, h, 'POST', u + 'x', i, body),\n"
+        "    verified(s, h, 'POST', u, i + 'x', body)])); }\n"
     )
+
+
+SIGNED_URL = "https://api.example.com/orders/42/expire?k=1"
+SIGNED_ID = "order-42"
 
 
 def _signature_env(env: dict[str, str]) -> dict[str, str]:
     from delayq.server import sign  # noqa: PLC0415 (the runner's only delayq import)
 
+    header = sign(
+        SIGNING_SECRET,
+        int(time.time()),
+        SIGNED_BODY,
+        method="POST",
+        url=SIGNED_URL,
+        message_id=SIGNED_ID,
+    )
     return {
         **env,
         "README_SECRET": SIGNING_SECRET,
-        "README_HEADER": sign(SIGNING_SECRET, int(time.time()), SIGNED_BODY),
+        "README_HEADER": header,
+        "README_URL": SIGNED_URL,
+        "README_ID": SIGNED_ID,
         "README_BODY": SIGNED_BODY.hex(),
         "README_CHANGED_BODY": CHANGED_BODY.hex(),
     }
