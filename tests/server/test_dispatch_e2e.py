@@ -8,11 +8,13 @@ import base64
 import hashlib
 import hmac
 import json
+import pickle
 import re
 import shutil
 import socket
 import subprocess
 import time
+import warnings
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -27,7 +29,7 @@ from conformance.conftest import memory_url, redis_url, sqlite_url
 from delayq import __version__
 from delayq._constants import CALLBACK_HEADER, CALLBACK_SIGNATURE_HEADER
 from delayq._duration import seconds_to_ms
-from delayq.durable import State
+from delayq.durable import AsyncQueue, State
 from delayq.durable.retry import RetryPolicy
 from delayq.server._callbacks import Callback, is_loopback_host, parse_callback, verify
 from delayq.server._config import ServeConfig
@@ -416,6 +418,27 @@ def test_a_message_id_that_cannot_be_signed_or_sent_goes_dead_with_its_reason() 
             assert msg.attempts == 1
             assert msg.last_error.startswith("callback refused: ")
             assert fragment in msg.last_error
+        assert receiver.arrivals == []
+
+    run_memory(body)
+
+
+@pytest.mark.timeout(30)
+def test_a_callback_whose_payload_cannot_be_read_goes_dead_unsent() -> None:
+    """A record another process wrote with another serializer (pickle) is not sent as
+    ``null``: it goes dead at once, saying why."""
+
+    async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
+        header = {CALLBACK_HEADER: Callback(receiver.url()).to_header()}
+        url = state.config.url
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pickle's warning
+            pickled = AsyncQueue(url, name=QUEUE, serializer=pickle)
+            id = await pickled.put({"made": "by pickle"}, headers=header, max_attempts=5)
+            await pickled.close()
+        msg = await dead_message(state, id)
+        assert msg.attempts == 1
+        assert msg.last_error.startswith("callback refused: its payload cannot be read")
         assert receiver.arrivals == []
 
     run_memory(body)

@@ -10,7 +10,8 @@ within milliseconds of its due time. Each message is one request:
 * another status, a timeout or a connection error: ``nack`` with the queue's retry
   policy (``dead`` once its attempts are used up, with ``last_error`` such as
   ``HTTP 500 from https://...`` or ``timeout after 10s calling https://...``);
-* no callback header, a malformed one, or a host the allowlist refuses now (the
+* no callback header, a malformed one, a payload that cannot be read (written by
+  another serializer), or a host the allowlist refuses now (the
   configuration may have changed since the put): dead at once.
 
 Each connection is checked when it is opened, by a network backend under httpx: the
@@ -381,6 +382,8 @@ class Dispatcher:
             callback = Callback.from_header(text)
             check_host(callback.url, self.config)
             check_message_id(msg.id)
+            if msg.payload_error is not None:
+                raise ValueError(f"its payload cannot be read: {msg.payload_error}")
             body, content_type = _body_of(msg)
         except (CallbackError, TypeError, ValueError) as exc:
             await self._refuse(queue, msg, f"callback refused: {exc}")
