@@ -260,3 +260,21 @@ def test_callback_put_is_checked_and_stored(make_client: Any) -> None:
     )
     assert error_of(invalid, 422) == "invalid_callback"
     assert stats(client, "callbacks")["ready"] == 1
+
+
+def test_a_message_in_flight_shows_when_its_lease_expires_never_its_token(
+    any_client: Any,
+) -> None:
+    message_id = put(any_client)
+    held = any_client.post("/v1/queues/q/reserve", json={"lease": 600}).json()["messages"][0]
+    assert held["lease"]
+    assert held["lease_expires_at"]
+    got = any_client.get(f"/v1/queues/q/messages/{message_id}").json()
+    assert got["state"] == "active"
+    assert got["lease_expires_at"] == held["lease_expires_at"]
+    assert "lease" not in got or got["lease"] is None
+    [listed] = any_client.get("/v1/queues/q/messages", params={"state": "active"}).json()[
+        "messages"
+    ]
+    assert listed["lease_expires_at"] == held["lease_expires_at"]
+    assert listed.get("lease") is None

@@ -146,7 +146,8 @@ class BatchPutResponse(BaseModel):
 class MessageOut(BaseModel):
     """A message. ``payload_base64`` is set (and ``payload`` null) for a bytes payload;
     ``payload_error`` (and ``payload`` null) for a stored payload the server cannot
-    give back; ``lease`` and ``lease_expires_at`` only on messages from reserve."""
+    give back; ``lease`` (the token) only on messages from reserve, ``lease_expires_at``
+    on every message in flight."""
 
     id: str
     queue: str

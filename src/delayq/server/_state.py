@@ -37,7 +37,8 @@ def message_to_json(msg: Message) -> dict[str, Any]:
     cannot give back (written with another serializer, or nested deeper than the
     limit before there was one) is null with ``payload_error`` saying why: that one
     message, never the answer around it. ``callback`` is the message's callback (or
-    null); ``lease`` only on messages from ``reserve``.
+    null); ``lease`` (the token) only on messages from ``reserve``, ``lease_expires_at``
+    on every message in flight.
     """
     headers = dict(msg.headers)
     callback_text = headers.pop(CALLBACK_HEADER, None)
@@ -63,6 +64,7 @@ def message_to_json(msg: Message) -> dict[str, Any]:
         body["payload"] = msg.payload
     if msg.lease is not None:
         body["lease"] = msg.lease
+    if msg.lease_expires_at is not None:
         body["lease_expires_at"] = msg.lease_expires_at
     return body
 
