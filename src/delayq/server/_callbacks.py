@@ -55,8 +55,6 @@ from types import MappingProxyType
 from typing import Literal, TypeAlias
 from urllib.parse import SplitResult, urlsplit
 
-import idna
-
 from .._constants import (
     CALLBACK_DEFAULT_TIMEOUT,
     CALLBACK_MAX_HEADER_BYTES,
@@ -65,7 +63,7 @@ from .._constants import (
     CALLBACK_MAX_URL_LENGTH,
     CALLBACK_SIGNATURE_TOLERANCE,
 )
-from ._config import ServeConfig, is_loopback_host
+from ._config import ServeConfig, idna_host, is_loopback_host, split_callback_host
 
 __all__ = [
     "CALLBACK_METHODS",
@@ -270,19 +268,12 @@ def _check_headers(headers: object) -> dict[str, str]:
 # -- the allowlist ------------------------------------------------------------------------
 
 
-def _idna(name: str) -> str:
-    """A non-ASCII host name as httpx sends and connects to it: IDNA 2008 by the
-    ``idna`` package with its default options, as httpx calls it (not Python's IDNA
-    2003 codec, which maps ``ß`` to ``ss``); ``UnicodeError`` when it cannot."""
-    return name if name.isascii() else idna.encode(name).decode("ascii")
-
-
 def _ascii_host(host: str) -> str:
     """``host`` lowercased, without brackets or a trailing dot, IDNA-encoded as the
     HTTP client encodes it."""
     name = host.strip("[]").lower().rstrip(".")
     try:
-        return _idna(name)
+        return idna_host(name)
     except UnicodeError:  # idna.IDNAError is one
         raise _invalid(f"callback host {host!r:.100} is not a valid host name") from None
 
@@ -300,44 +291,10 @@ def _ip(host: str) -> _Address | None:
     return address
 
 
-_AnyPort = Literal["*"]
-
-
-def _split_pattern(pattern: str) -> tuple[str, int | _AnyPort | None] | None:
-    """``"host"``, ``"host:port"``, ``"host:*"``, ``"[v6]"``, ``"[v6]:port"``,
-    ``"[v6]:*"`` or a bare IPv6 -> ``(host, port)``, the port None when the pattern
-    names none (the scheme's default port) and ``"*"`` for any; None when the pattern
-    is malformed (it then allows nothing)."""
-    text = pattern.strip().lower()
-    port: str | None
-    if text.startswith("["):
-        host, bracket, rest = text[1:].partition("]")
-        if not bracket or (rest and not rest.startswith(":")):
-            return None
-        port = rest[1:] if rest else None
-    elif text.count(":") == 1:
-        host, _, port = text.partition(":")
-    else:
-        host, port = text, None
-    host = host.rstrip(".")
-    wildcard = "*." if host.startswith("*.") else ""
-    try:
-        host = wildcard + _idna(host[len(wildcard) :])
-    except UnicodeError:
-        return None
-    if not host:
-        return None
-    if port is None or port == "*":
-        return host, "*" if port else None
-    if port.isascii() and port.isdigit() and 0 < int(port) <= 65535:
-        return host, int(port)
-    return None
-
-
 def _pattern_matches(pattern: str, host: str, port: int, default_ports: tuple[int, ...]) -> bool:
     """True if ``pattern`` allows ``host`` (normalized) on ``port``; a pattern without
     a port allows ``default_ports`` only."""
-    split = _split_pattern(pattern)
+    split = split_callback_host(pattern)
     if split is None:
         return False
     want_host, want_port = split
@@ -356,7 +313,7 @@ def _pattern_matches(pattern: str, host: str, port: int, default_ports: tuple[in
 
 def _listed_ip(address: _Address, config: ServeConfig) -> bool:
     for pattern in config.callback_hosts:
-        split = _split_pattern(pattern)
+        split = split_callback_host(pattern)
         if split is not None and _ip(split[0]) == address:
             return True
     return False

@@ -7,7 +7,11 @@ metrics) reads this one frozen object; nothing reads the environment later.
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass, field
+from typing import Literal
+
+import idna
 
 from .._constants import (
     CALLBACK_DEFAULT_TIMEOUT,
@@ -26,11 +30,14 @@ from ..durable._facade import check_identifier
 
 __all__ = [
     "SESSION_COOKIE",
+    "AnyPort",
     "ServeConfig",
     "check_queue_name",
     "host_name",
+    "idna_host",
     "is_loopback_host",
     "is_wildcard_host",
+    "split_callback_host",
 ]
 
 #: The dashboard's login cookie (see :class:`~._auth.Sessions`).
@@ -98,28 +105,68 @@ def _check_allowed_host(pattern: object) -> str:
     return text
 
 
-def _check_callback_host(pattern: object) -> None:
-    """Refuse an allowlist entry that is not ``host``, ``*.domain``, ``[v6]`` or a bare
-    IPv6 address, optionally with ``:port`` (1 to 65535) or ``:*``."""
-    problem = f"callback host must be a host name or pattern (host[:port|:*]), got {pattern!r:.80}"
-    if not isinstance(pattern, str) or not pattern.strip():
-        raise ValueError(problem)
+# A DNS name as an allowlist may name it (IDNA-encoded): labels of letters, digits,
+# '-' and '_', 1 to 63 characters, not starting or ending with '-'.
+_HOST = re.compile(
+    r"(?:[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
+)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def idna_host(name: str) -> str:
+    """A non-ASCII host name as httpx sends and connects to it: IDNA 2008 by the
+    ``idna`` package with its default options, as httpx calls it (not Python's IDNA
+    2003 codec, which maps ``ß`` to ``ss``); ``UnicodeError`` when it cannot."""
+    return name if name.isascii() else idna.encode(name).decode("ascii")
+
+
+AnyPort = Literal["*"]
+
+
+def split_callback_host(pattern: str) -> tuple[str, int | AnyPort | None] | None:
+    """``"host"``, ``"host:port"``, ``"host:*"``, ``"[v6]"``, ``"[v6]:port"``,
+    ``"[v6]:*"`` or a bare IPv6 -> ``(host, port)``, the port None when the pattern
+    names none (the scheme's default port) and ``"*"`` for any; None when the pattern
+    is malformed (it then allows nothing)."""
     text = pattern.strip().lower()
-    port: str | None = None
+    port: str | None
     if text.startswith("["):
-        host, closed, rest = text[1:].partition("]")
-        if not closed or (rest and not rest.startswith(":")):
-            raise ValueError(problem)
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return None
         port = rest[1:] if rest else None
     elif text.count(":") == 1:
         host, _, port = text.partition(":")
     else:
-        host = text
-    if port is not None and port != "*" and not (port.isdigit() and 0 < int(port) < 65536):
-        raise ValueError(problem)
-    name = host[2:] if host.startswith("*.") else host
-    if not name or "*" in name or any(ch in name for ch in "/@?#[] \t\\"):
-        raise ValueError(problem)
+        host, port = text, None
+    host = host.rstrip(".")
+    wildcard = "*." if host.startswith("*.") else ""
+    try:
+        host = wildcard + idna_host(host[len(wildcard) :])
+    except UnicodeError:
+        return None
+    if not _HOST.fullmatch(host[len(wildcard) :]) and not _is_ip(host):
+        return None
+    if port is None or port == "*":
+        return host, "*" if port else None
+    if port.isascii() and port.isdigit() and 0 < int(port) <= 65535:
+        return host, int(port)
+    return None
+
+
+def _check_callback_host(pattern: object) -> None:
+    if not isinstance(pattern, str) or split_callback_host(pattern) is None:
+        raise ValueError(
+            "callback host must be a host name or pattern (host, *.domain, [v6], with "
+            f":port or :* if you like), got {pattern!r:.80}"
+        )
 
 
 @dataclass(frozen=True)
