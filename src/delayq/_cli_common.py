@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -32,6 +33,7 @@ __all__ = [
     "CliError",
     "OneLineGroup",
     "at_option",
+    "check_backend",
     "check_url",
     "duration_option",
     "err_console",
@@ -190,15 +192,48 @@ def open_queue(url: str, name: str, *, create: bool = False) -> Iterator[Queue]:
     than a new empty database (a typo in a path should not leave a file behind).
     """
     with translate_errors(url):
-        if not create and scheme_of(url) == "sqlite":
+        if scheme_of(url) == "sqlite":
             missing = _sqlite_file_missing(url)
-            if missing is not None:
+            if missing is not None and not create:
                 raise CliError(f"no queue database at {missing} (check --url or $DELAYQ_URL)")
+            folder = os.path.dirname(missing) if missing is not None else None
+            if folder is not None and not os.path.isdir(folder):
+                raise CliError(
+                    f"cannot use the queue at {redact_url(url)}: the directory {folder} of "
+                    "its database does not exist (create it, or check --url or $DELAYQ_URL)"
+                )
         queue = Queue(url, name=name)
         try:
             yield queue
         finally:
             queue.close()
+
+
+def check_backend(url: str, name: str, timeout: float) -> None:
+    """Fail with one line (:class:`CliError`) unless the queue ``name`` at ``url``
+    answers a ``stats`` call within ``timeout`` seconds: a missing directory, a file
+    that is not a database, a refused connection, a wrong password, an unknown host.
+
+    For the long-running commands, which would otherwise start and then only log
+    retries. The call runs on a daemon thread, so a backend that accepts and never
+    answers cannot hold the command past ``timeout``.
+    """
+    failure: list[BaseException] = []
+
+    def probe() -> None:
+        try:
+            with open_queue(url, name, create=True) as queue:
+                queue.stats()
+        except BaseException as exc:  # handed to the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=probe, name="delayq-backend-check", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise CliError(f"the queue at {redact_url(url)} did not answer within {timeout:g}s")
+    if failure:
+        raise failure[0]
 
 
 # -- times ---------------------------------------------------------------------------------

@@ -18,15 +18,17 @@ import click
 from click.core import ParameterSource
 from rich.console import Console
 
-from ._cli_common import CliError, resolve_url, url_option
+from ._cli_common import CliError, check_backend, resolve_url, url_option
 from ._constants import (
     DEFAULT_CALLBACK_QUEUE,
+    DEFAULT_QUEUE_NAME,
     SERVE_CLIENT_TIMEOUT,
     SERVE_DEFAULT_HOST,
     SERVE_DEFAULT_PORT,
     SERVE_MAX_CONCURRENCY,
     SERVE_SESSION_TTL,
     SERVE_SHUTDOWN_GRACE,
+    STARTUP_CHECK_TIMEOUT,
 )
 from ._runtime import freeze_startup_heap
 from .durable.registry import redact_url
@@ -301,6 +303,17 @@ def serve(
     except (TypeError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
     listener = _listen(host, port)
+    # A backend that cannot be reached now is one line and exit 1, before anything is
+    # printed, even one that is merely down (Redis not started yet): a server that
+    # starts without its store answers nothing but 503s, and a person at `make run`
+    # wants the reason rather than a log of retries. A service manager restarts the
+    # command with its own backoff (systemd Restart=, Kubernetes, compose `restart:`)
+    # and shows the line; an outage after the start is ridden out, not fatal.
+    try:
+        check_backend(url, DEFAULT_QUEUE_NAME, STARTUP_CHECK_TIMEOUT)
+    except BaseException:
+        listener.close()
+        raise
     console = Console(highlight=False, soft_wrap=True)
     console.print(f"delayq serve: {redact_url(url)}", markup=False)
     if generated and config.dispatch:

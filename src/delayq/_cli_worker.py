@@ -17,8 +17,20 @@ import traceback
 
 import click
 
-from ._cli_common import CliError, duration_option, open_queue, translate_errors, url_option
-from ._constants import DEFAULT_LEASE, DEFAULT_WORKER_CONCURRENCY, DEFAULT_WORKER_GRACE, LOGGER_NAME
+from ._cli_common import (
+    CliError,
+    check_backend,
+    duration_option,
+    translate_errors,
+    url_option,
+)
+from ._constants import (
+    DEFAULT_LEASE,
+    DEFAULT_WORKER_CONCURRENCY,
+    DEFAULT_WORKER_GRACE,
+    LOGGER_NAME,
+    STARTUP_CHECK_TIMEOUT,
+)
 from ._runtime import freeze_startup_heap
 from .app import App
 from .durable.registry import scheme_of
@@ -155,9 +167,9 @@ def worker(
             runner = Worker(app, concurrency=concurrency, lease=lease, grace=grace, queues=names)
         except (TypeError, ValueError) as exc:
             raise click.UsageError(f"{app_spec}: {exc}") from None
-    # Fail fast when the store cannot be reached, rather than log retries forever.
-    with open_queue(app.url, (names or app.queue_names)[0], create=True) as probe:
-        probe.stats()
+    # Fail fast when the store cannot be reached, rather than log retries forever (as
+    # `delayq serve` does: see there why a backend merely down is fatal too).
+    check_backend(app.url, (names or app.queue_names)[0], STARTUP_CHECK_TIMEOUT)
     _configure_logging(log_level)
     freeze_startup_heap()
     runner.run()

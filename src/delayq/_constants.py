@@ -94,8 +94,14 @@ DEFAULT_WORKER_GRACE = 30.0
 WORKER_EXTEND_DIVISOR = 3.0
 #: Longest single blocking ``reserve`` of an idle worker (s); it then simply reserves again.
 WORKER_IDLE_WAIT = 5.0
-#: Pause (s) after a backend error in the reserve loop before trying again.
+#: Pause (s) after a backend error in the reserve loop before trying again: the first
+#: step of the backoff, doubled at each failure in a row up to BACKEND_RETRY_MAX.
 WORKER_ERROR_BACKOFF = 1.0
+#: Longest pause (s) between two tries of a worker or dispatcher that lost its backend:
+#: how late it may notice the backend is back, and the log's pace during an outage.
+BACKEND_RETRY_MAX = 10.0
+#: Seconds ``delayq serve`` and ``delayq worker`` give the backend to answer at start.
+STARTUP_CHECK_TIMEOUT = 10.0
 #: Header that marks a cron tick; its value is the tick time in epoch ms.
 CRON_TICK_HEADER = "delayq-cron-tick"
 #: A cron run is acked at least this long (s) after its tick, so that an on-time put of
@@ -181,7 +187,7 @@ CALLBACK_MAX_RESPONSE_READ = 65536
 DISPATCH_GRACE = 5.0
 #: Longest one blocking reserve of the dispatcher waits before it is re-armed (s).
 DISPATCH_IDLE_WAIT = 5.0
-#: Pause (s) after a failed reserve before trying again.
+#: Pause (s) after a failed reserve before trying again (the first step of the backoff).
 DISPATCH_ERROR_BACKOFF = 0.5
 
 # -- delayq serve: the HTTP API ----------------------------------------------------

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from ._outage import Outage
 from ._runtime import Slots, log_event
 from .durable.message import Message
 from .durable.queue import AsyncQueue
@@ -33,7 +34,7 @@ async def reserve_loop(
     *,
     lease: float,
     idle_wait: float,
-    error_backoff: float,
+    outage: Outage,
     hold_all_slots: bool,
     event_prefix: str,
 ) -> None:
@@ -43,14 +44,17 @@ async def reserve_loop(
     When nothing is due, the loop blocks in ``reserve`` for up to ``idle_wait``. It
     holds every free slot while blocking when ``hold_all_slots`` (one queue: a burst
     due at the same instant comes in one claim), else one slot only, so the loops of
-    other queues keep the rest. Returns when the queue closes; a failing backend is
-    logged as ``<event_prefix>.reserve_failed`` and retried after ``error_backoff``.
+    other queues keep the rest. Returns when the queue closes. A failed reserve is
+    noted in ``outage`` (shared by the loops of one consumer), which logs it and says
+    how long to pause: a backend that does not answer is retried with a growing pause
+    and a line per step, not a line per try.
     """
     finished = functools.partial(_finished, running, slots, f"{event_prefix}.job_crashed")
     while True:
         taken = await slots.take_all()
         try:
             msgs = await queue.reserve(max=taken, wait=0, lease=lease)
+            outage.answered()
             if not msgs:
                 if not hold_all_slots:
                     slots.give(taken - 1)
@@ -64,10 +68,8 @@ async def reserve_loop(
             raise
         except Exception as exc:
             slots.give(taken)
-            log_event(
-                logging.ERROR, f"{event_prefix}.reserve_failed", queue=queue.name, error=repr(exc)
-            )
-            await asyncio.sleep(error_backoff)
+            failed = f"{event_prefix}.reserve_failed"
+            await asyncio.sleep(outage.failed(exc, failed_event=failed, queue=queue.name))
             continue
         slots.give(taken - len(msgs))
         for msg in msgs:

@@ -16,7 +16,9 @@ while it is alive. Outcomes:
 ``stop()`` (or SIGTERM/SIGINT under :meth:`Worker.run`) stops reserving, lets running
 handlers finish for ``grace`` seconds, then gives the rest back (``release``: due
 where they were, the attempt not charged) and returns; a second
-signal skips the grace period. Every change is logged on the ``delayq`` logger.
+signal skips the grace period. Every change is logged on the ``delayq`` logger. A
+backend that stops answering is tried again with a doubling pause, one log line per
+step and one when it is back (:mod:`delayq._outage`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from ._constants import (
 from ._consumer import LeaseRenewer, reserve_loop
 from ._cron import plan_tick, tick_id
 from ._duration import delay_to_seconds
+from ._outage import Outage
 from ._runtime import DaemonPool, Slots, log_event, log_raised
 from .app import App, CronJob, UnknownTask, decode_envelope
 from .durable.message import Message, State
@@ -178,6 +181,7 @@ class Worker:
         self._ackers: dict[str, AckBatcher] = {}
         self._pool = DaemonPool()
         self._slots: Slots | None = None
+        self._outage: Outage | None = None
 
     # -- running ----------------------------------------------------------------------
     def run(self) -> None:
@@ -232,6 +236,8 @@ class Worker:
             self._forced.set()
         self._slots = Slots(self.concurrency)
         self._open_queues()
+        url = next(iter(self._queues.values())).url  # an App's queues share its URL
+        self._outage = Outage(url, event_prefix="worker", first=WORKER_ERROR_BACKOFF)
         background = [
             asyncio.create_task(self._reserve_loop(queue), name=f"delayq-reserve-{name}")
             for name, queue in self._queues.items()
@@ -308,6 +314,7 @@ class Worker:
     # -- reserving --------------------------------------------------------------------
     def _reserve_loop(self, queue: AsyncQueue) -> Coroutine[Any, Any, None]:
         assert self._slots is not None
+        assert self._outage is not None
         return reserve_loop(
             queue,
             self._slots,
@@ -315,7 +322,7 @@ class Worker:
             self._job,
             lease=self.lease,
             idle_wait=WORKER_IDLE_WAIT,
-            error_backoff=WORKER_ERROR_BACKOFF,
+            outage=self._outage,
             hold_all_slots=len(self._queues) == 1,
             event_prefix="worker",
         )
@@ -492,6 +499,8 @@ class Worker:
     async def _produce(self, job: CronJob) -> None:
         """Put the next tick, about one period ahead; again after each tick."""
         queue = self._queues[job.task.queue]
+        outage = self._outage
+        assert outage is not None
         while True:
             now_ms = int(self._clock.time() * 1000.0)
             tick = job.schedule.next_after(now_ms)
@@ -503,9 +512,10 @@ class Worker:
             except QueueClosed:
                 return
             except Exception as exc:
-                log_event(_ERROR, "cron.put_failed", task=job.task.name, error=repr(exc))
-                await asyncio.sleep(WORKER_ERROR_BACKOFF)
+                failed = "cron.put_failed"
+                await asyncio.sleep(outage.failed(exc, failed_event=failed, task=job.task.name))
                 continue
+            outage.answered()
             seconds = (tick - now_ms) / 1000.0
             await asyncio.sleep(min(max(seconds, 0.001), CRON_PRODUCER_MAX_SLEEP))
 

@@ -45,7 +45,6 @@ def redis_down(make_client: MakeClient) -> TestClient:
         ("GET", "/v1/queues", None),
         ("GET", "/v1/queues/q/stats", None),
         ("POST", "/v1/queues/q/reserve", {"wait": 0}),
-        ("GET", "/metrics", None),
     ],
 )
 def test_a_backend_that_does_not_answer_is_503_not_500(

@@ -34,5 +34,14 @@ async def serve_until(
         await asyncio.wait_for(task, 10)
 
 
+async def wait_for(condition: Callable[[], object], timeout: float = 3.0) -> None:
+    """Return once ``condition()`` is true; fail after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.002)
+
+
 def ids_of(records: Sequence[Record]) -> list[str]:
     return [record.id for record in records]

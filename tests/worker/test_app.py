@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
@@ -13,7 +12,7 @@ from delayq.durable.message import State
 from delayq.durable.retry import RetryPolicy
 from delayq.worker import Worker, current_message
 
-from ._helpers import memory_url, serve_until
+from ._helpers import memory_url, serve_until, wait_for
 
 
 def test_send_puts_a_json_envelope_and_returns_the_id() -> None:
@@ -171,14 +170,6 @@ def cron_app(catch_up: bool = True) -> tuple[App, FakeClock, list[str]]:
         runs.append(current_message().id)
 
     return app, clock, runs
-
-
-async def wait_for(condition: Callable[[], bool], timeout: float = 3.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.002)
 
 
 def test_three_workers_run_each_tick_once() -> None:

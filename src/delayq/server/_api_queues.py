@@ -21,6 +21,7 @@ from .._constants import (
     SERVE_MAX_LIMIT,
 )
 from .._duration import seconds_to_ms
+from .._outage import error_kind, is_outage
 from .._runtime import log_event
 from ..durable import AsyncQueue, State, Stats
 from ._api import QueueDep, StateDep, error_docs
@@ -160,11 +161,13 @@ async def healthz(state: StateDep) -> Any:
     try:
         await asyncio.wait_for(state.queue(DEFAULT_QUEUE_NAME).stats(), SERVE_HEALTH_TIMEOUT)
     except Exception as exc:
-        kind = "timeout" if isinstance(exc, asyncio.TimeoutError) else type(exc).__name__
+        kind = error_kind(exc)
         log_event(logging.WARNING, "health.failed", error=kind, detail=str(exc))
+        state.note_backend(kind)
         return error_response(
             503, "backend_unavailable", f"the backend does not answer ({kind}): see the log"
         )
+    state.note_backend(None)
     return JSONResponse({"status": "ok"})
 
 
@@ -181,6 +184,18 @@ async def healthz(state: StateDep) -> Any:
 )
 async def metrics(state: StateDep) -> Response:
     """Prometheus metrics: messages per state per queue, put/ack/nack/dead counters,
-    the lateness histogram, callback outcomes."""
-    everything = await _all_stats(state)
+    the lateness histogram, callback outcomes, and ``delayq_backend_up``. When the
+    backend does not answer, ``delayq_backend_up`` is 0 and the per-queue message
+    gauges are left out: the scrape still succeeds."""
+    everything: dict[str, Stats] | None = None
+    try:
+        everything = await asyncio.wait_for(_all_stats(state), SERVE_HEALTH_TIMEOUT)
+    except Exception as exc:
+        if not is_outage(exc):
+            raise
+        kind = error_kind(exc)
+        log_event(logging.WARNING, "metrics.backend_unavailable", error=kind, detail=str(exc))
+        state.note_backend(kind)
+    else:
+        state.note_backend(None)
     return Response(state.metrics.render(everything), media_type=METRICS_CONTENT_TYPE)

@@ -26,7 +26,10 @@ normally never needs renewing; a request that still runs near its end (a stalled
 loop) has it extended. :meth:`Dispatcher.stop` stops reserving, lets requests in
 flight finish for ``grace`` seconds, then gives the rest back without charging an
 attempt. Every outcome is counted in the server's metrics and logged on the
-``delayq`` logger as ``callback.<outcome> key=value ...``.
+``delayq`` logger as ``callback.<outcome> key=value ...``. A backend that stops
+answering is tried again with a doubling pause (``dispatch.backend_unavailable``, one
+line per step, then ``dispatch.backend_back``), and the server's
+:attr:`~._state.ServerState.backend_up` follows it.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from .._constants import (
     DISPATCH_IDLE_WAIT,
 )
 from .._consumer import LeaseRenewer, reserve_loop
+from .._outage import Outage
 from .._runtime import Slots, log_event
 from ..durable import AsyncQueue, Message
 from ..durable.message import State
@@ -292,6 +296,7 @@ class Dispatcher:
         self.counts: Counter[str] = Counter()
         self._client: httpx.AsyncClient | None = None
         self._slots: Slots | None = None
+        self._outage: Outage | None = None
         self._reservers: list[asyncio.Task[None]] = []
         self._running: dict[asyncio.Task[None], Message] = {}
         self._releasing = False
@@ -323,6 +328,12 @@ class Dispatcher:
             headers={"User-Agent": f"delayq/{__version__}"},
         )
         self._slots = Slots(config.dispatch_concurrency)
+        self._outage = Outage(
+            config.url,
+            event_prefix="dispatch",
+            first=DISPATCH_ERROR_BACKOFF,
+            on_change=self.state.note_backend,
+        )
         for name in config.callback_queues:
             queue = self.state.queue(name)
             task = asyncio.create_task(self._reserve_loop(queue), name=f"delayq-dispatch-{name}")
@@ -361,6 +372,7 @@ class Dispatcher:
     # -- reserving ----------------------------------------------------------------------
     def _reserve_loop(self, queue: AsyncQueue) -> typing.Coroutine[typing.Any, typing.Any, None]:
         assert self._slots is not None
+        assert self._outage is not None
         return reserve_loop(
             queue,
             self._slots,
@@ -368,7 +380,7 @@ class Dispatcher:
             self._deliver,
             lease=self.lease,
             idle_wait=DISPATCH_IDLE_WAIT,
-            error_backoff=DISPATCH_ERROR_BACKOFF,
+            outage=self._outage,
             hold_all_slots=len(self.config.callback_queues) == 1,
             event_prefix="dispatch",
         )

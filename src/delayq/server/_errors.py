@@ -12,7 +12,6 @@ backend that does not answer (Redis down, a SQLite file locked or gone) is a 503
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -24,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
 from .._constants import LOGGER_NAME
+from .._outage import backend_outages
 from ..durable.message import HeadersTooLarge
 from ..durable.serializer import PayloadTooDeep
 from ..errors import DuplicateId, LeaseLost, PayloadTooLarge, QueueClosed
@@ -68,28 +68,8 @@ _PROBED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 _RETRY_AFTER = "1"
 
 
-def _outage_types() -> tuple[type[Exception], ...]:
-    """The exceptions that mean "the backend does not answer" (not a server bug)."""
-    types: list[type[Exception]] = [OSError, TimeoutError, sqlite3.OperationalError]
-    try:
-        from redis import exceptions as redis_errors  # noqa: PLC0415
-    except ImportError:  # pragma: no cover  (redis is optional)
-        return tuple(types)
-    types += [
-        redis_errors.ConnectionError,
-        redis_errors.TimeoutError,
-        redis_errors.BusyLoadingError,
-        redis_errors.ReadOnlyError,
-    ]
-    for name in ("ClusterDownError", "TryAgainError", "MasterDownError"):
-        extra = getattr(redis_errors, name, None)
-        if isinstance(extra, type) and issubclass(extra, Exception):
-            types.append(extra)
-    return tuple(types)
-
-
 #: Exceptions a route lets through when the backend is down: answered 503.
-BACKEND_OUTAGES = _outage_types()
+BACKEND_OUTAGES = backend_outages()
 
 
 class ApiError(Exception):

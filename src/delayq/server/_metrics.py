@@ -2,7 +2,9 @@
 or tests, in one process never share counters).
 
 Counters and the lateness histogram are fed as things happen; the per-state message
-gauges are refreshed from ``stats()`` just before each scrape (:meth:`Metrics.render`).
+gauges are refreshed from ``stats()`` just before each scrape (:meth:`Metrics.render`),
+and ``delayq_backend_up`` says whether that read succeeded: during an outage a scrape
+still answers, without the message gauges.
 Every series is labelled by queue, and a scrape keeps only the series of the queues it
 shows: those that hold messages and the configured ones. A queue seen in neither of
 two scrapes in a row loses its series (counters start again from 0 if it comes back,
@@ -39,6 +41,12 @@ class Metrics:
             "delayq_messages",
             "Messages per queue and state, read from the backend at scrape time.",
             ["queue", "state"],
+            registry=self.registry,
+        )
+        self.backend_up = Gauge(
+            "delayq_backend_up",
+            "1 when the backend answered this scrape's stats, else 0 (the message gauges "
+            "are then left out).",
             registry=self.registry,
         )
         self.puts = Counter(
@@ -93,14 +101,20 @@ class Metrics:
             raise ValueError(f"unknown callback outcome {outcome!r}")
         self.callbacks.labels(queue, outcome).inc()
 
-    def render(self, stats: Mapping[str, Stats]) -> bytes:
+    def render(self, stats: Mapping[str, Stats] | None) -> bytes:
         """The text exposition, with the message gauges set from ``stats`` (every
-        queue to show) and the series of queues gone since the last scrape dropped."""
+        queue to show) and the series of queues gone since the last scrape dropped.
+
+        ``stats`` None means the backend did not answer: ``delayq_backend_up`` is 0,
+        the message gauges are left out and every other series is kept as it is (a
+        counter dropped during an outage would read as a reset)."""
         self.messages.clear()
-        for queue, snapshot in stats.items():
-            for state in ("scheduled", "ready", "active", "dead"):
-                self.messages.labels(queue, state).set(getattr(snapshot, state))
-        self._drop_gone(stats.keys())
+        self.backend_up.set(0 if stats is None else 1)
+        if stats is not None:
+            for queue, snapshot in stats.items():
+                for state in ("scheduled", "ready", "active", "dead"):
+                    self.messages.labels(queue, state).set(getattr(snapshot, state))
+            self._drop_gone(stats.keys())
         return generate_latest(self.registry)
 
     def _drop_gone(self, shown: Iterable[str]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -87,6 +88,26 @@ class ServerState:
         self._root = AsyncQueue(config.url, **options)
         self._queues: OrderedDict[str, AsyncQueue] = OrderedDict()
         self._putters: OrderedDict[str, PutCoalescer] = OrderedDict()
+        #: The kind of error (a class name, or ``timeout``: never its text, which
+        #: holds addresses) of the backend's last failed call, None while it answers.
+        self.backend_error: str | None = None
+        #: When the backend stopped answering (epoch seconds), None while it answers.
+        self.backend_down_since: float | None = None
+
+    @property
+    def backend_up(self) -> bool:
+        """Whether the backend answered the last call that says so: the dispatcher's
+        reserves, ``/healthz``, ``/metrics`` (True until one fails)."""
+        return self.backend_error is None
+
+    def note_backend(self, error: str | None) -> None:
+        """Record a call's outcome: ``error`` the kind of a failure (see
+        :attr:`backend_error`), or None when the backend answered."""
+        if error is None:
+            self.backend_down_since = None
+        elif self.backend_error is None:
+            self.backend_down_since = time.time()
+        self.backend_error = error
 
     def queue(self, name: str) -> AsyncQueue:
         """The queue ``name`` (see :func:`~._config.check_queue_name`)."""

@@ -65,6 +65,15 @@ def next_backoff(backoff: float) -> float:
     return min(backoff * 2.0, REDIS_RECONNECT_MAX)
 
 
+def log_lost(what: str, exc: BaseException, backoff: float) -> None:
+    """Log that ``what`` lost Redis and tries again in ``backoff`` seconds: a warning
+    for the first failure of a run (``backoff`` at its first step), debug for the
+    others, so that an outage is one line here, not one a second (a consumer above,
+    such as the Worker, logs its progress with its own backoff)."""
+    level = logging.WARNING if backoff == REDIS_RECONNECT_FIRST else logging.DEBUG
+    logger.log(level, "%s (%s); retrying in %.2f s", what, exc, backoff)
+
+
 class Listener:
     """The thread face: waiters sleep on a condition; a daemon thread BLPOPs."""
 
@@ -201,7 +210,7 @@ class Listener:
                         return
                     if not isinstance(exc, CONNECTION_ERRORS):
                         raise
-                    logger.warning("redis listener lost its connection (%s); retrying", exc)
+                    log_lost("redis listener lost its connection", exc, backoff)
                     self._news()
                     self.bump()
                     with self._cond:
@@ -345,7 +354,7 @@ class AsyncListener:
                 except CONNECTION_ERRORS as exc:
                     if self._stop_if(False):
                         return
-                    logger.warning("redis listener lost its connection (%s); retrying", exc)
+                    log_lost("redis listener lost its connection", exc, backoff)
                     self._news()
                     self.bump()
                     await asyncio.sleep(backoff)

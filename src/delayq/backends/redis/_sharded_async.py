@@ -25,7 +25,7 @@ from ..._constants import LOGGER_NAME, REDIS_RECONNECT_FIRST
 from ...durable.inspection import merge_peek
 from ...durable.message import PutRequest, Record, State, Stats
 from ._functions import AsyncFunctions
-from ._listen import CONNECTION_ERRORS, AsyncListener, next_backoff
+from ._listen import CONNECTION_ERRORS, AsyncListener, log_lost, next_backoff
 from ._ops import Call
 from ._resend import call_async, not_cancelled
 from ._scripts import Claim
@@ -220,7 +220,7 @@ class AsyncShardedRedisBackend(ShardedBase):
                 except CONNECTION_ERRORS as exc:
                     if _expired(give_up):
                         raise
-                    logger.warning("reserve lost Redis (%s); retrying in %.2f s", exc, backoff)
+                    log_lost("reserve lost Redis", exc, backoff)
                     await hub.wait(hub.generation, backoff)
                     backoff = next_backoff(backoff)
                     continue

@@ -67,7 +67,7 @@ from ...errors import QueueClosed
 from ._functions import AsyncFunctions, Functions
 from ._link import Link
 from ._link_async import AsyncLink
-from ._listen import CONNECTION_ERRORS, AsyncListener, Listener, next_backoff
+from ._listen import CONNECTION_ERRORS, AsyncListener, Listener, log_lost, next_backoff
 from ._ops import Call, Operations
 from ._resend import call, call_async, no_retry, no_retry_async, track_sends
 from ._scripts import Claim, queue_names, queues_pattern
@@ -241,7 +241,7 @@ class RedisBackend(_Base):
                 except CONNECTION_ERRORS as exc:
                     if _expired(give_up):
                         raise
-                    logger.warning("reserve lost Redis (%s); retrying in %.2f s", exc, backoff)
+                    log_lost("reserve lost Redis", exc, backoff)
                     listener.wait(listener.generation, backoff)
                     backoff = next_backoff(backoff)
                     continue
@@ -458,7 +458,7 @@ class AsyncRedisBackend(_Base):
                 except CONNECTION_ERRORS as exc:
                     if _expired(give_up):
                         raise
-                    logger.warning("reserve lost Redis (%s); retrying in %.2f s", exc, backoff)
+                    log_lost("reserve lost Redis", exc, backoff)
                     await listener.wait(listener.generation, backoff)
                     backoff = next_backoff(backoff)
                     continue

@@ -40,17 +40,16 @@ The sync face is here; the asyncio face is :mod:`._sharded_async`, what both sha
 from __future__ import annotations
 
 import functools
-import logging
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from ..._constants import LOGGER_NAME, REDIS_RECONNECT_FIRST
+from ..._constants import REDIS_RECONNECT_FIRST
 from ...durable.inspection import merge_peek
 from ...durable.message import PutRequest, Record, State, Stats
 from ._functions import Functions
-from ._listen import CONNECTION_ERRORS, Listener, next_backoff
+from ._listen import CONNECTION_ERRORS, Listener, log_lost, next_backoff
 from ._ops import Call
 from ._resend import call
 from ._scripts import Claim
@@ -71,7 +70,6 @@ from .backend import _HAIR, _expired, scan_queues
 __all__ = ["AsyncShardedRedisBackend", "ShardedRedisBackend"]
 
 T = TypeVar("T")
-logger = logging.getLogger(LOGGER_NAME)
 
 
 class ShardedRedisBackend(ShardedBase):
@@ -181,7 +179,7 @@ class ShardedRedisBackend(ShardedBase):
                 except CONNECTION_ERRORS as exc:
                     if _expired(give_up):
                         raise
-                    logger.warning("reserve lost Redis (%s); retrying in %.2f s", exc, backoff)
+                    log_lost("reserve lost Redis", exc, backoff)
                     hub.wait(hub.generation, backoff)
                     backoff = next_backoff(backoff)
                     continue
