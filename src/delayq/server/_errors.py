@@ -22,8 +22,8 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
-from .._constants import LOGGER_NAME
 from .._outage import backend_outages
+from .._runtime import log_event, log_raised
 from ..durable.message import HeadersTooLarge
 from ..durable.serializer import PayloadTooDeep
 from ..errors import DuplicateId, LeaseLost, PayloadTooLarge, QueueClosed
@@ -36,7 +36,6 @@ __all__ = [
     "install_error_handlers",
 ]
 
-_log = logging.getLogger(f"{LOGGER_NAME}.server")
 
 #: The ``code`` of a Starlette HTTP error, by status.
 _HTTP_CODES = {
@@ -212,18 +211,22 @@ async def _on_queue_closed(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _on_backend_outage(request: Request, exc: Exception) -> JSONResponse:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    _log.warning("backend unavailable path=%s error=%s", request.url.path, text[:200])
+    # The error's text names addresses and file paths: the log gets it, the client
+    # only its kind (as /healthz).
+    kind = type(exc).__name__
+    detail = " ".join(str(exc).split())[:300]
+    log_event(logging.WARNING, "api.backend_unavailable", path=request.url.path, error=kind,
+              detail=detail)  # fmt: skip
     return error_response(
         503,
         "backend_unavailable",
-        f"the backend does not answer: {text[:300]}",
+        f"the backend does not answer ({kind}): see the server's log",
         {"Retry-After": _RETRY_AFTER},
     )
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-    _log.error("request failed path=%s", request.url.path, exc_info=exc)
+    log_raised(logging.ERROR, "api.failed", exc, path=request.url.path)
     return error_response(500, "internal_error", "the server failed to answer this request")
 
 
