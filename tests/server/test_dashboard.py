@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -18,14 +19,17 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from fastapi import APIRouter
 from markupsafe import escape as html_escape
 
+from backends._redis_server import RedisProcess
 from delayq import Queue
 from delayq._constants import CALLBACK_HEADER
 from delayq.server import ServeConfig, create_app
 from delayq.server._config import SESSION_COOKIE
 from delayq.server._dashboard import (
     PREVIEW_CHARS,
+    PageRoute,
     chart_bars,
     format_duration,
     format_relative,
@@ -451,9 +455,10 @@ def test_templates_and_static_files_ship_in_the_package() -> None:
     from importlib.resources import files  # noqa: PLC0415
 
     package = files("delayq.server")
-    for name in ("base.html", "overview.html", "queue.html", "message.html", "login.html"):
+    for name in ("base.html", "overview.html", "queue.html", "message.html", "login.html",
+                 "error.html", "missing.html"):  # fmt: skip
         assert (package / "templates" / name).is_file(), name
-    for name in ("dashboard.js", "dashboard.css"):
+    for name in ("dashboard.js", "dashboard.css", "favicon.svg"):
         assert (package / "static" / name).is_file(), name
 
 
@@ -634,3 +639,67 @@ def test_the_overview_names_stored_queues_it_cannot_serve(url: str, config: Serv
         assert "<code>tenant/a</code>" in response.text
 
     visit(config, scenario)
+
+
+# -- server errors as pages ------------------------------------------------------------
+
+
+def test_a_page_that_fails_is_an_html_500_page(
+    config: ServeConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = create_app(config)
+    failing = APIRouter(route_class=PageRoute)
+
+    @failing.get("/queues/{queue}/explode")
+    async def explode(queue: str) -> None:
+        raise RuntimeError(f"a bug showing {queue}")
+
+    app.include_router(failing)
+
+    async def main() -> None:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
+                response = await c.get("/queues/orders/explode")
+                assert response.status_code == 500
+                assert response.headers["content-type"].startswith("text/html")
+                assert "<h1>Server error</h1>" in response.text
+                assert "a bug showing" not in response.text
+                assert "script-src 'self'" in response.headers["content-security-policy"]
+                # The API keeps its JSON errors.
+                api = await c.get("/v1/queues/bad%7Bname%7D/stats")
+                assert api.status_code == 422
+                assert api.json()["error"]["code"] == "invalid_queue"
+
+    with caplog.at_level(logging.ERROR, logger="delayq"):
+        asyncio.run(main())
+    assert any(
+        "dashboard.failed" in record.getMessage() and record.exc_info for record in caplog.records
+    )
+
+
+@pytest.mark.slow
+def test_a_backend_that_stops_answering_is_an_html_503_page(tmp_path: Path) -> None:
+    redis_server = RedisProcess(tmp_path)
+    redis_server.start()
+    try:
+        config = ServeConfig(url=f"{redis_server.url}?prefix=dash-outage", dispatch=False)
+
+        async def scenario(client: httpx.AsyncClient) -> None:
+            put = await client.post("/v1/queues/orders/messages", json={"payload": 1})
+            assert put.status_code == 201, put.text
+            assert (await client.get("/queues/orders")).status_code == 200
+            redis_server.kill()
+            for path in ("/", "/queues/orders", "/queues/orders/messages/x"):
+                page = await client.get(path)
+                assert page.status_code == 503, path
+                assert page.headers["content-type"].startswith("text/html")
+                assert "<h1>Backend unavailable</h1>" in page.text
+                assert page.headers["retry-after"]
+            api = await client.get("/v1/queues/orders/stats")
+            assert api.status_code == 503
+            assert api.json()["error"]["code"] == "backend_unavailable"
+
+        visit(config, scenario)
+    finally:
+        redis_server.stop()

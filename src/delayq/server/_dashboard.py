@@ -18,16 +18,21 @@ import asyncio
 import datetime as dt
 import hashlib
 import json
+import logging
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 import jinja2
 from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from markupsafe import Markup
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._constants import (
     DASHBOARD_CHART_BUCKETS,
@@ -36,12 +41,16 @@ from .._constants import (
     DASHBOARD_MAX_LOGIN_BODY,
     DASHBOARD_REFRESH_MS,
 )
+from .._runtime import log_event, log_raised
 from ..durable import AsyncQueue
+from ..errors import QueueClosed
 from ._auth import AttemptThrottle, Sessions, client_key, cookie_value, token_matches
 from ._config import SESSION_COOKIE, check_queue_name
+from ._errors import BACKEND_OUTAGES
 from ._state import ServerState, message_to_json
 
 __all__ = [
+    "PageRoute",
     "chart_bars",
     "format_duration",
     "format_relative",
@@ -60,9 +69,41 @@ __all__ = [
 _HERE = Path(__file__).parent
 _STATIC_DIR = _HERE / "static"
 
+
+class PageRoute(APIRoute):
+    """A dashboard route: what it fails with is an HTML page, not the API's JSON.
+
+    A backend that does not answer (the exceptions of ``BACKEND_OUTAGES``) or a
+    server that is stopping is a 503 "backend unavailable" page with
+    ``Retry-After``; anything else unexpected is logged with its traceback and is a
+    500 page. HTTP and validation errors go on to the app's handlers.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def page_handler(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except (StarletteHTTPException, RequestValidationError):
+                raise
+            except _UNAVAILABLE as exc:
+                text = " ".join(str(exc).split())[:200] or type(exc).__name__
+                path = request.url.path
+                log_event(logging.WARNING, "dashboard.unavailable", path=path, error=text)
+                page = _error_page(request, 503, stopping=isinstance(exc, QueueClosed))
+                page.headers["Retry-After"] = _RETRY_AFTER
+                return page
+            except Exception as exc:
+                log_raised(logging.ERROR, "dashboard.failed", exc, path=request.url.path)
+                return _error_page(request, 500, stopping=False)
+
+        return page_handler
+
+
 #: The dashboard's routes; ``create_app`` includes them (they stay out of the OpenAPI
 #: document, which describes the ``/v1`` API only).
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=PageRoute)
 
 # Pages load scripts and styles from /static only: no inline script, no inline style.
 _PAGE_HEADERS = {
@@ -76,6 +117,11 @@ _PAGE_HEADERS = {
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
+
+# What a page fails with when the backend does not answer or the server stops: 503.
+_UNAVAILABLE: tuple[type[Exception], ...] = (QueueClosed, *BACKEND_OUTAGES)
+# Seconds a browser is asked to wait before it tries a 503 page again.
+_RETRY_AFTER = "5"
 
 # Chart geometry (SVG user units); static/dashboard.js draws the same chart.
 _CHART_WIDTH = 1000
@@ -339,8 +385,12 @@ def _login_redirect(request: Request) -> RedirectResponse | None:
     return RedirectResponse(target, status_code=303, headers={"Cache-Control": "no-store"})
 
 
+def _error_page(request: Request, status: int, *, stopping: bool) -> HTMLResponse:
+    """The page of a failure (500) or of a backend that does not answer (503)."""
+    return _render(request, "error.html", status, status=status, stopping=stopping)
+
+
 def _render(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
-    state = server_state(request)
     page = {
         "base": _base(request),
         "now_ms": int(time.time() * 1000),
@@ -349,7 +399,9 @@ def _render(request: Request, name: str, status_code: int = 200, **context: Any)
         "chart_horizon": int(DASHBOARD_CHART_HORIZON),
         "chart_buckets": DASHBOARD_CHART_BUCKETS,
         "static_version": _STATIC_VERSION,
-        "has_token": state.config.token is not None,
+        # The app's own state, not through server_state(): an error page renders
+        # even when the app has none.
+        "has_token": getattr(request.app.state, "delayq_sessions", None) is not None,
         "page": name.removesuffix(".html"),
         **context,
     }
