@@ -62,8 +62,9 @@
   }
 
   function payloadPreview(msg) {
-    if ("payload_error" in msg) return "(cannot be shown)";
-    if ("payload_base64" in msg) {
+    // The API sends these fields as null on messages that do not have them.
+    if (msg.payload_error !== null && msg.payload_error !== undefined) return "(cannot be shown)";
+    if (msg.payload_base64 !== null && msg.payload_base64 !== undefined) {
       const encoded = msg.payload_base64;
       const padding = encoded.length - encoded.replace(/=+$/, "").length;
       return `(${Math.floor((encoded.length * 3) / 4) - padding} bytes)`;
