@@ -7,13 +7,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from .test_serve_command import ADDRESS, _environ
+from .test_serve_command import _environ, read_to_address
 
 STAMPED = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (INFO|WARNING|ERROR) ")
 
@@ -32,22 +31,12 @@ def test_serve_log_lines_carry_their_time(tmp_path: Path) -> None:
         env=env,
     )  # fmt: skip
     try:
-        assert process.stdout is not None
-        lines: list[str] = []
-        base = None
-        deadline = time.monotonic() + 30
-        while base is None and time.monotonic() < deadline:
-            line = process.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if match := ADDRESS.search(line):
-                base = match.group(1)
-        assert base is not None, "".join(lines)
+        base, lines = read_to_address(process)
         wrong = httpx.get(f"{base}v1/queues", headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401
         process.send_signal(signal.SIGTERM)
         assert process.wait(20) == 0
+        assert process.stdout is not None
         lines += process.stdout.read().splitlines(keepends=True)
     finally:
         if process.poll() is None:
