@@ -22,6 +22,7 @@ from ._cli_common import CliError, check_backend, resolve_url, url_option
 from ._constants import (
     DEFAULT_CALLBACK_QUEUE,
     DEFAULT_QUEUE_NAME,
+    LOGGER_NAME,
     SERVE_CLIENT_TIMEOUT,
     SERVE_DEFAULT_HOST,
     SERVE_DEFAULT_PORT,
@@ -39,6 +40,19 @@ if TYPE_CHECKING:
 __all__ = ["serve"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# uvicorn's log lines (the access log too, with --access-log) and delayq's, on stderr
+# with their time, as the worker writes them.
+_LOG_CONFIG: dict[str, Any] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        name: {"handlers": ["stderr"], "level": "INFO", "propagate": False}
+        for name in ("uvicorn", LOGGER_NAME)
+    },
+}
 
 
 def _address(host: str, port: int) -> str:
@@ -83,6 +97,7 @@ def _make_server(config: Any, app: FastAPI, console: Console, *, access_log: boo
             forwarded_allow_ips=list(config.forwarded_allow_ips) or None,
             server_header=False,
             access_log=access_log,
+            log_config=_LOG_CONFIG,
             log_level="info",
             lifespan="on",
             # uvloop when importable (the serve extra installs it), and httptools (it

@@ -8,16 +8,19 @@ browser is the system's ``/usr/bin/chromium`` (``.ci/run`` installs it).
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote, urlsplit
 
 import httpx
 import pytest
 import uvicorn
 
+from delayq import Queue
 from delayq.server import ServeConfig, create_app
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -213,3 +216,145 @@ def test_login_then_overview(tmp_path: Path, page: sync_api.Page) -> None:
 
         page.get_by_role("button", name="Sign out").click()
         page.wait_for_url(f"{base}/login**")
+
+
+def local_only(context: sync_api.BrowserContext) -> list[str]:
+    """Abort every request of ``context`` that would leave this machine, as with no
+    network; the list of what was aborted."""
+    aborted: list[str] = []
+
+    def handle(route: sync_api.Route) -> None:
+        if urlsplit(route.request.url).hostname in ("127.0.0.1", "localhost"):
+            route.continue_()
+        else:
+            aborted.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", handle)
+    return aborted
+
+
+def test_api_docs_work_without_the_network(tmp_path: Path, page: sync_api.Page) -> None:
+    expect = sync_api.expect
+    aborted = local_only(page.context)
+    config = ServeConfig(url=f"sqlite:///{tmp_path / 'docs.db'}", dispatch=False)
+    with serving(config) as base:
+        page.goto(f"{base}/docs")
+        operations = page.locator(".opblock-summary-path")
+        expect(operations.first).to_be_visible()
+        assert operations.count() > 10
+        reserve = page.locator(".opblock-summary-path", has_text="/v1/queues/{queue}/reserve")
+        expect(reserve.first).to_be_visible()
+        page.screenshot(path=str(tmp_path / "docs.png"))
+    assert aborted == []
+
+
+def put_at(base: str, queue: str, message_id: str, payload: object, **extra: object) -> None:
+    """Put one message through the HTTP API, the queue name encoded as a path segment."""
+    body = {"id": message_id, "payload": payload, **extra}
+    response = httpx.post(
+        f"{base}/v1/queues/{quote(queue, safe='')}/messages", json=body, timeout=10
+    )
+    assert response.status_code == 201, response.text
+
+
+def test_active_empty_and_odd_names_in_the_dashboard(tmp_path: Path, page: sync_api.Page) -> None:
+    expect = sync_api.expect
+    url = f"sqlite:///{tmp_path / 'odd.db'}"
+    config = ServeConfig(url=url, dispatch=False)
+    queue = "tenant ä 'q'"
+    odd_ids = ["a b", "quote'\"q", "héllo✓", "..x", "50%", "a-rather-long-message-id-0123456789"]
+    with serving(config) as base:
+        # A queue that holds nothing yet has its page.
+        page.goto(f"{base}/queues/brand-new")
+        expect(page.locator("#queue-empty")).to_be_visible()
+        expect(page.locator('[data-stat="scheduled"]')).to_have_text("0")
+        expect(page.locator("#waiting-rows")).to_contain_text("Nothing waiting.")
+
+        for message_id in odd_ids:
+            put_at(base, queue, message_id, {"id": message_id, "html": "<i>x</i>"}, delay="10m")
+        put_at(base, queue, "far", {}, delay=1000 * 86400)
+        put_at(base, queue, "busy", {"n": 1})
+        reserved = httpx.post(
+            f"{base}/v1/queues/{quote(queue, safe='')}/reserve", json={"wait": 0, "lease": 120}
+        )
+        (held,) = reserved.json()["messages"]
+        token = held["lease"]
+        python_only = []
+        with Queue(url, name=queue) as q:  # ids only other faces take, if they still do
+            for message_id in ("a/b", ".."):
+                try:
+                    q.put({}, delay="10m", id=message_id)
+                except ValueError:
+                    continue
+                python_only.append(message_id)
+
+        page.goto(base + "/")
+        page.locator("#queue-rows a", has_text=queue).click()
+        page.wait_for_url(f"{base}/queues/**")
+        expect(page.locator('[data-stat="active"]')).to_have_text("1")
+        active = page.locator('#active-rows tr[data-id="busy"]')
+        expect(active).to_contain_text("in 1m")
+        expect(active.locator("time")).to_have_attribute("title", re.compile(r" UTC$"))
+        assert token not in page.content()
+        far = page.locator('#waiting-rows tr[data-id="far"] time')
+        expect(far).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d UTC$"))
+        # The auto-refresh redraws the same rows (the script encodes as the server does).
+        expect(page.locator("#refresh-status")).to_contain_text("UTC")
+        expect(page.locator("#active-rows tr[data-id]")).to_have_count(1)
+        preview = page.locator('#waiting-rows tr[data-id="a b"] td.preview')
+        expect(preview).to_have_text('{"id":"a b","html":"<i>x</i>"}')
+        expect(active).to_contain_text("in 1m")
+        page.screenshot(path=str(tmp_path / "odd-queue.png"), full_page=True)
+
+        # Every id's page opens from its link (as the script drew it).
+        links = page.locator("#waiting-rows td.id a")
+        hrefs = {link.inner_text(): link.get_attribute("href") for link in links.all()}
+        assert set(hrefs) == {*odd_ids, *python_only, "far"}
+        for message_id in [*odd_ids, *python_only]:
+            page.goto(base + str(hrefs[message_id]))
+            expect(page.locator("h1.id")).to_have_text(message_id)
+        page.goto(f"{base}/queues/{quote(queue, safe='')}")
+
+        # Buttons act on odd ids: cancel one from the list, reschedule one on its page.
+        row = page.locator("#waiting-rows tr[data-id]").filter(
+            has=page.get_by_role("link", name="quote'\"q", exact=True)
+        )
+        row.get_by_role("button", name="Cancel").click()
+        expect(row).to_have_count(0)
+        response = httpx.get(
+            f"{base}/v1/queues/{quote(queue, safe='')}/messages/{quote(odd_ids[1], safe='')}"
+        )
+        assert response.status_code == 404
+        page.get_by_role("link", name="héllo✓", exact=True).click()
+        page.get_by_label("Reschedule to").fill("2h")
+        page.get_by_role("button", name="Reschedule").click()
+        expect(page.locator("time").first).to_contain_text("in 1h 59m")
+        if "a/b" in python_only:
+            page.go_back()
+            slash = page.locator("#waiting-rows tr[data-id]").filter(
+                has=page.get_by_role("link", name="a/b", exact=True)
+            )
+            expect(slash).to_contain_text("not over HTTP")
+
+
+def test_ids_do_not_wrap_a_letter_a_line_on_a_phone(
+    tmp_path: Path, browser: sync_api.Browser
+) -> None:
+    config = ServeConfig(url=f"sqlite:///{tmp_path / 'phone.db'}", dispatch=False)
+    context = browser.new_context(viewport={"width": 375, "height": 740}, is_mobile=True)
+    try:
+        with serving(config) as base:
+            put(base, "orders", "order-42", {"order": 42}, delay="10m")
+            put(base, "orders", "a-rather-long-message-id-0123456789", {"n": 1}, delay="11m")
+            tab = context.new_page()
+            tab.goto(f"{base}/queues/orders")
+            short = tab.locator('#waiting-rows tr[data-id="order-42"] td.id a')
+            sync_api.expect(short).to_be_visible()
+            # An inline element has one client rect per line it spans.
+            assert short.evaluate("node => node.getClientRects().length") == 1
+            long = tab.locator('#waiting-rows tr[data-id^="a-rather"] td.id a')
+            assert long.evaluate("node => node.getClientRects().length") <= 3
+            tab.screenshot(path=str(tmp_path / "phone.png"), full_page=True)
+    finally:
+        context.close()

@@ -9,23 +9,35 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from html import unescape as html_unescape
 from pathlib import Path
 from urllib.parse import quote
 
 import httpx
 import pytest
+from fastapi import APIRouter
+from markupsafe import escape as html_escape
 
+from backends._redis_server import RedisProcess
 from delayq import Queue
 from delayq._constants import CALLBACK_HEADER
 from delayq.server import ServeConfig, create_app
 from delayq.server._config import SESSION_COOKIE
 from delayq.server._dashboard import (
+    PREVIEW_CHARS,
+    PageRoute,
     chart_bars,
     format_duration,
     format_relative,
+    format_utc,
+    format_when,
+    message_href,
+    payload_preview,
+    reachable_by_api,
     safe_next,
 )
 
@@ -211,17 +223,46 @@ def test_ids_with_a_slash_have_a_page(url: str, config: ServeConfig) -> None:
     visit(config, scenario)
 
 
-def test_unknown_queue_and_message_pages_are_404(url: str, config: ServeConfig) -> None:
+def test_an_empty_queue_has_its_page(url: str, config: ServeConfig) -> None:
+    async def scenario(client: httpx.AsyncClient) -> None:
+        for name in ("nowhere", "tenant a", "..x", "ünï"):
+            response = await client.get(f"/queues/{quote(name, safe='')}")
+            assert response.status_code == 200, name
+            page = response.text
+            assert re.findall(r'data-stat="(?:scheduled|ready|active|dead)">(\d+)<', page) == [
+                "0",
+                "0",
+                "0",
+                "0",
+            ]
+            assert re.search(r'<p class="card muted" id="queue-empty">', page), name
+            assert "Nothing waiting." in page
+            assert "Nothing in flight." in page
+            assert "No dead letters." in page
+
+    visit(config, scenario)
+
+
+def test_a_name_the_server_cannot_serve_is_a_404_page_saying_why(config: ServeConfig) -> None:
+    async def scenario(client: httpx.AsyncClient) -> None:
+        paths = ("/queues/bad%7Bname%7D", "/queues/%20lead", "/queues/bad%7Bname%7D/messages/x")
+        for path in paths:
+            response = await client.get(path)
+            assert response.status_code == 404, path
+            assert response.headers["content-type"].startswith("text/html")
+            assert "Not a queue name" in response.text
+            assert "queue name must not contain" in response.text
+
+    visit(config, scenario)
+
+
+def test_unknown_messages_are_404(url: str, config: ServeConfig) -> None:
     with Queue(url, name="orders") as q:
         q.put({}, delay="10m", id="kept")
         q.put({}, delay="10m", id="gone")
         assert q.cancel("gone")
 
     async def scenario(client: httpx.AsyncClient) -> None:
-        for path in ("/queues/nowhere", "/queues/bad%7Bname%7D"):
-            response = await client.get(path)
-            assert response.status_code == 404, path
-            assert "Queue not found" in response.text
         for path in ("/queues/orders/messages/gone", "/queues/nowhere/messages/kept"):
             response = await client.get(path)
             assert response.status_code == 404, path
@@ -414,7 +455,251 @@ def test_templates_and_static_files_ship_in_the_package() -> None:
     from importlib.resources import files  # noqa: PLC0415
 
     package = files("delayq.server")
-    for name in ("base.html", "overview.html", "queue.html", "message.html", "login.html"):
+    for name in ("base.html", "overview.html", "queue.html", "message.html", "login.html",
+                 "error.html", "missing.html"):  # fmt: skip
         assert (package / "templates" / name).is_file(), name
-    for name in ("dashboard.js", "dashboard.css"):
+    for name in ("dashboard.js", "dashboard.css", "favicon.svg"):
         assert (package / "static" / name).is_file(), name
+
+
+# -- what a first-time user looks for (issue 15) ----------------------------------------
+
+#: Ids a user may pick that are awkward in a URL; the first ones every face takes.
+ODD_IDS = ["a b", "quote'\"q", "héllo✓", "..x", "x..", "a%2Fb", "#x?y", "a/b", "/lead", ".", ".."]
+
+
+def put_odd_ids(q: Queue, ids: list[str]) -> list[str]:
+    """Put each id that this face accepts (another face may refuse some: the
+    validators are being unified); the ids stored."""
+    stored = []
+    for message_id in ids:
+        try:
+            q.put({"id": message_id}, delay="10m", id=message_id)
+        except ValueError:
+            continue
+        stored.append(message_id)
+    return stored
+
+
+def test_messages_in_flight_are_listed_with_their_lease_end_never_the_token(
+    url: str, config: ServeConfig
+) -> None:
+    with Queue(url, name="jobs") as q:
+        q.put({"n": 1}, id="busy")
+        q.put({"n": 2}, delay="10m", id="later")
+        (msg,) = q.reserve(wait=0, lease=120)
+        assert msg.lease is not None
+        token = msg.lease
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        page = (await client.get("/queues/jobs")).text
+        assert 'data-stat="active">1<' in page
+        active = page.split('id="active-rows"')[1].split("</tbody>")[0]
+        assert re.findall(r'<tr data-id="([^"]+)">', active) == ["busy"]
+        assert "1 / " in active
+        assert re.search(r'<time datetime="[^"]+" title="[^"]+ UTC" data-due="\d+">in 1m', active)
+        waiting = page.split('id="waiting-rows"')[1].split("</tbody>")[0]
+        assert re.findall(r'<tr data-id="([^"]+)">', waiting) == ["later"]
+        message = (await client.get("/queues/jobs/messages/busy")).text
+        assert 'id="lease-ends"' in message
+        for text in (page, message):
+            assert token not in text
+
+    visit(config, scenario)
+
+
+def test_far_away_times_are_dates_in_utc(url: str, config: ServeConfig) -> None:
+    with Queue(url, name="later") as q:
+        q.put({}, delay=1000 * 86400, id="far")
+        q.put({}, delay="10m", id="near")
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        page = (await client.get("/queues/later")).text
+        rows = dict(re.findall(r'<tr data-id="([^"]+)">(.*?)</tr>', page, re.S))
+        assert re.search(r">\d{4}-\d\d-\d\d \d\d:\d\d UTC</time>", rows["far"])
+        assert "1000d" not in page
+        assert ">in 9m" in rows["near"]
+        assert re.search(r'title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"', rows["near"])
+        message = (await client.get("/queues/later/messages/far")).text
+        assert re.search(r"\(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)", message)
+
+    visit(config, scenario)
+
+
+def test_format_utc_and_format_when() -> None:
+    moment = 1_796_137_361_377  # 2026-12-01T15:02:41.377Z
+    assert format_utc(moment) == "2026-12-01 15:02:41 UTC"
+    assert format_utc(moment, seconds=False) == "2026-12-01 15:02 UTC"
+    assert format_when(moment, moment - 252_000) == "in 4m 12s"
+    assert format_when(moment, moment - 2 * 86400_000) == "in 2d"
+    assert format_when(moment, moment - 4 * 86400_000) == "2026-12-01 15:02 UTC"
+    assert format_when(moment, moment + 4 * 86400_000) == "2026-12-01 15:02 UTC"
+
+
+def test_the_waiting_list_previews_payloads_short_and_escaped(
+    url: str, config: ServeConfig
+) -> None:
+    with Queue(url, name="mail") as q:
+        q.put({"to": "<b>x</b>", "body": "y" * 500}, delay="10m", id="long")
+        q.put(b"\x00\x01\x02\x03\x04", delay="11m", id="bytes")
+        q.put([1, "two"], delay="12m", id="short")
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        page = (await client.get("/queues/mail")).text
+        previews = re.findall(r'<td class="preview">([^<]*)</td>', page)
+        assert len(previews) == 3
+        long, raw, short = previews
+        assert long.startswith("{&#34;to&#34;:&#34;&lt;b&gt;x&lt;/b&gt;&#34;,&#34;body&#34;:")
+        assert long.endswith("…")
+        assert len(html_unescape(long)) == PREVIEW_CHARS
+        assert raw == "(5 bytes)"
+        assert html_unescape(short) == '[1,"two"]'
+        assert "<b>x</b>" not in page
+
+    visit(config, scenario)
+
+
+def test_payload_preview_matches_each_kind() -> None:
+    assert payload_preview({"payload": {"a": 1}}) == '{"a":1}'
+    assert payload_preview({"payload": None, "payload_base64": "AAE="}) == "(2 bytes)"
+    assert payload_preview({"payload": None, "payload_error": "x"}) == "(cannot be shown)"
+    assert payload_preview({"payload": "é" * 200}) == '"' + "é" * (PREVIEW_CHARS - 2) + "…"
+
+
+def test_the_search_box_starts_empty_and_pages_have_a_favicon(
+    url: str, config: ServeConfig
+) -> None:
+    with Queue(url, name="orders") as q:
+        q.put({}, delay="10m", id="o-1")
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        page = (await client.get("/")).text
+        field = re.search(r'<input id="find-queue"[^>]*>', page)
+        assert field is not None
+        assert "value=" not in field.group(0)
+        assert '<link rel="icon" href="/static/favicon.svg"' in page
+        icon = await client.get("/static/favicon.svg")
+        assert icon.status_code == 200
+        assert icon.headers["content-type"].startswith("image/svg+xml")
+        assert icon.text.startswith("<svg")
+
+    visit(config, scenario)
+
+
+def test_odd_ids_have_working_pages_and_links(url: str, config: ServeConfig) -> None:
+    with Queue(url, name="odd") as q:
+        stored = put_odd_ids(q, ODD_IDS)
+    assert {"a b", "quote'\"q", "héllo✓", "..x"} <= set(stored)
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        page = (await client.get("/queues/odd")).text
+        waiting = page.split('id="waiting-rows"')[1].split("</tbody>")[0]
+        links = re.findall(r'<td class="id"><a href="([^"]+)">', waiting)
+        assert len(links) == len(stored)
+        for message_id in stored:
+            href = message_href("", "odd", message_id)
+            assert f'href="{html_escape(href)}"' in waiting, message_id
+            response = await client.get(href)
+            assert response.status_code == 200, (message_id, href)
+            assert f'data-id="{html_escape(message_id)}"' in response.text, message_id
+            buttons = 'data-action="cancel"' in response.text
+            assert buttons == reachable_by_api(message_id), message_id
+            if reachable_by_api(message_id):
+                # The button's API route takes the same encoding.
+                api = await client.get(f"/v1/queues/odd/messages/{quote(message_id, safe='')}")
+                assert api.status_code == 200, message_id
+                assert api.json()["id"] == message_id
+
+    visit(config, scenario)
+
+
+def test_message_href_keeps_ids_a_path_cannot_carry_in_the_query() -> None:
+    assert message_href("/b", "q x", "a/b c") == "/b/queues/q%20x/messages/a%2Fb%20c"
+    assert message_href("", "q", "..") == "/queues/q/message?id=.."
+    assert message_href("", "q", ".") == "/queues/q/message?id=."
+    assert not reachable_by_api("a/b")
+    assert not reachable_by_api("..")
+    assert reachable_by_api("..x")
+
+
+def test_the_overview_names_stored_queues_it_cannot_serve(url: str, config: ServeConfig) -> None:
+    try:
+        with Queue(url, name="tenant/a") as q:
+            q.put({}, delay="10m", id="t-1")
+    except ValueError:
+        pytest.skip("the Python face refuses this name now: no such queue can be stored")
+    with Queue(url, name="fine") as q:
+        q.put({}, delay="10m", id="f-1")
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        response = await client.get("/")
+        assert response.status_code == 200
+        assert '<tr data-queue="fine">' in response.text
+        assert 'data-queue="tenant/a"' not in response.text
+        assert "<code>tenant/a</code>" in response.text
+
+    visit(config, scenario)
+
+
+# -- server errors as pages ------------------------------------------------------------
+
+
+def test_a_page_that_fails_is_an_html_500_page(
+    config: ServeConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = create_app(config)
+    failing = APIRouter(route_class=PageRoute)
+
+    @failing.get("/queues/{queue}/explode")
+    async def explode(queue: str) -> None:
+        raise RuntimeError(f"a bug showing {queue}")
+
+    app.include_router(failing)
+
+    async def main() -> None:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
+                response = await c.get("/queues/orders/explode")
+                assert response.status_code == 500
+                assert response.headers["content-type"].startswith("text/html")
+                assert "<h1>Server error</h1>" in response.text
+                assert "a bug showing" not in response.text
+                assert "script-src 'self'" in response.headers["content-security-policy"]
+                # The API keeps its JSON errors.
+                api = await c.get("/v1/queues/bad%7Bname%7D/stats")
+                assert api.status_code == 422
+                assert api.json()["error"]["code"] == "invalid_queue"
+
+    with caplog.at_level(logging.ERROR, logger="delayq"):
+        asyncio.run(main())
+    assert any(
+        "dashboard.failed" in record.getMessage() and record.exc_info for record in caplog.records
+    )
+
+
+@pytest.mark.slow
+def test_a_backend_that_stops_answering_is_an_html_503_page(tmp_path: Path) -> None:
+    redis_server = RedisProcess(tmp_path)
+    redis_server.start()
+    try:
+        config = ServeConfig(url=f"{redis_server.url}?prefix=dash-outage", dispatch=False)
+
+        async def scenario(client: httpx.AsyncClient) -> None:
+            put = await client.post("/v1/queues/orders/messages", json={"payload": 1})
+            assert put.status_code == 201, put.text
+            assert (await client.get("/queues/orders")).status_code == 200
+            redis_server.kill()
+            for path in ("/", "/queues/orders", "/queues/orders/messages/x"):
+                page = await client.get(path)
+                assert page.status_code == 503, path
+                assert page.headers["content-type"].startswith("text/html")
+                assert "<h1>Backend unavailable</h1>" in page.text
+                assert page.headers["retry-after"]
+            api = await client.get("/v1/queues/orders/stats")
+            assert api.status_code == 503
+            assert api.json()["error"]["code"] == "backend_unavailable"
+
+        visit(config, scenario)
+    finally:
+        redis_server.stop()

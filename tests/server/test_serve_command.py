@@ -34,6 +34,21 @@ def _environ() -> dict[str, str]:
     return env
 
 
+def read_to_address(process: subprocess.Popen[str]) -> tuple[str, list[str]]:
+    """The base URL a starting ``delayq serve`` prints, and its output lines up to it."""
+    assert process.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if match := ADDRESS.search(line):
+            return match.group(1), lines
+    raise AssertionError("no dashboard address in:\n" + "".join(lines))
+
+
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, list[str]]]:
     """``delayq serve`` on port 0 over a sqlite file in tmp_path: the process, its base
@@ -47,20 +62,8 @@ def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, list[st
         cwd=tmp_path,
         env=_environ(),
     )  # fmt: skip
-    lines: list[str] = []
-    base = None
     try:
-        assert process.stdout is not None
-        deadline = time.monotonic() + 30
-        while base is None and time.monotonic() < deadline:
-            line = process.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            match = ADDRESS.search(line)
-            if match:
-                base = match.group(1)
-        assert base is not None, "".join(lines)
+        base, lines = read_to_address(process)
         yield process, base, lines
     finally:
         if process.poll() is None:

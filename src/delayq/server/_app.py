@@ -24,6 +24,7 @@ from ._api import router as api_router
 from ._api_queues import ops_router, queues_router
 from ._auth import AttemptThrottle, Sessions, TokenAuth
 from ._config import ServeConfig
+from ._docs import install_docs
 from ._errors import install_error_handlers
 from ._fastput import FastPut
 from ._guard import LongPolls, RequestGuard
@@ -119,6 +120,8 @@ def create_app(config: ServeConfig, *, state: ServerState | None = None) -> Fast
         version=__version__,
         description=_DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served from local files by install_docs
+        redoc_url=None,
     )
     app.state.delayq_stopper = stopper
     sessions = None if config.token is None else Sessions(config.token, config.session_ttl)
@@ -132,6 +135,7 @@ def create_app(config: ServeConfig, *, state: ServerState | None = None) -> Fast
     app.include_router(api_router)
     app.include_router(queues_router)
     app.include_router(ops_router)
+    install_docs(app)
     _include_dashboard(app)
     # Added last = runs first: the guard, then auth before anything reads the body,
     # and the put fast path (the hot route without FastAPI's per-request machinery)

@@ -18,15 +18,21 @@ import asyncio
 import datetime as dt
 import hashlib
 import json
+import logging
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 import jinja2
 from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
+from markupsafe import Markup
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._constants import (
     DASHBOARD_CHART_BUCKETS,
@@ -35,17 +41,26 @@ from .._constants import (
     DASHBOARD_MAX_LOGIN_BODY,
     DASHBOARD_REFRESH_MS,
 )
+from .._runtime import log_event, log_raised
 from ..durable import AsyncQueue
+from ..errors import QueueClosed
 from ._auth import AttemptThrottle, Sessions, client_key, cookie_value, token_matches
-from ._config import SESSION_COOKIE
+from ._config import SESSION_COOKIE, check_queue_name
+from ._errors import BACKEND_OUTAGES
 from ._state import ServerState, message_to_json
 
 __all__ = [
+    "PageRoute",
     "chart_bars",
     "format_duration",
     "format_relative",
+    "format_utc",
+    "format_when",
     "is_signed_in",
+    "message_href",
     "mount_static",
+    "payload_preview",
+    "reachable_by_api",
     "router",
     "safe_next",
     "server_state",
@@ -54,9 +69,41 @@ __all__ = [
 _HERE = Path(__file__).parent
 _STATIC_DIR = _HERE / "static"
 
+
+class PageRoute(APIRoute):
+    """A dashboard route: what it fails with is an HTML page, not the API's JSON.
+
+    A backend that does not answer (the exceptions of ``BACKEND_OUTAGES``) or a
+    server that is stopping is a 503 "backend unavailable" page with
+    ``Retry-After``; anything else unexpected is logged with its traceback and is a
+    500 page. HTTP and validation errors go on to the app's handlers.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def page_handler(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except (StarletteHTTPException, RequestValidationError):
+                raise
+            except _UNAVAILABLE as exc:
+                text = " ".join(str(exc).split())[:200] or type(exc).__name__
+                path = request.url.path
+                log_event(logging.WARNING, "dashboard.unavailable", path=path, error=text)
+                page = _error_page(request, 503, stopping=isinstance(exc, QueueClosed))
+                page.headers["Retry-After"] = _RETRY_AFTER
+                return page
+            except Exception as exc:
+                log_raised(logging.ERROR, "dashboard.failed", exc, path=request.url.path)
+                return _error_page(request, 500, stopping=False)
+
+        return page_handler
+
+
 #: The dashboard's routes; ``create_app`` includes them (they stay out of the OpenAPI
 #: document, which describes the ``/v1`` API only).
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=PageRoute)
 
 # Pages load scripts and styles from /static only: no inline script, no inline style.
 _PAGE_HEADERS = {
@@ -70,6 +117,11 @@ _PAGE_HEADERS = {
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
+
+# What a page fails with when the backend does not answer or the server stops: 503.
+_UNAVAILABLE: tuple[type[Exception], ...] = (QueueClosed, *BACKEND_OUTAGES)
+# Seconds a browser is asked to wait before it tries a 503 page again.
+_RETRY_AFTER = "5"
 
 # Chart geometry (SVG user units); static/dashboard.js draws the same chart.
 _CHART_WIDTH = 1000
@@ -126,6 +178,64 @@ def format_relative(target_ms: int, now_ms: float) -> str:
     return f"in {text}" if delta > 0 else f"{text} ago"
 
 
+#: Times further than this from now (seconds) are shown as a date, not "in 1156d 19h".
+RELATIVE_LIMIT = 3 * 86400
+#: Characters of a payload shown in the waiting list.
+PREVIEW_CHARS = 80
+
+
+def format_utc(epoch_ms: int, *, seconds: bool = True) -> str:
+    """An absolute time as the dashboard shows every one: ``"2026-12-01 14:02:33 UTC"``
+    (``"2026-12-01 14:02 UTC"`` without ``seconds``)."""
+    moment = dt.datetime.fromtimestamp(epoch_ms / 1000.0, dt.timezone.utc)
+    text = (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d} "
+        f"{moment.hour:02d}:{moment.minute:02d}"
+    )
+    if seconds:
+        text += f":{moment.second:02d}"
+    return text + " UTC"
+
+
+def format_when(target_ms: int, now_ms: float) -> str:
+    """``target_ms`` for people: relative when it is within :data:`RELATIVE_LIMIT` of
+    ``now_ms`` (``"in 4m 12s"``), else the date in UTC (``"2030-01-05 14:00 UTC"``)."""
+    if abs(target_ms - now_ms) >= RELATIVE_LIMIT * 1000:
+        return format_utc(target_ms, seconds=False)
+    return format_relative(target_ms, now_ms)
+
+
+def payload_preview(body: dict[str, Any]) -> str:
+    """The start of a message's payload (``body`` from ``message_to_json``) on one
+    line: compact JSON cut at :data:`PREVIEW_CHARS` characters, or what it is when
+    it is not JSON. Plain text: the template (or the script) escapes it."""
+    if "payload_error" in body:
+        return "(cannot be shown)"
+    if "payload_base64" in body:
+        encoded = str(body["payload_base64"])
+        size = len(encoded) * 3 // 4 - (len(encoded) - len(encoded.rstrip("=")))
+        return f"({size} bytes)"
+    text = json.dumps(body["payload"], ensure_ascii=False, separators=(",", ":"))
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
+def reachable_by_api(message_id: str) -> bool:
+    """Whether the ``/v1`` routes of one message can name ``message_id`` in their path:
+    a path segment cannot hold ``/`` (the server decodes ``%2F`` before routing), and
+    ``.`` or ``..`` are dropped by every URL parser. Such ids (stored by another face)
+    have a page, but no cancel or reschedule button."""
+    return "/" not in message_id and message_id not in (".", "..")
+
+
+def message_href(base: str, queue: str, message_id: str) -> str:
+    """The dashboard page of one message: ``/queues/Q/messages/ID`` with both parts
+    percent-encoded, or ``/queues/Q/message?id=ID`` for the ids ``.`` and ``..``, which
+    no URL path can carry."""
+    if message_id in (".", ".."):
+        return f"{base}/queues/{_url_part(queue)}/message?" + urlencode({"id": message_id})
+    return f"{base}/queues/{_url_part(queue)}/messages/{_url_part(message_id)}"
+
+
 def _iso(epoch_ms: int | None) -> str:
     if epoch_ms is None:
         return ""
@@ -160,7 +270,10 @@ def chart_bars(start_ms: int, bucket_ms: int, counts: list[int]) -> dict[str, An
                 "width": round(max(slot - _CHART_GAP, 1.0), 2),
                 "height": round(height, 2),
                 "count": count,
-                "title": f"{count} due {_iso(bucket_start)} to {_iso(bucket_start + bucket_ms)}",
+                "title": (
+                    f"{count} due {format_utc(bucket_start)} to "
+                    f"{format_utc(bucket_start + bucket_ms)}"
+                ),
             }
         )
     ticks = []
@@ -196,6 +309,27 @@ _templates.filters["iso"] = _iso
 _templates.filters["duration"] = format_duration
 _templates.filters["pretty_json"] = _pretty_json
 _templates.filters["urlpart"] = _url_part
+_templates.filters["utc"] = format_utc
+_templates.filters["preview"] = payload_preview
+
+
+@jinja2.pass_context
+def _when(context: Any, epoch_ms: int) -> Markup:
+    """A ``<time>``: relative or a date (:func:`format_when`), the full UTC time as
+    its tooltip; the script keeps the text current."""
+    return Markup('<time datetime="{}" title="{}" data-due="{}">{}</time>').format(
+        _iso(epoch_ms), format_utc(epoch_ms), epoch_ms, format_when(epoch_ms, context["now_ms"])
+    )
+
+
+@jinja2.pass_context
+def _message_href(context: Any, queue: str, message_id: str) -> str:
+    return message_href(context["base"], queue, message_id)
+
+
+_templates.globals["when"] = _when
+_templates.globals["message_href"] = _message_href
+_templates.globals["reachable_by_api"] = reachable_by_api
 
 
 # -- sessions ----------------------------------------------------------------------------
@@ -251,8 +385,12 @@ def _login_redirect(request: Request) -> RedirectResponse | None:
     return RedirectResponse(target, status_code=303, headers={"Cache-Control": "no-store"})
 
 
+def _error_page(request: Request, status: int, *, stopping: bool) -> HTMLResponse:
+    """The page of a failure (500) or of a backend that does not answer (503)."""
+    return _render(request, "error.html", status, status=status, stopping=stopping)
+
+
 def _render(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
-    state = server_state(request)
     page = {
         "base": _base(request),
         "now_ms": int(time.time() * 1000),
@@ -261,7 +399,9 @@ def _render(request: Request, name: str, status_code: int = 200, **context: Any)
         "chart_horizon": int(DASHBOARD_CHART_HORIZON),
         "chart_buckets": DASHBOARD_CHART_BUCKETS,
         "static_version": _STATIC_VERSION,
-        "has_token": state.config.token is not None,
+        # The app's own state, not through server_state(): an error page renders
+        # even when the app has none.
+        "has_token": getattr(request.app.state, "delayq_sessions", None) is not None,
         "page": name.removesuffix(".html"),
         **context,
     }
@@ -269,18 +409,22 @@ def _render(request: Request, name: str, status_code: int = 200, **context: Any)
     return HTMLResponse(html, status_code=status_code, headers=_PAGE_HEADERS)
 
 
-async def _known_queue(request: Request, name: str) -> AsyncQueue | None:
-    """The queue ``name`` if it is a valid name that the server knows, else None."""
-    state = server_state(request)
+def _servable_queue(request: Request, name: str) -> AsyncQueue | None:
+    """The queue ``name``, or None when the server cannot serve that name (see
+    ``check_queue_name``). A valid name is a queue even while it holds nothing."""
     try:
-        queue = state.queue(name)
+        return server_state(request).queue(name)
     except (TypeError, ValueError):
         return None
-    return queue if name in await state.queue_names() else None
 
 
-def _queue_missing(request: Request, name: str) -> HTMLResponse:
-    return _render(request, "missing.html", 404, queue=name, message_id=None)
+def _not_a_queue(request: Request, name: str) -> HTMLResponse:
+    try:
+        check_queue_name(name)
+        reason = ""
+    except (TypeError, ValueError) as exc:
+        reason = str(exc)
+    return _render(request, "missing.html", 404, queue=name, message_id=None, reason=reason)
 
 
 # -- pages -------------------------------------------------------------------------------
@@ -288,14 +432,25 @@ def _queue_missing(request: Request, name: str) -> HTMLResponse:
 
 @router.get("/", response_class=HTMLResponse)
 async def overview(request: Request) -> Response:
-    """Every queue with its counts per state, next due time and lag."""
+    """Every queue with its counts per state, next due time and lag. A stored queue
+    whose name the server cannot serve (put by another face) is named, not linked."""
     if (redirect := _login_redirect(request)) is not None:
         return redirect
     state = server_state(request)
-    names = await state.queue_names()
-    stats = await asyncio.gather(*(state.queue(name).stats() for name in names))
-    rows = [{"name": name, "stats": snapshot} for name, snapshot in zip(names, stats, strict=True)]
-    return _render(request, "overview.html", queues=rows, format_relative=format_relative)
+    queues: list[AsyncQueue] = []
+    unservable: list[str] = []
+    for name in await state.queue_names():
+        queue = _servable_queue(request, name)
+        if queue is None:
+            unservable.append(name)
+        else:
+            queues.append(queue)
+    stats = await asyncio.gather(*(queue.stats() for queue in queues))
+    rows = [
+        {"name": queue.name, "stats": snapshot}
+        for queue, snapshot in zip(queues, stats, strict=True)
+    ]
+    return _render(request, "overview.html", queues=rows, unservable=unservable)
 
 
 @router.get("/find")
@@ -306,21 +461,22 @@ async def find_message(request: Request, queue: str = "", id: str = "") -> Respo
     queue, message_id = queue.strip(), id.strip()
     if not queue or not message_id:
         return RedirectResponse(f"{_base(request)}/", status_code=303)
-    target = f"{_base(request)}/queues/{_url_part(queue)}/messages/{_url_part(message_id)}"
-    return RedirectResponse(target, status_code=303)
+    return RedirectResponse(message_href(_base(request), queue, message_id), status_code=303)
 
 
 @router.get("/queues/{queue}", response_class=HTMLResponse)
 async def queue_page(request: Request, queue: str) -> Response:
-    """One queue: counts, the due-time chart, waiting messages and dead letters."""
+    """One queue: counts, the due-time chart, waiting messages, messages in flight
+    and dead letters. Any name the server can serve has a page, empty or not."""
     if (redirect := _login_redirect(request)) is not None:
         return redirect
-    handle = await _known_queue(request, queue)
+    handle = _servable_queue(request, queue)
     if handle is None:
-        return _queue_missing(request, queue)
-    stats, waiting, dead, (start_ms, counts) = await asyncio.gather(
+        return _not_a_queue(request, queue)
+    stats, waiting, active, dead, (start_ms, counts) = await asyncio.gather(
         handle.stats(),
         handle.peek(limit=DASHBOARD_LIST_LIMIT),
+        handle.peek(state="active", limit=DASHBOARD_LIST_LIMIT),
         handle.peek(state="dead", limit=DASHBOARD_LIST_LIMIT),
         handle.due_counts(horizon=DASHBOARD_CHART_HORIZON, buckets=DASHBOARD_CHART_BUCKETS),
     )
@@ -330,21 +486,21 @@ async def queue_page(request: Request, queue: str) -> Response:
         "queue.html",
         queue=queue,
         stats=stats,
-        waiting=[message_to_json(msg) for msg in waiting if msg.state.value != "dead"],
+        empty=stats.scheduled + stats.ready + stats.active + stats.dead == 0,
+        waiting=[message_to_json(msg) for msg in waiting],
+        active=[message_to_json(msg) for msg in active],
         dead=[message_to_json(msg) for msg in dead],
         chart=chart_bars(start_ms, bucket_ms, list(counts)),
-        format_relative=format_relative,
     )
 
 
-@router.get("/queues/{queue}/messages/{message_id:path}", response_class=HTMLResponse)
-async def message_page(request: Request, queue: str, message_id: str) -> Response:
-    """One message: state, due time, attempts, last error, headers, callback, payload."""
+async def _message_page(request: Request, queue: str, message_id: str) -> Response:
     if (redirect := _login_redirect(request)) is not None:
         return redirect
-    state = server_state(request)
+    handle = _servable_queue(request, queue)
+    if handle is None:
+        return _not_a_queue(request, queue)
     try:
-        handle = state.queue(queue)
         msg = await handle.get(message_id)
     except (TypeError, ValueError):
         msg = None
@@ -364,8 +520,23 @@ async def message_page(request: Request, queue: str, message_id: str) -> Respons
         msg=body,
         payload_text=payload_text,
         payload_kind=payload_kind,
-        format_relative=format_relative,
     )
+
+
+@router.get("/queues/{queue}/messages/{message_id:path}", response_class=HTMLResponse)
+async def message_page(request: Request, queue: str, message_id: str) -> Response:
+    """One message: state, due time, attempts, lease expiry, last error, headers,
+    callback, payload. The id may hold ``/`` (sent as ``%2F``)."""
+    return await _message_page(request, queue, message_id)
+
+
+@router.get("/queues/{queue}/message", response_class=HTMLResponse)
+async def message_page_by_query(request: Request, queue: str, id: str = "") -> Response:
+    """The same page with the id in the query: for ``.`` and ``..``, which a URL
+    path cannot carry (see :func:`message_href`)."""
+    if not id:
+        return RedirectResponse(f"{_base(request)}/queues/{_url_part(queue)}", status_code=303)
+    return await _message_page(request, queue, id)
 
 
 # -- login -------------------------------------------------------------------------------

@@ -43,6 +43,36 @@
     return delta > 0 ? `in ${text}` : `${text} ago`;
   }
 
+  // Far-away times (more than RELATIVE_LIMIT_MS from now) as a date, in UTC like every
+  // absolute time of the dashboard.
+  const RELATIVE_LIMIT_MS = 3 * 86400 * 1000;
+  const PREVIEW_CHARS = 80;
+  const pad = (value, width = 2) => String(value).padStart(width, "0");
+
+  function formatUtc(ms, seconds = true) {
+    const d = new Date(ms);
+    const day = `${pad(d.getUTCFullYear(), 4)}-${pad(d.getUTCMonth() + 1)}-${pad(d.getUTCDate())}`;
+    const time = `${pad(d.getUTCHours())}:${pad(d.getUTCMinutes())}${seconds ? `:${pad(d.getUTCSeconds())}` : ""}`;
+    return `${day} ${time} UTC`;
+  }
+
+  function formatWhen(targetMs, nowMs) {
+    if (Math.abs(targetMs - nowMs) >= RELATIVE_LIMIT_MS) return formatUtc(targetMs, false);
+    return formatRelative(targetMs, nowMs);
+  }
+
+  function payloadPreview(msg) {
+    // The API sends these fields as null on messages that do not have them.
+    if (msg.payload_error !== null && msg.payload_error !== undefined) return "(cannot be shown)";
+    if (msg.payload_base64 !== null && msg.payload_base64 !== undefined) {
+      const encoded = msg.payload_base64;
+      const padding = encoded.length - encoded.replace(/=+$/, "").length;
+      return `(${Math.floor((encoded.length * 3) / 4) - padding} bytes)`;
+    }
+    const chars = Array.from(JSON.stringify(msg.payload));
+    return chars.length <= PREVIEW_CHARS ? chars.join("") : `${chars.slice(0, PREVIEW_CHARS - 1).join("")}…`;
+  }
+
   const iso = (ms) => new Date(ms).toISOString();
 
   // -- DOM helpers ------------------------------------------------------------------------
@@ -68,17 +98,29 @@
   }
 
   function timeOf(ms) {
-    return el("time", { datetime: iso(ms), title: iso(ms), "data-due": ms }, formatRelative(ms, serverNow()));
+    return el("time", { datetime: iso(ms), title: formatUtc(ms), "data-due": ms }, formatWhen(ms, serverNow()));
   }
 
-  const urlPart = encodeURIComponent;
+  // One path segment, encoded as the server encodes it (Python's quote(safe="")):
+  // encodeURIComponent leaves !'()* as they are.
+  const urlPart = (text) =>
+    encodeURIComponent(text).replace(/[!'()*]/g, (ch) => `%${ch.charCodeAt(0).toString(16).toUpperCase()}`);
   const queuePath = (name) => `/v1/queues/${urlPart(name)}`;
-  const messageHref = (queue, id) => `${base}/queues/${urlPart(queue)}/messages/${urlPart(id)}`;
+  const isDots = (id) => id === "." || id === "..";
+  // The API's message routes take the id as one path segment: no "/" (the server
+  // decodes %2F before routing), and URL parsers drop "." and "..".
+  const reachableByApi = (id) => !id.includes("/") && !isDots(id);
+  const messagePath = (queue, id) => `${queuePath(queue)}/messages/${urlPart(id)}`;
+  // The same links as message_href() in _dashboard.py.
+  const messageHref = (queue, id) =>
+    isDots(id)
+      ? `${base}/queues/${urlPart(queue)}/message?id=${urlPart(id)}`
+      : `${base}/queues/${urlPart(queue)}/messages/${urlPart(id)}`;
 
   function tickTimes() {
     const now = serverNow();
     for (const node of document.querySelectorAll("time[data-due]")) {
-      node.textContent = formatRelative(Number(node.dataset.due), now);
+      node.textContent = formatWhen(Number(node.dataset.due), now);
     }
   }
 
@@ -151,7 +193,7 @@
       running = true;
       try {
         await task();
-        setStatus(`updated ${new Date().toLocaleTimeString()}`);
+        setStatus(`updated ${formatUtc(serverNow()).slice(11)}`);
       } catch (error) {
         setStatus("refresh failed", error.message);
       } finally {
@@ -200,8 +242,10 @@
 
   function waitingRow(queue, msg) {
     const actions = el("td", { class: "actions needs-js" });
-    if (msg.state === "active") {
-      actions.append(el("span", { class: "muted" }, "in flight"));
+    if (!reachableByApi(msg.id)) {
+      actions.append(el("span", {
+        class: "muted", title: "The HTTP API cannot name this id in a URL: use the delayq command or Python.",
+      }, "not over HTTP"));
     } else {
       const form = el(
         "form",
@@ -219,7 +263,19 @@
       el("td", {}, el("span", { class: `badge badge-${msg.state}` }, msg.state)),
       el("td", {}, timeOf(msg.due_at)),
       el("td", { class: "num" }, `${msg.attempts} / ${msg.max_attempts}`),
+      el("td", { class: "preview" }, payloadPreview(msg)),
       actions,
+    );
+  }
+
+  function activeRow(queue, msg) {
+    const lease = msg.lease_expires_at;
+    return el(
+      "tr",
+      { "data-id": msg.id },
+      el("td", { class: "id" }, el("a", { href: messageHref(queue, msg.id) }, msg.id)),
+      el("td", { class: "num" }, `${msg.attempts} / ${msg.max_attempts}`),
+      el("td", {}, lease === null || lease === undefined ? el("span", { class: "muted" }, "—") : timeOf(lease)),
     );
   }
 
@@ -259,7 +315,7 @@
         class: "bar", x: index * slot + gap / 2, y: plotTop + plotHeight - barHeight,
         width: Math.max(slot - gap, 1), height: barHeight,
       });
-      rect.append(svg("title", {}, `${count} due ${iso(start)} to ${iso(start + due.bucket_ms)}`));
+      rect.append(svg("title", {}, `${count} due ${formatUtc(start)} to ${formatUtc(start + due.bucket_ms)}`));
       bars.append(rect);
     });
     chart.append(bars);
@@ -284,6 +340,7 @@
     const next = document.querySelector('[data-stat="next_due_at"]');
     next.replaceChildren(stats.next_due_at === null ? "—" : timeOf(stats.next_due_at));
     document.querySelector('[data-stat="lag"]').textContent = formatDuration(stats.lag);
+    document.getElementById("queue-empty").hidden = stats.scheduled + stats.ready + stats.active + stats.dead > 0;
   }
 
   // Rows the user is typing into are kept, so a refresh never eats their input.
@@ -297,18 +354,18 @@
   async function refreshQueue() {
     const queue = body.dataset.queue;
     const path = queuePath(queue);
-    const [all, waiting, dead, due] = await Promise.all([
-      api("GET", "/v1/queues"),
+    const [stats, waiting, active, dead, due] = await Promise.all([
+      api("GET", `${path}/stats`),
       api("GET", `${path}/messages?limit=${listLimit}`),
+      api("GET", `${path}/messages?state=active&limit=${listLimit}`),
       api("GET", `${path}/messages?state=dead&limit=${listLimit}`),
       api("GET", `${path}/due?horizon=${chartHorizon}&buckets=${chartBuckets}`),
     ]);
-    const stats = all.queues.find((q) => q.name === queue) ||
-      { scheduled: 0, ready: 0, active: 0, dead: 0, next_due_at: null, lag: 0 };
     setStats(stats);
     drawChart(due);
-    const waitingRows = waiting.messages.filter((m) => m.state !== "dead").map((m) => waitingRow(queue, m));
-    replaceRows(document.getElementById("waiting-rows"), waitingRows, "Nothing waiting.", 5);
+    const waitingRows = waiting.messages.map((m) => waitingRow(queue, m));
+    replaceRows(document.getElementById("waiting-rows"), waitingRows, "Nothing waiting.", 6);
+    replaceRows(document.getElementById("active-rows"), active.messages.map((m) => activeRow(queue, m)), "Nothing in flight.", 3);
     replaceRows(document.getElementById("dead-rows"), dead.messages.map((m) => deadRow(queue, m)), "No dead letters.", 4);
   }
 
@@ -320,7 +377,7 @@
     const shown = document.getElementById("message-state").textContent.trim();
     let state = null;
     try {
-      state = (await api("GET", `${queuePath(queue)}/messages/${urlPart(id)}`)).state;
+      state = (await api("GET", messagePath(queue, id))).state;
     } catch (error) {
       if (error.status !== 404) throw error;
     }
@@ -359,7 +416,7 @@
       case "cancel":
         if (!confirm(`Cancel message ${id}? It will not be delivered.`)) return;
         act(button, async (path) => {
-          await api("DELETE", `${path}/messages/${urlPart(id)}`);
+          await api("DELETE", messagePath(body.dataset.queue, id));
           const row = button.closest("tr");
           if (row) row.remove();
         });
@@ -382,12 +439,14 @@
     const raw = form.elements.delay.value.trim();
     const delay = /^\d+(\.\d+)?$/.test(raw) ? Number(raw) : raw;
     const submit = form.querySelector("button[type='submit']");
-    act(submit, (path) => api("POST", `${path}/messages/${urlPart(form.dataset.id)}/reschedule`, { delay }));
+    act(submit, () => api("POST", `${messagePath(body.dataset.queue, form.dataset.id)}/reschedule`, { delay }));
   });
 
   // -- start -----------------------------------------------------------------------------
 
   setInterval(tickTimes, 1000);
-  const tasks = { overview: refreshOverview, queue: refreshQueue, message: refreshMessage };
+  // A message the API cannot name is not refreshed: its page stays as rendered.
+  const tasks = { overview: refreshOverview, queue: refreshQueue };
+  if (page === "message" && reachableByApi(body.dataset.id)) tasks.message = refreshMessage;
   if (tasks[page]) refreshNow = autoRefresh(tasks[page]);
 })();
