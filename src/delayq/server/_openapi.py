@@ -14,12 +14,16 @@ amends it once, when it is first asked for:
   operation without a request body never answers 400, 413 or 415, one without
   parameters or body never 422; 503 may come with ``Retry-After``, and so does 429
   on reserve (too many waiting reserves from one address);
+* a request body's fields say their default in their description, not as
+  ``default``: openapi-typescript (7.x, by default) makes a field with a ``default``
+  required, so a client would have to send every option;
 * each path has an ``OPTIONS`` operation: 204 with ``Allow``, the methods the path
   takes (a 405 for another method carries the same header).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import FastAPI
@@ -84,6 +88,9 @@ def _amended(document: dict[str, Any], *, token: bool) -> dict[str, Any]:
             "started without one takes every request without it.",
         }
     }
+    for schema in components.get("schemas", {}).values():
+        if schema.get("additionalProperties") is False:  # a request's (extra="forbid")
+            _defaults_described(schema)
     for path, operations in document.get("paths", {}).items():
         path_parameters: list[dict[str, Any]] = []
         for method in _METHODS:
@@ -96,6 +103,14 @@ def _amended(document: dict[str, Any], *, token: bool) -> dict[str, Any]:
                     path_parameters.append(parameter)
         operations["options"] = _options_operation(path, path_parameters, token=token)
     return document
+
+
+def _defaults_described(schema: dict[str, Any]) -> None:
+    for field in schema.get("properties", {}).values():
+        if "default" in field:
+            default = json.dumps(field.pop("default"))
+            text = field.get("description", "").rstrip()
+            field["description"] = f"{text} Default: {default}.".lstrip()
 
 
 def _amend_operation(operation: dict[str, Any], *, token: bool) -> None:
