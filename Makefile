@@ -6,10 +6,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 SERVE_STAMP := $(VENV)/.serve-installed
 STAMP  := $(VENV)/.installed
+# The npm packages of the contract test (tests/contract/package-lock.json).
+CONTRACT := tests/contract
+CONTRACT_STAMP := $(CONTRACT)/node_modules/.delayq-installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean contract-deps
 
 $(BIN)/python:
 	@echo "make: creating $(VENV) (first run only)"
@@ -31,7 +34,18 @@ $(STAMP): pyproject.toml | $(BIN)/python
 run: $(SERVE_STAMP)
 	$(BIN)/delayq serve --url sqlite:///delayq.db --host $(HOST) --port $(PORT)
 
-test: $(STAMP)
+# Without npm the contract test is skipped (and fails when $$CI is set).
+$(CONTRACT_STAMP): $(CONTRACT)/package-lock.json
+	@if command -v npm >/dev/null; then \
+	  echo "make: installing $(CONTRACT)'s npm packages (npm ci)"; \
+	  npm ci --prefix $(CONTRACT) --no-audit --no-fund --loglevel=error && touch $@; \
+	else \
+	  echo "make: npm is missing, so tests/contract is skipped (Node.js 20.19+ brings it)"; \
+	fi
+
+contract-deps: $(CONTRACT_STAMP)
+
+test: $(STAMP) $(CONTRACT_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
@@ -44,4 +58,5 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/inproc.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(CONTRACT)/node_modules \
+	  $(CONTRACT)/generated $(CONTRACT)/build

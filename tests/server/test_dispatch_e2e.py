@@ -31,7 +31,14 @@ from delayq._constants import CALLBACK_HEADER, CALLBACK_SIGNATURE_HEADER
 from delayq._duration import seconds_to_ms
 from delayq.durable import AsyncQueue, State
 from delayq.durable.retry import RetryPolicy
-from delayq.server._callbacks import Callback, is_loopback_host, parse_callback, verify
+from delayq.server._callbacks import (
+    Callback,
+    is_loopback_host,
+    message_id_from_header,
+    message_id_header,
+    parse_callback,
+    verify,
+)
 from delayq.server._config import ServeConfig
 from delayq.server._dispatch import (
     CallbackRefused,
@@ -345,7 +352,8 @@ def readme_cases(receiver: Receiver) -> list[dict[str, Any]]:
     """What each arrival asks a receiver to check, and a forged copy of each (the
     signature of one request given with another's message id)."""
     cases = []
-    for arrival, other in zip(receiver.arrivals, receiver.arrivals[::-1], strict=True):
+    arrivals = receiver.arrivals
+    for arrival, other in zip(arrivals, arrivals[1:] + arrivals[:1], strict=True):
         case = {
             "header": arrival.headers[CALLBACK_SIGNATURE_HEADER.lower()],
             "method": arrival.method,
@@ -358,12 +366,15 @@ def readme_cases(receiver: Receiver) -> list[dict[str, Any]]:
 
 
 def run_readme_receivers(check: Callable[[Receiver], None]) -> None:
-    """Two callbacks (a bodyless GET, a POST) delivered, then `check(receiver)`."""
+    """Three callbacks (a bodyless GET, a POST, one whose id is sent encoded)
+    delivered, then `check(receiver)`."""
 
     async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
         await put(state, Callback(receiver.url("/a?k=1"), method="GET"))
         await put(state, Callback(receiver.url("/b"), method="POST"), {"n": "é"})
-        await wait_until(lambda: len(receiver.arrivals) == 2)
+        await put(state, Callback(receiver.url("/c")), {"n": 3}, id="注文-42")
+        await wait_until(lambda: len(receiver.arrivals) == 3)
+        assert "UTF-8''%E6%B3%A8%E6%96%87-42" in receiver.per_id
         check(receiver)
 
     run_memory(body)
@@ -406,18 +417,77 @@ def test_the_readme_node_receiver_verifies_v2() -> None:
     run_readme_receivers(check)
 
 
+# Ids a header cannot carry as they are (non-ASCII, spaces at an end, a control
+# character, the marker itself) and ids it can, with the header each is sent in.
+ENCODED_IDS = {
+    "café-1": "UTF-8''caf%C3%A9-1",
+    "注文-42": "UTF-8''%E6%B3%A8%E6%96%87-42",
+    " padded ": "UTF-8''%20padded%20",
+    "a\nb": "UTF-8''a%0Ab",
+    "UTF-8''plain": "UTF-8''UTF-8%27%27plain",
+    "100%/é?": "UTF-8''100%25%2F%C3%A9%3F",
+    "plain-ascii id": "plain-ascii id",
+    "odd'%20chars": "odd'%20chars",
+}
+
+
+def test_message_id_header_round_trips() -> None:
+    for id, header in ENCODED_IDS.items():
+        assert message_id_header(id) == header
+        assert message_id_from_header(header) == id
+        assert header.isascii()
+        assert header == header.strip()
+    for bad in ["UTF-8''%E6", "UTF-8''%zz", "UTF-8''a b"]:
+        with pytest.raises(ValueError, match="not a percent-encoded message id"):
+            message_id_from_header(bad)
+    with pytest.raises(ValueError, match="lone surrogate"):
+        message_id_header("x\ud800")
+
+
+@pytest.mark.timeout(60)
+def test_a_message_id_a_header_cannot_carry_is_sent_encoded_and_signed(backend_url: str) -> None:
+    """Issue 16: ids such as ``café-1`` were never sent. Each id is delivered once, in
+    ``X-Delayq-Message-Id`` as documented, and v2 signs the header as received."""
+    config = serve_config(backend_url, backend_options={"retry": RetryPolicy(max_attempts=1)})
+
+    async def scenario() -> None:
+        async with dispatching(config) as (state, dispatcher, receiver):
+            cb = Callback(receiver.url("/hook?k=1"))
+            for id in ENCODED_IDS:
+                assert await put(state, cb, {"id": id}, id=id) == id
+            await wait_until(lambda: dispatcher.counts["delivered"] == len(ENCODED_IDS))
+            assert callbacks_total(state, "delivered") == len(ENCODED_IDS)
+            assert sorted(receiver.per_id.values()) == [1] * len(ENCODED_IDS)
+            for arrival in receiver.arrivals:
+                id = message_id_from_header(arrival.id)
+                assert arrival.id == ENCODED_IDS[id]
+                assert json.loads(arrival.body) == {"id": id}
+                header = arrival.headers[CALLBACK_SIGNATURE_HEADER.lower()]
+                url = received_url(arrival)
+                signed = f"{signature_fields(arrival)['t']}\nPOST\n{url}\n{arrival.id}\n"
+                digest = hmac.new(SECRET.encode(), signed.encode() + arrival.body, "sha256")
+                assert signature_fields(arrival)["v2"] == digest.hexdigest()
+                request = {"method": "POST", "url": url, "message_id": arrival.id}
+                assert verify(SECRET, header, arrival.body, **request)
+                if id != arrival.id:  # the decoded id is not what was signed
+                    assert not verify(SECRET, header, arrival.body, **{**request, "message_id": id})
+            stats = await state.queue(QUEUE).stats()
+            assert (stats.ready, stats.active, stats.dead) == (0, 0, 0)
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.timeout(30)
-def test_a_message_id_that_cannot_be_signed_or_sent_goes_dead_with_its_reason() -> None:
+def test_a_message_id_that_is_not_unicode_text_goes_dead_with_its_reason() -> None:
     async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
         header = {CALLBACK_HEADER: Callback(receiver.url()).to_header()}
         queue = state.queue(QUEUE)
-        newline = await queue.put({"n": 1}, id="a\nb", headers=header, max_attempts=5)
-        accented = await queue.put({"n": 2}, id="é", headers=header, max_attempts=5)
-        for id, fragment in [(newline, "message id"), (accented, "message id")]:
-            msg = await dead_message(state, id)
-            assert msg.attempts == 1
-            assert msg.last_error.startswith("callback refused: ")
-            assert fragment in msg.last_error
+        id = await queue.put({"n": 1}, id="x\ud800", headers=header, max_attempts=5)
+        msg = await dead_message(state, id)
+        assert msg.attempts == 1
+        assert msg.last_error.startswith("callback refused: message id ")
+        assert "lone surrogate" in msg.last_error
+        assert callbacks_total(state, "refused") == 1
         assert receiver.arrivals == []
 
     run_memory(body)

@@ -33,7 +33,6 @@ def test_missing_or_wrong_token_is_401(locked: TestClient, headers: dict[str, st
         ("GET", "/v1/queues"),
         ("POST", "/v1/queues/q/messages"),
         ("GET", "/metrics"),
-        ("GET", "/openapi.json"),
         ("GET", "/v1/nothing-here"),
     ):
         response = locked.request(method, path, headers=headers, json={"payload": 1})
@@ -50,6 +49,18 @@ def test_right_token_passes(locked: TestClient) -> None:
 
 def test_healthz_needs_no_token(locked: TestClient) -> None:
     assert locked.get("/healthz").json() == {"status": "ok"}
+
+
+def test_the_api_description_needs_no_token(locked: TestClient) -> None:
+    """Clients are generated from /openapi.json, protected server or not: it holds no
+    data, and it says which operations need the token."""
+    document = locked.get("/openapi.json").json()
+    assert document["components"]["securitySchemes"]["bearerToken"]["scheme"] == "bearer"
+    put = document["paths"]["/v1/queues/{queue}/messages"]["post"]
+    assert put["security"] == [{"bearerToken": []}]
+    assert "WWW-Authenticate" in put["responses"]["401"]["headers"]
+    assert document["paths"]["/healthz"]["get"]["security"] == []
+    assert error_of(locked.get("/docs"), 401) == "unauthorized"
 
 
 def test_session_cookie_passes(locked: TestClient) -> None:

@@ -7,11 +7,19 @@ dashboard. Needs the ``serve`` extra (``pip install 'delayq[serve]'``).
 :func:`verify` checks a callback request's ``X-Delayq-Signature`` (for a Python
 receiver: v2, over the method, URL, message id and body, when given the request's
 ``method``, ``url`` and ``message_id``; else v1, over the body); :func:`sign` makes
-one.
+one; :func:`message_id_from_header` turns an ``X-Delayq-Message-Id`` header back into
+the message id (an id a header cannot carry as it is arrives encoded).
 """
 
 from ._app import create_app, request_stop
-from ._callbacks import sign, verify
+from ._callbacks import message_id_from_header, sign, verify
 from ._config import ServeConfig
 
-__all__ = ["ServeConfig", "create_app", "request_stop", "sign", "verify"]
+__all__ = [
+    "ServeConfig",
+    "create_app",
+    "message_id_from_header",
+    "request_stop",
+    "sign",
+    "verify",
+]

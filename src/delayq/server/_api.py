@@ -29,7 +29,6 @@ from ._models import (
     ErrorResponse,
     ExtendRequest,
     ExtendResponse,
-    MessageList,
     MessageOut,
     NackRequest,
     NackResponse,
@@ -37,6 +36,7 @@ from ._models import (
     PutResponse,
     ReleaseResponse,
     RescheduleRequest,
+    ReservedList,
     ReserveRequest,
 )
 from ._state import ServerState, message_to_json
@@ -54,15 +54,15 @@ __all__ = [
 
 _ERROR_TEXT = {
     400: "Malformed JSON.",
-    401: "Missing or wrong token.",
     404: "No such message.",
     409: "Conflict: the message is in flight, its id exists, or the lease is lost.",
     413: "The request body or the payload is too large.",
     415: "The request body is not application/json.",
+    429: "Too many requests from this address; try again after Retry-After seconds.",
     422: "Invalid request: a field, the queue name, the id, a time or the callback.",
     503: "The server is stopping or the backend does not answer.",
 }
-_COMMON = (400, 401, 413, 415, 422, 503)
+_COMMON = (400, 413, 415, 422, 503)
 
 
 def error_docs(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -156,6 +156,7 @@ async def put_one(state: ServerState, queue: AsyncQueue, body: PutRequestBody) -
     status_code=201,
     response_model=BatchPutResponse,
     responses=error_docs(409),
+    name="put_messages",
 )
 async def put_batch(queue: QueueDep, state: StateDep, body: BatchPutRequest) -> dict[str, Any]:
     """Store up to 1000 messages in one atomic step: all of them, or none."""
@@ -272,7 +273,13 @@ async def _long_poll(queue: AsyncQueue, request: Request, body: ReserveRequest) 
     return claimed
 
 
-@router.post("/queues/{queue}/reserve", response_model=MessageList, tags=["consuming"])
+@router.post(
+    "/queues/{queue}/reserve",
+    response_model=ReservedList,
+    responses=error_docs(429),
+    tags=["consuming"],
+    name="reserve_messages",
+)
 async def reserve(
     queue: QueueDep,
     state: StateDep,

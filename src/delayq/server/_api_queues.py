@@ -139,7 +139,7 @@ async def retry_dead(
     return {"retried": retried}
 
 
-@queues_router.post("/queues/{queue}/purge", response_model=PurgeResponse)
+@queues_router.post("/queues/{queue}/purge", response_model=PurgeResponse, name="purge_queue")
 async def purge(
     queue: QueueDep, body: Annotated[PurgeRequest | None, Body()] = None
 ) -> dict[str, int]:
@@ -153,6 +153,7 @@ async def purge(
 @ops_router.get(
     "/healthz",
     response_model=HealthResponse,
+    name="get_health",
     responses={503: {"model": ErrorResponse, "description": "The backend does not answer."}},
 )
 async def healthz(state: StateDep) -> Any:
@@ -174,6 +175,7 @@ async def healthz(state: StateDep) -> Any:
 @ops_router.get(
     "/metrics",
     response_class=Response,
+    name="get_metrics",
     responses={
         200: {
             "content": {"text/plain": {"schema": {"type": "string"}}},

@@ -30,6 +30,7 @@ from ._fastput import FastPut
 from ._guard import LongPolls, RequestGuard
 from ._head import HeadAsGet
 from ._limits import BodyLimit
+from ._openapi import install_openapi, operation_id
 from ._state import ServerState
 
 __all__ = ["create_app", "request_stop"]
@@ -38,7 +39,12 @@ _DESCRIPTION = """\
 A durable delay queue over HTTP: put messages due later, cancel or reschedule them by
 id, consume them with reserve (long-poll) and ack/nack, or let the server deliver them
 to a URL (callbacks). Errors are `{"error": {"code": ..., "message": ...}}`. With a
-token configured, send `Authorization: Bearer <token>`.
+token configured, send `Authorization: Bearer <token>` (this document and `/healthz` are
+served without it). Each operation lists the answers a client that follows this
+document can get; any request may also be refused before it reaches an operation: 400
+for a Host the server does not answer to, 403 for a write from another web site, 405
+(with `Allow`) for a method a path does not take, 408 for a body that is too slow, 413
+for a body on an operation that takes none, 431 for oversized headers.
 """
 
 
@@ -122,7 +128,11 @@ def create_app(config: ServeConfig, *, state: ServerState | None = None) -> Fast
         lifespan=lifespan,
         docs_url=None,  # served from local files by install_docs
         redoc_url=None,
+        servers=[{"url": "/", "description": "The server that serves this document."}],
+        license_info={"name": "MIT", "identifier": "MIT"},
+        generate_unique_id_function=operation_id,
     )
+    install_openapi(app, token=config.token is not None)
     app.state.delayq_stopper = stopper
     sessions = None if config.token is None else Sessions(config.token, config.session_ttl)
     throttle = AttemptThrottle()

@@ -4,10 +4,11 @@ sessions and the throttle of failed token attempts.
 With a token configured, a request passes with ``Authorization: Bearer <token>`` or
 with a live dashboard session (the :data:`~._config.SESSION_COOKIE` cookie that
 ``/login`` sets: see :class:`Sessions`); secrets are compared in constant time.
-``/healthz``, the dashboard's ``/login`` and ``/logout`` and ``/static/`` files are
-open. An API call that changes something (not GET/HEAD) on the strength of the cookie
-alone must also send ``X-Requested-With`` (as the dashboard's script does), which a
-cross-site form cannot. A refused API request is a 401 with
+``/healthz``, ``/openapi.json`` (the API's description, no data: so that clients can
+be generated from a protected server), the dashboard's ``/login`` and ``/logout`` and
+``/static/`` files are open. An API call that changes something (not GET/HEAD) on
+the strength of the cookie alone must also send ``X-Requested-With`` (as the
+dashboard's script does), which a cross-site form cannot. A refused API request is a 401 with
 ``WWW-Authenticate: Bearer``; a browser asking for a dashboard page (``GET``
 accepting HTML, outside the API) is sent to ``/login`` instead.
 
@@ -58,7 +59,7 @@ __all__ = [
 ]
 
 #: Paths served without a token.
-OPEN_PATHS = frozenset(("/healthz", "/login", "/logout"))
+OPEN_PATHS = frozenset(("/healthz", "/openapi.json", "/login", "/logout"))
 #: Path prefixes served without a token.
 OPEN_PREFIXES = ("/static/",)
 _SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS"))

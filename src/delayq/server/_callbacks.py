@@ -53,7 +53,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, TypeAlias
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, quote, unquote_to_bytes, urlsplit
 
 from .._constants import (
     CALLBACK_DEFAULT_TIMEOUT,
@@ -67,6 +67,7 @@ from ._config import ServeConfig, idna_host, is_loopback_host, split_callback_ho
 
 __all__ = [
     "CALLBACK_METHODS",
+    "MESSAGE_ID_ENCODED_PREFIX",
     "Callback",
     "CallbackError",
     "address_refusal",
@@ -74,6 +75,8 @@ __all__ = [
     "check_message_id",
     "connection_refusal",
     "host_allowed",
+    "message_id_from_header",
+    "message_id_header",
     "sign",
     "verify",
 ]
@@ -474,14 +477,58 @@ _HEADER_SAFE = re.compile(r"[!-~](?:[ -~]*[!-~])?")  # used with fullmatch
 
 
 def check_message_id(message_id: str) -> str:
-    """``message_id`` if it can be sent in ``X-Delayq-Message-Id`` as it is (and so be
-    signed by v2): printable ASCII without a space at either end; else ``ValueError``."""
+    """``message_id`` if it is a value of ``X-Delayq-Message-Id`` as sent (and so
+    what v2 signs): printable ASCII without a space at either end; else
+    ``ValueError``. :func:`message_id_header` makes such a value of any id."""
     if not isinstance(message_id, str) or not _HEADER_SAFE.fullmatch(message_id):
         raise ValueError(
-            f"message id {message_id!r:.80} cannot be sent in the X-Delayq-Message-Id "
-            "header: it must be printable ASCII without a space at either end"
+            f"message id {message_id!r:.80} is not a value of the X-Delayq-Message-Id "
+            "header: it must be printable ASCII without a space at either end "
+            "(message_id_header encodes any id)"
         )
     return message_id
+
+
+#: What starts an encoded ``X-Delayq-Message-Id`` (as in an RFC 8187 ext-value).
+MESSAGE_ID_ENCODED_PREFIX = "UTF-8''"
+# RFC 8187 attr-char, less the letters and digits (kept by quote in any case).
+_ATTR_CHARS = "!#$&+-.^_`|~"
+
+
+def message_id_header(message_id: str) -> str:
+    """The ``X-Delayq-Message-Id`` value of ``message_id``: the id itself when a
+    header carries it unchanged (printable ASCII, no space at either end, not
+    starting with ``UTF-8''``), else ``UTF-8''`` and the id's UTF-8 bytes
+    percent-encoded (every byte but RFC 8187's attr-chars), so that every id can be
+    sent and two ids never share a value. ``ValueError`` for a str that is not
+    Unicode text (a lone surrogate cannot be UTF-8)."""
+    if not isinstance(message_id, str):
+        raise ValueError(f"a message id is a str, not {type(message_id).__name__}")
+    if _HEADER_SAFE.fullmatch(message_id) and not message_id.startswith(MESSAGE_ID_ENCODED_PREFIX):
+        return message_id
+    try:
+        data = message_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"message id {message_id!r:.80} is not Unicode text (it holds a lone "
+            "surrogate), so the X-Delayq-Message-Id header cannot carry it"
+        ) from None
+    return MESSAGE_ID_ENCODED_PREFIX + quote(data, safe=_ATTR_CHARS)
+
+
+def message_id_from_header(value: str) -> str:
+    """The message id that ``value`` (an ``X-Delayq-Message-Id`` header) stands for:
+    the inverse of :func:`message_id_header`. ``ValueError`` when an encoded value
+    is not percent-encoded UTF-8."""
+    if not value.startswith(MESSAGE_ID_ENCODED_PREFIX):
+        return value
+    encoded = value[len(MESSAGE_ID_ENCODED_PREFIX) :]
+    if not re.fullmatch(r"(?:[0-9A-Za-z!#$&+\-.^_`|~]|%[0-9A-Fa-f]{2})*", encoded):
+        raise ValueError(f"not a percent-encoded message id: {value!r:.80}")
+    try:
+        return unquote_to_bytes(encoded).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"not a percent-encoded message id (not UTF-8): {value!r:.80}") from None
 
 
 def _digest(secret: str, timestamp: int, body: bytes) -> str:
@@ -530,7 +577,8 @@ def sign(
     each ended by a newline (none can hold one: they are checked), then the raw
     body. ``url`` is the URL as sent: the scheme, ``://``, the ``Host`` header, then
     the request target (path and query as on the request line); ``message_id`` the
-    ``X-Delayq-Message-Id`` header (see :func:`check_message_id`). The dispatcher
+    ``X-Delayq-Message-Id`` header as sent (:func:`message_id_header` of the id:
+    the id itself, or its encoded form for an id a header cannot carry). The dispatcher
     sends v1 and v2 together while receivers move to v2.
     """
     if not isinstance(secret, str) or not secret:
@@ -561,7 +609,8 @@ def verify(
     ``now`` (default: the current time).
 
     Given the request's ``method``, ``url`` (as :func:`sign` describes it) and
-    ``message_id`` (the ``X-Delayq-Message-Id`` header), only a ``v2=`` entry may
+    ``message_id`` (the ``X-Delayq-Message-Id`` header as received, encoded or not),
+    only a ``v2=`` entry may
     match, so a header stripped of its v2 does not pass for another request; without
     them, a ``v1=`` entry (``body`` only, as before v2). Several entries of a kind are
     allowed (e.g. while a secret is rotated); the comparison takes constant time.

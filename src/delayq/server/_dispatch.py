@@ -11,8 +11,14 @@ within milliseconds of its due time. Each message is one request:
   policy (``dead`` once its attempts are used up, with ``last_error`` such as
   ``HTTP 500 from https://...`` or ``timeout after 10s calling https://...``);
 * no callback header, a malformed one, a payload that cannot be read (written by
-  another serializer), or a host the allowlist refuses now (the
-  configuration may have changed since the put): dead at once.
+  another serializer), an id that is not Unicode text (a lone surrogate), or a host
+  the allowlist refuses now (the configuration may have changed since the put): dead
+  at once.
+
+``X-Delayq-Message-Id`` carries the id as it is when a header can (printable ASCII,
+no space at either end), else encoded (``UTF-8''`` then the percent-encoded UTF-8
+bytes: :func:`~delayq.server._callbacks.message_id_header`); v2 signs the header's
+value as sent.
 
 Each connection is checked when it is opened, by a network backend under httpx: the
 host httpx connects to (its own IDNA encoding of the name, whatever the URL looked
@@ -69,8 +75,8 @@ from ._callbacks import (
     CallbackError,
     address_refusal,
     check_host,
-    check_message_id,
     connection_refusal,
+    message_id_header,
     sign,
 )
 from ._config import ServeConfig
@@ -393,7 +399,7 @@ class Dispatcher:
                 raise CallbackError("invalid_callback", "the message has no callback header")
             callback = Callback.from_header(text)
             check_host(callback.url, self.config)
-            check_message_id(msg.id)
+            message_id = message_id_header(msg.id)
             if msg.payload_error is not None:
                 raise ValueError(f"its payload cannot be read: {msg.payload_error}")
             body, content_type = _body_of(msg)
@@ -410,7 +416,9 @@ class Dispatcher:
             event_prefix="callback",
         )
         try:
-            outcome, error = await self._send(queue, msg, callback, body, content_type)
+            outcome, error = await self._send(
+                queue, msg, callback, body, content_type, message_id=message_id
+            )
         except asyncio.CancelledError:
             renewer.stop()
             if not self._releasing:
@@ -427,7 +435,14 @@ class Dispatcher:
             await self._retry(queue, msg, outcome, error or outcome)
 
     async def _send(
-        self, queue: AsyncQueue, msg: Message, callback: Callback, body: bytes, content_type: str
+        self,
+        queue: AsyncQueue,
+        msg: Message,
+        callback: Callback,
+        body: bytes,
+        content_type: str,
+        *,
+        message_id: str,
     ) -> tuple[str, str | None]:
         """One request: ``(outcome, error)`` with an outcome of CALLBACK_OUTCOMES."""
         assert self._client is not None
@@ -435,7 +450,7 @@ class Dispatcher:
         if callback.method == "GET":
             body = b""
         try:
-            request = self._build(msg, callback, body, content_type, timeout)
+            request = self._build(msg, callback, body, content_type, timeout, message_id=message_id)
         except (httpx.InvalidURL, ValueError) as exc:  # a header value httpx cannot send
             return "refused", f"callback refused: the request cannot be made: {exc}"
         shown = _shown_url(callback.url)
@@ -459,14 +474,22 @@ class Dispatcher:
         return "http_error", f"HTTP {status} from {shown}"
 
     def _build(
-        self, msg: Message, callback: Callback, body: bytes, content_type: str, timeout: float
+        self,
+        msg: Message,
+        callback: Callback,
+        body: bytes,
+        content_type: str,
+        timeout: float,
+        *,
+        message_id: str,
     ) -> httpx.Request:
         """The request of ``callback`` for ``msg``, signed (v1 and v2) when the server
-        has a secret: v2 signs the method, URL and message id as they are sent."""
+        has a secret: v2 signs the method, URL and ``X-Delayq-Message-Id`` as they are
+        sent (``message_id``: :func:`message_id_header` of the id)."""
         assert self._client is not None
         headers = httpx.Headers(
             {
-                "X-Delayq-Message-Id": msg.id,
+                "X-Delayq-Message-Id": message_id,
                 "X-Delayq-Queue": msg.queue,
                 "X-Delayq-Attempt": str(msg.attempts),
             }
@@ -486,7 +509,7 @@ class Dispatcher:
                 body,
                 method=request.method,
                 url=_sent_url(request.url),
-                message_id=msg.id,
+                message_id=message_id,
             )
         return request
 

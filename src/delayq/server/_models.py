@@ -9,9 +9,18 @@ responses are epoch milliseconds (``due_at``, ``next_due_at``, ``lease_expires_a
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    WithJsonSchema,
+)
 
 from .._constants import (
     CALLBACK_MAX_TIMEOUT,
@@ -50,11 +59,33 @@ __all__ = [
     "ReleaseResponse",
     "RescheduleRequest",
     "ReserveRequest",
+    "ReservedList",
+    "ReservedMessage",
     "RetriedResponse",
 ]
 
 StateName = Literal["scheduled", "ready", "active", "dead"]
-Seconds = StrictInt | StrictFloat | StrictStr
+# A JSON number (an int or a float, never a bool), documented as one `number`, not as
+# `anyOf [integer, number]`.
+Number = Annotated[StrictInt | StrictFloat, WithJsonSchema({"type": "number"})]
+Seconds = Annotated[
+    StrictInt | StrictFloat | StrictStr,
+    WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "string"}]}),
+]
+
+
+# Bounded numbers, documented with JSON Schema's own exclusiveMinimum/minimum/maximum
+# (on a union pydantic writes its gt/ge/le as they are, which no OpenAPI tool knows).
+_Lease = Annotated[
+    StrictInt | StrictFloat,
+    Field(gt=0, le=86_400),
+    WithJsonSchema({"type": "number", "exclusiveMinimum": 0, "maximum": 86_400}),
+]
+_Wait = Annotated[
+    StrictInt | StrictFloat,
+    Field(ge=0, le=SERVE_MAX_WAIT),
+    WithJsonSchema({"type": "number", "minimum": 0, "maximum": SERVE_MAX_WAIT}),
+]
 _DELAY_DOC = 'Seconds (a number, negative means now) or a duration like "250ms", "30m", "1h30m".'
 _AT_DOC = "An RFC 3339 time with its offset (2030-01-31T09:00:00+01:00) or epoch seconds."
 
@@ -91,7 +122,7 @@ class CallbackSpec(_Request):
     headers: dict[StrictStr, StrictStr] | None = Field(
         default=None, description="Extra request headers."
     )
-    timeout: StrictInt | StrictFloat | None = Field(
+    timeout: Number | None = Field(
         default=None,
         description=f"Seconds to wait for an answer (at most {CALLBACK_MAX_TIMEOUT:g}).",
     )
@@ -158,7 +189,9 @@ class MessageOut(BaseModel):
     max_attempts: int
     headers: dict[str, str]
     last_error: str | None = None
-    callback: dict[str, Any] | None = None
+    callback: CallbackSpec | None = Field(
+        default=None, description="Where the server delivers it (callback queues)."
+    )
     payload: Any = None
     payload_base64: str | None = None
     payload_error: str | None = Field(
@@ -174,6 +207,20 @@ class MessageList(BaseModel):
     """Messages, in the order the operation gives them."""
 
     messages: list[MessageOut]
+
+
+class ReservedMessage(MessageOut):
+    """A message reserve claimed: ``lease`` is the token that ack, nack, extend and
+    release take, ``lease_expires_at`` when the claim ends (epoch milliseconds)."""
+
+    lease: str
+    lease_expires_at: int
+
+
+class ReservedList(BaseModel):
+    """The messages reserve claimed (none when nothing fell due in time)."""
+
+    messages: list[ReservedMessage]
 
 
 class CancelResponse(BaseModel):
@@ -196,8 +243,8 @@ class ReserveRequest(_Request):
     """Claim up to ``max`` due messages for ``lease`` seconds, waiting up to ``wait``."""
 
     max: StrictInt = Field(default=1, ge=1, le=SERVE_MAX_LIMIT)
-    lease: StrictInt | StrictFloat = Field(default=DEFAULT_LEASE, gt=0, le=86_400)
-    wait: StrictInt | StrictFloat = Field(default=0, ge=0, le=SERVE_MAX_WAIT)
+    lease: _Lease = DEFAULT_LEASE
+    wait: _Wait = 0
 
 
 class AckRequest(_Request):
@@ -229,7 +276,7 @@ class NackResponse(BaseModel):
 class ExtendRequest(AckRequest):
     """Renew the lease for ``lease_seconds`` from now."""
 
-    lease_seconds: StrictInt | StrictFloat = Field(default=DEFAULT_LEASE, gt=0, le=86_400)
+    lease_seconds: _Lease = DEFAULT_LEASE
 
 
 class ExtendResponse(BaseModel):

@@ -1,0 +1,201 @@
+// A TypeScript client of `delayq serve`, typed by openapi-typescript from the server's
+// /openapi.json and compiled with `tsc --strict`: if the document stops describing the
+// API as a client needs it (a field renamed, a lease that may be null), this stops
+// compiling. Run against a live server, it checks every answer against the document:
+// the status must be listed for the operation, its required headers sent, and a JSON
+// body valid under the listed schema (ajv, strict mode).
+//
+//   node build/client.js BASE_URL TOKEN
+//
+// Prints one line per failure and a summary; exits 1 if anything failed.
+import createClient, { type Middleware } from "openapi-fetch";
+import { Ajv2020 } from "ajv/dist/2020.js";
+import type { ValidateFunction } from "ajv";
+import type { components, paths } from "./generated/delayq.js";
+
+type Schema = Record<string, unknown>;
+type Operation = { responses: Record<string, { headers?: Record<string, { required?: boolean }>; content?: Record<string, { schema: Schema }> }> };
+type Document = { paths: Record<string, Record<string, Operation>>; components: { schemas: Record<string, Schema> } };
+
+const [base, token] = process.argv.slice(2);
+if (!base || !token) {
+  console.error("usage: node build/client.js BASE_URL TOKEN");
+  process.exit(2);
+}
+
+const failures: string[] = [];
+let checked = 0;
+let bodies = 0;
+
+function expect(condition: boolean, what: string): void {
+  if (!condition) failures.push(what);
+}
+
+// -- the document, as ajv validators --------------------------------------------------
+const documentAnswer = await fetch(new URL("/openapi.json", base)); // served without a token
+const document = (await documentAnswer.json()) as Document;
+const COMPONENTS = "https://delayq.invalid/components.json";
+// The component schemas as one JSON Schema 2020-12 document, refs pointing into it.
+const moved = JSON.parse(
+  JSON.stringify(document).replaceAll('"#/components/schemas/', `"${COMPONENTS}#/$defs/`),
+) as Document;
+const ajv = new Ajv2020({ strict: true, allErrors: true });
+ajv.addSchema({ $id: COMPONENTS, $defs: moved.components.schemas });
+const validators = new Map<Schema, ValidateFunction>();
+
+function validatorOf(schema: Schema): ValidateFunction {
+  let validate = validators.get(schema);
+  if (validate === undefined) {
+    validate = ajv.compile(schema);
+    validators.set(schema, validate);
+  }
+  return validate;
+}
+
+// Every answer goes through here: listed status, required headers, body schema.
+const conformance: Middleware = {
+  async onResponse({ request, response, schemaPath }) {
+    checked += 1;
+    const where = `${request.method} ${schemaPath} -> ${response.status}`;
+    const operation = moved.paths[schemaPath]?.[request.method.toLowerCase()];
+    const listed = operation?.responses[String(response.status)];
+    if (listed === undefined) {
+      failures.push(`${where}: this status is not in the document`);
+      return undefined;
+    }
+    for (const [name, header] of Object.entries(listed.headers ?? {})) {
+      expect(!header.required || response.headers.has(name), `${where}: no ${name} header`);
+    }
+    const type = (response.headers.get("content-type") ?? "").split(";")[0].trim();
+    const content = listed.content?.[type];
+    if (listed.content === undefined) {
+      expect(response.headers.get("content-length") === "0" || response.status === 204, `${where}: a body the document does not list`);
+    } else if (content === undefined) {
+      failures.push(`${where}: content type ${type} is not in the document`);
+    } else if (type === "application/json") {
+      const validate = validatorOf(content.schema);
+      const body: unknown = await response.clone().json();
+      bodies += 1;
+      if (!validate(body)) {
+        failures.push(`${where}: ${ajv.errorsText(validate.errors)} in ${JSON.stringify(body)}`);
+      }
+    }
+    return undefined;
+  },
+};
+
+const client = createClient<paths>({ baseUrl: base, headers: { Authorization: `Bearer ${token}` } });
+client.use(conformance);
+const queue = { queue: `contract-${Date.now()}` };
+
+// -- put, get, reschedule, cancel ------------------------------------------------------
+const put = await client.POST("/v1/queues/{queue}/messages", {
+  params: { path: queue },
+  body: { payload: { order: 42, note: "café" }, delay: "1h", id: "order-42" },
+});
+expect(put.response.status === 201 && put.data?.id === "order-42", "putMessage: the id given");
+
+const got = await client.GET("/v1/queues/{queue}/messages/{id}", {
+  params: { path: { ...queue, id: "order-42" } },
+});
+const scheduled: components["schemas"]["MessageOut"] | undefined = got.data;
+expect(scheduled?.state === "scheduled", "getMessage: scheduled");
+expect((scheduled?.due_at ?? 0) > Date.now(), "getMessage: due_at in the future (epoch ms)");
+
+const moved_ = await client.POST("/v1/queues/{queue}/messages/{id}/reschedule", {
+  params: { path: { ...queue, id: "order-42" } },
+  body: { delay: 0 },
+});
+expect(moved_.data?.state === "ready", "rescheduleMessage: ready now");
+
+await client.POST("/v1/queues/{queue}/messages", {
+  params: { path: queue },
+  body: { payload: "to cancel", delay: 3600, id: "gone" },
+});
+const cancelled = await client.DELETE("/v1/queues/{queue}/messages/{id}", {
+  params: { path: { ...queue, id: "gone" } },
+});
+expect(cancelled.data?.cancelled === true, "cancelMessage: cancelled");
+const missing = await client.GET("/v1/queues/{queue}/messages/{id}", {
+  params: { path: { ...queue, id: "gone" } },
+});
+const notFound: string | undefined = missing.error?.error.code;
+expect(missing.response.status === 404 && notFound === "not_found", "getMessage: 404 once cancelled");
+
+// -- batch, reserve, ack, nack, extend ---------------------------------------------------
+const batch = await client.POST("/v1/queues/{queue}/messages/batch", {
+  params: { path: queue },
+  body: { messages: [{ payload: 1 }, { payload: 2 }, { payload: 3 }] },
+});
+expect(batch.response.status === 201 && batch.data?.ids.length === 3, "putMessages: three ids");
+
+const reserved = await client.POST("/v1/queues/{queue}/reserve", {
+  params: { path: queue },
+  body: { max: 10, wait: 1 },
+});
+const held = reserved.data?.messages ?? [];
+expect(held.length === 4, `reserveMessages: 4 messages, got ${held.length}`);
+// A reserved message's lease is a string, never null: this line compiles only so.
+const tokens: string[] = held.map((message) => message.lease);
+expect(tokens.every((lease) => lease.length > 0), "reserveMessages: a lease token each");
+
+const [first, second, third, fourth] = held;
+if (first && second && third && fourth) {
+  const path = (message: { id: string }) => ({ path: { ...queue, id: message.id } });
+  const acked = await client.POST("/v1/queues/{queue}/messages/{id}/ack", {
+    params: path(first),
+    body: { lease: first.lease },
+  });
+  expect(acked.data?.acked === true, "ackMessage: acked");
+  const again = await client.POST("/v1/queues/{queue}/messages/{id}/ack", {
+    params: path(first),
+    body: { lease: first.lease },
+  });
+  expect(again.response.status === 409 && again.error?.error.code === "lease_lost", "ackMessage twice: 409 lease_lost");
+
+  const dead = await client.POST("/v1/queues/{queue}/messages/{id}/nack", {
+    params: path(second),
+    body: { lease: second.lease, dead: true, error: "refused by the contract test" },
+  });
+  expect(dead.data?.state === "dead", "nackMessage dead: dead");
+  const retried = await client.POST("/v1/queues/{queue}/messages/{id}/nack", {
+    params: path(third),
+    body: { lease: third.lease, delay: 60 },
+  });
+  expect(retried.data?.state === "scheduled", "nackMessage with a delay: scheduled");
+
+  const extended = await client.POST("/v1/queues/{queue}/messages/{id}/extend", {
+    params: path(fourth),
+    body: { lease: fourth.lease, lease_seconds: 120 },
+  });
+  const expiry: number = extended.data?.lease_expires_at ?? 0;
+  expect(expiry > Date.now() + 60_000, "extendLease: the new expiry (epoch ms)");
+}
+
+// -- dead letters, stats -----------------------------------------------------------------
+const deadLetters = await client.GET("/v1/queues/{queue}/dead", {
+  params: { path: queue, query: { limit: 10 } },
+});
+const lastError: string | null | undefined = deadLetters.data?.messages[0]?.last_error;
+expect(lastError === "refused by the contract test", "deadMessages: the nacked one, with its error");
+
+const stats = await client.GET("/v1/queues/{queue}/stats", { params: { path: queue } });
+const counts = stats.data;
+expect(
+  counts !== undefined && counts.scheduled === 1 && counts.ready === 0 && counts.active === 1 && counts.dead === 1,
+  `queueStats: 1 scheduled, 1 active, 1 dead, got ${JSON.stringify(counts)}`,
+);
+
+// -- what a client without the token, or asking for the methods, gets ----------------
+const anonymous = createClient<paths>({ baseUrl: base });
+anonymous.use(conformance);
+const refused = await anonymous.GET("/v1/queues/{queue}/stats", { params: { path: queue } });
+expect(refused.response.status === 401 && refused.error?.error.code === "unauthorized", "no token: 401");
+const health = await anonymous.GET("/healthz");
+expect(health.data?.status === "ok", "getHealth: ok without the token");
+const methods = await client.OPTIONS("/v1/queues/{queue}/messages", { params: { path: queue } });
+expect(methods.response.headers.get("allow")?.includes("POST") === true, "OPTIONS: Allow names POST");
+
+for (const failure of failures) console.error(`FAIL ${failure}`);
+console.log(`contract: ${checked} answers checked (${bodies} bodies), ${failures.length} failures`);
+process.exitCode = failures.length === 0 && bodies > 0 ? 0 : 1;
