@@ -104,7 +104,7 @@ def _make_server(config: Any, app: FastAPI, console: Console, *, access_log: boo
             # too): several times the requests per second of asyncio and h11; the
             # protocol adds a size cap and a deadline to each request's head.
             loop="auto",
-            http=GuardedHttpToolsProtocol.limited(header_timeout=config.client_timeout),
+            http=GuardedHttpToolsProtocol.limited(client_timeout=config.client_timeout),
             limit_concurrency=config.max_concurrency,
             timeout_graceful_shutdown=int(SERVE_SHUTDOWN_GRACE),
         )

@@ -19,7 +19,6 @@ from typing import Any
 from fastapi import FastAPI
 
 from .. import __version__
-from .._constants import SERVE_BODY_TIMEOUT
 from ._api import router as api_router
 from ._api_queues import ops_router, queues_router
 from ._auth import AttemptThrottle, Sessions, TokenAuth
@@ -152,12 +151,7 @@ def create_app(config: ServeConfig, *, state: ServerState | None = None) -> Fast
     # after them.
     app.add_middleware(FastPut)
     app.add_middleware(HeadAsGet)
-    app.add_middleware(
-        BodyLimit,
-        max_body=config.max_body,
-        read_timeout=config.client_timeout,
-        total_timeout=max(SERVE_BODY_TIMEOUT, config.client_timeout),
-    )
+    app.add_middleware(BodyLimit, max_body=config.max_body)
     app.add_middleware(TokenAuth, token=config.token, sessions=sessions, throttle=throttle)
     app.add_middleware(RequestGuard, config=config)
     return app

@@ -42,6 +42,13 @@ _SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS"))
 _METHODS_WITH_BODY = frozenset(("POST", "PUT", "PATCH"))
 _SAME_SITE = frozenset(("same-origin", "none"))
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
+# The headers the guard reads (``authorization`` and ``x-requested-with``: a header no
+# cross-site form can send).
+_WATCHED = frozenset(
+    (b"host", b"content-type", b"origin", b"sec-fetch-site", b"authorization", b"x-requested-with")
+)
+# Host header values whose verdict is remembered; past it the memory starts again.
+_HOSTS_REMEMBERED = 256
 
 
 def is_json(content_type: str | None) -> bool:
@@ -95,6 +102,8 @@ class RequestGuard:
     def __init__(self, app: ASGIApp, config: ServeConfig) -> None:
         self.app = app
         self.config = config
+        # Host header value -> allowed: a server is reached by few names.
+        self._hosts: dict[bytes, bool] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer a refused request; pass the others on."""
@@ -114,29 +123,53 @@ class RequestGuard:
             return
         await self.app(scope, receive, send)
 
+    def _host_allowed(self, host: bytes | None) -> bool:
+        if host is None:
+            return True
+        allowed = self._hosts.get(host)
+        if allowed is None:
+            if len(self._hosts) >= _HOSTS_REMEMBERED:
+                self._hosts.clear()
+            allowed = self._hosts[host] = self.config.host_allowed(host.decode("latin-1"))
+        return allowed
+
     def _refusal(self, scope: Scope) -> ApiError | None:
-        size = sum(len(name) + len(value) for name, value in scope.get("headers", ()))
+        # One pass over the headers for the few this looks at.
+        size = 0
+        host = site = origin = content_type = custom = None
+        for name, value in scope.get("headers", ()):
+            size += len(name) + len(value)
+            if name in _WATCHED:
+                if name == b"host":
+                    host = host if host is not None else bytes(value)
+                elif name == b"content-type":
+                    content_type = bytes(value).decode("latin-1")
+                elif name == b"origin":
+                    origin = bytes(value).decode("latin-1")
+                elif name == b"sec-fetch-site":
+                    site = bytes(value).decode("latin-1")
+                else:
+                    custom = name
         if size > SERVE_MAX_HEADER_BYTES:
             return ApiError(
                 431,
                 "headers_too_large",
                 f"the request headers are larger than {SERVE_MAX_HEADER_BYTES} bytes",
             )
-        host = header(scope, b"host")
-        if not self.config.host_allowed(host):
+        if not self._host_allowed(host):
+            shown = host_name((host or b"").decode("latin-1"))
             return ApiError(
                 400,
                 "host_not_allowed",
-                f"this server does not answer to the host {host_name(host or '')!r:.100}: "
+                f"this server does not answer to the host {shown!r:.100}: "
                 "start it with --allowed-host NAME to reach it by that name",
             )
         method: str = scope["method"]
         if method in _SAFE_METHODS:
             return None
-        site = header(scope, b"sec-fetch-site")
-        origin = header(scope, b"origin")
+        host_text = None if host is None else host.decode("latin-1")
         if (site is not None and site.strip().lower() not in _SAME_SITE) or (
-            origin is not None and not _same_origin(origin, host, self.config)
+            origin is not None and not _same_origin(origin, host_text, self.config)
         ):
             return ApiError(
                 403,
@@ -145,10 +178,8 @@ class RequestGuard:
             )
         if method not in _METHODS_WITH_BODY or not scope["path"].startswith(_API_PREFIX):
             return None
-        content_type = header(scope, b"content-type")
         if is_json(content_type):
             return None
-        custom = header(scope, b"authorization") or header(scope, b"x-requested-with")
         if content_type is None and custom is not None and not _body_may_follow(scope):
             return None
         got = f"got {content_type[:80]!r}" if content_type else "no Content-Type was sent"

@@ -5,21 +5,18 @@ than the route's cap is a 413 as soon as it is known (a ``Content-Length`` above
 refused unread; a body longer than its ``Content-Length`` says, or a chunked one, is
 cut off at the cap). The cap is ``max_body`` for the API (``/v1/...``) and
 :data:`SERVE_MAX_PAGE_BODY` for everything else (the dashboard's forms), so an open
-route never buffers an API-sized body. Each piece of a body must arrive within
-:data:`SERVE_CLIENT_TIMEOUT` seconds and the whole within
-:data:`SERVE_BODY_TIMEOUT`, else 408 and the connection is closed. The route then
-reads the buffered body; later ``receive`` calls reach the client connection, so a
-route can still learn that the client went away. (That the API's bodies are JSON is
-:class:`~._guard.RequestGuard`'s rule.)
+route never buffers an API-sized body. How long a body may take is the connection's
+business (:mod:`._protocol`). The route then reads the buffered body; later
+``receive`` calls reach the client connection, so a route can still learn that the
+client went away. (That the API's bodies are JSON is :class:`~._guard.RequestGuard`'s
+rule.)
 """
 
 from __future__ import annotations
 
-import asyncio
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._constants import SERVE_BODY_TIMEOUT, SERVE_CLIENT_TIMEOUT, SERVE_MAX_PAGE_BODY
+from .._constants import SERVE_MAX_PAGE_BODY
 from ._auth import header
 from ._errors import error_response
 
@@ -29,30 +26,18 @@ _API_PREFIX = "/v1/"
 
 
 class BodyLimit:
-    """Refuse bodies over the route's cap (413) or too slow to arrive (408)."""
+    """Refuse bodies over the route's cap (413)."""
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        max_body: int,
-        *,
-        read_timeout: float = SERVE_CLIENT_TIMEOUT,
-        total_timeout: float = SERVE_BODY_TIMEOUT,
-    ) -> None:
+    def __init__(self, app: ASGIApp, max_body: int) -> None:
         self.app = app
         self.max_body = max_body
-        self.read_timeout = read_timeout
-        self.total_timeout = total_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Buffer the body within the cap and the time limits, then call the app."""
+        """Buffer the body within the cap, then call the app."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         cap = self.max_body if scope["path"].startswith(_API_PREFIX) else SERVE_MAX_PAGE_BODY
-        too_large = error_response(
-            413, "body_too_large", f"the request body is larger than {cap} bytes"
-        )
         declared = header(scope, b"content-length")
         if declared is not None:
             try:
@@ -63,36 +48,27 @@ class BodyLimit:
                 )
                 return
             if size > cap:
-                await too_large(scope, receive, send)
+                await _too_large(cap)(scope, receive, send)
                 return
         chunks: list[bytes] = []
         total = 0
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.total_timeout
         while True:
-            try:
-                timeout = min(self.read_timeout, deadline - loop.time())
-                message = await asyncio.wait_for(receive(), max(timeout, 0.0))
-            except asyncio.TimeoutError:
-                slow = error_response(
-                    408,
-                    "body_timeout",
-                    "the request body did not arrive in time",
-                    {"Connection": "close"},
-                )
-                await slow(scope, receive, send)
-                return
+            message = await receive()
             if message["type"] == "http.disconnect":
                 return  # nobody to answer
             chunk = message.get("body", b"")
             total += len(chunk)
             if total > cap:
-                await too_large(scope, receive, send)
+                await _too_large(cap)(scope, receive, send)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
         await self.app(scope, replaying(b"".join(chunks), receive), send)
+
+
+def _too_large(cap: int) -> ASGIApp:
+    return error_response(413, "body_too_large", f"the request body is larger than {cap} bytes")
 
 
 def replaying(body: bytes, receive: Receive) -> Receive:

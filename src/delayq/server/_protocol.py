@@ -1,66 +1,83 @@
 """The HTTP/1.1 connection of ``delayq serve``: uvicorn's httptools protocol with the
-two limits it lacks, applied while a request's line and headers arrive.
+limits it lacks, applied to the bytes as they arrive.
 
-* **Size.** The bytes of a request's line and headers are counted as they arrive;
-  past :data:`SERVE_MAX_HEADER_BYTES` the client gets a 431 and the connection is
-  closed, before anything of the request is handed to the app.
-* **Time.** A connection must deliver a complete request head within
-  :data:`SERVE_CLIENT_TIMEOUT` seconds: of being opened (a connection that sends
-  nothing), and of the first byte of each later request. Past it the connection is
-  closed, with a 408 when a request had begun. A connection idle between requests is
-  closed by uvicorn's keep-alive timeout, and a slow body by
-  :class:`~._limits.BodyLimit`'s read timeouts.
+* **Head size.** The bytes of a request's line and headers are counted as they
+  arrive; past :data:`SERVE_MAX_HEADER_BYTES` the client gets a 431 and the
+  connection is closed, before anything of the request is handed to the app.
+* **Head time.** A connection must deliver a complete request head within
+  ``header_timeout`` seconds: of being opened (a connection that sends nothing), and
+  of the first byte of each later request. Past it the connection is closed, with a
+  408 when a request had begun.
+* **Body time.** Each piece of a body must arrive within ``body_timeout`` seconds of
+  the last, and the whole within :data:`SERVE_BODY_TIMEOUT`; past either, a 408 and
+  the connection is closed. The app has not answered by then: it reads a whole body
+  before it answers (:class:`~._limits.BodyLimit`).
 
-A request's head ends where httptools says (``on_headers_complete``) and the next
-begins after its body (``on_message_complete``); these are httptools' parser
-callbacks, which the uvicorn protocol implements and this subclass extends.
+A connection idle between requests is closed by uvicorn's keep-alive timeout. The
+deadlines cost nothing to a request that arrives in one piece: a timer is set only
+when a feed of bytes leaves a head or a body incomplete. A request's head ends where
+httptools says (``on_headers_complete``), its body too (``on_message_complete``);
+these are httptools' parser callbacks, which the uvicorn protocol implements and this
+subclass extends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .._constants import SERVE_CLIENT_TIMEOUT, SERVE_MAX_HEADER_BYTES
+from .._constants import SERVE_BODY_TIMEOUT, SERVE_CLIENT_TIMEOUT, SERVE_MAX_HEADER_BYTES
 
 __all__ = ["GuardedHttpToolsProtocol"]
 
 
-def _reply(transport: asyncio.Transport, status: bytes, text: bytes) -> None:
+def _reply(transport: asyncio.Transport, status: bytes, code: str, message: str) -> None:
+    """Answer with a JSON error (the API's shape) and close the connection."""
     if not transport.is_closing():
+        body = json.dumps({"error": {"code": code, "message": message}}).encode()
         transport.write(
-            b"HTTP/1.1 " + status + b"\r\ncontent-type: text/plain; charset=utf-8\r\n"
-            b"content-length: " + str(len(text)).encode() + b"\r\nconnection: close\r\n\r\n" + text
+            b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body
         )
     transport.close()
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, with a cap on the size of a request's head and a
-    deadline for it (see the module's docstring)."""
+    """uvicorn's httptools protocol, with a cap on the size of a request's head and
+    deadlines for its head and its body (see the module's docstring)."""
 
     max_header_bytes = SERVE_MAX_HEADER_BYTES
     header_timeout = SERVE_CLIENT_TIMEOUT
+    body_timeout = SERVE_CLIENT_TIMEOUT
+    body_total_timeout = SERVE_BODY_TIMEOUT
 
     @classmethod
-    def limited(cls, *, header_timeout: float) -> type[GuardedHttpToolsProtocol]:
-        """This protocol with another head deadline (``delayq serve --client-timeout``)."""
-        return type(cls.__name__, (cls,), {"header_timeout": header_timeout})
+    def limited(cls, *, client_timeout: float) -> type[GuardedHttpToolsProtocol]:
+        """This protocol with other deadlines (``delayq serve --client-timeout``)."""
+        attributes = {
+            "header_timeout": client_timeout,
+            "body_timeout": client_timeout,
+            "body_total_timeout": max(SERVE_BODY_TIMEOUT, client_timeout),
+        }
+        return type(cls.__name__, (cls,), attributes)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Start counting the first request's head, and its deadline."""
         self._delayq_in_head = True
+        self._delayq_in_body = False
         self._delayq_head_bytes = 0
         self._delayq_began = False
+        self._delayq_body_deadline = 0.0
         self._delayq_timer: asyncio.TimerHandle | None = None
         super().connection_made(transport)
-        self._delayq_arm()
+        self._delayq_arm(self.header_timeout)
 
-    def _delayq_arm(self) -> None:
-        if self._delayq_timer is None:
-            loop = asyncio.get_running_loop()
-            self._delayq_timer = loop.call_later(self.header_timeout, self._delayq_too_slow)
+    def _delayq_arm(self, seconds: float) -> None:
+        self._delayq_disarm()
+        loop = asyncio.get_running_loop()
+        self._delayq_timer = loop.call_later(seconds, self._delayq_too_slow)
 
     def _delayq_disarm(self) -> None:
         if self._delayq_timer is not None:
@@ -69,43 +86,65 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _delayq_too_slow(self) -> None:
         self._delayq_timer = None
-        if self._delayq_in_head and not self.transport.is_closing():
-            if self._delayq_began:
-                _reply(self.transport, b"408 Request Timeout", b"request head too slow")
-            else:
-                self.transport.close()
+        if self.transport.is_closing():
+            return
+        if self._delayq_in_body:
+            _reply(
+                self.transport,
+                b"408 Request Timeout",
+                "body_timeout",
+                "the request body did not arrive in time",
+            )
+        elif self._delayq_in_head and self._delayq_began:
+            _reply(
+                self.transport,
+                b"408 Request Timeout",
+                "header_timeout",
+                "the request line and headers did not arrive in time",
+            )
+        elif self._delayq_in_head:
+            self.transport.close()  # never sent a byte: nothing to answer
 
     def data_received(self, data: bytes) -> None:
-        """Feed the parser; refuse a head that outgrows the cap."""
+        """Feed the parser; refuse a head that outgrows the cap; set a deadline for
+        what this feed left incomplete."""
         if self._delayq_in_head:
-            self._delayq_began = True
+            if not self._delayq_began:
+                self._delayq_began = True
+                self._delayq_arm(self.header_timeout)
             self._delayq_head_bytes += len(data)
-            self._delayq_arm()
         super().data_received(data)
-        if (
-            self._delayq_in_head
-            and self._delayq_head_bytes > self.max_header_bytes
-            and not self.transport.is_closing()
-        ):
+        if self.transport.is_closing():
+            return
+        if self._delayq_in_head and self._delayq_head_bytes > self.max_header_bytes:
             self._delayq_disarm()
             _reply(
                 self.transport,
                 b"431 Request Header Fields Too Large",
-                b"request headers too large",
+                "headers_too_large",
+                f"the request headers are larger than {self.max_header_bytes} bytes",
             )
+        elif self._delayq_in_body:
+            loop = asyncio.get_running_loop()
+            left = self._delayq_body_deadline - loop.time()
+            self._delayq_arm(max(0.0, min(self.body_timeout, left)))
 
     def on_headers_complete(self) -> None:
-        """The head is complete: its limits end here."""
+        """The head is complete: its limits end, the body's begin."""
         self._delayq_in_head = False
+        self._delayq_in_body = True
+        self._delayq_body_deadline = asyncio.get_running_loop().time() + self.body_total_timeout
         self._delayq_disarm()
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         """The body is complete: what follows is the next request's head."""
         super().on_message_complete()
+        self._delayq_in_body = False
         self._delayq_in_head = True
         self._delayq_head_bytes = 0
         self._delayq_began = False
+        self._delayq_disarm()
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Drop the deadline with the connection."""
