@@ -99,9 +99,9 @@ def test_on_conflict(client: TestClient) -> None:
         ({"payload": 1, "at": "2030-01-01T00:00:00"}, "invalid_time"),
         ({"payload": 1, "at": "tomorrow"}, "invalid_time"),
         ({"payload": 1, "at": 1e300}, "invalid_argument"),
-        ({"payload": 1, "id": ""}, "invalid_request"),
+        ({"payload": 1, "id": ""}, "invalid_id"),
         ({"payload": 1, "id": "a/b"}, "invalid_id"),
-        ({"payload": 1, "id": "a\u0000b"}, "invalid_argument"),
+        ({"payload": 1, "id": "a\u0000b"}, "invalid_id"),
         ({"payload": 1, "on_conflict": "merge"}, "invalid_request"),
         ({"payload": 1, "max_attempts": 0}, "invalid_request"),
         ({"payload": 1, "headers": {"a": 1}}, "invalid_request"),
@@ -186,7 +186,7 @@ def test_batch_limits(client: TestClient) -> None:
         "/v1/queues/q/messages/batch", json={"messages": [{"payload": 1}, {"id": "x"}]}
     )
     assert error_of(bad_item, 422) == "missing_payload"
-    assert "messages[1]" in bad_item.json()["error"]["message"]
+    assert "item 1: " in bad_item.json()["error"]["message"]
     assert stats(client)["ready"] == 0
 
 

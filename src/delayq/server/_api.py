@@ -88,15 +88,24 @@ async def server_state(request: Request) -> ServerState:
 
 
 StateDep = Annotated[ServerState, Depends(server_state)]
+# No length or pattern here: the one rule of delayq._names decides, with the same words
+# on every face (the schema still shows the length).
+_LENGTH = {"minLength": 1, "maxLength": MAX_ID_LENGTH}
 QueueName = Annotated[
     str,
     Path(
-        min_length=1,
-        max_length=MAX_ID_LENGTH,
-        description="The queue: 1 to 255 characters, no '{', '}', '/' or NUL, not '.' or '..'.",
+        description="The queue: 1 to 255 characters; a put needs a name without control "
+        "characters, '{', '}' or '/', not '.' or '..', and no space at either end.",
+        json_schema_extra=_LENGTH,
     ),
 ]
-MessageId = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)]
+MessageId = Annotated[
+    str,
+    Path(
+        description="The message id (percent-encoded): 1 to 255 characters.",
+        json_schema_extra=_LENGTH,
+    ),
+]
 
 
 def queue_named(state: ServerState, name: str) -> AsyncQueue:
@@ -164,7 +173,7 @@ async def put_batch(queue: QueueDep, state: StateDep, body: BatchPutRequest) -> 
         try:
             items.append(put_arguments(item, queue.name, state.config))
         except ApiError as exc:
-            raise ApiError(exc.status, exc.code, f"messages[{index}]: {exc.message}") from None
+            raise ApiError(exc.status, exc.code, f"item {index}: {exc.message}") from None
     with facade_errors():
         ids = await queue.put_many(items)
     state.metrics.puts.labels(queue.name).inc(len(ids))

@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
 from .._constants import LOGGER_NAME
+from .._names import InvalidName
 from ..durable.message import HeadersTooLarge
 from ..durable.serializer import PayloadTooDeep
 from ..errors import DuplicateId, LeaseLost, PayloadTooLarge, QueueClosed
@@ -135,6 +136,8 @@ def facade_errors() -> Iterator[None]:
         raise ApiError(422, "payload_too_deep", str(exc)) from None
     except HeadersTooLarge as exc:
         raise ApiError(422, "headers_too_large", str(exc)) from None
+    except InvalidName as exc:
+        raise ApiError(422, exc.code, str(exc)) from None
     except (TypeError, ValueError) as exc:
         raise ApiError(422, "invalid_argument", str(exc)) from None
 

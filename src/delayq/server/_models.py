@@ -108,9 +108,9 @@ class PutRequestBody(_Request):
     at: Seconds | None = Field(default=None, description=_AT_DOC)
     id: StrictStr | None = Field(
         default=None,
-        min_length=1,
-        max_length=MAX_ID_LENGTH,
-        description="The message id (default: generated). No '/', not '.' or '..' (URLs).",
+        description="The message id (default: generated): 1 to 255 characters, no "
+        "control characters or '/', not '.' or '..', no space at either end.",
+        json_schema_extra={"minLength": 1, "maxLength": MAX_ID_LENGTH},
     )
     on_conflict: Literal["ignore", "replace", "error"] = Field(
         default="ignore",
