@@ -176,7 +176,8 @@ class Task(Generic[P, R]):
         return await self.app.async_queue(self.queue).cancel(id)
 
     def reschedule(self, id: str, *, delay: Any = None, at: Any = None) -> bool:
-        """Move the message ``id`` to a new time: True if it was waiting."""
+        """Move the message ``id`` to a new time, ``delay`` or ``at`` (one of them):
+        True if it was waiting."""
         return self.app.queue(self.queue).reschedule(id, delay=delay, at=at)
 
     async def reschedule_async(self, id: str, *, delay: Any = None, at: Any = None) -> bool:

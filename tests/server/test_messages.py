@@ -219,8 +219,20 @@ def test_reschedule(any_client: TestClient) -> None:
     )
     assert response.status_code == 200
     assert response.json()["due_at"] == 4070908800000
-    now = any_client.post(f"/v1/queues/q/messages/{message_id}/reschedule", headers=JSON_TYPE)
+    now = any_client.post(f"/v1/queues/q/messages/{message_id}/reschedule", json={"delay": 0})
     assert now.json()["state"] == "ready"
+
+
+def test_reschedule_without_a_time_is_422_and_moves_nothing(any_client: TestClient) -> None:
+    message_id = put(any_client, delay="1h")
+    before = any_client.get(f"/v1/queues/q/messages/{message_id}").json()
+    path = f"/v1/queues/q/messages/{message_id}/reschedule"
+    for response in (any_client.post(path, json={}), any_client.post(path, json={"delay": None})):
+        assert error_of(response, 422) == "invalid_argument"
+        message = response.json()["error"]["message"]
+        assert "delay or at" in message, message
+    assert error_of(any_client.post(path, headers=JSON_TYPE), 422) == "invalid_request"
+    assert any_client.get(f"/v1/queues/q/messages/{message_id}").json() == before
 
 
 def test_reschedule_refusals(client: TestClient) -> None:

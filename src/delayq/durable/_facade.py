@@ -158,6 +158,14 @@ def due_arguments(delay: object, at: object) -> tuple[int | None, int | None]:
     return max(0, to_ms(delay_to_seconds(delay))), None
 
 
+def reschedule_arguments(delay: object, at: object) -> tuple[int | None, int | None]:
+    """``(delay_ms, at_ms)`` of a reschedule, which needs one of them: a reschedule
+    without a time is a mistake (a forgotten argument), not "due now"."""
+    if delay is None and at is None:
+        raise TypeError("reschedule needs the new due time: delay or at (a delay of 0 means now)")
+    return due_arguments(delay, at)
+
+
 def error_text(error: object) -> str | None:
     """``last_error`` for ``nack(error=...)``: a str, or an exception as its one-line
     summary (``KeyError: 'zz'``) followed, when it was raised, by its traceback (the

@@ -225,12 +225,12 @@ async def cancel_message(queue: QueueDep, id: MessageId) -> dict[str, bool]:
     responses=error_docs(404, 409),
 )
 async def reschedule_message(
-    queue: QueueDep, id: MessageId, body: Annotated[RescheduleRequest | None, Body()] = None
+    queue: QueueDep, id: MessageId, body: RescheduleRequest
 ) -> dict[str, Any]:
-    """Move a scheduled or ready message to a new due time (neither field: now).
+    """Move a scheduled or ready message to a new due time: ``delay`` or ``at`` (one
+    of them; ``{"delay": 0}`` makes it due now, ``{}`` is a 422).
 
     409 ``in_flight`` while it is reserved, 409 ``dead`` for a dead one."""
-    body = body or RescheduleRequest()
     delay, at = to_delay(body.delay), to_at(body.at)
     with facade_errors():
         moved = await queue.reschedule(id, delay=delay, at=at)

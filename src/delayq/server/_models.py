@@ -183,7 +183,8 @@ class CancelResponse(BaseModel):
 
 
 class RescheduleRequest(_Request):
-    """The new due time: ``delay`` or ``at`` (neither: now)."""
+    """The new due time: ``delay`` or ``at``, one of them (``"delay": 0`` is now);
+    neither is a 422."""
 
     delay: Seconds | None = Field(default=None, description=_DELAY_DOC)
     at: Seconds | None = Field(default=None, description=_AT_DOC)

@@ -24,7 +24,7 @@ from ..._constants import (
     DEFAULT_PEEK_LIMIT,
     DEFAULT_QUEUE_NAME,
 )
-from .._facade import QueueBase, check_address, check_seconds, due_arguments, to_ms
+from .._facade import QueueBase, check_address, check_seconds, reschedule_arguments, to_ms
 from ..backend import AsyncBackend
 from ..message import Message, OnConflict, State, Stats
 from ..registry import open_async_backend
@@ -190,11 +190,12 @@ class AsyncQueue(QueueBase):
         return await self._backend.cancel(self._name, check_address(id))
 
     async def reschedule(self, id: str, *, delay: Any = None, at: Any = None) -> bool:
-        """Move a scheduled or ready message to a new due time (neither: now); False
-        when it is unknown, in flight or dead."""
+        """Move a scheduled or ready message to a new due time, ``delay`` or ``at`` (one
+        of them: ``delay=0`` makes it due now); False when it is unknown, in flight or
+        dead."""
         self._check_open()
         message_id = check_address(id)
-        delay_ms, at_ms = due_arguments(delay, at)
+        delay_ms, at_ms = reschedule_arguments(delay, at)
         return await self._backend.reschedule(
             self._name, message_id, delay_ms=delay_ms, at_ms=at_ms
         )
