@@ -21,7 +21,7 @@ AT = "2031-01-01T00:00:00"
         (["put", "q", "{bad"], "PAYLOAD is not valid JSON"),
         (["put", "q", "hello"], "quote a string"),
         (["put", "q", "1", "--delay", "3 parsecs"], "unknown duration"),
-        (["put", "q", "1", "--delay", "-5s"], "unknown duration"),
+        (["put", "q", "1", "--delay", "-5 s"], "unknown duration"),
         (["put", "q", "1", "--at", AT], "has no time zone"),
         (["put", "q", "1", "--at", "next tuesday"], "not an ISO 8601 date"),
         (["put", "q", "1", "--delay", "1s", "--at", AT + "Z"], "not both"),

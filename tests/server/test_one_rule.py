@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import uuid
 from pathlib import Path
@@ -284,3 +285,111 @@ def test_what_was_stored_under_refused_names_stays_readable(
         path = "/v1/queues/q/messages/" + quote_from_bytes(message_id.encode(), safe="")
         assert client.get(path).json()["id"] == message_id
         assert client.delete(path).json() == {"cancelled": True}
+
+
+# -- durations (issue 15, point 5) -------------------------------------------------------
+
+DURATIONS = st.one_of(
+    st.sampled_from(["90", "-5", "-5s", "+5s", " 2m ", "1h30m", "1.5", "1e3", "soon", "nan"]),
+    st.sampled_from(["inf", "-", "1h 30m", "30m1h", "5 minutes", "1_000", "", "9" * 400 + "d"]),
+    st.text(alphabet=st.sampled_from(list("0123456789.-+ smhdue")), max_size=6),
+)
+
+
+def _put_delay(url: str, delay: str) -> Outcome:
+    try:
+        with Queue(url, name="q") as queue:
+            queue.put(1, delay=delay)
+    except (TypeError, ValueError) as exc:
+        return ("refused", _words(str(exc)))
+    return ("ok", "")
+
+
+def _put_delay_async(url: str, delay: str) -> Outcome:
+    async def run() -> Outcome:
+        try:
+            async with AsyncQueue(url, name="q") as queue:
+                await queue.put(1, delay=delay)
+        except (TypeError, ValueError) as exc:
+            return ("refused", _words(str(exc)))
+        return ("ok", "")
+
+    return asyncio.run(run())
+
+
+def _cli_delay(url: str, delay: str) -> Outcome:
+    result = CliRunner().invoke(main, ["put", "--url", url, f"--delay={delay}", "q", "1"])
+    if result.exit_code == 0:
+        return ("ok", "")
+    [line] = [line for line in result.stderr.splitlines() if line.strip()]
+    found = _CLI_ERROR.match(line)
+    assert found is not None, line
+    return ("refused", _words(found.group(1)))
+
+
+@_SETTINGS
+@given(delay=DURATIONS)
+def test_every_face_reads_a_duration_alike(delay: str, store: Path, http: TestClient) -> None:
+    memory = f"memory://one-rule-{uuid.uuid4().hex}"
+    expected = _put_delay(memory, delay)
+    assert _put_delay_async(memory, delay) == expected
+    assert _cli_delay(f"sqlite:///{store / 'cli.db'}", delay) == expected
+    body = {"payload": 1, "delay": delay}
+    for kind in (FAST_TYPE, ROUTE_TYPE):
+        assert _http(http, "POST", "/v1/queues/q/messages", body, kind) == expected, kind
+    with Queue(memory, name="q") as queue:
+        batch: Outcome = ("ok", "")
+        try:
+            queue.put_many([{"payload": 0}, {"payload": 1, "delay": delay}])
+        except ValueError as exc:
+            batch = ("refused", _words(str(exc)))
+    answer = _http(
+        http, "POST", "/v1/queues/q/messages/batch", {"messages": [{"payload": 0}, body]}, FAST_TYPE
+    )
+    assert answer == batch
+    if expected[0] == "refused":
+        assert batch[1] == f"item 1: {expected[1]}"
+
+
+@pytest.mark.parametrize("delay", [-5, -0.5, "-5", "-5s", "-1h"])
+def test_a_negative_delay_is_due_now_on_every_face(
+    delay: object, http: TestClient, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'now.db'}"
+    with Queue(url, name="q") as queue:
+        queue.put(1, id="python", delay=delay)
+        if isinstance(delay, str):
+            assert _cli_delay(url, delay) == ("ok", "")
+        assert [msg.payload for msg in queue.reserve(wait=0, max=5)] == [1] * (
+            2 if isinstance(delay, str) else 1
+        )
+    response = http.post("/v1/queues/q/messages", json={"payload": 1, "delay": delay})
+    assert response.status_code == 201, response.text
+    assert len(http.post("/v1/queues/q/reserve", json={}).json()["messages"]) == 1
+
+
+def test_seconds_as_a_string_are_seconds_on_every_face(http: TestClient, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'seconds.db'}"
+    with Queue(url, name="q") as queue:
+        python = queue.put(1, delay="90")
+        assert _cli_delay(url, "90") == ("ok", "")
+        [cli] = [msg for msg in queue.peek() if msg.id != python]
+        for msg in (queue.get(python), cli):
+            assert msg is not None
+            assert msg.state.value == "scheduled"
+    put = http.post("/v1/queues/q/messages", json={"payload": 1, "delay": "90"}).json()
+    assert http.get(f"/v1/queues/q/messages/{put['id']}").json()["state"] == "scheduled"
+
+
+def test_wait_and_lease_errors_name_their_argument(http: TestClient) -> None:
+    with Queue(f"memory://one-rule-{uuid.uuid4().hex}", name="q") as queue:
+        for call, kind in (
+            (lambda: queue.reserve(wait=math.nan), "wait must be finite"),
+            (lambda: queue.reserve(wait=0, lease=math.inf), "lease must be finite"),
+            (lambda: queue.reserve(wait=0, lease="soon"), "for lease"),
+            (lambda: queue.reserve(wait="-1s"), "wait must be >= 0"),
+            (lambda: queue.due_counts(horizon=math.nan), "horizon must be finite"),
+            (lambda: queue.put(1, delay=1e308), "delay of"),
+        ):
+            with pytest.raises(ValueError, match=kind):
+                call()

@@ -118,13 +118,13 @@ def _utf8(text: str) -> bytes:
 
 def check_seconds(kind: str, value: object, *, positive: bool) -> float:
     """Seconds (a number, timedelta or duration string), > 0 or >= 0."""
-    seconds = delay_to_seconds(value)
+    seconds = delay_to_seconds(value, kind)
     if seconds < 0 or (positive and seconds == 0):
         raise ValueError(f"{kind} must be {'> 0' if positive else '>= 0'} seconds, got {value!r}")
     return seconds
 
 
-def to_ms(seconds: float) -> int:
+def to_ms(seconds: float, kind: str = "delay") -> int:
     """Seconds as whole milliseconds, rounded up (a due time is never early).
 
     ValueError beyond the latest due time (1e308 seconds is finite, but not once
@@ -132,7 +132,7 @@ def to_ms(seconds: float) -> int:
     caller reads a negative as "now")."""
     product = seconds * 1000.0
     if not product <= MAX_DUE_MS:  # NaN included
-        raise ValueError(f"{seconds!r} seconds is out of range (past the year 9999)")
+        raise ValueError(f"{kind} of {seconds!r} seconds is out of range (past the year 9999)")
     if product < -MAX_DUE_MS:
         return -MAX_DUE_MS
     return seconds_to_ms(seconds)
@@ -152,7 +152,7 @@ def due_arguments(delay: object, at: object) -> tuple[int | None, int | None]:
     if at is not None:
         if delay is not None:
             raise ValueError("give delay= or at=, not both")
-        return None, max(0, to_ms(epoch_of(at)))
+        return None, max(0, to_ms(epoch_of(at), "at"))
     if delay is None:
         return None, None
     return max(0, to_ms(delay_to_seconds(delay))), None
@@ -333,7 +333,7 @@ class QueueBase:
                 f"wait must be at most {MAX_RESERVE_WAIT:.0f} seconds (a century), got "
                 f"{wait!r}: wait=None waits until a message is due"
             )
-        lease_ms = to_ms(check_seconds("lease", lease, positive=True))
+        lease_ms = to_ms(check_seconds("lease", lease, positive=True), "lease")
         return wait_s, lease_ms, check_int("max", max, 1)
 
     def _held(self, msg: object) -> tuple[str, str]:
@@ -403,7 +403,7 @@ class QueueBase:
         count = check_int("buckets", buckets, 1)
         if count > MAX_DUE_BUCKETS:
             raise ValueError(f"buckets must be <= {MAX_DUE_BUCKETS}, got {count}")
-        return to_ms(seconds), count
+        return to_ms(seconds, "horizon"), count
 
     @staticmethod
     def _state(state: object) -> State | None:

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, Response
 
 from .._constants import MAX_ID_LENGTH
 from ..durable import AsyncQueue, Message, State
-from ._convert import put_arguments, to_at, to_delay
+from ._convert import put_arguments, to_at
 from ._errors import ApiError, facade_errors
 from ._models import (
     AckRequest,
@@ -231,7 +231,7 @@ async def reschedule_message(
     of them; ``{"delay": 0}`` makes it due now, ``{}`` is a 422).
 
     409 ``in_flight`` while it is reserved, 409 ``dead`` for a dead one."""
-    delay, at = to_delay(body.delay), to_at(body.at)
+    delay, at = body.delay, to_at(body.at)
     with facade_errors():
         moved = await queue.reschedule(id, delay=delay, at=at)
     if not moved:
@@ -351,7 +351,7 @@ async def nack_message(
     """Failed: retry after ``delay`` (default: the queue's backoff for this attempt),
     or dead once out of attempts; ``dead: true`` makes it dead at once. Returns the
     new state. 409 ``lease_lost`` when the lease is no longer held."""
-    delay = to_delay(body.delay)
+    delay = body.delay
     current = await _existing(queue, id)
     with facade_errors():
         new_state = await queue.nack(

@@ -18,17 +18,7 @@ from ._config import ServeConfig
 from ._errors import ApiError
 from ._models import PutRequestBody
 
-__all__ = ["put_arguments", "to_at", "to_delay"]
-
-
-def to_delay(value: int | float | str | None) -> int | float | str | None:
-    """``delay`` for the facade: a numeric string (``"30"``) counts as seconds."""
-    if isinstance(value, str):
-        try:
-            return float(value.strip())
-        except ValueError:
-            return value  # a duration string, or the facade's ValueError
-    return value
+__all__ = ["put_arguments", "to_at"]
 
 
 def to_at(value: int | float | str | None) -> int | float | datetime | None:
@@ -105,7 +95,7 @@ def put_arguments(body: PutRequestBody, queue: str, config: ServeConfig) -> dict
         headers[CALLBACK_HEADER] = callback
     arguments: dict[str, Any] = {
         "payload": _payload(body),
-        "delay": to_delay(body.delay),
+        "delay": body.delay,  # seconds or a duration string: the queue's one parser
         "at": to_at(body.at),
         "on_conflict": body.on_conflict,
         "max_attempts": body.max_attempts,

@@ -55,7 +55,10 @@ __all__ = [
 
 StateName = Literal["scheduled", "ready", "active", "dead"]
 Seconds = StrictInt | StrictFloat | StrictStr
-_DELAY_DOC = 'Seconds (a number, negative means now) or a duration like "250ms", "30m", "1h30m".'
+_DELAY_DOC = (
+    'Seconds (90, "90") or a duration like "250ms", "30m", "1h30m"; a negative delay '
+    '("-5", "-5s") means now.'
+)
 _AT_DOC = "An RFC 3339 time with its offset (2030-01-31T09:00:00+01:00) or epoch seconds."
 
 

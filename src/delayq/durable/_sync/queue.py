@@ -180,7 +180,7 @@ class Queue(QueueBase):
         (epoch ms). :class:`~delayq.LeaseLost` if the lease is no longer held."""
         self._check_open()
         id, token = self._held(msg)
-        lease_ms = to_ms(check_seconds("lease", lease, positive=True))
+        lease_ms = to_ms(check_seconds("lease", lease, positive=True), "lease")
         return self._backend.extend(self._name, id, token, lease_ms)
 
     def cancel(self, id: str) -> bool:
