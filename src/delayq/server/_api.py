@@ -258,7 +258,9 @@ async def _client_gone(request: Request) -> None:
 async def _long_poll(queue: AsyncQueue, request: Request, body: ReserveRequest) -> list[Message]:
     """``reserve`` that waits on the event loop and ends early, with nothing, when the
     client goes away or the server stops."""
-    claim = asyncio.ensure_future(queue.reserve(wait=body.wait, lease=body.lease, max=body.max))
+    claim = asyncio.ensure_future(
+        queue.reserve(wait=body.wait, lease=body.lease_seconds, max=body.max)
+    )
     gone = asyncio.ensure_future(_client_gone(request))
     stop = asyncio.ensure_future(_stopping(request).wait())
     try:
@@ -289,16 +291,16 @@ async def reserve(
     body: Annotated[ReserveRequest | None, Body()] = None,
 ) -> dict[str, Any]:
     """Claim up to ``max`` due messages, earliest due first, each under a lease of
-    ``lease`` seconds; wait up to ``wait`` seconds (long-poll) for one to fall due.
-    An empty list when none came. Ack, nack, extend or release each with its
-    ``lease`` token."""
+    ``lease_seconds`` (``lease``, its former name, is still accepted); wait up to
+    ``wait`` seconds (long-poll) for one to fall due. ``{"messages": []}`` when none
+    came. Ack, nack, extend or release each with its ``lease`` token."""
     body = body or ReserveRequest()
     with facade_errors():
         if body.wait > 0:
             with request.app.state.delayq_long_polls.slot(request.scope):
                 messages = await _long_poll(queue, request, body)
         else:
-            messages = await queue.reserve(wait=0, lease=body.lease, max=body.max)
+            messages = await queue.reserve(wait=0, lease=body.lease_seconds, max=body.max)
     now_ms = time.time() * 1000.0
     for message in messages:
         state.metrics.observe_lateness(queue.name, message.due_at, now_ms)

@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
 
 from .._constants import (
     CALLBACK_MAX_TIMEOUT,
@@ -169,8 +178,12 @@ class MessageOut(BaseModel):
         description="Why the payload cannot be shown (it is then null): written with "
         "another serializer, or nested deeper than the limit before there was one.",
     )
-    lease: str | None = None
-    lease_expires_at: int | None = None
+    lease: str | None = Field(
+        default=None, description="The lease token: only on messages from reserve."
+    )
+    lease_expires_at: int | None = Field(
+        default=None, description="When the lease ends (epoch ms), on every message in flight."
+    )
 
 
 class MessageList(BaseModel):
@@ -196,18 +209,48 @@ class RescheduleRequest(_Request):
 # -- consuming -------------------------------------------------------------------------
 
 
+def _former_name(data: Any, former: str, name: str) -> Any:
+    """``data`` (a request body) with ``former``, an earlier spelling of the field
+    ``name``, renamed to it; both at once is a 422."""
+    if isinstance(data, dict) and former in data:
+        if name in data:
+            raise ValueError(f"give {name} (or {former}, its former name), not both")
+        data = {**data, name: data[former]}
+        del data[former]
+    return data
+
+
 class ReserveRequest(_Request):
-    """Claim up to ``max`` due messages for ``lease`` seconds, waiting up to ``wait``."""
+    """Claim up to ``max`` due messages, each for ``lease_seconds``, waiting up to
+    ``wait`` seconds. (``lease``, the former name of ``lease_seconds``, is still
+    accepted: ``lease`` is the token of a claimed message everywhere else.)"""
 
     max: StrictInt = Field(default=1, ge=1, le=SERVE_MAX_LIMIT)
-    lease: StrictInt | StrictFloat = Field(default=DEFAULT_LEASE, gt=0, le=86_400)
-    wait: StrictInt | StrictFloat = Field(default=0, ge=0, le=SERVE_MAX_WAIT)
+    lease_seconds: StrictInt | StrictFloat = Field(
+        default=DEFAULT_LEASE,
+        gt=0,
+        le=86_400,
+        description="How long each message is held (seconds); ack, nack, extend or "
+        "release it before then with its lease token.",
+    )
+    wait: StrictInt | StrictFloat = Field(
+        default=0, ge=0, le=SERVE_MAX_WAIT, description="Seconds to wait for a message."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lease_renamed(cls, data: Any) -> Any:
+        return _former_name(data, "lease", "lease_seconds")
 
 
 class AckRequest(_Request):
     """The lease token from reserve."""
 
-    lease: StrictStr = Field(min_length=1, max_length=MAX_ID_LENGTH)
+    lease: StrictStr = Field(
+        min_length=1,
+        max_length=MAX_ID_LENGTH,
+        description="The lease token of the message, from reserve.",
+    )
 
 
 class AckResponse(BaseModel):
@@ -233,7 +276,9 @@ class NackResponse(BaseModel):
 class ExtendRequest(AckRequest):
     """Renew the lease for ``lease_seconds`` from now."""
 
-    lease_seconds: StrictInt | StrictFloat = Field(default=DEFAULT_LEASE, gt=0, le=86_400)
+    lease_seconds: StrictInt | StrictFloat = Field(
+        default=DEFAULT_LEASE, gt=0, le=86_400, description="The new lease, seconds from now."
+    )
 
 
 class ExtendResponse(BaseModel):
