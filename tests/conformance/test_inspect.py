@@ -12,7 +12,8 @@ import pytest
 
 from delayq import Queue, QueueClosed
 from delayq.durable import State
-from delayq.durable.message import put_request
+
+from ._helpers import stored_request
 
 
 def backend_now(q: Any) -> int:
@@ -57,17 +58,7 @@ def test_queues_lists_exactly_the_queues_with_messages(
     dead.put("d", max_attempts=1)
     dead.nack(dead.reserve(wait=0)[0])
     with Queue(backend_url) as raw:
-        stored = put_request(
-            id="o",
-            payload=b'"o"',
-            encoding="json",
-            max_attempts=5,
-            headers={},
-            delay_ms=None,
-            at_ms=None,
-            on_conflict="ignore",
-        )
-        raw.backend.put(odd.name, [stored])
+        raw.backend.put(odd.name, [stored_request("o", b'"o"')])
     mine = {q.name for q in (ready, later, empty, dead, odd)}
 
     def listed() -> list[str]:

@@ -17,9 +17,9 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from conformance._helpers import stored_request
 from delayq._constants import SERVE_QUEUE_CACHE
 from delayq.durable import AsyncQueue, Queue
-from delayq.durable.message import put_request
 from delayq.server import ServeConfig, create_app
 from delayq.server._coalesce import PutCoalescer
 
@@ -158,17 +158,7 @@ def _write_bad_records(url: str) -> list[str]:
             foreign = pickled.put({"made": "by pickle"})
     with Queue(url, name="q") as plain:
         deep = json.dumps(json.loads(_nested(200)), separators=(",", ":")).encode()
-        request = put_request(
-            id="deep",
-            payload=deep,
-            encoding="json",
-            max_attempts=5,
-            headers={},
-            delay_ms=None,
-            at_ms=None,
-            on_conflict="ignore",
-        )
-        plain.backend.put("q", [request])
+        plain.backend.put("q", [stored_request("deep", deep)])
         plain.put({"n": 1}, id="good-1")
         plain.put({"n": 2}, id="good-2")
     return [foreign, "deep"]

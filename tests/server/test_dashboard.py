@@ -18,9 +18,9 @@ from urllib.parse import quote
 import httpx
 import pytest
 
+from conformance._helpers import stored_request
 from delayq import Queue
 from delayq._constants import CALLBACK_HEADER
-from delayq.durable.message import put_request
 from delayq.server import ServeConfig, create_app
 from delayq.server._config import SESSION_COOKIE
 from delayq.server._dashboard import (
@@ -177,15 +177,8 @@ def _stored_as_before(
 ) -> None:
     """Store a message, due in an hour, as delayq did before one rule held for ids: by
     the backend, which takes any id (a put checks the rule first)."""
-    request = put_request(
-        id=message_id,
-        payload=json.dumps(payload).encode(),
-        encoding="json",
-        max_attempts=5,
-        headers=headers or {},
-        delay_ms=3_600_000,
-        at_ms=None,
-        on_conflict="ignore",
+    request = stored_request(
+        message_id, json.dumps(payload).encode(), headers=headers, delay_ms=3_600_000
     )
     q.backend.put(q.name, [request])
 

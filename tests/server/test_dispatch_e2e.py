@@ -25,12 +25,12 @@ from typing import Any
 import httpx
 import pytest
 
+from conformance._helpers import stored_request
 from conformance.conftest import memory_url, redis_url, sqlite_url
 from delayq import __version__
 from delayq._constants import CALLBACK_HEADER, CALLBACK_SIGNATURE_HEADER
 from delayq._duration import seconds_to_ms
 from delayq.durable import AsyncQueue, State
-from delayq.durable.message import put_request
 from delayq.durable.retry import RetryPolicy
 from delayq.server._callbacks import Callback, is_loopback_host, parse_callback, verify
 from delayq.server._config import ServeConfig
@@ -414,17 +414,7 @@ def test_a_message_id_that_cannot_be_signed_or_sent_goes_dead_with_its_reason() 
         queue = state.queue(QUEUE)
         # An id a put refuses now (a control character), as an older version stored it.
         newline = "a\nb"
-        stored = put_request(
-            id=newline,
-            payload=b'{"n": 1}',
-            encoding="json",
-            max_attempts=5,
-            headers=header,
-            delay_ms=None,
-            at_ms=None,
-            on_conflict="ignore",
-        )
-        await queue.backend.put(QUEUE, [stored])
+        await queue.backend.put(QUEUE, [stored_request(newline, b'{"n": 1}', headers=header)])
         accented = await queue.put({"n": 2}, id="é", headers=header, max_attempts=5)
         for id, fragment in [(newline, "message id"), (accented, "message id")]:
             msg = await dead_message(state, id)

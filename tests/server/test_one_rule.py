@@ -25,10 +25,10 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conformance._helpers import stored_request
 from delayq import AsyncQueue, Queue
 from delayq._names import check_message_id, check_queue_name
 from delayq.cli import main
-from delayq.durable.message import put_request
 
 from .conftest import MakeClient
 
@@ -235,25 +235,12 @@ LEGACY_NAMES = ["tenant/a", "{tag}", " lead", "trail ", "a\nb"]
 LEGACY_IDS = ["a/b", "..", "a\r\nb", " x"]
 
 
-def _legacy(message_id: str) -> Any:
-    return put_request(
-        id=message_id,
-        payload=b"1",
-        encoding="json",
-        max_attempts=5,
-        headers={},
-        delay_ms=None,
-        at_ms=None,
-        on_conflict="ignore",
-    )
-
-
 def _store_legacy(url: str) -> None:
     """Write what an older delayq accepted, as it wrote it: straight to the backend."""
     with Queue(url) as root:
         for name in LEGACY_NAMES:
-            root.backend.put(name, [_legacy("m")])
-        root.backend.put("q", [_legacy(message_id) for message_id in LEGACY_IDS])
+            root.backend.put(name, [stored_request("m")])
+        root.backend.put("q", [stored_request(message_id) for message_id in LEGACY_IDS])
 
 
 def test_what_was_stored_under_refused_names_stays_readable(
