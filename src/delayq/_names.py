@@ -5,9 +5,9 @@ What a put may write (:func:`check_queue_name`, :func:`check_message_id`): 1 to 
 characters; no control character (C0 with NUL, DEL, C1) and no lone surrogate, so no
 name or id can forge a log line or break an HTTP header; no ``/`` and not ``.`` or
 ``..``, so every name and id can be one segment of a URL path; no space at either end,
-almost always a slip of copy and paste, which forms (the dashboard's search) trim. A queue name may not hold
-``{`` or ``}`` either (Redis keys put the name inside a ``{...}`` hash tag). Letters of
-any script are welcome.
+almost always a slip of copy and paste, which forms (the dashboard's search) trim. A
+queue name may not hold ``{`` or ``}`` either (Redis keys put the name inside a
+``{...}`` hash tag). Letters of any script are welcome.
 
 What a read may address (:func:`check_stored`): anything a backend can hold, 1 to 255
 characters without NUL. Everything but ``put`` and ``put_many`` (opening a queue, get,
