@@ -40,6 +40,7 @@ __all__ = [
     "format_ms",
     "format_seconds",
     "open_queue",
+    "parse_delay",
     "parse_duration",
     "parse_timestamp",
     "relative",
@@ -242,21 +243,35 @@ def check_backend(url: str, name: str, timeout: float) -> None:
 def parse_duration(
     ctx: click.Context, param: click.Parameter, value: str | float | None
 ) -> float | None:
-    """Option callback: seconds (float) of ``"250ms"``, ``"90s"``, ``"1h30m"`` or a
-    plain number; a usage error unless it is a duration >= 0."""
+    """Option callback: seconds (float) of a duration, read by the parser of every face
+    (``"250ms"``, ``"90s"``, ``"1h30m"``, ``"90"``); a usage error unless it is >= 0."""
+    seconds = _duration_of(param, value)
+    if seconds is not None and seconds < 0.0:
+        raise click.UsageError(f"{_option_name(param)} must be >= 0 seconds, got {value!r}")
+    return seconds
+
+
+def parse_delay(
+    ctx: click.Context, param: click.Parameter, value: str | float | None
+) -> float | None:
+    """Option callback of ``--delay``: as :func:`parse_duration`, but a negative delay
+    means "due now", as on every face."""
+    return _duration_of(param, value)
+
+
+def _option_name(param: click.Parameter) -> str:
+    return param.opts[0] if param.opts else str(param.name)
+
+
+def _duration_of(param: click.Parameter, value: str | float | None) -> float | None:
+    """The seconds of ``value``; errors name the argument as Python and HTTP do
+    (``delay``, not ``--delay``), in the same words."""
     if value is None or isinstance(value, float):
         return value
-    text = str(value).strip()
     try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            seconds = delay_to_seconds(text)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
-    if not 0.0 <= seconds < float("inf"):
-        raise click.BadParameter(f"{text!r} is not a duration >= 0", ctx=ctx, param=param)
-    return seconds
+        return delay_to_seconds(str(value), str(param.name))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def parse_timestamp(
@@ -286,15 +301,18 @@ def parse_timestamp(
     return moment
 
 
-def duration_option(*names: str, default: float | None = None, help: str) -> Callable[[F], F]:
-    """An option whose value is a duration (seconds as a float)."""
+def duration_option(
+    *names: str, default: float | None = None, help: str, negative_is_now: bool = False
+) -> Callable[[F], F]:
+    """An option whose value is a duration (seconds as a float), >= 0 unless
+    ``negative_is_now`` (a delay: negative means due now)."""
     return click.option(
         *names,
         type=click.STRING,
         default=None if default is None else f"{default:g}",
         show_default=default is not None,
         metavar="DURATION",
-        callback=parse_duration,
+        callback=parse_delay if negative_is_now else parse_duration,
         help=help,
     )
 

@@ -159,7 +159,9 @@ def stats_data(name: str, snapshot: Stats) -> dict[str, Any]:
 @click.command(short_help="Put a message on a queue; print its id.")
 @click.argument("queue")
 @click.argument("payload")
-@duration_option("--delay", help="Due after this long: 30m, 1h30m, 250ms, 90 (seconds).")
+@duration_option(
+    "--delay", help="Due after this long: 30m, 1h30m, 250ms, 90 (seconds).", negative_is_now=True
+)
 @at_option("Due at this ISO 8601 time with its offset: 2030-01-31T09:00:00+01:00, ...Z.")
 @click.option("--id", "message_id", default=None, help="The message id (default: a random one).")
 @click.option(
@@ -245,7 +247,9 @@ def _argument_value(text: str) -> Any:
     help="The App that defines TASK: the task must exist there, and its queue and "
     "max_attempts are used.",
 )
-@duration_option("--delay", help="Run after this long: 30m, 1h30m, 250ms, 90 (seconds).")
+@duration_option(
+    "--delay", help="Run after this long: 30m, 1h30m, 250ms, 90 (seconds).", negative_is_now=True
+)
 @at_option("Run at this ISO 8601 time with its offset: 2030-01-31T09:00:00+01:00, ...Z.")
 @click.option("--id", "message_id", default=None, help="The message id (default: a random one).")
 @url_option()
@@ -304,7 +308,7 @@ def cancel(*, queue: str, message_id: str, url: str | None) -> None:
 @click.command(short_help="Move a waiting message to a new due time.")
 @click.argument("queue")
 @click.argument("message_id", metavar="ID")
-@duration_option("--delay", help="Due this long from now: 1h, 90s, 250ms...")
+@duration_option("--delay", help="Due this long from now: 1h, 90s, 250ms...", negative_is_now=True)
 @at_option("Due at this ISO 8601 time with its offset (...Z, ...+01:00).")
 @url_option()
 def reschedule(

@@ -104,7 +104,7 @@ class EverySchedule:
     """A fixed interval (``"5m"``, ``90``, a timedelta), aligned to the Unix epoch."""
 
     def __init__(self, interval: object) -> None:
-        seconds = delay_to_seconds(interval)
+        seconds = delay_to_seconds(interval, "interval")
         period = seconds_to_ms(seconds)
         if period < 1:
             raise ValueError(f"an interval must be at least 1ms, got {interval!r}")

@@ -1,11 +1,14 @@
-"""Parsing of delays and deadlines, with no I/O.
+"""Parsing of delays and deadlines, with no I/O: the one parser of every face (Python,
+the CLI, the HTTP API).
 
-A delay is seconds (``int``/``float``), a :class:`datetime.timedelta`, or a string of
-numbers with units, largest unit first: ``"250ms"``, ``"90s"``, ``"1.5h"``, ``"1h30m"``.
-A deadline (``at=``) is an aware :class:`datetime.datetime` or epoch seconds. A
-negative delay, or a deadline in the past, means "due now"; NaN, infinities,
+A delay is seconds (``int``/``float``), a :class:`datetime.timedelta`, or a string:
+seconds (``"90"``, ``"1.5"``) or numbers with units, largest unit first (``"250ms"``,
+``"90s"``, ``"1.5h"``, ``"1h30m"``); a string may have a sign (``"-5s"``) and spaces
+around it. A deadline (``at=``) is an aware :class:`datetime.datetime` or epoch
+seconds. A negative delay, or a deadline in the past, means "due now" (what a delay
+computed as ``deadline - now`` needs once the deadline has passed). NaN, infinities,
 naive datetimes and unknown strings raise :class:`ValueError`; ``bool`` and other
-types raise :class:`TypeError`.
+types raise :class:`TypeError`. Every message names the argument (``kind``).
 """
 
 from __future__ import annotations
@@ -31,60 +34,76 @@ _UNIT_SECONDS = {"d": 86_400.0, "h": 3_600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "
 _UNIT_RANK = {unit: rank for rank, unit in enumerate(_UNIT_SECONDS)}
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|us|d|h|m|s)")
 _WHOLE = re.compile(r"(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ms|us|d|h|m|s))+")
+_SECONDS = re.compile(r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 _INF = math.inf
 
 
-def _parse_duration_string(text: str) -> float:
-    if _WHOLE.fullmatch(text) is None:
-        raise ValueError(
-            f"unknown duration {text!r}: use a number with a unit (us, ms, s, m, h, d), "
-            'largest unit first, e.g. "250ms", "90s", "1.5h", "1h30m"'
-        )
-    total = 0.0
-    last_rank = -1
-    for match in _PART.finditer(text):
-        rank = _UNIT_RANK[match.group(2)]
-        if rank <= last_rank:
-            raise ValueError(
-                f"unknown duration {text!r}: each unit at most once, largest first (e.g. '1h30m')"
-            )
-        last_rank = rank
-        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+def _unknown(text: str, kind: str) -> ValueError:
+    return ValueError(
+        f'unknown duration {text!r} for {kind}: use seconds (90, "90", "-5") or numbers '
+        'with units (us, ms, s, m, h, d), largest unit first, e.g. "250ms", "90s", '
+        '"1.5h", "1h30m"'
+    )
+
+
+def _parse_duration_string(text: str, kind: str) -> float:
+    body = text.strip()
+    sign = 1.0
+    if body[:1] in ("-", "+"):
+        sign = -1.0 if body[0] == "-" else 1.0
+        body = body[1:]
+    if _SECONDS.fullmatch(body) is not None:
+        total = float(body)
+    elif _WHOLE.fullmatch(body) is not None:
+        total = 0.0
+        last_rank = -1
+        for match in _PART.finditer(body):
+            rank = _UNIT_RANK[match.group(2)]
+            if rank <= last_rank:
+                raise ValueError(
+                    f"unknown duration {text!r} for {kind}: each unit at most once, "
+                    "largest first (e.g. '1h30m')"
+                )
+            last_rank = rank
+            total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    else:
+        raise _unknown(text, kind)
     if not total < _INF:
-        raise ValueError(f"duration {text!r} is too large")
-    return total
+        raise ValueError(f"{kind} {text!r} is too large")
+    return sign * total
 
 
-def delay_to_seconds(delay: object) -> float:
-    """Return ``delay`` in seconds (may be negative, meaning "due now")."""
-    kind = type(delay)
-    if kind is float:
+def delay_to_seconds(delay: object, kind: str = "delay") -> float:
+    """Return ``delay`` in seconds (may be negative, meaning "due now"); errors name
+    the argument ``kind`` (``"delay"``, ``"wait"``, ``"lease"``...)."""
+    value_type = type(delay)
+    if value_type is float:
         seconds: float = delay  # type: ignore[assignment]
-    elif kind is int:
+    elif value_type is int:
         try:
             seconds = float(delay)  # type: ignore[arg-type]
         except OverflowError:
             raise ValueError(
-                f"delay must be finite, got an int of {len(str(delay))} digits"
+                f"{kind} must be finite, got an int of {len(str(delay))} digits"
             ) from None
-    elif kind is bool:
-        raise TypeError("a bool is not a delay")
+    elif value_type is bool:
+        raise TypeError(f"a bool is not a duration ({kind})")
     elif isinstance(delay, timedelta):
         seconds = delay.total_seconds()
     elif isinstance(delay, str):
-        return _parse_duration_string(delay)
+        return _parse_duration_string(delay, kind)
     elif isinstance(delay, (int, float)):  # int/float subclasses (e.g. numpy scalars)
         try:
             seconds = float(delay)
         except OverflowError:
-            raise ValueError("delay must be finite") from None
+            raise ValueError(f"{kind} must be finite") from None
     else:
         raise TypeError(
-            f"delay must be seconds (int/float), a timedelta or a string like '30m', "
-            f"not {kind.__name__}"
+            f"{kind} must be seconds (int/float), a timedelta or a string like '30m', "
+            f"not {value_type.__name__}"
         )
     if not -_INF < seconds < _INF:
-        raise ValueError(f"delay must be finite, got {delay!r}")
+        raise ValueError(f"{kind} must be finite, got {delay!r}")
     return seconds
 
 

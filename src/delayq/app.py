@@ -31,6 +31,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from ._constants import CRON_TICK_HEADER, DEFAULT_QUEUE_NAME
 from ._cron import CronSchedule, EverySchedule, Schedule, tick_id
+from ._names import check_queue_name
 from .durable._facade import check_identifier
 from .durable.message import Message, OnConflict
 from .durable.queue import AsyncQueue, Queue
@@ -175,7 +176,8 @@ class Task(Generic[P, R]):
         return await self.app.async_queue(self.queue).cancel(id)
 
     def reschedule(self, id: str, *, delay: Any = None, at: Any = None) -> bool:
-        """Move the message ``id`` to a new time: True if it was waiting."""
+        """Move the message ``id`` to a new time, ``delay`` or ``at`` (one of them):
+        True if it was waiting."""
         return self.app.queue(self.queue).reschedule(id, delay=delay, at=at)
 
     async def reschedule_async(self, id: str, *, delay: Any = None, at: Any = None) -> bool:
@@ -407,7 +409,7 @@ class App:
         if not callable(fn):
             raise TypeError(f"a task is a function, not {type(fn).__name__}")
         task_name = check_identifier("task name", name or getattr(fn, "__name__", ""))
-        check_identifier("queue", queue)
+        check_queue_name(queue)
         if task_name in self.tasks:
             raise ValueError(f"a task named {task_name!r} is registered already")
         if backoff is not None and not isinstance(backoff, RetryPolicy):

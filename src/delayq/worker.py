@@ -542,7 +542,7 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 
 
 def _positive(name: str, value: object, *, zero: bool = False) -> float:
-    seconds = delay_to_seconds(value)
+    seconds = delay_to_seconds(value, name)
     if not (seconds >= 0 if zero else seconds > 0) or math.isinf(seconds):
         raise ValueError(f"{name} must be seconds {'>= 0' if zero else '> 0'}, got {value!r}")
     return seconds

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from delayq.durable.message import PutRequest, put_request
+
 T = TypeVar("T")
 
 
@@ -42,3 +44,25 @@ def total(q: Any) -> int:
     """How many messages the queue holds, in any state."""
     stats = q.stats()
     return int(stats.scheduled + stats.ready + stats.active + stats.dead)
+
+
+def stored_request(
+    message_id: str,
+    payload: bytes = b"1",
+    *,
+    headers: dict[str, str] | None = None,
+    delay_ms: int | None = None,
+) -> PutRequest:
+    """A put as a backend takes it, for storing what a put refuses today (an id or
+    name an older version accepted, a payload it wrote): ``backend.put(queue, [it])``
+    stores it unchecked. ``payload`` is JSON bytes."""
+    return put_request(
+        id=message_id,
+        payload=payload,
+        encoding="json",
+        max_attempts=5,
+        headers=headers or {},
+        delay_ms=delay_ms,
+        at_ms=None,
+        on_conflict="ignore",
+    )

@@ -81,7 +81,7 @@ def _nested(depth: int) -> Any:
 def test_a_payload_nested_too_deep_is_a_value_error(q: Any, depth: int) -> None:
     with pytest.raises(PayloadTooDeep, match="more than 64"):
         q.put(_nested(depth))
-    with pytest.raises(ValueError, match=r"put_many item 1: .*more than 64"):
+    with pytest.raises(ValueError, match=r"item 1: .*more than 64"):
         q.put_many([{"payload": "fine"}, {"payload": _nested(depth)}])
     with pytest.raises(ValueError, match="more than 64"):
         q.put([["strings do not count: [[[{{{"] * 100, _nested(depth)])
@@ -142,7 +142,7 @@ TOO_MANY_OR_LARGE = [
 def test_headers_too_many_or_too_large_are_a_value_error(q: Any, headers: dict[str, str]) -> None:
     with pytest.raises(HeadersTooLarge, match=r"at most 64 headers|the limit is 65536"):
         q.put("x", headers=headers)
-    with pytest.raises(ValueError, match=r"put_many item 1: .*(64 headers|65536)"):
+    with pytest.raises(ValueError, match=r"item 1: .*(64 headers|65536)"):
         q.put_many([{"payload": "fine"}, {"payload": "x", "headers": headers}])
     assert total(q) == 0
 

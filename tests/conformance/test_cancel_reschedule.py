@@ -6,6 +6,8 @@ import math
 import time
 from typing import Any
 
+import pytest
+
 from delayq.durable import State
 
 from ._helpers import ceil_ms, in_thread, now_ms
@@ -70,13 +72,24 @@ def test_reschedule_scheduled_and_ready(q: Any) -> None:
     assert msg.id == scheduled
 
 
+def test_reschedule_without_a_time_is_refused_and_moves_nothing(q: Any) -> None:
+    msg_id = q.put("x", delay=60)
+    due = q.get(msg_id).due_at
+    with pytest.raises(TypeError, match="delay or at"):
+        q.reschedule(msg_id)
+    with pytest.raises(TypeError, match="delay or at"):
+        q.reschedule(msg_id, delay=None, at=None)
+    assert q.get(msg_id).due_at == due
+    assert q.reserve(wait=0) == []
+
+
 def test_reschedule_in_flight_dead_or_unknown_is_false(q: Any) -> None:
     dead = _dead(q)
     q.put("a")
     [active] = q.reserve(wait=0)
     assert q.reschedule(active.id, delay=10) is False
     assert q.reschedule(dead, delay=10) is False
-    assert q.reschedule("unknown") is False
+    assert q.reschedule("unknown", delay=0) is False
     assert q.get(active.id).state is State.ACTIVE
     assert q.get(dead).state is State.DEAD
     q.ack(active)
@@ -86,7 +99,7 @@ def test_rescheduled_message_goes_behind_those_already_due(q: Any) -> None:
     first = q.put("first")
     q.put("second")
     time.sleep(0.01)
-    assert q.reschedule(first)
+    assert q.reschedule(first, delay=0)
     assert [m.payload for m in q.reserve(wait=0, max=2)] == ["second", "first"]
 
 

@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
-from delayq import QueueClosed
+from delayq import Queue, QueueClosed
 from delayq.durable import State
+
+from ._helpers import stored_request
 
 
 def backend_now(q: Any) -> int:
@@ -39,18 +41,24 @@ def expected_counts(dues: list[int], start: int, horizon_ms: int, buckets: int) 
 # -- queues() ----------------------------------------------------------------------------
 
 
-def test_queues_lists_exactly_the_queues_with_messages(make_queue: Callable[..., Any]) -> None:
+def test_queues_lists_exactly_the_queues_with_messages(
+    make_queue: Callable[..., Any], backend_url: str
+) -> None:
     tag = uuid.uuid4().hex[:8]
     ready = make_queue(f"ready-{tag}")
     later = make_queue(f"later-{tag}")
     empty = make_queue(f"empty-{tag}")
     dead = make_queue(f"dead-{tag}")
+    # Glob and hash-tag characters: a put refuses '{' and '}' in a name now, but a queue
+    # an older version stored under such a name is still listed (its SCAN pattern is
+    # escaped), and readable.
     odd = make_queue(f"g*[?]\\}}:{{x}}:1-{tag}")
     ready.put("r")
     later.put("s", delay=3600)
     dead.put("d", max_attempts=1)
     dead.nack(dead.reserve(wait=0)[0])
-    odd.put("o")
+    with Queue(backend_url) as raw:
+        raw.backend.put(odd.name, [stored_request("o", b'"o"')])
     mine = {q.name for q in (ready, later, empty, dead, odd)}
 
     def listed() -> list[str]:

@@ -25,7 +25,7 @@ def test_nack_without_delay_uses_the_retry_policy(make_queue: Any) -> None:
         assert seen.state is State.SCHEDULED
         assert seen.last_error == f"fail {attempt}"
         assert before + expected_ms <= seen.due_at <= ceil_ms() + expected_ms + 1
-        assert q.reschedule(msg_id)
+        assert q.reschedule(msg_id, delay=0)
 
 
 def test_backoff_is_capped_and_jittered(make_queue: Any) -> None:
@@ -37,7 +37,7 @@ def test_backoff_is_capped_and_jittered(make_queue: Any) -> None:
         q.nack(msg)
         due = q.get(msg_id).due_at
         assert before + 4_999 <= due <= ceil_ms() + 30_000 + 1
-        assert q.reschedule(msg_id)
+        assert q.reschedule(msg_id, delay=0)
 
 
 def test_nack_with_delay(q: Any) -> None:

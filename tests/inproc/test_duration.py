@@ -36,6 +36,17 @@ from delayq._duration import (
         ("1.s", 1.0),
         ("1h1ms", 3_600.001),
         ("10m0.5s", 600.5),
+        # seconds as a string, a sign, spaces around: as the CLI and HTTP always took them
+        ("5", 5.0),
+        ("90", 90.0),
+        ("1.5", 1.5),
+        ("1e3", 1000.0),
+        (" 5s", 5.0),
+        ("5s ", 5.0),
+        ("-5", -5.0),
+        ("-5s", -5.0),
+        ("+5s", 5.0),
+        ("-1h30m", -5_400.0),
     ],
 )
 def test_duration_strings(text: str, seconds: float) -> None:
@@ -46,18 +57,19 @@ def test_duration_strings(text: str, seconds: float) -> None:
     "text",
     [
         "",
-        "5",
+        "-",
+        "--5",
         "5 minutes",
         "5min",
         "1m1h",  # smallest unit first
         "1h1h",  # a unit twice
         "30m1h",
-        " 5s",
-        "5s ",
         "1h 30m",
-        "-5s",
-        "+5s",
         "1e3s",
+        "nan",
+        "inf",
+        "1_000",
+        "- 5s",
         "s",
         "ms",
         "5S",
@@ -70,6 +82,15 @@ def test_duration_strings(text: str, seconds: float) -> None:
 def test_unknown_duration_strings_raise_value_error(text: str) -> None:
     with pytest.raises(ValueError, match="duration"):
         delay_to_seconds(text)
+
+
+@pytest.mark.parametrize("kind", ["wait", "lease", "horizon", "interval"])
+def test_every_message_names_the_argument(kind: str) -> None:
+    for bad in (math.nan, math.inf, 10**400, "soon", "9" * 400 + "d"):
+        with pytest.raises(ValueError, match=kind):
+            delay_to_seconds(bad, kind)
+    with pytest.raises(TypeError, match=kind):
+        delay_to_seconds(True, kind)
 
 
 def test_a_duration_too_large_for_a_float_raises() -> None:

@@ -86,7 +86,7 @@ def test_nack_uses_the_backoff_then_dead(any_client: TestClient) -> None:
     message = any_client.get(f"/v1/queues/q/messages/{message_id}").json()
     assert message["last_error"] == "boom"
     assert message["due_at"] >= before + 800  # the default policy's first backoff: ~1 s
-    any_client.post(f"/v1/queues/q/messages/{message_id}/reschedule", headers=JSON_TYPE)
+    any_client.post(f"/v1/queues/q/messages/{message_id}/reschedule", json={"delay": 0})
     held = reserve(any_client)[0]
     response = any_client.post(
         f"/v1/queues/q/messages/{message_id}/nack", json={"lease": held["lease"], "delay": 0}

@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
+from conformance._helpers import stored_request
 from conformance.conftest import memory_url, redis_url, sqlite_url
 from delayq import __version__
 from delayq._constants import CALLBACK_HEADER, CALLBACK_SIGNATURE_HEADER
@@ -482,7 +483,10 @@ def test_a_message_id_that_is_not_unicode_text_goes_dead_with_its_reason() -> No
     async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
         header = {CALLBACK_HEADER: Callback(receiver.url()).to_header()}
         queue = state.queue(QUEUE)
-        id = await queue.put({"n": 1}, id="x\ud800", headers=header, max_attempts=5)
+        # A lone surrogate (no text at all), which a put now refuses, as an older
+        # version could store it.
+        id = "x\ud800"
+        await queue.backend.put(QUEUE, [stored_request(id, b'{"n": 1}', headers=header)])
         msg = await dead_message(state, id)
         assert msg.attempts == 1
         assert msg.last_error.startswith("callback refused: message id ")

@@ -99,9 +99,9 @@ def test_on_conflict(client: TestClient) -> None:
         ({"payload": 1, "at": "2030-01-01T00:00:00"}, "invalid_time"),
         ({"payload": 1, "at": "tomorrow"}, "invalid_time"),
         ({"payload": 1, "at": 1e300}, "invalid_argument"),
-        ({"payload": 1, "id": ""}, "invalid_request"),
+        ({"payload": 1, "id": ""}, "invalid_id"),
         ({"payload": 1, "id": "a/b"}, "invalid_id"),
-        ({"payload": 1, "id": "a\u0000b"}, "invalid_argument"),
+        ({"payload": 1, "id": "a\u0000b"}, "invalid_id"),
         ({"payload": 1, "on_conflict": "merge"}, "invalid_request"),
         ({"payload": 1, "max_attempts": 0}, "invalid_request"),
         ({"payload": 1, "headers": {"a": 1}}, "invalid_request"),
@@ -186,7 +186,7 @@ def test_batch_limits(client: TestClient) -> None:
         "/v1/queues/q/messages/batch", json={"messages": [{"payload": 1}, {"id": "x"}]}
     )
     assert error_of(bad_item, 422) == "missing_payload"
-    assert "messages[1]" in bad_item.json()["error"]["message"]
+    assert "item 1: " in bad_item.json()["error"]["message"]
     assert stats(client)["ready"] == 0
 
 
@@ -219,8 +219,20 @@ def test_reschedule(any_client: TestClient) -> None:
     )
     assert response.status_code == 200
     assert response.json()["due_at"] == 4070908800000
-    now = any_client.post(f"/v1/queues/q/messages/{message_id}/reschedule", headers=JSON_TYPE)
+    now = any_client.post(f"/v1/queues/q/messages/{message_id}/reschedule", json={"delay": 0})
     assert now.json()["state"] == "ready"
+
+
+def test_reschedule_without_a_time_is_422_and_moves_nothing(any_client: TestClient) -> None:
+    message_id = put(any_client, delay="1h")
+    before = any_client.get(f"/v1/queues/q/messages/{message_id}").json()
+    path = f"/v1/queues/q/messages/{message_id}/reschedule"
+    for response in (any_client.post(path, json={}), any_client.post(path, json={"delay": None})):
+        assert error_of(response, 422) == "invalid_argument"
+        message = response.json()["error"]["message"]
+        assert "delay or at" in message, message
+    assert error_of(any_client.post(path, headers=JSON_TYPE), 422) == "invalid_request"
+    assert any_client.get(f"/v1/queues/q/messages/{message_id}").json() == before
 
 
 def test_reschedule_refusals(client: TestClient) -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from delayq._names import check_queue_name
 from delayq.server import ServeConfig
-from delayq.server._config import check_queue_name
 
 from ._helpers import TOKEN, error_of, put, signed_in, stats
 from .conftest import MakeClient

@@ -19,7 +19,6 @@ from .._constants import (
     MAX_DUE_HORIZON,
     MAX_DUE_MS,
     MAX_ERROR_LENGTH,
-    MAX_ID_LENGTH,
     MAX_MESSAGE_HEADER_BYTES,
     MAX_MESSAGE_HEADERS,
     MAX_PEEK_LIMIT,
@@ -27,6 +26,14 @@ from .._constants import (
 )
 from .._duration import at_to_epoch, delay_to_seconds, seconds_to_ms
 from .._fork import new_id
+from .._names import (
+    MESSAGE_ID,
+    QUEUE_NAME,
+    InvalidQueueName,
+    check_message_id,
+    check_stored,
+    queue_name_problem,
+)
 from ..errors import QueueClosed
 from .message import (
     HeadersTooLarge,
@@ -40,7 +47,7 @@ from .message import (
 )
 from .registry import default_url, redact_url, scheme_of
 from .retry import RetryPolicy
-from .serializer import Codec, PayloadTooDeep
+from .serializer import Codec
 
 __all__ = ["QueueBase"]
 
@@ -50,14 +57,24 @@ _PUT_KEYS = frozenset(("payload", "delay", "at", "id", "on_conflict", "max_attem
 
 
 def check_identifier(kind: str, value: object) -> str:
-    """A message id or queue name: a non-empty str of at most 255 characters, no NUL."""
-    if not isinstance(value, str):
-        raise TypeError(f"{kind} must be a str, not {type(value).__name__}")
-    if not value or len(value) > MAX_ID_LENGTH or "\x00" in value:
-        raise ValueError(
-            f"{kind} must be 1 to {MAX_ID_LENGTH} characters without NUL, got {value!r:.80}"
-        )
-    return value
+    """A name a read may address (a task name, a stored id): a non-empty str of at most
+    255 characters, no NUL (:func:`delayq._names.check_stored`)."""
+    return check_stored(kind, value)
+
+
+def check_address(value: object) -> str:
+    """A message id that a read (get, cancel, reschedule, retry_dead) may look up."""
+    return check_stored(MESSAGE_ID, value)
+
+
+def item_error(index: int, exc: Exception) -> Exception:
+    """``exc`` (a TypeError or ValueError of one item of a batch) with the item's index
+    in front of its message, ``item 3: ...``: the one format of every face."""
+    message = f"item {index}: {exc}"
+    try:
+        return type(exc)(message)
+    except Exception:  # an exception class that takes other arguments
+        return (TypeError if isinstance(exc, TypeError) else ValueError)(message)
 
 
 def check_int(kind: str, value: object, low: int) -> int:
@@ -101,13 +118,13 @@ def _utf8(text: str) -> bytes:
 
 def check_seconds(kind: str, value: object, *, positive: bool) -> float:
     """Seconds (a number, timedelta or duration string), > 0 or >= 0."""
-    seconds = delay_to_seconds(value)
+    seconds = delay_to_seconds(value, kind)
     if seconds < 0 or (positive and seconds == 0):
         raise ValueError(f"{kind} must be {'> 0' if positive else '>= 0'} seconds, got {value!r}")
     return seconds
 
 
-def to_ms(seconds: float) -> int:
+def to_ms(seconds: float, kind: str = "delay") -> int:
     """Seconds as whole milliseconds, rounded up (a due time is never early).
 
     ValueError beyond the latest due time (1e308 seconds is finite, but not once
@@ -115,7 +132,7 @@ def to_ms(seconds: float) -> int:
     caller reads a negative as "now")."""
     product = seconds * 1000.0
     if not product <= MAX_DUE_MS:  # NaN included
-        raise ValueError(f"{seconds!r} seconds is out of range (past the year 9999)")
+        raise ValueError(f"{kind} of {seconds!r} seconds is out of range (past the year 9999)")
     if product < -MAX_DUE_MS:
         return -MAX_DUE_MS
     return seconds_to_ms(seconds)
@@ -135,10 +152,18 @@ def due_arguments(delay: object, at: object) -> tuple[int | None, int | None]:
     if at is not None:
         if delay is not None:
             raise ValueError("give delay= or at=, not both")
-        return None, max(0, to_ms(epoch_of(at)))
+        return None, max(0, to_ms(epoch_of(at), "at"))
     if delay is None:
         return None, None
     return max(0, to_ms(delay_to_seconds(delay))), None
+
+
+def reschedule_arguments(delay: object, at: object) -> tuple[int | None, int | None]:
+    """``(delay_ms, at_ms)`` of a reschedule, which needs one of them: a reschedule
+    without a time is a mistake (a forgotten argument), not "due now"."""
+    if delay is None and at is None:
+        raise TypeError("reschedule needs the new due time: delay or at (a delay of 0 means now)")
+    return due_arguments(delay, at)
 
 
 def error_text(error: object) -> str | None:
@@ -178,7 +203,8 @@ class QueueBase:
             url = default_url()
         scheme_of(url)  # UnsupportedURL before anything else
         self._url = url
-        self._name = check_identifier("name", name)
+        self._name = check_stored(QUEUE_NAME, name)
+        self._name_problem = queue_name_problem(name)
         if retry is None:
             retry = RetryPolicy()
         elif not isinstance(retry, RetryPolicy):
@@ -212,13 +238,22 @@ class QueueBase:
         """A copy of this queue named ``name`` that shares the backend without owning it."""
         self._check_open()
         other = copy.copy(self)
-        other._name = check_identifier("name", name)
+        other._name = check_stored(QUEUE_NAME, name)
+        other._name_problem = queue_name_problem(name)
         other._owns_backend = False
         return other
 
     def _check_open(self) -> None:
         if self._closed:
             raise QueueClosed(f"queue {self._name!r} is closed")
+
+    def _check_writable(self) -> None:
+        """Open, and named so that a put may write to it (:mod:`delayq._names`): a
+        queue stored under a name an older delayq accepted can be read, not written."""
+        if self._closed:
+            raise QueueClosed(f"queue {self._name!r} is closed")
+        if self._name_problem is not None:
+            raise InvalidQueueName(self._name_problem)
 
     def _request(  # noqa: PLR0917 (positional: put_many calls it once per item)
         self,
@@ -234,7 +269,7 @@ class QueueBase:
         if on_conflict not in _ON_CONFLICT:
             raise ValueError(f"on_conflict must be one of {_ON_CONFLICT}, got {on_conflict!r}")
         mode: OnConflict = on_conflict  # type: ignore[assignment]
-        message_id = new_id() if id is None else check_identifier("id", id)
+        message_id = new_id() if id is None else check_message_id(id)
         attempts = (
             self._retry.max_attempts
             if max_attempts is None
@@ -263,17 +298,17 @@ class QueueBase:
         requests: list[PutRequest] = []
         append, request = requests.append, self._request
         for index, item in enumerate(items):
-            if type(item) is not dict and not isinstance(item, Mapping):  # ABC check: slow
-                raise TypeError(f"put_many item {index} is a {type(item).__name__}, not a dict")
-            if not item.keys() <= _PUT_KEYS:
-                unknown = sorted(set(item) - _PUT_KEYS)
-                raise TypeError(f"put_many item {index} has unknown keys {unknown}")
-            if "payload" not in item:
-                raise TypeError(f"put_many item {index} has no 'payload'")
-            get = item.get
-            # The item's values as _request(**item) would get them, in order, without a
-            # dict to unpack or keywords to match.
             try:
+                if type(item) is not dict and not isinstance(item, Mapping):  # ABC: slow
+                    raise TypeError(f"a put_many item is a dict, not a {type(item).__name__}")
+                if not item.keys() <= _PUT_KEYS:
+                    unknown = sorted(set(item) - _PUT_KEYS)
+                    raise TypeError(f"unknown keys {unknown}")
+                if "payload" not in item:
+                    raise TypeError("no 'payload'")
+                get = item.get
+                # The item's values as _request(**item) would get them, in order, without
+                # a dict to unpack or keywords to match.
                 append(
                     request(
                         item["payload"],
@@ -285,10 +320,8 @@ class QueueBase:
                         get("headers"),
                     )
                 )
-            except PayloadTooDeep as exc:
-                raise PayloadTooDeep(f"put_many item {index}: {exc}") from None
-            except HeadersTooLarge as exc:
-                raise HeadersTooLarge(f"put_many item {index}: {exc}") from None
+            except (TypeError, ValueError) as exc:
+                raise item_error(index, exc) from None
         return requests
 
     def _reserve_arguments(
@@ -300,7 +333,7 @@ class QueueBase:
                 f"wait must be at most {MAX_RESERVE_WAIT:.0f} seconds (a century), got "
                 f"{wait!r}: wait=None waits until a message is due"
             )
-        lease_ms = to_ms(check_seconds("lease", lease, positive=True))
+        lease_ms = to_ms(check_seconds("lease", lease, positive=True), "lease")
         return wait_s, lease_ms, check_int("max", max, 1)
 
     def _held(self, msg: object) -> tuple[str, str]:
@@ -370,7 +403,7 @@ class QueueBase:
         count = check_int("buckets", buckets, 1)
         if count > MAX_DUE_BUCKETS:
             raise ValueError(f"buckets must be <= {MAX_DUE_BUCKETS}, got {count}")
-        return to_ms(seconds), count
+        return to_ms(seconds, "horizon"), count
 
     @staticmethod
     def _state(state: object) -> State | None:
@@ -389,7 +422,7 @@ class QueueBase:
             return None
         if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
             raise TypeError(f"ids must be a list of str or None, not {type(ids).__name__}")
-        return [check_identifier("id", value) for value in ids]
+        return [check_address(value) for value in ids]
 
     def _message(self, record: Record) -> Message:
         payload, payload_error = self._codec.read(record.payload, record.encoding)

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, Response
 
 from .._constants import MAX_ID_LENGTH
 from ..durable import AsyncQueue, Message, State
-from ._convert import put_arguments, to_at, to_delay
+from ._convert import put_arguments, to_at
 from ._errors import ApiError, facade_errors
 from ._models import (
     AckRequest,
@@ -88,15 +88,24 @@ async def server_state(request: Request) -> ServerState:
 
 
 StateDep = Annotated[ServerState, Depends(server_state)]
+# No length or pattern here: the one rule of delayq._names decides, with the same words
+# on every face (the schema still shows the length).
+_LENGTH = {"minLength": 1, "maxLength": MAX_ID_LENGTH}
 QueueName = Annotated[
     str,
     Path(
-        min_length=1,
-        max_length=MAX_ID_LENGTH,
-        description="The queue: 1 to 255 characters, no '{', '}', '/' or NUL, not '.' or '..'.",
+        description="The queue: 1 to 255 characters; a put needs a name without control "
+        "characters, '{', '}' or '/', not '.' or '..', and no space at either end.",
+        json_schema_extra=_LENGTH,
     ),
 ]
-MessageId = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH)]
+MessageId = Annotated[
+    str,
+    Path(
+        description="The message id (percent-encoded): 1 to 255 characters.",
+        json_schema_extra=_LENGTH,
+    ),
+]
 
 
 def queue_named(state: ServerState, name: str) -> AsyncQueue:
@@ -165,7 +174,7 @@ async def put_batch(queue: QueueDep, state: StateDep, body: BatchPutRequest) -> 
         try:
             items.append(put_arguments(item, queue.name, state.config))
         except ApiError as exc:
-            raise ApiError(exc.status, exc.code, f"messages[{index}]: {exc.message}") from None
+            raise ApiError(exc.status, exc.code, f"item {index}: {exc.message}") from None
     with facade_errors():
         ids = await queue.put_many(items)
     state.metrics.puts.labels(queue.name).inc(len(ids))
@@ -217,13 +226,13 @@ async def cancel_message(queue: QueueDep, id: MessageId) -> dict[str, bool]:
     responses=error_docs(404, 409),
 )
 async def reschedule_message(
-    queue: QueueDep, id: MessageId, body: Annotated[RescheduleRequest | None, Body()] = None
+    queue: QueueDep, id: MessageId, body: RescheduleRequest
 ) -> dict[str, Any]:
-    """Move a scheduled or ready message to a new due time (neither field: now).
+    """Move a scheduled or ready message to a new due time: ``delay`` or ``at`` (one
+    of them; ``{"delay": 0}`` makes it due now, ``{}`` is a 422).
 
     409 ``in_flight`` while it is reserved, 409 ``dead`` for a dead one."""
-    body = body or RescheduleRequest()
-    delay, at = to_delay(body.delay), to_at(body.at)
+    delay, at = body.delay, to_at(body.at)
     with facade_errors():
         moved = await queue.reschedule(id, delay=delay, at=at)
     if not moved:
@@ -250,7 +259,9 @@ async def _client_gone(request: Request) -> None:
 async def _long_poll(queue: AsyncQueue, request: Request, body: ReserveRequest) -> list[Message]:
     """``reserve`` that waits on the event loop and ends early, with nothing, when the
     client goes away or the server stops."""
-    claim = asyncio.ensure_future(queue.reserve(wait=body.wait, lease=body.lease, max=body.max))
+    claim = asyncio.ensure_future(
+        queue.reserve(wait=body.wait, lease=body.lease_seconds, max=body.max)
+    )
     gone = asyncio.ensure_future(_client_gone(request))
     stop = asyncio.ensure_future(_stopping(request).wait())
     try:
@@ -287,16 +298,16 @@ async def reserve(
     body: Annotated[ReserveRequest | None, Body()] = None,
 ) -> dict[str, Any]:
     """Claim up to ``max`` due messages, earliest due first, each under a lease of
-    ``lease`` seconds; wait up to ``wait`` seconds (long-poll) for one to fall due.
-    An empty list when none came. Ack, nack, extend or release each with its
-    ``lease`` token."""
+    ``lease_seconds`` (``lease``, its former name, is still accepted); wait up to
+    ``wait`` seconds (long-poll) for one to fall due. ``{"messages": []}`` when none
+    came. Ack, nack, extend or release each with its ``lease`` token."""
     body = body or ReserveRequest()
     with facade_errors():
         if body.wait > 0:
             with request.app.state.delayq_long_polls.slot(request.scope):
                 messages = await _long_poll(queue, request, body)
         else:
-            messages = await queue.reserve(wait=0, lease=body.lease, max=body.max)
+            messages = await queue.reserve(wait=0, lease=body.lease_seconds, max=body.max)
     now_ms = time.time() * 1000.0
     for message in messages:
         state.metrics.observe_lateness(queue.name, message.due_at, now_ms)
@@ -349,7 +360,7 @@ async def nack_message(
     """Failed: retry after ``delay`` (default: the queue's backoff for this attempt),
     or dead once out of attempts; ``dead: true`` makes it dead at once. Returns the
     new state. 409 ``lease_lost`` when the lease is no longer held."""
-    delay = to_delay(body.delay)
+    delay = body.delay
     current = await _existing(queue, id)
     with facade_errors():
         new_state = await queue.nack(

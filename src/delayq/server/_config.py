@@ -26,7 +26,8 @@ from .._constants import (
     SERVE_MAX_LONG_POLLS_PER_CLIENT,
     SERVE_SESSION_TTL,
 )
-from ..durable._facade import check_identifier
+from .._names import QUEUE_NAME, check_stored
+from .._names import check_queue_name as check_writable_queue_name
 
 __all__ = [
     "SESSION_COOKIE",
@@ -45,17 +46,11 @@ SESSION_COOKIE = "delayq_session"
 
 
 def check_queue_name(name: str) -> str:
-    """``name`` if the server can serve a queue of that name, else ``ValueError``
-    (``TypeError`` for a non-str): 1 to 255 characters, no NUL, no ``{``, ``}`` or
-    ``/``, no leading or trailing space, and not ``.`` or ``..`` (URL paths drop those
-    segments, so no client could name the queue)."""
-    check_identifier("queue name", name)
-    if any(ch in name for ch in "{}/") or name != name.strip() or name in (".", ".."):
-        raise ValueError(
-            f"queue name must not contain '{{', '}}' or '/', start or end with spaces, "
-            f"or be '.' or '..', got {name!r:.80}"
-        )
-    return name
+    """``name`` if the server can serve a queue of that name: any name a backend can
+    hold (see :mod:`delayq._names`), so a queue stored under a name that is refused
+    today is still shown and read; a put checks the stricter rule. ``ValueError``
+    (``TypeError`` for a non-str) otherwise."""
+    return check_stored(QUEUE_NAME, name)
 
 
 def is_loopback_host(host: str) -> bool:
@@ -238,7 +233,7 @@ class ServeConfig:
             raise ValueError("callback_queues must name at least one queue")
         for name in self.callback_queues:
             try:
-                check_queue_name(name)
+                check_writable_queue_name(name)
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"callback queue: {exc}") from None
         for pattern in self.callback_hosts:

@@ -18,17 +18,7 @@ from ._config import ServeConfig
 from ._errors import ApiError
 from ._models import PutRequestBody
 
-__all__ = ["check_message_id", "put_arguments", "to_at", "to_delay"]
-
-
-def to_delay(value: int | float | str | None) -> int | float | str | None:
-    """``delay`` for the facade: a numeric string (``"30"``) counts as seconds."""
-    if isinstance(value, str):
-        try:
-            return float(value.strip())
-        except ValueError:
-            return value  # a duration string, or the facade's ValueError
-    return value
+__all__ = ["put_arguments", "to_at"]
 
 
 def to_at(value: int | float | str | None) -> int | float | datetime | None:
@@ -55,19 +45,6 @@ def to_at(value: int | float | str | None) -> int | float | datetime | None:
             422, "invalid_time", f"at needs a time zone offset (e.g. Z or +01:00): {value!r:.80}"
         )
     return moment
-
-
-def check_message_id(value: str) -> str:
-    """A message id the API can name in a URL later: no '/', and not '.' or '..'
-    (clients and browsers drop those path segments, so the id could never be read,
-    cancelled or acked)."""
-    if "/" in value:
-        raise ApiError(422, "invalid_id", f"a message id must not contain '/': {value!r:.80}")
-    if value in (".", ".."):
-        raise ApiError(
-            422, "invalid_id", f"a message id cannot be {value!r}: URLs drop that path segment"
-        )
-    return value
 
 
 def _payload(body: PutRequestBody) -> Any:
@@ -118,12 +95,12 @@ def put_arguments(body: PutRequestBody, queue: str, config: ServeConfig) -> dict
         headers[CALLBACK_HEADER] = callback
     arguments: dict[str, Any] = {
         "payload": _payload(body),
-        "delay": to_delay(body.delay),
+        "delay": body.delay,  # seconds or a duration string: the queue's one parser
         "at": to_at(body.at),
         "on_conflict": body.on_conflict,
         "max_attempts": body.max_attempts,
         "headers": headers,
     }
     if body.id is not None:
-        arguments["id"] = check_message_id(body.id)
+        arguments["id"] = body.id  # checked by the queue (delayq._names), as on every face
     return arguments

@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
+from .._names import InvalidName
 from .._outage import backend_outages
 from .._runtime import log_event, log_raised
 from ..durable.message import HeadersTooLarge
@@ -114,6 +115,8 @@ def facade_errors() -> Iterator[None]:
         raise ApiError(422, "payload_too_deep", str(exc)) from None
     except HeadersTooLarge as exc:
         raise ApiError(422, "headers_too_large", str(exc)) from None
+    except InvalidName as exc:
+        raise ApiError(422, exc.code, str(exc)) from None
     except (TypeError, ValueError) as exc:
         raise ApiError(422, "invalid_argument", str(exc)) from None
 

@@ -20,6 +20,7 @@ from pydantic import (
     StrictInt,
     StrictStr,
     WithJsonSchema,
+    model_validator,
 )
 
 from .._constants import (
@@ -86,7 +87,10 @@ _Wait = Annotated[
     Field(ge=0, le=SERVE_MAX_WAIT),
     WithJsonSchema({"type": "number", "minimum": 0, "maximum": SERVE_MAX_WAIT}),
 ]
-_DELAY_DOC = 'Seconds (a number, negative means now) or a duration like "250ms", "30m", "1h30m".'
+_DELAY_DOC = (
+    'Seconds (90, "90") or a duration like "250ms", "30m", "1h30m"; a negative delay '
+    '("-5", "-5s") means now.'
+)
 _AT_DOC = "An RFC 3339 time with its offset (2030-01-31T09:00:00+01:00) or epoch seconds."
 
 
@@ -139,9 +143,9 @@ class PutRequestBody(_Request):
     at: Seconds | None = Field(default=None, description=_AT_DOC)
     id: StrictStr | None = Field(
         default=None,
-        min_length=1,
-        max_length=MAX_ID_LENGTH,
-        description="The message id (default: generated). No '/', not '.' or '..' (URLs).",
+        description="The message id (default: generated): 1 to 255 characters, no "
+        "control characters or '/', not '.' or '..', no space at either end.",
+        json_schema_extra={"minLength": 1, "maxLength": MAX_ID_LENGTH},
     )
     on_conflict: Literal["ignore", "replace", "error"] = Field(
         default="ignore",
@@ -199,8 +203,12 @@ class MessageOut(BaseModel):
         description="Why the payload cannot be shown (it is then null): written with "
         "another serializer, or nested deeper than the limit before there was one.",
     )
-    lease: str | None = None
-    lease_expires_at: int | None = None
+    lease: str | None = Field(
+        default=None, description="The lease token: only on messages from reserve."
+    )
+    lease_expires_at: int | None = Field(
+        default=None, description="When the lease ends (epoch ms), on every message in flight."
+    )
 
 
 class MessageList(BaseModel):
@@ -230,7 +238,8 @@ class CancelResponse(BaseModel):
 
 
 class RescheduleRequest(_Request):
-    """The new due time: ``delay`` or ``at`` (neither: now)."""
+    """The new due time: ``delay`` or ``at``, one of them (``"delay": 0`` is now);
+    neither is a 422."""
 
     delay: Seconds | None = Field(default=None, description=_DELAY_DOC)
     at: Seconds | None = Field(default=None, description=_AT_DOC)
@@ -239,18 +248,44 @@ class RescheduleRequest(_Request):
 # -- consuming -------------------------------------------------------------------------
 
 
+def _former_name(data: Any, former: str, name: str) -> Any:
+    """``data`` (a request body) with ``former``, an earlier spelling of the field
+    ``name``, renamed to it; both at once is a 422."""
+    if isinstance(data, dict) and former in data:
+        if name in data:
+            raise ValueError(f"give {name} (or {former}, its former name), not both")
+        data = {**data, name: data[former]}
+        del data[former]
+    return data
+
+
 class ReserveRequest(_Request):
-    """Claim up to ``max`` due messages for ``lease`` seconds, waiting up to ``wait``."""
+    """Claim up to ``max`` due messages, each for ``lease_seconds``, waiting up to
+    ``wait`` seconds. (``lease``, the former name of ``lease_seconds``, is still
+    accepted: ``lease`` is the token of a claimed message everywhere else.)"""
 
     max: StrictInt = Field(default=1, ge=1, le=SERVE_MAX_LIMIT)
-    lease: _Lease = DEFAULT_LEASE
-    wait: _Wait = 0
+    lease_seconds: _Lease = Field(
+        default=DEFAULT_LEASE,
+        description="How long each message is held (seconds); ack, nack, extend or "
+        "release it before then with its lease token.",
+    )
+    wait: _Wait = Field(default=0, description="Seconds to wait for a message.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lease_renamed(cls, data: Any) -> Any:
+        return _former_name(data, "lease", "lease_seconds")
 
 
 class AckRequest(_Request):
     """The lease token from reserve."""
 
-    lease: StrictStr = Field(min_length=1, max_length=MAX_ID_LENGTH)
+    lease: StrictStr = Field(
+        min_length=1,
+        max_length=MAX_ID_LENGTH,
+        description="The lease token of the message, from reserve.",
+    )
 
 
 class AckResponse(BaseModel):
@@ -276,7 +311,9 @@ class NackResponse(BaseModel):
 class ExtendRequest(AckRequest):
     """Renew the lease for ``lease_seconds`` from now."""
 
-    lease_seconds: _Lease = DEFAULT_LEASE
+    lease_seconds: _Lease = Field(
+        default=DEFAULT_LEASE, description="The new lease, seconds from now."
+    )
 
 
 class ExtendResponse(BaseModel):

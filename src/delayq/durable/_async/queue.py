@@ -24,7 +24,7 @@ from ..._constants import (
     DEFAULT_PEEK_LIMIT,
     DEFAULT_QUEUE_NAME,
 )
-from .._facade import QueueBase, check_identifier, check_seconds, due_arguments, to_ms
+from .._facade import QueueBase, check_address, check_seconds, reschedule_arguments, to_ms
 from ..backend import AsyncBackend
 from ..message import Message, OnConflict, State, Stats
 from ..registry import open_async_backend
@@ -93,7 +93,7 @@ class AsyncQueue(QueueBase):
         flight), ``"error"`` raises :class:`~delayq.DuplicateId`. ``max_attempts``
         overrides the retry policy's for this message.
         """
-        self._check_open()
+        self._check_writable()
         request = self._request(
             payload,
             delay=delay,
@@ -112,7 +112,7 @@ class AsyncQueue(QueueBase):
         Each item is a dict of :meth:`put`'s arguments, e.g. ``{"payload": ...,
         "delay": "5m", "id": "order-1"}``. Returns the ids in order.
         """
-        self._check_open()
+        self._check_writable()
         requests = self._requests(items)
         return await self._backend.put(self._name, requests) if requests else []
 
@@ -180,21 +180,22 @@ class AsyncQueue(QueueBase):
         (epoch ms). :class:`~delayq.LeaseLost` if the lease is no longer held."""
         self._check_open()
         id, token = self._held(msg)
-        lease_ms = to_ms(check_seconds("lease", lease, positive=True))
+        lease_ms = to_ms(check_seconds("lease", lease, positive=True), "lease")
         return await self._backend.extend(self._name, id, token, lease_ms)
 
     async def cancel(self, id: str) -> bool:
         """Remove a message that is not in flight (scheduled, ready or dead): True;
         False when it is unknown or in flight."""
         self._check_open()
-        return await self._backend.cancel(self._name, check_identifier("id", id))
+        return await self._backend.cancel(self._name, check_address(id))
 
     async def reschedule(self, id: str, *, delay: Any = None, at: Any = None) -> bool:
-        """Move a scheduled or ready message to a new due time (neither: now); False
-        when it is unknown, in flight or dead."""
+        """Move a scheduled or ready message to a new due time, ``delay`` or ``at`` (one
+        of them: ``delay=0`` makes it due now); False when it is unknown, in flight or
+        dead."""
         self._check_open()
-        message_id = check_identifier("id", id)
-        delay_ms, at_ms = due_arguments(delay, at)
+        message_id = check_address(id)
+        delay_ms, at_ms = reschedule_arguments(delay, at)
         return await self._backend.reschedule(
             self._name, message_id, delay_ms=delay_ms, at_ms=at_ms
         )
@@ -203,7 +204,7 @@ class AsyncQueue(QueueBase):
         """The message with this id (state, due time, attempts, last error), never
         with a lease token; None if there is none."""
         self._check_open()
-        record = await self._backend.get(self._name, check_identifier("id", id))
+        record = await self._backend.get(self._name, check_address(id))
         return None if record is None else self._message(record)
 
     async def stats(self) -> Stats:
