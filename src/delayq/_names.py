@@ -3,11 +3,13 @@ dashboard), with no I/O.
 
 What a put may write (:func:`check_queue_name`, :func:`check_message_id`): 1 to 255
 characters; no control character (C0 with NUL, DEL, C1) and no lone surrogate, so no
-name or id can forge a log line or break an HTTP header; no ``/`` and not ``.`` or
-``..``, so every name and id can be one segment of a URL path; no space at either end,
-almost always a slip of copy and paste, which forms (the dashboard's search) trim. A
-queue name may not hold ``{`` or ``}`` either (Redis keys put the name inside a
-``{...}`` hash tag). Letters of any script are welcome.
+name or id can forge a log line or break an HTTP header; not ``.`` or ``..``, which
+URL parsers drop from a path; no space at either end, almost always a slip of copy and
+paste, which forms (the dashboard's search) trim. A queue name is one segment of a URL
+path, so it may not hold ``/``, nor ``{`` or ``}`` (Redis keys put the name inside a
+``{...}`` hash tag). A message id may hold ``/`` (ids are often made of keys and URLs:
+``hook:https://example.com/x``): the HTTP routes take the rest of the path as the id,
+``%2F`` or ``/`` alike. Letters of any script are welcome.
 
 What a read may address (:func:`check_stored`): anything a backend can hold, 1 to 255
 characters without NUL. Everything but ``put`` and ``put_many`` (opening a queue, get,
@@ -37,7 +39,7 @@ MESSAGE_ID = "message id"
 
 # C0 (NUL included), DEL, C1, and the surrogate code points (never valid alone).
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-_MESSAGE_ID_BAD = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff/]")
+
 _QUEUE_NAME_BAD = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff/{}]")
 
 
@@ -123,7 +125,7 @@ def check_message_id(value: object) -> str:
     :class:`InvalidMessageId` (TypeError for a non-str)."""
     if not isinstance(value, str):
         raise TypeError(f"{MESSAGE_ID} must be a str, not {type(value).__name__}")
-    problem = _problem(MESSAGE_ID, value, _MESSAGE_ID_BAD, "'/'")
+    problem = _problem(MESSAGE_ID, value, _CONTROL, "control characters")
     if problem is not None:
         raise InvalidMessageId(problem)
     return value

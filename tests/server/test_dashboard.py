@@ -258,13 +258,20 @@ def test_an_empty_queue_has_its_page(url: str, config: ServeConfig) -> None:
 
 def test_a_name_the_server_cannot_serve_is_a_404_page_saying_why(config: ServeConfig) -> None:
     async def scenario(client: httpx.AsyncClient) -> None:
-        paths = ("/queues/bad%7Bname%7D", "/queues/%20lead", "/queues/bad%7Bname%7D/messages/x")
-        for path in paths:
+        # A name no backend can hold (a put refuses more, e.g. '{', but a queue stored
+        # under such a name by an older version still has its page).
+        long = "q" * 256
+        paths = {
+            f"/queues/{long}": "must be 1 to 255 characters",
+            "/queues/a%00b": "must not contain control characters",
+            f"/queues/{long}/messages/x": "must be 1 to 255 characters",
+        }
+        for path, reason in paths.items():
             response = await client.get(path)
             assert response.status_code == 404, path
             assert response.headers["content-type"].startswith("text/html")
             assert "Not a queue name" in response.text
-            assert "queue name must not contain" in response.text
+            assert reason in response.text
 
     visit(config, scenario)
 
@@ -630,17 +637,14 @@ def test_message_href_keeps_ids_a_path_cannot_carry_in_the_query() -> None:
     assert message_href("/b", "q x", "a/b c") == "/b/queues/q%20x/messages/a%2Fb%20c"
     assert message_href("", "q", "..") == "/queues/q/message?id=.."
     assert message_href("", "q", ".") == "/queues/q/message?id=."
-    assert not reachable_by_api("a/b")
+    assert reachable_by_api("a/b")  # the API's id routes take slashes
     assert not reachable_by_api("..")
     assert reachable_by_api("..x")
 
 
 def test_the_overview_names_stored_queues_it_cannot_serve(url: str, config: ServeConfig) -> None:
-    try:
-        with Queue(url, name="tenant/a") as q:
-            q.put({}, delay="10m", id="t-1")
-    except ValueError:
-        pytest.skip("the Python face refuses this name now: no such queue can be stored")
+    with Queue(url) as root:  # a put refuses the name now: stored as an older version did
+        root.backend.put("tenant/a", [stored_request("t-1", delay_ms=600_000)])
     with Queue(url, name="fine") as q:
         q.put({}, delay="10m", id="f-1")
 
@@ -680,7 +684,7 @@ def test_a_page_that_fails_is_an_html_500_page(
                 assert "a bug showing" not in response.text
                 assert "script-src 'self'" in response.headers["content-security-policy"]
                 # The API keeps its JSON errors.
-                api = await c.get("/v1/queues/bad%7Bname%7D/stats")
+                api = await c.get("/v1/queues/" + "q" * 256 + "/stats")
                 assert api.status_code == 422
                 assert api.json()["error"]["code"] == "invalid_queue"
 

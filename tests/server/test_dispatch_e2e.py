@@ -430,6 +430,8 @@ ENCODED_IDS = {
     "plain-ascii id": "plain-ascii id",
     "odd'%20chars": "odd'%20chars",
 }
+# Of those, the ids a put refuses today (an older version stored them).
+STORED_ONLY = {" padded ", "a\nb"}
 
 
 def test_message_id_header_round_trips() -> None:
@@ -455,7 +457,12 @@ def test_a_message_id_a_header_cannot_carry_is_sent_encoded_and_signed(backend_u
         async with dispatching(config) as (state, dispatcher, receiver):
             cb = Callback(receiver.url("/hook?k=1"))
             for id in ENCODED_IDS:
-                assert await put(state, cb, {"id": id}, id=id) == id
+                if id in STORED_ONLY:  # a put refuses it now; an older version stored it
+                    body = json.dumps({"id": id}).encode()
+                    stored = stored_request(id, body, headers={CALLBACK_HEADER: cb.to_header()})
+                    await state.queue(QUEUE).backend.put(QUEUE, [stored])
+                else:
+                    assert await put(state, cb, {"id": id}, id=id) == id
             await wait_until(lambda: dispatcher.counts["delivered"] == len(ENCODED_IDS))
             assert callbacks_total(state, "delivered") == len(ENCODED_IDS)
             assert sorted(receiver.per_id.values()) == [1] * len(ENCODED_IDS)

@@ -119,7 +119,7 @@ def test_faults_are_answered_alike_and_write_nothing(stack: ExitStack) -> None:
         (PUT, {"payload": 1, "dealy": 5}, JSON),
         (PUT, {"payload": 1, "delay": True}, JSON),
         (PUT, {"payload": 1, "id": ""}, JSON),
-        (PUT, {"payload": 1, "id": "a/b"}, JSON),
+        (PUT, {"payload": 1, "id": "a\nb"}, JSON),
         (PUT, {"payload": 1, "id": ".."}, JSON),
         (PUT, {"payload": 1, "at": "tomorrow"}, JSON),
         (PUT, {"payload": 1, "payload_base64": "aGk="}, JSON),

@@ -100,7 +100,7 @@ def test_on_conflict(client: TestClient) -> None:
         ({"payload": 1, "at": "tomorrow"}, "invalid_time"),
         ({"payload": 1, "at": 1e300}, "invalid_argument"),
         ({"payload": 1, "id": ""}, "invalid_id"),
-        ({"payload": 1, "id": "a/b"}, "invalid_id"),
+        ({"payload": 1, "id": "a\nb"}, "invalid_id"),
         ({"payload": 1, "id": "a\u0000b"}, "invalid_id"),
         ({"payload": 1, "on_conflict": "merge"}, "invalid_request"),
         ({"payload": 1, "max_attempts": 0}, "invalid_request"),

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.convertors import Convertor, register_url_convertor
 
 from .._constants import MAX_ID_LENGTH
 from ..durable import AsyncQueue, Message, State
@@ -125,6 +126,22 @@ async def open_queue(queue: QueueName, request: Request) -> AsyncQueue:
 
 QueueDep = Annotated[AsyncQueue, Depends(open_queue)]
 
+class _MessageIdConvertor(Convertor[str]):
+    """A message id in a route's path: the rest of the path up to the route's own
+    suffix (``/ack``...), slashes (``/`` or ``%2F``) and any character included, so
+    every id a queue holds can be named."""
+
+    regex = r"[\s\S]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("message_id", _MessageIdConvertor())
+
 router = APIRouter(prefix="/v1", tags=["messages"], responses=error_docs())
 
 
@@ -189,7 +206,9 @@ async def _existing(queue: AsyncQueue, message_id: str) -> Message:
     return message
 
 
-@router.get("/queues/{queue}/messages/{id}", response_model=MessageOut, responses=error_docs(404))
+@router.get(
+    "/queues/{queue}/messages/{id:message_id}", response_model=MessageOut, responses=error_docs(404)
+)
 async def get_message(queue: QueueDep, id: MessageId) -> dict[str, Any]:
     """A message: its state, due time, attempts, last error, payload."""
     return message_to_json(await _existing(queue, id))
@@ -204,7 +223,9 @@ async def _refusal(queue: AsyncQueue, message_id: str) -> ApiError:
 
 
 @router.delete(
-    "/queues/{queue}/messages/{id}", response_model=CancelResponse, responses=error_docs(404, 409)
+    "/queues/{queue}/messages/{id:message_id}",
+    response_model=CancelResponse,
+    responses=error_docs(404, 409),
 )
 async def cancel_message(queue: QueueDep, id: MessageId) -> dict[str, bool]:
     """Remove a message that is not in flight (scheduled, ready or dead).
@@ -221,7 +242,7 @@ async def cancel_message(queue: QueueDep, id: MessageId) -> dict[str, bool]:
 
 
 @router.post(
-    "/queues/{queue}/messages/{id}/reschedule",
+    "/queues/{queue}/messages/{id:message_id}/reschedule",
     response_model=MessageOut,
     responses=error_docs(404, 409),
 )
@@ -332,7 +353,7 @@ def _held(
 
 
 @router.post(
-    "/queues/{queue}/messages/{id}/ack",
+    "/queues/{queue}/messages/{id:message_id}/ack",
     response_model=AckResponse,
     responses=error_docs(409),
     tags=["consuming"],
@@ -349,7 +370,7 @@ async def ack_message(
 
 
 @router.post(
-    "/queues/{queue}/messages/{id}/nack",
+    "/queues/{queue}/messages/{id:message_id}/nack",
     response_model=NackResponse,
     responses=error_docs(404, 409),
     tags=["consuming"],
@@ -373,7 +394,7 @@ async def nack_message(
 
 
 @router.post(
-    "/queues/{queue}/messages/{id}/extend",
+    "/queues/{queue}/messages/{id:message_id}/extend",
     response_model=ExtendResponse,
     responses=error_docs(409),
     tags=["consuming"],
@@ -387,7 +408,7 @@ async def extend_lease(queue: QueueDep, id: MessageId, body: ExtendRequest) -> d
 
 
 @router.post(
-    "/queues/{queue}/messages/{id}/release",
+    "/queues/{queue}/messages/{id:message_id}/release",
     response_model=ReleaseResponse,
     responses=error_docs(409),
     tags=["consuming"],

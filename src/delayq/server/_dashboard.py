@@ -221,10 +221,9 @@ def payload_preview(body: dict[str, Any]) -> str:
 
 def reachable_by_api(message_id: str) -> bool:
     """Whether the ``/v1`` routes of one message can name ``message_id`` in their path:
-    a path segment cannot hold ``/`` (the server decodes ``%2F`` before routing), and
-    ``.`` or ``..`` are dropped by every URL parser. Such ids (stored by another face)
-    have a page, but no cancel or reschedule button."""
-    return "/" not in message_id and message_id not in (".", "..")
+    ``.`` and ``..`` are dropped by every URL parser (a put refuses them; an older
+    version stored them). Such ids have a page, but no cancel or reschedule button."""
+    return message_id not in (".", "..")
 
 
 def message_href(base: str, queue: str, message_id: str) -> str:
@@ -440,7 +439,8 @@ async def overview(request: Request) -> Response:
     queues: list[AsyncQueue] = []
     unservable: list[str] = []
     for name in await state.queue_names():
-        queue = _servable_queue(request, name)
+        # A '/' in a name (stored by an older version) cannot be one path segment.
+        queue = None if "/" in name else _servable_queue(request, name)
         if queue is None:
             unservable.append(name)
         else:
