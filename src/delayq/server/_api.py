@@ -126,6 +126,7 @@ async def open_queue(queue: QueueName, request: Request) -> AsyncQueue:
 
 QueueDep = Annotated[AsyncQueue, Depends(open_queue)]
 
+
 class _MessageIdConvertor(Convertor[str]):
     """A message id in a route's path: the rest of the path up to the route's own
     suffix (``/ack``...), slashes (``/`` or ``%2F``) and any character included, so
