@@ -290,3 +290,12 @@ def test_a_message_in_flight_shows_when_its_lease_expires_never_its_token(
     ]
     assert listed["lease_expires_at"] == held["lease_expires_at"]
     assert listed.get("lease") is None
+
+
+def test_the_document_says_how_to_start_a_task(client: Any) -> None:
+    """A task of an App is started by putting its envelope: the OpenAPI document,
+    which other languages read, says so on the put's payload."""
+    document = client.get("/openapi.json").json()
+    payload = document["components"]["schemas"]["PutRequestBody"]["properties"]["payload"]
+    assert '{"task": "name", "args": [...], "kwargs": {...}}' in payload["description"]
+    assert {"task": "cancel_if_unpaid", "args": [42], "kwargs": {}} in payload["examples"]

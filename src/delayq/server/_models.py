@@ -135,7 +135,15 @@ class CallbackSpec(_Request):
 class PutRequestBody(_Request):
     """One message. Give ``payload`` (any JSON value) or ``payload_base64`` (bytes)."""
 
-    payload: Any = Field(default=None, description="The message: any JSON value.")
+    payload: Any = Field(
+        default=None,
+        description="The message: any JSON value. To start a task of a delayq App, put "
+        'its envelope on the task\'s queue: {"task": "name", "args": [...], "kwargs": '
+        "{...}} (what Task.send and `delayq send` put; a worker of the App runs "
+        "name(*args, **kwargs), and sends any other payload on that queue to the dead "
+        "letters as UnknownTask).",
+        examples=[{"order": 42}, {"task": "cancel_if_unpaid", "args": [42], "kwargs": {}}],
+    )
     payload_base64: StrictStr | None = Field(
         default=None, description="The message as base64 bytes, instead of payload."
     )
