@@ -65,7 +65,7 @@ OPEN_PREFIXES = ("/static/",)
 _SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS"))
 _API_PREFIX = "/v1/"
 # Paths a browser is never redirected from: machines read them.
-_MACHINE_PREFIXES = ("/v1/", "/metrics", "/openapi.json", "/docs", "/redoc")
+_MACHINE_PREFIXES = ("/v1/", "/metrics", "/openapi.json", "/docs")
 # A session cookie longer than this is not one of ours (and is not looked at further).
 _MAX_SESSION_VALUE = 128
 
