@@ -7,37 +7,92 @@ chosen by URL (``memory://``, ``sqlite:///file.db``, ``redis://``), at-least-onc
 leases. Running it: :class:`App` with ``@app.task`` and cron, and a :class:`Worker`.
 """
 
-from ._clock import Clock, FakeClock, SystemClock
-from .app import App, Task
-from .durable import (
-    AsyncQueue,
-    JSONSerializer,
-    Message,
-    Queue,
-    RetryPolicy,
-    Serializer,
-    State,
-    Stats,
-)
-from .errors import (
-    DelayqError,
-    DuplicateId,
-    LeaseLost,
-    PayloadTooLarge,
-    QueueClosed,
-    UnsupportedURL,
-)
-from .inproc import (
-    AsyncDelayQueue,
-    DelayQueue,
-    Handle,
-    HeapStore,
-    Scheduler,
-    Timer,
-    TimerStore,
-    WheelStore,
-)
-from .worker import Discard, HandlerTimeout, Retry, Worker, current_message
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._clock import Clock, FakeClock, SystemClock
+    from .app import App, Task
+    from .durable import (
+        AsyncQueue,
+        JSONSerializer,
+        Message,
+        Queue,
+        RetryPolicy,
+        Serializer,
+        State,
+        Stats,
+    )
+    from .errors import (
+        DelayqError,
+        DuplicateId,
+        LeaseLost,
+        PayloadTooLarge,
+        QueueClosed,
+        UnsupportedURL,
+    )
+    from .inproc import (
+        AsyncDelayQueue,
+        DelayQueue,
+        Handle,
+        HeapStore,
+        Scheduler,
+        Timer,
+        TimerStore,
+        WheelStore,
+    )
+    from .worker import Discard, HandlerTimeout, Retry, Worker, current_message
+
+# Each public name and the module that defines it, imported on first use: a program
+# that wants a DelayQueue does not import the worker, croniter or a backend.
+_HOMES = {
+    "Clock": "._clock",
+    "FakeClock": "._clock",
+    "SystemClock": "._clock",
+    "App": ".app",
+    "Task": ".app",
+    "AsyncQueue": ".durable",
+    "JSONSerializer": ".durable",
+    "Message": ".durable",
+    "Queue": ".durable",
+    "RetryPolicy": ".durable",
+    "Serializer": ".durable",
+    "State": ".durable",
+    "Stats": ".durable",
+    "DelayqError": ".errors",
+    "DuplicateId": ".errors",
+    "LeaseLost": ".errors",
+    "PayloadTooLarge": ".errors",
+    "QueueClosed": ".errors",
+    "UnsupportedURL": ".errors",
+    "AsyncDelayQueue": ".inproc",
+    "DelayQueue": ".inproc",
+    "Handle": ".inproc",
+    "HeapStore": ".inproc",
+    "Scheduler": ".inproc",
+    "Timer": ".inproc",
+    "TimerStore": ".inproc",
+    "WheelStore": ".inproc",
+    "Discard": ".worker",
+    "HandlerTimeout": ".worker",
+    "Retry": ".worker",
+    "Worker": ".worker",
+    "current_message": ".worker",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value  # the next access is a plain lookup
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __version__ = "0.1.0"
 

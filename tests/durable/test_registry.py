@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from delayq import UnsupportedURL
@@ -57,3 +60,18 @@ def test_register_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
     register_scheme("mem2", "delayq.backends.memory")
     with pytest.raises(UnsupportedURL, match="memory URL"):
         Queue("mem2://")  # served by the memory module, which wants memory://
+
+
+def test_import_delayq_imports_no_engine_backend_or_worker() -> None:
+    """``import delayq`` is cheap: each public name's module is imported on first use,
+    so a program that wants a DelayQueue does not import the worker or croniter."""
+    code = (
+        "import sys, delayq\n"
+        "heavy = ('delayq.worker', 'delayq.app', 'croniter', 'delayq.durable', 'delayq.inproc')\n"
+        "assert not [m for m in heavy if m in sys.modules], sorted(sys.modules)\n"
+        "from delayq import DelayQueue\n"
+        "assert 'delayq.worker' not in sys.modules and 'croniter' not in sys.modules\n"
+        "assert set(delayq.__all__) <= set(dir(delayq))\n"
+        "from delayq import *\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
