@@ -86,9 +86,6 @@ class ShardedBase:
         )
         return [items[index][0] for index in lost]
 
-    def _ids_of(self, shard: int, ids: Sequence[str] | None) -> list[str] | None:
-        return None if ids is None else [i for i in ids if shard_of(i, self.shards) == shard]
-
     @staticmethod
     def _needs_check(plan: Sequence[tuple[int, list[PutRequest], Any, Any]]) -> bool:
         return len(plan) > 1 and any(
