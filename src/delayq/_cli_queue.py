@@ -39,7 +39,7 @@ from ._cli_common import (
     url_option,
 )
 from ._constants import DEFAULT_DEAD_LIMIT, DEFAULT_PEEK_LIMIT, DEFAULT_QUEUE_NAME, MAX_PEEK_LIMIT
-from .durable.message import Message, State, Stats
+from .durable.message import Message, PutResult, State, Stats
 from .durable.queue import Queue
 
 __all__ = [
@@ -198,13 +198,15 @@ def put(
     url: str | None,
 ) -> None:
     """Put PAYLOAD (JSON, or - to read it from stdin) on QUEUE, due now, after
-    --delay or at --at; print the message id on stdout."""
+    --delay or at --at; print the message id on stdout. When --id exists and
+    --on-conflict is ignore (the default), the existing message is kept unchanged, and
+    stderr says so."""
     due = _due(delay, at, required=False)
     headers = _headers(header_items)
     data = _read_payload(payload)
     target = resolve_url(url)
     with open_queue(target, queue, create=True) as q:
-        stored = q.put(
+        result = q.put_outcome(
             data,
             id=message_id,
             on_conflict=on_conflict,  # type: ignore[arg-type]  # click.Choice checked it
@@ -212,7 +214,19 @@ def put(
             headers=headers,
             **due,
         )
-    click.echo(stored)
+    _echo_put(result, queue, "--on-conflict replace overwrites it")
+
+
+def _echo_put(result: PutResult, queue: str, hint: str) -> None:
+    """Print a put's id on stdout and, when it kept an existing message, say so on
+    stderr (the id alone cannot tell)."""
+    click.echo(result.id)
+    if not result.created:
+        click.echo(
+            f"message {result.id!r} already exists in queue {queue!r}: the existing "
+            f"message was kept and not changed ({hint})",
+            err=True,
+        )
 
 
 def _argument_value(text: str) -> Any:
@@ -268,7 +282,8 @@ def send(
     """Put the message that runs TASK(*ARGS, **kw) on a worker: the task envelope
     {"task": TASK, "args": [...], "kwargs": {...}} that App workers run. Each ARG is
     JSON when it parses as JSON (42, true, "quoted text", [1, 2]), else plain text.
-    Print the message id; sending the same --id twice runs the task once."""
+    Print the message id; sending the same --id twice runs the task once (the second
+    send keeps the first message, and stderr says so)."""
     due = _due(delay, at, required=False)
     kwargs: dict[str, Any] = {}
     for item in kw_items:
@@ -286,9 +301,10 @@ def send(
         queue = queue or defined.queue
         max_attempts = defined.max_attempts
     payload = {"task": task, "args": [_argument_value(a) for a in args], "kwargs": kwargs}
-    with open_queue(resolve_url(url), queue or DEFAULT_QUEUE_NAME, create=True) as q:
-        stored = q.put(payload, id=message_id, max_attempts=max_attempts, **due)
-    click.echo(stored)
+    name = queue or DEFAULT_QUEUE_NAME
+    with open_queue(resolve_url(url), name, create=True) as q:
+        result = q.put_outcome(payload, id=message_id, max_attempts=max_attempts, **due)
+    _echo_put(result, name, "it runs once")
 
 
 @click.command(short_help="Remove a waiting or dead message.")

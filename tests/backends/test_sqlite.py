@@ -523,7 +523,7 @@ def test_async_backend_opens_lazily_and_serves_sync_writers(tmp_path: Path) -> N
 
     async def main() -> None:
         request = PutRequest(id="r", payload=b"raw", encoding="bytes", max_attempts=3)
-        assert await backend.put("q", [request]) == ["r"]
+        assert await backend.put("q", [request]) == []  # stored: no request kept
         records = await backend.reserve("q", limit=1, lease_ms=1000, wait=0)
         assert [r.id for r in records] == ["r"]
         await backend.close()

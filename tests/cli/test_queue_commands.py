@@ -79,11 +79,23 @@ def test_put_at_an_aware_iso_time(cli: Cli, queue: Queue, at: str, expected: dat
 
 
 def test_put_on_conflict(cli: Cli, queue: Queue) -> None:
-    assert cli("put", "jobs", "1", "--id", "x").exit_code == 0
+    created = cli("put", "jobs", "1", "--id", "x", "--delay", "1h")
+    assert (created.exit_code, created.stdout, created.stderr) == (0, "x\n", "")
+    due = queue.get("x").due_at  # type: ignore[union-attr]
     ignored = cli("put", "jobs", "2", "--id", "x")
     assert (ignored.exit_code, ignored.stdout) == (0, "x\n")
-    assert queue.get("x").payload == 1  # type: ignore[union-attr]
-    assert cli("put", "jobs", "3", "--id", "x", "--on-conflict", "replace").exit_code == 0
+    assert ignored.stderr == (
+        "message 'x' already exists in queue 'jobs': the existing message was kept and "
+        "not changed (--on-conflict replace overwrites it)\n"
+    )
+    kept = queue.get("x")
+    assert kept is not None
+    assert (kept.payload, kept.due_at) == (1, due)
+    assert cli("put", "jobs", "2", "--id", "x", "--on-conflict", "ignore").stderr == (
+        ignored.stderr
+    )
+    replaced = cli("put", "jobs", "3", "--id", "x", "--on-conflict", "replace")
+    assert (replaced.exit_code, replaced.stdout, replaced.stderr) == (0, "x\n", "")
     assert queue.get("x").payload == 3  # type: ignore[union-attr]
     refused = cli("put", "jobs", "4", "--id", "x", "--on-conflict", "error")
     assert refused.exit_code == 1
@@ -358,6 +370,12 @@ def test_send_puts_the_task_envelope_a_worker_runs(cli: Cli, url: str) -> None:
         "kwargs": {"retry": True, "note": "two words"},
     }
     assert msg.due_at > now_ms() + 3_500_000
+    again = cli("send", "charge", "43", "--id", "c-42")
+    assert (again.exit_code, again.stdout) == (0, "c-42\n")
+    assert again.stderr == (
+        "message 'c-42' already exists in queue 'default': the existing message was kept "
+        "and not changed (it runs once)\n"
+    )
 
 
 def test_send_with_the_app_uses_its_queue_and_refuses_an_unknown_task(

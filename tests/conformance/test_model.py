@@ -7,10 +7,11 @@ an hour away, and leases last ten minutes, so during a run a message is only eve
 operations do. What becomes ready later is due later, and takes a later seq, so the
 model's line of ready messages is the order of the events that made them ready; a
 released message goes back to its old place. Checked at every step: what each call
-returns (ids and payloads in order, attempts, LeaseLost, DuplicateId, True/False), and
-the counts of ``stats()``. A sharded queue only promises due order across its shards
-as far as a millisecond (equal due times on two shards may come either way): there the
-claimed messages must be the right number of ready ones, in due order.
+returns (ids and payloads in order, whether a put stored its message or kept one,
+attempts, LeaseLost, DuplicateId, True/False), and the counts of ``stats()``. A
+sharded queue only promises due order across its shards as far as a millisecond (equal
+due times on two shards may come either way): there the claimed messages must be the
+right number of ready ones, in due order.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from delayq import DuplicateId, LeaseLost
+from delayq import DuplicateId, LeaseLost, PutResult
 from delayq.durable import State
 
 LATER = 3600.0  # "an hour away": never due during a run
@@ -89,8 +90,8 @@ class QueueModel(RuleBasedStateMachine):
         for index in range(count):
             self.put(f"m{index}", "now", "i")
 
-    @rule(id=IDS, when=WHEN, conflict=st.sampled_from(sorted(_CONFLICT)))
-    def put(self, id: str, when: str, conflict: str) -> None:
+    @rule(id=IDS, when=WHEN, conflict=st.sampled_from(sorted(_CONFLICT)), outcome=st.booleans())
+    def put(self, id: str, when: str, conflict: str, outcome: bool = False) -> None:
         payload = next(self.payloads)
         current = self.messages.get(id)
         call = {
@@ -105,8 +106,12 @@ class QueueModel(RuleBasedStateMachine):
             with pytest.raises(DuplicateId):
                 self.q.put(payload, **call)
             return
-        assert self.q.put(payload, **call) == id
-        if current is None or conflict == "r":
+        stored = current is None or conflict == "r"
+        if outcome:
+            assert self.q.put_outcome(payload, **call) == PutResult(id, created=stored)
+        else:
+            assert self.q.put(payload, **call) == id
+        if stored:
             state = "ready" if when == "now" else "waiting"
             self.messages[id] = Entry(state, next(self.places), payload)
 

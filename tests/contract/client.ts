@@ -94,6 +94,13 @@ const put = await client.POST("/v1/queues/{queue}/messages", {
   body: { payload: { order: 42, note: "café" }, delay: "1h", id: "order-42" },
 });
 expect(put.response.status === 201 && put.data?.id === "order-42", "putMessage: the id given");
+expect(put.data?.created === true, "putMessage: created");
+const again = await client.POST("/v1/queues/{queue}/messages", {
+  params: { path: queue },
+  body: { payload: "ignored", id: "order-42" },
+});
+const kept: boolean | undefined = again.data?.created;
+expect(again.response.status === 200 && kept === false, "putMessage: an existing id is kept (200)");
 
 const got = await client.GET("/v1/queues/{queue}/messages/{id}", {
   params: { path: { ...queue, id: "order-42" } },
@@ -128,6 +135,7 @@ const batch = await client.POST("/v1/queues/{queue}/messages/batch", {
   body: { messages: [{ payload: 1 }, { payload: 2 }, { payload: 3 }] },
 });
 expect(batch.response.status === 201 && batch.data?.ids.length === 3, "putMessages: three ids");
+expect(batch.data?.created.every((created) => created) === true, "putMessages: all created");
 
 const reserved = await client.POST("/v1/queues/{queue}/reserve", {
   params: { path: queue },

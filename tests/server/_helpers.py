@@ -13,11 +13,13 @@ TOKEN = "s3cret-token-for-tests"
 
 
 def put(client: TestClient, queue: str = "q", **body: Any) -> str:
-    """Put one message (payload 1 unless given); return its id."""
+    """Put one message (payload 1 unless given); return its id. The answer must be
+    201 with ``created`` true, or 200 with ``created`` false (an existing id kept)."""
     if "payload_base64" not in body:
         body.setdefault("payload", 1)
     response = client.post(f"/v1/queues/{queue}/messages", json=body)
-    assert response.status_code == 201, response.text
+    assert response.status_code in {200, 201}, response.text
+    assert response.json()["created"] is (response.status_code == 201), response.text
     return str(response.json()["id"])
 
 

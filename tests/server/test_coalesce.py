@@ -1,5 +1,6 @@
 """Puts of concurrent requests stored in one batch (PutCoalescer), each request
-still getting its own id or its own error, on every backend and over HTTP."""
+still getting its own outcome (its id, created or kept) or its own error, on every
+backend and over HTTP."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from delayq.durable import AsyncQueue
+from delayq.durable import AsyncQueue, PutResult
 from delayq.errors import DuplicateId, PayloadTooLarge, QueueClosed
 from delayq.server import ServeConfig, create_app
 from delayq.server._coalesce import PutCoalescer
@@ -21,16 +22,17 @@ pytestmark = pytest.mark.timeout(30)
 
 
 def count_batches(queue: AsyncQueue, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Record the size of every ``put_many`` the queue makes (the real one runs)."""
+    """Record the size of every ``put_many_outcomes`` the queue makes (the real one
+    runs)."""
     sizes: list[int] = []
-    real = queue.put_many
+    real = queue.put_many_outcomes
 
-    async def put_many(items: Any) -> list[str]:
+    async def put_many_outcomes(items: Any) -> list[PutResult]:
         items = list(items)
         sizes.append(len(items))
         return await real(items)
 
-    monkeypatch.setattr(queue, "put_many", put_many)
+    monkeypatch.setattr(queue, "put_many_outcomes", put_many_outcomes)
     return sizes
 
 
@@ -60,10 +62,12 @@ def test_concurrent_puts_go_in_one_batch_each_with_its_own_id(
     async def body(queue: AsyncQueue) -> None:
         sizes = count_batches(queue, monkeypatch)
         putter = PutCoalescer(queue, max_batch=100)
-        ids = await asyncio.gather(
+        results = await asyncio.gather(
             *(putter.put({"payload": {"n": n}, "delay": 60}) for n in range(10))
         )
         assert sizes == [10]
+        assert all(result.created for result in results)
+        ids = [result.id for result in results]
         assert len(set(ids)) == 10
         for n, message_id in enumerate(ids):
             message = await queue.get(message_id)
@@ -90,7 +94,7 @@ def test_a_put_alone_is_not_batched(backend_url: str, monkeypatch: pytest.Monkey
         putter = PutCoalescer(queue, max_batch=100)
         first = await putter.put({"payload": 1, "id": "a"})
         second = await putter.put({"payload": 2, "id": "b"})
-        assert (first, second, sizes) == ("a", "b", [])
+        assert (first, second, sizes) == (PutResult("a", True), PutResult("b", True), [])
 
     run(backend_url, body)
 
@@ -107,11 +111,11 @@ def test_an_error_belongs_to_its_request_only(backend_url: str) -> None:
             putter.put({"payload": 5, "id": "five"}),
             return_exceptions=True,
         )
-        assert outcomes[0] == "one"
-        assert outcomes[4] == "five"
+        assert outcomes[0] == PutResult("one", created=True)
+        assert outcomes[4] == PutResult("five", created=True)
         assert isinstance(outcomes[1], DuplicateId)
         assert isinstance(outcomes[2], ValueError)
-        assert outcomes[3] == "big"
+        assert outcomes[3] == PutResult("big", created=True)
         assert await payload_of(queue, "taken") == "old"
         assert (await queue.stats()).ready == 4
 
@@ -130,7 +134,7 @@ def test_a_too_large_payload_fails_alone(backend_url: str) -> None:
             )
         finally:
             await small.close()
-        assert outcomes[0] == "ok"
+        assert outcomes[0] == PutResult("ok", created=True)
         assert isinstance(outcomes[1], PayloadTooLarge)
         assert (await queue.stats()).ready == 1
 
@@ -144,16 +148,19 @@ def test_the_same_id_twice_in_a_batch_is_put_in_order(backend_url: str) -> None:
             putter.put({"payload": "first", "id": "x"}),
             putter.put({"payload": "second", "id": "x"}),
         )
-        assert kept == ["x", "x"]
+        assert kept == [PutResult("x", created=True), PutResult("x", created=False)]
         assert await payload_of(queue, "x") == "first"
         outcomes = await asyncio.gather(
             putter.put({"payload": "third", "id": "y"}),
             putter.put({"payload": "fourth", "id": "y", "on_conflict": "error"}),
             putter.put({"payload": "fifth", "id": "y", "on_conflict": "replace"}),
+            putter.put({"payload": "sixth", "id": "y"}),
             return_exceptions=True,
         )
-        assert outcomes[0] == "y"
-        assert outcomes[2] == "y"
+        # The batch failed on the duplicate and was redone one by one: each its own.
+        assert outcomes[0] == PutResult("y", created=True)
+        assert outcomes[2] == PutResult("y", created=True)
+        assert outcomes[3] == PutResult("y", created=False)
         assert isinstance(outcomes[1], DuplicateId)
         assert await payload_of(queue, "y") == "fifth"
 
@@ -204,6 +211,20 @@ def test_concurrent_http_puts_each_get_their_own_answer(
                 assert stats["ready"] == 9
                 assert sizes
                 assert max(sizes) > 1
+                # One batch of new, kept and repeated ids: each request its own answer.
+                sizes.clear()
+                again = [{"payload": 1, "id": id} for id in ("t", "n1", "n1", "n2", "t")]
+                answers = await asyncio.gather(
+                    *(http.post("/v1/queues/q/messages", json=body) for body in again)
+                )
+                assert sizes == [5]
+                assert [answer.status_code for answer in answers] == [200, 201, 200, 201, 200]
+                assert [answer.json() for answer in answers] == [
+                    {"id": id, "queue": "q", "created": status == 201}
+                    for id, status in zip(
+                        ("t", "n1", "n1", "n2", "t"), (200, 201, 200, 201, 200), strict=True
+                    )
+                ]
         finally:
             await state.close()
 

@@ -107,6 +107,20 @@ def test_a_valid_put_is_served_by_the_fast_path(stack: ExitStack) -> None:
     assert pair.route_calls == 1
 
 
+def test_a_kept_and_a_replaced_message_are_answered_alike(stack: ExitStack) -> None:
+    pair = Pair(stack)
+    calls: list[Call] = [
+        (PUT, {"id": "k", "payload": 1}, JSON),
+        (PUT, {"id": "k", "payload": 2}, JSON),  # kept: 200, "created": false
+        (PUT, {"id": "k", "payload": 3, "on_conflict": "ignore", "delay": 5}, CHARSET),
+        (PUT, {"id": "k", "payload": 4, "on_conflict": "replace"}, JSON),  # 201 again
+    ]
+    pair.same(calls)
+    assert pair.route_calls == 0
+    fast, _ = pair.send(PUT, {"id": "k", "payload": 5})
+    assert (fast.status_code, fast.json()) == (200, {"id": "k", "queue": "q", "created": False})
+
+
 def test_faults_are_answered_alike_and_write_nothing(stack: ExitStack) -> None:
     pair = Pair(stack)
     faults: list[Call] = [

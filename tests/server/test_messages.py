@@ -26,7 +26,7 @@ def test_put_then_get_round_trips_payload_and_fields(any_client: TestClient) -> 
         },
     )
     assert response.status_code == 201
-    assert response.json() == {"id": "cancel:42", "queue": "orders"}
+    assert response.json() == {"id": "cancel:42", "queue": "orders", "created": True}
     message = any_client.get("/v1/queues/orders/messages/cancel:42").json()
     assert message["payload"] == {"order": 42, "items": [1, 2]}
     assert message["state"] == "scheduled"
@@ -71,6 +71,50 @@ def test_bytes_payload_round_trips_as_base64(any_client: TestClient) -> None:
 def test_null_payload_is_a_payload(client: TestClient) -> None:
     message_id = put(client, payload=None)
     assert client.get(f"/v1/queues/q/messages/{message_id}").json()["payload"] is None
+
+
+def test_a_put_says_whether_it_created_or_kept_the_message(any_client: TestClient) -> None:
+    def send(**body: Any) -> tuple[int, Any]:
+        response = any_client.post("/v1/queues/q/messages", json={"payload": 1, **body})
+        return response.status_code, response.json()
+
+    assert send(id="k", payload="first", delay=60) == (
+        201,
+        {"id": "k", "queue": "q", "created": True},
+    )
+    due = any_client.get("/v1/queues/q/messages/k").json()["due_at"]
+    kept = (200, {"id": "k", "queue": "q", "created": False})
+    assert send(id="k", payload="second") == kept
+    assert send(id="k", payload="third", on_conflict="ignore", delay=0) == kept
+    message = any_client.get("/v1/queues/q/messages/k").json()
+    assert (message["payload"], message["due_at"]) == ("first", due)
+    assert send(id="k", payload="fourth", on_conflict="replace") == (
+        201,
+        {"id": "k", "queue": "q", "created": True},
+    )
+    assert any_client.get("/v1/queues/q/messages/k").json()["payload"] == "fourth"
+
+
+def test_a_batch_says_per_item_whether_it_created_or_kept(any_client: TestClient) -> None:
+    batch = "/v1/queues/q/messages/batch"
+    any_client.post("/v1/queues/q/messages", json={"payload": "old", "id": "a"})
+    items = [
+        {"payload": 1, "id": "a"},
+        {"payload": 2, "id": "n"},
+        {"payload": 3, "id": "n"},
+        {"payload": 4, "id": "a", "on_conflict": "replace"},
+        {"payload": 5, "id": "a"},
+    ]
+    response = any_client.post(batch, json={"messages": items})
+    assert response.status_code == 201
+    assert response.json() == {
+        "ids": ["a", "n", "n", "a", "a"],
+        "created": [False, True, False, True, False],
+    }
+    assert any_client.get("/v1/queues/q/messages/a").json()["payload"] == 4
+    again = any_client.post(batch, json={"messages": [{"payload": 9, "id": "n"}]})
+    assert again.status_code == 200
+    assert again.json() == {"ids": ["n"], "created": [False]}
 
 
 def test_on_conflict(client: TestClient) -> None:

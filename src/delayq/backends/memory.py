@@ -108,22 +108,25 @@ class _Core:
         self._wake_used()
 
     # -- the operations that never wait ------------------------------------------
-    def _put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
-        def step(store: Store, now: Now) -> list[str]:
+    def _put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
+        def step(store: Store, now: Now) -> list[int]:
             staged: dict[str, Record | None] = {}
-            for request in requests:
+            kept: list[int] = []
+            for position, request in enumerate(requests):
                 current = (
                     staged[request.id] if request.id in staged else store.records.get(request.id)
                 )
                 new = apply_put(current, request, now, next(store.seq))
-                if new is not None:
+                if new is None:
+                    kept.append(position)
+                else:
                     staged[request.id] = new
             for record in staged.values():
                 if record is not None:
                     store.write(record)
             if staged:
                 store.wake_all()
-            return [request.id for request in requests]
+            return kept
 
         return self._run(queue, step)
 
@@ -283,7 +286,7 @@ class _Core:
 class MemoryBackend(_Core):
     """The sync face of ``memory://`` (see :class:`~delayq.durable.backend.Backend`)."""
 
-    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
         """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
         return self._put(queue, requests)
 
@@ -384,7 +387,7 @@ class AsyncMemoryBackend(_Core):
     """The asyncio face of ``memory://``: the same store; only a waiting ``reserve``
     awaits, every other operation holds the store lock for microseconds."""
 
-    async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+    async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
         """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
         return self._put(queue, requests)
 

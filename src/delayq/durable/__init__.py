@@ -1,11 +1,12 @@
 """Durable queues: one contract (:mod:`.backend`) over backends chosen by URL.
 
-:class:`Queue` / :class:`AsyncQueue` are the faces; :class:`Message`, :class:`State`
-and :class:`Stats` what they return; :class:`RetryPolicy` how failures are retried.
+:class:`Queue` / :class:`AsyncQueue` are the faces; :class:`Message`, :class:`State`,
+:class:`Stats` and :class:`PutResult` what they return; :class:`RetryPolicy` how
+failures are retried.
 """
 
 from .backend import AsyncBackend, Backend
-from .message import Message, Now, PutRequest, Record, State, Stats
+from .message import Message, Now, PutRequest, PutResult, Record, State, Stats
 from .queue import AsyncQueue, Queue
 from .registry import register_scheme
 from .retry import RetryPolicy
@@ -19,6 +20,7 @@ __all__ = [
     "Message",
     "Now",
     "PutRequest",
+    "PutResult",
     "Queue",
     "Record",
     "RetryPolicy",

@@ -80,18 +80,25 @@ __all__ = ["AsyncBackend", "Backend"]
 class Backend(Protocol):
     """The sync face of a durable backend (see the module docstring for its guarantees)."""
 
-    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
-        """Store every request in one atomic step, in order; return their ids.
+    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
+        """Store every request in one atomic step, in order; return the positions of
+        the requests that kept an existing message.
 
         Per request (:func:`~delayq.durable.message.apply_put`): a new id is stored
         with ``attempts=0``, due at ``resolve_due(delay_ms, at_ms, now)``; an existing
-        id with ``on_conflict="ignore"`` keeps the stored message (its id is
-        returned); ``"replace"`` overwrites it as a fresh message (new payload,
-        headers, due time, ``max_attempts``, ``attempts=0``, ``last_error`` cleared);
-        ``"error"`` raises :class:`~delayq.DuplicateId`. ``"replace"`` of a message
-        in flight (unexpired lease) raises :class:`~delayq.DuplicateId`. Requests of
-        one batch see the effect of earlier requests of that batch. Any raise
-        stores nothing of the batch. ``requests`` is never empty.
+        id with ``on_conflict="ignore"`` keeps the stored message (``apply_put``
+        returns None: the request is *kept*); ``"replace"`` overwrites it as a fresh
+        message (new payload, headers, due time, ``max_attempts``, ``attempts=0``,
+        ``last_error`` cleared); ``"error"`` raises :class:`~delayq.DuplicateId`.
+        ``"replace"`` of a message in flight (unexpired lease) raises
+        :class:`~delayq.DuplicateId`. Requests of one batch see the effect of earlier
+        requests of that batch (an ``"ignore"`` of an id an earlier request stored is
+        kept). Any raise stores nothing of the batch. ``requests`` is never empty.
+
+        The result is decided in the same atomic step as the writes (never by a read
+        before them): the 0-based positions into ``requests``, ascending, of the kept
+        requests; ``[]`` when every request stored its message (created or replaced),
+        the common case, which costs nothing to report.
         """
         ...
 
@@ -244,7 +251,7 @@ class AsyncBackend(Protocol):
     block the event loop, and cancelling it leaves nothing claimed.
     """
 
-    async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+    async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
         """See :meth:`Backend.put`."""
         ...
 

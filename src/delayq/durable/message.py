@@ -46,6 +46,7 @@ __all__ = [
     "Now",
     "OnConflict",
     "PutRequest",
+    "PutResult",
     "Record",
     "State",
     "Stats",
@@ -121,6 +122,17 @@ class Message:
     lease: str | None = None
     lease_expires_at: int | None = None
     payload_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    """What one put did: the message's ``id``, and ``created``: True when the put
+    stored its message (a new id, or ``on_conflict="replace"`` of a stored one, which
+    starts afresh), False when the id existed and ``on_conflict="ignore"`` kept the
+    stored message unchanged (payload, due time and attempts as they were)."""
+
+    id: str
+    created: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ __all__ = [
     "StateDep",
     "error_docs",
     "put_one",
+    "put_status",
     "queue_named",
     "router",
     "server_state",
@@ -149,44 +150,76 @@ router = APIRouter(prefix="/v1", tags=["messages"], responses=error_docs())
 # -- by id -----------------------------------------------------------------------------
 
 
+def _put_docs(model: type[PutResponse | BatchPutResponse], kept: str) -> dict[int | str, Any]:
+    """A put route's answers besides its 201 (the message stored): 200, an existing
+    message kept (``kept`` says how), and its errors."""
+    docs: dict[int | str, Any] = {200: {"model": model, "description": kept}}
+    docs.update(error_docs(409))
+    return docs
+
+
 @router.post(
     "/queues/{queue}/messages",
     status_code=201,
     response_model=PutResponse,
-    responses=error_docs(409),
+    response_description="The message was stored: a new id, or a replace (created is true).",
+    responses=_put_docs(
+        PutResponse,
+        "The id existed and on_conflict is ignore: that message was kept unchanged "
+        "(created is false).",
+    ),
 )
 async def put_message(queue: QueueDep, request: Request, body: PutRequestBody) -> Response:
     """Store one message, due after ``delay`` or at ``at`` (neither: now).
 
-    409 ``duplicate_id`` when the id exists and ``on_conflict`` is ``"error"`` (or
-    the message is in flight and ``on_conflict`` is ``"replace"``)."""
+    201 when the message was stored (a new id, or ``on_conflict`` ``"replace"``); 200
+    with ``"created": false`` when the id exists and ``on_conflict`` is ``"ignore"``
+    (the default): the existing message is kept unchanged. 409 ``duplicate_id`` when
+    the id exists and ``on_conflict`` is ``"error"`` (or the message is in flight and
+    ``on_conflict`` is ``"replace"``)."""
     # A valid put sent as application/json is answered by FastPut (_fastput.py)
     # with put_one before it gets here; this route answers the others the same way,
     # and every fault. The answer is not validated against PutResponse (which still
     # documents it).
-    return JSONResponse(await put_one(state_of(request), queue, body), status_code=201)
+    answer = await put_one(state_of(request), queue, body)
+    return JSONResponse(answer, status_code=put_status(answer["created"]))
 
 
-async def put_one(state: ServerState, queue: AsyncQueue, body: PutRequestBody) -> dict[str, str]:
+def put_status(created: bool) -> int:
+    """A put's success status: 201 when it stored a message, 200 when it kept one."""
+    return 201 if created else 200
+
+
+async def put_one(state: ServerState, queue: AsyncQueue, body: PutRequestBody) -> dict[str, Any]:
     """Store the message of a valid put request; the answer's body (``PutResponse``).
 
-    The puts of concurrent requests are batched (:class:`~._coalesce.PutCoalescer`)."""
+    The puts of concurrent requests are batched (:class:`~._coalesce.PutCoalescer`),
+    each still told what its own put did."""
     arguments = put_arguments(body, queue.name, state.config)
     with facade_errors():
-        message_id = await state.putter(queue).put(arguments)
+        result = await state.putter(queue).put(arguments)
     state.metrics.puts.labels(queue.name).inc()
-    return {"id": message_id, "queue": queue.name}
+    return {"id": result.id, "queue": queue.name, "created": result.created}
 
 
 @router.post(
     "/queues/{queue}/messages/batch",
     status_code=201,
     response_model=BatchPutResponse,
-    responses=error_docs(409),
+    response_description="At least one item stored its message (created is true for it).",
+    responses=_put_docs(
+        BatchPutResponse,
+        "Every item kept an existing message (on_conflict ignore): nothing was changed "
+        "(created is false for each).",
+    ),
     name="put_messages",
 )
-async def put_batch(queue: QueueDep, state: StateDep, body: BatchPutRequest) -> dict[str, Any]:
-    """Store up to 1000 messages in one atomic step: all of them, or none."""
+async def put_batch(queue: QueueDep, state: StateDep, body: BatchPutRequest) -> Response:
+    """Store up to 1000 messages in one atomic step: all of them, or none.
+
+    ``created`` says, per item, whether it stored its message (true) or kept an
+    existing one (false); the status is 201 when at least one item stored its
+    message, 200 when none did."""
     items = []
     for index, item in enumerate(body.messages):
         try:
@@ -194,9 +227,11 @@ async def put_batch(queue: QueueDep, state: StateDep, body: BatchPutRequest) -> 
         except ApiError as exc:
             raise ApiError(exc.status, exc.code, f"item {index}: {exc.message}") from None
     with facade_errors():
-        ids = await queue.put_many(items)
-    state.metrics.puts.labels(queue.name).inc(len(ids))
-    return {"ids": ids}
+        results = await queue.put_many_outcomes(items)
+    state.metrics.puts.labels(queue.name).inc(len(results))
+    created = [result.created for result in results]
+    answer = {"ids": [result.id for result in results], "created": created}
+    return JSONResponse(answer, status_code=put_status(any(created)))
 
 
 async def _existing(queue: AsyncQueue, message_id: str) -> Message:

@@ -10,7 +10,9 @@ requests see the effect of earlier ones of the batch, exactly as if they had bee
 one after the other; when it raises an error that may belong to one request (a bad
 argument, :class:`~delayq.DuplicateId`, :class:`~delayq.PayloadTooLarge`), nothing
 was stored, so the batch is put again one by one, in order, and each request gets its
-own id or its own error. Any other error (the backend is down, the queue closed)
+own outcome (its id, and whether it stored its message or kept an existing one: a
+request whose id an earlier request of the batch stored keeps that message, as it would
+one by one) or its own error. Any other error (the backend is down, the queue closed)
 is every request's answer.
 """
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ..durable import AsyncQueue
+from ..durable import AsyncQueue, PutResult
 from ..errors import DuplicateId, PayloadTooLarge
 
 __all__ = ["PutCoalescer"]
@@ -27,14 +29,15 @@ __all__ = ["PutCoalescer"]
 # Errors that may come from one request of a batch (and leave nothing stored).
 _PER_REQUEST_ERRORS = (DuplicateId, PayloadTooLarge, TypeError, ValueError)
 
-_Pending = tuple[dict[str, Any], "asyncio.Future[str]"]
+_Pending = tuple[dict[str, Any], "asyncio.Future[PutResult]"]
 
 
 class PutCoalescer:
     """Puts to one queue, sent in batches of up to ``max_batch``.
 
-    :meth:`put` takes the keyword arguments of :meth:`AsyncQueue.put` and returns the
-    id, or raises what that put would raise. Must be used from one event loop.
+    :meth:`put` takes the keyword arguments of :meth:`AsyncQueue.put` and returns what
+    :meth:`AsyncQueue.put_outcome` would return, or raises what that put would raise.
+    Must be used from one event loop.
     """
 
     def __init__(self, queue: AsyncQueue, max_batch: int) -> None:
@@ -45,11 +48,11 @@ class PutCoalescer:
         self._pending: list[_Pending] = []
         self._running: set[asyncio.Task[None]] = set()
 
-    async def put(self, arguments: dict[str, Any]) -> str:
-        """Put one message (``AsyncQueue.put(**arguments)``), batched with the puts
-        that arrive in the same loop iteration."""
+    async def put(self, arguments: dict[str, Any]) -> PutResult:
+        """Put one message (``AsyncQueue.put_outcome(**arguments)``), batched with the
+        puts that arrive in the same loop iteration."""
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[str] = loop.create_future()
+        done: asyncio.Future[PutResult] = loop.create_future()
         self._pending.append((arguments, done))
         if len(self._pending) == 1:
             loop.call_soon(self._send)
@@ -71,14 +74,14 @@ class PutCoalescer:
                 await self._store_one(*batch[0])
                 return
             try:
-                ids = await self.queue.put_many([arguments for arguments, _ in batch])
+                results = await self.queue.put_many_outcomes([arguments for arguments, _ in batch])
             except _PER_REQUEST_ERRORS:
                 for arguments, done in batch:
                     await self._store_one(arguments, done)
                 return
-            for (_, done), message_id in zip(batch, ids, strict=True):
+            for (_, done), result in zip(batch, results, strict=True):
                 if not done.done():
-                    done.set_result(message_id)
+                    done.set_result(result)
         except Exception as exc:
             for _, done in batch:
                 if not done.done():
@@ -88,15 +91,15 @@ class PutCoalescer:
                 done.cancel()
             raise
 
-    async def _store_one(self, arguments: dict[str, Any], done: asyncio.Future[str]) -> None:
+    async def _store_one(self, arguments: dict[str, Any], done: asyncio.Future[PutResult]) -> None:
         try:
-            message_id = await self.queue.put(**arguments)
+            result = await self.queue.put_outcome(**arguments)
         except Exception as exc:
             if not done.done():
                 done.set_exception(exc)
             return
         if not done.done():
-            done.set_result(message_id)
+            done.set_result(result)
 
     @property
     def idle(self) -> bool:

@@ -5,8 +5,8 @@ two exit stacks, dependency solving, content-type parsing): more than twice what
 parsing and storing the message costs. :class:`FastPut` sits inside the token and
 body-limit middleware and answers a put that is valid all through with the route's
 own steps (:class:`~._models.PutRequestBody`, :func:`~._api.queue_named`,
-:func:`~._api.put_one`), sending what the route would send: 201 and
-``{"id", "queue"}``.
+:func:`~._api.put_one`), sending what the route would send: 201 (stored) or 200
+(an existing message kept) and ``{"id", "queue", "created"}``.
 
 It has no rules of its own. A request whose JSON, fields (the pydantic model) or
 queue name is not valid is passed to the app unchanged, its buffered body replayed,
@@ -29,7 +29,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._constants import MAX_ID_LENGTH
-from ._api import put_one, queue_named
+from ._api import put_one, put_status, queue_named
 from ._limits import replaying
 from ._models import PutRequestBody
 
@@ -132,7 +132,7 @@ class FastPut:
         await send(
             {
                 "type": "http.response.start",
-                "status": 201,
+                "status": put_status(answer["created"]),
                 "headers": [
                     (b"content-length", str(len(content)).encode()),
                     (b"content-type", _JSON),

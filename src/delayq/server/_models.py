@@ -165,10 +165,13 @@ class PutRequestBody(_Request):
 
 
 class PutResponse(BaseModel):
-    """The stored message's id."""
+    """What the put did, with the message's id: ``created`` true (status 201) when it
+    stored the message (a new id, or ``on_conflict`` ``"replace"``), false (status 200)
+    when the id existed and ``on_conflict`` ``"ignore"`` kept that message unchanged."""
 
     id: str
     queue: str
+    created: bool
 
 
 class BatchPutRequest(_Request):
@@ -178,9 +181,13 @@ class BatchPutRequest(_Request):
 
 
 class BatchPutResponse(BaseModel):
-    """The ids, in the order of the request."""
+    """The ids, in the order of the request, and for each whether it stored its message
+    (``created[i]`` true: a new id or a replace) or kept an existing one (false: its id
+    existed, or an earlier item stored it, and ``on_conflict`` is ``"ignore"``). Status
+    201 when at least one item stored its message, 200 when every item kept one."""
 
     ids: list[str]
+    created: list[bool]
 
 
 # -- messages --------------------------------------------------------------------------

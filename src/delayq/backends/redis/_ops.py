@@ -53,9 +53,10 @@ def _lost() -> LeaseLost:
     return LeaseLost(_LEASE_LOST)
 
 
-def _put_woke(reply: Any) -> bool:
+def _put_woke(reply: Any) -> tuple[bool, list[int]]:
+    """Whether waiting consumers were woken, and the positions of the kept requests."""
     raise_put_status(reply)
-    return bool(int(reply[1]))
+    return bool(int(reply[1])), [int(position) for position in reply[2:]]
 
 
 def _acked(reply: Any) -> None:
@@ -147,11 +148,13 @@ class Operations:
         requests: Sequence[PutRequest],
         seqs: Sequence[int] | None = None,
         dues: Sequence[int] | None = None,
-    ) -> Call[bool]:
+    ) -> Call[tuple[bool, list[int]]]:
         """``put.lua`` (``put_one.lua`` for one request with ``on_conflict="ignore"``
         on a queue that is not sharded); the result says whether waiting consumers were
-        woken. ``dues`` (with ``seqs`` only): exact due times, resolved against one now
-        for a batch spread over shards, instead of the script's own resolution."""
+        woken, and the positions in ``requests`` of those that kept an existing message
+        (:meth:`Backend.put <delayq.durable.backend.Backend.put>`). ``dues`` (with
+        ``seqs`` only): exact due times, resolved against one now for a batch spread
+        over shards, instead of the script's own resolution."""
         one = len(requests) == 1 and requests[0].on_conflict == "ignore"
         if one and seqs is None and dues is None:
             return Call("put_one", self.keys(queue), put_one_args(requests[0]), _put_woke)
@@ -169,7 +172,7 @@ class Operations:
         first is returned) and the server's now, in one step."""
         return Call("take_seqs", self.keys(queue), [count], _seqs_and_now)
 
-    def check_put(self, queue: str, requests: Sequence[PutRequest]) -> Call[bool]:
+    def check_put(self, queue: str, requests: Sequence[PutRequest]) -> Call[tuple[bool, list[int]]]:
         """``put.lua`` in check mode: raises what the put would raise, writes nothing."""
         return Call("put", self.keys(queue), [*put_args(requests), b"c"], _put_woke)
 

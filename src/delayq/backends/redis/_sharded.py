@@ -45,8 +45,9 @@ class ShardedBase:
 
     def _put_plan(
         self, requests: Sequence[PutRequest], taken: tuple[int, Now] | None
-    ) -> list[tuple[int, list[PutRequest], list[int] | None, list[int] | None]]:
-        """Per shard: its requests, their queue-wide seqs and their exact due times.
+    ) -> list[tuple[int, list[int], list[PutRequest], list[int] | None, list[int] | None]]:
+        """Per shard: the positions of its requests in ``requests``, those requests,
+        their queue-wide seqs and their exact due times.
 
         ``taken``: the seq before the batch's first and shard 0's now, read together
         (``take_seqs.lua``; None with one shard: the script resolves its own). Every due
@@ -54,15 +55,16 @@ class ShardedBase:
         shards (one script each, one after another, each with its own ``TIME``) keep
         put order among equal delays and "due now" (order is ``(due_at, seq)``).
         """
-        plan: list[tuple[int, list[PutRequest], list[int] | None, list[int] | None]] = []
+        plan: list[tuple[int, list[int], list[PutRequest], list[int] | None, list[int] | None]]
+        plan = []
         for shard, indexes in by_shard(requests, self.shards).items():
             part = [requests[i] for i in indexes]
             if taken is None:
-                plan.append((shard, part, None, None))
+                plan.append((shard, indexes, part, None, None))
                 continue
             base, now = taken
             dues = [resolve_due(r.delay_ms, r.at_ms, now) for r in part]
-            plan.append((shard, part, [base + i + 1 for i in indexes], dues))
+            plan.append((shard, indexes, part, [base + i + 1 for i in indexes], dues))
         return plan
 
     def _ack_plan(self, items: Sequence[tuple[str, str]]) -> list[tuple[int, list[int]]]:
@@ -87,7 +89,7 @@ class ShardedBase:
         return [items[index][0] for index in lost]
 
     @staticmethod
-    def _needs_check(plan: Sequence[tuple[int, list[PutRequest], Any, Any]]) -> bool:
+    def _needs_check(plan: Sequence[tuple[int, Any, list[PutRequest], Any, Any]]) -> bool:
         return len(plan) > 1 and any(
-            request.on_conflict != "ignore" for _, part, _, _ in plan for request in part
+            request.on_conflict != "ignore" for _, _, part, _, _ in plan for request in part
         )

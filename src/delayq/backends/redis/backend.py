@@ -220,11 +220,12 @@ class RedisBackend(_Base):
         if listener is not None:
             listener.bump()
 
-    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
         """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
-        if self._run(self._ops.put(queue, requests)):
+        woke, kept = self._run(self._ops.put(queue, requests))
+        if woke:
             self._bump(queue)
-        return [request.id for request in requests]
+        return kept
 
     def reserve(self, queue: str, *, limit: int, lease_ms: int, wait: float | None) -> list[Record]:
         """See :meth:`Backend.reserve <delayq.durable.backend.Backend.reserve>`."""
@@ -435,11 +436,12 @@ class AsyncRedisBackend(_Base):
             logger.warning("could not release %d claimed messages: %s", len(records), exc)
         self._bump(queue)
 
-    async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+    async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
         """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
-        if await self._run(self._ops.put(queue, requests)):
+        woke, kept = await self._run(self._ops.put(queue, requests))
+        if woke:
             self._bump(queue)
-        return [request.id for request in requests]
+        return kept
 
     async def reserve(
         self, queue: str, *, limit: int, lease_ms: int, wait: float | None

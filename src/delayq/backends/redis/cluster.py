@@ -149,19 +149,23 @@ class ShardedRedisBackend(ShardedBase):
                 break
         return sort_claimed(records)
 
-    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
         """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
         taken = None
         if self.shards > 1:
             taken = self._run(self._ops[0].take_seqs(queue, len(requests)))
         plan = self._put_plan(requests, taken)
         if self._needs_check(plan):
-            for shard, part, _, _ in plan:
+            for shard, _, part, _, _ in plan:
                 self._run(self._ops[shard].check_put(queue, part))
-        for shard, part, seqs, dues in plan:
-            if self._run(self._ops[shard].put(queue, part, seqs, dues)):
+        kept: list[int] = []
+        for shard, indexes, part, seqs, dues in plan:
+            woke, kept_here = self._run(self._ops[shard].put(queue, part, seqs, dues))
+            if woke:
                 self._news(queue, shard)
-        return [request.id for request in requests]
+            kept += [indexes[position] for position in kept_here]
+        kept.sort()
+        return kept
 
     def reserve(self, queue: str, *, limit: int, lease_ms: int, wait: float | None) -> list[Record]:
         """See :meth:`Backend.reserve <delayq.durable.backend.Backend.reserve>`."""

@@ -69,6 +69,19 @@ def _next_seq(conn: sqlite3.Connection, count: int) -> int:
     return int(last) - count + 1
 
 
+def _insert_ignore(
+    conn: sqlite3.Connection, queue: str, rows: list[tuple[Any, ...]], start: int
+) -> list[int]:
+    """Insert a run of "ignore" rows (the requests at ``start``...); return the
+    positions of those that kept a stored message. A run that inserted every row, the
+    common case, costs no query more than the insert."""
+    if conn.executemany(sql.INSERT_IGNORE, rows).rowcount == len(rows):
+        return []
+    ids = json.dumps([row[1] for row in rows])
+    stored = {seq for (seq,) in conn.execute(sql.INSERT_IGNORE_KEPT, {"ids": ids, "queue": queue})}
+    return [start + i for i, row in enumerate(rows) if row[5] not in stored]
+
+
 # -- the operations, written once -------------------------------------------------------
 
 
@@ -98,14 +111,16 @@ class Core:
         self.wake.close()
         self.pool.close()
 
-    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
         """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
         self.check_open()
 
-        def work(conn: sqlite3.Connection, now: Now) -> list[str]:
+        def work(conn: sqlite3.Connection, now: Now) -> list[int]:
             seq = _next_seq(conn, len(requests))
             ignored: list[tuple[Any, ...]] = []  # a run of "ignore" rows, inserted at once
-            for request in requests:
+            start = 0  # the position of the run's first request
+            kept: list[int] = []
+            for position, request in enumerate(requests):
                 row = (
                     queue,
                     request.id,
@@ -118,10 +133,12 @@ class Core:
                 )
                 seq += 1
                 if request.on_conflict == "ignore":
+                    if not ignored:
+                        start = position
                     ignored.append(row)
                     continue
                 if ignored:
-                    conn.executemany(sql.INSERT_IGNORE, ignored)
+                    kept += _insert_ignore(conn, queue, ignored, start)
                     ignored = []
                 if request.on_conflict == "error":
                     try:
@@ -131,12 +148,12 @@ class Core:
                 elif not conn.execute(sql.REPLACE, (*row, now.floor)).fetchall():
                     raise DuplicateId(f"message {request.id!r} is in flight: it cannot be replaced")
             if ignored:
-                conn.executemany(sql.INSERT_IGNORE, ignored)
-            return [request.id for request in requests]
+                kept += _insert_ignore(conn, queue, ignored, start)
+            return kept
 
-        ids = self.pool.write(work)
+        kept = self.pool.write(work)
         self.wake.bump()
-        return ids
+        return kept
 
     def claim(
         self, queue: str, limit: int, lease_ms: int, peek: bool

@@ -88,7 +88,7 @@ class SQLiteBackend:
         """The absolute path of the database file."""
         return self._core.pool.path
 
-    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
         """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
         return self._core.put(queue, requests)
 
@@ -230,7 +230,7 @@ class AsyncSQLiteBackend:
             except RuntimeError:  # the executor is shut down: give them back here
                 self._core.unclaim(queue, records)
 
-    async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[str]:
+    async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
         """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
         return await self._call(self._core.put, queue, requests)
 

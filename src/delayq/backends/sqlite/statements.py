@@ -35,6 +35,7 @@ __all__ = [
     "GET",
     "INSERT",
     "INSERT_IGNORE",
+    "INSERT_IGNORE_KEPT",
     "NACK",
     "NEXT_EVENT",
     "NEXT_SEQ",
@@ -84,6 +85,18 @@ VALUES (?, ?, ?, ?, ?, ?, 0, ?, 'scheduled', ?)
 
 #: apply_put(on_conflict="ignore"): a stored id keeps its message.
 INSERT_IGNORE = _INSERT + "ON CONFLICT (queue, id) DO NOTHING"
+
+#: Which requests of a run of INSERT_IGNORE were kept (apply_put returned None), asked
+#: in the same transaction only when the run inserted fewer rows than it had: the seqs
+#: its ids hold now (:ids, a JSON array). A request inserted its row exactly when that
+#: row holds the seq it was given (each request has its own); an id given twice in the
+#: run is looked up once.
+INSERT_IGNORE_KEPT = """
+SELECT held.seq
+FROM (SELECT DISTINCT value FROM json_each(:ids)) AS asked
+CROSS JOIN delayq_messages AS held
+  ON held.queue = :queue AND held.id = asked.value
+"""
 
 #: apply_put(on_conflict="error"): a stored id violates the primary key -> DuplicateId.
 INSERT = _INSERT

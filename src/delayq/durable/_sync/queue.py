@@ -28,7 +28,7 @@ from ..._constants import (
 )
 from .._facade import QueueBase, check_address, check_seconds, reschedule_arguments, to_ms
 from ..backend import Backend
-from ..message import Message, OnConflict, State, Stats
+from ..message import Message, OnConflict, PutResult, State, Stats
 from ..registry import open_backend
 from ..retry import RetryPolicy
 
@@ -93,30 +93,60 @@ class Queue(QueueBase):
         datetime or epoch seconds. With an ``id`` that exists, ``on_conflict`` decides:
         ``"ignore"`` keeps the stored message, ``"replace"`` overwrites it (not while in
         flight), ``"error"`` raises :class:`~delayq.DuplicateId`. ``max_attempts``
-        overrides the retry policy's for this message.
+        overrides the retry policy's for this message. :meth:`put_outcome` says, in
+        addition, whether the message was stored or an existing one kept.
         """
         self._check_writable()
-        request = self._request(
-            payload,
-            delay=delay,
-            at=at,
-            id=id,
-            on_conflict=on_conflict,
-            max_attempts=max_attempts,
-            headers=headers,
-        )
-        ids = self._backend.put(self._name, [request])
-        return ids[0]
+        request = self._request(payload, delay, at, id, on_conflict, max_attempts, headers)
+        self._backend.put(self._name, [request])
+        return request.id
+
+    def put_outcome(
+        self,
+        payload: Any,
+        *,
+        delay: Any = None,
+        at: Any = None,
+        id: str | None = None,
+        on_conflict: OnConflict = "ignore",
+        max_attempts: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> PutResult:
+        """:meth:`put`, returning what it did: a :class:`~delayq.PutResult` whose
+        ``created`` is True when the message was stored (a new id, or one replaced) and
+        False when an existing message was kept unchanged (``on_conflict="ignore"``).
+        Decided in the put's own atomic step, so it is exact under concurrent puts.
+        """
+        self._check_writable()
+        request = self._request(payload, delay, at, id, on_conflict, max_attempts, headers)
+        kept = self._backend.put(self._name, [request])
+        return PutResult(request.id, not kept)
 
     def put_many(self, items: Iterable[Mapping[str, Any]]) -> list[str]:
         """Store many messages in one atomic step: all of them or, on any error, none.
 
         Each item is a dict of :meth:`put`'s arguments, e.g. ``{"payload": ...,
         "delay": "5m", "id": "order-1"}``. Returns the ids in order.
+        :meth:`put_many_outcomes` says, in addition, what each put did.
         """
         self._check_writable()
         requests = self._requests(items)
-        return self._backend.put(self._name, requests) if requests else []
+        if requests:
+            self._backend.put(self._name, requests)
+        return [request.id for request in requests]
+
+    def put_many_outcomes(self, items: Iterable[Mapping[str, Any]]) -> list[PutResult]:
+        """:meth:`put_many`, returning a :class:`~delayq.PutResult` per item, in order:
+        ``created`` False for each item that kept an existing message (its id was
+        stored, or stored by an earlier item of the batch, and it has
+        ``on_conflict="ignore"``), True for the others."""
+        self._check_writable()
+        requests = self._requests(items)
+        kept = self._backend.put(self._name, requests) if requests else []
+        results = [PutResult(request.id, True) for request in requests]
+        for position in kept:
+            results[position] = PutResult(requests[position].id, False)
+        return results
 
     def reserve(
         self, *, wait: Any = None, lease: Any = DEFAULT_LEASE, max: int = 1

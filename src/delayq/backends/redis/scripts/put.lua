@@ -14,9 +14,11 @@
 --   exact due time, resolved by the client against one now of the whole batch
 --   (take_seqs.lua), kept as is even when it is before this shard's now (the message
 --   is due at once; only ordering and the lag see it).
--- Returns {0, woke} when stored (woke: 1 if the marker was pushed, else 0); {1, id} when
--- id exists and on_conflict is 'e'; {2, id} when 'r' would replace a message in flight.
--- Nothing is written unless it returns {0, woke}.
+-- Returns {0, woke, kept...} when stored (woke: 1 if the marker was pushed, else 0; kept:
+-- the 0-based positions, ascending, of the requests that kept an existing message, where
+-- apply_put() returns None: 'i' of a stored id or of one an earlier request stored; none
+-- in check mode); {1, id} when id exists and on_conflict is 'e'; {2, id} when 'r' would
+-- replace a message in flight. Nothing is written unless it returns {0, woke, ...}.
 local now, ceil = clock()
 local n = tonumber(ARGV[1])
 local uniform = n < 0
@@ -43,6 +45,12 @@ end
 local tail = at(n)
 local mode = ARGV[tail] or ''
 local exact = mode == 's' and ARGV[tail + 1 + n] == 'x'
+-- The positions of the kept requests, appended to the reply {0, woke}.
+local kept = {}
+local function with_kept(reply)
+  for k = 1, #kept do reply[k + 2] = kept[k] end
+  return reply
+end
 -- Every request of the batch on_conflict 'i', not sharded (mode '').
 local function all_ignore()
   if mode ~= '' then return false end
@@ -95,14 +103,16 @@ if all_ignore() then
         entries[count + 1], entries[count + 2] = last_score, due_member(seq, id)
         count = count + 2
         if not earliest or due < earliest then earliest = due end
+      else
+        kept[#kept + 1] = first + j - 1
       end
     end
   end
-  if not base then return {0, 0} end
+  if not base then return with_kept({0, 0}) end
   local pending, before = known_before()
   add_all(K_MSG, 'HSET', records)
   add_all(K_DUE, 'ZADD', entries)
-  return announce(earliest, pending, before)
+  return with_kept(announce(earliest, pending, before))
 end
 
 -- Which ids exist, one HMGET per CHUNK requests: only those are loaded.
@@ -131,6 +141,7 @@ for i = 0, n - 1 do
     local settled = settle(current, now)
     if mode == 'i' then
       keep = true
+      kept[#kept + 1] = i
     elseif mode == 'e' then
       return {1, id}
     elseif settled.state == ACTIVE then
@@ -154,7 +165,8 @@ for i = 0, n - 1 do
       fresh = true}
   end
 end
-if #order == 0 or mode == 'c' then return {0, 0} end
+if mode == 'c' then return {0, 0} end
+if #order == 0 then return with_kept({0, 0}) end
 -- Second pass: one seq per request, as if each had taken the next one; the records and
 -- index entries are written in chunks (store() one by one, batched).
 local base = 0
@@ -173,4 +185,4 @@ for _, id in ipairs(order) do
 end
 add_all(K_MSG, 'HSET', records)
 add_all(K_DUE, 'ZADD', entries)
-return announce(earliest, pending, before)
+return with_kept(announce(earliest, pending, before))
