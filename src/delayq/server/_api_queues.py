@@ -24,7 +24,7 @@ from .._duration import seconds_to_ms
 from .._outage import error_kind, is_outage
 from .._runtime import log_event
 from ..durable import AsyncQueue, State, Stats
-from ._api import QueueDep, StateDep, error_docs
+from ._api import KNOWN_QUERY, QueueDep, StateDep, error_docs
 from ._errors import error_response, facade_errors
 from ._models import (
     LIMIT_DEFAULT,
@@ -47,7 +47,10 @@ __all__ = ["ops_router", "queues_router"]
 #: The content type of the Prometheus text exposition.
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-queues_router = APIRouter(prefix="/v1", tags=["queues"], responses=error_docs())
+queues_router = APIRouter(
+    prefix="/v1", tags=["queues"], responses=error_docs(), dependencies=KNOWN_QUERY
+)
+# Not /v1: uptime checkers and scrapers may add parameters of their own.
 ops_router = APIRouter(tags=["operations"])
 
 Limit = Annotated[int, Query(ge=1, le=SERVE_MAX_LIMIT, description="At most this many.")]
