@@ -201,6 +201,24 @@ const deadLetters = await client.GET("/v1/queues/{queue}/dead", {
 });
 const lastError: string | null | undefined = deadLetters.data?.messages[0]?.last_error;
 expect(lastError === "refused by the contract test", "deadMessages: the nacked one, with its error");
+expect(deadLetters.data?.next_cursor === null, "deadMessages: one page, next_cursor null");
+
+// -- a list a page at a time: follow next_cursor until it is null ------------------------
+const paged: string[] = [];
+let cursor: string | undefined;
+for (let page = 0; page < 10; page++) {
+  const { data } = await client.GET("/v1/queues/{queue}/messages", {
+    params: { path: queue, query: { state: "active", limit: 1, ...(cursor ? { cursor } : {}) } },
+  });
+  paged.push(...(data?.messages ?? []).map((message) => message.id));
+  if (!data?.next_cursor) break;
+  cursor = data.next_cursor;
+}
+expect(paged.length === 1 && new Set(paged).size === paged.length, `peekMessages paged: ${JSON.stringify(paged)}`);
+const unknownParameter = await client.GET("/v1/queues/{queue}/dead", {
+  params: { path: queue, query: { limit: 10, ...({ limt: 5 } as object) } },
+});
+expect(unknownParameter.response.status === 422, "deadMessages with an unknown parameter: 422");
 
 const stats = await client.GET("/v1/queues/{queue}/stats", { params: { path: queue } });
 const counts = stats.data;

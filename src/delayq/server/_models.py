@@ -257,9 +257,13 @@ class MessageOut(BaseModel):
 
 
 class MessageList(BaseModel):
-    """Messages, in the order the operation gives them."""
+    """Messages, in the order the operation gives them: one page of it."""
 
     messages: list[MessageOut]
+    next_cursor: str | None = Field(
+        default=None,
+        description="Pass it as cursor for the next page; null when this page is the last.",
+    )
 
 
 class ReservedMessage(MessageOut):
