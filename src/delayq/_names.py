@@ -63,14 +63,17 @@ class InvalidMessageId(InvalidName):
 
 def check_stored(kind: str, value: object) -> str:
     """``value`` if a read may address it: a str of 1 to 255 characters without NUL
-    (TypeError for another type, ValueError else)."""
+    (TypeError for another type, else :class:`InvalidMessageId` for a ``kind`` of
+    :data:`MESSAGE_ID`, :class:`InvalidQueueName` for any other)."""
     if not isinstance(value, str):
         raise TypeError(f"{kind} must be a str, not {type(value).__name__}")
     problem = _length_problem(kind, value)
     if problem is None and "\x00" in value:
         problem = _control_problem(kind, value, value.index("\x00"))
     if problem is not None:
-        raise ValueError(problem)
+        # The same class as a put's refusal of that value (a ValueError too), so
+        # every face gives one kind of mistake one name (HTTP: one code).
+        raise (InvalidMessageId if kind == MESSAGE_ID else InvalidQueueName)(problem)
     return value
 
 

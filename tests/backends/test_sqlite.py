@@ -162,8 +162,11 @@ def test_inspection_reads_go_through_the_indexes(queue: Queue, tmp_path: Path) -
         names = _plan(conn, sql.QUEUES, {})
         assert "SCAN delayq_messages" not in names
         assert "(queue>?)" in names
+        # peek, first page or a later one (after a position of its order).
+        position = {"after": 5, "after_key": 1000, "after_seq": 5}
         for state in (None, "ready", "scheduled", "active", "dead"):
-            assert "SCAN delayq_messages" not in _plan(conn, sql.PEEK[state], params)
+            plan = _plan(conn, sql.PEEK[state], {**params, **position})
+            assert "SCAN delayq_messages" not in plan
     finally:
         conn.close()
 

@@ -292,3 +292,54 @@ def test_get_and_peek_show_when_a_lease_expires_but_never_its_token(q: Any) -> N
     # Once settled, a message has no lease to show.
     q.release(held)
     assert q.get("held").lease_expires_at is None
+
+
+def _position(state: str | None, message: Any) -> tuple[int, ...]:
+    if state == "dead":
+        return (message.seq,)
+    if state == "active":
+        return (message.lease_expires_at, message.seq)
+    return (message.due_at, message.seq)
+
+
+def _pages(q: Any, state: str | None, limit: int) -> list[str]:
+    seen: list[str] = []
+    after = None
+    while True:
+        page = q.peek(state, limit, after=after)
+        seen.extend(m.id for m in page)
+        if len(page) < limit:
+            return seen
+        after = _position(state, page[-1])
+
+
+def test_peek_pages_after_a_position_in_its_order(q: Any) -> None:
+    now = backend_now(q)
+    for n in range(7):  # pairs share a due time: put order among them
+        q.put(n, id=f"s{n}", at=at(now + 60_000 + (n // 2) * 1000))
+    for n in range(5):
+        q.put(n, id=f"r{n}")
+    assert _pages(q, None, 3) == [m.id for m in q.peek(limit=100)]
+    assert _pages(q, "scheduled", 2) == [f"s{n}" for n in range(7)]
+    assert _pages(q, "ready", 2) == [f"r{n}" for n in range(5)]
+    # After the position of a message that is gone, the next ones all the same.
+    [_, second] = q.peek("scheduled", 2)
+    q.cancel(second.id)
+    assert [m.id for m in q.peek("scheduled", 2, after=_position(None, second))] == ["s2", "s3"]
+    q.put("late", id="s-late", at=at(now + 600_000))
+    assert _pages(q, "scheduled", 4)[-1] == "s-late"
+    held = q.reserve(wait=0, lease=60, max=3) + q.reserve(wait=0, lease=30, max=2)
+    assert sorted(_pages(q, "active", 2)) == sorted(m.id for m in held)
+    assert _pages(q, "active", 2) == [m.id for m in q.peek("active", 100)]
+    for message in held:
+        q.nack(message, dead=True)
+    dead = [m.id for m in q.dead(100)]
+    assert len(dead) == 5
+    assert _pages(q, "dead", 2) == dead
+    [one, two] = q.dead(2)
+    assert [m.id for m in q.dead(2, after_seq=two.seq)] == dead[2:4]
+    assert [m.id for m in q.dead(100, after_seq=one.seq)] == dead[1:]
+    with pytest.raises(TypeError):
+        q.peek("dead", after=(1, 2))
+    with pytest.raises(ValueError, match="after_seq"):
+        q.dead(after_seq=-1)

@@ -129,6 +129,28 @@ const missing = await client.GET("/v1/queues/{queue}/messages/{id}", {
 const notFound: string | undefined = missing.error?.error.code;
 expect(missing.response.status === 404 && notFound === "not_found", "getMessage: 404 once cancelled");
 
+// -- units: a due_at (epoch ms) goes back as at_ms; an `at` in milliseconds is refused ----
+const units = { queue: `${queue.queue}-units` };
+const inAMinute = Date.now() + 60_000;
+const byMs = await client.POST("/v1/queues/{queue}/messages", {
+  params: { path: units },
+  body: { payload: 1, at_ms: inAMinute },
+});
+const byMsId = byMs.data?.id ?? "";
+const readBack = await client.GET("/v1/queues/{queue}/messages/{id}", {
+  params: { path: { ...units, id: byMsId } },
+});
+expect(readBack.data?.due_at === inAMinute, "putMessage at_ms: due_at is that millisecond");
+const wrongUnit = await client.POST("/v1/queues/{queue}/messages", {
+  params: { path: units },
+  body: { payload: 1, at: inAMinute },
+});
+expect(
+  wrongUnit.response.status === 422 && (wrongUnit.error?.error.message ?? "").includes("at_ms"),
+  "putMessage at in ms: 422 naming at_ms",
+);
+await client.POST("/v1/queues/{queue}/purge", { params: { path: units }, body: {} });
+
 // -- batch, reserve, ack, nack, extend ---------------------------------------------------
 const batch = await client.POST("/v1/queues/{queue}/messages/batch", {
   params: { path: queue },
@@ -159,7 +181,8 @@ if (first && second && third && fourth) {
     params: path(first),
     body: { lease: first.lease },
   });
-  expect(again.response.status === 409 && again.error?.error.code === "lease_lost", "ackMessage twice: 409 lease_lost");
+  // Acked, the queue no longer holds the id: 404, as for every operation on an unknown id.
+  expect(again.response.status === 404 && again.error?.error.code === "not_found", "ackMessage twice: 404 not_found");
 
   const dead = await client.POST("/v1/queues/{queue}/messages/{id}/nack", {
     params: path(second),
@@ -186,6 +209,24 @@ const deadLetters = await client.GET("/v1/queues/{queue}/dead", {
 });
 const lastError: string | null | undefined = deadLetters.data?.messages[0]?.last_error;
 expect(lastError === "refused by the contract test", "deadMessages: the nacked one, with its error");
+expect(deadLetters.data?.next_cursor === null, "deadMessages: one page, next_cursor null");
+
+// -- a list a page at a time: follow next_cursor until it is null ------------------------
+const paged: string[] = [];
+let cursor: string | undefined;
+for (let page = 0; page < 10; page++) {
+  const { data } = await client.GET("/v1/queues/{queue}/messages", {
+    params: { path: queue, query: { state: "active", limit: 1, ...(cursor ? { cursor } : {}) } },
+  });
+  paged.push(...(data?.messages ?? []).map((message) => message.id));
+  if (!data?.next_cursor) break;
+  cursor = data.next_cursor;
+}
+expect(paged.length === 1 && new Set(paged).size === paged.length, `peekMessages paged: ${JSON.stringify(paged)}`);
+const unknownParameter = await client.GET("/v1/queues/{queue}/dead", {
+  params: { path: queue, query: { limit: 10, ...({ limt: 5 } as object) } },
+});
+expect(unknownParameter.response.status === 422, "deadMessages with an unknown parameter: 422");
 
 const stats = await client.GET("/v1/queues/{queue}/stats", { params: { path: queue } });
 const counts = stats.data;

@@ -96,7 +96,7 @@ def test_out_of_range_numbers_of_a_held_message_are_422(client: TestClient, numb
 
 def test_delay_1e308_says_what_is_wrong(client: TestClient) -> None:
     response = client.post("/v1/queues/q/messages", json={"payload": 1, "delay": 1e308})
-    assert error_of(response, 422) == "invalid_argument"
+    assert error_of(response, 422) == "invalid_request"
     assert "out of range" in response.json()["error"]["message"]
 
 
@@ -250,7 +250,7 @@ def test_headers_too_many_or_too_large_are_422_and_write_nothing(
     ):
         path = f"/v1/queues/{queue}/messages" + ("/batch" if "messages" in body else "")
         response = client.post(path, json=body)
-        assert error_of(response, 422) == "headers_too_large", path
+        assert error_of(response, 422) == "message_headers_too_large", path
     assert stats(client)["ready"] == 0
     assert stats(client, "callbacks")["ready"] == 0
 

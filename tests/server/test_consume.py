@@ -69,10 +69,34 @@ def test_stale_lease_is_409_lease_lost(client: TestClient) -> None:
         assert error_of(response, 409) == "lease_lost", action
     assert client.get(f"/v1/queues/q/messages/{message_id}").json()["state"] == "active"
     client.post(f"/v1/queues/q/messages/{message_id}/ack", json={"lease": held["lease"]})
+    # Acked, the queue no longer holds the id: as for any id it does not hold, 404.
     again = client.post(f"/v1/queues/q/messages/{message_id}/ack", json={"lease": held["lease"]})
-    assert error_of(again, 409) == "lease_lost"
-    unknown = client.post("/v1/queues/q/messages/nope/nack", json={"lease": "x"})
-    assert error_of(unknown, 404) == "not_found"
+    assert error_of(again, 404) == "not_found"
+
+
+@pytest.mark.parametrize(
+    ("action", "body"),
+    [
+        ("ack", {"lease": "x"}),
+        ("nack", {"lease": "x"}),
+        ("extend", {"lease": "x"}),
+        ("release", {"lease": "x"}),
+        ("reschedule", {"delay": 1}),
+        ("reschedule", {"at_ms": 1}),
+    ],
+)
+def test_an_unknown_id_is_404_on_every_operation_by_id(
+    any_client: TestClient, action: str, body: dict[str, object]
+) -> None:
+    put(any_client, id="known")
+    response = any_client.post(f"/v1/queues/q/messages/unknown/{action}", json=body)
+    assert error_of(response, 404) == "not_found"
+    assert "'unknown'" in response.json()["error"]["message"]
+    # A known id whose lease is not this token: 409 lease_lost on every lease route.
+    if action != "reschedule":
+        reserve(any_client)
+        response = any_client.post(f"/v1/queues/q/messages/known/{action}", json=body)
+        assert error_of(response, 409) == "lease_lost"
 
 
 def test_nack_uses_the_backoff_then_dead(any_client: TestClient) -> None:
@@ -104,7 +128,7 @@ def test_nack_delay_and_dead(client: TestClient) -> None:
         f"/v1/queues/q/messages/{message_id}/nack",
         json={"lease": held["lease"], "delay": 5, "dead": True},
     )
-    assert error_of(bad, 422) == "invalid_argument"
+    assert error_of(bad, 422) == "invalid_request"
     assert client.get(f"/v1/queues/q/messages/{message_id}").json()["state"] == "active"
     response = client.post(
         f"/v1/queues/q/messages/{message_id}/nack", json={"lease": held["lease"], "delay": "1h"}

@@ -97,6 +97,7 @@ def test_a_valid_put_is_served_by_the_fast_path(stack: ExitStack) -> None:
             (PUT, {"id": "m3", "payload": [1, "é"], "delay": "30m"}, CHARSET),
             (PUT, {"id": "m4", "payload_base64": "aGk=", "headers": {"k": "v"}}, JSON),
             ("/v1/queues/ünï cødé/messages", {"id": "m5", "payload": 1}, JSON),
+            (PUT, {"id": "m7", "payload": 1, "at_ms": 4_102_444_800_123}, JSON),
         ]
     )
     assert pair.route_calls == 0
@@ -132,6 +133,12 @@ def test_faults_are_answered_alike_and_write_nothing(stack: ExitStack) -> None:
         (PUT, "{}", JSON),
         (PUT, {"payload": 1, "dealy": 5}, JSON),
         (PUT, {"payload": 1, "delay": True}, JSON),
+        (PUT, {"payload": 1, "delay": None}, JSON),
+        (PUT, {"payload": 1, "at": None}, JSON),
+        (PUT, {"payload": 1, "at_ms": None}, JSON),
+        (PUT, {"payload": 1, "at": 1_800_000_000_000}, JSON),
+        (PUT, {"payload": 1, "at": 5, "at_ms": 5000}, JSON),
+        (PUT + "?delay=5", {"payload": 1}, JSON),
         (PUT, {"payload": 1, "id": ""}, JSON),
         (PUT, {"payload": 1, "id": "a\nb"}, JSON),
         (PUT, {"payload": 1, "id": ".."}, JSON),

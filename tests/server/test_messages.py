@@ -136,13 +136,13 @@ def test_on_conflict(client: TestClient) -> None:
         ({}, "missing_payload"),
         ({"payload": 1, "payload_base64": "AA=="}, "payload_conflict"),
         ({"payload_base64": "not base64!"}, "invalid_base64"),
-        ({"payload": 1, "delay": "soon"}, "invalid_argument"),
-        ({"payload": 1, "delay": "nan"}, "invalid_argument"),
+        ({"payload": 1, "delay": "soon"}, "invalid_request"),
+        ({"payload": 1, "delay": "nan"}, "invalid_request"),
         ({"payload": 1, "delay": True}, "invalid_request"),
-        ({"payload": 1, "delay": 1, "at": 2}, "invalid_argument"),
-        ({"payload": 1, "at": "2030-01-01T00:00:00"}, "invalid_time"),
-        ({"payload": 1, "at": "tomorrow"}, "invalid_time"),
-        ({"payload": 1, "at": 1e300}, "invalid_argument"),
+        ({"payload": 1, "delay": 1, "at": 2}, "invalid_request"),
+        ({"payload": 1, "at": "2030-01-01T00:00:00"}, "invalid_request"),
+        ({"payload": 1, "at": "tomorrow"}, "invalid_request"),
+        ({"payload": 1, "at": 1e300}, "invalid_request"),
         ({"payload": 1, "id": ""}, "invalid_id"),
         ({"payload": 1, "id": "a\nb"}, "invalid_id"),
         ({"payload": 1, "id": "a\u0000b"}, "invalid_id"),
@@ -202,7 +202,7 @@ def test_batch_put_is_all_or_nothing(any_client: TestClient) -> None:
         "/v1/queues/q/messages/batch",
         json={"messages": [{"payload": 3, "id": "b3"}, {"payload": 4, "delay": "never"}]},
     )
-    assert error_of(bad, 422) == "invalid_argument"
+    assert error_of(bad, 422) == "invalid_request"
     dup = any_client.post(
         "/v1/queues/q/messages/batch",
         json={
@@ -272,9 +272,9 @@ def test_reschedule_without_a_time_is_422_and_moves_nothing(any_client: TestClie
     before = any_client.get(f"/v1/queues/q/messages/{message_id}").json()
     path = f"/v1/queues/q/messages/{message_id}/reschedule"
     for response in (any_client.post(path, json={}), any_client.post(path, json={"delay": None})):
-        assert error_of(response, 422) == "invalid_argument"
+        assert error_of(response, 422) == "invalid_request"
         message = response.json()["error"]["message"]
-        assert "delay or at" in message, message
+        assert "delay" in message, message
     assert error_of(any_client.post(path, headers=JSON_TYPE), 422) == "invalid_request"
     assert any_client.get(f"/v1/queues/q/messages/{message_id}").json() == before
 
@@ -284,9 +284,9 @@ def test_reschedule_refusals(client: TestClient) -> None:
     assert error_of(response, 404) == "not_found"
     message_id = put(client, delay="1h")
     bad = client.post(f"/v1/queues/q/messages/{message_id}/reschedule", json={"delay": "x"})
-    assert error_of(bad, 422) == "invalid_argument"
+    assert error_of(bad, 422) == "invalid_request"
     both = client.post(f"/v1/queues/q/messages/{message_id}/reschedule", json={"delay": 1, "at": 1})
-    assert error_of(both, 422) == "invalid_argument"
+    assert error_of(both, 422) == "invalid_request"
     assert stats(client)["scheduled"] == 1
     lease = client.post("/v1/queues/q/reserve", headers=JSON_TYPE).json()["messages"]
     assert lease == []

@@ -96,7 +96,7 @@ def test_bad_queue_wide_requests_change_nothing(
     client: TestClient, path: str, body: dict[str, Any]
 ) -> None:
     put(client)
-    assert error_of(client.post(path, json=body), 422) in ("invalid_request", "invalid_argument")
+    assert error_of(client.post(path, json=body), 422) in ("invalid_request", "invalid_id")
     assert stats(client)["ready"] == 1
 
 

@@ -25,6 +25,7 @@ from .._waiters import LoopSleeper, resolve
 from ..durable.inspection import count_due, select_peek
 from ..durable.message import (
     Now,
+    Position,
     PutRequest,
     Record,
     State,
@@ -212,10 +213,12 @@ class _Core:
     def _stats(self, queue: str) -> Stats:
         return self._run(queue, lambda store, now: compute_stats(store.records.values(), now.floor))
 
-    def _dead(self, queue: str, limit: int) -> list[Record]:
+    def _dead(self, queue: str, limit: int, after_seq: int | None) -> list[Record]:
+        after = -1 if after_seq is None else after_seq
+
         def step(store: Store, now: Now) -> list[Record]:
             store.expire(now.floor)
-            dead = [r for r in store.records.values() if r.state is State.DEAD]
+            dead = [r for r in store.records.values() if r.state is State.DEAD and r.seq > after]
             dead.sort(key=lambda r: r.seq)
             return dead[:limit]
 
@@ -259,9 +262,12 @@ class _Core:
         mine = stores_of(self._namespace)
         return sorted(name for name, store in mine if store.records)
 
-    def _peek(self, queue: str, state: State | None, limit: int) -> list[Record]:
+    def _peek(
+        self, queue: str, state: State | None, limit: int, after: Position | None
+    ) -> list[Record]:
         return self._run(
-            queue, lambda store, now: select_peek(store.records.values(), state, now.floor, limit)
+            queue,
+            lambda store, now: select_peek(store.records.values(), state, now.floor, limit, after),
         )
 
     def _due_counts(self, queue: str, horizon_ms: int, buckets: int) -> tuple[int, list[int]]:
@@ -353,9 +359,9 @@ class MemoryBackend(_Core):
         """See :meth:`Backend.stats <delayq.durable.backend.Backend.stats>`."""
         return self._stats(queue)
 
-    def dead(self, queue: str, limit: int) -> list[Record]:
+    def dead(self, queue: str, limit: int, *, after_seq: int | None = None) -> list[Record]:
         """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
-        return self._dead(queue, limit)
+        return self._dead(queue, limit, after_seq)
 
     def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
         """See :meth:`Backend.retry_dead <delayq.durable.backend.Backend.retry_dead>`."""
@@ -369,9 +375,11 @@ class MemoryBackend(_Core):
         """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
         return self._queues()
 
-    def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+    def peek(
+        self, queue: str, *, state: State | None, limit: int, after: Position | None = None
+    ) -> list[Record]:
         """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
-        return self._peek(queue, state, limit)
+        return self._peek(queue, state, limit, after)
 
     def due_counts(self, queue: str, *, horizon_ms: int, buckets: int) -> tuple[int, list[int]]:
         """See :meth:`Backend.due_counts <delayq.durable.backend.Backend.due_counts>`."""
@@ -465,9 +473,9 @@ class AsyncMemoryBackend(_Core):
         """See :meth:`Backend.stats <delayq.durable.backend.Backend.stats>`."""
         return self._stats(queue)
 
-    async def dead(self, queue: str, limit: int) -> list[Record]:
+    async def dead(self, queue: str, limit: int, *, after_seq: int | None = None) -> list[Record]:
         """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
-        return self._dead(queue, limit)
+        return self._dead(queue, limit, after_seq)
 
     async def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
         """See :meth:`Backend.retry_dead <delayq.durable.backend.Backend.retry_dead>`."""
@@ -481,9 +489,11 @@ class AsyncMemoryBackend(_Core):
         """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
         return self._queues()
 
-    async def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+    async def peek(
+        self, queue: str, *, state: State | None, limit: int, after: Position | None = None
+    ) -> list[Record]:
         """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
-        return self._peek(queue, state, limit)
+        return self._peek(queue, state, limit, after)
 
     async def due_counts(
         self, queue: str, *, horizon_ms: int, buckets: int

@@ -67,6 +67,27 @@ def check_address(value: object) -> str:
     return check_stored(MESSAGE_ID, value)
 
 
+def check_seq(value: object, kind: str = "after_seq") -> int:
+    """A ``seq`` (or a time) to page after (``dead(after_seq=...)``): an int >= 0."""
+    if type(value) is not int:
+        raise TypeError(f"{kind} must be an int, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{kind} must be >= 0, got {value}")
+    return value
+
+
+def check_position(state: State | None, value: object) -> tuple[int, ...]:
+    """A place in ``peek(state)``'s order to page after: two ints >= 0 (a time and a
+    seq), one (a seq) for the dead."""
+    size = 1 if state is State.DEAD else 2
+    if type(value) is not tuple or len(value) != size:
+        shape = "(seq,)" if size == 1 else "(due_at or lease_expires_at, seq)"
+        raise TypeError(f"after must be a tuple {shape}, not {value!r:.80}")
+    for part in value:
+        check_seq(part, "after")
+    return value
+
+
 def item_error(index: int, exc: Exception) -> Exception:
     """``exc`` (a TypeError or ValueError of one item of a batch) with the item's index
     in front of its message, ``item 3: ...``: the one format of every face."""
@@ -439,6 +460,7 @@ class QueueBase:
             lease=record.lease,
             lease_expires_at=record.lease_until,
             payload_error=payload_error,
+            seq=record.seq,
         )
 
     def __repr__(self) -> str:

@@ -71,7 +71,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from .message import PutRequest, Record, State, Stats
+from .message import Position, PutRequest, Record, State, Stats
 
 __all__ = ["AsyncBackend", "Backend"]
 
@@ -190,9 +190,11 @@ class Backend(Protocol):
         (:func:`~delayq.durable.message.compute_stats`)."""
         ...
 
-    def dead(self, queue: str, limit: int) -> list[Record]:
+    def dead(self, queue: str, limit: int, *, after_seq: int | None = None) -> list[Record]:
         """Up to ``limit`` dead messages, oldest ``seq`` first (about the order they
-        died), without lease."""
+        died), without lease; with ``after_seq``, only those whose ``seq`` is greater
+        (the next page after a record of that ``seq``: a stable order, so paging shows
+        no message twice while others come and go)."""
         ...
 
     def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
@@ -212,7 +214,9 @@ class Backend(Protocol):
         Read only."""
         ...
 
-    def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+    def peek(
+        self, queue: str, *, state: State | None, limit: int, after: Position | None = None
+    ) -> list[Record]:
         """Up to ``limit`` messages of the queue, changing nothing, in their observed
         state and without lease token (as :meth:`get`).
 
@@ -221,7 +225,9 @@ class Backend(Protocol):
         ones, in due order; ``SCHEDULED``: those not yet due, in due order; ``ACTIVE``:
         those in flight, by lease expiry (then ``seq``); ``DEAD``: as :meth:`dead`.
         An expired lease is observed settled (:func:`~delayq.durable.message.settle`)
-        whether or not it was stored so. ``1 <= limit``.
+        whether or not it was stored so. ``1 <= limit``. With ``after`` (the
+        :func:`~delayq.durable.inspection.peek_order` key of the last record of the
+        previous page), only the records whose key is greater: the next page.
         """
         ...
 
@@ -308,7 +314,7 @@ class AsyncBackend(Protocol):
         """See :meth:`Backend.stats`."""
         ...
 
-    async def dead(self, queue: str, limit: int) -> list[Record]:
+    async def dead(self, queue: str, limit: int, *, after_seq: int | None = None) -> list[Record]:
         """See :meth:`Backend.dead`."""
         ...
 
@@ -324,7 +330,9 @@ class AsyncBackend(Protocol):
         """See :meth:`Backend.queues`."""
         ...
 
-    async def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+    async def peek(
+        self, queue: str, *, state: State | None, limit: int, after: Position | None = None
+    ) -> list[Record]:
         """See :meth:`Backend.peek`."""
         ...
 

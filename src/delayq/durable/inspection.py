@@ -11,7 +11,7 @@ import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from .message import Record, State, observe
+from .message import Position, Record, State, observe
 
 __all__ = [
     "bucket_width",
@@ -43,15 +43,27 @@ def peek_order(state: State | None) -> Callable[[Record], tuple[int, ...]]:
 
 
 def select_peek(
-    records: Iterable[Record], state: State | None, now_ms: int, limit: int
+    records: Iterable[Record],
+    state: State | None,
+    now_ms: int,
+    limit: int,
+    after: Position | None = None,
 ) -> list[Record]:
     """The first ``limit`` of ``records`` (stored or settled, any order) in the observed
-    ``state``, in :func:`peek_order`, observed at ``now_ms`` and without lease tokens."""
+    ``state``, in :func:`peek_order`, observed at ``now_ms`` and without lease tokens;
+    with ``after``, only those whose key is greater."""
     wanted = peek_states(state)
+    key = peek_order(state)
     # Observed with the lease first: lease_until is the sort key of active messages.
     observed = (observe(record, now_ms) for record in records)
     chosen = heapq.nsmallest(
-        limit, (record for record in observed if record.state in wanted), key=peek_order(state)
+        limit,
+        (
+            record
+            for record in observed
+            if record.state in wanted and (after is None or key(record) > after)
+        ),
+        key=key,
     )
     return [observe(record, now_ms, with_lease=False) for record in chosen]
 

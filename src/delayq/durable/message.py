@@ -45,6 +45,7 @@ __all__ = [
     "Message",
     "Now",
     "OnConflict",
+    "Position",
     "PutRequest",
     "PutResult",
     "Record",
@@ -73,6 +74,9 @@ __all__ = [
 ]
 
 OnConflict = Literal["ignore", "replace", "error"]
+#: A place in a peek's order (:func:`~delayq.durable.inspection.peek_order`):
+#: ``(due_at, seq)``, ``(lease_until, seq)`` for active messages, ``(seq,)`` for dead ones.
+Position = tuple[int, ...]
 
 
 class HeadersTooLarge(ValueError):
@@ -108,6 +112,8 @@ class Message:
     then None): it was written with another serializer, or nests deeper than delayq
     allows (stored before that limit). Such a message is still reserved, acked,
     nacked or cancelled like any other; it never fails the call that returns it.
+    ``seq`` is its place in the queue's order (put order, renewed when it is
+    rescheduled, nacked or retried): ``dead(after_seq=...)`` pages by it.
     """
 
     id: str
@@ -122,6 +128,7 @@ class Message:
     lease: str | None = None
     lease_expires_at: int | None = None
     payload_error: str | None = None
+    seq: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,15 +11,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Request
+from fastapi.dependencies.models import Dependant
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from starlette.convertors import Convertor, register_url_convertor
 
 from .._constants import MAX_ID_LENGTH
 from ..durable import AsyncQueue, Message, State
-from ._convert import put_arguments, to_at
+from ._convert import due_time, put_arguments
 from ._errors import ApiError, facade_errors
 from ._models import (
     AckRequest,
@@ -43,6 +46,7 @@ from ._models import (
 from ._state import ServerState, message_to_json
 
 __all__ = [
+    "KNOWN_QUERY",
     "QueueDep",
     "StateDep",
     "error_docs",
@@ -144,7 +148,39 @@ class _MessageIdConvertor(Convertor[str]):
 
 register_url_convertor("message_id", _MessageIdConvertor())
 
-router = APIRouter(prefix="/v1", tags=["messages"], responses=error_docs())
+
+def _query_names(dependant: Dependant) -> set[str]:
+    """The query parameters a route (its dependencies included) takes."""
+    names = {param.alias for param in dependant.query_params}
+    for dependency in dependant.dependencies:
+        names |= _query_names(dependency)
+    return names
+
+
+async def known_query(request: Request) -> None:
+    """Refuse query parameters the route does not take (422 naming them), as unknown
+    body fields are: ``?limt=5`` must not silently mean the default."""
+    if not request.scope.get("query_string"):
+        return
+    route = request.scope.get("route")
+    taken = _query_names(route.dependant) if isinstance(route, APIRoute) else set()
+    unknown = sorted(set(request.query_params) - taken)
+    if unknown:
+        takes = ", ".join(sorted(taken)) or "none"
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"query: unknown parameter {', '.join(repr(name) for name in unknown)} "
+            f"(this operation takes: {takes})",
+        )
+
+
+#: Every route of the API refuses unknown query parameters.
+KNOWN_QUERY = [Depends(known_query)]
+
+router = APIRouter(
+    prefix="/v1", tags=["messages"], responses=error_docs(), dependencies=KNOWN_QUERY
+)
 
 
 # -- by id -----------------------------------------------------------------------------
@@ -285,11 +321,17 @@ async def cancel_message(queue: QueueDep, id: MessageId) -> dict[str, bool]:
 async def reschedule_message(
     queue: QueueDep, id: MessageId, body: RescheduleRequest
 ) -> dict[str, Any]:
-    """Move a scheduled or ready message to a new due time: ``delay`` or ``at`` (one
-    of them; ``{"delay": 0}`` makes it due now, ``{}`` is a 422).
+    """Move a scheduled or ready message to a new due time: ``delay``, ``at`` or
+    ``at_ms`` (one of them; ``{"delay": 0}`` makes it due now, ``{}`` is a 422).
 
     409 ``in_flight`` while it is reserved, 409 ``dead`` for a dead one."""
-    delay, at = body.delay, to_at(body.at)
+    if body.delay is None and body.at is None and body.at_ms is None:
+        raise ApiError(
+            422,
+            "invalid_request",
+            "reschedule needs the new due time: delay, at or at_ms (a delay of 0 means now)",
+        )
+    delay, at = body.delay, due_time(body.at, body.at_ms)
     with facade_errors():
         moved = await queue.reschedule(id, delay=delay, at=at)
     if not moved:
@@ -388,18 +430,33 @@ def _held(
     )
 
 
+@contextlib.asynccontextmanager
+async def _lease_errors(queue: AsyncQueue, message_id: str) -> AsyncIterator[None]:
+    """:func:`facade_errors` for an operation by lease token: a lost lease of an id
+    the queue does not hold is 404 ``not_found`` (as for every operation by id), of
+    one it holds 409 ``lease_lost`` (the token is not, or no longer, its lease)."""
+    try:
+        with facade_errors():
+            yield
+    except ApiError as exc:
+        if exc.code == "lease_lost":
+            await _existing(queue, message_id)  # 404 when the queue does not hold it
+        raise
+
+
 @router.post(
     "/queues/{queue}/messages/{id:message_id}/ack",
     response_model=AckResponse,
-    responses=error_docs(409),
+    responses=error_docs(404, 409),
     tags=["consuming"],
 )
 async def ack_message(
     queue: QueueDep, state: StateDep, id: MessageId, body: AckRequest
 ) -> dict[str, bool]:
-    """Done: remove the message. 409 ``lease_lost`` when the lease is no longer held
-    (expired, or the message was reserved again, cancelled or is unknown)."""
-    with facade_errors():
+    """Done: remove the message. 404 ``not_found`` when the queue does not hold the
+    id, 409 ``lease_lost`` when it does but the lease is not this token (expired, or
+    the message was reserved again)."""
+    async with _lease_errors(queue, id):
         await queue.ack(_held(queue, id, body.lease))
     state.metrics.acks.labels(queue.name).inc()
     return {"acked": True}
@@ -416,10 +473,11 @@ async def nack_message(
 ) -> dict[str, str]:
     """Failed: retry after ``delay`` (default: the queue's backoff for this attempt),
     or dead once out of attempts; ``dead: true`` makes it dead at once. Returns the
-    new state. 409 ``lease_lost`` when the lease is no longer held."""
+    new state. 404 ``not_found`` when the queue does not hold the id, 409
+    ``lease_lost`` when the lease is not this token."""
     delay = body.delay
     current = await _existing(queue, id)
-    with facade_errors():
+    async with _lease_errors(queue, id):
         new_state = await queue.nack(
             _held(queue, id, body.lease, current), delay=delay, error=body.error, dead=body.dead
         )
@@ -432,13 +490,14 @@ async def nack_message(
 @router.post(
     "/queues/{queue}/messages/{id:message_id}/extend",
     response_model=ExtendResponse,
-    responses=error_docs(409),
+    responses=error_docs(404, 409),
     tags=["consuming"],
 )
 async def extend_lease(queue: QueueDep, id: MessageId, body: ExtendRequest) -> dict[str, int]:
     """Renew the lease to ``lease_seconds`` from now (a heartbeat); returns the new
-    expiry. 409 ``lease_lost`` when the lease is no longer held."""
-    with facade_errors():
+    expiry. 404 ``not_found`` when the queue does not hold the id, 409 ``lease_lost``
+    when the lease is not this token."""
+    async with _lease_errors(queue, id):
         expiry = await queue.extend(_held(queue, id, body.lease), body.lease_seconds)
     return {"lease_expires_at": expiry}
 
@@ -446,12 +505,13 @@ async def extend_lease(queue: QueueDep, id: MessageId, body: ExtendRequest) -> d
 @router.post(
     "/queues/{queue}/messages/{id:message_id}/release",
     response_model=ReleaseResponse,
-    responses=error_docs(409),
+    responses=error_docs(404, 409),
     tags=["consuming"],
 )
 async def release_message(queue: QueueDep, id: MessageId, body: AckRequest) -> dict[str, bool]:
     """Give the message back without counting the attempt: due where it was, first
-    in line. 409 ``lease_lost`` when the lease is no longer held."""
-    with facade_errors():
+    in line. 404 ``not_found`` when the queue does not hold the id, 409
+    ``lease_lost`` when the lease is not this token."""
+    async with _lease_errors(queue, id):
         await queue.release(_held(queue, id, body.lease))
     return {"released": True}

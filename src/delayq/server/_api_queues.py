@@ -5,7 +5,9 @@ counts, dead letters, purge) and the operational ones (``/healthz``, ``/metrics`
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import json
 import logging
 import math
 from typing import Annotated, Any
@@ -23,9 +25,9 @@ from .._constants import (
 from .._duration import seconds_to_ms
 from .._outage import error_kind, is_outage
 from .._runtime import log_event
-from ..durable import AsyncQueue, State, Stats
-from ._api import QueueDep, StateDep, error_docs
-from ._errors import error_response, facade_errors
+from ..durable import AsyncQueue, Message, State, Stats
+from ._api import KNOWN_QUERY, QueueDep, StateDep, error_docs
+from ._errors import ApiError, error_response, facade_errors
 from ._models import (
     LIMIT_DEFAULT,
     DeadRetryRequest,
@@ -47,10 +49,66 @@ __all__ = ["ops_router", "queues_router"]
 #: The content type of the Prometheus text exposition.
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-queues_router = APIRouter(prefix="/v1", tags=["queues"], responses=error_docs())
+queues_router = APIRouter(
+    prefix="/v1", tags=["queues"], responses=error_docs(), dependencies=KNOWN_QUERY
+)
+# Not /v1: uptime checkers and scrapers may add parameters of their own.
 ops_router = APIRouter(tags=["operations"])
 
 Limit = Annotated[int, Query(ge=1, le=SERVE_MAX_LIMIT, description="At most this many.")]
+Cursor = Annotated[
+    str | None,
+    Query(
+        max_length=200,
+        description="The next_cursor of the previous page (opaque); none: the first page.",
+    ),
+]
+# What a cursor's position is of: an order. Waiting, ready and scheduled messages
+# share one (due time, then seq): their cursors are interchangeable.
+_ORDER = {None: "due", "ready": "due", "scheduled": "due", "active": "active", "dead": "dead"}
+
+
+def _position(kind: str, message: Message) -> tuple[int, ...]:
+    """The place of ``message`` in the order of the list ``kind``."""
+    if kind == "dead":
+        return (message.seq or 0,)
+    if kind == "active":
+        return (message.lease_expires_at or 0, message.seq or 0)
+    return (message.due_at, message.seq or 0)
+
+
+def _next_cursor(kind: str, messages: list[Message], limit: int) -> str | None:
+    """The cursor after the last of ``messages``, or None when the page was not full
+    (the list ended)."""
+    if len(messages) < limit:
+        return None
+    text = json.dumps([kind, *_position(kind, messages[-1])], separators=(",", ":"))
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _after(kind: str, cursor: str | None) -> tuple[int, ...] | None:
+    """The position a ``cursor`` of the list ``kind`` names (422 ``invalid_cursor``
+    for one that is not a cursor of that list)."""
+    if cursor is None:
+        return None
+    size = 1 if kind == "dead" else 2
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except ValueError:
+        decoded = None
+    if (
+        not isinstance(decoded, list)
+        or len(decoded) != size + 1
+        or decoded[0] != kind
+        or not all(type(part) is int and part >= 0 for part in decoded[1:])
+    ):
+        raise ApiError(
+            422,
+            "invalid_cursor",
+            f"query.cursor: {cursor!r:.80} is not a cursor of this list (pass the "
+            "next_cursor of its previous page, with the same state)",
+        )
+    return tuple(decoded[1:])
 
 
 def _stats_json(name: str, stats: Stats) -> dict[str, Any]:
@@ -96,11 +154,23 @@ async def peek_messages(
     queue: QueueDep,
     state: Annotated[StateName | None, Query(description="Only messages in this state.")] = None,
     limit: Limit = LIMIT_DEFAULT,
+    cursor: Cursor = None,
 ) -> dict[str, Any]:
-    """Messages of the queue without claiming them, next due first."""
+    """Messages of the queue without claiming them, a page at a time: waiting ones
+    (no ``state``), ``ready`` or ``scheduled`` ones by due time then put order,
+    ``active`` ones by lease expiry, ``dead`` ones as the dead list. A message moved
+    (rescheduled, nacked, retried) may be seen again at its new place; one put
+    before the cursor's place is not seen."""
+    kind = _ORDER[state]
+    after = _after(kind, cursor)
     with facade_errors():
-        messages = await queue.peek(state=None if state is None else State(state), limit=limit)
-    return {"messages": [message_to_json(message) for message in messages]}
+        messages = await queue.peek(
+            state=None if state is None else State(state), limit=limit, after=after
+        )
+    return {
+        "messages": [message_to_json(message) for message in messages],
+        "next_cursor": _next_cursor(kind, messages, limit),
+    }
 
 
 @queues_router.get("/queues/{queue}/due", response_model=DueResponse)
@@ -121,11 +191,18 @@ async def due_counts(
 
 
 @queues_router.get("/queues/{queue}/dead", response_model=MessageList)
-async def dead_messages(queue: QueueDep, limit: Limit = LIMIT_DEFAULT) -> dict[str, Any]:
-    """Dead messages (out of attempts, or nacked dead), oldest first."""
+async def dead_messages(
+    queue: QueueDep, limit: Limit = LIMIT_DEFAULT, cursor: Cursor = None
+) -> dict[str, Any]:
+    """Dead messages (out of attempts, or nacked dead), oldest first, a page at a
+    time (the same order and cursors as peek with ``state=dead``)."""
+    after = _after("dead", cursor)
     with facade_errors():
-        messages = await queue.dead(limit)
-    return {"messages": [message_to_json(message) for message in messages]}
+        messages = await queue.dead(limit, after_seq=None if after is None else after[0])
+    return {
+        "messages": [message_to_json(message) for message in messages],
+        "next_cursor": _next_cursor("dead", messages, limit),
+    }
 
 
 @queues_router.post("/queues/{queue}/dead/retry", response_model=RetriedResponse)

@@ -9,25 +9,37 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 from datetime import datetime
 from typing import Any
 
-from .._constants import CALLBACK_HEADER
+from .._constants import CALLBACK_HEADER, MAX_DUE_MS
+from .._duration import seconds_to_ms
 from ._callbacks import parse_callback
 from ._config import ServeConfig
 from ._errors import ApiError
 from ._models import PutRequestBody
 
-__all__ = ["put_arguments", "to_at"]
+__all__ = ["due_time", "put_arguments", "to_at"]
 
 
 def to_at(value: int | float | str | None) -> int | float | datetime | None:
-    """``at`` for the facade: epoch seconds, or an aware datetime of an RFC 3339 time."""
+    """``at`` for the facade: epoch seconds, or an aware datetime of an RFC 3339 time.
+
+    A number past the year 9999 in seconds is most likely epoch milliseconds (what
+    ``due_at`` and ``Date.now()`` give): the error says so and names ``at_ms``."""
     if not isinstance(value, str):
+        if value is not None and value * 1000 > MAX_DUE_MS:
+            raise ApiError(
+                422,
+                "invalid_request",
+                f"at is epoch seconds, and {value!r:.40} seconds is past the year 9999: "
+                "for epoch milliseconds (what due_at and Date.now() give) send at_ms",
+            )
         return value
     text = value.strip()
     try:
-        return float(text)
+        return to_at(float(text))
     except ValueError:
         pass
     if text[-1:] in ("Z", "z"):
@@ -37,14 +49,44 @@ def to_at(value: int | float | str | None) -> int | float | datetime | None:
     except ValueError:
         raise ApiError(
             422,
-            "invalid_time",
+            "invalid_request",
             f"at must be an RFC 3339 time with offset or epoch seconds, got {value!r:.80}",
         ) from None
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ApiError(
-            422, "invalid_time", f"at needs a time zone offset (e.g. Z or +01:00): {value!r:.80}"
+            422, "invalid_request", f"at needs a time zone offset (e.g. Z or +01:00): {value!r:.80}"
         )
     return moment
+
+
+def _seconds_of_ms(ms: int) -> float:
+    """Epoch seconds that the queue turns back into exactly ``ms`` (``ms / 1000``
+    alone may land a float's width above it, which the queue rounds up a whole
+    millisecond: a ``due_at`` sent back as ``at_ms`` must keep its value)."""
+    seconds = ms / 1000
+    while seconds_to_ms(seconds) > ms:
+        seconds = math.nextafter(seconds, -math.inf)
+    return seconds
+
+
+def due_time(at: int | float | str | None, at_ms: int | None) -> int | float | datetime | None:
+    """The facade's ``at`` for a request's ``at`` (epoch seconds or RFC 3339) or
+    ``at_ms`` (epoch milliseconds, the unit of ``due_at``); None when neither."""
+    if at_ms is None:
+        return to_at(at)
+    if at is not None:
+        raise ApiError(
+            422,
+            "invalid_request",
+            "give at (epoch seconds or RFC 3339) or at_ms (epoch milliseconds), not both",
+        )
+    if abs(at_ms) > MAX_DUE_MS:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"at_ms of {at_ms!r} milliseconds is out of range (past the year 9999)",
+        )
+    return _seconds_of_ms(at_ms)
 
 
 def _payload(body: PutRequestBody) -> Any:
@@ -96,7 +138,7 @@ def put_arguments(body: PutRequestBody, queue: str, config: ServeConfig) -> dict
     arguments: dict[str, Any] = {
         "payload": _payload(body),
         "delay": body.delay,  # seconds or a duration string: the queue's one parser
-        "at": to_at(body.at),
+        "at": due_time(body.at, body.at_ms),
         "on_conflict": body.on_conflict,
         "max_attempts": body.max_attempts,
         "headers": headers,

@@ -31,21 +31,72 @@ from ..errors import DuplicateId, LeaseLost, PayloadTooLarge, QueueClosed
 
 __all__ = [
     "BACKEND_OUTAGES",
+    "ERROR_CODES",
     "ApiError",
+    "check_code",
     "error_response",
     "facade_errors",
     "install_error_handlers",
 ]
 
 
-#: The ``code`` of a Starlette HTTP error, by status.
+#: Every ``code`` an error answer of the server can carry: its status and what it
+#: means. A closed set: :class:`ApiError` and :func:`error_response` refuse any other
+#: code, ``ErrorDetail.code`` is an enum of these in ``/openapi.json``, and the README
+#: lists them. One code per kind of mistake: a field's value (its type, its bounds,
+#: a duration or a time it cannot read, an unknown field or query parameter) is
+#: ``invalid_request``, with the field named in the message.
+ERROR_CODES: dict[str, tuple[int, str]] = {
+    "malformed_json": (400, "The body is not JSON (or not UTF-8)."),
+    "bad_request": (400, "The request cannot be read (e.g. a malformed Content-Length)."),
+    "host_not_allowed": (400, "The Host header names a host this server does not answer to."),
+    "unauthorized": (401, "The token is missing or wrong."),
+    "cross_site_request": (403, "A write sent by a page of another web site."),
+    "not_found": (404, "No such route, or no message of that id in the queue."),
+    "method_not_allowed": (405, "The path does not take this method (Allow lists those it takes)."),
+    "header_timeout": (408, "The request line and headers did not arrive in time."),
+    "body_timeout": (408, "The request body did not arrive in time."),
+    "duplicate_id": (409, "The id exists and on_conflict is 'error' (or it is in flight)."),
+    "in_flight": (409, "The message is reserved: it cannot be cancelled or rescheduled."),
+    "dead": (409, "The message is dead: retry it instead."),
+    "lease_lost": (409, "The message exists, but the lease is not (or no longer) this token."),
+    "body_too_large": (413, "The request body is larger than the route takes."),
+    "payload_too_large": (413, "The payload is larger than a message may hold."),
+    "unsupported_media_type": (415, "A write to the API that is not application/json."),
+    "invalid_request": (
+        422,
+        "A field or query parameter is missing, unknown, of the wrong type, out of "
+        "bounds, or not a duration or time; the message names it.",
+    ),
+    "invalid_queue": (422, "The queue name breaks the rule of names."),
+    "invalid_id": (422, "The message id breaks the rule of ids."),
+    "invalid_cursor": (422, "The cursor is not one this list gave (or is of another list)."),
+    "missing_payload": (422, "A message needs payload or payload_base64."),
+    "payload_conflict": (422, "Both payload and payload_base64 were given."),
+    "invalid_base64": (422, "payload_base64 is not base64."),
+    "payload_too_deep": (422, "The payload nests deeper than the limit."),
+    "message_headers_too_large": (422, "The message's headers are larger than the limit."),
+    "reserved_header": (422, "A message header the server sets itself (delayq-callback)."),
+    "invalid_callback": (422, "The callback is not valid (URL, method, headers, timeout)."),
+    "callback_host_not_allowed": (422, "The callback's host is not on the allowlist."),
+    "callback_queue_not_dispatched": (
+        422,
+        "A callback put to a queue that is not a callback queue.",
+    ),
+    "too_many_attempts": (429, "Too many wrong tokens from this address (see Retry-After)."),
+    "too_many_long_polls": (429, "Too many waiting reserves from this address (see Retry-After)."),
+    "headers_too_large": (431, "The request's line and headers are larger than the limit."),
+    "internal_error": (500, "The server failed (a bug: its log says more)."),
+    "backend_unavailable": (503, "The backend does not answer (see Retry-After)."),
+    "stopping": (503, "The server is shutting down."),
+}
+
+#: The ``code`` of a Starlette HTTP error, by status (another status: ``bad_request``).
 _HTTP_CODES = {
     400: "bad_request",
     401: "unauthorized",
-    403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
-    409: "conflict",
     413: "body_too_large",
     415: "unsupported_media_type",
 }
@@ -83,16 +134,25 @@ class ApiError(Exception):
         headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
+        check_code(status, code)
         self.status = status
         self.code = code
         self.message = message
         self.headers = dict(headers or {})
 
 
+def check_code(status: int, code: str) -> None:
+    """Refuse a code (or a status) that :data:`ERROR_CODES` does not have for it."""
+    expected = ERROR_CODES.get(code, (None, ""))[0]
+    if expected != status:
+        raise ValueError(f"error code {code!r} is not one of ERROR_CODES at status {status}")
+
+
 def error_response(
     status: int, code: str, message: str, headers: Mapping[str, str] | None = None
 ) -> JSONResponse:
-    """The JSON answer of one error."""
+    """The JSON answer of one error (``code`` one of :data:`ERROR_CODES`)."""
+    check_code(status, code)
     return JSONResponse(
         {"error": {"code": code, "message": message}}, status_code=status, headers=headers
     )
@@ -114,14 +174,20 @@ def facade_errors() -> Iterator[None]:
     except PayloadTooDeep as exc:
         raise ApiError(422, "payload_too_deep", str(exc)) from None
     except HeadersTooLarge as exc:
-        raise ApiError(422, "headers_too_large", str(exc)) from None
+        raise ApiError(422, "message_headers_too_large", str(exc)) from None
     except InvalidName as exc:
-        raise ApiError(422, exc.code, str(exc)) from None
+        code = exc.code if exc.code in ("invalid_queue", "invalid_id") else "invalid_request"
+        raise ApiError(422, code, str(exc)) from None
     except (TypeError, ValueError) as exc:
-        raise ApiError(422, "invalid_argument", str(exc)) from None
+        raise ApiError(422, "invalid_request", str(exc)) from None
 
 
 def _location(loc: tuple[Any, ...]) -> str:
+    """A field's name in a message: ``body.delay``, ``query.limit``; a batch item's
+    field as every batch error names it, ``item 3: delay``."""
+    if len(loc) >= 3 and loc[:2] == ("body", "messages") and isinstance(loc[2], int):
+        rest = ".".join(str(part) for part in loc[3:])
+        return f"item {loc[2]}: {rest}" if rest else f"item {loc[2]}"
     return ".".join(str(part) for part in loc)
 
 
@@ -133,6 +199,8 @@ def _validation_message(errors: list[dict[str, Any]]) -> str:
     branches: dict[str, list[str]] = {}
     for error in errors:
         loc = tuple(error.get("loc", ()))
+        if error.get("type") == "null_time":  # a model's check of one of its fields
+            loc = (*loc, error.get("ctx", {}).get("field", ""))
         if len(loc) > 1 and loc[-1] in _UNION_BRANCHES and error.get("type") != "missing":
             field = _location(loc[:-1])
             branches.setdefault(field, []).append(_UNION_BRANCHES[str(loc[-1])])
@@ -189,7 +257,9 @@ def _allowed_methods(request: Request, fallback: str) -> str:
 async def _on_http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     status = exc.status_code
-    code = _HTTP_CODES.get(status, "http_error")
+    if status not in _HTTP_CODES:  # Starlette raises none other: one code, one status
+        status = 400
+    code = _HTTP_CODES[status]
     message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
     where = f"{request.method} {request.url.path}"
     if status == 404 and message == "Not Found":

@@ -100,6 +100,7 @@ class FastPut:
             scope["type"] == "http"
             and scope["method"] == "POST"
             and not scope.get("root_path")
+            and not scope.get("query_string")  # the put takes none: the route refuses them
             and _plain_json(scope)
         ):
             name = _queue_in(scope["path"])

@@ -22,6 +22,7 @@ from pydantic import (
     WithJsonSchema,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from .._constants import (
     CALLBACK_MAX_TIMEOUT,
@@ -32,6 +33,7 @@ from .._constants import (
     SERVE_MAX_LIMIT,
     SERVE_MAX_WAIT,
 )
+from ._errors import ERROR_CODES
 
 __all__ = [
     "AckRequest",
@@ -91,7 +93,32 @@ _DELAY_DOC = (
     'Seconds (90, "90") or a duration like "250ms", "30m", "1h30m"; a negative delay '
     '("-5", "-5s") means now.'
 )
-_AT_DOC = "An RFC 3339 time with its offset (2030-01-31T09:00:00+01:00) or epoch seconds."
+_AT_DOC = (
+    "An RFC 3339 time with its offset (2030-01-31T09:00:00+01:00) or epoch seconds; for "
+    "epoch milliseconds (the unit of due_at) use at_ms."
+)
+_AT_MS_DOC = (
+    "Epoch milliseconds, the unit of due_at and Date.now() (a due_at read from the API "
+    "can be sent back as it is); instead of at."
+)
+# JSON.stringify writes NaN and an invalid Date as null: a null time is refused, not
+# read as "omitted" (which means due now, or the backoff for nack's delay).
+_TIME_FIELDS = ("delay", "at", "at_ms")
+
+
+def _no_null_times(data: Any) -> Any:
+    """``data`` (a request body) unchanged; a 422 naming the field when a time field
+    is null."""
+    if isinstance(data, dict):
+        for name in _TIME_FIELDS:
+            if name in data and data[name] is None:
+                raise PydanticCustomError(
+                    "null_time",
+                    "null is not a time (JSON.stringify writes NaN and an invalid "
+                    "Date as null); omit {field} instead",
+                    {"field": name},
+                )
+    return data
 
 
 class _Request(BaseModel):
@@ -102,9 +129,16 @@ class _Request(BaseModel):
 
 
 class ErrorDetail(BaseModel):
-    """What went wrong: a stable ``code`` and a message for people."""
+    """What went wrong: a stable ``code`` (one of a closed set) and a message for
+    people (a 422's names the field; a batch's, the item: ``item 3: ...``)."""
 
-    code: str = Field(description="A stable, machine-readable reason, e.g. 'in_flight'.")
+    code: str = Field(
+        description="A stable, machine-readable reason: "
+        + "; ".join(
+            f"{code} ({status}): {meaning}" for code, (status, meaning) in ERROR_CODES.items()
+        ),
+        json_schema_extra={"enum": list(ERROR_CODES)},
+    )
     message: str
 
 
@@ -149,6 +183,7 @@ class PutRequestBody(_Request):
     )
     delay: Seconds | None = Field(default=None, description=_DELAY_DOC)
     at: Seconds | None = Field(default=None, description=_AT_DOC)
+    at_ms: StrictInt | None = Field(default=None, description=_AT_MS_DOC)
     id: StrictStr | None = Field(
         default=None,
         description="The message id (default: generated): 1 to 255 characters, no "
@@ -162,6 +197,8 @@ class PutRequestBody(_Request):
     max_attempts: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
     headers: dict[StrictStr, StrictStr] | None = None
     callback: CallbackSpec | None = None
+
+    _null_times = model_validator(mode="before")(_no_null_times)
 
 
 class PutResponse(BaseModel):
@@ -227,9 +264,13 @@ class MessageOut(BaseModel):
 
 
 class MessageList(BaseModel):
-    """Messages, in the order the operation gives them."""
+    """Messages, in the order the operation gives them: one page of it."""
 
     messages: list[MessageOut]
+    next_cursor: str | None = Field(
+        default=None,
+        description="Pass it as cursor for the next page; null when this page is the last.",
+    )
 
 
 class ReservedMessage(MessageOut):
@@ -253,11 +294,14 @@ class CancelResponse(BaseModel):
 
 
 class RescheduleRequest(_Request):
-    """The new due time: ``delay`` or ``at``, one of them (``"delay": 0`` is now);
-    neither is a 422."""
+    """The new due time: ``delay``, ``at`` or ``at_ms``, one of them (``"delay": 0``
+    is now); none is a 422."""
 
     delay: Seconds | None = Field(default=None, description=_DELAY_DOC)
     at: Seconds | None = Field(default=None, description=_AT_DOC)
+    at_ms: StrictInt | None = Field(default=None, description=_AT_MS_DOC)
+
+    _null_times = model_validator(mode="before")(_no_null_times)
 
 
 # -- consuming -------------------------------------------------------------------------
@@ -315,6 +359,8 @@ class NackRequest(AckRequest):
     delay: Seconds | None = Field(default=None, description=_DELAY_DOC)
     error: StrictStr | None = Field(default=None, description="Kept as the message's last_error.")
     dead: StrictBool = False
+
+    _null_times = model_validator(mode="before")(_no_null_times)
 
 
 class NackResponse(BaseModel):

@@ -12,7 +12,8 @@ amends it once, when it is first asked for:
   served without a token (see :data:`~._auth.OPEN_PATHS`);
 * each operation lists the answers a client that follows the document can get: an
   operation without a request body never answers 400, 413 or 415, one without
-  parameters or body never 422; 503 may come with ``Retry-After``, and so does 429
+  parameters or body never 422 (but under ``/v1`` an unknown query parameter is a
+  422); 503 may come with ``Retry-After``, and so does 429
   on reserve (too many waiting reserves from one address);
 * a request body's fields say their default in their description, not as
   ``default``: openapi-typescript (7.x, by default) makes a field with a ``default``
@@ -97,7 +98,7 @@ def _amended(document: dict[str, Any], *, token: bool) -> dict[str, Any]:
             operation = operations.get(method)
             if operation is None:
                 continue
-            _amend_operation(operation, token=token)
+            _amend_operation(operation, token=token, api=path.startswith("/v1/"))
             for parameter in operation.get("parameters", []):
                 if parameter.get("in") == "path" and parameter not in path_parameters:
                     path_parameters.append(parameter)
@@ -113,12 +114,13 @@ def _defaults_described(schema: dict[str, Any]) -> None:
             field["description"] = f"{text} Default: {default}.".lstrip()
 
 
-def _amend_operation(operation: dict[str, Any], *, token: bool) -> None:
+def _amend_operation(operation: dict[str, Any], *, token: bool, api: bool) -> None:
     responses: dict[str, Any] = operation["responses"]
     if "requestBody" not in operation:
         for status in _BODY_STATUSES:
             responses.pop(status, None)
-        if not operation.get("parameters"):
+        # An API operation refuses unknown query parameters: 422 even without any.
+        if not operation.get("parameters") and not api:
             for status in _INPUT_STATUSES:
                 responses.pop(status, None)
     if "429" in responses:  # reserve: too many waiting reserves from one address

@@ -29,12 +29,14 @@ import json
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .._constants import SERVE_BODY_TIMEOUT, SERVE_CLIENT_TIMEOUT, SERVE_MAX_HEADER_BYTES
+from ._errors import check_code
 
 __all__ = ["GuardedHttpToolsProtocol"]
 
 
 def _reply(transport: asyncio.Transport, status: bytes, code: str, message: str) -> None:
     """Answer with a JSON error (the API's shape) and close the connection."""
+    check_code(int(status[:3]), code)
     if not transport.is_closing():
         body = json.dumps({"error": {"code": code, "message": message}}).encode()
         transport.write(

@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
 from ...durable.inspection import bucket_width
-from ...durable.message import Now, PutRequest, Record, State, Stats
+from ...durable.message import Now, Position, PutRequest, Record, State, Stats
 from ...errors import LeaseLost
 from ._scripts import (
     Claim,
@@ -253,9 +253,10 @@ class Operations:
         """``stats.lua``."""
         return Call("stats", self.keys(queue), [], decode_stats)
 
-    def dead(self, queue: str, limit: int) -> Call[list[Record]]:
+    def dead(self, queue: str, limit: int, after_seq: int | None = None) -> Call[list[Record]]:
         """``dead.lua``."""
-        return Call("dead", self.keys(queue), [limit], _records)
+        after = b"" if after_seq is None else after_seq
+        return Call("dead", self.keys(queue), [limit, after], _records)
 
     def retry_dead(
         self, queue: str, ids: Sequence[str] | None, seq_base: int | None = None
@@ -271,10 +272,13 @@ class Operations:
         """``purge.lua``."""
         return Call("purge", self.keys(queue), [b"" if state is None else state.value], _count)
 
-    def peek(self, queue: str, state: State | None, limit: int) -> Call[list[Record]]:
+    def peek(
+        self, queue: str, state: State | None, limit: int, after: Position | None = None
+    ) -> Call[list[Record]]:
         """``peek.lua`` (read only)."""
         mode = b"" if state is None else state.value
-        return Call("peek", self.keys(queue), [mode, limit], _records)
+        position: list[Any] = [b"", b""] if after is None else [after[0], after[-1]]
+        return Call("peek", self.keys(queue), [mode, limit, *position], _records)
 
     def due_counts(self, queue: str, horizon_ms: int, buckets: int) -> Call[tuple[int, list[int]]]:
         """``due_counts.lua`` (read only)."""

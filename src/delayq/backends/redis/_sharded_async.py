@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from ..._constants import LOGGER_NAME, REDIS_RECONNECT_FIRST
 from ...durable.inspection import merge_peek
-from ...durable.message import PutRequest, Record, State, Stats
+from ...durable.message import Position, PutRequest, Record, State, Stats
 from ._functions import AsyncFunctions
 from ._listen import CONNECTION_ERRORS, AsyncListener, log_lost, next_backoff
 from ._ops import Call
@@ -303,9 +303,11 @@ class AsyncShardedRedisBackend(ShardedBase):
         """See :meth:`Backend.stats <delayq.durable.backend.Backend.stats>`."""
         return merge_stats([await self._run(ops.stats(queue)) for ops in self._ops])
 
-    async def dead(self, queue: str, limit: int) -> list[Record]:
-        """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
-        return merge_dead([await self._run(ops.dead(queue, limit)) for ops in self._ops], limit)
+    async def dead(self, queue: str, limit: int, *, after_seq: int | None = None) -> list[Record]:
+        """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>` (the seq is
+        one counter for every shard of a queue: each shard pages after it, then merge)."""
+        parts = [await self._run(ops.dead(queue, limit, after_seq)) for ops in self._ops]
+        return merge_dead(parts, limit)
 
     async def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
         """See :meth:`Backend.retry_dead <delayq.durable.backend.Backend.retry_dead>`."""
@@ -334,9 +336,11 @@ class AsyncShardedRedisBackend(ShardedBase):
         self._check_open()
         return await scan_queues_async(await self._ready(), self.prefix)
 
-    async def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+    async def peek(
+        self, queue: str, *, state: State | None, limit: int, after: Position | None = None
+    ) -> list[Record]:
         """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
-        parts = [await self._run(ops.peek(queue, state, limit)) for ops in self._ops]
+        parts = [await self._run(ops.peek(queue, state, limit, after)) for ops in self._ops]
         return merge_peek(parts, state, limit)
 
     async def due_counts(

@@ -62,7 +62,7 @@ from ..._constants import (
     REDIS_SOCKET_TIMEOUT,
 )
 from ...durable.inspection import merge_peek
-from ...durable.message import PutRequest, Record, State, Stats
+from ...durable.message import Position, PutRequest, Record, State, Stats
 from ...errors import QueueClosed
 from ._functions import AsyncFunctions, Functions
 from ._link import Link
@@ -304,9 +304,9 @@ class RedisBackend(_Base):
         """See :meth:`Backend.stats <delayq.durable.backend.Backend.stats>`."""
         return self._run(self._ops.stats(queue))
 
-    def dead(self, queue: str, limit: int) -> list[Record]:
+    def dead(self, queue: str, limit: int, *, after_seq: int | None = None) -> list[Record]:
         """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
-        return self._run(self._ops.dead(queue, limit))
+        return self._run(self._ops.dead(queue, limit, after_seq))
 
     def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
         """See :meth:`Backend.retry_dead <delayq.durable.backend.Backend.retry_dead>`."""
@@ -324,9 +324,11 @@ class RedisBackend(_Base):
         self._check_open()
         return scan_queues(self._client, self.prefix)
 
-    def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+    def peek(
+        self, queue: str, *, state: State | None, limit: int, after: Position | None = None
+    ) -> list[Record]:
         """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
-        records = self._run(self._ops.peek(queue, state, limit))
+        records = self._run(self._ops.peek(queue, state, limit, after))
         return merge_peek([records], state, limit)
 
     def due_counts(self, queue: str, *, horizon_ms: int, buckets: int) -> tuple[int, list[int]]:
@@ -524,9 +526,9 @@ class AsyncRedisBackend(_Base):
         """See :meth:`Backend.stats <delayq.durable.backend.Backend.stats>`."""
         return await self._run(self._ops.stats(queue))
 
-    async def dead(self, queue: str, limit: int) -> list[Record]:
+    async def dead(self, queue: str, limit: int, *, after_seq: int | None = None) -> list[Record]:
         """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
-        return await self._run(self._ops.dead(queue, limit))
+        return await self._run(self._ops.dead(queue, limit, after_seq))
 
     async def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
         """See :meth:`Backend.retry_dead <delayq.durable.backend.Backend.retry_dead>`."""
@@ -544,9 +546,11 @@ class AsyncRedisBackend(_Base):
         self._check_open()
         return await scan_queues_async(self._client, self.prefix)
 
-    async def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+    async def peek(
+        self, queue: str, *, state: State | None, limit: int, after: Position | None = None
+    ) -> list[Record]:
         """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
-        records = await self._run(self._ops.peek(queue, state, limit))
+        records = await self._run(self._ops.peek(queue, state, limit, after))
         return merge_peek([records], state, limit)
 
     async def due_counts(

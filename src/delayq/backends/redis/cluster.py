@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 
 from ..._constants import REDIS_RECONNECT_FIRST
 from ...durable.inspection import merge_peek
-from ...durable.message import PutRequest, Record, State, Stats
+from ...durable.message import Position, PutRequest, Record, State, Stats
 from ._functions import Functions
 from ._listen import CONNECTION_ERRORS, Listener, log_lost, next_backoff
 from ._ops import Call
@@ -266,9 +266,11 @@ class ShardedRedisBackend(ShardedBase):
         """See :meth:`Backend.stats <delayq.durable.backend.Backend.stats>`."""
         return merge_stats([self._run(ops.stats(queue)) for ops in self._ops])
 
-    def dead(self, queue: str, limit: int) -> list[Record]:
-        """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
-        return merge_dead([self._run(ops.dead(queue, limit)) for ops in self._ops], limit)
+    def dead(self, queue: str, limit: int, *, after_seq: int | None = None) -> list[Record]:
+        """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>` (the seq is
+        one counter for every shard of a queue: each shard pages after it, then merge)."""
+        parts = [self._run(ops.dead(queue, limit, after_seq)) for ops in self._ops]
+        return merge_dead(parts, limit)
 
     def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
         """See :meth:`Backend.retry_dead <delayq.durable.backend.Backend.retry_dead>`."""
@@ -297,9 +299,11 @@ class ShardedRedisBackend(ShardedBase):
         self._check_open()
         return scan_queues(self._client, self.prefix)
 
-    def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+    def peek(
+        self, queue: str, *, state: State | None, limit: int, after: Position | None = None
+    ) -> list[Record]:
         """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
-        parts = [self._run(ops.peek(queue, state, limit)) for ops in self._ops]
+        parts = [self._run(ops.peek(queue, state, limit, after)) for ops in self._ops]
         return merge_peek(parts, state, limit)
 
     def due_counts(self, queue: str, *, horizon_ms: int, buckets: int) -> tuple[int, list[int]]:

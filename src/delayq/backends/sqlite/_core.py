@@ -14,7 +14,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..._constants import LEASE_EXPIRED_ERROR, SQLITE_BUSY_HANDLER_TIMEOUT
-from ...durable.message import Now, PutRequest, Record, State, Stats, lag_of, observe, resolve_due
+from ...durable.message import (
+    Now,
+    Position,
+    PutRequest,
+    Record,
+    State,
+    Stats,
+    lag_of,
+    observe,
+    resolve_due,
+)
 from ...errors import DuplicateId, LeaseLost, QueueClosed
 from . import _inspect
 from . import statements as sql
@@ -343,12 +353,13 @@ class Core:
 
         return self.pool.read(work)
 
-    def dead(self, queue: str, limit: int) -> list[Record]:
+    def dead(self, queue: str, limit: int, after_seq: int | None = None) -> list[Record]:
         """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
         self.check_open()
+        after = -1 if after_seq is None else after_seq
 
         def work(conn: sqlite3.Connection, now: Now) -> list[Record]:
-            params = {"queue": queue, "now": now.floor, "limit": limit}
+            params = {"queue": queue, "now": now.floor, "limit": limit, "after": after}
             rows = conn.execute(sql.DEAD, params).fetchall()
             return [observe(_record(row), now.floor, with_lease=False) for row in rows]
 
@@ -395,10 +406,12 @@ class Core:
         self.check_open()
         return self.pool.read(_inspect.queue_names)
 
-    def peek(self, queue: str, state: State | None, limit: int) -> list[Record]:
+    def peek(
+        self, queue: str, state: State | None, limit: int, after: Position | None = None
+    ) -> list[Record]:
         """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
         self.check_open()
-        return self.pool.read(_inspect.peek(queue, state, limit, _record))
+        return self.pool.read(_inspect.peek(queue, state, limit, _record, after))
 
     def due_counts(self, queue: str, horizon_ms: int, buckets: int) -> tuple[int, list[int]]:
         """See :meth:`Backend.due_counts <delayq.durable.backend.Backend.due_counts>`."""

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...durable.inspection import bucket_width, select_peek
-from ...durable.message import Now, Record, State
+from ...durable.message import Now, Position, Record, State
 from . import statements as sql
 
 __all__ = ["due_counts", "peek", "queue_names"]
@@ -20,15 +20,28 @@ def queue_names(conn: sqlite3.Connection, now: Now) -> list[str]:
 
 
 def peek(
-    queue: str, state: State | None, limit: int, to_record: Callable[[Sequence[Any]], Record]
+    queue: str,
+    state: State | None,
+    limit: int,
+    to_record: Callable[[Sequence[Any]], Record],
+    after: Position | None = None,
 ) -> Callable[[sqlite3.Connection, Now], list[Record]]:
-    """The work of ``peek(queue, state, limit)`` for ``Pool.read``."""
+    """The work of ``peek(queue, state, limit, after)`` for ``Pool.read``."""
     statement = sql.PEEK[None if state is None else state.value]
+    # Before every key: -1 (times and seqs are >= 0). A dead one's key is (seq,).
+    key, seq = (-1, -1) if after is None else (after[0], after[-1])
 
     def work(conn: sqlite3.Connection, now: Now) -> list[Record]:
-        params = {"queue": queue, "now": now.floor, "limit": limit}
+        params = {
+            "queue": queue,
+            "now": now.floor,
+            "limit": limit,
+            "after": seq,
+            "after_key": key,
+            "after_seq": seq,
+        }
         rows = conn.execute(statement, params).fetchall()
-        return select_peek([to_record(row) for row in rows], state, now.floor, limit)
+        return select_peek([to_record(row) for row in rows], state, now.floor, limit, after)
 
     return work
 

@@ -40,7 +40,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ..._constants import SQLITE_ASYNC_THREADS
-from ...durable.message import PutRequest, Record, State, Stats
+from ...durable.message import Position, PutRequest, Record, State, Stats
 from ._core import Core
 from ._url import parse_url
 
@@ -152,9 +152,9 @@ class SQLiteBackend:
         """See :meth:`Backend.stats <delayq.durable.backend.Backend.stats>`."""
         return self._core.stats(queue)
 
-    def dead(self, queue: str, limit: int) -> list[Record]:
+    def dead(self, queue: str, limit: int, *, after_seq: int | None = None) -> list[Record]:
         """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
-        return self._core.dead(queue, limit)
+        return self._core.dead(queue, limit, after_seq)
 
     def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
         """See :meth:`Backend.retry_dead <delayq.durable.backend.Backend.retry_dead>`."""
@@ -168,9 +168,11 @@ class SQLiteBackend:
         """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
         return self._core.queues()
 
-    def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+    def peek(
+        self, queue: str, *, state: State | None, limit: int, after: Position | None = None
+    ) -> list[Record]:
         """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
-        return self._core.peek(queue, state, limit)
+        return self._core.peek(queue, state, limit, after)
 
     def due_counts(self, queue: str, *, horizon_ms: int, buckets: int) -> tuple[int, list[int]]:
         """See :meth:`Backend.due_counts <delayq.durable.backend.Backend.due_counts>`."""
@@ -299,9 +301,9 @@ class AsyncSQLiteBackend:
         """See :meth:`Backend.stats <delayq.durable.backend.Backend.stats>`."""
         return await self._call(self._core.stats, queue)
 
-    async def dead(self, queue: str, limit: int) -> list[Record]:
+    async def dead(self, queue: str, limit: int, *, after_seq: int | None = None) -> list[Record]:
         """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
-        return await self._call(self._core.dead, queue, limit)
+        return await self._call(self._core.dead, queue, limit, after_seq)
 
     async def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
         """See :meth:`Backend.retry_dead <delayq.durable.backend.Backend.retry_dead>`."""
@@ -315,9 +317,11 @@ class AsyncSQLiteBackend:
         """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
         return await self._call(self._core.queues)
 
-    async def peek(self, queue: str, *, state: State | None, limit: int) -> list[Record]:
+    async def peek(
+        self, queue: str, *, state: State | None, limit: int, after: Position | None = None
+    ) -> list[Record]:
         """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
-        return await self._call(self._core.peek, queue, state, limit)
+        return await self._call(self._core.peek, queue, state, limit, after)
 
     async def due_counts(
         self, queue: str, *, horizon_ms: int, buckets: int

@@ -268,6 +268,7 @@ SELECT {COLUMNS} FROM delayq_messages
 WHERE queue = :queue AND (
     state = 'dead'
     OR (state = 'active' AND lease_until <= :now AND attempts >= max_attempts))
+  AND seq > :after
 ORDER BY seq
 LIMIT :limit
 """
@@ -311,6 +312,7 @@ _PEEK_DUE = f"""
 SELECT {COLUMNS} FROM (
     SELECT {COLUMNS} FROM delayq_messages
     WHERE queue = :queue AND state = 'scheduled'{{due}}
+      AND (due_at, seq) > (:after_key, :after_seq)
     ORDER BY due_at, seq
     LIMIT :limit
 )
@@ -322,6 +324,7 @@ _PEEK_EXPIRED_BACK = f"""
 SELECT {COLUMNS} FROM (
     SELECT {COLUMNS} FROM delayq_messages
     WHERE queue = :queue AND {_EXPIRED_BACK}
+      AND (lease_until, seq) > (:after_key, :after_seq)
     ORDER BY lease_until, seq
     LIMIT :limit
 )
@@ -337,6 +340,7 @@ PEEK: dict[str | None, str] = {
     "active": f"""
 SELECT {COLUMNS} FROM delayq_messages
 WHERE queue = :queue AND state = 'active' AND lease_until > :now
+  AND (lease_until, seq) > (:after_key, :after_seq)
 ORDER BY lease_until, seq
 LIMIT :limit
 """,

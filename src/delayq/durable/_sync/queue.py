@@ -26,7 +26,15 @@ from ..._constants import (
     DEFAULT_PEEK_LIMIT,
     DEFAULT_QUEUE_NAME,
 )
-from .._facade import QueueBase, check_address, check_seconds, reschedule_arguments, to_ms
+from .._facade import (
+    QueueBase,
+    check_address,
+    check_position,
+    check_seconds,
+    check_seq,
+    reschedule_arguments,
+    to_ms,
+)
 from ..backend import Backend
 from ..message import Message, OnConflict, PutResult, State, Stats
 from ..registry import open_backend
@@ -240,10 +248,14 @@ class Queue(QueueBase):
         self._check_open()
         return self._backend.stats(self._name)
 
-    def dead(self, limit: int = DEFAULT_DEAD_LIMIT) -> list[Message]:
-        """Up to ``limit`` dead messages, oldest first."""
+    def dead(
+        self, limit: int = DEFAULT_DEAD_LIMIT, *, after_seq: int | None = None
+    ) -> list[Message]:
+        """Up to ``limit`` dead messages, oldest first; with ``after_seq`` (the ``seq``
+        of the last message of the previous page), the next page."""
         self._check_open()
-        records = self._backend.dead(self._name, self._limit(limit))
+        after = None if after_seq is None else check_seq(after_seq)
+        records = self._backend.dead(self._name, self._limit(limit), after_seq=after)
         return [self._message(record) for record in records]
 
     def retry_dead(self, ids: Iterable[str] | None = None) -> int:
@@ -265,16 +277,23 @@ class Queue(QueueBase):
         return self._backend.queues()
 
     def peek(
-        self, state: State | str | None = None, limit: int = DEFAULT_PEEK_LIMIT
+        self,
+        state: State | str | None = None,
+        limit: int = DEFAULT_PEEK_LIMIT,
+        *,
+        after: tuple[int, ...] | None = None,
     ) -> list[Message]:
         """Up to ``limit`` (1 to 10000) messages of this queue, changing nothing and
         without lease tokens (as :meth:`get`). ``state`` None: the waiting ones (ready
         and scheduled) in the order :meth:`reserve` takes them (due time, then put
         order); ``"ready"``/``"scheduled"``: those, in that order; ``"active"``: those
-        in flight, by lease expiry; ``"dead"``: as :meth:`dead`."""
+        in flight, by lease expiry; ``"dead"``: as :meth:`dead`. ``after`` pages: the
+        place of the last message of the previous page in that order, ``(due_at,
+        seq)``, ``(lease_expires_at, seq)`` for ``"active"``, ``(seq,)`` for ``"dead"``."""
         self._check_open()
         checked, count = self._peek_arguments(state, limit)
-        records = self._backend.peek(self._name, state=checked, limit=count)
+        position = None if after is None else check_position(checked, after)
+        records = self._backend.peek(self._name, state=checked, limit=count, after=position)
         return [self._message(record) for record in records]
 
     def due_counts(
