@@ -21,7 +21,12 @@ class QueueClosed(DelayqError):
 
 
 class DuplicateId(DelayqError):
-    """A message with this id exists and ``on_conflict="error"`` (or it is in flight)."""
+    """A message with this id exists and ``on_conflict="error"`` (or it is in flight).
+    ``id`` is that id (None when unknown)."""
+
+    def __init__(self, message: str, id: str | None = None) -> None:
+        super().__init__(message)
+        self.id = id
 
 
 class LeaseLost(DelayqError):

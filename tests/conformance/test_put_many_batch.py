@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from delayq import DuplicateId
 from delayq._duration import seconds_to_ms
 
 from ._helpers import ceil_ms, now_ms
@@ -119,3 +120,20 @@ def test_each_item_its_own_delay_or_time(q: Any) -> None:
         else:
             assert msg.due_at <= now_ms()
     assert drain_ids(q) == [f"d{i}" for i in range(2, 700, 3)]
+
+
+def test_a_duplicate_in_a_batch_names_its_item(q: Any) -> None:
+    """Every fault of one item of a batch names the item's index, a duplicate id too
+    (the one format of every face: ``item N: ...``); nothing of the batch is stored."""
+    q.put("first", id="taken")
+    batch = [
+        {"payload": 0, "id": "new-0"},
+        {"payload": 1, "id": "taken"},  # ignore: keeps it
+        {"payload": 2, "id": "taken", "on_conflict": "error"},
+    ]
+    with pytest.raises(DuplicateId, match=r"^item 2: a message with id 'taken' exists") as caught:
+        q.put_many(batch)
+    assert caught.value.id == "taken"
+    assert q.get("new-0") is None
+    with pytest.raises(DuplicateId, match=r"^a message with id 'taken' exists"):
+        q.put("again", id="taken", on_conflict="error")  # a single put: no item

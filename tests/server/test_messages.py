@@ -343,3 +343,14 @@ def test_the_document_says_how_to_start_a_task(client: Any) -> None:
     payload = document["components"]["schemas"]["PutRequestBody"]["properties"]["payload"]
     assert '{"task": "name", "args": [...], "kwargs": {...}}' in payload["description"]
     assert {"task": "cancel_if_unpaid", "args": [42], "kwargs": {}} in payload["examples"]
+
+
+def test_a_duplicate_in_a_batch_names_its_item_over_http(any_client: Any) -> None:
+    put(any_client, id="a")
+    batch = {
+        "messages": [{"payload": 1, "id": "b"}, {"payload": 1, "id": "a", "on_conflict": "error"}]
+    }
+    response = any_client.post("/v1/queues/q/messages/batch", json=batch)
+    assert error_of(response, 409) == "duplicate_id"
+    assert response.json()["error"]["message"] == "item 1: a message with id 'a' exists"
+    assert any_client.get("/v1/queues/q/messages/b").status_code == 404

@@ -34,7 +34,7 @@ from .._names import (
     check_stored,
     queue_name_problem,
 )
-from ..errors import QueueClosed
+from ..errors import DuplicateId, QueueClosed
 from .message import (
     HeadersTooLarge,
     Message,
@@ -86,6 +86,16 @@ def check_position(state: State | None, value: object) -> tuple[int, ...]:
     for part in value:
         check_seq(part, "after")
     return value
+
+
+def duplicate_item(requests: list[PutRequest], exc: DuplicateId) -> DuplicateId:
+    """The :class:`DuplicateId` of a batch, with the index of the item it is about
+    (the first item of that id that does not ignore a conflict) in front, as
+    :func:`item_error` does for the other faults of an item."""
+    for index, request in enumerate(requests):
+        if request.id == exc.id and request.on_conflict != "ignore":
+            return DuplicateId(f"item {index}: {exc}", exc.id)
+    return exc
 
 
 def item_error(index: int, exc: Exception) -> Exception:

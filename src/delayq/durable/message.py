@@ -318,9 +318,11 @@ def apply_put(existing: Record | None, request: PutRequest, now: Now, seq: int) 
         if request.on_conflict == "ignore":
             return None
         if request.on_conflict == "error":
-            raise DuplicateId(f"a message with id {request.id!r} exists")
+            raise DuplicateId(f"a message with id {request.id!r} exists", request.id)
         if existing.state is State.ACTIVE:
-            raise DuplicateId(f"message {request.id!r} is in flight: it cannot be replaced")
+            raise DuplicateId(
+                f"message {request.id!r} is in flight: it cannot be replaced", request.id
+            )
     return Record(
         id=request.id,
         payload=request.payload,

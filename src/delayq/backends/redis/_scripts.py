@@ -336,9 +336,11 @@ def raise_put_status(reply: Sequence[Any]) -> None:
     """Raise what ``put.lua``'s status reply means (nothing for ``{0}``)."""
     status = int(reply[0])
     if status == 1:
-        raise DuplicateId(f"a message with id {unpack_id(reply[1])!r} exists")
+        id = unpack_id(reply[1])
+        raise DuplicateId(f"a message with id {id!r} exists", id)
     if status == 2:
-        raise DuplicateId(f"message {unpack_id(reply[1])!r} is in flight: it cannot be replaced")
+        id = unpack_id(reply[1])
+        raise DuplicateId(f"message {id!r} is in flight: it cannot be replaced", id)
 
 
 def nack_args(id: str, token: str, delay_ms: int, error: str | None, dead: bool) -> list[Any]:

@@ -154,9 +154,13 @@ class Core:
                     try:
                         conn.execute(sql.INSERT, row)
                     except sqlite3.IntegrityError:
-                        raise DuplicateId(f"a message with id {request.id!r} exists") from None
+                        raise DuplicateId(
+                            f"a message with id {request.id!r} exists", request.id
+                        ) from None
                 elif not conn.execute(sql.REPLACE, (*row, now.floor)).fetchall():
-                    raise DuplicateId(f"message {request.id!r} is in flight: it cannot be replaced")
+                    raise DuplicateId(
+                        f"message {request.id!r} is in flight: it cannot be replaced", request.id
+                    )
             if ignored:
                 kept += _insert_ignore(conn, queue, ignored, start)
             return kept

@@ -24,12 +24,14 @@ from ..._constants import (
     DEFAULT_PEEK_LIMIT,
     DEFAULT_QUEUE_NAME,
 )
+from ...errors import DuplicateId
 from .._facade import (
     QueueBase,
     check_address,
     check_position,
     check_seconds,
     check_seq,
+    duplicate_item,
     reschedule_arguments,
     to_ms,
 )
@@ -138,7 +140,10 @@ class AsyncQueue(QueueBase):
         self._check_writable()
         requests = self._requests(items)
         if requests:
-            await self._backend.put(self._name, requests)
+            try:
+                await self._backend.put(self._name, requests)
+            except DuplicateId as exc:
+                raise duplicate_item(requests, exc) from None
         return [request.id for request in requests]
 
     async def put_many_outcomes(self, items: Iterable[Mapping[str, Any]]) -> list[PutResult]:
@@ -148,7 +153,10 @@ class AsyncQueue(QueueBase):
         ``on_conflict="ignore"``), True for the others."""
         self._check_writable()
         requests = self._requests(items)
-        kept = await self._backend.put(self._name, requests) if requests else []
+        try:
+            kept = await self._backend.put(self._name, requests) if requests else []
+        except DuplicateId as exc:
+            raise duplicate_item(requests, exc) from None
         results = [PutResult(request.id, True) for request in requests]
         for position in kept:
             results[position] = PutResult(requests[position].id, False)

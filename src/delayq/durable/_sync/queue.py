@@ -26,12 +26,14 @@ from ..._constants import (
     DEFAULT_PEEK_LIMIT,
     DEFAULT_QUEUE_NAME,
 )
+from ...errors import DuplicateId
 from .._facade import (
     QueueBase,
     check_address,
     check_position,
     check_seconds,
     check_seq,
+    duplicate_item,
     reschedule_arguments,
     to_ms,
 )
@@ -140,7 +142,10 @@ class Queue(QueueBase):
         self._check_writable()
         requests = self._requests(items)
         if requests:
-            self._backend.put(self._name, requests)
+            try:
+                self._backend.put(self._name, requests)
+            except DuplicateId as exc:
+                raise duplicate_item(requests, exc) from None
         return [request.id for request in requests]
 
     def put_many_outcomes(self, items: Iterable[Mapping[str, Any]]) -> list[PutResult]:
@@ -150,7 +155,10 @@ class Queue(QueueBase):
         ``on_conflict="ignore"``), True for the others."""
         self._check_writable()
         requests = self._requests(items)
-        kept = self._backend.put(self._name, requests) if requests else []
+        try:
+            kept = self._backend.put(self._name, requests) if requests else []
+        except DuplicateId as exc:
+            raise duplicate_item(requests, exc) from None
         results = [PutResult(request.id, True) for request in requests]
         for position in kept:
             results[position] = PutResult(requests[position].id, False)
