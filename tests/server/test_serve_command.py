@@ -49,6 +49,20 @@ def read_to_address(process: subprocess.Popen[str]) -> tuple[str, list[str]]:
     raise AssertionError("no dashboard address in:\n" + "".join(lines))
 
 
+def serve_once(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``delayq serve ARGS`` over a sqlite file of ``tmp_path``, for a start that must
+    fail: its exit status and output."""
+    return subprocess.run(
+        [sys.executable, "-m", "delayq.cli", "serve", "--url", f"sqlite:///{tmp_path}/s.db",
+         *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=_environ(),
+    )  # fmt: skip
+
+
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, list[str]]]:
     """``delayq serve`` on port 0 over a sqlite file in tmp_path: the process, its base
@@ -136,15 +150,7 @@ def test_sigterm_ends_a_waiting_long_poll(
 
 
 def test_non_loopback_bind_without_token_is_one_line_exit_2(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "delayq.cli", "serve", "--host", "0.0.0.0",
-         "--url", f"sqlite:///{tmp_path}/s.db"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=_environ(),
-    )  # fmt: skip
+    result = serve_once(tmp_path, "--host", "0.0.0.0")
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
@@ -155,15 +161,7 @@ def test_non_loopback_bind_without_token_is_one_line_exit_2(tmp_path: Path) -> N
 def test_a_busy_port_is_one_line_before_anything_else(tmp_path: Path) -> None:
     with socket.create_server(("127.0.0.1", 0)) as holder:
         port = holder.getsockname()[1]
-        result = subprocess.run(
-            [sys.executable, "-m", "delayq.cli", "serve", "--port", str(port),
-             "--url", f"sqlite:///{tmp_path}/s.db"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env=_environ(),
-        )  # fmt: skip
+        result = serve_once(tmp_path, "--port", str(port))
     assert result.returncode == 1
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()

@@ -37,7 +37,6 @@ __all__ = [
     "host_name",
     "idna_host",
     "is_loopback_host",
-    "is_wildcard_host",
     "split_callback_host",
 ]
 
@@ -60,17 +59,6 @@ def is_loopback_host(host: str) -> bool:
         return True
     try:
         return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
-def is_wildcard_host(host: str) -> bool:
-    """True for the addresses that bind every interface (``0.0.0.0``, ``::``, "")."""
-    name = host.strip("[]")
-    if not name:
-        return True
-    try:
-        return ipaddress.ip_address(name).is_unspecified
     except ValueError:
         return False
 

@@ -410,7 +410,10 @@ def _render(request: Request, name: str, status_code: int = 200, **context: Any)
 
 def _servable_queue(request: Request, name: str) -> AsyncQueue | None:
     """The queue ``name``, or None when the server cannot serve that name (see
-    ``check_queue_name``). A valid name is a queue even while it holds nothing."""
+    ``check_queue_name``) or no page link can carry it (a ``/`` in a name an older
+    version stored). A valid name is a queue even while it holds nothing."""
+    if "/" in name:
+        return None
     try:
         return server_state(request).queue(name)
     except (TypeError, ValueError):
@@ -439,8 +442,7 @@ async def overview(request: Request) -> Response:
     queues: list[AsyncQueue] = []
     unservable: list[str] = []
     for name in await state.queue_names():
-        # A '/' in a name (stored by an older version) cannot be one path segment.
-        queue = None if "/" in name else _servable_queue(request, name)
+        queue = _servable_queue(request, name)
         if queue is None:
             unservable.append(name)
         else:

@@ -35,7 +35,7 @@ from ._auth import client_key, header
 from ._config import ServeConfig, host_name
 from ._errors import ApiError, error_response
 
-__all__ = ["LongPolls", "RequestGuard", "is_json"]
+__all__ = ["LongPolls", "RequestGuard"]
 
 _API_PREFIX = "/v1/"
 _SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS"))
@@ -51,7 +51,7 @@ _WATCHED = frozenset(
 _HOSTS_REMEMBERED = 256
 
 
-def is_json(content_type: str | None) -> bool:
+def _is_json(content_type: str | None) -> bool:
     """True for ``application/json`` and ``application/*+json`` (any parameters)."""
     if not content_type:
         return False
@@ -178,7 +178,7 @@ class RequestGuard:
             )
         if method not in _METHODS_WITH_BODY or not scope["path"].startswith(_API_PREFIX):
             return None
-        if is_json(content_type):
+        if _is_json(content_type):
             return None
         if content_type is None and custom is not None and not _body_may_follow(scope):
             return None
