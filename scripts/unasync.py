@@ -1,7 +1,8 @@
 """Generate delayq's sync faces from their asyncio source, the way httpcore does (unasync).
 
-The asyncio face is written by hand (``src/delayq/durable/_async/``); its sync twin
-(``src/delayq/durable/_sync/``) is this script's output, never edited by hand::
+Every asyncio face is written by hand in an ``_async/`` package (``durable/_async/``,
+each backend's ``_async/``); its sync twin, the same file in the sibling ``_sync/``
+package, is this script's output, never edited by hand::
 
     python scripts/unasync.py          # regenerate the sync files
     python scripts/unasync.py --check  # exit 1 with a diff when one is stale (make lint)
@@ -29,10 +30,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Every generated file: (asyncio source, sync output), relative to the repository root.
-FILES: tuple[tuple[str, str], ...] = (
-    ("src/delayq/durable/_async/queue.py", "src/delayq/durable/_sync/queue.py"),
-)
+SOURCES = ROOT / "src"
+
+
+def pairs() -> list[tuple[str, str]]:
+    """Every generated file: (asyncio source, sync output), relative to the repository
+    root: each module of an ``_async/`` package but ``__init__``, and its namesake in the sibling
+    ``_sync/`` package."""
+    found = []
+    for source in sorted(SOURCES.rglob("_async/*.py")):
+        if source.name == "__init__.py":  # each package says what it is in its own words
+            continue
+        target = source.parent.with_name("_sync") / source.name
+        found.append((source.relative_to(ROOT).as_posix(), target.relative_to(ROOT).as_posix()))
+    return found
+
 
 # The one table of rewrites, async name -> sync twin. An empty twin drops the keyword
 # and the blank after it: ``async def``/``async with``/``async for`` -> ``def``/...,
@@ -126,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     check = parser.parse_args(argv).check
     stale = 0
-    for source, target in FILES:
+    for source, target in pairs():
         wanted = generate(source, target)
         path = ROOT / target
         current = path.read_text(encoding="utf-8") if path.exists() else ""
