@@ -59,6 +59,8 @@ RULES: dict[str, str] = {
     "open_async_backend": "open_backend",
     # memory:// and sqlite:///: their faces, and the waiting pairs of their primitives
     "AsyncMemoryBackend": "MemoryBackend",
+    "AsyncSQLiteBackend": "SQLiteBackend",
+    "AsyncRunner": "Runner",
     "wait_async": "wait",
 }
 
