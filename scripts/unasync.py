@@ -57,6 +57,11 @@ RULES: dict[str, str] = {
     "AsyncQueue": "Queue",
     "AsyncBackend": "Backend",
     "open_async_backend": "open_backend",
+    # memory:// and sqlite:///: their faces, and the waiting pairs of their primitives
+    "AsyncMemoryBackend": "MemoryBackend",
+    "AsyncSQLiteBackend": "SQLiteBackend",
+    "AsyncRunner": "Runner",
+    "wait_async": "wait",
 }
 
 _RENAMED = sorted((name for name, twin in RULES.items() if twin), key=len, reverse=True)

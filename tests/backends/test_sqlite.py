@@ -26,7 +26,7 @@ import pytest
 from delayq import DuplicateId, QueueClosed, UnsupportedURL
 from delayq.backends.sqlite import AsyncSQLiteBackend, SQLiteBackend
 from delayq.backends.sqlite import statements as sql
-from delayq.backends.sqlite.backend import parse_url
+from delayq.backends.sqlite._url import parse_url
 from delayq.durable import AsyncBackend, AsyncQueue, Backend, PutRequest, Queue, State
 
 #: Generous bound for "promptly" in real time: these tests check that something

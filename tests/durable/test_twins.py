@@ -33,8 +33,8 @@ PAIRS = [
     ),
     (
         "sqlite",
-        "delayq.backends.sqlite.backend:SQLiteBackend",
-        "delayq.backends.sqlite.backend:AsyncSQLiteBackend",
+        "delayq.backends.sqlite:SQLiteBackend",
+        "delayq.backends.sqlite:AsyncSQLiteBackend",
     ),
     (
         "redis",

@@ -1,5 +1,40 @@
-"""``sqlite:///path.db``: the embedded durable backend (see :mod:`.backend`)."""
+"""``sqlite:///``: the embedded durable backend, one SQLite file shared by processes.
 
-from .backend import AsyncSQLiteBackend, SQLiteBackend, open_async_backend, open_backend
+URLs: ``sqlite:///relative/path.db`` (relative to the current directory when the
+queue is opened) or ``sqlite:////absolute/path.db``. The file and its schema are
+created on first use. ``sqlite:///:memory:`` is refused: an in-memory database
+exists per connection, so the connections of one queue (one per thread), its change
+watcher and other processes would each see a different, empty database; use
+``memory://`` for an in-process queue, or a file in a temporary directory.
+
+Options (keyword arguments of ``Queue``/``AsyncQueue``, or URL query parameters):
+
+* ``busy_timeout`` (seconds, default 30): how long a busy database is waited for,
+  retried inside delayq, before :class:`TimeoutError`; "database is locked" never
+  reaches the caller before that.
+* ``synchronous`` (``"normal"`` by default, or ``"full"``/``"extra"``/``"off"``):
+  SQLite's ``PRAGMA synchronous``. In WAL mode ``normal`` loses nothing when a
+  process crashes or is killed; only an OS crash or power loss may drop the last
+  commits. ``full`` makes every commit survive those too, at a cost in throughput.
+* ``poll_interval`` (seconds, default 0.02): how often a waiting consumer checks
+  whether another process committed.
+
+How it works: WAL mode; every operation is one transaction (``BEGIN IMMEDIATE`` when
+it writes) of the statements in :mod:`.statements`, each the mirror of a pure
+transition of :mod:`delayq.durable.message`; a claim is one ``UPDATE ... RETURNING``
+over the partial index ``(queue, due_at, seq)``, right after the lease expiries of
+that queue are settled in the same transaction. "Now" is this machine's wall clock
+in epoch ms, read once per transaction as its floor and ceiling (the processes
+sharing a file share that clock); ``seq`` comes from a
+counter row bumped in the writing transaction, so it increases across processes.
+The operations: :mod:`._core`; connections: :mod:`._connection`; waiting:
+:mod:`._wakeup`; URLs: :mod:`._url`. The asyncio face is written by hand in
+:mod:`._async.backend`; the sync face is generated from it by ``scripts/unasync.py``
+into :mod:`._sync.backend`; they differ only in their runner (:mod:`._runner`: a thread
+pool, or the calling thread) and in how a waiting ``reserve`` sleeps.
+"""
+
+from ._async.backend import AsyncSQLiteBackend, open_async_backend
+from ._sync.backend import SQLiteBackend, open_backend
 
 __all__ = ["AsyncSQLiteBackend", "SQLiteBackend", "open_async_backend", "open_backend"]

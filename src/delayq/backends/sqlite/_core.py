@@ -2,8 +2,9 @@
 
 :class:`Core` holds the connection pool and the wake-up of one backend object; every
 method but waiting is here, as one transaction of the statements of :mod:`.statements`
-(each the mirror of a pure transition of :mod:`delayq.durable.message`). The faces in
-:mod:`.backend` call these methods directly (sync) or on a thread pool (async).
+(each the mirror of a pure transition of :mod:`delayq.durable.message`). The faces
+call these methods through their runner (:mod:`._runner`): directly (sync) or on a
+thread pool (async).
 """
 
 from __future__ import annotations
@@ -114,12 +115,6 @@ class Core:
         """Raise :class:`QueueClosed` once closed."""
         if self.closed:
             raise QueueClosed("the queue is closed")
-
-    def close(self) -> None:
-        """Wake the waiters (they raise QueueClosed) and close the connections."""
-        self.closed = True
-        self.wake.close()
-        self.pool.close()
 
     def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
         """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""

@@ -1,16 +1,17 @@
-"""The store behind ``memory://``: one queue's records, its due and lease heaps, and the
-process-wide registry of stores by ``(namespace, queue)``. Every method of
-:class:`Store` runs with its ``lock`` held."""
+"""The store behind ``memory://``: one queue's records, its due and lease heaps, the
+waiting of its consumers, and the process-wide registry of stores by ``(namespace,
+queue)``. Every method of :class:`Store` runs with its ``lock`` held."""
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 import threading
 import uuid
 
-from .._waiters import LoopSleeper
-from ..durable.message import Now, Record, State, apply_reserve, settle
+from ..._waiters import LoopSleeper, resolve
+from ...durable.message import Now, Record, State, apply_reserve, settle
 
 __all__ = ["Store", "shared_store", "stores_of"]
 
@@ -29,10 +30,39 @@ class Store:
         self.thread_waiters = 0
 
     def wake_all(self) -> None:
+        """Wake every consumer parked in :meth:`wait` or :meth:`wait_async`."""
         if self.thread_waiters:
             self.cond.notify_all()
         for sleeper in self.sleepers:
             sleeper.wake()
+
+    # The one thing the two faces do differently, as Condition.wait does it: called with
+    # the lock held, let go of it until woken (or ``seconds`` passed; None: no limit),
+    # then hold it again. The waiter is registered before the lock is let go, so a
+    # wake_all in between is never lost.
+    def wait(self, seconds: float | None) -> None:
+        """Park the calling thread (see above)."""
+        self.thread_waiters += 1
+        try:
+            self.cond.wait(seconds)
+        finally:
+            self.thread_waiters -= 1
+
+    async def wait_async(self, seconds: float | None) -> None:
+        """Park the calling task on a future of its loop (see above); cancelling it
+        just ends the wait (the lock is held again when the cancellation goes on)."""
+        loop = asyncio.get_running_loop()
+        sleeper = LoopSleeper(loop)
+        self.sleepers.add(sleeper)
+        timer = None if seconds is None else loop.call_later(seconds, resolve, sleeper.future)
+        self.lock.release()
+        try:
+            await sleeper.future
+        finally:
+            if timer is not None:
+                timer.cancel()
+            self.lock.acquire()
+            self.sleepers.discard(sleeper)
 
     def write(self, record: Record) -> None:
         self.records[record.id] = record

@@ -1,0 +1,1 @@
+"""The sync face of ``sqlite:///``, generated from :mod:`.._async` by ``scripts/unasync.py``."""
