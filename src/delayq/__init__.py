@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._clock import Clock, FakeClock, SystemClock
-    from .app import App, Task
     from .durable import (
         AsyncQueue,
         JSONSerializer,
@@ -42,7 +41,7 @@ if TYPE_CHECKING:
         TimerStore,
         WheelStore,
     )
-    from .worker import Discard, HandlerTimeout, Retry, Worker, current_message
+    from .runtime import App, Discard, HandlerTimeout, Retry, Task, Worker, current_message
 
 # Each public name and the module that defines it, imported on first use: a program
 # that wants a DelayQueue does not import the worker, croniter or a backend.
@@ -50,8 +49,8 @@ _HOMES = {
     "Clock": "._clock",
     "FakeClock": "._clock",
     "SystemClock": "._clock",
-    "App": ".app",
-    "Task": ".app",
+    "App": ".runtime",
+    "Task": ".runtime",
     "AsyncQueue": ".durable",
     "JSONSerializer": ".durable",
     "Message": ".durable",
@@ -75,11 +74,11 @@ _HOMES = {
     "Timer": ".inproc",
     "TimerStore": ".inproc",
     "WheelStore": ".inproc",
-    "Discard": ".worker",
-    "HandlerTimeout": ".worker",
-    "Retry": ".worker",
-    "Worker": ".worker",
-    "current_message": ".worker",
+    "Discard": ".runtime",
+    "HandlerTimeout": ".runtime",
+    "Retry": ".runtime",
+    "Worker": ".runtime",
+    "current_message": ".runtime",
 }
 
 

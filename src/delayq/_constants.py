@@ -86,7 +86,7 @@ SQLITE_WAL_AUTOCHECKPOINT = 4000
 
 # -- worker, app and cron ----------------------------------------------------------
 
-#: Default number of handlers one :class:`~delayq.worker.Worker` runs at once.
+#: Default number of handlers one :class:`~delayq.Worker` runs at once.
 DEFAULT_WORKER_CONCURRENCY = 8
 #: Default seconds running handlers get to finish after SIGTERM/SIGINT or ``stop()``.
 DEFAULT_WORKER_GRACE = 30.0
@@ -105,7 +105,7 @@ STARTUP_CHECK_TIMEOUT = 10.0
 #: Header that marks a cron tick; its value is the tick time in epoch ms.
 CRON_TICK_HEADER = "delayq-cron-tick"
 #: A cron run is acked at least this long (s) after its tick, so that an on-time put of
-#: the same tick id can never land in the millisecond of the ack (see delayq._cron).
+#: the same tick id can never land in the millisecond of the ack (see delayq.runtime._cron).
 CRON_ACK_GUARD = 0.002
 #: Longest sleep (s) of a cron producer; it re-puts its next tick (a no-op) after it.
 CRON_PRODUCER_MAX_SLEEP = 60.0

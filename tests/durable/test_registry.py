@@ -67,10 +67,10 @@ def test_import_delayq_imports_no_engine_backend_or_worker() -> None:
     so a program that wants a DelayQueue does not import the worker or croniter."""
     code = (
         "import sys, delayq\n"
-        "heavy = ('delayq.worker', 'delayq.app', 'croniter', 'delayq.durable', 'delayq.inproc')\n"
+        "heavy = ('delayq.runtime', 'croniter', 'delayq.durable', 'delayq.inproc')\n"
         "assert not [m for m in heavy if m in sys.modules], sorted(sys.modules)\n"
         "from delayq import DelayQueue\n"
-        "assert 'delayq.worker' not in sys.modules and 'croniter' not in sys.modules\n"
+        "assert 'delayq.runtime' not in sys.modules and 'croniter' not in sys.modules\n"
         "assert set(delayq.__all__) <= set(dir(delayq))\n"
         "from delayq import *\n"
     )

@@ -15,7 +15,7 @@ from delayq.durable._facade import error_text
 from delayq.durable.message import Message, State
 from delayq.durable.queue import AsyncQueue, Queue
 from delayq.durable.retry import RetryPolicy
-from delayq.worker import Discard, Retry, Worker, current_message
+from delayq.runtime import Discard, Retry, Worker, current_message
 
 from ._helpers import memory_url, serve_until
 

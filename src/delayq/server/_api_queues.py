@@ -23,9 +23,9 @@ from .._constants import (
     SERVE_MAX_LIMIT,
 )
 from .._duration import seconds_to_ms
-from .._outage import error_kind, is_outage
-from .._runtime import log_event
+from .._log import log_event
 from ..durable import AsyncQueue, Message, State, Stats
+from ..runtime._outage import error_kind, is_outage
 from ._api import KNOWN_QUERY, QueueDep, StateDep, error_docs
 from ._errors import ApiError, error_response, facade_errors
 from ._models import (

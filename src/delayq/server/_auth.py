@@ -42,7 +42,7 @@ from .._constants import (
     SERVE_AUTH_FAILURE_REFILL,
     SERVE_AUTH_TRACKED_CLIENTS,
 )
-from .._runtime import log_event
+from .._log import log_event
 from ._config import SESSION_COOKIE
 from ._errors import error_response
 

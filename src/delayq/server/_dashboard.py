@@ -41,7 +41,7 @@ from .._constants import (
     DASHBOARD_MAX_LOGIN_BODY,
     DASHBOARD_REFRESH_MS,
 )
-from .._runtime import log_event, log_raised
+from .._log import log_event, log_raised
 from ..durable import AsyncQueue
 from ..errors import QueueClosed
 from ._auth import AttemptThrottle, Sessions, client_key, cookie_value, token_matches

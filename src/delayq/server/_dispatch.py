@@ -63,13 +63,14 @@ from .._constants import (
     DISPATCH_GRACE,
     DISPATCH_IDLE_WAIT,
 )
-from .._consumer import LeaseRenewer, reserve_loop
-from .._outage import Outage
-from .._runtime import Slots, log_event
+from .._log import log_event
 from ..durable import AsyncQueue, Message
 from ..durable.message import State
 from ..durable.serializer import JSONSerializer
 from ..errors import LeaseLost, QueueClosed
+from ..runtime._consumer import LeaseRenewer, reserve_loop
+from ..runtime._outage import Outage
+from ..runtime._pool import Slots
 from ._callbacks import (
     Callback,
     CallbackError,

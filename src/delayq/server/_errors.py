@@ -22,12 +22,12 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
+from .._log import log_event, log_raised
 from .._names import InvalidName
-from .._outage import backend_outages
-from .._runtime import log_event, log_raised
 from ..durable.message import HeadersTooLarge
 from ..durable.serializer import PayloadTooDeep
 from ..errors import DuplicateId, LeaseLost, PayloadTooLarge, QueueClosed
+from ..runtime._outage import backend_outages
 
 __all__ = [
     "BACKEND_OUTAGES",
