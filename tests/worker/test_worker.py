@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from delayq._constants import MAX_ERROR_LENGTH
+from delayq.durable._constants import MAX_ERROR_LENGTH
 from delayq.durable._facade import error_text
 from delayq.durable.message import Message, State
 from delayq.durable.queue import AsyncQueue, Queue

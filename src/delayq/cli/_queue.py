@@ -26,7 +26,12 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .._constants import DEFAULT_DEAD_LIMIT, DEFAULT_PEEK_LIMIT, DEFAULT_QUEUE_NAME, MAX_PEEK_LIMIT
+from ..durable._constants import (
+    DEFAULT_DEAD_LIMIT,
+    DEFAULT_PEEK_LIMIT,
+    DEFAULT_QUEUE_NAME,
+    MAX_PEEK_LIMIT,
+)
 from ..durable.message import Message, PutResult, State, Stats
 from ..durable.queue import Queue
 from ._common import (

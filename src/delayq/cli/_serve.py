@@ -20,18 +20,17 @@ from rich.console import Console
 
 from .._constants import (
     DEFAULT_CALLBACK_QUEUE,
-    DEFAULT_QUEUE_NAME,
     LOGGER_NAME,
     SERVE_CLIENT_TIMEOUT,
     SERVE_DEFAULT_HOST,
     SERVE_DEFAULT_PORT,
     SERVE_MAX_CONCURRENCY,
     SERVE_SESSION_TTL,
-    SERVE_SHUTDOWN_GRACE,
-    STARTUP_CHECK_TIMEOUT,
 )
+from ..durable._constants import DEFAULT_QUEUE_NAME
 from ..durable.registry import redact_url
 from ._common import CliError, check_backend, freeze_startup_heap, resolve_url, url_option
+from ._constants import SERVE_SHUTDOWN_GRACE, STARTUP_CHECK_TIMEOUT
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

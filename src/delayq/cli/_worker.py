@@ -17,15 +17,11 @@ import traceback
 
 import click
 
-from .._constants import (
-    DEFAULT_LEASE,
-    DEFAULT_WORKER_CONCURRENCY,
-    DEFAULT_WORKER_GRACE,
-    LOGGER_NAME,
-    STARTUP_CHECK_TIMEOUT,
-)
+from .._constants import LOGGER_NAME
+from ..durable._constants import DEFAULT_LEASE
 from ..durable.registry import scheme_of
 from ..runtime import App, Worker
+from ..runtime._constants import DEFAULT_WORKER_CONCURRENCY, DEFAULT_WORKER_GRACE
 from ._common import (
     CliError,
     check_backend,
@@ -34,6 +30,7 @@ from ._common import (
     translate_errors,
     url_option,
 )
+from ._constants import STARTUP_CHECK_TIMEOUT
 
 __all__ = ["load_app", "worker"]
 

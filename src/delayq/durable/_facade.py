@@ -13,17 +13,6 @@ import traceback
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
-from .._constants import (
-    MAX_ACK_MANY,
-    MAX_DUE_BUCKETS,
-    MAX_DUE_HORIZON,
-    MAX_DUE_MS,
-    MAX_ERROR_LENGTH,
-    MAX_MESSAGE_HEADER_BYTES,
-    MAX_MESSAGE_HEADERS,
-    MAX_PEEK_LIMIT,
-    MAX_RESERVE_WAIT,
-)
 from .._duration import at_to_epoch, delay_to_seconds, seconds_to_ms
 from .._fork import new_id
 from .._names import (
@@ -35,6 +24,17 @@ from .._names import (
     queue_name_problem,
 )
 from ..errors import DuplicateId, QueueClosed
+from ._constants import (
+    MAX_ACK_MANY,
+    MAX_DUE_BUCKETS,
+    MAX_DUE_HORIZON,
+    MAX_DUE_MS,
+    MAX_ERROR_LENGTH,
+    MAX_MESSAGE_HEADER_BYTES,
+    MAX_MESSAGE_HEADERS,
+    MAX_PEEK_LIMIT,
+    MAX_RESERVE_WAIT,
+)
 from .message import (
     HeadersTooLarge,
     Message,

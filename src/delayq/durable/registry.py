@@ -14,8 +14,8 @@ import re
 from typing import Any, cast
 from urllib.parse import urlsplit
 
-from .._constants import DEFAULT_QUEUE_URL, QUEUE_URL_ENV
 from ..errors import UnsupportedURL
+from ._constants import DEFAULT_QUEUE_URL, QUEUE_URL_ENV
 from .backend import AsyncBackend, Backend
 
 __all__ = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-from .._constants import MAX_ACK_MANY
+from ..durable._constants import MAX_ACK_MANY
 from ..durable.message import Message
 from ..durable.queue import AsyncQueue
 

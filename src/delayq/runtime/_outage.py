@@ -19,9 +19,9 @@ import sys
 import time
 from collections.abc import Callable
 
-from .._constants import BACKEND_RETRY_MAX
 from .._log import log_event, log_raised
 from ..durable.registry import redact_url
+from ._constants import BACKEND_RETRY_MAX
 
 __all__ = ["Outage", "backend_outages", "error_kind", "is_outage"]
 

@@ -37,25 +37,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._clock import SYSTEM_CLOCK, Clock
-from .._constants import (
-    CRON_ACK_GUARD,
-    CRON_PRODUCER_MAX_SLEEP,
-    CRON_TICK_HEADER,
-    DEFAULT_LEASE,
-    DEFAULT_WORKER_CONCURRENCY,
-    DEFAULT_WORKER_GRACE,
-    WORKER_ERROR_BACKOFF,
-    WORKER_EXTEND_DIVISOR,
-    WORKER_IDLE_WAIT,
-)
 from .._duration import delay_to_seconds
 from .._log import log_event, log_raised
+from ..durable._constants import DEFAULT_LEASE
 from ..durable.message import Message, State
 from ..durable.queue import AsyncQueue
 from ..durable.retry import RetryPolicy
 from ..errors import LeaseLost, QueueClosed
 from ._ack_batch import AckBatcher
 from ._app import App, CronJob, UnknownTask, decode_envelope
+from ._constants import (
+    CRON_ACK_GUARD,
+    CRON_PRODUCER_MAX_SLEEP,
+    CRON_TICK_HEADER,
+    DEFAULT_WORKER_CONCURRENCY,
+    DEFAULT_WORKER_GRACE,
+    WORKER_ERROR_BACKOFF,
+    WORKER_EXTEND_DIVISOR,
+    WORKER_IDLE_WAIT,
+)
 from ._consumer import LeaseRenewer, reserve_loop
 from ._cron import plan_tick, tick_id
 from ._outage import Outage

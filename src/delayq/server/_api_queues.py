@@ -15,18 +15,18 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query
 from fastapi.responses import JSONResponse, Response
 
-from .._constants import (
-    DEFAULT_QUEUE_NAME,
+from .._duration import seconds_to_ms
+from .._log import log_event
+from ..durable import AsyncQueue, Message, State, Stats
+from ..durable._constants import DEFAULT_QUEUE_NAME
+from ..runtime._outage import error_kind, is_outage
+from ._api import KNOWN_QUERY, QueueDep, StateDep, error_docs
+from ._constants import (
     SERVE_HEALTH_TIMEOUT,
     SERVE_MAX_DUE_BUCKETS,
     SERVE_MAX_DUE_HORIZON,
     SERVE_MAX_LIMIT,
 )
-from .._duration import seconds_to_ms
-from .._log import log_event
-from ..durable import AsyncQueue, Message, State, Stats
-from ..runtime._outage import error_kind, is_outage
-from ._api import KNOWN_QUERY, QueueDep, StateDep, error_docs
 from ._errors import ApiError, error_response, facade_errors
 from ._models import (
     LIMIT_DEFAULT,

@@ -34,18 +34,18 @@ from fastapi.staticfiles import StaticFiles
 from markupsafe import Markup
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .._constants import (
+from .._log import log_event, log_raised
+from ..durable import AsyncQueue
+from ..errors import QueueClosed
+from ._auth import AttemptThrottle, Sessions, client_key, cookie_value, token_matches
+from ._config import SESSION_COOKIE, check_queue_name
+from ._constants import (
     DASHBOARD_CHART_BUCKETS,
     DASHBOARD_CHART_HORIZON,
     DASHBOARD_LIST_LIMIT,
     DASHBOARD_MAX_LOGIN_BODY,
     DASHBOARD_REFRESH_MS,
 )
-from .._log import log_event, log_raised
-from ..durable import AsyncQueue
-from ..errors import QueueClosed
-from ._auth import AttemptThrottle, Sessions, client_key, cookie_value, token_matches
-from ._config import SESSION_COOKIE, check_queue_name
 from ._errors import BACKEND_OUTAGES
 from ._state import ServerState, message_to_json
 

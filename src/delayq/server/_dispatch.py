@@ -54,15 +54,6 @@ import httpcore
 import httpx
 
 from .. import __version__
-from .._constants import (
-    CALLBACK_HEADER,
-    CALLBACK_LEASE_MARGIN,
-    CALLBACK_MAX_RESPONSE_READ,
-    CALLBACK_SIGNATURE_HEADER,
-    DISPATCH_ERROR_BACKOFF,
-    DISPATCH_GRACE,
-    DISPATCH_IDLE_WAIT,
-)
 from .._log import log_event
 from ..durable import AsyncQueue, Message
 from ..durable.message import State
@@ -81,6 +72,15 @@ from ._callbacks import (
     sign,
 )
 from ._config import ServeConfig
+from ._constants import (
+    CALLBACK_HEADER,
+    CALLBACK_LEASE_MARGIN,
+    CALLBACK_MAX_RESPONSE_READ,
+    CALLBACK_SIGNATURE_HEADER,
+    DISPATCH_ERROR_BACKOFF,
+    DISPATCH_GRACE,
+    DISPATCH_IDLE_WAIT,
+)
 from ._state import ServerState
 
 __all__ = ["CallbackRefused", "Dispatcher", "Resolve"]
