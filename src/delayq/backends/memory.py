@@ -49,6 +49,9 @@ from ._memory_store import Store, shared_store, stores_of
 
 __all__ = ["AsyncMemoryBackend", "MemoryBackend", "open_async_backend", "open_backend"]
 
+#: No error of memory:// means "the backend does not answer" (see delayq.durable.registry).
+OUTAGE_ERRORS: tuple[type[Exception], ...] = ()
+
 T = TypeVar("T")
 
 

@@ -25,9 +25,8 @@ from rich.console import Console
 from rich.text import Text
 
 from .._duration import delay_to_seconds
-from ..backends.sqlite._url import parse_url
 from ..durable.queue import Queue
-from ..durable.registry import default_url, redact_url, scheme_of
+from ..durable.registry import database_file, default_url, redact_url, scheme_of
 from ..errors import DelayqError, DuplicateId, PayloadTooLarge, UnsupportedURL
 
 __all__ = [
@@ -181,12 +180,6 @@ def resolve_url(url: str | None) -> str:
     return url
 
 
-def _sqlite_file_missing(url: str) -> str | None:
-    """The path of a ``sqlite:///`` URL's file when that file does not exist."""
-    path, _ = parse_url(url)
-    return None if os.path.exists(path) else path
-
-
 @contextmanager
 def open_queue(url: str, name: str, *, create: bool = False) -> Iterator[Queue]:
     """The queue ``name`` at ``url``, closed on exit; errors become :class:`CliError`.
@@ -195,12 +188,12 @@ def open_queue(url: str, name: str, *, create: bool = False) -> Iterator[Queue]:
     than a new empty database (a typo in a path should not leave a file behind).
     """
     with translate_errors(url):
-        if scheme_of(url) == "sqlite":
-            missing = _sqlite_file_missing(url)
-            if missing is not None and not create:
-                raise CliError(f"no queue database at {missing} (check --url or $DELAYQ_URL)")
-            folder = os.path.dirname(missing) if missing is not None else None
-            if folder is not None and not os.path.isdir(folder):
+        path = database_file(url)
+        if path is not None and not os.path.exists(path):
+            if not create:
+                raise CliError(f"no queue database at {path} (check --url or $DELAYQ_URL)")
+            folder = os.path.dirname(path)
+            if not os.path.isdir(folder):
                 raise CliError(
                     f"cannot use the queue at {redact_url(url)}: the directory {folder} of "
                     "its database does not exist (create it, or check --url or $DELAYQ_URL)"
