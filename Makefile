@@ -53,6 +53,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks examples scripts
 	$(BIN)/python scripts/unasync.py --check
 	$(BIN)/mypy --strict src
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/inproc.py
