@@ -52,6 +52,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples scripts
 	$(BIN)/ruff format --check src tests benchmarks examples scripts
 	$(BIN)/python scripts/unasync.py --check
+	$(BIN)/python scripts/private_access.py
 	$(BIN)/mypy --strict src
 	$(BIN)/lint-imports
 

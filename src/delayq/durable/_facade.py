@@ -268,11 +268,12 @@ class QueueBase:
     def _sibling(self: _Q, name: str) -> _Q:
         """A copy of this queue named ``name`` that shares the backend without owning it."""
         self._check_open()
-        other = copy.copy(self)
+        sibling = copy.copy(self)
+        other: QueueBase = sibling  # an instance of this class: its fields are ours to set
         other._name = check_stored(QUEUE_NAME, name)
         other._name_problem = queue_name_problem(name)
         other._owns_backend = False
-        return other
+        return sibling
 
     def _check_open(self) -> None:
         if self._closed:
