@@ -7,8 +7,9 @@ chosen by URL (``memory://``, ``sqlite:///file.db``, ``redis://``), at-least-onc
 leases. Running it: :class:`App` with ``@app.task`` and cron, and a :class:`Worker`.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_names
 
 if TYPE_CHECKING:
     from ._clock import Clock, FakeClock, SystemClock
@@ -82,17 +83,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home, __name__), name)
-    globals()[name] = value  # the next access is a plain lookup
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, globals())
 
 
 __version__ = "0.1.0"
