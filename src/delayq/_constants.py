@@ -14,7 +14,7 @@ INF = math.inf
 #: The name of the logger delayq writes to.
 LOGGER_NAME = "delayq"
 
-# -- durable queues ----------------------------------------------------------------
+# -- the durable contract: what the backends store ----------------------------------
 #: The ``last_error`` of a message whose lease expired.
 LEASE_EXPIRED_ERROR = "lease expired"
 
@@ -71,7 +71,6 @@ REDIS_RETRY_CAP = 0.5
 REDIS_RECONNECT_FIRST = 0.05
 REDIS_RECONNECT_MAX = 1.0
 
-# -- delayq serve: the HTTP API ----------------------------------------------------
 #: Redis ``queues()``: the COUNT hint of each SCAN step.
 REDIS_SCAN_COUNT = 1000
 
