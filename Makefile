@@ -52,7 +52,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples scripts
 	$(BIN)/ruff format --check src tests benchmarks examples scripts
 	$(BIN)/python scripts/unasync.py --check
+	$(BIN)/python scripts/private_access.py
 	$(BIN)/mypy --strict src
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/inproc.py

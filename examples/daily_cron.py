@@ -12,8 +12,7 @@ import time
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
-from delayq.app import App
-from delayq.worker import Worker, current_message
+from delayq import App, Worker, current_message
 
 app = App("sqlite:///cron.db")
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
-from delayq.app import App
-from delayq.worker import Worker
+from delayq import App, Worker
 
 app = App("sqlite:///orders.db")
 PAYMENT_WINDOW = 1.0  # seconds here; "30m" in real life

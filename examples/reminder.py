@@ -8,8 +8,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta, timezone
 
-from delayq.app import App
-from delayq.worker import Worker
+from delayq import App, Worker
 
 app = App("sqlite:///reminders.db")
 done = asyncio.Event()

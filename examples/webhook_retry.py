@@ -8,9 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
-from delayq.app import App
-from delayq.durable.retry import RetryPolicy
-from delayq.worker import Worker, current_message
+from delayq import App, RetryPolicy, Worker, current_message
 
 app = App("sqlite:///webhooks.db")
 started = time.monotonic()

@@ -7,12 +7,12 @@ chosen by URL (``memory://``, ``sqlite:///file.db``, ``redis://``), at-least-onc
 leases. Running it: :class:`App` with ``@app.task`` and cron, and a :class:`Worker`.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_names
 
 if TYPE_CHECKING:
     from ._clock import Clock, FakeClock, SystemClock
-    from .app import App, Task
     from .durable import (
         AsyncQueue,
         JSONSerializer,
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
         TimerStore,
         WheelStore,
     )
-    from .worker import Discard, HandlerTimeout, Retry, Worker, current_message
+    from .runtime import App, Discard, HandlerTimeout, Retry, Task, Worker, current_message
 
 # Each public name and the module that defines it, imported on first use: a program
 # that wants a DelayQueue does not import the worker, croniter or a backend.
@@ -50,8 +50,8 @@ _HOMES = {
     "Clock": "._clock",
     "FakeClock": "._clock",
     "SystemClock": "._clock",
-    "App": ".app",
-    "Task": ".app",
+    "App": ".runtime",
+    "Task": ".runtime",
     "AsyncQueue": ".durable",
     "JSONSerializer": ".durable",
     "Message": ".durable",
@@ -75,25 +75,15 @@ _HOMES = {
     "Timer": ".inproc",
     "TimerStore": ".inproc",
     "WheelStore": ".inproc",
-    "Discard": ".worker",
-    "HandlerTimeout": ".worker",
-    "Retry": ".worker",
-    "Worker": ".worker",
-    "current_message": ".worker",
+    "Discard": ".runtime",
+    "HandlerTimeout": ".runtime",
+    "Retry": ".runtime",
+    "Worker": ".runtime",
+    "current_message": ".runtime",
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home, __name__), name)
-    globals()[name] = value  # the next access is a plain lookup
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, globals())
 
 
 __version__ = "0.1.0"

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import re
 
-from ._constants import MAX_ID_LENGTH
+#: Longest message id and queue name, in characters.
+MAX_ID_LENGTH = 255
 
 __all__ = [
     "InvalidMessageId",

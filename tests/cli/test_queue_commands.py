@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from delayq import Queue, State
-from delayq import _cli_queue as cli_queue
+from delayq.cli import _queue as cli_queue
 
 from ._helpers import Cli
 

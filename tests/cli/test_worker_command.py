@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from delayq import App
-from delayq._cli_worker import load_app
+from delayq.cli._worker import load_app
 
 from ._helpers import Cli, one_error_line
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from delayq import QueueClosed
-from delayq._constants import MAX_ACK_MANY
 from delayq.durable import Message, State
+from delayq.durable._constants import MAX_ACK_MANY
 
 from ._helpers import total
 

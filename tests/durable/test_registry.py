@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 import subprocess
 import sys
 
@@ -53,11 +55,19 @@ def test_unsupported_url_is_a_value_error() -> None:
         Queue("nope://")
 
 
+@pytest.mark.parametrize("url", ["postgresql://localhost/db", "amqp://localhost"])
+def test_a_backend_delayq_does_not_have_is_an_unsupported_scheme(url: str) -> None:
+    with pytest.raises(UnsupportedURL, match=r"unsupported queue URL .*memory://"):
+        Queue(url)
+
+
 def test_register_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(registry.SCHEMES, "mem2", None)
-    with pytest.raises(UnsupportedURL, match="not yet available"):
+    monkeypatch.setattr(registry, "SCHEMES", dict(registry.SCHEMES))
+    with pytest.raises(UnsupportedURL, match="unsupported queue URL"):
         Queue("mem2://")
     register_scheme("mem2", "delayq.backends.memory")
+    with pytest.raises(UnsupportedURL, match="mem2://"):
+        Queue("ftp://")  # the error names the new scheme among the supported ones
     with pytest.raises(UnsupportedURL, match="memory URL"):
         Queue("mem2://")  # served by the memory module, which wants memory://
 
@@ -67,11 +77,21 @@ def test_import_delayq_imports_no_engine_backend_or_worker() -> None:
     so a program that wants a DelayQueue does not import the worker or croniter."""
     code = (
         "import sys, delayq\n"
-        "heavy = ('delayq.worker', 'delayq.app', 'croniter', 'delayq.durable', 'delayq.inproc')\n"
+        "heavy = ('delayq.runtime', 'croniter', 'delayq.durable', 'delayq.inproc')\n"
         "assert not [m for m in heavy if m in sys.modules], sorted(sys.modules)\n"
         "from delayq import DelayQueue\n"
-        "assert 'delayq.worker' not in sys.modules and 'croniter' not in sys.modules\n"
+        "assert 'delayq.runtime' not in sys.modules and 'croniter' not in sys.modules\n"
         "assert set(delayq.__all__) <= set(dir(delayq))\n"
         "from delayq import *\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_outage_errors_are_the_base_ones_and_the_backends_own() -> None:
+    base = (OSError, TimeoutError, asyncio.TimeoutError)
+    assert registry.outage_errors("memory://") == base
+    assert registry.outage_errors("sqlite:///x.db") == (*base, sqlite3.OperationalError)
+    redis_errors = pytest.importorskip("redis.exceptions")
+    assert {redis_errors.ConnectionError, redis_errors.TimeoutError} <= set(
+        registry.outage_errors("redis://localhost:6379/0")
+    )

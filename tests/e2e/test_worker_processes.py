@@ -30,9 +30,9 @@ pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs PO
 
 APP = """
 import os, sys, time
-from delayq.app import App
+from delayq.runtime import App
 from delayq.durable.retry import RetryPolicy
-from delayq.worker import Worker, current_message
+from delayq.runtime import Worker, current_message
 
 app = App(os.environ["WURL"], retry=RetryPolicy(max_attempts=4, base=0.2, factor=2.0, jitter=0.0))
 

@@ -17,11 +17,11 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from delayq._constants import SERVE_QUEUE_CACHE
 from delayq.durable import AsyncQueue, Queue
 from delayq.durable.message import put_request
 from delayq.server import ServeConfig, create_app
 from delayq.server._coalesce import PutCoalescer
+from delayq.server._constants import SERVE_QUEUE_CACHE
 
 from ._helpers import error_of, put, stats
 from .conftest import MakeClient

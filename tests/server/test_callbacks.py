@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from delayq._constants import CALLBACK_MAX_HEADERS, CALLBACK_MAX_TIMEOUT
 from delayq.server._callbacks import (
     Callback,
     CallbackError,
@@ -20,6 +19,7 @@ from delayq.server._callbacks import (
     verify,
 )
 from delayq.server._config import ServeConfig
+from delayq.server._constants import CALLBACK_MAX_HEADERS, CALLBACK_MAX_TIMEOUT
 
 
 def config(

@@ -25,9 +25,9 @@ from markupsafe import escape as html_escape
 from backends._redis_server import RedisProcess
 from conformance._helpers import stored_request
 from delayq import Queue
-from delayq._constants import CALLBACK_HEADER
 from delayq.server import ServeConfig, create_app
 from delayq.server._config import SESSION_COOKIE
+from delayq.server._constants import CALLBACK_HEADER
 from delayq.server._dashboard import (
     PREVIEW_CHARS,
     PageRoute,

@@ -28,7 +28,6 @@ import pytest
 from conformance._helpers import stored_request
 from conformance.conftest import memory_url, redis_url, sqlite_url
 from delayq import __version__
-from delayq._constants import CALLBACK_HEADER, CALLBACK_SIGNATURE_HEADER
 from delayq._duration import seconds_to_ms
 from delayq.durable import AsyncQueue, State
 from delayq.durable.retry import RetryPolicy
@@ -41,6 +40,7 @@ from delayq.server._callbacks import (
     verify,
 )
 from delayq.server._config import ServeConfig
+from delayq.server._constants import CALLBACK_HEADER, CALLBACK_SIGNATURE_HEADER
 from delayq.server._dispatch import (
     CallbackRefused,
     Dispatcher,

@@ -17,7 +17,7 @@ import pytest
 from starlette.testclient import WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
-from delayq._runtime import log_event
+from delayq._log import log_event
 from delayq.server import ServeConfig, create_app
 from delayq.server._auth import AttemptThrottle, Sessions, cookie_value
 from delayq.server._config import SESSION_COOKIE

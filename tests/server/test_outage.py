@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from backends._redis_server import RedisProcess, free_port
-from delayq._cli_common import CliError, check_backend
+from delayq.cli._common import CliError, check_backend
 
 from .conftest import MakeClient
 from .test_serve_command import ADDRESS, _environ

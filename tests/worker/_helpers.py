@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from delayq.durable.message import Record
-from delayq.worker import Worker
+from delayq.runtime import Worker
 
 
 def memory_url() -> str:

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from delayq._ack_batch import AckBatcher
 from delayq.durable.message import Message
 from delayq.durable.queue import AsyncQueue
-from delayq.worker import Worker
+from delayq.runtime import Worker
+from delayq.runtime._ack_batch import AckBatcher
 
 from ._helpers import memory_url, serve_until
 

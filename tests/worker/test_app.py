@@ -7,10 +7,9 @@ import asyncio
 import pytest
 
 from delayq import FakeClock
-from delayq.app import App, TaskMessage
 from delayq.durable.message import State
 from delayq.durable.retry import RetryPolicy
-from delayq.worker import Worker, current_message
+from delayq.runtime import App, TaskMessage, Worker, current_message
 
 from ._helpers import memory_url, serve_until, wait_for
 

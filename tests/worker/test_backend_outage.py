@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from backends._redis_server import RedisProcess
-from delayq._outage import Outage
 from delayq.durable import AsyncQueue, Message
-from delayq.worker import Worker
+from delayq.runtime import Worker
+from delayq.runtime._outage import Outage
 
 from ._helpers import wait_for
 

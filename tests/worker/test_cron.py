@@ -1,4 +1,4 @@
-"""Schedules, tick ids and the run-once rule of delayq._cron (pure, no I/O)."""
+"""Schedules, tick ids and the run-once rule of delayq.runtime._cron (pure, no I/O)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from delayq._cron import CronSchedule, EverySchedule, TickPlan, expected_due, plan_tick, tick_id
+from delayq.runtime._cron import (
+    CronSchedule,
+    EverySchedule,
+    TickPlan,
+    expected_due,
+    plan_tick,
+    tick_id,
+)
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from delayq._constants import MAX_ERROR_LENGTH
+from delayq.durable._constants import MAX_ERROR_LENGTH
 from delayq.durable._facade import error_text
 from delayq.durable.message import Message, State
 from delayq.durable.queue import AsyncQueue, Queue
 from delayq.durable.retry import RetryPolicy
-from delayq.worker import Discard, Retry, Worker, current_message
+from delayq.runtime import Discard, Retry, Worker, current_message
 
 from ._helpers import memory_url, serve_until
 

@@ -13,17 +13,6 @@ import traceback
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
-from .._constants import (
-    MAX_ACK_MANY,
-    MAX_DUE_BUCKETS,
-    MAX_DUE_HORIZON,
-    MAX_DUE_MS,
-    MAX_ERROR_LENGTH,
-    MAX_MESSAGE_HEADER_BYTES,
-    MAX_MESSAGE_HEADERS,
-    MAX_PEEK_LIMIT,
-    MAX_RESERVE_WAIT,
-)
 from .._duration import at_to_epoch, delay_to_seconds, seconds_to_ms
 from .._fork import new_id
 from .._names import (
@@ -35,6 +24,17 @@ from .._names import (
     queue_name_problem,
 )
 from ..errors import DuplicateId, QueueClosed
+from ._constants import (
+    MAX_ACK_MANY,
+    MAX_DUE_BUCKETS,
+    MAX_DUE_HORIZON,
+    MAX_DUE_MS,
+    MAX_ERROR_LENGTH,
+    MAX_MESSAGE_HEADER_BYTES,
+    MAX_MESSAGE_HEADERS,
+    MAX_PEEK_LIMIT,
+    MAX_RESERVE_WAIT,
+)
 from .message import (
     HeadersTooLarge,
     Message,
@@ -268,11 +268,12 @@ class QueueBase:
     def _sibling(self: _Q, name: str) -> _Q:
         """A copy of this queue named ``name`` that shares the backend without owning it."""
         self._check_open()
-        other = copy.copy(self)
+        sibling = copy.copy(self)
+        other: QueueBase = sibling  # an instance of this class: its fields are ours to set
         other._name = check_stored(QUEUE_NAME, name)
         other._name_problem = queue_name_problem(name)
         other._owns_backend = False
-        return other
+        return sibling
 
     def _check_open(self) -> None:
         if self._closed:

@@ -2,45 +2,47 @@
 
 ``open_backend(url)`` / ``open_async_backend(url)`` find the scheme in
 :data:`SCHEMES`, import ``delayq.backends.<module>`` and call its opener of the
-same name (see :mod:`delayq.durable.backend`). A backend that is not written yet
-is listed with ``None`` so the error can say so.
+same name (see :mod:`delayq.durable.backend`). :func:`outage_errors` says which
+exceptions mean "the backend of a URL does not answer": the network's and timeouts,
+and those its module lists as ``OUTAGE_ERRORS``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import re
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
-from .._constants import DEFAULT_QUEUE_URL, QUEUE_URL_ENV
 from ..errors import UnsupportedURL
-from .backend import AsyncBackend, Backend
+from ._constants import DEFAULT_QUEUE_URL, QUEUE_URL_ENV
+
+if TYPE_CHECKING:  # for annotations only: the queue faces import the registry
+    from .backend import AsyncBackend, Backend
 
 __all__ = [
+    "BASE_OUTAGE_ERRORS",
     "SCHEMES",
+    "database_file",
     "default_url",
     "open_async_backend",
     "open_backend",
+    "outage_errors",
     "redact_url",
     "register_scheme",
     "scheme_of",
 ]
 
-#: URL scheme -> module (under ``delayq.backends`` unless it contains a dot), or None
-#: for a backend delayq will have but does not have yet.
-SCHEMES: dict[str, str | None] = {
+#: URL scheme -> module (under ``delayq.backends`` unless it contains a dot).
+SCHEMES: dict[str, str] = {
     "memory": "memory",
     "sqlite": "sqlite",
     "redis": "redis",
     "rediss": "redis",
     "redis+cluster": "redis",
     "redis+unix": "redis",
-    "postgresql": None,
-    "postgres": None,
-    "amqp": None,
-    "amqps": None,
 }
 
 
@@ -75,7 +77,7 @@ def redact_url(url: str) -> str:
     return f"{scheme}://{authority}" + _SECRET_PARAMETER.sub(r"\1***", tail)
 
 
-def register_scheme(scheme: str, module: str | None) -> None:
+def register_scheme(scheme: str, module: str) -> None:
     """Serve ``scheme://`` URLs with ``module`` (``"sqlite"`` means
     ``delayq.backends.sqlite``; a dotted name is imported as is)."""
     SCHEMES[scheme.lower()] = module
@@ -87,7 +89,7 @@ def default_url() -> str:
 
 
 def _supported() -> str:
-    return ", ".join(f"{scheme}://" for scheme, module in SCHEMES.items() if module)
+    return ", ".join(f"{scheme}://" for scheme in SCHEMES)
 
 
 def scheme_of(url: object) -> str:
@@ -111,24 +113,44 @@ def scheme_of(url: object) -> str:
         raise UnsupportedURL(
             f"unsupported queue URL {url!r}: the supported schemes are {_supported()}"
         )
-    if SCHEMES[scheme] is None:
-        raise UnsupportedURL(
-            f"the {scheme}:// backend is not yet available; "
-            f"the supported schemes are {_supported()}"
-        )
     return scheme
 
 
 def _module(url: str) -> Any:
-    name = cast(str, SCHEMES[scheme_of(url)])
+    name = SCHEMES[scheme_of(url)]
     return importlib.import_module(name if "." in name else f"delayq.backends.{name}")
 
 
 def open_backend(url: str, **options: Any) -> Backend:
     """Open the sync backend that serves ``url``."""
-    return cast(Backend, _module(url).open_backend(url, **options))
+    return cast("Backend", _module(url).open_backend(url, **options))
 
 
 def open_async_backend(url: str, **options: Any) -> AsyncBackend:
     """Open the async backend that serves ``url``."""
-    return cast(AsyncBackend, _module(url).open_async_backend(url, **options))
+    return cast("AsyncBackend", _module(url).open_async_backend(url, **options))
+
+
+#: What any backend raises when it does not answer: the network's errors and timeouts.
+BASE_OUTAGE_ERRORS: tuple[type[Exception], ...] = (
+    OSError,
+    TimeoutError,
+    asyncio.TimeoutError,  # not TimeoutError before Python 3.11
+)
+
+
+def outage_errors(url: str) -> tuple[type[Exception], ...]:
+    """The exceptions that mean "the backend of ``url`` does not answer" (Redis down, a
+    SQLite file locked or gone), not a bug of delayq: an outage to wait out, or a 503
+    over HTTP, never a 500. :data:`BASE_OUTAGE_ERRORS` and the ``OUTAGE_ERRORS`` of the
+    backend's module (imported for it; a module without that attribute adds none)."""
+    own: tuple[type[Exception], ...] = getattr(_module(url), "OUTAGE_ERRORS", ())
+    return BASE_OUTAGE_ERRORS + own
+
+
+def database_file(url: str) -> str | None:
+    """The absolute path of the local file that holds the queues of ``url`` (the
+    backend module's own ``database_file``: ``sqlite:///``), None for a backend that
+    keeps no file; :class:`UnsupportedURL` for a malformed URL."""
+    find = getattr(_module(url), "database_file", None)
+    return None if find is None else cast(str, find(url))

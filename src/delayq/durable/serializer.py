@@ -21,8 +21,9 @@ import warnings
 from json import encoder as json_encoder
 from typing import Any, Protocol, runtime_checkable
 
-from .._constants import MAX_PAYLOAD_DEPTH, RAW_ENCODING
+from .._constants import RAW_ENCODING
 from ..errors import PayloadTooLarge
+from ._constants import MAX_PAYLOAD_DEPTH
 
 __all__ = ["Codec", "JSONSerializer", "PayloadTooDeep", "Serializer", "too_deep"]
 

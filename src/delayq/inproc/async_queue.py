@@ -15,9 +15,10 @@ from collections import deque
 from typing import Any, TypeVar
 
 from .._clock import Clock
-from .._constants import DEFAULT_GET_MANY, INF
+from .._constants import INF
 from .._waiters import LoopSleeper, resolve
 from ..errors import QueueClosed
+from ._constants import DEFAULT_GET_MANY
 from .queue import QueueCore, check_max
 from .store import VALUE, Handle, TimerStore
 

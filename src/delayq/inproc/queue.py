@@ -20,9 +20,10 @@ from collections.abc import Iterator
 from typing import Generic, TypeVar
 
 from .._clock import SYSTEM_CLOCK, Clock
-from .._constants import DEFAULT_GET_MANY, INF
+from .._constants import INF
 from .._duration import deadline_from
 from ..errors import QueueClosed
+from ._constants import DEFAULT_GET_MANY
 from .heap import HeapStore
 from .store import VALUE, Handle, TimerStore, bind_clock, clock_of
 

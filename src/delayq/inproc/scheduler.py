@@ -25,9 +25,10 @@ from types import TracebackType
 from typing import Any
 
 from .._clock import Clock
-from .._constants import DEFAULT_GET_MANY, DEFAULT_SCHEDULER_WORKERS, LOGGER_NAME
+from .._constants import LOGGER_NAME
 from .._duration import AtLike, DelayLike, deadline_from
 from ..errors import QueueClosed
+from ._constants import DEFAULT_GET_MANY, DEFAULT_SCHEDULER_WORKERS
 from .queue import DelayQueue
 from .store import Handle, TimerStore, describe_due
 
@@ -39,6 +40,23 @@ _instance_numbers = itertools.count(1)
 _PENDING, _FIRED, _CANCELLED = 0, 1, 2
 _EMPTY_KWARGS: dict[str, Any] = {}
 _Call = tuple[Callable[..., object], tuple[Any, ...], dict[str, Any]]
+
+
+class _Job:
+    """What a :class:`Scheduler` keeps of one of its timers: the callback, where it is
+    in the queue, and whether it is pending, fired or cancelled. The scheduler changes
+    it under its lock; the :class:`Timer` only reads it."""
+
+    __slots__ = ("args", "fn", "handle", "kwargs", "state")
+
+    def __init__(
+        self, fn: Callable[..., object], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        self.fn: Callable[..., object] | None = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.state = _PENDING
+        self.handle: Handle[Timer] | None = None
 
 
 class Timer:
@@ -53,23 +71,12 @@ class Timer:
     new timer. Timers hash and compare by identity.
     """
 
-    __slots__ = ("__weakref__", "_args", "_fn", "_handle", "_id", "_kwargs", "_scheduler", "_state")
+    __slots__ = ("__weakref__", "_id", "_job", "_scheduler")
 
-    def __init__(
-        self,
-        scheduler: Scheduler,
-        timer_id: Hashable | None,
-        fn: Callable[..., object],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> None:
+    def __init__(self, scheduler: Scheduler, timer_id: Hashable | None, job: _Job) -> None:
         self._scheduler = scheduler
         self._id = timer_id
-        self._fn: Callable[..., object] | None = fn
-        self._args = args
-        self._kwargs = kwargs
-        self._state = _PENDING
-        self._handle: Handle[Timer] | None = None
+        self._job = job
 
     @property
     def id(self) -> Hashable | None:
@@ -77,27 +84,34 @@ class Timer:
         return self._id
 
     @property
+    def scheduler(self) -> Scheduler:
+        """The :class:`Scheduler` that runs it."""
+        return self._scheduler
+
+    @property
     def deadline(self) -> float:
         """When the callback is (or was) due, in the scheduler clock's monotonic seconds."""
-        assert self._handle is not None  # set before the timer is handed out
-        return self._handle.deadline
+        handle = self._job.handle
+        assert handle is not None  # set before the timer is handed out
+        return handle.deadline
 
     @property
     def due_at(self) -> datetime:
         """When the callback is (or was) due, as an aware UTC datetime (see
         :attr:`Handle.due_at <delayq.Handle.due_at>`)."""
-        assert self._handle is not None  # set before the timer is handed out
-        return self._handle.due_at
+        handle = self._job.handle
+        assert handle is not None  # set before the timer is handed out
+        return handle.due_at
 
     @property
     def pending(self) -> bool:
         """True until the callback is started or the timer is cancelled or replaced."""
-        return self._state == _PENDING
+        return self._job.state == _PENDING
 
     @property
     def cancelled(self) -> bool:
         """True once the timer was cancelled, replaced, or dropped by a shutdown."""
-        return self._state == _CANCELLED
+        return self._job.state == _CANCELLED
 
     def cancel(self) -> bool:
         """Cancel this timer; same as ``scheduler.cancel(timer)``."""
@@ -108,10 +122,11 @@ class Timer:
         return self._scheduler.reschedule(self, delay=delay, at=at)
 
     def __repr__(self) -> str:
-        status = ("pending", "fired", "cancelled")[self._state]
-        name = getattr(self._fn, "__qualname__", None) or repr(self._fn)
-        fn = f" fn={name}" if self._fn is not None else ""
-        due = f" {describe_due(self._handle)}" if self._handle is not None else ""
+        job = self._job
+        status = ("pending", "fired", "cancelled")[job.state]
+        name = getattr(job.fn, "__qualname__", None) or repr(job.fn)
+        fn = f" fn={name}" if job.fn is not None else ""
+        due = f" {describe_due(job.handle)}" if job.handle is not None else ""
         return f"<Timer {status} id={self.id!r}{due}{fn}>"
 
 
@@ -146,7 +161,8 @@ class Scheduler:
         self._max_workers = max_workers
         self._lock = threading.Lock()
         self._by_id: dict[Hashable, Timer] = {}
-        self._pending = 0
+        #: The job of each pending timer.
+        self._jobs: dict[Timer, _Job] = {}
         self._closed = False
         self._drop_pending = False
         self._in_callback = threading.local()
@@ -216,13 +232,14 @@ class Scheduler:
             raise TypeError(f"fn must be callable, not {type(fn).__name__}")
         if timer_id is not None:
             _check_id(timer_id)
-        timer = Timer(self, timer_id, fn, args, kwargs or _EMPTY_KWARGS)
+        job = _Job(fn, args, kwargs or _EMPTY_KWARGS)
+        timer = Timer(self, timer_id, job)
         with self._lock:
             if self._closed:
                 raise QueueClosed("the scheduler was shut down")
             # put validates delay/at and raises before anything changes
-            timer._handle = self._queue.put(timer, delay, at)
-            self._pending += 1
+            job.handle = self._queue.put(timer, delay, at)
+            self._jobs[timer] = job
             if timer_id is not None:
                 old = self._by_id.get(timer_id)
                 if old is not None:
@@ -240,7 +257,7 @@ class Scheduler:
         """
         with self._lock:
             timer = self._find(id_or_handle)
-            if timer is None or timer._state != _PENDING:
+            if timer is None:
                 return False
             self._cancel_locked(timer)
             return True
@@ -261,47 +278,48 @@ class Scheduler:
         deadline_from(delay, at, clock.monotonic(), clock.time())  # validate only
         with self._lock:
             timer = self._find(id_or_handle)
-            if timer is None or timer._state != _PENDING:
+            if timer is None:
                 return False
-            handle = timer._handle
+            job = self._jobs[timer]
+            handle = job.handle
             assert handle is not None
             if self._queue.reschedule(handle, delay, at):
                 return True
             # The dispatcher took it out of the queue but has not claimed it yet: put it
             # back; the dispatcher sees the new, pending handle and leaves it alone.
             try:
-                timer._handle = self._queue.put(timer, delay, at)
+                job.handle = self._queue.put(timer, delay, at)
             except QueueClosed:
                 return False  # shut down meanwhile: it fires as it was
             return True
 
     def _find(self, id_or_handle: object) -> Timer | None:
-        """The timer an id or handle names (lock held)."""
+        """The pending timer an id or handle names, else None (lock held)."""
         if isinstance(id_or_handle, Timer):
-            if id_or_handle._scheduler is not self:
+            if id_or_handle.scheduler is not self:
                 raise ValueError("this timer belongs to another scheduler")
-            return id_or_handle
+            return id_or_handle if id_or_handle in self._jobs else None
         if id_or_handle is None:
             return None
         return self._by_id.get(_check_id(id_or_handle))
 
     def _cancel_locked(self, timer: Timer) -> None:
-        handle = timer._handle
+        handle = self._jobs[timer].handle
         assert handle is not None
         self._queue.cancel(handle)  # False when the dispatcher holds it: its claim fails
         self._retire(timer, _CANCELLED)
 
     def _retire(self, timer: Timer, state: int) -> None:
         """Move a pending timer to ``state`` and forget it (lock held)."""
-        timer._state = state
-        self._pending -= 1
+        job = self._jobs.pop(timer)
+        job.state = state
         timer_id = timer.id
         if timer_id is not None and self._by_id.get(timer_id) is timer:
             del self._by_id[timer_id]
         # The timer may outlive its run (the caller holds it): let go of the callback.
-        timer._fn = None
-        timer._args = ()
-        timer._kwargs = _EMPTY_KWARGS
+        job.fn = None
+        job.args = ()
+        job.kwargs = _EMPTY_KWARGS
 
     # -- running -------------------------------------------------------------------
     def _dispatch(self) -> None:
@@ -328,15 +346,15 @@ class Scheduler:
     def _claim(self, timer: Timer) -> _Call | None:
         """Mark a timer taken from the queue as fired and return its call; None if it
         must not run (lock held)."""
-        handle = timer._handle
-        if timer._state != _PENDING or (handle is not None and handle.pending):
+        job = self._jobs.get(timer)
+        if job is None or (job.handle is not None and job.handle.pending):
             return None  # cancelled, or rescheduled after it was taken: a stale copy
         if self._drop_pending:
             self._retire(timer, _CANCELLED)
             return None
-        fn = timer._fn
+        fn = job.fn
         assert fn is not None  # a pending timer always has its callback
-        call = (fn, timer._args, timer._kwargs)
+        call = (fn, job.args, job.kwargs)
         self._retire(timer, _FIRED)
         return call
 
@@ -377,7 +395,7 @@ class Scheduler:
             if cancel_pending:
                 self._drop_pending = True
                 for timer in self._queue.clear():
-                    if timer._state == _PENDING:
+                    if timer in self._jobs:
                         self._retire(timer, _CANCELLED)
         if wait and not getattr(self._in_callback, "active", False):
             self._dispatcher.join()
@@ -400,11 +418,11 @@ class Scheduler:
     @property
     def pending(self) -> int:
         """How many timers are waiting for their time (not started, not cancelled)."""
-        return self._pending
+        return len(self._jobs)
 
     def __len__(self) -> int:
         """Same as :attr:`pending`."""
-        return self._pending
+        return len(self._jobs)
 
     @property
     def closed(self) -> bool:
@@ -423,7 +441,7 @@ class Scheduler:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<Scheduler {state} pending={self._pending} max_workers={self._max_workers}>"
+        return f"<Scheduler {state} pending={len(self._jobs)} max_workers={self._max_workers}>"
 
 
 def _check_id(timer_id: object) -> Hashable:

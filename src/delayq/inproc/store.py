@@ -137,22 +137,23 @@ class Handle(list[Any], Generic[T_co]):
         still comes out at its monotonic deadline. Beyond what a datetime can hold,
         ``datetime.max`` (in UTC).
         """
-        return _as_datetime(self._wall_and_left()[0])
-
-    def _wall_and_left(self) -> tuple[float, float]:
-        """The due time in epoch seconds, and the seconds left until then (< 0: past)."""
-        state = self[STATE]
-        if type(state) is list:
-            state = state[STATE]
-        if type(state) is Retired:
-            state = state.store
-        clock = _clocks.get(state, SYSTEM_CLOCK)
-        left: float = self.deadline - clock.monotonic()
-        return clock.time() + left, left
+        return _as_datetime(_wall_and_left(self)[0])
 
     def __repr__(self) -> str:
         status = "pending" if self.pending else "done"
         return f"<Handle {status} {describe_due(self)} value={self.value!r}>"
+
+
+def _wall_and_left(handle: Handle[Any]) -> tuple[float, float]:
+    """The due time in epoch seconds, and the seconds left until then (< 0: past)."""
+    state = handle[STATE]
+    if type(state) is list:
+        state = state[STATE]
+    if type(state) is Retired:
+        state = state.store
+    clock = _clocks.get(state, SYSTEM_CLOCK)
+    left: float = handle.deadline - clock.monotonic()
+    return clock.time() + left, left
 
 
 def _as_datetime(epoch: float) -> datetime:
@@ -164,7 +165,7 @@ def _as_datetime(epoch: float) -> datetime:
 
 def describe_due(handle: Handle[Any]) -> str:
     """``due=<UTC time> (in <span>) deadline=<monotonic>``: how reprs show a due time."""
-    wall, left = handle._wall_and_left()
+    wall, left = _wall_and_left(handle)
     moment = _as_datetime(wall)
     if moment is _LATEST or moment is _EARLIEST:
         when = "beyond year 9999" if moment is _LATEST else "before year 1"

@@ -28,7 +28,8 @@ import math
 from heapq import heapify, heappop, heappush
 from typing import Any, Generic, TypeVar
 
-from .._constants import DEFAULT_WHEEL_TICK, INF, WHEEL_BITS, WHEEL_MAX_TICKS
+from .._constants import INF
+from ._constants import DEFAULT_WHEEL_TICK, WHEEL_BITS, WHEEL_MAX_TICKS
 from .store import DEADLINE, SEQ, STATE, Handle, Retired
 
 __all__ = ["WheelStore"]

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.convertors import Convertor, register_url_convertor
 
-from .._constants import MAX_ID_LENGTH
+from .._names import MAX_ID_LENGTH
 from ..durable import AsyncQueue, Message, State
 from ._convert import due_time, put_arguments
 from ._errors import ApiError, facade_errors

@@ -12,21 +12,21 @@ import logging
 import math
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from .._constants import (
-    DEFAULT_QUEUE_NAME,
+from .._duration import seconds_to_ms
+from .._log import log_event
+from ..durable import AsyncQueue, Message, State, Stats
+from ..durable._constants import DEFAULT_QUEUE_NAME
+from ..runtime._outage import error_kind
+from ._api import KNOWN_QUERY, QueueDep, StateDep, error_docs
+from ._constants import (
     SERVE_HEALTH_TIMEOUT,
     SERVE_MAX_DUE_BUCKETS,
     SERVE_MAX_DUE_HORIZON,
     SERVE_MAX_LIMIT,
 )
-from .._duration import seconds_to_ms
-from .._outage import error_kind, is_outage
-from .._runtime import log_event
-from ..durable import AsyncQueue, Message, State, Stats
-from ._api import KNOWN_QUERY, QueueDep, StateDep, error_docs
 from ._errors import ApiError, error_response, facade_errors
 from ._models import (
     LIMIT_DEFAULT,
@@ -261,7 +261,7 @@ async def healthz(state: StateDep) -> Any:
         **error_docs(),
     },
 )
-async def metrics(state: StateDep) -> Response:
+async def metrics(request: Request, state: StateDep) -> Response:
     """Prometheus metrics: messages per state per queue, put/ack/nack/dead counters,
     the lateness histogram, callback outcomes, and ``delayq_backend_up``. When the
     backend does not answer, ``delayq_backend_up`` is 0 and the per-queue message
@@ -270,7 +270,7 @@ async def metrics(state: StateDep) -> Response:
     try:
         everything = await asyncio.wait_for(_all_stats(state), SERVE_HEALTH_TIMEOUT)
     except Exception as exc:
-        if not is_outage(exc):
+        if not isinstance(exc, request.app.state.delayq_outages):
             raise
         kind = error_kind(exc)
         log_event(logging.WARNING, "metrics.backend_unavailable", error=kind, detail=str(exc))

@@ -19,6 +19,8 @@ from typing import Any
 from fastapi import FastAPI
 
 from .. import __version__
+from ..durable.registry import BASE_OUTAGE_ERRORS, outage_errors
+from ..errors import UnsupportedURL
 from ._api import router as api_router
 from ._api_queues import ops_router, queues_router
 from ._auth import AttemptThrottle, Sessions, TokenAuth
@@ -88,6 +90,14 @@ def _include_dashboard(app: FastAPI) -> None:
     mount_static(app)
 
 
+def _outages(url: str) -> tuple[type[Exception], ...]:
+    """What the backend at ``url`` raises when it does not answer (a 503, never a 500)."""
+    try:
+        return outage_errors(url)
+    except UnsupportedURL:  # the lifespan refuses the URL when it opens the backend
+        return BASE_OUTAGE_ERRORS
+
+
 def create_app(config: ServeConfig, *, state: ServerState | None = None) -> FastAPI:
     """The HTTP API (and dashboard) for ``config``.
 
@@ -140,7 +150,8 @@ def create_app(config: ServeConfig, *, state: ServerState | None = None) -> Fast
     app.state.delayq_long_polls = LongPolls(config.max_long_polls_per_client)
     if state is not None:
         app.state.delayq = state
-    install_error_handlers(app)
+    app.state.delayq_outages = _outages(config.url)
+    install_error_handlers(app, app.state.delayq_outages)
     app.include_router(api_router)
     app.include_router(queues_router)
     app.include_router(ops_router)

@@ -37,13 +37,13 @@ from urllib.parse import quote
 from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .._constants import (
+from .._log import log_event
+from ._config import SESSION_COOKIE
+from ._constants import (
     SERVE_AUTH_FAILURE_BURST,
     SERVE_AUTH_FAILURE_REFILL,
     SERVE_AUTH_TRACKED_CLIENTS,
 )
-from .._runtime import log_event
-from ._config import SESSION_COOKIE
 from ._errors import error_response
 
 __all__ = [

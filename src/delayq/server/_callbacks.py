@@ -55,7 +55,8 @@ from types import MappingProxyType
 from typing import Literal, TypeAlias
 from urllib.parse import SplitResult, quote, unquote_to_bytes, urlsplit
 
-from .._constants import (
+from ._config import ServeConfig, idna_host, is_loopback_host, split_callback_host
+from ._constants import (
     CALLBACK_DEFAULT_TIMEOUT,
     CALLBACK_MAX_HEADER_BYTES,
     CALLBACK_MAX_HEADERS,
@@ -63,7 +64,6 @@ from .._constants import (
     CALLBACK_MAX_URL_LENGTH,
     CALLBACK_SIGNATURE_TOLERANCE,
 )
-from ._config import ServeConfig, idna_host, is_loopback_host, split_callback_host
 
 __all__ = [
     "CALLBACK_METHODS",

@@ -14,20 +14,22 @@ from typing import Literal
 import idna
 
 from .._constants import (
-    CALLBACK_DEFAULT_TIMEOUT,
-    CALLBACK_MAX_TIMEOUT,
     DEFAULT_CALLBACK_QUEUE,
     SERVE_CLIENT_TIMEOUT,
     SERVE_DEFAULT_HOST,
     SERVE_DEFAULT_PORT,
-    SERVE_DISPATCH_CONCURRENCY,
-    SERVE_MAX_BODY,
     SERVE_MAX_CONCURRENCY,
-    SERVE_MAX_LONG_POLLS_PER_CLIENT,
     SERVE_SESSION_TTL,
 )
 from .._names import QUEUE_NAME, check_stored
 from .._names import check_queue_name as check_writable_queue_name
+from ._constants import (
+    CALLBACK_DEFAULT_TIMEOUT,
+    CALLBACK_MAX_TIMEOUT,
+    SERVE_DISPATCH_CONCURRENCY,
+    SERVE_MAX_BODY,
+    SERVE_MAX_LONG_POLLS_PER_CLIENT,
+)
 
 __all__ = [
     "SESSION_COOKIE",

@@ -13,10 +13,11 @@ import math
 from datetime import datetime
 from typing import Any
 
-from .._constants import CALLBACK_HEADER, MAX_DUE_MS
 from .._duration import seconds_to_ms
+from ..durable._constants import MAX_DUE_MS
 from ._callbacks import parse_callback
 from ._config import ServeConfig
+from ._constants import CALLBACK_HEADER
 from ._errors import ApiError
 from ._models import PutRequestBody
 

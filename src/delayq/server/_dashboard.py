@@ -34,19 +34,18 @@ from fastapi.staticfiles import StaticFiles
 from markupsafe import Markup
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .._constants import (
+from .._log import log_event, log_raised
+from ..durable import AsyncQueue
+from ..errors import QueueClosed
+from ._auth import AttemptThrottle, Sessions, client_key, cookie_value, token_matches
+from ._config import SESSION_COOKIE, check_queue_name
+from ._constants import (
     DASHBOARD_CHART_BUCKETS,
     DASHBOARD_CHART_HORIZON,
     DASHBOARD_LIST_LIMIT,
     DASHBOARD_MAX_LOGIN_BODY,
     DASHBOARD_REFRESH_MS,
 )
-from .._runtime import log_event, log_raised
-from ..durable import AsyncQueue
-from ..errors import QueueClosed
-from ._auth import AttemptThrottle, Sessions, client_key, cookie_value, token_matches
-from ._config import SESSION_COOKIE, check_queue_name
-from ._errors import BACKEND_OUTAGES
 from ._state import ServerState, message_to_json
 
 __all__ = [
@@ -73,7 +72,7 @@ _STATIC_DIR = _HERE / "static"
 class PageRoute(APIRoute):
     """A dashboard route: what it fails with is an HTML page, not the API's JSON.
 
-    A backend that does not answer (the exceptions of ``BACKEND_OUTAGES``) or a
+    A backend that does not answer (the exceptions of ``app.state.delayq_outages``) or a
     server that is stopping is a 503 "backend unavailable" page with
     ``Retry-After``; anything else unexpected is logged with its traceback and is a
     500 page. HTTP and validation errors go on to the app's handlers.
@@ -87,14 +86,14 @@ class PageRoute(APIRoute):
                 return await handler(request)
             except (StarletteHTTPException, RequestValidationError):
                 raise
-            except _UNAVAILABLE as exc:
-                text = " ".join(str(exc).split())[:200] or type(exc).__name__
-                path = request.url.path
-                log_event(logging.WARNING, "dashboard.unavailable", path=path, error=text)
-                page = _error_page(request, 503, stopping=isinstance(exc, QueueClosed))
-                page.headers["Retry-After"] = _RETRY_AFTER
-                return page
             except Exception as exc:
+                if isinstance(exc, (QueueClosed, *request.app.state.delayq_outages)):
+                    text = " ".join(str(exc).split())[:200] or type(exc).__name__
+                    path = request.url.path
+                    log_event(logging.WARNING, "dashboard.unavailable", path=path, error=text)
+                    page = _error_page(request, 503, stopping=isinstance(exc, QueueClosed))
+                    page.headers["Retry-After"] = _RETRY_AFTER
+                    return page
                 log_raised(logging.ERROR, "dashboard.failed", exc, path=request.url.path)
                 return _error_page(request, 500, stopping=False)
 
@@ -117,9 +116,6 @@ _PAGE_HEADERS = {
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
-
-# What a page fails with when the backend does not answer or the server stops: 503.
-_UNAVAILABLE: tuple[type[Exception], ...] = (QueueClosed, *BACKEND_OUTAGES)
 # Seconds a browser is asked to wait before it tries a 503 page again.
 _RETRY_AFTER = "5"
 

@@ -54,22 +54,14 @@ import httpcore
 import httpx
 
 from .. import __version__
-from .._constants import (
-    CALLBACK_HEADER,
-    CALLBACK_LEASE_MARGIN,
-    CALLBACK_MAX_RESPONSE_READ,
-    CALLBACK_SIGNATURE_HEADER,
-    DISPATCH_ERROR_BACKOFF,
-    DISPATCH_GRACE,
-    DISPATCH_IDLE_WAIT,
-)
-from .._consumer import LeaseRenewer, reserve_loop
-from .._outage import Outage
-from .._runtime import Slots, log_event
+from .._log import log_event
 from ..durable import AsyncQueue, Message
 from ..durable.message import State
 from ..durable.serializer import JSONSerializer
 from ..errors import LeaseLost, QueueClosed
+from ..runtime._consumer import LeaseRenewer, reserve_loop
+from ..runtime._outage import Outage
+from ..runtime._pool import Slots
 from ._callbacks import (
     Callback,
     CallbackError,
@@ -80,6 +72,15 @@ from ._callbacks import (
     sign,
 )
 from ._config import ServeConfig
+from ._constants import (
+    CALLBACK_HEADER,
+    CALLBACK_LEASE_MARGIN,
+    CALLBACK_MAX_RESPONSE_READ,
+    CALLBACK_SIGNATURE_HEADER,
+    DISPATCH_ERROR_BACKOFF,
+    DISPATCH_GRACE,
+    DISPATCH_IDLE_WAIT,
+)
 from ._state import ServerState
 
 __all__ = ["CallbackRefused", "Dispatcher", "Resolve"]

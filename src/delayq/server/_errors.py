@@ -22,15 +22,13 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
+from .._log import log_event, log_raised
 from .._names import InvalidName
-from .._outage import backend_outages
-from .._runtime import log_event, log_raised
 from ..durable.message import HeadersTooLarge
 from ..durable.serializer import PayloadTooDeep
 from ..errors import DuplicateId, LeaseLost, PayloadTooLarge, QueueClosed
 
 __all__ = [
-    "BACKEND_OUTAGES",
     "ERROR_CODES",
     "ApiError",
     "check_code",
@@ -117,10 +115,6 @@ _UNDECODABLE_BODY = "There was an error parsing the body"
 _PROBED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 # Seconds a client should wait before it tries again after a 503.
 _RETRY_AFTER = "1"
-
-
-#: Exceptions a route lets through when the backend is down: answered 503.
-BACKEND_OUTAGES = backend_outages()
 
 
 class ApiError(Exception):
@@ -303,12 +297,13 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     return error_response(500, "internal_error", "the server failed to answer this request")
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    """Make every error of ``app`` answer in the ``{"error": ...}`` shape."""
+def install_error_handlers(app: FastAPI, outages: tuple[type[Exception], ...]) -> None:
+    """Make every error of ``app`` answer in the ``{"error": ...}`` shape; ``outages``
+    (what its backend raises when it does not answer) are a 503."""
     app.add_exception_handler(ApiError, _on_api_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(QueueClosed, _on_queue_closed)
-    for outage in BACKEND_OUTAGES:
+    for outage in outages:
         app.add_exception_handler(outage, _on_backend_outage)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .._constants import MAX_ID_LENGTH
+from .._names import MAX_ID_LENGTH
 from ._api import put_one, put_status, queue_named
 from ._limits import replaying
 from ._models import PutRequestBody

@@ -30,9 +30,9 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .._constants import SERVE_MAX_HEADER_BYTES
 from ._auth import client_key, header
 from ._config import ServeConfig, host_name
+from ._constants import SERVE_MAX_HEADER_BYTES
 from ._errors import ApiError, error_response
 
 __all__ = ["LongPolls", "RequestGuard"]

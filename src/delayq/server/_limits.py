@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._constants import SERVE_MAX_PAGE_BODY
 from ._auth import header
+from ._constants import SERVE_MAX_PAGE_BODY
 from ._errors import error_response
 
 __all__ = ["BodyLimit", "replaying"]

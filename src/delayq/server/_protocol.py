@@ -28,7 +28,8 @@ import json
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .._constants import SERVE_BODY_TIMEOUT, SERVE_CLIENT_TIMEOUT, SERVE_MAX_HEADER_BYTES
+from .._constants import SERVE_CLIENT_TIMEOUT
+from ._constants import SERVE_BODY_TIMEOUT, SERVE_MAX_HEADER_BYTES
 from ._errors import check_code
 
 __all__ = ["GuardedHttpToolsProtocol"]

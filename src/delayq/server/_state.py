@@ -11,10 +11,10 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from .._constants import CALLBACK_HEADER, SERVE_COALESCE_MAX_BATCH, SERVE_QUEUE_CACHE
 from ..durable import AsyncQueue, Message
 from ._coalesce import PutCoalescer
 from ._config import ServeConfig, check_queue_name
+from ._constants import CALLBACK_HEADER, SERVE_COALESCE_MAX_BATCH, SERVE_QUEUE_CACHE
 from ._metrics import Metrics
 
 __all__ = ["ServerState", "message_to_json"]

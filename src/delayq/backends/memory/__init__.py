@@ -18,3 +18,6 @@ from ._async.backend import AsyncMemoryBackend, open_async_backend
 from ._sync.backend import MemoryBackend, open_backend
 
 __all__ = ["AsyncMemoryBackend", "MemoryBackend", "open_async_backend", "open_backend"]
+
+#: No error of memory:// means "the backend does not answer" (see delayq.durable.registry).
+OUTAGE_ERRORS: tuple[type[Exception], ...] = ()

@@ -34,7 +34,27 @@ into :mod:`._sync.backend`; they differ only in their runner (:mod:`._runner`: a
 pool, or the calling thread) and in how a waiting ``reserve`` sleeps.
 """
 
+import sqlite3
+
 from ._async.backend import AsyncSQLiteBackend, open_async_backend
 from ._sync.backend import SQLiteBackend, open_backend
+from ._url import parse_url
 
-__all__ = ["AsyncSQLiteBackend", "SQLiteBackend", "open_async_backend", "open_backend"]
+__all__ = [
+    "OUTAGE_ERRORS",
+    "AsyncSQLiteBackend",
+    "SQLiteBackend",
+    "database_file",
+    "open_async_backend",
+    "open_backend",
+]
+
+#: A database locked or gone: "the backend does not answer" (see delayq.durable.registry).
+OUTAGE_ERRORS: tuple[type[Exception], ...] = (sqlite3.OperationalError,)
+
+
+def database_file(url: str) -> str:
+    """The absolute path of the database file of a ``sqlite:///`` URL (the queue's
+    file, which the CLI names in its messages); :class:`~delayq.errors.UnsupportedURL`
+    for a malformed one."""
+    return parse_url(url)[0]

@@ -17,7 +17,8 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from ..._constants import (
+from ...errors import DuplicateId
+from .._constants import (
     DEFAULT_DEAD_LIMIT,
     DEFAULT_DUE_BUCKETS,
     DEFAULT_DUE_HORIZON,
@@ -26,7 +27,6 @@ from ..._constants import (
     DEFAULT_PEEK_LIMIT,
     DEFAULT_QUEUE_NAME,
 )
-from ...errors import DuplicateId
 from .._facade import (
     QueueBase,
     check_address,
@@ -37,10 +37,10 @@ from .._facade import (
     reschedule_arguments,
     to_ms,
 )
-from ..backend import Backend
 from ..message import Message, OnConflict, PutResult, State, Stats
 from ..registry import open_backend
 from ..retry import RetryPolicy
+from .backend import Backend
 
 __all__ = ["Queue"]
 

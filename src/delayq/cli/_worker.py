@@ -17,24 +17,20 @@ import traceback
 
 import click
 
-from ._cli_common import (
+from .._constants import LOGGER_NAME
+from ..durable._constants import DEFAULT_LEASE
+from ..durable.registry import scheme_of
+from ..runtime import App, Worker
+from ..runtime._constants import DEFAULT_WORKER_CONCURRENCY, DEFAULT_WORKER_GRACE
+from ._common import (
     CliError,
     check_backend,
     duration_option,
+    freeze_startup_heap,
     translate_errors,
     url_option,
 )
-from ._constants import (
-    DEFAULT_LEASE,
-    DEFAULT_WORKER_CONCURRENCY,
-    DEFAULT_WORKER_GRACE,
-    LOGGER_NAME,
-    STARTUP_CHECK_TIMEOUT,
-)
-from ._runtime import freeze_startup_heap
-from .app import App
-from .durable.registry import scheme_of
-from .worker import Worker
+from ._constants import STARTUP_CHECK_TIMEOUT
 
 __all__ = ["load_app", "worker"]
 

@@ -18,21 +18,19 @@ import click
 from click.core import ParameterSource
 from rich.console import Console
 
-from ._cli_common import CliError, check_backend, resolve_url, url_option
-from ._constants import (
+from .._constants import (
     DEFAULT_CALLBACK_QUEUE,
-    DEFAULT_QUEUE_NAME,
     LOGGER_NAME,
     SERVE_CLIENT_TIMEOUT,
     SERVE_DEFAULT_HOST,
     SERVE_DEFAULT_PORT,
     SERVE_MAX_CONCURRENCY,
     SERVE_SESSION_TTL,
-    SERVE_SHUTDOWN_GRACE,
-    STARTUP_CHECK_TIMEOUT,
 )
-from ._runtime import freeze_startup_heap
-from .durable.registry import redact_url
+from ..durable._constants import DEFAULT_QUEUE_NAME
+from ..durable.registry import redact_url
+from ._common import CliError, check_backend, freeze_startup_heap, resolve_url, url_option
+from ._constants import SERVE_SHUTDOWN_GRACE, STARTUP_CHECK_TIMEOUT
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -65,8 +63,8 @@ def _make_server(config: Any, app: FastAPI, console: Console, *, access_log: boo
     long-polls to return as soon as SIGINT/SIGTERM arrives, and then exits with 0."""
     import uvicorn  # noqa: PLC0415
 
-    from .server import request_stop  # noqa: PLC0415
-    from .server._protocol import GuardedHttpToolsProtocol  # noqa: PLC0415
+    from ..server import request_stop  # noqa: PLC0415
+    from ..server._protocol import GuardedHttpToolsProtocol  # noqa: PLC0415
 
     class Server(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
@@ -290,7 +288,7 @@ def serve(
     generated = not signing_secret
     secret = secrets.token_urlsafe(32) if generated else signing_secret
     try:
-        from .server import ServeConfig, create_app  # noqa: PLC0415
+        from ..server import ServeConfig, create_app  # noqa: PLC0415
     except ImportError as exc:
         raise CliError(
             f"delayq serve needs the serve extra (pip install 'delayq[serve]'): {exc}"

@@ -37,7 +37,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter  # type: ignore[import-untyped]
 
-from ._duration import delay_to_seconds, seconds_to_ms
+from .._duration import delay_to_seconds, seconds_to_ms
 
 __all__ = [
     "CronSchedule",

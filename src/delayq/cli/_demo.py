@@ -28,12 +28,12 @@ from typing import NamedTuple
 import click
 from rich.console import Console
 
-from .durable.queue import Queue
-from .errors import DelayqError
-from .inproc.heap import HeapStore
-from .inproc.scheduler import Scheduler, Timer
-from .inproc.store import TimerStore
-from .inproc.wheel import WheelStore
+from ..durable.queue import Queue
+from ..errors import DelayqError
+from ..inproc.heap import HeapStore
+from ..inproc.scheduler import Scheduler, Timer
+from ..inproc.store import TimerStore
+from ..inproc.wheel import WheelStore
 
 __all__ = ["PAID_SHARE", "RESCHEDULE_SHARE", "run_durable", "run_inproc"]
 

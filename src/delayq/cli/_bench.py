@@ -31,7 +31,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from ._cli_common import (
+from ..runtime import App, Worker
+from ._common import (
     CliError,
     err_console,
     open_queue,
@@ -39,8 +40,6 @@ from ._cli_common import (
     translate_errors,
     url_option,
 )
-from .app import App
-from .worker import Worker
 
 __all__ = ["BenchRun", "bench", "parse_concurrency", "run_one"]
 

@@ -1,20 +1,20 @@
 """The ``delayq`` command: a click group (options and errors only).
 
-* ``delayq demo`` runs an order-timeout scenario (see :mod:`delayq._demo`): every
+* ``delayq demo`` runs an order-timeout scenario (see :mod:`delayq.cli._demo`): every
   order gets a "cancel it if unpaid" timeout at the end of its payment window, paid
   orders cancel theirs, and each firing is printed with its lateness. By default it
   runs on the durable queue at ``--url`` (``$DELAYQ_URL``, else ``sqlite:///delayq.db``);
   ``--engine inproc`` runs it on the in-process :class:`~delayq.Scheduler`.
-* ``delayq worker module:app`` runs the tasks of an App (:mod:`delayq._cli_worker`).
+* ``delayq worker module:app`` runs the tasks of an App (:mod:`delayq.cli._worker`).
 * ``delayq put | get | cancel | reschedule | stats | dead | purge`` operate one
-  queue at ``--url`` (:mod:`delayq._cli_queue`).
+  queue at ``--url`` (:mod:`delayq.cli._queue`).
 * ``delayq serve`` serves the queue over HTTP: API, callbacks, dashboard, metrics
-  (:mod:`delayq._cli_serve`).
+  (:mod:`delayq.cli._serve`).
 * ``delayq bench`` measures jobs/s of a no-op task through the Worker
-  (:mod:`delayq._cli_bench`).
+  (:mod:`delayq.cli._bench`).
 
 Every user mistake is one red line on stderr: exit 2 for usage, 1 at run time
-(:mod:`delayq._cli_common`).
+(:mod:`delayq.cli._common`).
 """
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ import random
 import click
 from rich.console import Console
 
-from . import __version__
-from ._cli_bench import bench
-from ._cli_common import OneLineGroup, check_url
-from ._cli_queue import QUEUE_COMMANDS
-from ._cli_serve import serve
-from ._cli_worker import worker
+from .. import __version__
+from ..durable.registry import default_url, scheme_of
+from ..errors import UnsupportedURL
+from ._bench import bench
+from ._common import OneLineGroup, check_url
 from ._demo import run_durable, run_inproc
-from .durable.registry import default_url, scheme_of
-from .errors import UnsupportedURL
+from ._queue import QUEUE_COMMANDS
+from ._serve import serve
+from ._worker import worker
 
 __all__ = ["main"]
 
@@ -116,7 +116,3 @@ for _command in QUEUE_COMMANDS:
     main.add_command(_command)
 main.add_command(bench)
 main.add_command(serve)
-
-
-if __name__ == "__main__":
-    main(prog_name="delayq")

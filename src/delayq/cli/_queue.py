@@ -3,7 +3,7 @@ queue operation each, on the durable queue at ``--url``.
 
 Output that scripts read goes to stdout as plain text (the id ``put`` prints) or JSON
 (``--json``); everything for people is rich text. Errors are one red line on stderr
-(see :mod:`delayq._cli_common`).
+(see :mod:`delayq.cli._common`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,15 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ._cli_common import (
+from ..durable._constants import (
+    DEFAULT_DEAD_LIMIT,
+    DEFAULT_PEEK_LIMIT,
+    DEFAULT_QUEUE_NAME,
+    MAX_PEEK_LIMIT,
+)
+from ..durable.message import Message, PutResult, State, Stats
+from ..durable.queue import Queue
+from ._common import (
     CliError,
     at_option,
     duration_option,
@@ -38,9 +46,6 @@ from ._cli_common import (
     translate_errors,
     url_option,
 )
-from ._constants import DEFAULT_DEAD_LIMIT, DEFAULT_PEEK_LIMIT, DEFAULT_QUEUE_NAME, MAX_PEEK_LIMIT
-from .durable.message import Message, PutResult, State, Stats
-from .durable.queue import Queue
 
 __all__ = [
     "QUEUE_COMMANDS",
@@ -293,7 +298,7 @@ def send(
         kwargs[name] = _argument_value(value)
     max_attempts = None
     if app_spec is not None:
-        from ._cli_worker import load_app  # noqa: PLC0415
+        from ._worker import load_app  # noqa: PLC0415
 
         defined = load_app(app_spec).tasks.get(task)
         if defined is None:

@@ -17,7 +17,7 @@ A message is the JSON envelope ``{"task": name, "args": [...], "kwargs": {...}}`
 the task's queue. ``send``/``cancel``/``reschedule`` block (they suit scripts, web
 handlers in threads and sync tasks); ``send_async``/``cancel_async``/
 ``reschedule_async`` are their awaitable twins for coroutines, which must not block
-their event loop on a database write. Cron schedules: see :mod:`delayq._cron`.
+their event loop on a database write. Cron schedules: see :mod:`delayq.runtime._cron`.
 """
 
 from __future__ import annotations
@@ -29,14 +29,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from ._constants import CRON_TICK_HEADER, DEFAULT_QUEUE_NAME
+from .._names import check_queue_name
+from ..durable._constants import DEFAULT_QUEUE_NAME
+from ..durable._facade import check_identifier
+from ..durable.message import Message, OnConflict
+from ..durable.queue import AsyncQueue, Queue
+from ..durable.registry import default_url, redact_url
+from ..durable.retry import RetryPolicy
+from ._constants import CRON_TICK_HEADER
 from ._cron import CronSchedule, EverySchedule, Schedule, tick_id
-from ._names import check_queue_name
-from .durable._facade import check_identifier
-from .durable.message import Message, OnConflict
-from .durable.queue import AsyncQueue, Queue
-from .durable.registry import default_url, redact_url
-from .durable.retry import RetryPolicy
 
 __all__ = ["App", "CronJob", "Task", "TaskMessage", "UnknownTask", "decode_envelope"]
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 
-from ._constants import MAX_ACK_MANY
-from .durable.message import Message
-from .durable.queue import AsyncQueue
+from ..durable._constants import MAX_ACK_MANY
+from ..durable.message import Message
+from ..durable.queue import AsyncQueue
 
 __all__ = ["AckBatcher"]
 

@@ -7,7 +7,7 @@ renewed every third of the lease, so a long job is never handed to someone else
 while it is alive. Outcomes:
 
 * returned: ``ack`` (the acks of jobs finishing close together go out as one
-  ``ack_many``, see :mod:`delayq._ack_batch`);
+  ``ack_many``, see :mod:`delayq.runtime._ack_batch`);
 * raised :class:`Retry`: ``nack`` after the asked delay (the attempt counts);
 * raised :class:`Discard`, or an unknown task: dead at once (``nack(dead=True)``);
 * raised anything else, or ran past its timeout: ``nack`` with the task's backoff,
@@ -18,7 +18,7 @@ handlers finish for ``grace`` seconds, then gives the rest back (``release``: du
 where they were, the attempt not charged) and returns; a second
 signal skips the grace period. Every change is logged on the ``delayq`` logger. A
 backend that stops answering is tried again with a doubling pause, one log line per
-step and one when it is back (:mod:`delayq._outage`).
+step and one when it is back (:mod:`delayq.runtime._outage`).
 """
 
 from __future__ import annotations
@@ -36,13 +36,20 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._clock import SYSTEM_CLOCK, Clock
+from .._duration import delay_to_seconds
+from .._log import log_event, log_raised
+from ..durable._constants import DEFAULT_LEASE
+from ..durable.message import Message, State
+from ..durable.queue import AsyncQueue
+from ..durable.retry import RetryPolicy
+from ..errors import LeaseLost, QueueClosed
 from ._ack_batch import AckBatcher
-from ._clock import SYSTEM_CLOCK, Clock
+from ._app import App, CronJob, UnknownTask, decode_envelope
 from ._constants import (
     CRON_ACK_GUARD,
     CRON_PRODUCER_MAX_SLEEP,
     CRON_TICK_HEADER,
-    DEFAULT_LEASE,
     DEFAULT_WORKER_CONCURRENCY,
     DEFAULT_WORKER_GRACE,
     WORKER_ERROR_BACKOFF,
@@ -51,14 +58,8 @@ from ._constants import (
 )
 from ._consumer import LeaseRenewer, reserve_loop
 from ._cron import plan_tick, tick_id
-from ._duration import delay_to_seconds
 from ._outage import Outage
-from ._runtime import DaemonPool, Slots, log_event, log_raised
-from .app import App, CronJob, UnknownTask, decode_envelope
-from .durable.message import Message, State
-from .durable.queue import AsyncQueue
-from .durable.retry import RetryPolicy
-from .errors import LeaseLost, QueueClosed
+from ._pool import DaemonPool, Slots
 
 __all__ = ["Discard", "Handler", "HandlerTimeout", "Retry", "Worker", "current_message"]
 
@@ -113,7 +114,7 @@ class _Call:
 
 
 class Worker:
-    """Runs the tasks of an :class:`~delayq.app.App` (every queue it uses, or those in
+    """Runs the tasks of an :class:`~delayq.App` (every queue it uses, or those in
     ``queues``), or ``handler(msg)`` for the messages of one
     :class:`~delayq.AsyncQueue`.
 
@@ -529,7 +530,7 @@ class HandlerTimeout(TimeoutError):
 
 
 async def _cron_ack_guard(clock: Clock, tick_ms: int) -> None:
-    """Hold the ack of a run until 2 ms past its tick (see :mod:`delayq._cron`)."""
+    """Hold the ack of a run until 2 ms past its tick (see :mod:`delayq.runtime._cron`)."""
     wait = tick_ms / 1000.0 + CRON_ACK_GUARD - clock.time()
     if wait > 0:
         await asyncio.sleep(min(wait, CRON_ACK_GUARD))

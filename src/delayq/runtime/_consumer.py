@@ -15,11 +15,12 @@ from collections import Counter
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from .._log import log_event
+from ..durable.message import Message
+from ..durable.queue import AsyncQueue
+from ..errors import LeaseLost, QueueClosed
 from ._outage import Outage
-from ._runtime import Slots, log_event
-from .durable.message import Message
-from .durable.queue import AsyncQueue
-from .errors import LeaseLost, QueueClosed
+from ._pool import Slots
 
 __all__ = ["LeaseRenewer", "reserve_loop"]
 

@@ -1,0 +1,5 @@
+"""The ``delayq`` command (see :mod:`delayq.cli._main`)."""
+
+from ._main import main
+
+__all__ = ["main"]

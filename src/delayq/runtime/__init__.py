@@ -1,0 +1,43 @@
+"""Running tasks: an :class:`App` declares tasks and cron jobs, a :class:`Worker` runs
+them (or a handler of one queue's messages) with leases kept alive, retries, and a
+backend outage ridden out.
+
+Each name is imported from its module on first use, so the server's callback
+dispatcher, which shares the consumer loop, does not import the worker or croniter.
+"""
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from ._app import App, Task, TaskMessage
+    from ._worker import Discard, Handler, HandlerTimeout, Retry, Worker, current_message
+
+_HOMES = {
+    "App": "._app",
+    "Task": "._app",
+    "TaskMessage": "._app",
+    "Discard": "._worker",
+    "Handler": "._worker",
+    "HandlerTimeout": "._worker",
+    "Retry": "._worker",
+    "Worker": "._worker",
+    "current_message": "._worker",
+}
+
+
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, globals())
+
+
+__all__ = [
+    "App",
+    "Discard",
+    "Handler",
+    "HandlerTimeout",
+    "Retry",
+    "Task",
+    "TaskMessage",
+    "Worker",
+    "current_message",
+]

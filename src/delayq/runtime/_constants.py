@@ -1,0 +1,33 @@
+"""Defaults of the worker, cron and the backend-outage backoff."""
+
+from __future__ import annotations
+
+#: Default number of handlers one :class:`~delayq.Worker` runs at once.
+DEFAULT_WORKER_CONCURRENCY = 8
+
+#: Default seconds running handlers get to finish after SIGTERM/SIGINT or ``stop()``.
+DEFAULT_WORKER_GRACE = 30.0
+
+#: A running handler's lease is renewed every ``lease / WORKER_EXTEND_DIVISOR`` seconds.
+WORKER_EXTEND_DIVISOR = 3.0
+
+#: Longest single blocking ``reserve`` of an idle worker (s); it then simply reserves again.
+WORKER_IDLE_WAIT = 5.0
+
+#: Pause (s) after a backend error in the reserve loop before trying again: the first
+#: step of the backoff, doubled at each failure in a row up to BACKEND_RETRY_MAX.
+WORKER_ERROR_BACKOFF = 1.0
+
+#: Longest pause (s) between two tries of a worker or dispatcher that lost its backend:
+#: how late it may notice the backend is back, and the log's pace during an outage.
+BACKEND_RETRY_MAX = 10.0
+
+#: Header that marks a cron tick; its value is the tick time in epoch ms.
+CRON_TICK_HEADER = "delayq-cron-tick"
+
+#: A cron run is acked at least this long (s) after its tick, so that an on-time put of
+#: the same tick id can never land in the millisecond of the ack (see delayq.runtime._cron).
+CRON_ACK_GUARD = 0.002
+
+#: Longest sleep (s) of a cron producer; it re-puts its next tick (a no-op) after it.
+CRON_PRODUCER_MAX_SLEEP = 60.0
