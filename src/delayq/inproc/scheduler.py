@@ -42,23 +42,6 @@ _EMPTY_KWARGS: dict[str, Any] = {}
 _Call = tuple[Callable[..., object], tuple[Any, ...], dict[str, Any]]
 
 
-class _Job:
-    """What a :class:`Scheduler` keeps of one of its timers: the callback, where it is
-    in the queue, and whether it is pending, fired or cancelled. The scheduler changes
-    it under its lock; the :class:`Timer` only reads it."""
-
-    __slots__ = ("args", "fn", "handle", "kwargs", "state")
-
-    def __init__(
-        self, fn: Callable[..., object], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> None:
-        self.fn: Callable[..., object] | None = fn
-        self.args = args
-        self.kwargs = kwargs
-        self.state = _PENDING
-        self.handle: Handle[Timer] | None = None
-
-
 class Timer:
     """A callback scheduled on a :class:`Scheduler`: what ``call_later``/``call_at`` return.
 
@@ -71,12 +54,23 @@ class Timer:
     new timer. Timers hash and compare by identity.
     """
 
-    __slots__ = ("__weakref__", "_id", "_job", "_scheduler")
+    __slots__ = ("__weakref__", "_args", "_fn", "_handle", "_id", "_kwargs", "_scheduler", "_state")
 
-    def __init__(self, scheduler: Scheduler, timer_id: Hashable | None, job: _Job) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        timer_id: Hashable | None,
+        fn: Callable[..., object],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
         self._scheduler = scheduler
         self._id = timer_id
-        self._job = job
+        self._fn: Callable[..., object] | None = fn
+        self._args = args
+        self._kwargs = kwargs
+        self._state = _PENDING
+        self._handle: Handle[Timer] | None = None
 
     @property
     def id(self) -> Hashable | None:
@@ -84,34 +78,27 @@ class Timer:
         return self._id
 
     @property
-    def scheduler(self) -> Scheduler:
-        """The :class:`Scheduler` that runs it."""
-        return self._scheduler
-
-    @property
     def deadline(self) -> float:
         """When the callback is (or was) due, in the scheduler clock's monotonic seconds."""
-        handle = self._job.handle
-        assert handle is not None  # set before the timer is handed out
-        return handle.deadline
+        assert self._handle is not None  # set before the timer is handed out
+        return self._handle.deadline
 
     @property
     def due_at(self) -> datetime:
         """When the callback is (or was) due, as an aware UTC datetime (see
         :attr:`Handle.due_at <delayq.Handle.due_at>`)."""
-        handle = self._job.handle
-        assert handle is not None  # set before the timer is handed out
-        return handle.due_at
+        assert self._handle is not None  # set before the timer is handed out
+        return self._handle.due_at
 
     @property
     def pending(self) -> bool:
         """True until the callback is started or the timer is cancelled or replaced."""
-        return self._job.state == _PENDING
+        return self._state == _PENDING
 
     @property
     def cancelled(self) -> bool:
         """True once the timer was cancelled, replaced, or dropped by a shutdown."""
-        return self._job.state == _CANCELLED
+        return self._state == _CANCELLED
 
     def cancel(self) -> bool:
         """Cancel this timer; same as ``scheduler.cancel(timer)``."""
@@ -122,11 +109,10 @@ class Timer:
         return self._scheduler.reschedule(self, delay=delay, at=at)
 
     def __repr__(self) -> str:
-        job = self._job
-        status = ("pending", "fired", "cancelled")[job.state]
-        name = getattr(job.fn, "__qualname__", None) or repr(job.fn)
-        fn = f" fn={name}" if job.fn is not None else ""
-        due = f" {describe_due(job.handle)}" if job.handle is not None else ""
+        status = ("pending", "fired", "cancelled")[self._state]
+        name = getattr(self._fn, "__qualname__", None) or repr(self._fn)
+        fn = f" fn={name}" if self._fn is not None else ""
+        due = f" {describe_due(self._handle)}" if self._handle is not None else ""
         return f"<Timer {status} id={self.id!r}{due}{fn}>"
 
 
@@ -161,8 +147,7 @@ class Scheduler:
         self._max_workers = max_workers
         self._lock = threading.Lock()
         self._by_id: dict[Hashable, Timer] = {}
-        #: The job of each pending timer.
-        self._jobs: dict[Timer, _Job] = {}
+        self._pending = 0
         self._closed = False
         self._drop_pending = False
         self._in_callback = threading.local()
@@ -232,14 +217,13 @@ class Scheduler:
             raise TypeError(f"fn must be callable, not {type(fn).__name__}")
         if timer_id is not None:
             _check_id(timer_id)
-        job = _Job(fn, args, kwargs or _EMPTY_KWARGS)
-        timer = Timer(self, timer_id, job)
+        timer = Timer(self, timer_id, fn, args, kwargs or _EMPTY_KWARGS)
         with self._lock:
             if self._closed:
                 raise QueueClosed("the scheduler was shut down")
             # put validates delay/at and raises before anything changes
-            job.handle = self._queue.put(timer, delay, at)
-            self._jobs[timer] = job
+            timer._handle = self._queue.put(timer, delay, at)
+            self._pending += 1
             if timer_id is not None:
                 old = self._by_id.get(timer_id)
                 if old is not None:
@@ -257,7 +241,7 @@ class Scheduler:
         """
         with self._lock:
             timer = self._find(id_or_handle)
-            if timer is None:
+            if timer is None or timer._state != _PENDING:
                 return False
             self._cancel_locked(timer)
             return True
@@ -278,48 +262,47 @@ class Scheduler:
         deadline_from(delay, at, clock.monotonic(), clock.time())  # validate only
         with self._lock:
             timer = self._find(id_or_handle)
-            if timer is None:
+            if timer is None or timer._state != _PENDING:
                 return False
-            job = self._jobs[timer]
-            handle = job.handle
+            handle = timer._handle
             assert handle is not None
             if self._queue.reschedule(handle, delay, at):
                 return True
             # The dispatcher took it out of the queue but has not claimed it yet: put it
             # back; the dispatcher sees the new, pending handle and leaves it alone.
             try:
-                job.handle = self._queue.put(timer, delay, at)
+                timer._handle = self._queue.put(timer, delay, at)
             except QueueClosed:
                 return False  # shut down meanwhile: it fires as it was
             return True
 
     def _find(self, id_or_handle: object) -> Timer | None:
-        """The pending timer an id or handle names, else None (lock held)."""
+        """The timer an id or handle names (lock held)."""
         if isinstance(id_or_handle, Timer):
-            if id_or_handle.scheduler is not self:
+            if id_or_handle._scheduler is not self:
                 raise ValueError("this timer belongs to another scheduler")
-            return id_or_handle if id_or_handle in self._jobs else None
+            return id_or_handle
         if id_or_handle is None:
             return None
         return self._by_id.get(_check_id(id_or_handle))
 
     def _cancel_locked(self, timer: Timer) -> None:
-        handle = self._jobs[timer].handle
+        handle = timer._handle
         assert handle is not None
         self._queue.cancel(handle)  # False when the dispatcher holds it: its claim fails
         self._retire(timer, _CANCELLED)
 
     def _retire(self, timer: Timer, state: int) -> None:
         """Move a pending timer to ``state`` and forget it (lock held)."""
-        job = self._jobs.pop(timer)
-        job.state = state
+        timer._state = state
+        self._pending -= 1
         timer_id = timer.id
         if timer_id is not None and self._by_id.get(timer_id) is timer:
             del self._by_id[timer_id]
         # The timer may outlive its run (the caller holds it): let go of the callback.
-        job.fn = None
-        job.args = ()
-        job.kwargs = _EMPTY_KWARGS
+        timer._fn = None
+        timer._args = ()
+        timer._kwargs = _EMPTY_KWARGS
 
     # -- running -------------------------------------------------------------------
     def _dispatch(self) -> None:
@@ -346,15 +329,15 @@ class Scheduler:
     def _claim(self, timer: Timer) -> _Call | None:
         """Mark a timer taken from the queue as fired and return its call; None if it
         must not run (lock held)."""
-        job = self._jobs.get(timer)
-        if job is None or (job.handle is not None and job.handle.pending):
+        handle = timer._handle
+        if timer._state != _PENDING or (handle is not None and handle.pending):
             return None  # cancelled, or rescheduled after it was taken: a stale copy
         if self._drop_pending:
             self._retire(timer, _CANCELLED)
             return None
-        fn = job.fn
+        fn = timer._fn
         assert fn is not None  # a pending timer always has its callback
-        call = (fn, job.args, job.kwargs)
+        call = (fn, timer._args, timer._kwargs)
         self._retire(timer, _FIRED)
         return call
 
@@ -395,7 +378,7 @@ class Scheduler:
             if cancel_pending:
                 self._drop_pending = True
                 for timer in self._queue.clear():
-                    if timer in self._jobs:
+                    if timer._state == _PENDING:
                         self._retire(timer, _CANCELLED)
         if wait and not getattr(self._in_callback, "active", False):
             self._dispatcher.join()
@@ -418,11 +401,11 @@ class Scheduler:
     @property
     def pending(self) -> int:
         """How many timers are waiting for their time (not started, not cancelled)."""
-        return len(self._jobs)
+        return self._pending
 
     def __len__(self) -> int:
         """Same as :attr:`pending`."""
-        return len(self._jobs)
+        return self._pending
 
     @property
     def closed(self) -> bool:
@@ -441,7 +424,7 @@ class Scheduler:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<Scheduler {state} pending={len(self._jobs)} max_workers={self._max_workers}>"
+        return f"<Scheduler {state} pending={self._pending} max_workers={self._max_workers}>"
 
 
 def _check_id(timer_id: object) -> Hashable:
