@@ -19,9 +19,11 @@ d. The design's log: append to a stream one at a time waiting for each confirm (
    and p50/p99 of one confirm), then 1000 appends in flight.
 e. The log's read side: a consumer tailing the stream (``x-stream-offset: next``)
    receives each append: p50/p99 from publish to delivery.
-f. The request/reply transport: a request through a transient classic queue, a
-   reply through direct reply-to (``amq.rabbitmq.reply-to``): one by one, and from
-   16 tasks at once.
+f. The request/reply transport: a request through a transient classic queue (the
+   scheduler's), a reply through the client's exclusive inbox queue: one by one, and
+   from 16 tasks at once. Direct reply-to (f2) is a little cheaper but cannot
+   tell the scheduler that the client is gone (a ``mandatory`` reply to it is always
+   returned), so the design replies to an inbox.
 g. The put path end to end: f plus a stream append with its confirm before the
    reply, the server grouping the appends of requests that arrive together: one by
    one (rate, p99) and 16 tasks at once.
@@ -32,6 +34,9 @@ h. The firing path: a scheduler's timer fires at a message's due time, appends t
 i. The TTL ladder's step (the approach not chosen): a quorum queue with a queue TTL
    of 100 ms dead-letters (at-least-once) to a quorum queue a consumer reads:
    lateness of messages published one every 5 ms, then of a burst of 5000.
+k. Replay: a new scheduler reads the log from its start; 100,000 appended records of
+   200 bytes read with prefetch 2000 (acked every 1000): records per second, which
+   bounds the time a failover takes per live record.
 j. Election: two consumers of a quorum queue with single-active-consumer; the active
    one holds the one token message unacked; its connection closes: time until the
    other one receives the token.
@@ -275,8 +280,9 @@ class Scheduler:
 class Client:
     """Requests through the requests queue, replies on direct reply-to."""
 
-    def __init__(self, b: Broker) -> None:
+    def __init__(self, b: Broker, direct: bool = False) -> None:
         self.b = b
+        self.direct = direct
         self.waiting: dict[str, asyncio.Future[bytes]] = {}
         self.arrived: dict[str, float] = {}
 
@@ -284,7 +290,14 @@ class Client:
         self.requests = requests
         self.conn = await self.b.connect()
         self.ch = await self.conn.channel(publisher_confirms=False)
-        await self.ch.basic_consume("amq.rabbitmq.reply-to", self.on_reply, no_ack=True)
+        # The client's inbox: exclusive, so a reply to a client that is gone is
+        # returned to the scheduler (mandatory), which direct reply-to cannot tell.
+        if self.direct:
+            self.inbox = "amq.rabbitmq.reply-to"
+        else:
+            ok = await self.ch.queue_declare("", exclusive=True, auto_delete=True)
+            self.inbox = ok.queue
+        await self.ch.basic_consume(self.inbox, self.on_reply, no_ack=True)
 
     async def on_reply(self, message: DeliveredMessage) -> None:
         corr = message.header.properties.correlation_id
@@ -300,7 +313,7 @@ class Client:
         await self.ch.basic_publish(
             body, routing_key=self.requests,
             properties=aiormq.spec.Basic.Properties(
-                reply_to="amq.rabbitmq.reply-to", correlation_id=corr),
+                reply_to=self.inbox, correlation_id=corr),
             wait=False)
         return await fut
 
@@ -308,7 +321,9 @@ class Client:
         await self.conn.close()
 
 
-async def rpc_rates(b: Broker, log: bool, quick: bool) -> tuple[float, float, list[float]]:
+async def rpc_rates(
+    b: Broker, log: bool, quick: bool, direct: bool = False
+) -> tuple[float, float, list[float]]:
     ch = await b.conn.channel()
     requests = name("rpc")
     await ch.queue_declare(requests, durable=False, auto_delete=True,
@@ -316,7 +331,7 @@ async def rpc_rates(b: Broker, log: bool, quick: bool) -> tuple[float, float, li
     stream = await b.declare(ch, name("rpclog"), **STREAM)
     server = Scheduler(b, log)
     await server.start(requests, stream)
-    client = Client(b)
+    client = Client(b, direct)
     await client.start(requests)
     n = 500 if quick else 1500
     lat: list[float] = []
@@ -343,9 +358,12 @@ async def rpc_rates(b: Broker, log: bool, quick: bool) -> tuple[float, float, li
 async def request_paths(b: Broker, quick: bool) -> list[Measure]:
     out: list[Measure] = []
     one, many, lat = await rpc_rates(b, log=False, quick=quick)
-    out.append(Measure("f", "request/reply (direct reply-to), one by one", one, "items/s",
+    out.append(Measure("f", "request/reply (reply to the client's inbox), one by one", one, "items/s",
                        note=f"p50 {pct(lat, .5):.2f} ms, p99 {pct(lat, .99):.2f} ms"))
     out.append(Measure("f", "request/reply, 16 tasks at once", many, "items/s"))
+    one, many, lat = await rpc_rates(b, log=False, quick=quick, direct=True)
+    out.append(Measure("f", "f2: request/reply through direct reply-to, one by one", one,
+                       "items/s", note=f"p50 {pct(lat, .5):.2f} ms, p99 {pct(lat, .99):.2f} ms"))
     one, many, lat = await rpc_rates(b, log=True, quick=quick)
     out.append(Measure("g", "put path: request + stream append + confirm + reply, one by one",
                        one, "items/s",
@@ -375,7 +393,7 @@ async def firing(b: Broker, quick: bool) -> list[Measure]:
     base = time.perf_counter() + 0.3
     dues = {uuid.uuid4().hex: base + span * i / count for i in range(count)}
     await client.ch.basic_publish(b"reserve", routing_key=requests, properties=aiormq.spec.Basic
-                                  .Properties(reply_to="amq.rabbitmq.reply-to"), wait=False)
+                                  .Properties(reply_to=client.inbox), wait=False)
     while reply_to is None:
         await asyncio.sleep(0.01)
     await asyncio.gather(*(server.fire_at(due, reply_to, corr) for corr, due in dues.items()))
@@ -475,6 +493,41 @@ async def election(b: Broker, quick: bool) -> list[Measure]:
                     note="a clean close; a killed node: see the doc's experiments")]
 
 
+# -- k: replay ---------------------------------------------------------------------------
+
+
+async def replay(b: Broker, quick: bool) -> list[Measure]:
+    ch = await b.conn.channel(publisher_confirms=True)
+    s = await b.declare(ch, name("replay"), **STREAM)
+    total = 20_000 if quick else 100_000
+    record = b"r" * 200
+    for _ in range(total // 1000):
+        await asyncio.gather(
+            *(ch.basic_publish(record, routing_key=s, properties=PERSISTENT) for _ in range(1000))
+        )
+    rch = await b.conn.channel()
+    await rch.basic_qos(prefetch_count=2000)
+    done = asyncio.get_running_loop().create_future()
+    seen = 0
+
+    async def on_message(message: DeliveredMessage) -> None:
+        nonlocal seen
+        seen += 1
+        if seen % 1000 == 0:
+            await rch.basic_ack(message.delivery_tag, multiple=True)
+        if seen == total and not done.done():
+            done.set_result(None)
+
+    started = time.perf_counter()
+    await rch.basic_consume(s, on_message, arguments={"x-stream-offset": "first"})
+    await asyncio.wait_for(done, 120)
+    rate = total / (time.perf_counter() - started)
+    await rch.close()
+    await ch.close()
+    return [Measure("k", f"replay: read {total:,} records from the stream's first offset",
+                    rate, "items/s", note="the read side of a failover")]
+
+
 async def main_async(url: str, quick: bool, sections: str) -> tuple[list[Measure], dict]:
     b = Broker(url)
     conn = await b.open()
@@ -483,7 +536,7 @@ async def main_async(url: str, quick: bool, sections: str) -> tuple[list[Measure
             "aiormq": aiormq.__version__ if hasattr(aiormq, "__version__") else None}
     out: list[Measure] = []
     steps = {"abc": floors, "de": stream_log, "fg": request_paths, "h": firing,
-             "i": ttl_step, "j": election}
+             "i": ttl_step, "j": election, "k": replay}
     try:
         for key, step in steps.items():
             if any(s in sections for s in key):
@@ -497,7 +550,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="amqp://guest:guest@127.0.0.1:5672/")
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--sections", default="abcdefghij")
+    parser.add_argument("--sections", default="abcdefghijk")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     measures, info = asyncio.run(main_async(args.url, args.quick, args.sections))
