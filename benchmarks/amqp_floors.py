@@ -2,11 +2,11 @@
 latency of each step on the design's hot paths (``docs/rabbitmq.md``).
 
 Run ``python benchmarks/amqp_floors.py --url amqp://guest:guest@127.0.0.1:5672/``
-with the AMQP client installed (``aiormq``, the core of aio-pika; the standard
-library otherwise). Every queue it declares is named ``delayq-design-<section>-<hex>``
-and deleted at the end. It prints a table and writes JSON to
-``benchmarks/results/amqp-floors.json`` (``-quick`` with ``--quick``); it never
-asserts.
+with the AMQP client installed (``pip install aiormq``: the core of aio-pika, the
+client the design chose; nothing else beyond the standard library and rich). Every
+queue it declares is named ``delayq-design-<section>-<hex>`` and deleted at the end.
+It prints a table and writes JSON to ``benchmarks/results/amqp-floors.json``
+(``-quick`` with ``--quick``); it never asserts.
 
 Sections
 
@@ -34,12 +34,12 @@ h. The firing path: a scheduler's timer fires at a message's due time, appends t
 i. The TTL ladder's step (the approach not chosen): a quorum queue with a queue TTL
    of 100 ms dead-letters (at-least-once) to a quorum queue a consumer reads:
    lateness of messages published one every 5 ms, then of a burst of 5000.
-k. Replay: a new scheduler reads the log from its start; 100,000 appended records of
-   200 bytes read with prefetch 2000 (acked every 1000): records per second, which
-   bounds the time a failover takes per live record.
 j. Election: two consumers of a quorum queue with single-active-consumer; the active
    one holds the one token message unacked; its connection closes: time until the
    other one receives the token.
+k. Replay: a new scheduler reads the log from its start; 100,000 appended records of
+   200 bytes read with prefetch 2000 (acked every 1000): records per second, which
+   bounds the time a failover takes per live record.
 """
 
 from __future__ import annotations
@@ -47,15 +47,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import time
 import uuid
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import aiormq
-from _common import RESULTS_DIR, Measure, console, environment, print_table, write_json
 from aiormq.abc import DeliveredMessage
+
+from _common import RESULTS_DIR, Measure, console, environment, print_table, write_json
 
 BODY = b"x" * 100
 PERSISTENT = aiormq.spec.Basic.Properties(delivery_mode=2)
@@ -118,8 +119,15 @@ async def floors(b: Broker, quick: bool) -> list[Measure]:
     for _ in range(n):
         await ch.basic_publish(BODY, routing_key=q, properties=PERSISTENT)
     rate = n / (time.perf_counter() - started)
-    out.append(Measure("a", "quorum: publish one by one, wait each confirm", rate, "items/s",
-                       note="floor 1: put one by one >= 80% of it"))
+    out.append(
+        Measure(
+            "a",
+            "quorum: publish one by one, wait each confirm",
+            rate,
+            "items/s",
+            note="floor 1: put one by one >= 80% of it",
+        )
+    )
     batches = 5 if quick else 20
     started = time.perf_counter()
     for _ in range(batches):
@@ -127,8 +135,15 @@ async def floors(b: Broker, quick: bool) -> list[Measure]:
             *(ch.basic_publish(BODY, routing_key=q, properties=PERSISTENT) for _ in range(1000))
         )
     rate = batches * 1000 / (time.perf_counter() - started)
-    out.append(Measure("b", "quorum: 1000 publishes with confirms in flight", rate, "items/s",
-                       note="floor 2: put_many >= 80% of it"))
+    out.append(
+        Measure(
+            "b",
+            "quorum: 1000 publishes with confirms in flight",
+            rate,
+            "items/s",
+            note="floor 2: put_many >= 80% of it",
+        )
+    )
     total = n + batches * 1000
     cch = await b.conn.channel()
     await cch.basic_qos(prefetch_count=1000)
@@ -147,8 +162,15 @@ async def floors(b: Broker, quick: bool) -> list[Measure]:
     await cch.basic_consume(q, on_message)
     await asyncio.wait_for(done, 120)
     rate = total / (time.perf_counter() - started)
-    out.append(Measure("c", "quorum: consume, prefetch 1000, ack every 100", rate, "items/s",
-                       note=f"floor 3: drain >= 50% of it ({total} messages)"))
+    out.append(
+        Measure(
+            "c",
+            "quorum: consume, prefetch 1000, ack every 100",
+            rate,
+            "items/s",
+            note=f"floor 3: drain >= 50% of it ({total} messages)",
+        )
+    )
     await cch.close()
     await ch.close()
     return out
@@ -169,9 +191,16 @@ async def stream_log(b: Broker, quick: bool) -> list[Measure]:
         await ch.basic_publish(BODY, routing_key=s, properties=PERSISTENT)
         lat.append((time.perf_counter() - t0) * 1000)
     rate = n / (time.perf_counter() - started)
-    out.append(Measure("d", "stream: append one by one, wait each confirm", rate, "items/s",
-                       note=f"confirm p50 {pct(lat, .5):.2f} ms, p99 {pct(lat, .99):.2f} ms",
-                       extra={"p50_ms": pct(lat, .5), "p99_ms": pct(lat, .99)}))
+    out.append(
+        Measure(
+            "d",
+            "stream: append one by one, wait each confirm",
+            rate,
+            "items/s",
+            note=f"confirm p50 {pct(lat, 0.5):.2f} ms, p99 {pct(lat, 0.99):.2f} ms",
+            extra={"p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99)},
+        )
+    )
     batches = 5 if quick else 20
     started = time.perf_counter()
     for _ in range(batches):
@@ -200,10 +229,24 @@ async def stream_log(b: Broker, quick: bool) -> list[Measure]:
         await asyncio.sleep(0.002)
     await asyncio.sleep(0.5)
     tail = [(arrived[i] - sent[i]) * 1000 for i in sent if i in arrived]
-    out.append(Measure("e", "stream: publish -> delivery to a tailing consumer, p50",
-                       pct(tail, .5), "ms", note=f"{len(tail)}/{count} arrived"))
-    out.append(Measure("e", "stream: publish -> delivery to a tailing consumer, p99",
-                       pct(tail, .99), "ms", note=f"max {max(tail):.2f} ms"))
+    out.append(
+        Measure(
+            "e",
+            "stream: publish -> delivery to a tailing consumer, p50",
+            pct(tail, 0.5),
+            "ms",
+            note=f"{len(tail)}/{count} arrived",
+        )
+    )
+    out.append(
+        Measure(
+            "e",
+            "stream: publish -> delivery to a tailing consumer, p99",
+            pct(tail, 0.99),
+            "ms",
+            note=f"max {max(tail):.2f} ms",
+        )
+    )
     await cconn.close()
     await ch.close()
     return out
@@ -267,11 +310,15 @@ class Scheduler:
         await fut
         while time.perf_counter() < due:  # the loop's timer may fire a hair early
             await asyncio.sleep(0)
-        await self.ch.basic_publish(b"lease:" + corr.encode(), routing_key=self.stream,
-                                    properties=PERSISTENT)
+        await self.ch.basic_publish(
+            b"lease:" + corr.encode(), routing_key=self.stream, properties=PERSISTENT
+        )
         await self.reply_ch.basic_publish(
-            corr.encode(), routing_key=reply_to,
-            properties=aiormq.spec.Basic.Properties(correlation_id=corr), wait=False)
+            corr.encode(),
+            routing_key=reply_to,
+            properties=aiormq.spec.Basic.Properties(correlation_id=corr),
+            wait=False,
+        )
 
     async def close(self) -> None:
         await self.conn.close()
@@ -311,10 +358,11 @@ class Client:
         fut = asyncio.get_running_loop().create_future()
         self.waiting[corr] = fut
         await self.ch.basic_publish(
-            body, routing_key=self.requests,
-            properties=aiormq.spec.Basic.Properties(
-                reply_to=self.inbox, correlation_id=corr),
-            wait=False)
+            body,
+            routing_key=self.requests,
+            properties=aiormq.spec.Basic.Properties(reply_to=self.inbox, correlation_id=corr),
+            wait=False,
+        )
         return await fut
 
     async def close(self) -> None:
@@ -326,8 +374,9 @@ async def rpc_rates(
 ) -> tuple[float, float, list[float]]:
     ch = await b.conn.channel()
     requests = name("rpc")
-    await ch.queue_declare(requests, durable=False, auto_delete=True,
-                           arguments={"x-queue-type": "classic"})
+    await ch.queue_declare(
+        requests, durable=False, auto_delete=True, arguments={"x-queue-type": "classic"}
+    )
     stream = await b.declare(ch, name("rpclog"), **STREAM)
     server = Scheduler(b, log)
     await server.start(requests, stream)
@@ -358,17 +407,38 @@ async def rpc_rates(
 async def request_paths(b: Broker, quick: bool) -> list[Measure]:
     out: list[Measure] = []
     one, many, lat = await rpc_rates(b, log=False, quick=quick)
-    out.append(Measure("f", "request/reply (reply to the client's inbox), one by one", one, "items/s",
-                       note=f"p50 {pct(lat, .5):.2f} ms, p99 {pct(lat, .99):.2f} ms"))
+    label = "request/reply (reply to the client's inbox), one by one"
+    out.append(
+        Measure(
+            "f",
+            label,
+            one,
+            "items/s",
+            note=f"p50 {pct(lat, 0.5):.2f} ms, p99 {pct(lat, 0.99):.2f} ms",
+        )
+    )
     out.append(Measure("f", "request/reply, 16 tasks at once", many, "items/s"))
     one, many, lat = await rpc_rates(b, log=False, quick=quick, direct=True)
-    out.append(Measure("f", "f2: request/reply through direct reply-to, one by one", one,
-                       "items/s", note=f"p50 {pct(lat, .5):.2f} ms, p99 {pct(lat, .99):.2f} ms"))
+    out.append(
+        Measure(
+            "f",
+            "f2: request/reply through direct reply-to, one by one",
+            one,
+            "items/s",
+            note=f"p50 {pct(lat, 0.5):.2f} ms, p99 {pct(lat, 0.99):.2f} ms",
+        )
+    )
     one, many, lat = await rpc_rates(b, log=True, quick=quick)
-    out.append(Measure("g", "put path: request + stream append + confirm + reply, one by one",
-                       one, "items/s",
-                       note=f"p50 {pct(lat, .5):.2f} ms, p99 {pct(lat, .99):.2f} ms",
-                       extra={"p50_ms": pct(lat, .5), "p99_ms": pct(lat, .99)}))
+    out.append(
+        Measure(
+            "g",
+            "put path: request + stream append + confirm + reply, one by one",
+            one,
+            "items/s",
+            note=f"p50 {pct(lat, 0.5):.2f} ms, p99 {pct(lat, 0.99):.2f} ms",
+            extra={"p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99)},
+        )
+    )
     out.append(Measure("g", "put path, 16 tasks at once (appends grouped)", many, "items/s"))
     return out
 
@@ -392,8 +462,12 @@ async def firing(b: Broker, quick: bool) -> list[Measure]:
     count, span = (300, 2.0) if quick else (1000, 5.0)
     base = time.perf_counter() + 0.3
     dues = {uuid.uuid4().hex: base + span * i / count for i in range(count)}
-    await client.ch.basic_publish(b"reserve", routing_key=requests, properties=aiormq.spec.Basic
-                                  .Properties(reply_to=client.inbox), wait=False)
+    await client.ch.basic_publish(
+        b"reserve",
+        routing_key=requests,
+        properties=aiormq.spec.Basic.Properties(reply_to=client.inbox),
+        wait=False,
+    )
     while reply_to is None:
         await asyncio.sleep(0.01)
     await asyncio.gather(*(server.fire_at(due, reply_to, corr) for corr, due in dues.items()))
@@ -403,10 +477,16 @@ async def firing(b: Broker, quick: bool) -> list[Measure]:
     await client.close()
     await server.close()
     return [
-        Measure("h", "firing: timer -> lease append + confirm -> reply, p50", pct(late, .5), "ms",
-                note=f"{len(late)}/{count} arrived, {early} early"),
-        Measure("h", "firing: lateness p99", pct(late, .99), "ms", "<= 10 ms",
-                pct(late, .99) <= 10.0),
+        Measure(
+            "h",
+            "firing: timer -> lease append + confirm -> reply, p50",
+            pct(late, 0.5),
+            "ms",
+            note=f"{len(late)}/{count} arrived, {early} early",
+        ),
+        Measure(
+            "h", "firing: lateness p99", pct(late, 0.99), "ms", "<= 10 ms", pct(late, 0.99) <= 10.0
+        ),
         Measure("h", "firing: lateness max", max(late), "ms", "<= 50 ms", max(late) <= 50.0),
     ]
 
@@ -419,13 +499,17 @@ async def ttl_step(b: Broker, quick: bool) -> list[Measure]:
     ch = await b.conn.channel(publisher_confirms=True)
     target = await b.declare(ch, name("ttl-out"), **QUORUM)
     wait = await b.declare(
-        ch, name("ttl-100ms"), **QUORUM, **{
+        ch,
+        name("ttl-100ms"),
+        **QUORUM,
+        **{
             "x-message-ttl": 100,
             "x-dead-letter-exchange": "",
             "x-dead-letter-routing-key": target,
             "x-dead-letter-strategy": "at-least-once",
             "x-overflow": "reject-publish",
-        })
+        },
+    )
     cconn = await b.connect()
     cch = await cconn.channel()
     await cch.basic_qos(prefetch_count=1000)
@@ -436,8 +520,10 @@ async def ttl_step(b: Broker, quick: bool) -> list[Measure]:
         await cch.basic_ack(message.delivery_tag)
 
     await cch.basic_consume(target, on_message)
-    for label, count, gap in (("one every 5 ms", 200 if quick else 600, 0.005),
-                              ("a burst of 5000", 5000, 0.0)):
+    for label, count, gap in (
+        ("one every 5 ms", 200 if quick else 600, 0.005),
+        ("a burst of 5000", 5000, 0.0),
+    ):
         arrived.clear()
         sent: dict[int, float] = {}
         if gap:
@@ -447,16 +533,27 @@ async def ttl_step(b: Broker, quick: bool) -> list[Measure]:
                 await asyncio.sleep(gap)
         else:
             sent = {i: time.perf_counter() for i in range(count)}
-            await asyncio.gather(*(ch.basic_publish(str(i).encode(), routing_key=wait,
-                                                    properties=PERSISTENT) for i in range(count)))
+            await asyncio.gather(
+                *(
+                    ch.basic_publish(str(i).encode(), routing_key=wait, properties=PERSISTENT)
+                    for i in range(count)
+                )
+            )
         deadline = time.perf_counter() + 15
         while len(arrived) < count and time.perf_counter() < deadline:
             await asyncio.sleep(0.05)
         late = [(arrived[i] - sent[i]) * 1000 - 100 for i in sent if i in arrived]
-        out.append(Measure("i", f"TTL 100 ms step ({label}): lateness p50 / p99", pct(late, .99),
-                           "ms", note=f"p50 {pct(late, .5):.1f} ms, max {max(late):.1f} ms, "
-                           f"{len(late)}/{count} arrived",
-                           extra={"p50_ms": pct(late, .5), "max_ms": max(late)}))
+        out.append(
+            Measure(
+                "i",
+                f"TTL 100 ms step ({label}): lateness p50 / p99",
+                pct(late, 0.99),
+                "ms",
+                note=f"p50 {pct(late, 0.5):.1f} ms, max {max(late):.1f} ms, "
+                f"{len(late)}/{count} arrived",
+                extra={"p50_ms": pct(late, 0.5), "max_ms": max(late)},
+            )
+        )
     await cconn.close()
     await ch.close()
     return out
@@ -482,15 +579,23 @@ async def election(b: Broker, quick: bool) -> list[Measure]:
         await cch.basic_consume(lock, on_token)
         conns.append(conn)
         await asyncio.sleep(0.2)
-    assert "first" in got and "second" not in got, got
+    if "first" not in got or "second" in got:
+        raise RuntimeError(f"single-active-consumer did not hold: {got}")
     t0 = time.perf_counter()
     await conns[0].close()
     while "second" not in got and time.perf_counter() - t0 < 10:
         await asyncio.sleep(0.0005)
     await conns[1].close()
     took = (got.get("second", float("nan")) - t0) * 1000
-    return [Measure("j", "SAC handover after the holder's connection closes", took, "ms",
-                    note="a clean close; a killed node: see the doc's experiments")]
+    return [
+        Measure(
+            "j",
+            "SAC handover after the holder's connection closes",
+            took,
+            "ms",
+            note="a clean close; a killed node: see the doc's experiments",
+        )
+    ]
 
 
 # -- k: replay ---------------------------------------------------------------------------
@@ -524,19 +629,32 @@ async def replay(b: Broker, quick: bool) -> list[Measure]:
     rate = total / (time.perf_counter() - started)
     await rch.close()
     await ch.close()
-    return [Measure("k", f"replay: read {total:,} records from the stream's first offset",
-                    rate, "items/s", note="the read side of a failover")]
+    return [
+        Measure(
+            "k",
+            f"replay: read {total:,} records from the stream's first offset",
+            rate,
+            "items/s",
+            note="the read side of a failover",
+        )
+    ]
 
 
 async def main_async(url: str, quick: bool, sections: str) -> tuple[list[Measure], dict]:
     b = Broker(url)
     conn = await b.open()
     server = conn.server_properties
-    info = {"rabbitmq": server.get("version"), "erlang": None,
-            "aiormq": aiormq.__version__ if hasattr(aiormq, "__version__") else None}
+    info = {"rabbitmq": server.get("version"), "erlang": server.get("platform")}
     out: list[Measure] = []
-    steps = {"abc": floors, "de": stream_log, "fg": request_paths, "h": firing,
-             "i": ttl_step, "j": election, "k": replay}
+    steps = {
+        "abc": floors,
+        "de": stream_log,
+        "fg": request_paths,
+        "h": firing,
+        "i": ttl_step,
+        "j": election,
+        "k": replay,
+    }
     try:
         for key, step in steps.items():
             if any(s in sections for s in key):
@@ -554,15 +672,13 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     measures, info = asyncio.run(main_async(args.url, args.quick, args.sections))
-    try:
-        from importlib.metadata import version
-
-        info["aiormq"] = version("aiormq")
-        info["pamqp"] = version("pamqp")
-    except Exception:  # noqa: BLE001 - versions are informative only
-        pass
-    print_table(f"RabbitMQ floors and the design's paths (RabbitMQ {info['rabbitmq']}, "
-                f"aiormq {info.get('aiormq')})", measures)
+    info["aiormq"] = version("aiormq")
+    info["pamqp"] = version("pamqp")
+    print_table(
+        f"RabbitMQ floors and the design's paths (RabbitMQ {info['rabbitmq']}, "
+        f"aiormq {info.get('aiormq')})",
+        measures,
+    )
     path = args.json or RESULTS_DIR / f"amqp-floors{'-quick' if args.quick else ''}.json"
     write_json(path, {"environment": environment(), "broker": info}, measures)
     console.print(json.dumps(info))
