@@ -1,8 +1,8 @@
 """The sync and async faces stay twins: same methods, same parameters, async where it must be.
 
-The queue facade is generated (``scripts/unasync.py``, checked by ``make lint``); the
-backend faces are thin hand-written pairs over shared code, so this test is what keeps
-them in step. A user switching from ``Queue`` to ``AsyncQueue`` (or a backend author
+Every sync face is generated from its asyncio source (``scripts/unasync.py``, checked by
+``make lint``); this test checks what generation cannot: that the rewrite table and the
+hand-written I/O pairs still give twins with the protocol's members. A user switching from ``Queue`` to ``AsyncQueue`` (or a backend author
 reading one face) can count on every call existing on the other face, taking the same
 arguments with the same defaults.
 """
