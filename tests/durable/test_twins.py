@@ -2,9 +2,9 @@
 
 Every sync face is generated from its asyncio source (``scripts/unasync.py``, checked by
 ``make lint``); this test checks what generation cannot: that the rewrite table and the
-hand-written I/O pairs still give twins with the protocol's members. A user switching from ``Queue`` to ``AsyncQueue`` (or a backend author
-reading one face) can count on every call existing on the other face, taking the same
-arguments with the same defaults.
+hand-written I/O pairs still give twins with the protocol's members. A user switching
+from ``Queue`` to ``AsyncQueue`` (or a backend author reading one face) can count on
+every call existing on the other face, taking the same arguments with the same defaults.
 """
 
 from __future__ import annotations

@@ -29,11 +29,11 @@ from collections.abc import Callable
 from importlib import resources
 from typing import TypeVar
 
-from ..._constants import SQLITE_WAL_AUTOCHECKPOINT
 from ..._fork import generation
 from ...durable.message import Now
 from ...errors import QueueClosed
 from . import statements as sql
+from ._constants import SQLITE_WAL_AUTOCHECKPOINT
 
 __all__ = ["SCHEMA_VERSION", "Pool", "is_busy"]
 

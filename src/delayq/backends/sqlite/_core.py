@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..._constants import LEASE_EXPIRED_ERROR, SQLITE_BUSY_HANDLER_TIMEOUT
+from ..._constants import LEASE_EXPIRED_ERROR
 from ...durable.message import (
     Now,
     Position,
@@ -30,6 +30,7 @@ from ...errors import DuplicateId, LeaseLost, QueueClosed
 from . import _inspect
 from . import statements as sql
 from ._connection import Pool
+from ._constants import SQLITE_BUSY_HANDLER_TIMEOUT
 from ._url import parse_url
 from ._wakeup import Wakeup
 

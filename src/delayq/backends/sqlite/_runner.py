@@ -13,8 +13,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
-from ..._constants import SQLITE_ASYNC_THREADS
 from ...durable.message import Record
+from ._constants import SQLITE_ASYNC_THREADS
 from ._core import Core
 
 __all__ = ["AsyncRunner", "Runner"]

@@ -7,8 +7,8 @@ import os
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from ..._constants import SQLITE_BUSY_TIMEOUT, SQLITE_POLL_INTERVAL, SQLITE_SYNCHRONOUS
 from ...errors import UnsupportedURL
+from ._constants import SQLITE_BUSY_TIMEOUT, SQLITE_POLL_INTERVAL, SQLITE_SYNCHRONOUS
 
 __all__ = ["OPTIONS", "parse_url"]
 

@@ -26,9 +26,10 @@ import threading
 import time
 import weakref
 
-from ..._constants import LOGGER_NAME, SQLITE_WATCHER_LINGER
+from ..._constants import LOGGER_NAME
 from ..._waiters import LoopSleeper, resolve
 from ._connection import Pool
+from ._constants import SQLITE_WATCHER_LINGER
 
 __all__ = ["Wakeup"]
 
