@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import select
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -40,12 +40,46 @@ import redis.asyncio
 
 from ..._constants import REDIS_RETRIES
 from ._functions import AsyncFunctions, function_missing, functions_unsupported
-from ._link import CLOSED, MORE, READ_SIZE, LinkBase, raise_errors, reader_options
+from ._link import LinkBase
 from ._listen import CONNECTION_ERRORS
 from ._resend import not_cancelled
 from ._scripts import RESEND_SAFE
 
 __all__ = ["AsyncLink"]
+
+#: What redis-py raises for a socket the server closed.
+CLOSED = "Connection closed by server."
+#: The reply reader's "not enough data yet" (None and False are replies in RESP3).
+MORE = object()
+#: Bytes read from the socket at a time (redis-py's default ``socket_read_size``).
+READ_SIZE = 65536
+
+
+def reader_options(connection: Any, parse_error: Callable[[str], Any]) -> dict[str, Any]:
+    """The keyword arguments of a hiredis ``Reader`` that reads replies as redis-py's
+    parser of ``connection`` does: error replies become redis-py's exception classes by
+    its table (``parse_error``), text is decoded as the connection's encoder says."""
+    options: dict[str, Any] = {
+        "protocolError": redis.exceptions.InvalidResponse,
+        "replyError": parse_error,
+        "notEnoughData": MORE,
+    }
+    encoder = getattr(connection, "encoder", None)
+    if encoder is not None:
+        options["errors"] = encoder.encoding_errors
+        if encoder.decode_responses:
+            options["encoding"] = encoder.encoding
+    return options
+
+
+def raise_errors(reply: Any) -> Any:
+    """``reply`` as a hiredis reader built by :func:`reader_options` gives it, or the
+    error it is raised as redis-py raises it."""
+    if isinstance(reply, redis.RedisError):
+        raise reply  # a ResponseError, or a ConnectionError (BusyLoadingError...)
+    if type(reply) is list and reply and isinstance(reply[0], redis.ConnectionError):
+        raise reply[0]
+    return reply
 
 
 class _Indirect(Exception):

@@ -308,22 +308,6 @@ def sort_claimed(records: list[Record]) -> list[Record]:
     return records
 
 
-_FCALLS = frozenset({"FCALL", "FCALL_RO"})
-
-
-def _fcall_slot(cluster: Any, command: object, numkeys: object, keys: Sequence[Any]) -> int | None:
-    """The slot of an FCALL whose KEYS (``numkeys`` of ``keys``) share one, found here;
-    None for any other command, or keys redis-py should judge itself."""
-    if not isinstance(command, str) or command.upper() not in _FCALLS:
-        return None
-    try:
-        count = int(numkeys)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return None
-    slots = {cluster.keyslot(key) for key in keys[:count]}
-    return slots.pop() if len(slots) == 1 else None
-
-
 @contextlib.contextmanager
 def _unreachable_as_connection_error() -> Iterator[None]:
     """redis-py's "Redis Cluster cannot be connected" (no node answered while it read
@@ -339,10 +323,7 @@ def _unreachable_as_connection_error() -> Iterator[None]:
 
 
 class _Cluster(redis.cluster.RedisCluster):
-    """A ``RedisCluster`` that finds an FCALL's slot from its KEYS, as redis-py does for
-    EVALSHA, instead of asking a node for them (``COMMAND GETKEYS``, a round trip more
-    per call). Every other command, and any routing after that, is redis-py's own. An
-    unreachable cluster raises ``ConnectionError``."""
+    """A ``RedisCluster`` whose unreachable cluster raises ``ConnectionError``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         with _unreachable_as_connection_error():
@@ -353,18 +334,9 @@ class _Cluster(redis.cluster.RedisCluster):
         with _unreachable_as_connection_error():
             return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
 
-    def determine_slot(self, *args: Any) -> int | None:
-        """See ``RedisCluster.determine_slot``."""
-        if len(args) > 3:
-            slot = _fcall_slot(self, args[0], args[2], args[3:])
-            if slot is not None:
-                return slot
-        return super().determine_slot(*args)
-
 
 class _AsyncCluster(redis.asyncio.cluster.RedisCluster):
-    """:class:`_Cluster` for asyncio (redis-py names the hook ``_determine_slot`` there;
-    were it renamed, FCALLs would only cost the round trip again)."""
+    """:class:`_Cluster` for asyncio."""
 
     async def initialize(self, *args: Any, **kwargs: Any) -> Any:
         """See ``RedisCluster.initialize``."""
@@ -375,13 +347,6 @@ class _AsyncCluster(redis.asyncio.cluster.RedisCluster):
         """See ``RedisCluster.execute_command``."""
         with _unreachable_as_connection_error():
             return await super().execute_command(*args, **kwargs)
-
-    async def _determine_slot(self, command: str, *args: Any) -> int:
-        if len(args) > 2:
-            slot = _fcall_slot(self, command, args[1], args[2:])
-            if slot is not None:
-                return slot
-        return int(await super()._determine_slot(command, *args))
 
 
 class _LazyCluster:
