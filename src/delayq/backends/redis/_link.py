@@ -47,8 +47,8 @@ from redis.backoff import ExponentialBackoff
 from ..._constants import REDIS_RETRIES, REDIS_RETRY_BASE, REDIS_RETRY_CAP
 from ..._fork import generation
 from ._functions import Functions, FunctionsBase, function_missing, functions_unsupported
-from ._listen import CONNECTION_ERRORS
 from ._scripts import RESEND_SAFE, SCRIPT_NAMES, function_name, library_source
+from ._transport import CONNECTION_ERRORS
 
 __all__ = ["Link", "LinkBase", "load_hiredis"]
 
@@ -84,14 +84,14 @@ F = TypeVar("F", bound=FunctionsBase)
 
 
 class LinkBase(Generic[F]):
-    """What the sync and async links hold: the client's connection settings, the
-    library's function names and code, hiredis, the retry backoff, and ``functions``,
-    redis-py's path (EVALSHA too) for calls the direct exchange does not take."""
+    """What the sync and async links hold: the connection settings
+    (:func:`~._transport.connection_settings`), the library's function names and code,
+    hiredis, the retry backoff, and ``functions``, redis-py's path (EVALSHA too) for
+    calls the link does not take."""
 
-    def __init__(self, client: Any, functions: F) -> None:
-        pool = client.connection_pool
-        self._connection_class: Any = pool.connection_class
-        self._connection_kwargs = dict(pool.connection_kwargs)
+    def __init__(self, connection_class: Any, kwargs: dict[str, Any], functions: F) -> None:
+        self._connection_class = connection_class
+        self._connection_kwargs = dict(kwargs)
         self._functions = functions
         self._names = {name: function_name(name).encode() for name in SCRIPT_NAMES}
         self._code = library_source()[1]
@@ -100,12 +100,11 @@ class LinkBase(Generic[F]):
 
 
 class Link(LinkBase[Functions]):
-    """Runs the library's functions for one ``redis.Redis`` client's server, on a
-    connection per thread made from the client's pool settings (``max_connections``
-    does not apply to them)."""
+    """Runs the library's functions on one server, on a connection per thread made
+    from the settings (a pool's ``max_connections`` does not apply to them)."""
 
-    def __init__(self, client: redis.Redis, functions: Functions) -> None:
-        super().__init__(client, functions)
+    def __init__(self, connection_class: Any, kwargs: dict[str, Any], functions: Functions) -> None:
+        super().__init__(connection_class, kwargs, functions)
         self._local = _Local()
         self._open: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()

@@ -25,7 +25,7 @@ from ..._constants import LOGGER_NAME, REDIS_RECONNECT_FIRST
 from ...durable.inspection import merge_peek
 from ...durable.message import Position, PutRequest, Record, State, Stats
 from ._functions import AsyncFunctions
-from ._listen import CONNECTION_ERRORS, AsyncListener, log_lost, next_backoff
+from ._listen import AsyncListener, log_lost, next_backoff
 from ._ops import Call
 from ._resend import call_async, not_cancelled
 from ._scripts import Claim
@@ -40,6 +40,7 @@ from ._shards import (
     shard_of,
     sort_claimed,
 )
+from ._transport import CONNECTION_ERRORS
 from .backend import _HAIR, _expired, scan_queues_async
 
 __all__ = ["AsyncShardedRedisBackend"]

@@ -42,9 +42,10 @@ import redis.asyncio.cluster
 import redis.cluster
 
 from ...durable.message import PutRequest, Record, Stats
-from ._listen import LOST_CONNECTION, AsyncListener, Listener
-from ._resend import no_retry, no_retry_async, track_sends, tracked
+from ._listen import AsyncListener, Listener
+from ._resend import no_retry, no_retry_async, track_cluster_sends, tracked, tracked_client
 from ._scripts import Claim
+from ._transport import LOST_CONNECTION
 from ._url import Settings
 from .backend import _client_options
 
@@ -400,16 +401,14 @@ def sync_client(settings: Settings, *, listener: bool) -> Any:
                 **options,
             )
         )
-    return track_sends(redis.Redis.from_url(settings.url, retry=no_retry(), **options))
+    return tracked_client(settings.url, asynchronous=False, **options)
 
 
 def async_client(settings: Settings, *, listener: bool) -> Any:
     """:func:`sync_client` for asyncio."""
     options = _client_options(listener)
-    client: Any
     if settings.cluster:
         nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in settings.nodes]
         client = _AsyncCluster(startup_nodes=nodes, retry=no_retry_async(), **options)
-    else:
-        client = redis.asyncio.Redis.from_url(settings.url, retry=no_retry_async(), **options)
-    return track_sends(client)
+        return track_cluster_sends(client)
+    return tracked_client(settings.url, asynchronous=True, **options)

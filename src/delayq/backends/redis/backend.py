@@ -40,17 +40,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
-
-import redis
-import redis.asyncio
-from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from ..._constants import (
     LOGGER_NAME,
@@ -67,10 +62,11 @@ from ...errors import QueueClosed
 from ._functions import AsyncFunctions, Functions
 from ._link import Link
 from ._link_async import AsyncLink
-from ._listen import CONNECTION_ERRORS, AsyncListener, Listener, log_lost, next_backoff
+from ._listen import AsyncListener, Listener, log_lost, next_backoff
 from ._ops import Call, Operations
-from ._resend import call, call_async, no_retry, no_retry_async, track_sends
+from ._resend import call, call_async, tracked_client
 from ._scripts import Claim, queue_names, queues_pattern
+from ._transport import CONNECTION_ERRORS, AsyncBlocking, Blocking, connection_settings
 from ._url import Settings, parse_url
 
 if TYPE_CHECKING:
@@ -158,6 +154,14 @@ class _Base:
         if self._closed:
             raise QueueClosed("the queue is closed")
 
+    def _listener_settings(self) -> tuple[Any, dict[str, Any]]:
+        """The settings of a listener's connection (its own timeouts)."""
+        return connection_settings(
+            self._settings.url,
+            asynchronous=isinstance(self, AsyncRedisBackend),
+            **_client_options(listener=True),
+        )
+
 
 # -- the sync face ---------------------------------------------------------------------
 
@@ -172,18 +176,18 @@ class RedisBackend(_Base):
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
         # No retries in redis-py: they would resend a script whose reply was lost.
-        self._client = track_sends(
-            redis.Redis.from_url(
-                self._settings.url, retry=no_retry(), **_client_options(listener=False)
-            )
-        )
+        options = _client_options(listener=False)
+        self._client = tracked_client(self._settings.url, asynchronous=False, **options)
         self._scripts = Functions(self._client)
-        self._link = Link(self._client, self._scripts)
+        self._link = Link(
+            *connection_settings(self._settings.url, asynchronous=False, **options),
+            self._scripts,
+        )
         self._listeners: dict[str, Listener] = {}
         self._lock = threading.Lock()
 
     @property
-    def client(self) -> redis.Redis:
+    def client(self) -> Any:
         """The redis-py client of the shared pool."""
         return self._client
 
@@ -204,11 +208,7 @@ class RedisBackend(_Base):
                 listener = self._listeners.get(queue)
                 if listener is None:
                     listener = Listener(
-                        lambda: redis.Redis.from_url(
-                            self._settings.url,
-                            retry=Retry(NoBackoff(), 0),
-                            **_client_options(listener=True),
-                        ),
+                        functools.partial(Blocking, *self._listener_settings()),
                         self._ops.wake_key(queue),
                         lambda: self._run(self._ops.wake(queue)),
                     )
@@ -364,18 +364,18 @@ class AsyncRedisBackend(_Base):
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
         # No retries in redis-py: the scripts are sent again as _resend.py says.
-        self._client = track_sends(
-            redis.asyncio.Redis.from_url(
-                self._settings.url, retry=no_retry_async(), **_client_options(listener=False)
-            )
-        )
+        options = _client_options(listener=False)
+        self._client = tracked_client(self._settings.url, asynchronous=True, **options)
         self._scripts = AsyncFunctions(self._client)
-        self._link = AsyncLink(self._client, self._scripts)
+        self._link = AsyncLink(
+            *connection_settings(self._settings.url, asynchronous=True, **options),
+            self._scripts,
+        )
         self._listeners: dict[str, AsyncListener] = {}
         self._background: set[asyncio.Task[Any]] = set()
 
     @property
-    def client(self) -> redis.asyncio.Redis:
+    def client(self) -> Any:
         """The redis-py asyncio client of the shared pool."""
         return self._client
 
@@ -396,11 +396,7 @@ class AsyncRedisBackend(_Base):
                 await self._run(self._ops.wake(queue))
 
             listener = AsyncListener(
-                lambda: redis.asyncio.Redis.from_url(
-                    self._settings.url,
-                    retry=AsyncRetry(NoBackoff(), 0),
-                    **_client_options(listener=True),
-                ),
+                functools.partial(AsyncBlocking, *self._listener_settings()),
                 self._ops.wake_key(queue),
                 rewake,
             )
@@ -433,7 +429,7 @@ class AsyncRedisBackend(_Base):
         """Give back what a cancelled claim took (``release.lua``), even while closing."""
         call = self._ops.unclaim(queue, records)
         try:
-            await self._scripts(call.script, call.keys, call.args)
+            await self._link(call.script, call.keys, call.args)
         except CONNECTION_ERRORS as exc:  # the leases will expire instead
             logger.warning("could not release %d claimed messages: %s", len(records), exc)
         self._bump(queue)

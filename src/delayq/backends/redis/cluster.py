@@ -49,7 +49,7 @@ from ..._constants import REDIS_RECONNECT_FIRST
 from ...durable.inspection import merge_peek
 from ...durable.message import Position, PutRequest, Record, State, Stats
 from ._functions import Functions
-from ._listen import CONNECTION_ERRORS, Listener, log_lost, next_backoff
+from ._listen import Listener, log_lost, next_backoff
 from ._ops import Call
 from ._resend import call
 from ._scripts import Claim
@@ -65,6 +65,7 @@ from ._shards import (
     sort_claimed,
     sync_client,
 )
+from ._transport import CONNECTION_ERRORS
 from .backend import _HAIR, _expired, scan_queues
 
 __all__ = ["AsyncShardedRedisBackend", "ShardedRedisBackend"]
