@@ -44,10 +44,10 @@ from typing import Any, Generic, TypeVar
 import redis
 from redis.backoff import ExponentialBackoff
 
-from ..._constants import REDIS_RETRIES, REDIS_RETRY_BASE, REDIS_RETRY_CAP
 from ..._fork import generation
 from ._functions import Functions, FunctionsBase, function_missing, functions_unsupported
 from ._scripts import RESEND_SAFE, SCRIPT_NAMES, function_name, library_source
+from ._settings import REDIS_RETRIES, REDIS_RETRY_BASE, REDIS_RETRY_CAP
 from ._transport import CONNECTION_ERRORS
 
 __all__ = ["Link", "LinkBase", "load_hiredis"]

@@ -43,11 +43,11 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from ..._constants import REDIS_RETRIES
 from ._functions import AsyncFunctions, function_missing, functions_unsupported
 from ._link import LinkBase
 from ._resend import not_cancelled
 from ._scripts import RESEND_SAFE
+from ._settings import REDIS_RETRIES
 from ._transport import CONNECTION_ERRORS
 
 __all__ = ["IDLE_CHECK", "LOOKS", "AsyncLink"]

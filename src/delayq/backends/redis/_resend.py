@@ -31,7 +31,7 @@ import contextvars
 import time
 from collections.abc import Awaitable, Callable
 from functools import cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis
 import redis.asyncio
@@ -41,7 +41,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
-from ..._constants import REDIS_RETRIES, REDIS_RETRY_BASE, REDIS_RETRY_CAP
+from ._settings import REDIS_RETRIES, REDIS_RETRY_BASE, REDIS_RETRY_CAP
 from ._transport import CONNECTION_ERRORS, connection_settings
 
 __all__ = [
@@ -174,15 +174,13 @@ def tracked_client(url: str, *, asynchronous: bool, **options: Any) -> Any:
 
 
 def track_cluster_sends(client: C) -> C:
-    """An asyncio ``RedisCluster`` that has not connected yet, its nodes made with the
-    :func:`tracked` connection class; returns the client. Its startup nodes are changed,
-    and the settings it makes the nodes it finds later from, as it takes no
-    ``connection_class`` of its own."""
-    target: Any = client
-    kwargs = target.connection_kwargs
+    """An asyncio ``RedisCluster`` that has not connected yet (its startup nodes made
+    with ``connection_class=tracked(...)``), with the nodes it finds later made with the
+    :func:`tracked` connection class too; returns the client. It takes no
+    ``connection_class`` of its own: the class is set in ``connection_kwargs``, the
+    settings it makes those nodes from."""
+    kwargs = cast(Any, client).connection_kwargs
     kwargs["connection_class"] = tracked(kwargs.get("connection_class", redis.asyncio.Connection))
-    for node in target.startup_nodes:
-        node.connection_class = tracked(node.connection_class)
     return client
 
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from ..._constants import LOGGER_NAME, REDIS_RECONNECT_FIRST
+from ..._constants import LOGGER_NAME
 from ...durable.inspection import merge_peek
 from ...durable.message import Position, PutRequest, Record, State, Stats
 from ._functions import AsyncFunctions
@@ -29,6 +29,7 @@ from ._listen import AsyncListener, log_lost, next_backoff
 from ._ops import Call
 from ._resend import call_async, not_cancelled
 from ._scripts import Claim
+from ._settings import REDIS_RECONNECT_FIRST
 from ._sharded import ShardedBase
 from ._shards import (
     AsyncHub,

@@ -9,20 +9,20 @@ one shard, in one script on one hash tag.
 Consumers: each backend object keeps, per queue, a :class:`ShardView` holding the
 earliest due time or lease expiry of every shard (its *head*) as last reported by a
 reserve script, and the offset from the local monotonic clock to the server's clock. A
-claim goes to the shard with the earliest head, bounded to messages due no later than the
-next shard's head plus :data:`ORDER_SLACK_MS`, then tops up from the next shards in head
-order until ``max`` is reached or no head is due; the batch is returned sorted by
-``(due_at, seq)``, with ``seq`` taken from one queue-wide counter. So no message is handed
-out ahead of a due message of another shard more than ``ORDER_SLACK_MS`` earlier, as far
-as the view is fresh. A head that turned unknown since it was last seen (news came in
-while the claim was being chosen) still bounds the claim by its last seen value: news
-only adds messages due from now on, which a claim of messages already due does not
-pass, while the messages that shard had are still there or were taken by someone else
-(then the bound is tighter than needed, and the next look fixes it). A head is marked
-unknown (looked at again, with a claim of 0) when
-that shard's wake-up marker arrives, when a local write makes it earlier, every
-:data:`REFRESH_SECONDS`, and for every shard at the start of a reserve whose listeners
-were not running. An empty shard is thus not visited again until it has news.
+claim goes to the shard with the earliest head, bounded to messages due no later than
+the next shard's head (and of its seq), then tops up from the next shards in head order
+until ``max`` is reached or no head is due; the batch is returned sorted by ``(due_at,
+seq)``, with ``seq`` taken from one queue-wide counter. So no message is handed out
+ahead of an earlier due message of another shard, as far as the view is fresh. A head
+that turned unknown since it was last seen (news came in while the claim was being
+chosen) still bounds the claim by its last seen value: news only adds messages due from
+now on, which a claim of messages already due does not pass, while the messages that
+shard had are still there or were taken by someone else (then the bound is tighter than
+needed, and the next look fixes it). A head is marked unknown (looked at again, with a
+claim of 0) when that shard's wake-up marker arrives, when a local write makes it
+earlier, every :data:`REFRESH_SECONDS`, and for every shard at the start of a reserve
+whose listeners were not running. An empty shard is thus not visited again until it has
+news.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ from ._url import Settings
 from .backend import _client_options
 
 __all__ = [
-    "ORDER_SLACK_MS",
     "REFRESH_SECONDS",
     "AsyncHub",
     "Hub",
@@ -65,9 +64,6 @@ __all__ = [
     "sync_client",
 ]
 
-#: How much earlier (ms) than a claimed message a message of another shard may be due
-#: and still wait for the next claim: the price of one script call per shard switch.
-ORDER_SLACK_MS = 0
 #: Every this many seconds a consumer looks at every shard again (bounds a missed marker).
 REFRESH_SECONDS = 5.0
 
@@ -184,7 +180,7 @@ class ShardView:
         if not bounds:
             return first, None
         head, seq = min(bounds)
-        return first, (int(head) + ORDER_SLACK_MS, seq)
+        return first, (int(head), seq)
 
     def seconds_until_next(self) -> float:
         """Seconds until the earliest head (at most :data:`REFRESH_SECONDS`)."""
@@ -408,7 +404,12 @@ def async_client(settings: Settings, *, listener: bool) -> Any:
     """:func:`sync_client` for asyncio."""
     options = _client_options(listener)
     if settings.cluster:
-        nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in settings.nodes]
+        nodes = [
+            redis.asyncio.cluster.ClusterNode(
+                host, port, connection_class=tracked(redis.asyncio.Connection)
+            )
+            for host, port in settings.nodes
+        ]
         client = _AsyncCluster(startup_nodes=nodes, retry=no_retry_async(), **options)
         return track_cluster_sends(client)
     return tracked_client(settings.url, asynchronous=True, **options)

@@ -47,15 +47,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..._constants import (
-    LOGGER_NAME,
-    REDIS_CONNECT_TIMEOUT,
-    REDIS_LISTEN_SLACK,
-    REDIS_LISTEN_TIMEOUT,
-    REDIS_RECONNECT_FIRST,
-    REDIS_SCAN_COUNT,
-    REDIS_SOCKET_TIMEOUT,
-)
+from ..._constants import LOGGER_NAME
 from ...durable.inspection import merge_peek
 from ...durable.message import Position, PutRequest, Record, State, Stats
 from ...errors import QueueClosed
@@ -66,6 +58,14 @@ from ._listen import AsyncListener, Listener, log_lost, next_backoff
 from ._ops import Call, Operations
 from ._resend import call, call_async, tracked_client
 from ._scripts import Claim, queue_names, queues_pattern
+from ._settings import (
+    REDIS_CONNECT_TIMEOUT,
+    REDIS_LISTEN_SLACK,
+    REDIS_LISTEN_TIMEOUT,
+    REDIS_RECONNECT_FIRST,
+    REDIS_SCAN_COUNT,
+    REDIS_SOCKET_TIMEOUT,
+)
 from ._transport import CONNECTION_ERRORS, AsyncBlocking, Blocking, connection_settings
 from ._url import Settings, parse_url
 

@@ -20,8 +20,8 @@ touches one shard's keys only.
   write can leave such a batch partly stored (the contract's all-or-nothing holds per
   shard).
 * reserve claims from the shard with the earliest due message and tops up from the
-  next ones, keeping global order within :data:`._shards.ORDER_SLACK_MS` (see
-  :mod:`._shards`); a waiting reserve listens on every shard's wake-up marker.
+  next ones, keeping global due order (see :mod:`._shards`); a waiting reserve listens
+  on every shard's wake-up marker.
 * stats, dead, retry_dead, purge, peek and due_counts run on every shard and merge the
   results (each shard's part is atomic; the whole is not one snapshot); queues scans
   every master. retry_dead revives each shard's dead messages in the order they died,
@@ -45,7 +45,6 @@ import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from ..._constants import REDIS_RECONNECT_FIRST
 from ...durable.inspection import merge_peek
 from ...durable.message import Position, PutRequest, Record, State, Stats
 from ._functions import Functions
@@ -53,6 +52,7 @@ from ._listen import Listener, log_lost, next_backoff
 from ._ops import Call
 from ._resend import call
 from ._scripts import Claim
+from ._settings import REDIS_RECONNECT_FIRST
 from ._sharded import ShardedBase
 from ._sharded_async import AsyncShardedRedisBackend
 from ._shards import (
