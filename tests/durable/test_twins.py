@@ -43,7 +43,7 @@ PAIRS = [
     ),
     (
         "redis-sharded",
-        "delayq.backends.redis.cluster:ShardedRedisBackend",
+        "delayq.backends.redis.sharded:ShardedRedisBackend",
         "delayq.backends.redis._sharded_async:AsyncShardedRedisBackend",
     ),
     ("queue", "delayq.durable.queue:Queue", "delayq.durable.queue:AsyncQueue"),

@@ -1,4 +1,4 @@
-"""The asyncio face of a sharded Redis queue (see :mod:`.cluster`, which exports it).
+"""The asyncio face of a sharded Redis queue (see :mod:`.sharded`, which exports it).
 
 Beside the operations of the sync face it keeps a claim spread over several shards safe
 against cancellation: what earlier shards gave a reserve cancelled later is given back.
@@ -24,17 +24,18 @@ from typing import Any, TypeVar
 from ..._constants import LOGGER_NAME
 from ...durable.inspection import merge_peek
 from ...durable.message import Position, PutRequest, Record, State, Stats
+from ._clients import async_client
 from ._functions import AsyncFunctions
+from ._hub import AsyncHub
 from ._listen import AsyncListener, log_lost, next_backoff
 from ._ops import Call
 from ._resend import call_async, not_cancelled
+from ._scan import scan_queues_async
 from ._scripts import Claim
 from ._settings import REDIS_RECONNECT_FIRST
 from ._sharded import ShardedBase
 from ._shards import (
-    AsyncHub,
     ShardView,
-    async_client,
     merge_dead,
     merge_due_counts,
     merge_stats,
@@ -42,7 +43,7 @@ from ._shards import (
     sort_claimed,
 )
 from ._transport import CONNECTION_ERRORS
-from .backend import _HAIR, _expired, scan_queues_async
+from ._waiting import HAIR, expired
 
 __all__ = ["AsyncShardedRedisBackend"]
 
@@ -224,16 +225,16 @@ class AsyncShardedRedisBackend(ShardedBase):
                 try:
                     records = await self._claim(queue, hub.view, limit, lease_ms)
                 except CONNECTION_ERRORS as exc:
-                    if _expired(give_up):
+                    if expired(give_up):
                         raise
                     log_lost("reserve lost Redis", exc, backoff)
                     await hub.wait(hub.generation, backoff)
                     backoff = next_backoff(backoff)
                     continue
                 backoff = REDIS_RECONNECT_FIRST
-                if records or _expired(give_up):
+                if records or expired(give_up):
                     return records
-                timeout = hub.view.seconds_until_next() + _HAIR
+                timeout = hub.view.seconds_until_next() + HAIR
                 if give_up is not None:
                     timeout = min(timeout, max(0.0, give_up - time.monotonic()))
                 await hub.wait(generation, timeout)

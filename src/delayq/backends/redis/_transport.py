@@ -17,12 +17,23 @@ from typing import Any
 
 import redis
 import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ._settings import (
+    REDIS_CONNECT_TIMEOUT,
+    REDIS_LISTEN_SLACK,
+    REDIS_LISTEN_TIMEOUT,
+    REDIS_SOCKET_TIMEOUT,
+)
 
 __all__ = [
     "CONNECTION_ERRORS",
     "LOST_CONNECTION",
     "AsyncBlocking",
     "Blocking",
+    "client_options",
     "connection_settings",
 ]
 
@@ -42,9 +53,11 @@ def connection_settings(
     url: str, *, asynchronous: bool, **options: Any
 ) -> tuple[Any, dict[str, Any]]:
     """The connection class and keyword arguments redis-py makes a connection of
-    ``url`` with (a URL parameter overrides ``options``)."""
+    ``url`` with (a URL parameter overrides ``options``), without redis-py's retries
+    (the callers retry, as they know what was sent)."""
     pool_class: Any = redis.asyncio.ConnectionPool if asynchronous else redis.ConnectionPool
-    pool = pool_class.from_url(url, **options)
+    retry: Any = AsyncRetry(NoBackoff(), 0) if asynchronous else Retry(NoBackoff(), 0)
+    pool = pool_class.from_url(url, **{"retry": retry, **options})
     return pool.connection_class, dict(pool.connection_kwargs)
 
 
@@ -80,3 +93,16 @@ class AsyncBlocking:
     async def aclose(self) -> None:
         """Close the connection."""
         await self._connection.disconnect()
+
+
+def client_options(listener: bool) -> dict[str, Any]:
+    """redis-py keyword arguments (a URL parameter overrides them)."""
+    if listener:
+        return {
+            "socket_timeout": REDIS_LISTEN_TIMEOUT + REDIS_LISTEN_SLACK,
+            "socket_connect_timeout": REDIS_CONNECT_TIMEOUT,
+        }
+    return {
+        "socket_timeout": REDIS_SOCKET_TIMEOUT,
+        "socket_connect_timeout": REDIS_CONNECT_TIMEOUT,
+    }

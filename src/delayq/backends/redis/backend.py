@@ -45,7 +45,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from ..._constants import LOGGER_NAME
 from ...durable.inspection import merge_peek
@@ -56,85 +56,26 @@ from ._link import Link
 from ._link_async import AsyncLink
 from ._listen import AsyncListener, Listener, log_lost, next_backoff
 from ._ops import Call, Operations
-from ._resend import call, call_async, tracked_client
-from ._scripts import Claim, queue_names, queues_pattern
+from ._resend import tracked_client
+from ._scan import scan_queues, scan_queues_async
+from ._scripts import Claim
 from ._settings import (
-    REDIS_CONNECT_TIMEOUT,
-    REDIS_LISTEN_SLACK,
-    REDIS_LISTEN_TIMEOUT,
     REDIS_RECONNECT_FIRST,
-    REDIS_SCAN_COUNT,
-    REDIS_SOCKET_TIMEOUT,
 )
-from ._transport import CONNECTION_ERRORS, AsyncBlocking, Blocking, connection_settings
+from ._transport import (
+    CONNECTION_ERRORS,
+    AsyncBlocking,
+    Blocking,
+    client_options,
+    connection_settings,
+)
 from ._url import Settings, parse_url
+from ._waiting import expired, sleep_for
 
-if TYPE_CHECKING:
-    from .cluster import AsyncShardedRedisBackend, ShardedRedisBackend
-
-__all__ = [
-    "AsyncRedisBackend",
-    "RedisBackend",
-    "open_async_backend",
-    "open_backend",
-    "parse_url",
-]
+__all__ = ["AsyncRedisBackend", "RedisBackend"]
 
 T = TypeVar("T")
 logger = logging.getLogger(LOGGER_NAME)
-
-#: A reserve wakes this long after the due instant, so the server's clock has passed it.
-_HAIR = 0.0001
-
-
-def _client_options(listener: bool) -> dict[str, Any]:
-    """redis-py keyword arguments (a URL parameter overrides them)."""
-    if listener:
-        return {
-            "socket_timeout": REDIS_LISTEN_TIMEOUT + REDIS_LISTEN_SLACK,
-            "socket_connect_timeout": REDIS_CONNECT_TIMEOUT,
-        }
-    return {
-        "socket_timeout": REDIS_SOCKET_TIMEOUT,
-        "socket_connect_timeout": REDIS_CONNECT_TIMEOUT,
-    }
-
-
-def _sleep_for(claim: Claim, give_up: float | None) -> float | None:
-    """How long a reserve that claimed nothing sleeps: until the next event (server
-    clock) or its own deadline (monotonic), whichever comes first; None: no limit."""
-    timeout = claim.seconds_until_next()
-    if timeout is not None:
-        timeout += _HAIR
-    if give_up is not None:
-        left = max(0.0, give_up - time.monotonic())
-        timeout = left if timeout is None else min(timeout, left)
-    return timeout
-
-
-def _expired(give_up: float | None) -> bool:
-    return give_up is not None and time.monotonic() >= give_up
-
-
-def scan_queues(client: Any, prefix: str) -> list[str]:
-    """The queues under ``prefix`` that hold a message: a SCAN (on every master of a
-    cluster) for their shards' ``msg`` keys, which exist exactly while not empty."""
-    pattern = queues_pattern(prefix)
-    return call(
-        lambda: queue_names(prefix, client.scan_iter(match=pattern, count=REDIS_SCAN_COUNT)),
-        safe=True,
-    )
-
-
-async def scan_queues_async(client: Any, prefix: str) -> list[str]:
-    """:func:`scan_queues` on an asyncio client."""
-    pattern = queues_pattern(prefix)
-
-    async def scan() -> list[str]:
-        keys = [key async for key in client.scan_iter(match=pattern, count=REDIS_SCAN_COUNT)]
-        return queue_names(prefix, keys)
-
-    return await call_async(scan, safe=True)
 
 
 class _Base:
@@ -159,7 +100,7 @@ class _Base:
         return connection_settings(
             self._settings.url,
             asynchronous=isinstance(self, AsyncRedisBackend),
-            **_client_options(listener=True),
+            **client_options(listener=True),
         )
 
 
@@ -169,14 +110,15 @@ class _Base:
 class RedisBackend(_Base):
     """The sync face of ``redis://`` (see :class:`~delayq.durable.backend.Backend`).
 
-    Safe to share between threads: each call borrows a connection of the object's pool
-    for one script. Creating it does no I/O; it connects on first use.
+    Safe to share between threads: each thread runs its scripts on a connection of its
+    own (:mod:`._link`), and a waiting reserve listens on one connection per queue.
+    Creating it does no I/O; it connects on first use.
     """
 
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
         # No retries in redis-py: they would resend a script whose reply was lost.
-        options = _client_options(listener=False)
+        options = client_options(listener=False)
         self._client = tracked_client(self._settings.url, asynchronous=False, **options)
         self._scripts = Functions(self._client)
         self._link = Link(
@@ -188,7 +130,7 @@ class RedisBackend(_Base):
 
     @property
     def client(self) -> Any:
-        """The redis-py client of the shared pool."""
+        """The redis-py client (its pool serves the EVALSHA fallback and ``queues()``)."""
         return self._client
 
     def _run(self, call: Call[T]) -> T:
@@ -240,16 +182,16 @@ class RedisBackend(_Base):
                 try:
                     claim = self._run(self._ops.claim(queue, limit, lease_ms))
                 except CONNECTION_ERRORS as exc:
-                    if _expired(give_up):
+                    if expired(give_up):
                         raise
                     log_lost("reserve lost Redis", exc, backoff)
                     listener.wait(listener.generation, backoff)
                     backoff = next_backoff(backoff)
                     continue
                 backoff = REDIS_RECONNECT_FIRST
-                if claim.records or _expired(give_up):
+                if claim.records or expired(give_up):
                     return claim.records
-                listener.wait(generation, _sleep_for(claim, give_up))
+                listener.wait(generation, sleep_for(claim, give_up))
                 self._check_open()
 
     def ack(self, queue: str, id: str, token: str) -> None:
@@ -364,7 +306,7 @@ class AsyncRedisBackend(_Base):
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
         # No retries in redis-py: the scripts are sent again as _resend.py says.
-        options = _client_options(listener=False)
+        options = client_options(listener=False)
         self._client = tracked_client(self._settings.url, asynchronous=True, **options)
         self._scripts = AsyncFunctions(self._client)
         self._link = AsyncLink(
@@ -376,7 +318,8 @@ class AsyncRedisBackend(_Base):
 
     @property
     def client(self) -> Any:
-        """The redis-py asyncio client of the shared pool."""
+        """The redis-py asyncio client (its pool serves RESP3, the EVALSHA fallback and
+        ``queues()``)."""
         return self._client
 
     async def _run(self, call: Call[T]) -> T:
@@ -456,16 +399,16 @@ class AsyncRedisBackend(_Base):
                 try:
                     claim = await self._claim(queue, limit, lease_ms)
                 except CONNECTION_ERRORS as exc:
-                    if _expired(give_up):
+                    if expired(give_up):
                         raise
                     log_lost("reserve lost Redis", exc, backoff)
                     await listener.wait(listener.generation, backoff)
                     backoff = next_backoff(backoff)
                     continue
                 backoff = REDIS_RECONNECT_FIRST
-                if claim.records or _expired(give_up):
+                if claim.records or expired(give_up):
                     return claim.records
-                await listener.wait(generation, _sleep_for(claim, give_up))
+                await listener.wait(generation, sleep_for(claim, give_up))
                 self._check_open()
 
     async def ack(self, queue: str, id: str, token: str) -> None:
@@ -568,25 +511,3 @@ class AsyncRedisBackend(_Base):
         await self._link.aclose()
         with contextlib.suppress(*CONNECTION_ERRORS):
             await self._client.aclose()
-
-
-def open_backend(url: str, **options: Any) -> RedisBackend | ShardedRedisBackend:
-    """Open the sync face of ``redis://host:port/db`` (options: see the module
-    docstring); a sharded queue or ``redis+cluster://`` is served by :mod:`.cluster`."""
-    settings = parse_url(url, **options)
-    if settings.shards > 1 or settings.cluster:
-        from .cluster import ShardedRedisBackend  # noqa: PLC0415 (it imports this module)
-
-        return ShardedRedisBackend(url, **options)
-    return RedisBackend(url, **options)
-
-
-def open_async_backend(url: str, **options: Any) -> AsyncRedisBackend | AsyncShardedRedisBackend:
-    """Open the async face of ``redis://host:port/db`` (options: see the module
-    docstring); a sharded queue or ``redis+cluster://`` is served by :mod:`.cluster`."""
-    settings = parse_url(url, **options)
-    if settings.shards > 1 or settings.cluster:
-        from .cluster import AsyncShardedRedisBackend  # noqa: PLC0415 (it imports this module)
-
-        return AsyncShardedRedisBackend(url, **options)
-    return AsyncRedisBackend(url, **options)

@@ -33,8 +33,9 @@ be found. A cluster URL's nodes are startup nodes; redis-py's ``RedisCluster`` f
 slot moves. Scripts run as library functions on a single node and by EVALSHA on a
 cluster (see :mod:`._functions`).
 
-The sync face is here; the asyncio face is :mod:`._sharded_async`, what both share
-:mod:`._sharded`, the shard views, listeners and merges :mod:`._shards`.
+The sync face is here; the asyncio face is :mod:`._sharded_async` (exported here too),
+what both share :mod:`._sharded`, the shard views and merges :mod:`._shards`, where
+waiting reserves sleep :mod:`._hub`, the redis-py clients :mod:`._clients`.
 """
 
 from __future__ import annotations
@@ -47,26 +48,27 @@ from typing import Any, TypeVar
 
 from ...durable.inspection import merge_peek
 from ...durable.message import Position, PutRequest, Record, State, Stats
+from ._clients import sync_client
 from ._functions import Functions
+from ._hub import Hub
 from ._listen import Listener, log_lost, next_backoff
 from ._ops import Call
 from ._resend import call
+from ._scan import scan_queues
 from ._scripts import Claim
 from ._settings import REDIS_RECONNECT_FIRST
 from ._sharded import ShardedBase
 from ._sharded_async import AsyncShardedRedisBackend
 from ._shards import (
-    Hub,
     ShardView,
     merge_dead,
     merge_due_counts,
     merge_stats,
     shard_of,
     sort_claimed,
-    sync_client,
 )
 from ._transport import CONNECTION_ERRORS
-from .backend import _HAIR, _expired, scan_queues
+from ._waiting import HAIR, expired
 
 __all__ = ["AsyncShardedRedisBackend", "ShardedRedisBackend"]
 
@@ -182,16 +184,16 @@ class ShardedRedisBackend(ShardedBase):
                 try:
                     records = self._claim(queue, hub.view, limit, lease_ms)
                 except CONNECTION_ERRORS as exc:
-                    if _expired(give_up):
+                    if expired(give_up):
                         raise
                     log_lost("reserve lost Redis", exc, backoff)
                     hub.wait(hub.generation, backoff)
                     backoff = next_backoff(backoff)
                     continue
                 backoff = REDIS_RECONNECT_FIRST
-                if records or _expired(give_up):
+                if records or expired(give_up):
                     return records
-                timeout = hub.view.seconds_until_next() + _HAIR
+                timeout = hub.view.seconds_until_next() + HAIR
                 if give_up is not None:
                     timeout = min(timeout, max(0.0, give_up - time.monotonic()))
                 hub.wait(generation, timeout)
