@@ -57,6 +57,18 @@ RULES: dict[str, str] = {
     "AsyncQueue": "Queue",
     "AsyncBackend": "Backend",
     "open_async_backend": "open_backend",
+    # the Redis backend's face (backends/redis/_async/) and its hand-written I/O pairs
+    "aclose": "close",
+    "AsyncBlocking": "Blocking",
+    "AsyncClaims": "Claims",
+    "AsyncFunctions": "Functions",
+    "AsyncLink": "Link",
+    "AsyncListener": "Listener",
+    "AsyncRedisBackend": "RedisBackend",
+    "_link_async": "_link",
+    "async_connection_settings": "connection_settings",
+    "async_tracked_client": "tracked_client",
+    "scan_queues_async": "scan_queues",
 }
 
 _RENAMED = sorted((name for name, twin in RULES.items() if twin), key=len, reverse=True)

@@ -14,7 +14,14 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
-from ._resend import no_retry, no_retry_async, track_cluster_sends, tracked, tracked_client
+from ._resend import (
+    async_tracked_client,
+    no_retry,
+    no_retry_async,
+    track_cluster_sends,
+    tracked,
+    tracked_client,
+)
 from ._transport import LOST_CONNECTION, client_options
 from ._url import Settings
 
@@ -113,7 +120,7 @@ def sync_client(settings: Settings, *, listener: bool) -> Any:
                 **options,
             )
         )
-    return tracked_client(settings.url, asynchronous=False, **options)
+    return tracked_client(settings.url, **options)
 
 
 def async_client(settings: Settings, *, listener: bool) -> Any:
@@ -128,4 +135,4 @@ def async_client(settings: Settings, *, listener: bool) -> Any:
         ]
         client = _AsyncCluster(startup_nodes=nodes, retry=no_retry_async(), **options)
         return track_cluster_sends(client)
-    return tracked_client(settings.url, asynchronous=True, **options)
+    return async_tracked_client(settings.url, **options)

@@ -42,10 +42,11 @@ from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
 from ._settings import REDIS_RETRIES, REDIS_RETRY_BASE, REDIS_RETRY_CAP
-from ._transport import CONNECTION_ERRORS, connection_settings
+from ._transport import CONNECTION_ERRORS, async_connection_settings, connection_settings
 
 __all__ = [
     "Attempt",
+    "async_tracked_client",
     "call",
     "call_async",
     "no_retry",
@@ -160,12 +161,23 @@ def no_retry_async() -> AsyncRetry:
     return AsyncRetry(NoBackoff(), 0)
 
 
-def tracked_client(url: str, *, asynchronous: bool, **options: Any) -> Any:
+def tracked_client(url: str, **options: Any) -> Any:
+    """A redis-py ``Redis`` of the single node at ``url`` (see :func:`_tracked_client`)."""
+    return _tracked_client(url, asynchronous=False, **options)
+
+
+def async_tracked_client(url: str, **options: Any) -> Any:
+    """An asyncio ``Redis`` of the single node at ``url`` (see :func:`_tracked_client`)."""
+    return _tracked_client(url, asynchronous=True, **options)
+
+
+def _tracked_client(url: str, *, asynchronous: bool, **options: Any) -> Any:
     """A redis-py client (``Redis``, or asyncio's) of the single node at ``url``, without
     redis-py's retries, made with the :func:`tracked` subclass of the connection class
     the URL calls for (``connection_class=``); ``options``: redis-py's keyword arguments
     (a URL parameter overrides them)."""
-    base, _ = connection_settings(url, asynchronous=asynchronous, **options)
+    settings = async_connection_settings if asynchronous else connection_settings
+    base, _ = settings(url, **options)
     if asynchronous:
         return redis.asyncio.Redis.from_url(
             url, retry=no_retry_async(), connection_class=tracked(base), **options

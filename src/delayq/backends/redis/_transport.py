@@ -33,6 +33,7 @@ __all__ = [
     "LOST_CONNECTION",
     "AsyncBlocking",
     "Blocking",
+    "async_connection_settings",
     "client_options",
     "connection_settings",
 ]
@@ -49,9 +50,19 @@ CONNECTION_ERRORS = (
 )
 
 
-def connection_settings(
-    url: str, *, asynchronous: bool, **options: Any
-) -> tuple[Any, dict[str, Any]]:
+def connection_settings(url: str, **options: Any) -> tuple[Any, dict[str, Any]]:
+    """The connection class and keyword arguments redis-py makes a connection of
+    ``url`` with (a URL parameter overrides ``options``), without redis-py's retries
+    (the callers retry, as they know what was sent)."""
+    return _settings(url, asynchronous=False, **options)
+
+
+def async_connection_settings(url: str, **options: Any) -> tuple[Any, dict[str, Any]]:
+    """:func:`connection_settings` of an asyncio connection."""
+    return _settings(url, asynchronous=True, **options)
+
+
+def _settings(url: str, *, asynchronous: bool, **options: Any) -> tuple[Any, dict[str, Any]]:
     """The connection class and keyword arguments redis-py makes a connection of
     ``url`` with (a URL parameter overrides ``options``), without redis-py's retries
     (the callers retry, as they know what was sent)."""
