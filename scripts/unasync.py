@@ -64,10 +64,14 @@ RULES: dict[str, str] = {
     "AsyncFunctions": "Functions",
     "AsyncLink": "Link",
     "AsyncListener": "Listener",
+    "AsyncHub": "Hub",
     "AsyncRedisBackend": "RedisBackend",
+    "AsyncShardedRedisBackend": "ShardedRedisBackend",
     "_link_async": "_link",
+    "async_client": "sync_client",
     "async_connection_settings": "connection_settings",
     "async_tracked_client": "tracked_client",
+    "call_async": "call",
     "scan_queues_async": "scan_queues",
 }
 

@@ -28,6 +28,10 @@ class Claims:
         """``claimed``, the claim the face has run on ``queue``."""
         return claimed
 
+    def claim_all(self, claimed: list[Record], queue: str, stop: list[bool]) -> list[Record]:
+        """``claimed``, the claims of several shards the face has run on ``queue``."""
+        return claimed
+
     def settle(self) -> None:
         """Nothing is ever in flight here."""
 
@@ -49,10 +53,33 @@ class AsyncClaims:
             task.add_done_callback(lambda done: self._give_back_later(queue, done))
             raise
 
+    async def claim_all(
+        self, claiming: Awaitable[list[Record]], queue: str, stop: list[bool]
+    ) -> list[Record]:
+        """Await ``claiming``, claims of several shards one after the other (each made
+        with :meth:`claim`); if the caller is cancelled meanwhile, ``stop[0]`` is set,
+        so that no further claim is sent, and what the earlier ones took is given back
+        once the last reply is in."""
+        task = asyncio.ensure_future(claiming)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            stop[0] = True
+            task.add_done_callback(lambda done: self._give_back_all_later(queue, done))
+            raise
+
     def _give_back_later(self, queue: str, done: asyncio.Future[Claim]) -> None:
         if done.cancelled() or done.exception() is not None or not done.result().records:
             return
-        giving = asyncio.ensure_future(self._give_back(queue, done.result().records))
+        self._giving(queue, done.result().records)
+
+    def _give_back_all_later(self, queue: str, done: asyncio.Future[list[Record]]) -> None:
+        if done.cancelled() or done.exception() is not None or not done.result():
+            return
+        self._giving(queue, done.result())
+
+    def _giving(self, queue: str, records: list[Record]) -> None:
+        giving = asyncio.ensure_future(self._give_back(queue, records))
         self._background.add(giving)
         giving.add_done_callback(self._background.discard)
 

@@ -90,6 +90,10 @@ class _LazyCluster:
                     client = self._client = self._make()
         return client
 
+    def initialize(self) -> None:
+        """Make the client (it reads the cluster's slots), if not made yet."""
+        self._made()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._made(), name)
 

@@ -19,12 +19,13 @@ is made without redis-py's own retries): always for a script of
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 import redis
 
-from ._resend import call, call_async
+from ._resend import call, call_async, not_cancelled
 from ._scripts import RESEND_SAFE, SCRIPT_NAMES, function_name, library_source, script_source
 
 __all__ = [
@@ -127,7 +128,13 @@ class AsyncFunctions(FunctionsBase):
     """:class:`Functions` for ``redis.asyncio.Redis`` or ``RedisCluster``."""
 
     async def __call__(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
-        return await call_async(lambda: self._once(script, keys, args), script in RESEND_SAFE)
+        run = call_async(lambda: self._once(script, keys, args), script in RESEND_SAFE)
+        return await not_cancelled(run)
+
+    async def many(self, runs: Sequence[tuple[str, Sequence[bytes], Sequence[Any]]]) -> list[Any]:
+        """Run several ``(script, keys, args)`` at once (each on its own, as
+        :meth:`__call__`) and return their replies in order; the first error is raised."""
+        return list(await asyncio.gather(*(self(*run) for run in runs)))
 
     async def _once(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         if self._scripts is not None:

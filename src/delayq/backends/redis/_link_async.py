@@ -45,7 +45,6 @@ import redis.asyncio
 
 from ._functions import AsyncFunctions, function_missing, functions_unsupported
 from ._link import LinkBase
-from ._resend import not_cancelled
 from ._scripts import RESEND_SAFE
 from ._settings import REDIS_RETRIES
 from ._transport import CONNECTION_ERRORS
@@ -252,14 +251,14 @@ class AsyncLink(LinkBase[AsyncFunctions]):
     async def __call__(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         """Run ``script`` with ``keys`` and ``args``; its raw reply."""
         if not self._direct or self._functions.evalsha:
-            return await not_cancelled(self._functions(script, keys, args))
+            return await self._functions(script, keys, args)
         command = (b"FCALL", self._names[script], len(keys), *keys, *args)
         safe = script in RESEND_SAFE
         try:
             return await self._exchange(command, safe)
         except redis.ResponseError as exc:
             if functions_unsupported(exc):  # switches it to EVALSHA
-                return await not_cancelled(self._functions(script, keys, args))
+                return await self._functions(script, keys, args)
             if not function_missing(exc):
                 raise
         await self._exchange((b"FUNCTION", b"LOAD", b"REPLACE", self._code), True)
