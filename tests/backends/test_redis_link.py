@@ -308,11 +308,15 @@ def test_a_push_before_a_reply_is_not_taken_for_it(server: RedisProcess, direct:
     with _queue(server, name, 3, direct) as q:
         link = q.backend._link  # type: ignore[attr-defined]
         replies: list[object] = []
+        pushes: list[object] = []
         tracking = threading.Event()
 
         def wait() -> None:  # on this thread's own connection
             assert link._exchange((b"CLIENT", b"TRACKING", b"ON"), True) == b"OK"
             link._exchange((b"GET", key), True)  # tracked from now on
+            if direct:  # redis-py's parser hands pushes to its handler
+                parser = link._local.wire.connection._parser
+                parser.set_invalidation_push_handler(pushes.append)
             tracking.set()
             replies.append(link._exchange((b"BLPOP", wake, 5), True))
 
@@ -323,7 +327,9 @@ def test_a_push_before_a_reply_is_not_taken_for_it(server: RedisProcess, direct:
         client.set(key, "changed")  # the push goes out first...
         client.rpush(wake, "woken")  # ...then BLPOP's reply
         waiter.join(10)
-        assert replies == [[wake, b"woken"]]  # the push went to redis-py's parser
+        assert replies == [[wake, b"woken"]]
+        if direct:
+            assert pushes == [[b"invalidate", [key]]]
         q.put("after")
         assert q.stats().ready == 2
     client.close()
