@@ -12,7 +12,7 @@ CONTRACT_STAMP := $(CONTRACT)/node_modules/.delayq-installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: run test lint bench clean contract-deps
+.PHONY: run test test-redis-low lint bench clean contract-deps
 
 $(BIN)/python:
 	@echo "make: creating $(VENV) (first run only)"
@@ -47,6 +47,23 @@ contract-deps: $(CONTRACT_STAMP)
 
 test: $(STAMP) $(CONTRACT_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The Redis suites against the lowest redis-py of pyproject.toml's range (REDIS_LOW), in
+# a venv of their own inside .venv (made once, again when pyproject.toml changes).
+REDIS_LOW  := 6.2.0
+LOW_VENV   := $(VENV)/redis-low
+LOW_STAMP  := $(LOW_VENV)/.installed-$(REDIS_LOW)
+
+$(LOW_STAMP): pyproject.toml
+	@echo "make: installing delayq with redis-py $(REDIS_LOW) into $(LOW_VENV)"
+	$(PYTHON) -m venv $(LOW_VENV)
+	$(LOW_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LOW_VENV)/bin/python -m pip install --progress-bar off -e '.[dev]' 'redis[hiredis]==$(REDIS_LOW)'
+	touch $(LOW_STAMP)
+
+test-redis-low: $(LOW_STAMP)
+	DELAYQ_REQUIRE=redis $(LOW_VENV)/bin/python -m pytest -q \
+	  tests/conformance -k redis tests/backends/test_redis*.py $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples scripts

@@ -62,6 +62,22 @@ RULES: dict[str, str] = {
     "AsyncSQLiteBackend": "SQLiteBackend",
     "AsyncRunner": "Runner",
     "wait_async": "wait",
+    # the Redis backend's face (backends/redis/_async/) and its hand-written I/O pairs
+    "aclose": "close",
+    "AsyncBlocking": "Blocking",
+    "AsyncClaims": "Claims",
+    "AsyncFunctions": "Functions",
+    "AsyncLink": "Link",
+    "AsyncListener": "Listener",
+    "AsyncHub": "Hub",
+    "AsyncRedisBackend": "RedisBackend",
+    "AsyncShardedRedisBackend": "ShardedRedisBackend",
+    "_link_async": "_link",
+    "async_client": "sync_client",
+    "async_connection_settings": "connection_settings",
+    "async_tracked_client": "tracked_client",
+    "call_async": "call",
+    "scan_queues_async": "scan_queues",
 }
 
 _RENAMED = sorted((name for name, twin in RULES.items() if twin), key=len, reverse=True)

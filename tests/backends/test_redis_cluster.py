@@ -32,7 +32,7 @@ import redis.cluster
 from redis.crc import key_slot
 
 from delayq.backends.redis._scripts import queue_keys
-from delayq.backends.redis._shards import ORDER_SLACK_MS, shard_of
+from delayq.backends.redis._shards import shard_of
 
 from ._redis_cluster import Cluster, ClusterUnavailable, shared_cluster
 from ._redis_server import WaitingConsumer, unavailable
@@ -181,8 +181,8 @@ def test_global_due_order_across_shards_with_several_consumers(
     for claimed, _, due in got:
         assert claimed >= due  # never early
     # A message claimed (strictly) later than another was not due more than the slack
-    # before it: consumers keep global due order across shards within ORDER_SLACK_MS.
-    bound = ORDER_SLACK_MS + 1
+    # before it: consumers keep global due order across shards (no slack: 0 ms).
+    bound = 0 + 1  # 0 ms of slack, 1 ms of rounding
     for claimed, payload, due in got:
         early = [
             (later_claimed, later_payload, later_due)
@@ -316,7 +316,7 @@ def test_a_claim_bounded_later_than_now_takes_a_message_due_this_very_ms(
     """The bound's seq breaks ties at the bound's due time only: a message due exactly
     at the server's now, with a higher seq than a bound due later, is claimed (it was
     left until the next millisecond, a spin of empty claims)."""
-    from delayq.backends.redis.cluster import ShardedRedisBackend  # noqa: PLC0415
+    from delayq.backends.redis.sharded import ShardedRedisBackend  # noqa: PLC0415
 
     backend = ShardedRedisBackend(single_url)
     try:

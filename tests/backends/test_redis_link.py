@@ -244,14 +244,14 @@ _FAIL = b"redis.call('INCR', KEYS[1]) return redis.error_reply(ARGV[1])"
 
 
 def _queue(server: RedisProcess, name: str, protocol: int, direct: bool) -> Queue:
-    """A queue whose thread connection is open, exchanging directly on its socket or,
-    with ``direct=False``, through redis-py (as without hiredis)."""
+    """A queue whose thread connection is open, its commands packed by hiredis or, with
+    ``direct=False``, by redis-py (as without hiredis)."""
     q = Queue(f"{server.url}?protocol={protocol}", name=name)
     link = q.backend._link  # type: ignore[attr-defined]
     if not direct:
         link._hiredis = None
     q.put("first")
-    assert (link._local.wire.direct is not None) is direct
+    assert link._local.wire is not None
     return q
 
 
@@ -314,8 +314,9 @@ def test_a_push_before_a_reply_is_not_taken_for_it(server: RedisProcess, direct:
         def wait() -> None:  # on this thread's own connection
             assert link._exchange((b"CLIENT", b"TRACKING", b"ON"), True) == b"OK"
             link._exchange((b"GET", key), True)  # tracked from now on
-            if direct:
-                link._local.wire.direct.on_push = pushes.append
+            if direct:  # redis-py's parser hands pushes to its handler
+                parser = link._local.wire.connection._parser
+                parser.set_invalidation_push_handler(pushes.append)
             tracking.set()
             replies.append(link._exchange((b"BLPOP", wake, 5), True))
 

@@ -43,8 +43,8 @@ PAIRS = [
     ),
     (
         "redis-sharded",
-        "delayq.backends.redis.cluster:ShardedRedisBackend",
-        "delayq.backends.redis._sharded_async:AsyncShardedRedisBackend",
+        "delayq.backends.redis.sharded:ShardedRedisBackend",
+        "delayq.backends.redis.sharded:AsyncShardedRedisBackend",
     ),
     ("queue", "delayq.durable.queue:Queue", "delayq.durable.queue:AsyncQueue"),
 ]

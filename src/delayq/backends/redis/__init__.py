@@ -1,9 +1,10 @@
 """``redis://host:port/db`` and ``rediss://``: the durable backend on Redis (see
-:mod:`.backend`)."""
+:mod:`.backend`; sharded queues and ``redis+cluster://``: :mod:`.sharded`)."""
 
 from redis import exceptions as _errors
 
-from .backend import AsyncRedisBackend, RedisBackend, open_async_backend, open_backend
+from ._open import open_async_backend, open_backend
+from .backend import AsyncRedisBackend, RedisBackend
 
 __all__ = ["AsyncRedisBackend", "RedisBackend", "open_async_backend", "open_backend"]
 

@@ -5,9 +5,12 @@ The library (:func:`~._scripts.library_source`) is loaded with ``FUNCTION LOAD R
 when a call finds its function missing: on first use against a server, and again after
 a restart without persistence, ``FLUSHALL`` or ``FUNCTION FLUSH``; on a cluster, redis-py
 sends ``FUNCTION LOAD`` to every primary. A server without functions (before Redis 7.0)
-gets the same scripts by EVALSHA instead. A cluster client routes each FCALL by the slot
-of its KEYS (``_shards._Cluster``), as redis-py routes EVALSHA; EVALSHA would run the
-whole prelude on every call, which took three times the server's time of an FCALL.
+gets the same scripts by EVALSHA instead. On a cluster each FCALL is sent to the node
+that serves the slot of its KEYS (one hash tag), found in redis-py's map of the cluster
+(``get_node_from_key``) and passed as ``target_nodes``: redis-py would otherwise ask a
+node for an FCALL's keys (``COMMAND GETKEYS``, a round trip more per call), and EVALSHA,
+which redis-py routes by its keys, runs the whole prelude on every call (three times the
+server's time of an FCALL). A slot that moved meanwhile is redis-py's to follow.
 
 A call lost to a connection error is sent again only as :mod:`._resend` says (the client
 is made without redis-py's own retries): always for a script of
@@ -16,12 +19,13 @@ is made without redis-py's own retries): always for a script of
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 import redis
 
-from ._resend import call, call_async
+from ._resend import call, call_async, not_cancelled
 from ._scripts import RESEND_SAFE, SCRIPT_NAMES, function_name, library_source, script_source
 
 __all__ = [
@@ -63,6 +67,14 @@ class FunctionsBase:
         """True once calls run as EVALSHA scripts (asked for, or FCALL is unknown)."""
         return self._scripts is not None
 
+    def _fcall_args(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        """The positional and keyword arguments of ``execute_command`` for an FCALL of
+        ``script`` (see the module docstring for a cluster's ``target_nodes``)."""
+        command = ("FCALL", self._names[script], len(keys), *keys, *args)
+        if self._cluster and keys:
+            return command, {"target_nodes": self._client.get_node_from_key(keys[0])}
+        return command, {}
+
     def _use_scripts(self) -> dict[str, Any]:
         scripts = {name: self._client.register_script(script_source(name)) for name in SCRIPT_NAMES}
         self._scripts = scripts
@@ -78,16 +90,17 @@ class Functions(FunctionsBase):
     def _once(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         if self._scripts is not None:
             return self._scripts[script](keys=keys, args=args)
-        name = self._names[script]
+        command, options = self._fcall_args(script, keys, args)
         try:
-            return self._client.fcall(name, len(keys), *keys, *args)
+            return self._client.execute_command(*command, **options)
         except redis.ResponseError as exc:
             if functions_unsupported(exc):
                 return self._use_scripts()[script](keys=keys, args=args)
             if not function_missing(exc):
                 raise
         self._client.function_load(self._code, replace=True)
-        return self._client.fcall(name, len(keys), *keys, *args)
+        command, options = self._fcall_args(script, keys, args)
+        return self._client.execute_command(*command, **options)
 
     def many(self, runs: Sequence[tuple[str, Sequence[bytes], Sequence[Any]]]) -> list[Any]:
         """Run several ``(script, keys, args)`` in one pipeline (not a transaction) and
@@ -115,18 +128,25 @@ class AsyncFunctions(FunctionsBase):
     """:class:`Functions` for ``redis.asyncio.Redis`` or ``RedisCluster``."""
 
     async def __call__(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
-        return await call_async(lambda: self._once(script, keys, args), script in RESEND_SAFE)
+        run = call_async(lambda: self._once(script, keys, args), script in RESEND_SAFE)
+        return await not_cancelled(run)
+
+    async def many(self, runs: Sequence[tuple[str, Sequence[bytes], Sequence[Any]]]) -> list[Any]:
+        """Run several ``(script, keys, args)`` at once (each on its own, as
+        :meth:`__call__`) and return their replies in order; the first error is raised."""
+        return list(await asyncio.gather(*(self(*run) for run in runs)))
 
     async def _once(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         if self._scripts is not None:
             return await self._scripts[script](keys=keys, args=args)
-        name = self._names[script]
+        command, options = self._fcall_args(script, keys, args)
         try:
-            return await self._client.fcall(name, len(keys), *keys, *args)
+            return await self._client.execute_command(*command, **options)
         except redis.ResponseError as exc:
             if functions_unsupported(exc):
                 return await self._use_scripts()[script](keys=keys, args=args)
             if not function_missing(exc):
                 raise
         await self._client.function_load(self._code, replace=True)
-        return await self._client.fcall(name, len(keys), *keys, *args)
+        command, options = self._fcall_args(script, keys, args)
+        return await self._client.execute_command(*command, **options)

@@ -3,34 +3,39 @@
 A script call through ``redis.asyncio.Redis`` costs about as much Python as the round
 trip itself (pool lock and checkout, the retry wrapper, timeouts through ``wait_for``,
 response callbacks, observability hooks), and takes a connection of its own.
-:class:`AsyncLink` keeps one connection per event loop and pipelines on it: a call writes
-``FCALL`` packed by hiredis to the connection's stream at once and waits for its reply;
-one reader task per connection reads the replies, in order, with a hiredis ``Reader``
-made as redis-py makes its own (error replies come out as redis-py's exception classes,
-by redis-py's table), and hands each to its call. Calls made at the same moment by many
-tasks go out and come back together, as node-redis and ioredis's auto-pipelining do;
-redis-py makes and connects the connection from the client's pool settings (TCP or unix
-socket, AUTH, SELECT, timeouts, as redis-py applies them).
+:class:`AsyncLink` keeps one redis-py ``Connection`` per event loop, made from the client
+pool's ``connection_class`` and ``connection_kwargs`` (TCP or unix socket, TLS, AUTH,
+SELECT, as redis-py applies them), and pipelines on it through its public methods only:
+a call writes ``FCALL`` (packed by hiredis, else by ``pack_command``) with
+``send_packed_command(..., check_health=False)`` and waits for its reply; one reader
+task per connection calls ``read_response()`` again and again and hands each reply, in
+order, to the oldest call waiting (error replies come out as redis-py's exception
+classes). Calls made at the same moment by many tasks go out and come back together,
+as node-redis and ioredis's auto-pipelining do. The connection is made without a socket
+timeout, so redis-py wraps neither a write nor a read in one: the link times replies
+itself, with one timer per connection.
 
-It applies to RESP2 over TCP or a unix socket with hiredis installed; otherwise (TLS,
-RESP3, no hiredis, a redis-py whose connection lacks the attributes used) every call goes
-through :class:`~._functions.AsyncFunctions`, redis-py's path, under the same rules.
+It speaks RESP2 (whatever redis-py's default); a URL that asks for RESP3, where the
+server may push between replies, has every call go through
+:class:`~._functions.AsyncFunctions`, redis-py's path, under the same rules.
 
 Errors and retries are :mod:`._link`'s: a failed connect is retried with backoff; a call
 whose connection fails after it was written is sent again only for a
 :data:`~._scripts.RESEND_SAFE` script, a ``LOADING`` reply always. A reply later than
 the socket timeout fails the connection and every call waiting on it (as redis-py drops
-a connection that timed out). A connection the server closed while idle is seen before
-writing (end of file in the stream, or one ``poll`` of the socket) and replaced. A call
-cancelled while waiting leaves its reply to be read and dropped: the connection stays in
-step for the others.
+a connection that timed out). A connection the server closed while idle is replaced
+before writing: the reader task, always reading, meets its end of file as soon as the
+loop looks at the socket; and before a call on a connection quiet for
+:data:`IDLE_CHECK` seconds or more, :data:`LOOKS` turns of the loop let it look (a loop
+kept busy or blocked meanwhile may not have seen a restart yet). A call cancelled while
+waiting leaves its reply to be read and dropped: the connection stays in step for the
+others.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import select
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -38,104 +43,114 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from ..._constants import REDIS_RETRIES
 from ._functions import AsyncFunctions, function_missing, functions_unsupported
-from ._link import CLOSED, MORE, READ_SIZE, LinkBase, raise_errors, reader_options
-from ._listen import CONNECTION_ERRORS
-from ._resend import not_cancelled
+from ._link import LinkBase
 from ._scripts import RESEND_SAFE
+from ._settings import REDIS_RETRIES
+from ._transport import CONNECTION_ERRORS
 
-__all__ = ["AsyncLink"]
+__all__ = ["IDLE_CHECK", "LOOKS", "AsyncLink"]
 
-
-class _Indirect(Exception):
-    """The direct exchange does not apply to this client's connections."""
+#: Seconds a connection may sit quiet before a call gives the loop a look at it first.
+IDLE_CHECK = 0.02
+#: Turns of the loop that look takes: one to poll the socket, one for the transport to
+#: read its end of file, one for the reader task to meet it, and one to spare.
+LOOKS = 4
 
 
 class _Wire:
-    """One pipelined connection: redis-py's connected ``Connection``, its stream, a reply
-    reader, a poll of its socket, the calls waiting for their replies (in the order they
-    were written) and the task that reads them."""
+    """One pipelined connection: redis-py's connected ``Connection``, the calls waiting
+    for their replies (in the order they were written) and the task that reads them."""
 
     __slots__ = (
+        "checking",
         "connection",
         "failure",
+        "flushing",
         "loop",
         "outbox",
         "pending",
-        "poll",
+        "quiet_since",
         "reader",
-        "replies",
-        "stream",
         "timeout",
         "watch",
-        "writer",
     )
 
     def __init__(
-        self,
-        connection: Any,
-        loop: asyncio.AbstractEventLoop,
-        replies: Any,
-        poll: Any,
-        timeout: float | None,
+        self, connection: Any, loop: asyncio.AbstractEventLoop, timeout: float | None
     ) -> None:
         self.connection = connection
         self.loop = loop
-        self.stream: asyncio.StreamReader = connection._reader
-        self.writer: asyncio.StreamWriter = connection._writer
-        self.replies = replies
-        self.poll = poll
         #: The calls written, oldest first: each one's future and the time its reply is
         #: due by (the socket timeout after it was written).
         self.pending: deque[tuple[asyncio.Future[Any], float]] = deque()
         self.timeout = timeout
         #: The timer that fails the connection when the oldest reply is late.
         self.watch: asyncio.TimerHandle | None = None
-        #: Commands written by calls of this turn of the loop, sent together at its end.
+        #: Commands written by calls while others wait, sent together by one writer.
         self.outbox: list[bytes] = []
+        self.flushing = False
+        #: The loop is given a look at the quiet connection (see the module docstring).
+        self.checking = False
+        #: When the last reply came (the loop's clock).
+        self.quiet_since = loop.time()
         #: Why the connection can no longer be used (None while it can).
         self.failure: BaseException | None = None
         self.reader = loop.create_task(self._read_replies())
 
     def usable(self, loop: asyncio.AbstractEventLoop) -> bool:
-        """Whether a call on ``loop`` may write here: not failed, this loop's, and when
-        no call waits on it, nothing buffered, no end of file and nothing to read."""
-        if self.failure is not None or self.loop is not loop:
+        """Whether a call on ``loop`` may write here at once: not failed, this loop's,
+        not being checked, and busy or used a moment ago."""
+        if self.failure is not None or self.loop is not loop or self.checking:
             return False
-        if self.pending:
-            return True
-        return not (
-            self.replies.has_data()
-            or self.stream.at_eof()
-            or self.stream.exception() is not None
-            or self.poll(0)
-        )
+        return bool(self.pending) or loop.time() - self.quiet_since < IDLE_CHECK
 
-    def send(self, packed: bytes) -> asyncio.Future[Any]:
+    async def send(self, packed: bytes) -> asyncio.Future[Any]:
         """Write ``packed``; the future of its reply (an error reply is its value).
 
         With no call on the wire it goes out at once. Otherwise replies are due, and
         the calls they wake will write too in this turn of the loop: it waits in the
-        outbox, and the outbox goes out in one write at the end of the turn (one
-        system call and, on the server, one read for them all), in call order."""
+        outbox, and one writer sends the outbox in one write (one system call and, on
+        the server, one read for them all), in call order."""
         if self.failure is not None:  # nothing written
             raise _copy(self.failure)
         loop = self.loop
         future: asyncio.Future[Any] = loop.create_future()
-        if self.outbox:
-            self.outbox.append(packed)
-        elif self.pending:
-            self.outbox.append(packed)
-            loop.call_soon(self._flush)
-        else:
-            self.writer.write(packed)
         timeout = self.timeout
         due = float("inf") if timeout is None else loop.time() + timeout
+        busy = bool(self.outbox or self.flushing or self.pending)
         self.pending.append((future, due))
+        if busy:
+            self.outbox.append(packed)
+            if not self.flushing:
+                self.flushing = True
+                loop.call_soon(self._flush_soon)
+        else:
+            try:  # the bytes reach the transport before the first await
+                await self.connection.send_packed_command(packed, False)
+            except BaseException as exc:
+                future.cancel()  # this call raises the failure itself
+                self.fail(exc if isinstance(exc, redis.RedisError) else _lost(exc))
+                raise
         if self.watch is None and timeout is not None:
             self.watch = loop.call_at(due, self._check_late)
         return future
+
+    def _flush_soon(self) -> None:
+        task = self.loop.create_task(self._flush())
+        task.add_done_callback(_retrieve)
+
+    async def _flush(self) -> None:
+        """The writer: send the outbox until it is empty."""
+        try:
+            while self.outbox and self.failure is None:
+                outbox, self.outbox = self.outbox, []
+                await self.connection.send_packed_command(b"".join(outbox), False)
+        except BaseException as exc:
+            self.fail(exc if isinstance(exc, redis.RedisError) else _lost(exc))
+            raise
+        finally:
+            self.flushing = False
 
     def _check_late(self) -> None:
         """The watch: fail the connection if the oldest reply is late, else watch the
@@ -149,14 +164,9 @@ class _Wire:
         else:
             self.watch = self.loop.call_at(due, self._check_late)
 
-    def _flush(self) -> None:
-        outbox, self.outbox = self.outbox, []
-        if self.failure is None:
-            self.writer.write(b"".join(outbox))
-
     def fail(self, failure: BaseException) -> None:
         """Give up the connection: every call still waiting gets a connection error,
-        and it is closed at once."""
+        and it is closed."""
         if self.failure is not None:
             return
         self.failure = failure
@@ -169,39 +179,46 @@ class _Wire:
             if not future.done():
                 future.set_exception(_copy(failure))
         if self.reader is not asyncio.current_task():
-            self.reader.cancel()
-        close = getattr(self.connection, "_close", None)  # also forgets the streams
-        with contextlib.suppress(Exception):  # its loop may be closed already
-            if close is not None:
-                close()
-            else:
-                self.writer.close()
+            with contextlib.suppress(RuntimeError):  # its loop is closed already
+                self.reader.cancel()  # the reader closes the connection
 
     async def _read_replies(self) -> None:
         """Hand each reply to the oldest waiting call, until the connection fails (or
         the loop ends: ``asyncio.run`` cancels this task)."""
-        replies, pending = self.replies, self.pending
+        connection, pending = self.connection, self.pending
         try:
             while True:
-                data = await self.stream.read(READ_SIZE)
-                if not data:
-                    raise redis.ConnectionError(CLOSED)
-                replies.feed(data)
-                reply = replies.gets()
-                while reply is not MORE:
-                    if not pending:  # bytes nothing asked for: out of step
-                        raise redis.ConnectionError("a reply that no call waits for")
-                    future = pending.popleft()[0]
-                    if not future.done():  # a cancelled call's reply is dropped
-                        future.set_result(reply)
-                    reply = replies.gets()
+                try:
+                    reply = await connection.read_response(disconnect_on_error=False)
+                except (redis.ResponseError, redis.BusyLoadingError) as exc:
+                    reply = exc  # an error reply: the connection is in step
+                if not pending:  # bytes nothing asked for: out of step
+                    raise redis.ConnectionError("a reply that no call waits for")
+                future = pending.popleft()[0]
+                if not future.done():  # a cancelled call's reply is dropped
+                    future.set_result(reply)
+                if not pending:
+                    self.quiet_since = self.loop.time()
         except asyncio.CancelledError:
             self.fail(redis.ConnectionError("the connection was closed"))
             raise
         except redis.RedisError as exc:  # end of file, a protocol error, stray bytes
             self.fail(exc)
         except Exception as exc:  # OSError from the socket, or worse
-            self.fail(redis.ConnectionError(f"Error while reading from socket: {exc}"))
+            self.fail(_lost(exc))
+        finally:
+            with contextlib.suppress(Exception):
+                await connection.disconnect()
+
+
+def _lost(exc: BaseException) -> redis.ConnectionError:
+    return redis.ConnectionError(f"Error on the connection: {exc!r}")
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """Mark a writer's failure as seen (the calls waiting on it received it)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _copy(failure: BaseException) -> BaseException:
@@ -213,46 +230,39 @@ def _copy(failure: BaseException) -> BaseException:
 
 
 class AsyncLink(LinkBase[AsyncFunctions]):
-    """Runs the library's functions for one ``redis.asyncio.Redis`` client's server, on
-    one pipelined connection per event loop made from the client's pool settings."""
+    """Runs the library's functions on one server, on one pipelined connection per
+    event loop made from the settings."""
 
-    def __init__(self, client: redis.asyncio.Redis, functions: AsyncFunctions) -> None:
-        super().__init__(client, functions)
+    def __init__(
+        self, connection_class: Any, kwargs: dict[str, Any], functions: AsyncFunctions
+    ) -> None:
+        super().__init__(connection_class, kwargs, functions)
         self._wire: _Wire | None = None
         self._connecting: asyncio.Task[_Wire] | None = None
-        self._direct = (
-            self._hiredis is not None
-            and hasattr(select, "poll")
-            and not issubclass(self._connection_class, redis.asyncio.SSLConnection)
-            and str(self._connection_kwargs.get("protocol", 2)) == "2"
-        )
+        protocol = self._connection_kwargs.get("protocol")
+        self._direct = protocol is None or str(protocol) == "2"
         self._timeout: float | None = self._connection_kwargs.get("socket_timeout")
+        # RESP2 whatever redis-py's default, and no socket timeout: the link times
+        # replies itself, so redis-py wraps no write or read in a timeout.
+        self._connection_kwargs.update(protocol=2, socket_timeout=None)
         self._closed = False
+        self._packer: Any = None
 
     async def __call__(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         """Run ``script`` with ``keys`` and ``args``; its raw reply."""
         if not self._direct or self._functions.evalsha:
-            return await self._through_redis_py(script, keys, args)
+            return await self._functions(script, keys, args)
         command = (b"FCALL", self._names[script], len(keys), *keys, *args)
         safe = script in RESEND_SAFE
         try:
-            try:
-                return await self._exchange(command, safe)
-            except redis.ResponseError as exc:
-                if functions_unsupported(exc):  # switches it to EVALSHA
-                    return await self._through_redis_py(script, keys, args)
-                if not function_missing(exc):
-                    raise
-            await self._exchange((b"FUNCTION", b"LOAD", b"REPLACE", self._code), True)
             return await self._exchange(command, safe)
-        except _Indirect:  # raised before anything was sent
-            return await self._through_redis_py(script, keys, args)
-
-    async def _through_redis_py(
-        self, script: str, keys: Sequence[bytes], args: Sequence[Any]
-    ) -> Any:
-        """The call on redis-py's path (:class:`~._functions.AsyncFunctions`)."""
-        return await not_cancelled(self._functions(script, keys, args))
+        except redis.ResponseError as exc:
+            if functions_unsupported(exc):  # switches it to EVALSHA
+                return await self._functions(script, keys, args)
+            if not function_missing(exc):
+                raise
+        await self._exchange((b"FUNCTION", b"LOAD", b"REPLACE", self._code), True)
+        return await self._exchange(command, safe)
 
     async def aclose(self) -> None:
         """Close the connection, once the calls waiting on it have their replies (or
@@ -265,35 +275,61 @@ class AsyncLink(LinkBase[AsyncFunctions]):
             waiting = [future for future, _ in wire.pending if not future.done()]
             if waiting:
                 await asyncio.wait(waiting, timeout=self._timeout)
-        wire.fail(redis.ConnectionError("the queue was closed"))
+            wire.fail(redis.ConnectionError("the queue was closed"))
+            await asyncio.gather(wire.reader, return_exceptions=True)
+        else:
+            wire.fail(redis.ConnectionError("the queue was closed"))
 
     async def _take(self) -> _Wire:
         """This loop's connection, or a new one when it has none or its connection
-        failed or was closed by the server (raises :class:`_Indirect` when the direct
-        exchange does not apply). Calls that find none at once share one connect."""
+        failed or was closed by the server; a quiet one is looked at first. Calls that
+        find none at once share one connect (or look)."""
         loop = asyncio.get_running_loop()
         wire = self._wire
         if wire is not None:
             if wire.usable(loop):
                 return wire
-            if wire.loop is loop:
-                wire.fail(redis.ConnectionError("closed by the server while idle"))
-            self._wire = None  # another loop's: that loop closes it (or closed it)
+            if wire.loop is not loop:
+                self._wire = wire = None  # another loop's: that loop closes it
+            elif wire.failure is not None:
+                self._wire = wire = None
         connecting = self._connecting
         if connecting is None or connecting.get_loop() is not loop:
-            connecting = self._connecting = loop.create_task(self._connect(loop))
+            connecting = self._connecting = loop.create_task(self._connect(loop, wire))
             connecting.add_done_callback(self._connected)
         return await asyncio.shield(connecting)
 
-    async def _connect(self, loop: asyncio.AbstractEventLoop) -> _Wire:
+    async def _connect(self, loop: asyncio.AbstractEventLoop, quiet: _Wire | None) -> _Wire:
+        """``quiet`` if its reader, given the loop a few turns, met no end of file
+        (see the module docstring); else a new connection."""
+        if quiet is not None:
+            quiet.checking = True
+            try:
+                for _ in range(LOOKS):
+                    await asyncio.sleep(0)
+                    if quiet.failure is not None:
+                        break
+            finally:
+                quiet.checking = False
+            if quiet.failure is None:
+                quiet.quiet_since = loop.time()
+                return quiet
         connection = self._connection_class(**self._connection_kwargs)
-        await connection.connect()
-        wire = self._attach(connection, loop)
-        if wire is None:
-            self._direct = False
-            await connection.disconnect()
-            raise _Indirect
-        return wire
+        try:  # the handshake's replies are read without redis-py's timeout: bound it
+            await asyncio.wait_for(connection.connect(), self._timeout)
+        except asyncio.TimeoutError:
+            with contextlib.suppress(Exception):
+                await connection.disconnect()
+            raise redis.TimeoutError("Timeout connecting to server") from None
+        return _Wire(connection, loop, self._timeout)
+
+    def _packed(self, command: tuple[Any, ...]) -> bytes:
+        if self._hiredis is not None:
+            packed: bytes = self._hiredis.pack_command(command)
+            return packed
+        if self._packer is None:  # a connection that never connects: its encoder only
+            self._packer = self._connection_class(**self._connection_kwargs)
+        return b"".join(self._packer.pack_command(*command))
 
     def _connected(self, task: asyncio.Task[_Wire]) -> None:
         if self._connecting is task:
@@ -305,39 +341,24 @@ class AsyncLink(LinkBase[AsyncFunctions]):
         else:
             self._wire = task.result()
 
-    def _attach(self, connection: Any, loop: asyncio.AbstractEventLoop) -> _Wire | None:
-        writer = getattr(connection, "_writer", None)
-        stream = getattr(connection, "_reader", None)
-        parse_error = getattr(getattr(connection, "_parser", None), "parse_error", None)
-        if not isinstance(writer, asyncio.StreamWriter):
-            return None
-        sock = writer.get_extra_info("socket")
-        if (
-            not isinstance(stream, asyncio.StreamReader)
-            or parse_error is None
-            or sock is None
-            or writer.get_extra_info("sslcontext") is not None
-        ):
-            return None
-        poller = select.poll()
-        poller.register(sock.fileno(), select.POLLIN)
-        reader = self._hiredis.Reader(**reader_options(connection, parse_error))
-        return _Wire(connection, loop, reader, poller.poll, self._timeout)
-
     async def _exchange(self, command: tuple[Any, ...], resend_safe: bool) -> Any:
         """Send ``command`` and wait for its reply, retrying as the module docstring
         says."""
         failures = 0
-        packed: bytes = self._hiredis.pack_command(command)
+        packed = self._packed(command)
         while True:
             wire = self._wire
             sent = False
             try:
                 if wire is None or not wire.usable(asyncio.get_running_loop()):
                     wire = await self._take()
-                future = wire.send(packed)
-                sent = True
-                return raise_errors(await future)
+                if wire.failure is not None:
+                    raise _copy(wire.failure)  # nothing written
+                sent = True  # from here on it may have been, whole
+                reply = await (await wire.send(packed))
+                if isinstance(reply, redis.RedisError):
+                    raise reply
+                return reply
             except redis.BusyLoadingError:
                 # The server refused the command while it loads its data: it ran
                 # nothing, so retry (on the same connection: it is in step).

@@ -33,31 +33,14 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-import redis
-import redis.asyncio
-
-from ..._constants import (
-    LOGGER_NAME,
-    REDIS_LISTEN_TIMEOUT,
-    REDIS_RECONNECT_FIRST,
-    REDIS_RECONNECT_MAX,
-)
+from ..._constants import LOGGER_NAME
 from ...errors import QueueClosed
+from ._settings import REDIS_LISTEN_TIMEOUT, REDIS_RECONNECT_FIRST, REDIS_RECONNECT_MAX
+from ._transport import CONNECTION_ERRORS
 
-__all__ = ["CONNECTION_ERRORS", "LOST_CONNECTION", "AsyncListener", "Listener", "next_backoff"]
+__all__ = ["AsyncListener", "Listener", "log_lost", "next_backoff"]
 
 logger = logging.getLogger(LOGGER_NAME)
-
-#: What a lost or unreachable Redis raises.
-LOST_CONNECTION = (redis.ConnectionError, redis.TimeoutError, OSError)
-#: What a lost, unreachable or recovering Redis raises: also a cluster that says it is
-#: down (CLUSTERDOWN, until every slot is served again after a restart) or a slot that
-#: redis-py's view of the cluster does not cover yet. None of them ran the command.
-CONNECTION_ERRORS = (
-    *LOST_CONNECTION,
-    redis.exceptions.ClusterDownError,
-    redis.exceptions.SlotNotCoveredError,
-)
 
 
 def next_backoff(backoff: float) -> float:

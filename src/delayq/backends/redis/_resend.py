@@ -4,7 +4,7 @@
 redis-py's own ``Retry`` sends any command again after a connection error, even one
 whose reply was lost after the server ran it: a put or an ack could run twice (a false
 ``DuplicateId``, a false ``LeaseLost``, a double claim). So those clients are made with
-no retries (:func:`no_retry`, :func:`track_sends`) and every call goes through
+no retries (:func:`no_retry`, :func:`tracked_client`) and every call goes through
 :func:`call` / :func:`call_async`, which send it again, with backoff, up to
 :data:`REDIS_RETRIES` times, only when that is harmless:
 
@@ -15,24 +15,23 @@ no retries (:func:`no_retry`, :func:`track_sends`) and every call goes through
   counts as sent), or the server answered that it ran nothing (``LOADING`` while a
   restarted server reads its data, ``CLUSTERDOWN``, a slot not covered).
 
-"Written" is known from the connections themselves: the clients' connection classes are
-swapped for subclasses (:func:`tracked`) that mark the caller's :class:`Attempt` when
-they write a script command (``FCALL``, ``EVALSHA``, ``EVAL``) during it; the attempt
-travels in a context variable, so each thread and each task has its own. Other commands
-an attempt may send (a handshake, ``SCRIPT LOAD``, a cluster's slot refresh) are
-harmless and do not count. The sync single-node face keeps its own connection per thread
-and the same rule (:mod:`._link`).
+"Written" is known from the connections themselves: the clients are made with subclasses
+of their connection classes (:func:`tracked`) that mark the caller's :class:`Attempt`
+when they write a script command (``FCALL``, ``EVALSHA``, ``EVAL``) during it; the
+attempt travels in a context variable, so each thread and each task has its own. Other
+commands an attempt may send (a handshake, ``SCRIPT LOAD``, a cluster's slot refresh)
+are harmless and do not count. The sync single-node face keeps its own connection per
+thread and the same rule (:mod:`._link`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import select
 import time
 from collections.abc import Awaitable, Callable
 from functools import cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis
 import redis.asyncio
@@ -42,18 +41,20 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
-from ..._constants import REDIS_RETRIES, REDIS_RETRY_BASE, REDIS_RETRY_CAP
-from ._listen import CONNECTION_ERRORS
+from ._settings import REDIS_RETRIES, REDIS_RETRY_BASE, REDIS_RETRY_CAP
+from ._transport import CONNECTION_ERRORS, async_connection_settings, connection_settings
 
 __all__ = [
     "Attempt",
+    "async_tracked_client",
     "call",
     "call_async",
     "no_retry",
     "no_retry_async",
     "not_cancelled",
-    "track_sends",
+    "track_cluster_sends",
     "tracked",
+    "tracked_client",
 ]
 
 T = TypeVar("T")
@@ -116,22 +117,6 @@ class _SyncMarks:
             raise
 
 
-def _readable(connection: Any) -> bool:
-    """Whether an idle asyncio connection's socket has something to read (end of file
-    after a restart, or stray bytes), asked of the socket itself: the event loop may
-    not have looked at it since (a loop kept busy, or blocked)."""
-    writer = getattr(connection, "_writer", None)
-    sock = None if writer is None else writer.get_extra_info("socket")
-    if sock is None or not hasattr(select, "poll"):  # no poll(): the loop's view only
-        return False
-    poller = select.poll()
-    try:
-        poller.register(sock.fileno(), select.POLLIN)
-        return bool(poller.poll(0))
-    except (OSError, ValueError):
-        return True
-
-
 class _AsyncMarks:
     """:class:`_SyncMarks` for asyncio connections, which also replace a connection the
     server closed while it sat idle (a cluster node's pool does not look)."""
@@ -143,7 +128,9 @@ class _AsyncMarks:
             await send(command, check_health)
             return
         this: Any = self
-        if this.is_connected and (_readable(this) or await this.can_read()):
+        # can_read (redis-py 8), can_read_destructive before it: the same question.
+        can_read = getattr(this, "can_read", None) or this.can_read_destructive
+        if this.is_connected and await can_read():
             await this.disconnect()  # end of file or stray bytes: not ready to send
         await this.connect()
         if check_health:
@@ -174,19 +161,38 @@ def no_retry_async() -> AsyncRetry:
     return AsyncRetry(NoBackoff(), 0)
 
 
-def track_sends(client: C) -> C:
-    """Swap the connection class of a redis-py client that has not connected yet for
-    its :func:`tracked` subclass; returns the client."""
-    target: Any = client
-    pool = getattr(target, "connection_pool", None)
-    if pool is not None:  # Redis, asyncio Redis
-        pool.connection_class = tracked(pool.connection_class)
-        return client
-    # asyncio RedisCluster: its nodes are made from these settings as they are found.
-    kwargs = target.connection_kwargs
+def tracked_client(url: str, **options: Any) -> Any:
+    """A redis-py ``Redis`` of the single node at ``url`` (see :func:`_tracked_client`)."""
+    return _tracked_client(url, asynchronous=False, **options)
+
+
+def async_tracked_client(url: str, **options: Any) -> Any:
+    """An asyncio ``Redis`` of the single node at ``url`` (see :func:`_tracked_client`)."""
+    return _tracked_client(url, asynchronous=True, **options)
+
+
+def _tracked_client(url: str, *, asynchronous: bool, **options: Any) -> Any:
+    """A redis-py client (``Redis``, or asyncio's) of the single node at ``url``, without
+    redis-py's retries, made with the :func:`tracked` subclass of the connection class
+    the URL calls for (``connection_class=``); ``options``: redis-py's keyword arguments
+    (a URL parameter overrides them)."""
+    settings = async_connection_settings if asynchronous else connection_settings
+    base, _ = settings(url, **options)
+    if asynchronous:
+        return redis.asyncio.Redis.from_url(
+            url, retry=no_retry_async(), connection_class=tracked(base), **options
+        )
+    return redis.Redis.from_url(url, retry=no_retry(), connection_class=tracked(base), **options)
+
+
+def track_cluster_sends(client: C) -> C:
+    """An asyncio ``RedisCluster`` that has not connected yet (its startup nodes made
+    with ``connection_class=tracked(...)``), with the nodes it finds later made with the
+    :func:`tracked` connection class too; returns the client. It takes no
+    ``connection_class`` of its own: the class is set in ``connection_kwargs``, the
+    settings it makes those nodes from."""
+    kwargs = cast(Any, client).connection_kwargs
     kwargs["connection_class"] = tracked(kwargs.get("connection_class", redis.asyncio.Connection))
-    for node in target.startup_nodes:
-        node.connection_class = tracked(node.connection_class)
     return client
 
 

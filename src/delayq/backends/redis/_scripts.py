@@ -21,9 +21,10 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from ..._constants import LEASE_EXPIRED_ERROR, RAW_ENCODING, REDIS_KEY_SUFFIXES
+from ..._constants import LEASE_EXPIRED_ERROR, RAW_ENCODING
 from ...durable.message import PutRequest, Record, State, Stats, lag_of, new_record
 from ...errors import DuplicateId
+from ._settings import REDIS_KEY_SUFFIXES
 
 __all__ = [
     "DRAINING_SCRIPTS",

@@ -1,4 +1,4 @@
-"""What both faces of a sharded Redis queue share (see :mod:`.cluster`): the settings,
+"""What both faces of a sharded Redis queue share (see :mod:`.sharded`): the settings,
 one :class:`~._ops.Operations` per shard, and the routing of ids and batches to shards."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ from typing import Any
 
 from ...durable.message import Now, PutRequest, resolve_due
 from ...errors import QueueClosed
+from ._hub import AsyncHub, Hub
 from ._ops import Operations
-from ._shards import AsyncHub, Hub, by_shard, shard_of
+from ._shards import by_shard, shard_of
 from ._url import parse_url
 
 __all__ = ["ShardedBase"]

@@ -1,5 +1,5 @@
 """Sharded queues, the parts without I/O: routing by id, the consumer's view of the
-shards, the wake-up hub over one listener per shard, and the merging of per-shard results.
+shards, and the merging of per-shard results.
 
 Routing: message ``id`` lives in shard ``crc32(id as UTF-8) % shards`` (:func:`shard_of`,
 zlib's CRC-32, the same in every process and every version of delayq: changing it would
@@ -9,64 +9,44 @@ one shard, in one script on one hash tag.
 Consumers: each backend object keeps, per queue, a :class:`ShardView` holding the
 earliest due time or lease expiry of every shard (its *head*) as last reported by a
 reserve script, and the offset from the local monotonic clock to the server's clock. A
-claim goes to the shard with the earliest head, bounded to messages due no later than the
-next shard's head plus :data:`ORDER_SLACK_MS`, then tops up from the next shards in head
-order until ``max`` is reached or no head is due; the batch is returned sorted by
-``(due_at, seq)``, with ``seq`` taken from one queue-wide counter. So no message is handed
-out ahead of a due message of another shard more than ``ORDER_SLACK_MS`` earlier, as far
-as the view is fresh. A head that turned unknown since it was last seen (news came in
-while the claim was being chosen) still bounds the claim by its last seen value: news
-only adds messages due from now on, which a claim of messages already due does not
-pass, while the messages that shard had are still there or were taken by someone else
-(then the bound is tighter than needed, and the next look fixes it). A head is marked
-unknown (looked at again, with a claim of 0) when
-that shard's wake-up marker arrives, when a local write makes it earlier, every
-:data:`REFRESH_SECONDS`, and for every shard at the start of a reserve whose listeners
-were not running. An empty shard is thus not visited again until it has news.
+claim goes to the shard with the earliest head, bounded to messages due no later than
+the next shard's head (and of its seq), then tops up from the next shards in head order
+until ``max`` is reached or no head is due; the batch is returned sorted by ``(due_at,
+seq)``, with ``seq`` taken from one queue-wide counter. So no message is handed out
+ahead of an earlier due message of another shard, as far as the view is fresh. A head
+that turned unknown since it was last seen (news came in while the claim was being
+chosen) still bounds the claim by its last seen value: news only adds messages due from
+now on, which a claim of messages already due does not pass, while the messages that
+shard had are still there or were taken by someone else (then the bound is tighter than
+needed, and the next look fixes it). A head is marked unknown (looked at again, with a
+claim of 0) when that shard's wake-up marker arrives, when a local write makes it
+earlier, every :data:`REFRESH_SECONDS`, and for every shard at the start of a reserve
+whose listeners were not running. An empty shard is thus not visited again until it has
+news.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import math
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
-
-import redis
-import redis.asyncio
-import redis.asyncio.cluster
-import redis.cluster
+from collections.abc import Sequence
 
 from ...durable.message import PutRequest, Record, Stats
-from ._listen import LOST_CONNECTION, AsyncListener, Listener
-from ._resend import no_retry, no_retry_async, track_sends, tracked
 from ._scripts import Claim
-from ._url import Settings
-from .backend import _client_options
 
 __all__ = [
-    "ORDER_SLACK_MS",
     "REFRESH_SECONDS",
-    "AsyncHub",
-    "Hub",
     "ShardView",
-    "async_client",
     "by_shard",
     "merge_dead",
     "merge_due_counts",
     "merge_stats",
     "shard_of",
     "sort_claimed",
-    "sync_client",
 ]
 
-#: How much earlier (ms) than a claimed message a message of another shard may be due
-#: and still wait for the next claim: the price of one script call per shard switch.
-ORDER_SLACK_MS = 0
 #: Every this many seconds a consumer looks at every shard again (bounds a missed marker).
 REFRESH_SECONDS = 5.0
 
@@ -183,7 +163,7 @@ class ShardView:
         if not bounds:
             return first, None
         head, seq = min(bounds)
-        return first, (int(head) + ORDER_SLACK_MS, seq)
+        return first, (int(head), seq)
 
     def seconds_until_next(self) -> float:
         """Seconds until the earliest head (at most :data:`REFRESH_SECONDS`)."""
@@ -193,258 +173,7 @@ class ShardView:
         return min(REFRESH_SECONDS, max(0.0, (head - self.server_now()) / 1000.0))
 
 
-class Hub:
-    """Where the waiting reserves of one sharded queue sleep (threads): one listener per
-    shard marks its shard in the view and wakes them all."""
-
-    def __init__(self, view: ShardView) -> None:
-        self.view = view
-        self.listeners: list[Listener] = []
-        self._cond = threading.Condition()
-        self._generation = 0
-        self._closed = False
-
-    @property
-    def generation(self) -> int:
-        """Changes whenever waiters should look at the queue again."""
-        return self._generation
-
-    def mark_unheard(self) -> None:
-        """Mark the shards whose listener is not running (their news may be missed)."""
-        for shard, listener in enumerate(self.listeners):
-            if not listener.running:
-                self.view.mark(shard)
-
-    def news(self, shard: int) -> None:
-        """Shard ``shard`` changed: mark it and wake every waiter."""
-        self.view.mark(shard)
-        with self._cond:
-            self._generation += 1
-            self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def session(self) -> Iterator[None]:
-        """Around a waiting reserve: every shard's listener runs."""
-        with contextlib.ExitStack() as stack:
-            for listener in self.listeners:
-                stack.enter_context(listener.session())
-            yield
-
-    def wait(self, generation: int, timeout: float | None) -> None:
-        """Sleep up to ``timeout`` s unless news came after ``generation`` or closed."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._closed or self._generation != generation, timeout)
-
-    def close(self) -> None:
-        """Wake every waiter for good and stop the listeners."""
-        with self._cond:
-            self._closed = True
-            self._generation += 1
-            self._cond.notify_all()
-        for listener in self.listeners:
-            listener.close()
-
-
-class AsyncHub:
-    """:class:`Hub` for asyncio: waiters sleep on futures of the loop."""
-
-    def __init__(self, view: ShardView) -> None:
-        self.view = view
-        self.listeners: list[AsyncListener] = []
-        self._generation = 0
-        self._futures: set[asyncio.Future[None]] = set()
-        self._closed = False
-
-    @property
-    def generation(self) -> int:
-        """Changes whenever waiters should look at the queue again."""
-        return self._generation
-
-    def mark_unheard(self) -> None:
-        """Mark the shards whose listener is not running (their news may be missed)."""
-        for shard, listener in enumerate(self.listeners):
-            if not listener.running:
-                self.view.mark(shard)
-
-    def news(self, shard: int) -> None:
-        """Shard ``shard`` changed: mark it and wake every waiter."""
-        self.view.mark(shard)
-        self._generation += 1
-        for future in self._futures:
-            if not future.done():
-                future.set_result(None)
-
-    @contextlib.contextmanager
-    def session(self) -> Iterator[None]:
-        """Around a waiting reserve: every shard's listener runs."""
-        with contextlib.ExitStack() as stack:
-            for listener in self.listeners:
-                stack.enter_context(listener.session())
-            yield
-
-    async def wait(self, generation: int, timeout: float | None) -> None:
-        """Sleep up to ``timeout`` s unless news came after ``generation`` or closed."""
-        if self._closed or self._generation != generation:
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._futures.add(future)
-        try:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(future), timeout)
-        finally:
-            self._futures.discard(future)
-
-    async def close(self) -> None:
-        """Wake every waiter for good and stop the listeners."""
-        self._closed = True
-        self.news(0)
-        for listener in self.listeners:
-            await listener.close()
-
-
 def sort_claimed(records: list[Record]) -> list[Record]:
     """A claim's records in delivery order: due time, then the queue-wide seq."""
     records.sort(key=lambda record: (record.due_at, record.seq))
     return records
-
-
-_FCALLS = frozenset({"FCALL", "FCALL_RO"})
-
-
-def _fcall_slot(cluster: Any, command: object, numkeys: object, keys: Sequence[Any]) -> int | None:
-    """The slot of an FCALL whose KEYS (``numkeys`` of ``keys``) share one, found here;
-    None for any other command, or keys redis-py should judge itself."""
-    if not isinstance(command, str) or command.upper() not in _FCALLS:
-        return None
-    try:
-        count = int(numkeys)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return None
-    slots = {cluster.keyslot(key) for key in keys[:count]}
-    return slots.pop() if len(slots) == 1 else None
-
-
-@contextlib.contextmanager
-def _unreachable_as_connection_error() -> Iterator[None]:
-    """redis-py's "Redis Cluster cannot be connected" (no node answered while it read
-    the slots; the last node's error is its cause) as the ``ConnectionError`` it is, so
-    the retry loops of the listeners and waiting reserves handle it like any lost
-    connection instead of dying of it. Any other cluster error passes as it is."""
-    try:
-        yield
-    except redis.exceptions.RedisClusterException as exc:
-        if isinstance(exc.__cause__, LOST_CONNECTION):
-            raise redis.ConnectionError(str(exc)) from exc
-        raise
-
-
-class _Cluster(redis.cluster.RedisCluster):
-    """A ``RedisCluster`` that finds an FCALL's slot from its KEYS, as redis-py does for
-    EVALSHA, instead of asking a node for them (``COMMAND GETKEYS``, a round trip more
-    per call). Every other command, and any routing after that, is redis-py's own. An
-    unreachable cluster raises ``ConnectionError``."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        with _unreachable_as_connection_error():
-            super().__init__(*args, **kwargs)
-
-    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        """See ``RedisCluster.execute_command``."""
-        with _unreachable_as_connection_error():
-            return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
-
-    def determine_slot(self, *args: Any) -> int | None:
-        """See ``RedisCluster.determine_slot``."""
-        if len(args) > 3:
-            slot = _fcall_slot(self, args[0], args[2], args[3:])
-            if slot is not None:
-                return slot
-        return super().determine_slot(*args)
-
-
-class _AsyncCluster(redis.asyncio.cluster.RedisCluster):
-    """:class:`_Cluster` for asyncio (redis-py names the hook ``_determine_slot`` there;
-    were it renamed, FCALLs would only cost the round trip again)."""
-
-    async def initialize(self, *args: Any, **kwargs: Any) -> Any:
-        """See ``RedisCluster.initialize``."""
-        with _unreachable_as_connection_error():
-            return await super().initialize(*args, **kwargs)
-
-    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        """See ``RedisCluster.execute_command``."""
-        with _unreachable_as_connection_error():
-            return await super().execute_command(*args, **kwargs)
-
-    async def _determine_slot(self, command: str, *args: Any) -> int:
-        if len(args) > 2:
-            slot = _fcall_slot(self, command, args[1], args[2:])
-            if slot is not None:
-                return slot
-        return int(await super()._determine_slot(command, *args))
-
-
-class _LazyCluster:
-    """A :class:`_Cluster` made on its first use, and made again on the next use after
-    that failed. redis-py's sync cluster client reads the slots as it is made, so a
-    queue opened while the cluster is down would fail at once, where a single node's
-    client (and the asyncio cluster client) connects on first use and a waiting reserve
-    retries until the server is back."""
-
-    def __init__(self, make: Callable[[], _Cluster]) -> None:
-        self._make = make
-        self._client: _Cluster | None = None
-        self._lock = threading.Lock()
-
-    def _made(self) -> _Cluster:
-        client = self._client
-        if client is None:
-            with self._lock:
-                client = self._client
-                if client is None:
-                    client = self._client = self._make()
-        return client
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._made(), name)
-
-    def close(self) -> None:
-        """Close the client, if it was made."""
-        if self._client is not None:
-            self._client.close()
-
-
-def sync_client(settings: Settings, *, listener: bool) -> Any:
-    """A redis-py client of the settings' node or cluster, without redis-py's retries
-    (a listener retries itself; scripts are sent again as :mod:`._resend` says)."""
-    options = _client_options(listener)
-    if settings.cluster:
-        nodes = [
-            redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
-            for host, port in settings.nodes
-        ]
-        # Given a URL, RedisCluster makes its nodes' pools with our connection class.
-        host, port = settings.nodes[0]
-        first = f"redis://{f'[{host}]' if ':' in host else host}:{port}"
-        return _LazyCluster(
-            lambda: _Cluster(
-                url=first,
-                startup_nodes=nodes[1:],
-                retry=no_retry(),
-                connection_class=tracked(redis.Connection),
-                **options,
-            )
-        )
-    return track_sends(redis.Redis.from_url(settings.url, retry=no_retry(), **options))
-
-
-def async_client(settings: Settings, *, listener: bool) -> Any:
-    """:func:`sync_client` for asyncio."""
-    options = _client_options(listener)
-    client: Any
-    if settings.cluster:
-        nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in settings.nodes]
-        client = _AsyncCluster(startup_nodes=nodes, retry=no_retry_async(), **options)
-    else:
-        client = redis.asyncio.Redis.from_url(settings.url, retry=no_retry_async(), **options)
-    return track_sends(client)

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..._constants import REDIS_DEFAULT_PREFIX
 from ...errors import UnsupportedURL
+from ._settings import REDIS_DEFAULT_PREFIX
 
 __all__ = ["OPTIONS", "Settings", "parse_url"]
 

@@ -1,46 +1,50 @@
-"""The asyncio face of a sharded Redis queue (see :mod:`.cluster`, which exports it).
+"""The faces of a sharded Redis queue, written once for asyncio: its sync twin,
+``_sync/sharded.py``, is generated from this file by ``scripts/unasync.py`` (see
+:mod:`..sharded` for what sharding is).
 
-Beside the operations of the sync face it keeps a claim spread over several shards safe
-against cancellation: what earlier shards gave a reserve cancelled later is given back.
-
-A cluster client loads its map of the cluster (``initialize``) before its first command
-(:meth:`AsyncShardedRedisBackend._ready`). redis-py's asyncio ``RedisCluster`` loads it
-lazily, and a command given to it before then is routed as if it had no key, to one
-node, which answers ``MOVED``; redis-py's handling of ``MOVED`` then disconnects pooled
-connections that other tasks have just taken, so several tasks starting at once saw
-"Connection closed by server" on a healthy cluster (a put failed, a claim was lost).
+A claim spread over several shards is safe against cancellation: what earlier shards
+gave a reserve cancelled later is given back (:mod:`.._claims`). A cluster client loads
+its map of the cluster before its first command (:meth:`AsyncShardedRedisBackend._ready`):
+redis-py's asyncio ``RedisCluster`` loads it lazily, and a command given to it before
+then is routed as if it had no key, to one node, which answers ``MOVED``; redis-py's
+handling of ``MOVED`` then disconnects pooled connections that other tasks have just
+taken, so several tasks starting at once saw "Connection closed by server" on a healthy
+cluster (a put failed, a claim was lost). The sync cluster client is made there too.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from ..._constants import LOGGER_NAME, REDIS_RECONNECT_FIRST
-from ...durable.inspection import merge_peek
-from ...durable.message import Position, PutRequest, Record, State, Stats
-from ._functions import AsyncFunctions
-from ._listen import CONNECTION_ERRORS, AsyncListener, log_lost, next_backoff
-from ._ops import Call
-from ._resend import call_async, not_cancelled
-from ._scripts import Claim
-from ._sharded import ShardedBase
-from ._shards import (
-    AsyncHub,
+from ...._constants import LOGGER_NAME
+from ....durable.inspection import merge_peek
+from ....durable.message import Position, PutRequest, Record, State, Stats
+from .._claims import AsyncClaims
+from .._clients import async_client
+from .._functions import AsyncFunctions
+from .._hub import AsyncHub
+from .._listen import AsyncListener, log_lost, next_backoff
+from .._ops import Call
+from .._resend import call_async
+from .._scan import scan_queues_async
+from .._settings import REDIS_RECONNECT_FIRST
+from .._sharded import ShardedBase
+from .._shards import (
     ShardView,
-    async_client,
     merge_dead,
     merge_due_counts,
     merge_stats,
     shard_of,
     sort_claimed,
 )
-from .backend import _HAIR, _expired, scan_queues_async
+from .._transport import CONNECTION_ERRORS
+from .._waiting import HAIR, expired
 
 __all__ = ["AsyncShardedRedisBackend"]
 
@@ -49,21 +53,22 @@ logger = logging.getLogger(LOGGER_NAME)
 
 
 class AsyncShardedRedisBackend(ShardedBase):
-    """The asyncio face of a sharded queue (see the module docstring)."""
+    """A face of a sharded queue (see :mod:`..sharded`)."""
 
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
         self._client = async_client(self._settings, listener=False)
         self._scripts = AsyncFunctions(self._client, cluster=self._settings.cluster)
         self._hubs: dict[str, AsyncHub] = {}
-        self._background: set[asyncio.Task[Any]] = set()
+        self._lock = threading.Lock()  # never held across an await
+        self._claims = AsyncClaims(self._give_back)
         #: The cluster's map is loaded (a later reload is redis-py's own, with a default
         #: node to route by meanwhile); a single node needs none.
         self._mapped = not self._settings.cluster
 
     @property
     def client(self) -> Any:
-        """The redis-py asyncio client (``Redis`` or ``RedisCluster``)."""
+        """The redis-py client (``Redis`` or ``RedisCluster``)."""
         return self._client
 
     async def _ready(self) -> Any:
@@ -78,7 +83,7 @@ class AsyncShardedRedisBackend(ShardedBase):
         self._check_open()
         try:
             await self._ready()
-            reply = await not_cancelled(self._scripts(call.script, call.keys, call.args))
+            reply = await self._scripts(call.script, call.keys, call.args)
         except CONNECTION_ERRORS:
             self._check_open()
             raise
@@ -101,18 +106,21 @@ class AsyncShardedRedisBackend(ShardedBase):
     def _hub(self, queue: str) -> AsyncHub:
         hub = self._hubs.get(queue)
         if hub is None:
-            self._check_open()
-            hub = AsyncHub(ShardView(self.shards))
-            for ops in self._ops:
-                hub.listeners.append(
-                    AsyncListener(
-                        functools.partial(async_client, self._settings, listener=True),
-                        ops.wake_key(queue),
-                        functools.partial(self._run, ops.wake(queue)),
-                        functools.partial(hub.news, ops.shard),
-                    )
-                )
-            self._hubs[queue] = hub
+            with self._lock:
+                self._check_open()
+                hub = self._hubs.get(queue)
+                if hub is None:
+                    hub = AsyncHub(ShardView(self.shards))
+                    for ops in self._ops:
+                        hub.listeners.append(
+                            AsyncListener(
+                                functools.partial(async_client, self._settings, listener=True),
+                                ops.wake_key(queue),
+                                functools.partial(self._run, ops.wake(queue)),
+                                functools.partial(hub.news, ops.shard),
+                            )
+                        )
+                    self._hubs[queue] = hub
         return hub
 
     async def _claim_all(
@@ -131,62 +139,33 @@ class AsyncShardedRedisBackend(ShardedBase):
                 break
             shard, bound = pick
             epoch = view.epochs[shard]
-            claim = await self._claim_one(queue, shard, limit - len(records), lease_ms, bound)
+            call = self._ops[shard].claim(queue, limit - len(records), lease_ms, bound)
+            claim = await self._claims.claim(self._run(call), queue)
             view.learn(shard, claim, epoch)
             records += claim.records
             if len(records) >= limit:
                 break
         return sort_claimed(records)
 
-    async def _claim_one(
-        self, queue: str, shard: int, limit: int, lease_ms: int, bound: tuple[int, int] | None
-    ) -> Claim:
-        """One claim that is never lost: if the caller is cancelled while the script
-        runs, what it claimed is released once its reply is in."""
-        call = self._ops[shard].claim(queue, limit, lease_ms, bound)
-        task = asyncio.ensure_future(self._run(call))
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            task.add_done_callback(functools.partial(self._unclaim_later, queue, shard))
-            raise
-
-    def _unclaim_later(self, queue: str, shard: int, done: asyncio.Future[Claim]) -> None:
-        if done.cancelled() or done.exception() is not None or not done.result().records:
-            return
-        unclaim = asyncio.ensure_future(self._unclaim(queue, shard, done.result().records))
-        self._background.add(unclaim)
-        unclaim.add_done_callback(self._background.discard)
-
-    async def _unclaim(self, queue: str, shard: int, records: list[Record]) -> None:
-        call = self._ops[shard].unclaim(queue, records)
-        try:
-            await self._scripts(call.script, call.keys, call.args)
-        except CONNECTION_ERRORS as exc:  # the leases will expire instead
-            logger.warning("could not release %d claimed messages: %s", len(records), exc)
-        self._news(queue, shard)
+    async def _give_back(self, queue: str, records: list[Record]) -> None:
+        """Give back what a cancelled claim took (``release.lua`` on each shard), even
+        while closing."""
+        for shard in sorted({shard_of(record.id, self.shards) for record in records}):
+            mine = [record for record in records if shard_of(record.id, self.shards) == shard]
+            call = self._ops[shard].unclaim(queue, mine)
+            try:
+                await self._scripts(call.script, call.keys, call.args)
+            except CONNECTION_ERRORS as exc:  # the leases will expire instead
+                logger.warning("could not release %d claimed messages: %s", len(mine), exc)
+            self._news(queue, shard)
 
     async def _claim(self, queue: str, view: ShardView, limit: int, lease_ms: int) -> list[Record]:
-        """Claims of several shards: a cancel during one gives back the earlier ones."""
-        # Records of earlier shards are already ours when a later claim is cancelled.
-        stop = [False]
-        task = asyncio.ensure_future(self._claim_all(queue, view, limit, lease_ms, stop))
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            stop[0] = True
-            task.add_done_callback(functools.partial(self._unclaim_all_later, queue))
-            raise
-
-    def _unclaim_all_later(self, queue: str, done: asyncio.Future[list[Record]]) -> None:
-        if done.cancelled() or done.exception() is not None or not done.result():
-            return
-        for shard in range(self.shards):
-            mine = [r for r in done.result() if shard_of(r.id, self.shards) == shard]
-            if mine:
-                unclaim = asyncio.ensure_future(self._unclaim(queue, shard, mine))
-                self._background.add(unclaim)
-                unclaim.add_done_callback(self._background.discard)
+        """Claims of several shards: a cancel during one gives back the earlier ones
+        (:mod:`.._claims`)."""
+        stop = [False]  # set when the caller was cancelled: send nothing more
+        return await self._claims.claim_all(
+            self._claim_all(queue, view, limit, lease_ms, stop), queue, stop
+        )
 
     async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
         """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
@@ -222,16 +201,16 @@ class AsyncShardedRedisBackend(ShardedBase):
                 try:
                     records = await self._claim(queue, hub.view, limit, lease_ms)
                 except CONNECTION_ERRORS as exc:
-                    if _expired(give_up):
+                    if expired(give_up):
                         raise
                     log_lost("reserve lost Redis", exc, backoff)
                     await hub.wait(hub.generation, backoff)
                     backoff = next_backoff(backoff)
                     continue
                 backoff = REDIS_RECONNECT_FIRST
-                if records or _expired(give_up):
+                if records or expired(give_up):
                     return records
-                timeout = hub.view.seconds_until_next() + _HAIR
+                timeout = hub.view.seconds_until_next() + HAIR
                 if give_up is not None:
                     timeout = min(timeout, max(0.0, give_up - time.monotonic()))
                 await hub.wait(generation, timeout)
@@ -243,10 +222,18 @@ class AsyncShardedRedisBackend(ShardedBase):
 
     async def ack_many(self, queue: str, items: Sequence[tuple[str, str]]) -> list[str]:
         """See :meth:`Backend.ack_many <delayq.durable.backend.Backend.ack_many>`: one
-        script per shard, all at once."""
+        script per shard, at once (pipelined on a single node; one by one on a sync
+        cluster client)."""
+        self._check_open()
         plan = self._ack_plan(items)
         calls = [self._ops[shard].ack_many(queue, [items[i] for i in idx]) for shard, idx in plan]
-        lost = await asyncio.gather(*(self._run(call) for call in calls))
+        try:
+            await self._ready()
+            replies = await self._scripts.many([(c.script, c.keys, c.args) for c in calls])
+        except CONNECTION_ERRORS:
+            self._check_open()
+            raise
+        lost = [call.decode(reply) for call, reply in zip(calls, replies, strict=True)]
         return self._lost_ids(items, plan, lost)
 
     async def nack(
@@ -355,10 +342,13 @@ class AsyncShardedRedisBackend(ShardedBase):
         """See :meth:`Backend.close <delayq.durable.backend.Backend.close>`."""
         if self._closed:
             return
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
-        self._closed = True
-        for hub in list(self._hubs.values()):
+        await self._claims.settle()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            hubs = list(self._hubs.values())
+        for hub in hubs:
             await hub.close()
         with contextlib.suppress(*CONNECTION_ERRORS):
             await self._client.aclose()

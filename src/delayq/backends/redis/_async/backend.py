@@ -1,0 +1,273 @@
+"""The face of ``redis://`` on one node, written once for asyncio: its sync twin,
+``_sync/backend.py``, is generated from this file by ``scripts/unasync.py`` (see
+:mod:`..backend` for the data layout, the scripts and the connections).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from ...._constants import LOGGER_NAME
+from ....durable.inspection import merge_peek
+from ....durable.message import Position, PutRequest, Record, State, Stats
+from ....errors import QueueClosed
+from .._claims import AsyncClaims
+from .._functions import AsyncFunctions
+from .._link_async import AsyncLink
+from .._listen import AsyncListener, log_lost, next_backoff
+from .._ops import Call, Operations
+from .._resend import async_tracked_client
+from .._scan import scan_queues_async
+from .._scripts import Claim
+from .._settings import REDIS_RECONNECT_FIRST
+from .._transport import (
+    CONNECTION_ERRORS,
+    AsyncBlocking,
+    async_connection_settings,
+    client_options,
+)
+from .._url import Settings, parse_url
+from .._waiting import expired, sleep_for
+
+__all__ = ["AsyncRedisBackend"]
+
+T = TypeVar("T")
+logger = logging.getLogger(LOGGER_NAME)
+
+
+class AsyncRedisBackend:
+    """A face of ``redis://`` on one node (see :class:`~delayq.durable.backend.AsyncBackend`).
+
+    Creating it does no I/O; it connects on first use. Its scripts run on a link (one
+    connection per thread on the sync face, one pipelined connection per event loop on
+    the asyncio face), and a waiting reserve listens on one connection per queue. A
+    reserve cancelled while it waits claims nothing; one cancelled while its claim is on
+    the wire gives back what the claim took, as soon as the reply comes
+    (:mod:`.._claims`). Another operation cancelled while on the wire may still take
+    effect.
+    """
+
+    def __init__(self, url: str, **options: Any) -> None:
+        self._settings: Settings = parse_url(url, **options)
+        self._ops = Operations(self._settings.prefix)
+        self._closed = False
+        # No retries in redis-py: the scripts are sent again as _resend.py says.
+        options = client_options(listener=False)
+        self._client = async_tracked_client(self._settings.url, **options)
+        self._scripts = AsyncFunctions(self._client)
+        self._link = AsyncLink(
+            *async_connection_settings(self._settings.url, **options), self._scripts
+        )
+        self._listeners: dict[str, AsyncListener] = {}
+        self._lock = threading.Lock()  # never held across an await
+        self._claims = AsyncClaims(self._give_back)
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix of this backend's queues."""
+        return self._settings.prefix
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueClosed("the queue is closed")
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client (its pool serves the EVALSHA fallback and ``queues()``;
+        on the asyncio face, RESP3 too)."""
+        return self._client
+
+    async def _run(self, call: Call[T]) -> T:
+        self._check_open()
+        try:
+            reply = await self._link(call.script, call.keys, call.args)
+        except CONNECTION_ERRORS:
+            self._check_open()
+            raise
+        return call.decode(reply)
+
+    def _listener(self, queue: str) -> AsyncListener:
+        listener = self._listeners.get(queue)
+        if listener is None:
+
+            async def rewake() -> None:
+                await self._run(self._ops.wake(queue))
+
+            with self._lock:
+                self._check_open()
+                listener = self._listeners.get(queue)
+                if listener is None:
+                    listener = AsyncListener(
+                        functools.partial(
+                            AsyncBlocking,
+                            *async_connection_settings(
+                                self._settings.url, **client_options(listener=True)
+                            ),
+                        ),
+                        self._ops.wake_key(queue),
+                        rewake,
+                    )
+                    self._listeners[queue] = listener
+        return listener
+
+    def _bump(self, queue: str) -> None:
+        listener = self._listeners.get(queue)
+        if listener is not None:
+            listener.bump()
+
+    async def _claim(self, queue: str, limit: int, lease_ms: int) -> Claim:
+        """One claim that is never lost (:mod:`.._claims`)."""
+        return await self._claims.claim(self._run(self._ops.claim(queue, limit, lease_ms)), queue)
+
+    async def _give_back(self, queue: str, records: list[Record]) -> None:
+        """Give back what a cancelled claim took (``release.lua``), even while closing."""
+        call = self._ops.unclaim(queue, records)
+        try:
+            await self._link(call.script, call.keys, call.args)
+        except CONNECTION_ERRORS as exc:  # the leases will expire instead
+            logger.warning("could not release %d claimed messages: %s", len(records), exc)
+        self._bump(queue)
+
+    async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
+        """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
+        woke, kept = await self._run(self._ops.put(queue, requests))
+        if woke:
+            self._bump(queue)
+        return kept
+
+    async def reserve(
+        self, queue: str, *, limit: int, lease_ms: int, wait: float | None
+    ) -> list[Record]:
+        """See :meth:`Backend.reserve <delayq.durable.backend.Backend.reserve>`."""
+        if wait == 0:
+            return (await self._claim(queue, limit, lease_ms)).records
+        give_up = None if wait is None else time.monotonic() + wait
+        listener = self._listener(queue)
+        backoff = REDIS_RECONNECT_FIRST
+        with listener.session():
+            while True:
+                generation = listener.generation
+                try:
+                    claim = await self._claim(queue, limit, lease_ms)
+                except CONNECTION_ERRORS as exc:
+                    if expired(give_up):
+                        raise
+                    log_lost("reserve lost Redis", exc, backoff)
+                    await listener.wait(listener.generation, backoff)
+                    backoff = next_backoff(backoff)
+                    continue
+                backoff = REDIS_RECONNECT_FIRST
+                if claim.records or expired(give_up):
+                    return claim.records
+                await listener.wait(generation, sleep_for(claim, give_up))
+                self._check_open()
+
+    async def ack(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
+        await self._run(self._ops.ack(queue, id, token))
+
+    async def ack_many(self, queue: str, items: Sequence[tuple[str, str]]) -> list[str]:
+        """See :meth:`Backend.ack_many <delayq.durable.backend.Backend.ack_many>`."""
+        return [items[i][0] for i in await self._run(self._ops.ack_many(queue, items))]
+
+    async def nack(
+        self,
+        queue: str,
+        id: str,
+        token: str,
+        *,
+        delay_ms: int,
+        error: str | None,
+        dead: bool = False,
+    ) -> State:
+        """See :meth:`Backend.nack <delayq.durable.backend.Backend.nack>`."""
+        state = await self._run(self._ops.nack(queue, id, token, delay_ms, error, dead=dead))
+        if state is State.SCHEDULED:
+            self._bump(queue)
+        return state
+
+    async def release(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`Backend.release <delayq.durable.backend.Backend.release>`."""
+        await self._run(self._ops.release(queue, id, token))
+        self._bump(queue)
+
+    async def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
+        """See :meth:`Backend.extend <delayq.durable.backend.Backend.extend>`."""
+        return await self._run(self._ops.extend(queue, id, token, lease_ms))
+
+    async def cancel(self, queue: str, id: str) -> bool:
+        """See :meth:`Backend.cancel <delayq.durable.backend.Backend.cancel>`."""
+        return await self._run(self._ops.cancel(queue, id))
+
+    async def reschedule(
+        self, queue: str, id: str, *, delay_ms: int | None, at_ms: int | None
+    ) -> bool:
+        """See :meth:`Backend.reschedule <delayq.durable.backend.Backend.reschedule>`."""
+        moved = await self._run(self._ops.reschedule(queue, id, delay_ms, at_ms))
+        if moved:
+            self._bump(queue)
+        return moved
+
+    async def get(self, queue: str, id: str) -> Record | None:
+        """See :meth:`Backend.get <delayq.durable.backend.Backend.get>`."""
+        return await self._run(self._ops.get(queue, id))
+
+    async def stats(self, queue: str) -> Stats:
+        """See :meth:`Backend.stats <delayq.durable.backend.Backend.stats>`."""
+        return await self._run(self._ops.stats(queue))
+
+    async def dead(self, queue: str, limit: int, *, after_seq: int | None = None) -> list[Record]:
+        """See :meth:`Backend.dead <delayq.durable.backend.Backend.dead>`."""
+        return await self._run(self._ops.dead(queue, limit, after_seq))
+
+    async def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
+        """See :meth:`Backend.retry_dead <delayq.durable.backend.Backend.retry_dead>`."""
+        revived = await self._run(self._ops.retry_dead(queue, ids))
+        if revived:
+            self._bump(queue)
+        return revived
+
+    async def purge(self, queue: str, state: State | None) -> int:
+        """See :meth:`Backend.purge <delayq.durable.backend.Backend.purge>`."""
+        return await self._run(self._ops.purge(queue, state))
+
+    async def queues(self) -> list[str]:
+        """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
+        self._check_open()
+        return await scan_queues_async(self._client, self.prefix)
+
+    async def peek(
+        self, queue: str, *, state: State | None, limit: int, after: Position | None = None
+    ) -> list[Record]:
+        """See :meth:`Backend.peek <delayq.durable.backend.Backend.peek>`."""
+        records = await self._run(self._ops.peek(queue, state, limit, after))
+        return merge_peek([records], state, limit)
+
+    async def due_counts(
+        self, queue: str, *, horizon_ms: int, buckets: int
+    ) -> tuple[int, list[int]]:
+        """See :meth:`Backend.due_counts <delayq.durable.backend.Backend.due_counts>`."""
+        return await self._run(self._ops.due_counts(queue, horizon_ms, buckets))
+
+    async def close(self) -> None:
+        """See :meth:`Backend.close <delayq.durable.backend.Backend.close>`; the
+        messages stay in Redis."""
+        if self._closed:
+            return
+        await self._claims.settle()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            listeners = list(self._listeners.values())
+        for listener in listeners:
+            await listener.close()
+        await self._link.aclose()
+        with contextlib.suppress(*CONNECTION_ERRORS):
+            await self._client.aclose()

@@ -1,0 +1,89 @@
+"""A claim is never lost: the hand-written pair behind the faces' ``reserve``.
+
+A sync call cannot be cut off halfway, so :class:`Claims` has nothing to guard: it
+hands back the claim the face has run. An asyncio task can be cancelled while its claim
+is on the wire; :class:`AsyncClaims` runs the claim in a task of its own, and when the
+caller is cancelled, gives back (``give_back``) what the claim took once its reply is in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ...durable.message import Record
+from ._scripts import Claim
+
+__all__ = ["AsyncClaims", "Claims"]
+
+
+class Claims:
+    """The sync face's claims: run whole, nothing to give back."""
+
+    def __init__(self, give_back: Callable[[str, list[Record]], None]) -> None:
+        self._give_back = give_back
+
+    def claim(self, claimed: Claim, queue: str) -> Claim:
+        """``claimed``, the claim the face has run on ``queue``."""
+        return claimed
+
+    def claim_all(self, claimed: list[Record], queue: str, stop: list[bool]) -> list[Record]:
+        """``claimed``, the claims of several shards the face has run on ``queue``."""
+        return claimed
+
+    def settle(self) -> None:
+        """Nothing is ever in flight here."""
+
+
+class AsyncClaims:
+    """The asyncio face's claims: one cancelled on the wire is given back."""
+
+    def __init__(self, give_back: Callable[[str, list[Record]], Awaitable[None]]) -> None:
+        self._give_back = give_back
+        self._background: set[asyncio.Task[Any]] = set()
+
+    async def claim(self, claiming: Awaitable[Claim], queue: str) -> Claim:
+        """Await ``claiming`` (a claim on ``queue``); if the caller is cancelled
+        meanwhile, what it claimed is given back once its reply is in."""
+        task = asyncio.ensure_future(claiming)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(lambda done: self._give_back_later(queue, done))
+            raise
+
+    async def claim_all(
+        self, claiming: Awaitable[list[Record]], queue: str, stop: list[bool]
+    ) -> list[Record]:
+        """Await ``claiming``, claims of several shards one after the other (each made
+        with :meth:`claim`); if the caller is cancelled meanwhile, ``stop[0]`` is set,
+        so that no further claim is sent, and what the earlier ones took is given back
+        once the last reply is in."""
+        task = asyncio.ensure_future(claiming)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            stop[0] = True
+            task.add_done_callback(lambda done: self._give_back_all_later(queue, done))
+            raise
+
+    def _give_back_later(self, queue: str, done: asyncio.Future[Claim]) -> None:
+        if done.cancelled() or done.exception() is not None or not done.result().records:
+            return
+        self._giving(queue, done.result().records)
+
+    def _give_back_all_later(self, queue: str, done: asyncio.Future[list[Record]]) -> None:
+        if done.cancelled() or done.exception() is not None or not done.result():
+            return
+        self._giving(queue, done.result())
+
+    def _giving(self, queue: str, records: list[Record]) -> None:
+        giving = asyncio.ensure_future(self._give_back(queue, records))
+        self._background.add(giving)
+        giving.add_done_callback(self._background.discard)
+
+    async def settle(self) -> None:
+        """Wait for the claims being given back."""
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)

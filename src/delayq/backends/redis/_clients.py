@@ -1,0 +1,142 @@
+"""The redis-py clients of the sharded faces: of one node, or of a cluster (made on first
+use), without redis-py's retries (a listener retries itself; scripts are sent again as
+:mod:`._resend` says)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+
+from ._resend import (
+    async_tracked_client,
+    no_retry,
+    no_retry_async,
+    track_cluster_sends,
+    tracked,
+    tracked_client,
+)
+from ._transport import LOST_CONNECTION, client_options
+from ._url import Settings
+
+__all__ = ["async_client", "sync_client"]
+
+
+@contextlib.contextmanager
+def _unreachable_as_connection_error() -> Iterator[None]:
+    """redis-py's "Redis Cluster cannot be connected" (no node answered while it read
+    the slots; the last node's error is its cause) as the ``ConnectionError`` it is, so
+    the retry loops of the listeners and waiting reserves handle it like any lost
+    connection instead of dying of it. Any other cluster error passes as it is."""
+    try:
+        yield
+    except redis.exceptions.RedisClusterException as exc:
+        if isinstance(exc.__cause__, LOST_CONNECTION):
+            raise redis.ConnectionError(str(exc)) from exc
+        raise
+
+
+class _Cluster(redis.cluster.RedisCluster):
+    """A ``RedisCluster`` whose unreachable cluster raises ``ConnectionError``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        with _unreachable_as_connection_error():
+            super().__init__(*args, **kwargs)
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        """See ``RedisCluster.execute_command``."""
+        with _unreachable_as_connection_error():
+            return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+
+class _AsyncCluster(redis.asyncio.cluster.RedisCluster):
+    """:class:`_Cluster` for asyncio."""
+
+    async def initialize(self, *args: Any, **kwargs: Any) -> Any:
+        """See ``RedisCluster.initialize``."""
+        with _unreachable_as_connection_error():
+            return await super().initialize(*args, **kwargs)
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        """See ``RedisCluster.execute_command``."""
+        with _unreachable_as_connection_error():
+            return await super().execute_command(*args, **kwargs)
+
+
+class _LazyCluster:
+    """A :class:`_Cluster` made on its first use, and made again on the next use after
+    that failed. redis-py's sync cluster client reads the slots as it is made, so a
+    queue opened while the cluster is down would fail at once, where a single node's
+    client (and the asyncio cluster client) connects on first use and a waiting reserve
+    retries until the server is back."""
+
+    def __init__(self, make: Callable[[], _Cluster]) -> None:
+        self._make = make
+        self._client: _Cluster | None = None
+        self._lock = threading.Lock()
+
+    def _made(self) -> _Cluster:
+        client = self._client
+        if client is None:
+            with self._lock:
+                client = self._client
+                if client is None:
+                    client = self._client = self._make()
+        return client
+
+    def initialize(self) -> None:
+        """Make the client (it reads the cluster's slots), if not made yet."""
+        self._made()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._made(), name)
+
+    def close(self) -> None:
+        """Close the client, if it was made."""
+        if self._client is not None:
+            self._client.close()
+
+
+def sync_client(settings: Settings, *, listener: bool) -> Any:
+    """A redis-py client of the settings' node or cluster, without redis-py's retries
+    (a listener retries itself; scripts are sent again as :mod:`._resend` says)."""
+    options = client_options(listener)
+    if settings.cluster:
+        nodes = [
+            redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
+            for host, port in settings.nodes
+        ]
+        # Given a URL, RedisCluster makes its nodes' pools with our connection class.
+        host, port = settings.nodes[0]
+        first = f"redis://{f'[{host}]' if ':' in host else host}:{port}"
+        return _LazyCluster(
+            lambda: _Cluster(
+                url=first,
+                startup_nodes=nodes[1:],
+                retry=no_retry(),
+                connection_class=tracked(redis.Connection),
+                **options,
+            )
+        )
+    return tracked_client(settings.url, **options)
+
+
+def async_client(settings: Settings, *, listener: bool) -> Any:
+    """:func:`sync_client` for asyncio."""
+    options = client_options(listener)
+    if settings.cluster:
+        nodes = [
+            redis.asyncio.cluster.ClusterNode(
+                host, port, connection_class=tracked(redis.asyncio.Connection)
+            )
+            for host, port in settings.nodes
+        ]
+        client = _AsyncCluster(startup_nodes=nodes, retry=no_retry_async(), **options)
+        return track_cluster_sends(client)
+    return async_tracked_client(settings.url, **options)

@@ -1,0 +1,119 @@
+"""The transport boundary: what delayq asks of redis-py's connections, and what a lost
+connection raises.
+
+delayq's own connections (:mod:`._link`, :mod:`._link_async`, and the listeners'
+:class:`Blocking` / :class:`AsyncBlocking`) are redis-py ``Connection`` objects made from
+a pool's ``connection_class`` and ``connection_kwargs`` (TCP or unix socket, TLS, AUTH,
+SELECT, RESP version and timeouts are the URL's, as redis-py applies them) and used
+through their public methods only: ``connect``, ``can_read``, ``pack_command``,
+``send_command`` / ``send_packed_command``, ``read_response``, ``disconnect``. So
+delayq knows, without hooking redis-py, whether a command was written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ._settings import (
+    REDIS_CONNECT_TIMEOUT,
+    REDIS_LISTEN_SLACK,
+    REDIS_LISTEN_TIMEOUT,
+    REDIS_SOCKET_TIMEOUT,
+)
+
+__all__ = [
+    "CONNECTION_ERRORS",
+    "LOST_CONNECTION",
+    "AsyncBlocking",
+    "Blocking",
+    "async_connection_settings",
+    "client_options",
+    "connection_settings",
+]
+
+#: What a lost or unreachable Redis raises.
+LOST_CONNECTION = (redis.ConnectionError, redis.TimeoutError, OSError)
+#: What a lost, unreachable or recovering Redis raises: also a cluster that says it is
+#: down (CLUSTERDOWN, until every slot is served again after a restart) or a slot that
+#: redis-py's view of the cluster does not cover yet. None of them ran the command.
+CONNECTION_ERRORS = (
+    *LOST_CONNECTION,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.SlotNotCoveredError,
+)
+
+
+def connection_settings(url: str, **options: Any) -> tuple[Any, dict[str, Any]]:
+    """The connection class and keyword arguments redis-py makes a connection of
+    ``url`` with (a URL parameter overrides ``options``), without redis-py's retries
+    (the callers retry, as they know what was sent)."""
+    return _settings(url, asynchronous=False, **options)
+
+
+def async_connection_settings(url: str, **options: Any) -> tuple[Any, dict[str, Any]]:
+    """:func:`connection_settings` of an asyncio connection."""
+    return _settings(url, asynchronous=True, **options)
+
+
+def _settings(url: str, *, asynchronous: bool, **options: Any) -> tuple[Any, dict[str, Any]]:
+    """The connection class and keyword arguments redis-py makes a connection of
+    ``url`` with (a URL parameter overrides ``options``), without redis-py's retries
+    (the callers retry, as they know what was sent)."""
+    pool_class: Any = redis.asyncio.ConnectionPool if asynchronous else redis.ConnectionPool
+    retry: Any = AsyncRetry(NoBackoff(), 0) if asynchronous else Retry(NoBackoff(), 0)
+    pool = pool_class.from_url(url, **{"retry": retry, **options})
+    return pool.connection_class, dict(pool.connection_kwargs)
+
+
+class Blocking:
+    """One connection of its own for a blocking command (a listener's ``BLPOP``): it
+    connects on first use, and again after a failure (redis-py drops a connection
+    whose write or read failed)."""
+
+    def __init__(self, connection_class: Any, kwargs: dict[str, Any]) -> None:
+        self._connection = connection_class(**kwargs)
+
+    def blpop(self, keys: Sequence[bytes], timeout: float) -> Any:
+        """``BLPOP keys... timeout``: the popped ``[key, value]``, or None."""
+        self._connection.send_command("BLPOP", *keys, timeout, check_health=False)
+        return self._connection.read_response()
+
+    def close(self) -> None:
+        """Close the connection (also from another thread, to break a ``BLPOP``)."""
+        self._connection.disconnect()
+
+
+class AsyncBlocking:
+    """:class:`Blocking` for asyncio."""
+
+    def __init__(self, connection_class: Any, kwargs: dict[str, Any]) -> None:
+        self._connection = connection_class(**kwargs)
+
+    async def blpop(self, keys: Sequence[bytes], timeout: float) -> Any:
+        """``BLPOP keys... timeout``: the popped ``[key, value]``, or None."""
+        await self._connection.send_command("BLPOP", *keys, timeout, check_health=False)
+        return await self._connection.read_response()
+
+    async def aclose(self) -> None:
+        """Close the connection."""
+        await self._connection.disconnect()
+
+
+def client_options(listener: bool) -> dict[str, Any]:
+    """redis-py keyword arguments (a URL parameter overrides them)."""
+    if listener:
+        return {
+            "socket_timeout": REDIS_LISTEN_TIMEOUT + REDIS_LISTEN_SLACK,
+            "socket_connect_timeout": REDIS_CONNECT_TIMEOUT,
+        }
+    return {
+        "socket_timeout": REDIS_SOCKET_TIMEOUT,
+        "socket_connect_timeout": REDIS_CONNECT_TIMEOUT,
+    }
