@@ -62,6 +62,13 @@ RULES: dict[str, str] = {
     "AsyncSQLiteBackend": "SQLiteBackend",
     "AsyncRunner": "Runner",
     "wait_async": "wait",
+    # postgresql://: its faces, psycopg's pool and connection, and the hand-written pairs
+    # of _runner.py
+    "AsyncPostgresBackend": "PostgresBackend",
+    "AsyncConnectionPool": "ConnectionPool",
+    "AsyncConnection": "Connection",
+    "AsyncLock": "Lock",
+    "guarded_async": "guarded",
 }
 
 _RENAMED = sorted((name for name, twin in RULES.items() if twin), key=len, reverse=True)

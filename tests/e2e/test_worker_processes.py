@@ -1,10 +1,11 @@
-"""Real worker processes on sqlite:// and redis:// : kill -9, SIGTERM drain, cron across
-three processes, and retries with backoff into dead.
+"""Real worker processes on sqlite://, redis:// and postgresql:// : kill -9, SIGTERM
+drain, cron across three processes, and retries with backoff into dead.
 
 Each redis case runs under its own key prefix on ``$DELAYQ_TEST_REDIS`` (by default
-``redis://127.0.0.1:6379/0``) and deletes every key under it afterwards. Without a
-reachable server the redis cases are skipped, or fail when ``$DELAYQ_REQUIRE`` lists
-redis (as in tests/conformance/conftest.py)."""
+``redis://127.0.0.1:6379/0``) and deletes every key under it afterwards; each postgres
+case in its own schema on ``$DELAYQ_TEST_POSTGRES``, dropped afterwards. Without a
+reachable server those cases are skipped, or fail when ``$DELAYQ_REQUIRE`` lists the
+backend (as in tests/conformance/conftest.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from typing import NoReturn
 
 import pytest
 
+from conformance.conftest import postgres_url
 from delayq.durable import Queue
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
@@ -109,6 +111,7 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
 BACKENDS: dict[str, Callable[[Path], Iterator[str]]] = {
     "sqlite": sqlite_url,
     "redis": redis_url,
+    "postgres": postgres_url,
 }
 
 
