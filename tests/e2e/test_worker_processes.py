@@ -25,7 +25,6 @@ from typing import NoReturn
 
 import pytest
 
-from conformance.conftest import postgres_url
 from delayq.durable import Queue
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
@@ -106,6 +105,26 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
         left = list(client.scan_iter(match=f"{prefix}:*", count=1000))
         client.close()
     assert not left, left
+
+
+def postgres_url(tmp_path: Path) -> Iterator[str]:
+    """A private schema on the test PostgreSQL (``$DELAYQ_TEST_POSTGRES``), dropped
+    afterwards."""
+    try:
+        import psycopg  # noqa: PLC0415 (optional: the backend is skipped without it)
+    except ImportError:
+        unavailable("postgres", "psycopg is not installed (pip install 'delayq[postgres]')")
+    base = os.environ.get("DELAYQ_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+    schema = f"delayq_e2e_{uuid.uuid4().hex[:12]}"
+    try:
+        admin = psycopg.connect(base, autocommit=True, connect_timeout=2)
+    except psycopg.Error as exc:
+        unavailable("postgres", f"{base}: {exc}")
+    with admin:
+        try:
+            yield f"{base}{'&' if '?' in base else '?'}schema={schema}"
+        finally:
+            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 BACKENDS: dict[str, Callable[[Path], Iterator[str]]] = {
