@@ -69,6 +69,7 @@ RULES: dict[str, str] = {
     "AsyncConnection": "Connection",
     "AsyncLock": "Lock",
     "guarded_async": "guarded",
+    "enqueue_async": "enqueue",
 }
 
 _RENAMED = sorted((name for name, twin in RULES.items() if twin), key=len, reverse=True)

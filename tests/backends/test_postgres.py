@@ -203,3 +203,55 @@ def test_with_notify_off_a_waiting_consumer_polls(schema: str) -> None:
         producer.put("polled")
         thread.join(20)
         assert [m.payload for m in got] == ["polled"]
+
+
+# -- a put inside the caller's transaction ------------------------------------------------
+
+
+def test_enqueue_in_a_committed_transaction_stores_the_message(admin: Any, schema: str) -> None:
+    from delayq.backends.postgres import enqueue  # noqa: PLC0415
+
+    with Queue(url_of(schema), name="tx") as q:
+        q.put("warm")  # the schema exists; enqueue would create it otherwise
+        q.reserve()
+        with psycopg.connect(BASE) as conn:
+            with conn.transaction():
+                conn.execute("SELECT 1")  # the caller's own work
+                id = enqueue(conn, "tx", {"order": 42}, schema=schema, headers={"k": "v"})
+                assert q.get(id) is None  # not committed: nobody else sees it
+            [msg] = q.reserve(wait=10)
+        assert (msg.id, msg.payload, msg.headers) == (id, {"order": 42}, {"k": "v"})
+
+
+def test_enqueue_in_a_rolled_back_transaction_leaves_nothing(schema: str) -> None:
+    from delayq.backends.postgres import enqueue  # noqa: PLC0415
+
+    with psycopg.connect(BASE) as conn:
+        try:
+            with conn.transaction():
+                enqueue(conn, "tx", "never", schema=schema, id="gone")
+                raise ZeroDivisionError  # the caller's work fails: rolled back
+        except ZeroDivisionError:
+            pass
+        with pytest.raises(ValueError, match="on_conflict"):
+            enqueue(conn, "tx", "bad", schema=schema, on_conflict="maybe")  # type: ignore[arg-type]
+    with Queue(url_of(schema), name="tx") as q:
+        assert q.get("gone") is None
+        assert q.stats().total == 0
+
+
+def test_enqueue_async_on_an_async_connection(schema: str) -> None:
+    from delayq.backends.postgres import enqueue_async  # noqa: PLC0415
+
+    async def main() -> str:
+        async with await psycopg.AsyncConnection.connect(BASE) as conn, conn.transaction():
+            return await enqueue_async(conn, "tx", "hello", schema=schema, delay=0.05)
+
+    id = asyncio.run(main())
+    with Queue(url_of(schema), name="tx") as q:
+        [msg] = q.reserve(wait=10)
+        assert (msg.id, msg.payload) == (id, "hello")
+
+
+def test_a_url_without_host_keeps_its_slashes() -> None:
+    assert parse_url("postgresql:///app").conninfo.startswith("postgresql:///app?")

@@ -24,20 +24,25 @@ statement of :mod:`.statements` (each the mirror of a pure transition of
 is the server's ``clock_timestamp()``, read once per statement. A claim is one call of
 the schema's ``claim()`` function: it settles the queue's expired leases, then takes
 the earliest due messages by ``(due_at, seq)`` with ``FOR UPDATE SKIP LOCKED`` over a
-partial index. Waiting: :mod:`._wakeup`. :func:`enqueue` puts a message inside a
-transaction of the caller's own psycopg connection.
+partial index. Waiting: :mod:`._wakeup`. :func:`enqueue` (:func:`enqueue_async` on an
+``AsyncConnection``) puts a message inside a transaction of the caller's own psycopg
+connection, so it exists only if that transaction commits.
 """
 
 import psycopg
 import psycopg_pool
 
 from ._async.backend import AsyncPostgresBackend, open_async_backend
+from ._async.enqueue import enqueue_async
 from ._sync.backend import PostgresBackend, open_backend
+from ._sync.enqueue import enqueue
 
 __all__ = [
     "OUTAGE_ERRORS",
     "AsyncPostgresBackend",
     "PostgresBackend",
+    "enqueue",
+    "enqueue_async",
     "open_async_backend",
     "open_backend",
 ]

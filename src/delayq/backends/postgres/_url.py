@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 import re
 from typing import Any, NamedTuple
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from ...errors import UnsupportedURL
 
-__all__ = ["DEFAULT_SCHEMA", "OPTIONS", "Settings", "parse_url"]
+__all__ = ["DEFAULT_SCHEMA", "OPTIONS", "Settings", "check_schema", "parse_url"]
 
 #: Where delayq's tables live when the URL names no ``schema``.
 DEFAULT_SCHEMA = "delayq"
@@ -64,24 +64,29 @@ def parse_url(url: str, **options: Any) -> Settings:
     own.update(options)
     if not any(key == "application_name" for key, _ in passed):
         passed.append(("application_name", APPLICATION_NAME))
-    conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(passed), ""))
+    # By hand: urlunsplit drops the "//" of an empty host (postgresql:///db, a socket).
+    conninfo = f"postgresql://{parts.netloc}{parts.path}?{urlencode(passed)}"
     try:
         conninfo_to_dict(conninfo)  # libpq's own parser: an unknown parameter is refused
     except psycopg.Error as exc:
         raise UnsupportedURL(f"malformed postgresql URL: {str(exc).strip()}") from None
-    schema = own.get("schema", DEFAULT_SCHEMA)
+    return Settings(
+        conninfo=conninfo,
+        schema=check_schema(own.get("schema", DEFAULT_SCHEMA)),
+        notify=_switch("notify", own.get("notify", True)),
+        poll_interval=_seconds("poll_interval", own.get("poll_interval", POLL_INTERVAL), 60.0),
+        pool_size=_count("pool_size", own.get("pool_size", POOL_SIZE), 1000),
+    )
+
+
+def check_schema(schema: object) -> str:
+    """``schema`` if it may name delayq's schema, else :class:`ValueError`."""
     if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
         raise ValueError(
             "schema must be a lower-case SQL name of at most 48 characters "
             f"(letters, digits, _; not starting with a digit), not {schema!r}"
         )
-    return Settings(
-        conninfo=conninfo,
-        schema=schema,
-        notify=_switch("notify", own.get("notify", True)),
-        poll_interval=_seconds("poll_interval", own.get("poll_interval", POLL_INTERVAL), 60.0),
-        pool_size=_count("pool_size", own.get("pool_size", POOL_SIZE), 1000),
-    )
+    return schema
 
 
 def _switch(name: str, value: object) -> bool:

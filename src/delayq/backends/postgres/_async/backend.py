@@ -28,7 +28,7 @@ from .._url import SAFETY_INTERVAL, parse_url
 from .._wakeup import Wakeup
 from ..statements import Statements
 
-__all__ = ["AsyncPostgresBackend", "open_async_backend"]
+__all__ = ["AsyncPostgresBackend", "open_async_backend", "put_on", "upgrade"]
 
 _STATES = {state.value: state for state in State}
 _LEASE_LOST = "the lease expired or the message was reserved, acked or removed since"
@@ -81,6 +81,94 @@ def _earliest(*times: int | None) -> int | None:
     return min(known) if known else None
 
 
+async def upgrade(conn: psycopg.AsyncConnection[Any], schema: str) -> None:
+    """Create ``schema`` or apply the steps it lacks (:mod:`.._schema`), under an
+    advisory lock; one query when it is at this code's version."""
+    names = {"meta": f'"{schema}".meta', "name": f"delayq:{schema}"}
+    version_of = _schema.VERSION_OF.format(s=f'"{schema}"')
+
+    async def version() -> int:
+        cursor = await conn.execute(_schema.HAS_META, names)
+        exists = await cursor.fetchone()
+        if not (exists and exists[0]):
+            return 0
+        cursor = await conn.execute(version_of)
+        row = await cursor.fetchone()
+        return int(row[0]) if row else 0
+
+    if await version() == _schema.VERSION:
+        return
+    async with conn.transaction():
+        await conn.execute(_schema.LOCK, names)
+        found = await version()
+        if found > _schema.VERSION:
+            raise RuntimeError(
+                f"the postgres schema {schema!r} is at version {found}, newer than "
+                f"this delayq's {_schema.VERSION}: upgrade delayq"
+            )
+        for statement in _schema.migrations_after(f'"{schema}"', found):
+            await conn.execute(statement)
+
+
+async def put_on(
+    conn: psycopg.AsyncConnection[Any],
+    sql: Statements,
+    queue: str,
+    requests: Sequence[PutRequest],
+) -> tuple[list[int], int | None]:
+    """apply_put() of a batch in one transaction of ``conn`` (a savepoint inside one
+    the caller has open): a run of "ignore" requests is one statement, each
+    "error"/"replace" request one; one notification at the end. Returns the kept
+    positions and the earliest due time written."""
+    kept: list[int] = []
+    earliest: int | None = None
+    async with conn.transaction():
+        start = 0
+        while start < len(requests):
+            request = requests[start]
+            if request.on_conflict == "ignore":
+                end = start
+                while end < len(requests) and requests[end].on_conflict == "ignore":
+                    end += 1
+                params = _requests(queue, requests[start:end])
+                cursor = await conn.execute(sql.PUT_IGNORE_QUIET, params)
+                row = await cursor.fetchone()
+                assert row is not None
+                kept += _kept(row[0], start, end - start)
+                earliest = _earliest(earliest, row[1])
+                start = end
+                continue
+            params = _requests(queue, [request])
+            if request.on_conflict == "error":
+                try:
+                    async with conn.transaction():
+                        cursor = await conn.execute(sql.PUT_ERROR, params)
+                except psycopg.errors.UniqueViolation:
+                    raise DuplicateId(
+                        f"a message with id {request.id!r} exists", request.id
+                    ) from None
+            else:
+                cursor = await conn.execute(sql.PUT_REPLACE, params)
+            row = await cursor.fetchone()
+            if row is None:
+                raise DuplicateId(
+                    f"message {request.id!r} is in flight: it cannot be replaced", request.id
+                )
+            earliest = _earliest(earliest, row[0])
+            start += 1
+        await conn.execute(sql.WAKE, {"queue": queue, "due": earliest})
+    return kept, earliest
+
+
+def _kept(inserted: list[int] | None, start: int, count: int) -> list[int]:
+    """The positions (from ``start``) of a run's requests that kept a stored message,
+    from the 1-based positions of those it inserted (None: all)."""
+    if inserted is None:
+        return []
+    stored = set(inserted)
+    return [start + i for i in range(count) if i + 1 not in stored]
+
+
 class AsyncPostgresBackend:
     """A face of ``postgresql://`` (see :class:`~delayq.durable.backend.AsyncBackend`).
 
@@ -131,36 +219,8 @@ class AsyncPostgresBackend:
                 return
             await self._pool.open(wait=False)
             async with self._pool.connection() as conn:
-                await self._upgrade(conn)
+                await upgrade(conn, self._settings.schema)
             self._ready = True
-
-    async def _upgrade(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Create the schema or apply the steps it lacks, under an advisory lock."""
-        schema = self._settings.schema
-        names = {"meta": f'"{schema}".meta', "name": f"delayq:{schema}"}
-        version_of = _schema.VERSION_OF.format(s=f'"{schema}"')
-
-        async def version() -> int:
-            cursor = await conn.execute(_schema.HAS_META, names)
-            exists = await cursor.fetchone()
-            if not (exists and exists[0]):
-                return 0
-            cursor = await conn.execute(version_of)
-            row = await cursor.fetchone()
-            return int(row[0]) if row else 0
-
-        if await version() == _schema.VERSION:
-            return
-        async with conn.transaction():
-            await conn.execute(_schema.LOCK, names)
-            found = await version()
-            if found > _schema.VERSION:
-                raise RuntimeError(
-                    f"the postgres schema {schema!r} is at version {found}, newer than "
-                    f"this delayq's {_schema.VERSION}: upgrade delayq"
-                )
-            for statement in _schema.migrations_after(f'"{schema}"', found):
-                await conn.execute(statement)
 
     async def _fetch(self, statement: str, params: Mapping[str, Any]) -> list[Row]:
         """Run one statement (its own transaction) and return its rows."""
@@ -191,61 +251,15 @@ class AsyncPostgresBackend:
 
     async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
         """See :meth:`~delayq.durable.backend.AsyncBackend.put`."""
-        sql = self.sql
         if all(r.on_conflict == "ignore" for r in requests):
-            rows = await self._fetch(sql.PUT_IGNORE, _requests(queue, requests))
-            due = rows[0][1]
-            self._wake.notify(queue, due)
-            return self._kept(rows[0][0], 0, len(requests))
+            rows = await self._fetch(self.sql.PUT_IGNORE, _requests(queue, requests))
+            self._wake.notify(queue, rows[0][1])
+            return _kept(rows[0][0], 0, len(requests))
         await self._open()
-        kept: list[int] = []
-        earliest: int | None = None
-        async with self._pool.connection() as conn, conn.transaction():
-            start = 0
-            while start < len(requests):
-                request = requests[start]
-                if request.on_conflict == "ignore":
-                    end = start
-                    while end < len(requests) and requests[end].on_conflict == "ignore":
-                        end += 1
-                    params = _requests(queue, requests[start:end])
-                    cursor = await conn.execute(sql.PUT_IGNORE_QUIET, params)
-                    row = await cursor.fetchone()
-                    assert row is not None
-                    kept += self._kept(row[0], start, end - start)
-                    earliest = _earliest(earliest, row[1])
-                    start = end
-                    continue
-                params = _requests(queue, [request])
-                if request.on_conflict == "error":
-                    try:
-                        async with conn.transaction():
-                            cursor = await conn.execute(sql.PUT_ERROR, params)
-                    except psycopg.errors.UniqueViolation:
-                        raise DuplicateId(
-                            f"a message with id {request.id!r} exists", request.id
-                        ) from None
-                else:
-                    cursor = await conn.execute(sql.PUT_REPLACE, params)
-                row = await cursor.fetchone()
-                if row is None:
-                    raise DuplicateId(
-                        f"message {request.id!r} is in flight: it cannot be replaced", request.id
-                    )
-                earliest = _earliest(earliest, row[0])
-                start += 1
-            await conn.execute(sql.WAKE, {"queue": queue, "due": earliest})
+        async with self._pool.connection() as conn:
+            kept, earliest = await put_on(conn, self.sql, queue, requests)
         self._wake.notify(queue, earliest)
         return kept
-
-    @staticmethod
-    def _kept(inserted: list[int] | None, start: int, count: int) -> list[int]:
-        """The positions (from ``start``) of a run's requests that kept a stored
-        message, from the 1-based positions of those it inserted (None: all)."""
-        if inserted is None:
-            return []
-        stored = set(inserted)
-        return [start + i for i in range(count) if i + 1 not in stored]
 
     async def reserve(
         self, queue: str, *, limit: int, lease_ms: int, wait: float | None
