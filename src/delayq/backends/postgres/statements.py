@@ -184,6 +184,21 @@ FROM ins JOIN req AS r ON r.seq = ins.seq"""
         self.PUT_IGNORE = put_ignore.format(wake=f"{s}.wake(%(queue)s, min(ins.due_at))")
         self.PUT_IGNORE_QUIET = put_ignore.format(wake="min(ins.due_at)")
 
+        #: apply_put(on_conflict="ignore") of one request (the default put), without
+        #: the arrays of PUT_IGNORE: a row back (its due time, notified) when stored,
+        #: none when a stored id kept its message.
+        self.PUT_ONE = f"""
+WITH {NOW}, ins AS (
+    INSERT INTO {s}.messages AS m
+        (queue, id, payload, encoding, due_at, seq, attempts, max_attempts, state, headers)
+    SELECT %(queue)s, %(id)s, %(payload)s, %(encoding)s,
+           {due("%(delay_ms)s::bigint", "%(at_ms)s::bigint")}, nextval('{s}.seq'), 0,
+           %(max_attempts)s, 'scheduled', %(headers)s
+    FROM now
+    ON CONFLICT (queue, id) DO NOTHING
+    RETURNING m.due_at)
+SELECT {s}.wake(%(queue)s, due_at) FROM ins"""
+
         #: apply_put(on_conflict="error") of one request: a stored id violates the
         #: primary key -> DuplicateId. Returns its due time.
         self.PUT_ERROR = f"WITH {NOW}, {requests} {insert} RETURNING m.due_at"

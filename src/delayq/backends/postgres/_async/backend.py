@@ -251,6 +251,23 @@ class AsyncPostgresBackend:
 
     async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
         """See :meth:`~delayq.durable.backend.AsyncBackend.put`."""
+        if len(requests) == 1 and requests[0].on_conflict == "ignore":
+            request = requests[0]
+            params = {
+                "queue": queue,
+                "id": request.id,
+                "payload": request.payload,
+                "encoding": request.encoding,
+                "delay_ms": request.delay_ms,
+                "at_ms": request.at_ms,
+                "max_attempts": request.max_attempts,
+                "headers": _headers(request.headers),
+            }
+            rows = await self._fetch(self.sql.PUT_ONE, params)
+            if not rows:
+                return [0]
+            self._wake.notify(queue, rows[0][0])
+            return []
         if all(r.on_conflict == "ignore" for r in requests):
             rows = await self._fetch(self.sql.PUT_IGNORE, _requests(queue, requests))
             self._wake.notify(queue, rows[0][1])
