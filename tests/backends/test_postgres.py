@@ -255,3 +255,26 @@ def test_enqueue_async_on_an_async_connection(schema: str) -> None:
 
 def test_a_url_without_host_keeps_its_slashes() -> None:
     assert parse_url("postgresql:///app").conninfo.startswith("postgresql:///app?")
+
+
+# -- the delayq command -------------------------------------------------------------------
+
+
+def test_the_cli_works_on_a_postgresql_url(schema: str) -> None:
+    from click.testing import CliRunner  # noqa: PLC0415
+
+    from delayq.cli import main  # noqa: PLC0415
+
+    url = url_of(schema)
+
+    def delayq(*args: str) -> str:
+        result = CliRunner().invoke(main, [*args, "--url", url])
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    assert delayq("put", "jobs", '{"order": 42}', "--id", "o-42", "--delay", "1h") == "o-42\n"
+    assert '"order": 42' in delayq("get", "jobs", "o-42", "--json")
+    assert "jobs" in delayq("stats")
+    delayq("cancel", "jobs", "o-42")
+    with Queue(url, name="jobs") as q:
+        assert q.get("o-42") is None
