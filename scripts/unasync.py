@@ -78,6 +78,14 @@ RULES: dict[str, str] = {
     "async_tracked_client": "tracked_client",
     "call_async": "call",
     "scan_queues_async": "scan_queues",
+    # postgresql://: its faces, psycopg's pool and connection, and the hand-written pairs
+    # of _runner.py
+    "AsyncPostgresBackend": "PostgresBackend",
+    "AsyncConnectionPool": "ConnectionPool",
+    "AsyncConnection": "Connection",
+    "AsyncLock": "Lock",
+    "guarded_async": "guarded",
+    "enqueue_async": "enqueue",
 }
 
 _RENAMED = sorted((name for name, twin in RULES.items() if twin), key=len, reverse=True)

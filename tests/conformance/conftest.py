@@ -105,10 +105,31 @@ def redis_cluster_url(tmp_path: Path) -> Iterator[str]:
             client.close()
 
 
+def postgres_url(tmp_path: Path) -> Iterator[str]:
+    """A private schema on the test PostgreSQL (``$DELAYQ_TEST_POSTGRES``, by default
+    ``postgresql://postgres@127.0.0.1:5432/test``), dropped afterwards."""
+    try:
+        import psycopg  # noqa: PLC0415 (optional: the backend is skipped without it)
+    except ImportError:
+        unavailable("postgres", "psycopg is not installed (pip install 'delayq[postgres]')")
+    base = os.environ.get("DELAYQ_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+    schema = f"delayq_test_{uuid.uuid4().hex[:12]}"
+    try:
+        admin = psycopg.connect(base, autocommit=True, connect_timeout=2)
+    except psycopg.Error as exc:
+        unavailable("postgres", f"{base}: {exc}")
+    try:
+        yield f"{base}{'&' if '?' in base else '?'}schema={schema}"
+    finally:
+        with admin:
+            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
 # One entry per backend; e.g. sqlite joins with ``"sqlite": sqlite_url`` where
 # ``def sqlite_url(tmp_path): yield f"sqlite:///{tmp_path / 'q.db'}"``.
 BACKENDS: dict[str, Callable[[Path], Iterator[str]]] = {
     "memory": memory_url,
+    "postgres": postgres_url,
     "redis": redis_url,
     "redis-cluster": redis_cluster_url,
     "sqlite": sqlite_url,

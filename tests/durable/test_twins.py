@@ -37,6 +37,11 @@ PAIRS = [
         "delayq.backends.sqlite:AsyncSQLiteBackend",
     ),
     (
+        "postgres",
+        "delayq.backends.postgres:PostgresBackend",
+        "delayq.backends.postgres:AsyncPostgresBackend",
+    ),
+    (
         "redis",
         "delayq.backends.redis.backend:RedisBackend",
         "delayq.backends.redis.backend:AsyncRedisBackend",

@@ -1,10 +1,11 @@
-"""Real worker processes on sqlite:// and redis:// : kill -9, SIGTERM drain, cron across
-three processes, and retries with backoff into dead.
+"""Real worker processes on sqlite://, redis:// and postgresql:// : kill -9, SIGTERM
+drain, cron across three processes, and retries with backoff into dead.
 
 Each redis case runs under its own key prefix on ``$DELAYQ_TEST_REDIS`` (by default
-``redis://127.0.0.1:6379/0``) and deletes every key under it afterwards. Without a
-reachable server the redis cases are skipped, or fail when ``$DELAYQ_REQUIRE`` lists
-redis (as in tests/conformance/conftest.py)."""
+``redis://127.0.0.1:6379/0``) and deletes every key under it afterwards; each postgres
+case in its own schema on ``$DELAYQ_TEST_POSTGRES``, dropped afterwards. Without a
+reachable server those cases are skipped, or fail when ``$DELAYQ_REQUIRE`` lists the
+backend (as in tests/conformance/conftest.py)."""
 
 from __future__ import annotations
 
@@ -106,9 +107,30 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
     assert not left, left
 
 
+def postgres_url(tmp_path: Path) -> Iterator[str]:
+    """A private schema on the test PostgreSQL (``$DELAYQ_TEST_POSTGRES``), dropped
+    afterwards."""
+    try:
+        import psycopg  # noqa: PLC0415 (optional: the backend is skipped without it)
+    except ImportError:
+        unavailable("postgres", "psycopg is not installed (pip install 'delayq[postgres]')")
+    base = os.environ.get("DELAYQ_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+    schema = f"delayq_e2e_{uuid.uuid4().hex[:12]}"
+    try:
+        admin = psycopg.connect(base, autocommit=True, connect_timeout=2)
+    except psycopg.Error as exc:
+        unavailable("postgres", f"{base}: {exc}")
+    with admin:
+        try:
+            yield f"{base}{'&' if '?' in base else '?'}schema={schema}"
+        finally:
+            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
 BACKENDS: dict[str, Callable[[Path], Iterator[str]]] = {
     "sqlite": sqlite_url,
     "redis": redis_url,
+    "postgres": postgres_url,
 }
 
 

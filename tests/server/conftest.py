@@ -3,7 +3,8 @@ Starlette's TestClient (requests go through the real ASGI stack, middleware incl
 
 ``client`` serves a fresh ``memory://`` namespace; ``any_client`` runs the test once
 per backend (memory, sqlite in ``tmp_path``, redis under a key prefix of its own,
-skipped when Redis is unreachable unless ``$DELAYQ_REQUIRE`` lists it).
+postgres in a schema of its own; a server that is unreachable is skipped unless
+``$DELAYQ_REQUIRE`` lists it).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conformance.conftest import memory_url, redis_url, sqlite_url
+from conformance.conftest import memory_url, postgres_url, redis_url, sqlite_url
 from delayq.server import ServeConfig, create_app
 
 with warnings.catch_warnings():  # starlette's note about httpx, at import
@@ -26,6 +27,7 @@ with warnings.catch_warnings():  # starlette's note about httpx, at import
 
 BACKENDS: dict[str, Callable[[Path], Iterator[str]]] = {
     "memory": memory_url,
+    "postgres": postgres_url,
     "redis": redis_url,
     "sqlite": sqlite_url,
 }

@@ -49,7 +49,7 @@ from .registry import default_url, redact_url, scheme_of
 from .retry import RetryPolicy
 from .serializer import Codec
 
-__all__ = ["QueueBase"]
+__all__ = ["QueueBase", "build_request"]
 
 _Q = TypeVar("_Q", bound="QueueBase")
 _ON_CONFLICT = ("ignore", "replace", "error")
@@ -219,6 +219,46 @@ def error_text(error: object) -> str | None:
     raise TypeError(f"error must be a str or an exception, not {type(error).__name__}")
 
 
+def build_request(  # noqa: PLR0917 (positional: put_many calls it once per item)
+    codec: Codec,
+    default_attempts: int,
+    payload: object,
+    delay: object = None,
+    at: object = None,
+    id: object = None,
+    on_conflict: object = "ignore",
+    max_attempts: object = None,
+    headers: object = None,
+) -> PutRequest:
+    """The checked request of a put, its payload encoded by ``codec`` (an id drawn when
+    ``id`` is None; ``default_attempts`` when ``max_attempts`` is None): every check of
+    a put, for the queue faces and for writers outside them (the PostgreSQL backend's
+    ``enqueue``)."""
+    if on_conflict not in _ON_CONFLICT:
+        raise ValueError(f"on_conflict must be one of {_ON_CONFLICT}, got {on_conflict!r}")
+    mode: OnConflict = on_conflict  # type: ignore[assignment]
+    message_id = new_id() if id is None else check_message_id(id)
+    attempts = (
+        default_attempts if max_attempts is None else check_int("max_attempts", max_attempts, 1)
+    )
+    header_map = {} if headers is None else check_headers(headers)
+    if delay is None and at is None:
+        delay_ms = at_ms = None
+    else:
+        delay_ms, at_ms = due_arguments(delay, at)
+    data, encoding = codec.encode(payload)
+    return put_request(
+        id=message_id,
+        payload=data,
+        encoding=encoding,
+        max_attempts=attempts,
+        headers=header_map,
+        delay_ms=delay_ms,
+        at_ms=at_ms,
+        on_conflict=mode,
+    )
+
+
 class QueueBase:
     """The shared, I/O-free half of the two queue facades."""
 
@@ -298,30 +338,16 @@ class QueueBase:
         headers: object = None,
     ) -> PutRequest:
         """The checked, encoded request of a put (an id drawn when ``id`` is None)."""
-        if on_conflict not in _ON_CONFLICT:
-            raise ValueError(f"on_conflict must be one of {_ON_CONFLICT}, got {on_conflict!r}")
-        mode: OnConflict = on_conflict  # type: ignore[assignment]
-        message_id = new_id() if id is None else check_message_id(id)
-        attempts = (
-            self._retry.max_attempts
-            if max_attempts is None
-            else check_int("max_attempts", max_attempts, 1)
-        )
-        header_map = {} if headers is None else check_headers(headers)
-        if delay is None and at is None:
-            delay_ms = at_ms = None
-        else:
-            delay_ms, at_ms = due_arguments(delay, at)
-        data, encoding = self._codec.encode(payload)
-        return put_request(
-            id=message_id,
-            payload=data,
-            encoding=encoding,
-            max_attempts=attempts,
-            headers=header_map,
-            delay_ms=delay_ms,
-            at_ms=at_ms,
-            on_conflict=mode,
+        return build_request(
+            self._codec,
+            self._retry.max_attempts,
+            payload,
+            delay,
+            at,
+            id,
+            on_conflict,
+            max_attempts,
+            headers,
         )
 
     def _requests(self, items: object) -> list[PutRequest]:

@@ -43,6 +43,8 @@ SCHEMES: dict[str, str] = {
     "rediss": "redis",
     "redis+cluster": "redis",
     "redis+unix": "redis",
+    "postgresql": "postgres",
+    "postgres": "postgres",
 }
 
 

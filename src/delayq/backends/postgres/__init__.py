@@ -1,0 +1,55 @@
+"""``postgresql://``: durable queues in a PostgreSQL database (13 or later).
+
+URLs: ``postgresql://user:password@host:port/database`` (or ``postgres://``), as libpq
+reads them: every query parameter that is not one of delayq's options below goes to
+libpq as is (``sslmode``, ``sslrootcert``, ``application_name`` (``delayq`` unless
+given), ``connect_timeout``, ``options``, ``target_session_attrs``...); an unknown
+one is refused when the queue is opened.
+
+Options (keyword arguments of ``Queue``/``AsyncQueue``, or URL query parameters):
+
+* ``schema`` (default ``delayq``): the schema that holds the queues' tables, created
+  and upgraded on first use (:mod:`._schema`); stores in two schemas are separate.
+* ``notify`` (``on`` by default): waiting consumers are woken by LISTEN/NOTIFY, one
+  listening connection per backend object while a consumer waits. ``off`` (for a
+  PgBouncer in transaction mode, where LISTEN does not work): they look again every
+  ``poll_interval`` instead.
+* ``poll_interval`` (seconds, default 0.5): how often a waiting consumer looks with
+  ``notify=off``.
+* ``pool_size`` (default 10): the most connections of a backend object's pool.
+
+How it works: one row per message in ``<schema>.messages``; every operation is one
+statement of :mod:`.statements` (each the mirror of a pure transition of
+:mod:`delayq.durable.message`), run in autocommit, or one transaction of a few. "Now"
+is the server's ``clock_timestamp()``, read once per statement. A claim is one call of
+the schema's ``claim()`` function: it settles the queue's expired leases, then takes
+the earliest due messages by ``(due_at, seq)`` with ``FOR UPDATE SKIP LOCKED`` over a
+partial index. Waiting: :mod:`._wakeup`. :func:`enqueue` (:func:`enqueue_async` on an
+``AsyncConnection``) puts a message inside a transaction of the caller's own psycopg
+connection, so it exists only if that transaction commits.
+"""
+
+import psycopg
+import psycopg_pool
+
+from ._async.backend import AsyncPostgresBackend, open_async_backend
+from ._async.enqueue import enqueue_async
+from ._sync.backend import PostgresBackend, open_backend
+from ._sync.enqueue import enqueue
+
+__all__ = [
+    "OUTAGE_ERRORS",
+    "AsyncPostgresBackend",
+    "PostgresBackend",
+    "enqueue",
+    "enqueue_async",
+    "open_async_backend",
+    "open_backend",
+]
+
+#: The server does not answer: a lost or refused connection, a pool that found no
+#: connection in time (see delayq.durable.registry).
+OUTAGE_ERRORS: tuple[type[Exception], ...] = (
+    psycopg.OperationalError,
+    psycopg_pool.PoolTimeout,
+)

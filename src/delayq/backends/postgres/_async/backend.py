@@ -1,0 +1,509 @@
+"""The ``postgresql://`` backend, written once as its asyncio face: the source of the
+generated sync face (:mod:`delayq.backends.postgres._sync.backend`).
+
+Every operation is one statement of :mod:`delayq.backends.postgres.statements` on a
+connection of the object's pool in autocommit mode (a statement is its own
+transaction), or one transaction of a few (a put mixing ``replace``/``error`` with
+``ignore``). A waiting ``reserve`` sleeps on the object's
+:class:`~delayq.backends.postgres._wakeup.Wakeup`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from ...._constants import LEASE_EXPIRED_ERROR
+from ....durable.inspection import bucket_width, select_peek
+from ....durable.message import Position, PutRequest, Record, State, Stats, lag_of, observe
+from ....errors import DuplicateId, LeaseLost, QueueClosed
+from .. import _schema
+from .._runner import AsyncLock, guarded_async
+from .._url import SAFETY_INTERVAL, parse_url
+from .._wakeup import Wakeup
+from ..statements import Statements
+
+__all__ = ["AsyncPostgresBackend", "open_async_backend", "put_on", "upgrade"]
+
+_STATES = {state.value: state for state in State}
+_LEASE_LOST = "the lease expired or the message was reserved, acked or removed since"
+#: How many times a read (or a claim) is tried again on another connection when the one
+#: it borrowed turns out broken (a restarted server leaves every pooled one broken).
+_RETRIES = 3
+
+Row = tuple[Any, ...]
+
+
+def _record(row: Row) -> Record:
+    headers = row[8]
+    return Record(
+        id=row[0],
+        payload=bytes(row[1]),
+        encoding=row[2],
+        due_at=row[3],
+        seq=row[4],
+        attempts=row[5],
+        max_attempts=row[6],
+        state=_STATES[row[7]],
+        headers=json.loads(headers) if headers else {},
+        last_error=row[9],
+        lease=row[10],
+        lease_until=row[11],
+    )
+
+
+def _headers(headers: Mapping[str, str]) -> str | None:
+    return json.dumps(dict(headers), separators=(",", ":")) if headers else None
+
+
+def _requests(queue: str, requests: Sequence[PutRequest]) -> dict[str, Any]:
+    """The parameters of a put statement: one array per column, in request order."""
+    return {
+        "queue": queue,
+        "n": len(requests),
+        "ids": [r.id for r in requests],
+        "payloads": [r.payload for r in requests],
+        "encodings": [r.encoding for r in requests],
+        "delays": [r.delay_ms for r in requests],
+        "ats": [r.at_ms for r in requests],
+        "maxes": [r.max_attempts for r in requests],
+        "headers": [_headers(r.headers) for r in requests],
+    }
+
+
+def _earliest(*times: int | None) -> int | None:
+    known = [t for t in times if t is not None]
+    return min(known) if known else None
+
+
+async def upgrade(conn: psycopg.AsyncConnection[Any], schema: str) -> None:
+    """Create ``schema`` or apply the steps it lacks (:mod:`.._schema`), under an
+    advisory lock; one query when it is at this code's version."""
+    names = {"meta": f'"{schema}".meta', "name": f"delayq:{schema}"}
+    version_of = _schema.VERSION_OF.format(s=f'"{schema}"')
+
+    async def version() -> int:
+        cursor = await conn.execute(_schema.HAS_META, names)
+        exists = await cursor.fetchone()
+        if not (exists and exists[0]):
+            return 0
+        cursor = await conn.execute(version_of)
+        row = await cursor.fetchone()
+        return int(row[0]) if row else 0
+
+    if await version() == _schema.VERSION:
+        return
+    async with conn.transaction():
+        await conn.execute(_schema.LOCK, names)
+        found = await version()
+        if found > _schema.VERSION:
+            raise RuntimeError(
+                f"the postgres schema {schema!r} is at version {found}, newer than "
+                f"this delayq's {_schema.VERSION}: upgrade delayq"
+            )
+        for statement in _schema.migrations_after(f'"{schema}"', found):
+            await conn.execute(statement)
+
+
+async def put_on(
+    conn: psycopg.AsyncConnection[Any],
+    sql: Statements,
+    queue: str,
+    requests: Sequence[PutRequest],
+) -> tuple[list[int], int | None]:
+    """apply_put() of a batch in one transaction of ``conn`` (a savepoint inside one
+    the caller has open): a run of "ignore" requests is one statement, each
+    "error"/"replace" request one; one notification at the end. Returns the kept
+    positions and the earliest due time written."""
+    kept: list[int] = []
+    earliest: int | None = None
+    async with conn.transaction():
+        start = 0
+        while start < len(requests):
+            request = requests[start]
+            if request.on_conflict == "ignore":
+                end = start
+                while end < len(requests) and requests[end].on_conflict == "ignore":
+                    end += 1
+                params = _requests(queue, requests[start:end])
+                cursor = await conn.execute(sql.PUT_IGNORE_QUIET, params)
+                row = await cursor.fetchone()
+                assert row is not None
+                kept += _kept(row[0], start, end - start)
+                earliest = _earliest(earliest, row[1])
+                start = end
+                continue
+            params = _requests(queue, [request])
+            if request.on_conflict == "error":
+                try:
+                    async with conn.transaction():
+                        cursor = await conn.execute(sql.PUT_ERROR, params)
+                except psycopg.errors.UniqueViolation:
+                    raise DuplicateId(
+                        f"a message with id {request.id!r} exists", request.id
+                    ) from None
+            else:
+                cursor = await conn.execute(sql.PUT_REPLACE, params)
+            row = await cursor.fetchone()
+            if row is None:
+                raise DuplicateId(
+                    f"message {request.id!r} is in flight: it cannot be replaced", request.id
+                )
+            earliest = _earliest(earliest, row[0])
+            start += 1
+        await conn.execute(sql.WAKE, {"queue": queue, "due": earliest})
+    return kept, earliest
+
+
+def _kept(inserted: list[int] | None, start: int, count: int) -> list[int]:
+    """The positions (from ``start``) of a run's requests that kept a stored message,
+    from the 1-based positions of those it inserted (None: all)."""
+    if inserted is None:
+        return []
+    stored = set(inserted)
+    return [start + i for i in range(count) if i + 1 not in stored]
+
+
+class AsyncPostgresBackend:
+    """A face of ``postgresql://`` (see :class:`~delayq.durable.backend.AsyncBackend`).
+
+    Creating it does no I/O: the pool connects, and the schema is created or upgraded,
+    on first use. Each call borrows a pooled connection for one statement (or one
+    transaction). A waiting ``reserve`` is woken by LISTEN/NOTIFY
+    (:mod:`delayq.backends.postgres._wakeup`). A cancelled ``reserve`` claims nothing;
+    a cancelled call of another operation may still take effect.
+    """
+
+    def __init__(self, url: str, **options: Any) -> None:
+        settings = parse_url(url, **options)
+        self._settings = settings
+        self.sql = Statements(settings.schema)
+        self._pool = AsyncConnectionPool(
+            settings.conninfo,
+            min_size=1,
+            max_size=settings.pool_size,
+            kwargs={"autocommit": True},
+            open=False,
+            name=f"delayq-{settings.schema}",
+        )
+        self._wake = Wakeup(
+            settings.conninfo,
+            self.sql.channel,
+            listen=settings.notify,
+            interval=SAFETY_INTERVAL if settings.notify else settings.poll_interval,
+        )
+        self._ready_lock = AsyncLock()
+        self._ready = False
+        self._closed = False
+
+    @property
+    def schema(self) -> str:
+        """The schema that holds this store's tables."""
+        return self._settings.schema
+
+    # -- connections ----------------------------------------------------------------
+
+    async def _open(self) -> None:
+        """Open the pool and bring the schema to this code's version, once."""
+        if self._closed:
+            raise QueueClosed("the queue is closed")
+        if self._ready:
+            return
+        async with self._ready_lock:
+            if self._ready:
+                return
+            await self._pool.open(wait=False)
+            async with self._pool.connection() as conn:
+                await upgrade(conn, self._settings.schema)
+            self._ready = True
+
+    async def _fetch(self, statement: str, params: Mapping[str, Any]) -> list[Row]:
+        """Run one statement (its own transaction) and return its rows."""
+        await self._open()
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(statement, params)
+            return await cursor.fetchall() if cursor.description else []
+
+    async def _count(self, statement: str, params: Mapping[str, Any]) -> int:
+        """Run one statement without rows and return how many it changed."""
+        await self._open()
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(statement, params)
+            return cursor.rowcount
+
+    async def _read(self, statement: str, params: Mapping[str, Any]) -> list[Row]:
+        """:meth:`_fetch` for a statement safe to run twice (a read, a claim):
+        tried again on another connection when the borrowed one is broken."""
+        for attempt in range(_RETRIES):
+            try:
+                return await self._fetch(statement, params)
+            except psycopg.OperationalError:
+                if attempt == _RETRIES - 1 or self._closed:
+                    raise
+        raise AssertionError("unreachable")
+
+    # -- the operations ---------------------------------------------------------------
+
+    async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.put`."""
+        if len(requests) == 1 and requests[0].on_conflict == "ignore":
+            request = requests[0]
+            params = {
+                "queue": queue,
+                "id": request.id,
+                "payload": request.payload,
+                "encoding": request.encoding,
+                "delay_ms": request.delay_ms,
+                "at_ms": request.at_ms,
+                "max_attempts": request.max_attempts,
+                "headers": _headers(request.headers),
+            }
+            rows = await self._fetch(self.sql.PUT_ONE, params)
+            if not rows:
+                return [0]
+            self._wake.notify(queue, rows[0][0])
+            return []
+        if all(r.on_conflict == "ignore" for r in requests):
+            rows = await self._fetch(self.sql.PUT_IGNORE, _requests(queue, requests))
+            self._wake.notify(queue, rows[0][1])
+            return _kept(rows[0][0], 0, len(requests))
+        await self._open()
+        async with self._pool.connection() as conn:
+            kept, earliest = await put_on(conn, self.sql, queue, requests)
+        self._wake.notify(queue, earliest)
+        return kept
+
+    async def reserve(
+        self, queue: str, *, limit: int, lease_ms: int, wait: float | None
+    ) -> list[Record]:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.reserve`."""
+        await self._open()
+        params = {
+            "queue": queue,
+            "limit": limit,
+            "lease_ms": lease_ms,
+            "expired": LEASE_EXPIRED_ERROR,
+        }
+        wake = self._wake
+        give_up = None if wait is None else time.monotonic() + wait
+        waiter = wake.enter(queue)
+        try:
+            while True:
+                wake.look(waiter)
+                rows = await guarded_async(
+                    lambda: self._read(self.sql.CLAIM, params),
+                    lambda rows: self._give_back(queue, rows),
+                )
+                if rows and rows[0][0] is not None:
+                    records = [_record(row) for row in rows]
+                    records.sort(key=lambda record: (record.due_at, record.seq))
+                    return records
+                if self._closed:
+                    raise QueueClosed("the queue is closed")
+                next_ms, now_ms = (rows[0][11], rows[0][12]) if rows else (None, None)
+                timeout = wake.interval
+                if next_ms is not None and now_ms is not None:
+                    timeout = min(timeout, max(0.0, (next_ms - now_ms) / 1000.0))
+                if give_up is not None:
+                    left = give_up - time.monotonic()
+                    if left <= 0.0:
+                        return []
+                    timeout = min(timeout, left)
+                if timeout > 0.0 and wake.arm(waiter, next_ms):
+                    await wake.wait_async(waiter, timeout)
+        finally:
+            wake.leave(waiter)
+
+    async def _give_back(self, queue: str, rows: list[Row]) -> None:
+        """Release what a cancelled reserve claimed (nobody received it)."""
+        claimed = [row for row in rows if row[0] is not None]
+        if not claimed or self._closed:
+            return
+        params = {
+            "queue": queue,
+            "ids": [row[0] for row in claimed],
+            "tokens": [row[10] for row in claimed],
+        }
+        await self._fetch(self.sql.RELEASE, params)
+
+    async def ack(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.ack`."""
+        params = {"queue": queue, "id": id, "token": token}
+        if await self._count(self.sql.ACK, params) != 1:
+            raise LeaseLost(_LEASE_LOST)
+
+    async def ack_many(self, queue: str, items: Sequence[tuple[str, str]]) -> list[str]:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.ack_many`."""
+        params = {
+            "queue": queue,
+            "ids": [id for id, _ in items],
+            "tokens": [token for _, token in items],
+        }
+        acked = {(row[0], row[1]) for row in await self._fetch(self.sql.ACK_MANY, params)}
+        lost = []
+        for item in items:
+            if item in acked:
+                acked.discard(item)  # a second (id, token) of the same row is lost
+            else:
+                lost.append(item[0])
+        return lost
+
+    async def nack(
+        self,
+        queue: str,
+        id: str,
+        token: str,
+        *,
+        delay_ms: int,
+        error: str | None,
+        dead: bool = False,
+    ) -> State:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.nack`."""
+        params = {
+            "queue": queue,
+            "id": id,
+            "token": token,
+            "delay_ms": delay_ms,
+            "error": error,
+            "dead": dead,
+        }
+        rows = await self._fetch(self.sql.NACK, params)
+        if not rows:
+            raise LeaseLost(_LEASE_LOST)
+        state = _STATES[rows[0][0]]
+        if state is State.SCHEDULED:
+            self._wake.notify(queue, rows[0][1])
+        return state
+
+    async def release(self, queue: str, id: str, token: str) -> None:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.release`."""
+        params = {"queue": queue, "ids": [id], "tokens": [token]}
+        rows = await self._fetch(self.sql.RELEASE, params)
+        if rows[0][0] != 1:
+            raise LeaseLost(_LEASE_LOST)
+        self._wake.notify(queue, rows[0][1])
+
+    async def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.extend`."""
+        params = {"queue": queue, "id": id, "token": token, "lease_ms": lease_ms}
+        rows = await self._fetch(self.sql.EXTEND, params)
+        if not rows:
+            raise LeaseLost(_LEASE_LOST)
+        return int(rows[0][0])
+
+    async def cancel(self, queue: str, id: str) -> bool:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.cancel`."""
+        return await self._count(self.sql.CANCEL, {"queue": queue, "id": id}) == 1
+
+    async def reschedule(
+        self, queue: str, id: str, *, delay_ms: int | None, at_ms: int | None
+    ) -> bool:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.reschedule`."""
+        params = {
+            "queue": queue,
+            "id": id,
+            "delay_ms": delay_ms,
+            "at_ms": at_ms,
+            "expired": LEASE_EXPIRED_ERROR,
+        }
+        rows = await self._fetch(self.sql.RESCHEDULE, params)
+        if not rows:
+            return False
+        self._wake.notify(queue, rows[0][0])
+        return True
+
+    async def get(self, queue: str, id: str) -> Record | None:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.get`."""
+        row = (await self._read(self.sql.GET, {"queue": queue, "id": id}))[0]
+        if row[0] is None:
+            return None
+        return observe(_record(row), row[12], with_lease=False)
+
+    async def stats(self, queue: str) -> Stats:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.stats`."""
+        row = (await self._read(self.sql.STATS, {"queue": queue}))[0]
+        scheduled, ready, active, dead, next_due, oldest_ready, now = row
+        return Stats(
+            scheduled=scheduled,
+            ready=ready,
+            active=active,
+            dead=dead,
+            next_due_at=next_due,
+            lag=lag_of(oldest_ready, now),
+        )
+
+    async def dead(self, queue: str, limit: int, *, after_seq: int | None = None) -> list[Record]:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.dead`."""
+        params = {"queue": queue, "limit": limit, "after": -1 if after_seq is None else after_seq}
+        rows = await self._read(self.sql.DEAD, params)
+        return [observe(_record(row), row[12], with_lease=False) for row in rows]
+
+    async def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.retry_dead`."""
+        params = {
+            "queue": queue,
+            "all": ids is None,
+            "ids": None if ids is None else list(ids),
+            "expired": LEASE_EXPIRED_ERROR,
+        }
+        count, due = (await self._fetch(self.sql.RETRY_DEAD, params))[0]
+        if count:
+            self._wake.notify(queue, due)
+        return int(count)
+
+    async def purge(self, queue: str, state: State | None) -> int:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.purge`."""
+        statement = self.sql.PURGE[None if state is None else state.value]
+        return await self._count(statement, {"queue": queue})
+
+    async def queues(self) -> list[str]:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.queues`."""
+        return sorted(row[0] for row in await self._read(self.sql.QUEUES, {}))
+
+    async def peek(
+        self, queue: str, *, state: State | None, limit: int, after: Position | None = None
+    ) -> list[Record]:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.peek`."""
+        # Before every key: -1 (times and seqs are >= 0). A dead one's key is (seq,).
+        key, seq = (-1, -1) if after is None else (after[0], after[-1])
+        params = {
+            "queue": queue,
+            "limit": limit,
+            "after": seq,
+            "after_key": key,
+            "after_seq": seq,
+        }
+        rows = await self._read(self.sql.PEEK[None if state is None else state.value], params)
+        now = rows[0][12] if rows else 0
+        return select_peek([_record(row) for row in rows], state, now, limit, after)
+
+    async def due_counts(
+        self, queue: str, *, horizon_ms: int, buckets: int
+    ) -> tuple[int, list[int]]:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.due_counts`."""
+        width = bucket_width(horizon_ms, buckets)
+        params = {"queue": queue, "width": width, "buckets": buckets}
+        rows = await self._read(self.sql.DUE_COUNTS, params)
+        counts = [0] * buckets
+        for _, index, count in rows:
+            if index is not None:
+                counts[index] = count
+        return rows[0][0], counts
+
+    async def close(self) -> None:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.close`; the messages stay."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.close()
+        await self._pool.close()
+
+
+def open_async_backend(url: str, **options: Any) -> AsyncPostgresBackend:
+    """Open this face of ``postgresql://`` (options: see :mod:`delayq.backends.postgres`)."""
+    return AsyncPostgresBackend(url, **options)

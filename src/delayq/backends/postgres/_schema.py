@@ -1,0 +1,109 @@
+"""delayq's PostgreSQL schema, as the steps that build it version by version.
+
+A schema (``?schema=``, ``delayq`` by default) holds one queue store: the table of
+messages, the sequence that orders them, the functions of the claim and of the
+wake-up, and ``meta``, whose ``schema`` row says which steps are applied. The first
+backend object to find it missing or older than :data:`VERSION` applies the missing
+steps in one transaction, under a transaction-scoped advisory lock on the schema's
+name, so processes that start together wait for the first and then find the work
+done (``CREATE ... IF NOT EXISTS`` alone still races on the catalogs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import statements
+
+__all__ = ["HAS_META", "LOCK", "MIGRATIONS", "VERSION", "VERSION_OF", "migrations_after"]
+
+
+def _version_1(s: str) -> list[str]:
+    """The table, its indexes, the sequence and ``meta``."""
+    return [
+        f"CREATE SCHEMA IF NOT EXISTS {s}",
+        # One row per message. Stored states are 'scheduled', 'active' and 'dead' (READY
+        # is a scheduled row whose due_at has passed). Times are epoch milliseconds.
+        f"""
+CREATE TABLE IF NOT EXISTS {s}.messages (
+    queue        text     NOT NULL,
+    id           text     NOT NULL,
+    payload      bytea    NOT NULL,
+    encoding     text     NOT NULL,
+    due_at       bigint   NOT NULL,
+    seq          bigint   NOT NULL,
+    attempts     integer  NOT NULL DEFAULT 0,
+    max_attempts integer  NOT NULL,
+    state        text     NOT NULL CHECK (state IN ('scheduled', 'active', 'dead')),
+    headers      text,
+    last_error   text,
+    lease        text,
+    lease_until  bigint,
+    PRIMARY KEY (queue, id)
+)""",
+        # The claim index: a queue's waiting messages by (due_at, seq). Partial, so
+        # active and dead rows never lengthen a claim's scan.
+        f"""CREATE INDEX IF NOT EXISTS messages_due ON {s}.messages (queue, due_at, seq)
+WHERE state = 'scheduled'""",
+        # Leases by expiry: a claim settles the expired ones with one range scan.
+        f"""CREATE INDEX IF NOT EXISTS messages_lease ON {s}.messages (queue, lease_until)
+WHERE state = 'active'""",
+        # Dead letters in the order they died.
+        f"""CREATE INDEX IF NOT EXISTS messages_dead ON {s}.messages (queue, seq)
+WHERE state = 'dead'""",
+        # seq: one sequence for every queue of the schema, so it increases across
+        # processes without a counter row that every put would have to lock.
+        f"CREATE SEQUENCE IF NOT EXISTS {s}.seq AS bigint",
+        f"CREATE TABLE IF NOT EXISTS {s}.meta (key text PRIMARY KEY, value bigint NOT NULL)",
+    ]
+
+
+def _version_2(s: str) -> list[str]:
+    """The claim and wake-up functions; autovacuum settings for a queue's churn.
+
+    Every message is inserted, updated once or twice and deleted within minutes, so
+    the table is mostly dead tuples between vacuums: with PostgreSQL's defaults (a
+    vacuum after 20% of the table changed) a queue of 10,000 waiting messages churning
+    1,000 a second grows its table and its partial indexes for minutes between
+    vacuums, and every claim walks the dead index entries. Vacuum after 1% (or 1,000
+    rows) instead, without the cost delay that makes it lag behind; analyze often so
+    the planner keeps the claim on its index.
+    """
+    return [
+        statements.wake_function(s),
+        statements.claim_function(s),
+        f"""ALTER TABLE {s}.messages SET (
+    autovacuum_vacuum_scale_factor = 0.01,
+    autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_insert_scale_factor = 0.01,
+    autovacuum_analyze_scale_factor = 0.02,
+    autovacuum_vacuum_cost_delay = 0,
+    fillfactor = 90
+)""",
+    ]
+
+
+#: The steps, in order: ``MIGRATIONS[i]`` takes a schema from version ``i`` to ``i + 1``.
+MIGRATIONS: list[Callable[[str], list[str]]] = [_version_1, _version_2]
+#: The version this code writes and reads.
+VERSION = len(MIGRATIONS)
+
+#: Whether ``meta`` exists (``%(meta)s``: its qualified name), as an answer rather than
+#: the error a query of a missing table is.
+HAS_META = "SELECT to_regclass(%(meta)s) IS NOT NULL"
+#: The version a schema is at, once ``meta`` exists (no row: 0).
+VERSION_OF = "SELECT coalesce((SELECT value FROM {s}.meta WHERE key = 'schema'), 0)"
+
+#: Taken in the upgrading transaction; released when it ends.
+LOCK = "SELECT pg_advisory_xact_lock(hashtext(%(name)s))"
+
+
+def migrations_after(s: str, version: int) -> list[str]:
+    """The statements that take schema ``s`` from ``version`` to :data:`VERSION`, the
+    version row written last."""
+    steps = [sql for step in MIGRATIONS[version:] for sql in step(s)]
+    steps.append(
+        f"INSERT INTO {s}.meta (key, value) VALUES ('schema', {VERSION}) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+    )
+    return steps

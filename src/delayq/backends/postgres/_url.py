@@ -1,0 +1,123 @@
+"""``postgresql://`` URLs and options (documented in :mod:`delayq.backends.postgres`)."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, NamedTuple
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from ...errors import UnsupportedURL
+
+__all__ = ["DEFAULT_SCHEMA", "OPTIONS", "Settings", "check_schema", "parse_url"]
+
+#: Where delayq's tables live when the URL names no ``schema``.
+DEFAULT_SCHEMA = "delayq"
+#: How often a waiting consumer looks for others' puts with ``notify=off``, seconds.
+POLL_INTERVAL = 0.5
+#: How long a waiting consumer sleeps at most with LISTEN, seconds: a re-check in case
+#: a notification was lost (none should be), bounded to one cheap query per interval.
+SAFETY_INTERVAL = 30.0
+#: Connections of a backend object's pool (the LISTEN connection is its own).
+POOL_SIZE = 10
+#: The application_name delayq's sessions show in pg_stat_activity, unless the URL
+#: gives one.
+APPLICATION_NAME = "delayq"
+
+#: The options a postgresql URL's query or ``Queue(...)`` keyword may set; every other
+#: query parameter goes to libpq as is (sslmode, application_name, connect_timeout...).
+OPTIONS = frozenset({"schema", "notify", "poll_interval", "pool_size"})
+_SCHEMES = ("postgresql", "postgres")
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
+
+
+class Settings(NamedTuple):
+    """A parsed URL: libpq's connection string and delayq's own options."""
+
+    conninfo: str
+    schema: str
+    notify: bool
+    poll_interval: float
+    pool_size: int
+
+
+def parse_url(url: str, **options: Any) -> Settings:
+    """The checked settings of a ``postgresql://`` URL (keyword ``options`` override
+    its query). :class:`UnsupportedURL` for a malformed URL or a parameter libpq does
+    not know, :class:`TypeError`/:class:`ValueError` for a bad option. No I/O."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in _SCHEMES:
+        raise UnsupportedURL(f"not a postgresql:// URL: {url!r}")
+    own: dict[str, Any] = {}
+    passed: list[tuple[str, str]] = []
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key in OPTIONS:
+            own[key] = value
+        else:
+            passed.append((key, value))
+    unknown = sorted(set(options) - OPTIONS)
+    if unknown:
+        raise TypeError(f"unknown postgresql option(s): {', '.join(unknown)}")
+    own.update(options)
+    if not any(key == "application_name" for key, _ in passed):
+        passed.append(("application_name", APPLICATION_NAME))
+    # By hand: urlunsplit drops the "//" of an empty host (postgresql:///db, a socket).
+    conninfo = f"postgresql://{parts.netloc}{parts.path}?{urlencode(passed)}"
+    try:
+        conninfo_to_dict(conninfo)  # libpq's own parser: an unknown parameter is refused
+    except psycopg.Error as exc:
+        raise UnsupportedURL(f"malformed postgresql URL: {str(exc).strip()}") from None
+    return Settings(
+        conninfo=conninfo,
+        schema=check_schema(own.get("schema", DEFAULT_SCHEMA)),
+        notify=_switch("notify", own.get("notify", True)),
+        poll_interval=_seconds("poll_interval", own.get("poll_interval", POLL_INTERVAL), 60.0),
+        pool_size=_count("pool_size", own.get("pool_size", POOL_SIZE), 1000),
+    )
+
+
+def check_schema(schema: object) -> str:
+    """``schema`` if it may name delayq's schema, else :class:`ValueError`."""
+    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+        raise ValueError(
+            "schema must be a lower-case SQL name of at most 48 characters "
+            f"(letters, digits, _; not starting with a digit), not {schema!r}"
+        )
+    return schema
+
+
+def _switch(name: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("on", "true", "1", "yes"):
+        return True
+    if isinstance(value, str) and value.lower() in ("off", "false", "0", "no"):
+        return False
+    raise ValueError(f"{name} must be on or off, not {value!r}")
+
+
+def _count(name: str, value: object, high: int) -> int:
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if type(value) is not int:
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not 1 <= value <= high:
+        raise ValueError(f"{name} must be from 1 to {high}, got {value}")
+    return value
+
+
+def _seconds(name: str, value: object, high: float) -> float:
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"{name} must be a number of seconds, not {value!r}") from None
+    if type(value) is bool or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    number = float(value)
+    if not (0.0 < number <= high) or math.isnan(number):
+        raise ValueError(f"{name} must be more than 0 and at most {high:g} seconds")
+    return number

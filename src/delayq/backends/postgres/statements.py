@@ -1,0 +1,416 @@
+"""The SQL of the PostgreSQL backend: each state change mirrors a pure transition of
+:mod:`delayq.durable.message` and is named after it.
+
+Conventions:
+
+* every statement reads the server's clock once, ``clock_timestamp()`` in the
+  materialized ``now`` CTE (:data:`NOW`), as its floor ``f`` and ceiling ``c`` in epoch
+  ms (:class:`~delayq.durable.message.Now`): checks (``due_at <= f``,
+  ``lease_until > f``) and "due now" use ``f``; a time computed as now plus a positive
+  duration starts from ``c`` (:func:`due`, the lease expiry), so nothing is early;
+* a row is *in flight* when ``state = 'active' AND lease_until > f``; an active row
+  whose lease has expired is, logically, already settled
+  (:func:`~delayq.durable.message.settle`): scheduled again due at ``lease_until``, or
+  dead once ``attempts >= max_attempts``. The claim function settles a queue's expired
+  leases before it claims; every other statement spells the settled state out inline;
+* the literal ``state = '...'`` terms match the partial indexes (``_schema.py``);
+* a statement that makes a message due (put, nack, release, reschedule, retry_dead)
+  calls ``wake(queue, due)`` once with the earliest due time it wrote: one
+  ``pg_notify`` per transaction, which waiting consumers of other processes hear;
+* ``{s}`` is the quoted schema name.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CLAIM_PICK",
+    "Statements",
+    "channel",
+    "claim_function",
+    "due",
+    "wake_function",
+]
+
+#: The server's clock, read once per statement (a CTE with a volatile function is
+#: evaluated once): ``f`` the floor, ``c`` the ceiling, in epoch ms.
+NOW = """now AS MATERIALIZED (
+    SELECT floor(ms)::bigint AS f, ceil(ms)::bigint AS c
+    FROM (SELECT extract(epoch FROM clock_timestamp()) * 1000 AS ms) AS clock
+)"""
+
+#: The record's columns, in :class:`~delayq.durable.message.Record` field order.
+COLUMNS = (
+    "m.id, m.payload, m.encoding, m.due_at, m.seq, m.attempts, m.max_attempts, m.state, "
+    "m.headers, m.last_error, m.lease, m.lease_until"
+)
+
+_EXPIRED = "m.state = 'active' AND m.lease_until <= now.f"
+_EXPIRED_BACK = f"{_EXPIRED} AND m.attempts < m.max_attempts"
+_EXPIRED_DEAD = f"{_EXPIRED} AND m.attempts >= m.max_attempts"
+
+#: What a claim takes (apply_reserve's candidates): the earliest due of a queue, by
+#: (due_at, seq), rows another claim holds skipped. The partial index messages_due
+#: serves it (tests/backends/test_postgres.py checks the plan). ``{q}``, ``{f}`` and
+#: ``{n}`` are the queue, the floor and the limit: the claim function's variables.
+CLAIM_PICK = """
+SELECT d.id FROM {s}.messages AS d
+WHERE d.queue = {q} AND d.state = 'scheduled' AND d.due_at <= {f}
+ORDER BY d.due_at, d.seq
+LIMIT {n}
+FOR UPDATE SKIP LOCKED"""
+
+
+def channel(schema: str) -> str:
+    """The NOTIFY channel of a schema's wake-ups (an identifier: the schema name is
+    one, checked by the URL parser)."""
+    return f"delayq_{schema}"
+
+
+def due(delay: str, at: str | None) -> str:
+    """resolve_due() in SQL, over the ``now`` CTE: ``at`` (an absolute time) or
+    ``delay`` from the ceiling, never before the floor; neither (NULL, or a delay <=
+    0) is the floor."""
+    at_case = "" if at is None else f"WHEN {at} IS NOT NULL THEN greatest({at}, now.f) "
+    return f"(CASE {at_case}WHEN {delay} > 0 THEN greatest(now.c + {delay}, now.f) ELSE now.f END)"
+
+
+def wake_function(s: str) -> str:
+    """``wake(queue, due)``: notify waiting consumers that ``queue`` has something due
+    at ``due`` (epoch ms, or NULL: nothing, no notification); returns ``due``. The
+    payload is ``"<due> <queue>"``."""
+    name = s.strip('"')
+    return f"""
+CREATE OR REPLACE FUNCTION {s}.wake(q text, due bigint) RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+    SELECT pg_notify('{channel(name)}', due::text || ' ' || q) WHERE due IS NOT NULL;
+    SELECT due;
+$$"""
+
+
+def claim_function(s: str) -> str:
+    """``claim(queue, n, lease_ms, expired)``: settle() the queue's expired leases,
+    then apply_reserve() to up to ``n`` due messages (earliest first, FIFO), each under
+    a fresh random token until ``c + lease_ms``; one clock reading, one transaction.
+    Returns the claimed rows with the floor as ``now_ms``; when none was due, one row
+    whose ``id`` is NULL and whose ``lease_until`` is the next event (the earliest due
+    time or lease expiry of the queue, NULL when there is none)."""
+    return f"""
+CREATE OR REPLACE FUNCTION {s}.claim(q text, n integer, lease_ms bigint, expired text)
+RETURNS TABLE (
+    id text, payload bytea, encoding text, due_at bigint, seq bigint, attempts integer,
+    max_attempts integer, state text, headers text, last_error text, lease text,
+    lease_until bigint, now_ms bigint)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    ms numeric := extract(epoch FROM clock_timestamp()) * 1000;
+    f bigint := floor(ms);
+    c bigint := ceil(ms);
+    next_due bigint;
+    next_lease bigint;
+BEGIN
+    UPDATE {s}.messages AS m
+    SET state = CASE WHEN m.attempts >= m.max_attempts THEN 'dead' ELSE 'scheduled' END,
+        due_at = CASE WHEN m.attempts >= m.max_attempts THEN m.due_at ELSE m.lease_until END,
+        lease = NULL, lease_until = NULL, last_error = expired
+    WHERE m.queue = q AND m.state = 'active' AND m.lease_until <= f;
+
+    -- MATERIALIZED: a pick rescanned as the inner side of a join would skip the rows it
+    -- has just locked and take the next ones.
+    RETURN QUERY
+    WITH pick AS MATERIALIZED ({CLAIM_PICK.format(s=s, q="q", f="f", n="n")})
+    UPDATE {s}.messages AS m
+    SET state = 'active', attempts = m.attempts + 1,
+        lease = replace(gen_random_uuid()::text, '-', ''), lease_until = c + lease_ms
+    FROM pick
+    WHERE m.queue = q AND m.id = pick.id
+    RETURNING {COLUMNS}, f;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    SELECT min(d.due_at) INTO next_due FROM {s}.messages AS d
+    WHERE d.queue = q AND d.state = 'scheduled';
+    SELECT min(d.lease_until) INTO next_lease FROM {s}.messages AS d
+    WHERE d.queue = q AND d.state = 'active';
+    RETURN QUERY SELECT NULL::text, NULL::bytea, NULL::text, NULL::bigint, NULL::bigint,
+        NULL::integer, NULL::integer, NULL::text, NULL::text, NULL::text, NULL::text,
+        least(next_due, next_lease), f;
+END
+$$"""
+
+
+_INSERT = """
+INSERT INTO {s}.messages AS m
+    (queue, id, payload, encoding, due_at, seq, attempts, max_attempts, state, headers)
+SELECT %(queue)s, r.id, r.payload, r.encoding, {due}, r.seq, 0, r.max_attempts,
+       'scheduled', r.headers
+FROM req AS r, now
+ORDER BY r.ord"""
+
+_REQUESTS = """req AS MATERIALIZED (
+    SELECT u.*, nextval('{s}.seq') AS seq
+    FROM unnest(%(ids)s::text[], %(payloads)s::bytea[], %(encodings)s::text[],
+                %(delays)s::bigint[], %(ats)s::bigint[], %(maxes)s::integer[],
+                %(headers)s::text[])
+         WITH ORDINALITY AS u(id, payload, encoding, delay_ms, at_ms, max_attempts,
+                              headers, ord)
+)"""
+
+
+class Statements:
+    """Every statement of the backend for one schema (``schema``, unquoted)."""
+
+    def __init__(self, schema: str) -> None:
+        s = f'"{schema}"'
+        self.schema = schema
+        self.channel = channel(schema)
+        request_due = due("r.delay_ms", "r.at_ms")
+        insert = _INSERT.format(s=s, due=request_due)
+        requests = _REQUESTS.format(s=s)
+
+        #: apply_put(on_conflict="ignore") of a batch, as one statement: the requests
+        #: (arrays, in order) each take the next seq; a stored id keeps its message
+        #: (DO NOTHING; an id repeated in the batch keeps the first). Returns the
+        #: positions (1-based) of the inserted requests when fewer than ``%(n)s`` were,
+        #: and the earliest due time written, notified (``PUT_IGNORE_QUIET``: not).
+        put_ignore = f"""
+WITH {NOW}, {requests},
+ins AS ({insert}
+    ON CONFLICT (queue, id) DO NOTHING
+    RETURNING m.seq, m.due_at)
+SELECT CASE WHEN count(*) < %(n)s THEN coalesce(array_agg(r.ord), ARRAY[]::bigint[]) END,
+       {{wake}}
+FROM ins JOIN req AS r ON r.seq = ins.seq"""
+        self.PUT_IGNORE = put_ignore.format(wake=f"{s}.wake(%(queue)s, min(ins.due_at))")
+        self.PUT_IGNORE_QUIET = put_ignore.format(wake="min(ins.due_at)")
+
+        #: apply_put(on_conflict="ignore") of one request (the default put), without
+        #: the arrays of PUT_IGNORE: a row back (its due time, notified) when stored,
+        #: none when a stored id kept its message.
+        self.PUT_ONE = f"""
+WITH {NOW}, ins AS (
+    INSERT INTO {s}.messages AS m
+        (queue, id, payload, encoding, due_at, seq, attempts, max_attempts, state, headers)
+    SELECT %(queue)s, %(id)s, %(payload)s, %(encoding)s,
+           {due("%(delay_ms)s::bigint", "%(at_ms)s::bigint")}, nextval('{s}.seq'), 0,
+           %(max_attempts)s, 'scheduled', %(headers)s
+    FROM now
+    ON CONFLICT (queue, id) DO NOTHING
+    RETURNING m.due_at)
+SELECT {s}.wake(%(queue)s, due_at) FROM ins"""
+
+        #: apply_put(on_conflict="error") of one request: a stored id violates the
+        #: primary key -> DuplicateId. Returns its due time.
+        self.PUT_ERROR = f"WITH {NOW}, {requests} {insert} RETURNING m.due_at"
+
+        #: apply_put(on_conflict="replace") of one request: a fresh message over the
+        #: stored one, unless that one is in flight (then no row: DuplicateId).
+        self.PUT_REPLACE = f"""
+WITH {NOW}, {requests} {insert}
+ON CONFLICT (queue, id) DO UPDATE SET
+    payload = excluded.payload, encoding = excluded.encoding, due_at = excluded.due_at,
+    seq = excluded.seq, attempts = 0, max_attempts = excluded.max_attempts,
+    state = 'scheduled', headers = excluded.headers, last_error = NULL, lease = NULL,
+    lease_until = NULL
+WHERE NOT (m.state = 'active' AND m.lease_until > (SELECT f FROM now))
+RETURNING m.due_at"""
+
+        #: Notify the earliest due time of a multi-statement put, once, at its end.
+        self.WAKE = f"SELECT {s}.wake(%(queue)s, %(due)s)"
+
+        #: settle() then apply_reserve(): see claim_function().
+        self.CLAIM = f"SELECT * FROM {s}.claim(%(queue)s, %(limit)s, %(lease_ms)s, %(expired)s)"
+
+        held = "m.state = 'active' AND m.lease = {token} AND m.lease_until > now.f"
+
+        #: apply_ack(): delete the message if the token holds its unexpired lease.
+        self.ACK = f"""
+WITH {NOW}
+DELETE FROM {s}.messages AS m USING now
+WHERE m.queue = %(queue)s AND m.id = %(id)s AND {held.format(token="%(token)s")}"""
+
+        #: apply_ack_many(): ACK for every (id, token) pair of two arrays, one
+        #: primary-key lookup each. RETURNING gives the deleted (id, lease) pairs; the
+        #: caller reports the others as lost, in order (a row is deleted once, so a
+        #: repeated pair is lost the second time).
+        self.ACK_MANY = f"""
+WITH {NOW}
+DELETE FROM {s}.messages AS m
+USING now, unnest(%(ids)s::text[], %(tokens)s::text[]) AS item(id, token)
+WHERE m.queue = %(queue)s AND m.id = item.id AND {held.format(token="item.token")}
+RETURNING m.id, m.lease"""
+
+        #: apply_nack(): scheduled at resolve_due(delay_ms), or dead when ``dead`` or
+        #: once out of attempts (due time kept); last_error set, a new seq, the lease
+        #: dropped. Returns the new state (a scheduled one is notified).
+        dead_now = "(%(dead)s::boolean OR m.attempts >= m.max_attempts)"
+        self.NACK = f"""
+WITH {NOW}, upd AS (
+    UPDATE {s}.messages AS m
+    SET state = CASE WHEN {dead_now} THEN 'dead' ELSE 'scheduled' END,
+        due_at = CASE WHEN {dead_now} THEN m.due_at ELSE {due("%(delay_ms)s::bigint", None)} END,
+        seq = nextval('{s}.seq'), lease = NULL, lease_until = NULL, last_error = %(error)s
+    FROM now
+    WHERE m.queue = %(queue)s AND m.id = %(id)s AND {held.format(token="%(token)s")}
+    RETURNING m.state, m.due_at)
+SELECT state, CASE WHEN state = 'scheduled' THEN {s}.wake(%(queue)s, due_at) END FROM upd"""
+
+        #: apply_release(): each held message of the arrays goes back to exactly the
+        #: row before its claim (scheduled, one attempt less, no lease; due_at, seq and
+        #: last_error untouched). Also undoes a claim nobody received (a cancelled
+        #: reserve). Returns how many, notified.
+        self.RELEASE = f"""
+WITH {NOW}, upd AS (
+    UPDATE {s}.messages AS m
+    SET state = 'scheduled', attempts = m.attempts - 1, lease = NULL, lease_until = NULL
+    FROM now, unnest(%(ids)s::text[], %(tokens)s::text[]) AS item(id, token)
+    WHERE m.queue = %(queue)s AND m.id = item.id AND {held.format(token="item.token")}
+    RETURNING m.due_at)
+SELECT count(*), {s}.wake(%(queue)s, min(due_at)) FROM upd"""
+
+        #: apply_extend(): the lease now expires at c + lease_ms.
+        self.EXTEND = f"""
+WITH {NOW}
+UPDATE {s}.messages AS m SET lease_until = now.c + %(lease_ms)s
+FROM now
+WHERE m.queue = %(queue)s AND m.id = %(id)s AND {held.format(token="%(token)s")}
+RETURNING m.lease_until"""
+
+        #: can_cancel(): delete unless in flight.
+        self.CANCEL = f"""
+WITH {NOW}
+DELETE FROM {s}.messages AS m USING now
+WHERE m.queue = %(queue)s AND m.id = %(id)s
+  AND NOT (m.state = 'active' AND m.lease_until > now.f)"""
+
+        #: apply_reschedule(): a scheduled message (or one whose expired lease makes it
+        #: scheduled again, settled here) moves to resolve_due(), a new seq. Notified.
+        self.RESCHEDULE = f"""
+WITH {NOW}, upd AS (
+    UPDATE {s}.messages AS m
+    SET due_at = {due("%(delay_ms)s::bigint", "%(at_ms)s::bigint")}, seq = nextval('{s}.seq'),
+        state = 'scheduled', lease = NULL, lease_until = NULL,
+        last_error = CASE WHEN m.state = 'active' THEN %(expired)s ELSE m.last_error END
+    FROM now
+    WHERE m.queue = %(queue)s AND m.id = %(id)s
+      AND (m.state = 'scheduled' OR ({_EXPIRED_BACK}))
+    RETURNING m.due_at)
+SELECT {s}.wake(%(queue)s, due_at) FROM upd"""
+
+        dead_rows = f"(m.state = 'dead' OR ({_EXPIRED_DEAD}))"
+        #: apply_retry_dead(): dead messages (settled inline; all of the queue, or
+        #: those of the ids) become scheduled, due now (the floor), attempts 0, a new
+        #: seq in the order they died; last_error kept. Returns how many, notified.
+        self.RETRY_DEAD = f"""
+WITH {NOW}, pick AS MATERIALIZED (
+    SELECT m.id, m.seq FROM {s}.messages AS m, now
+    WHERE m.queue = %(queue)s AND (%(all)s::boolean OR m.id = ANY(%(ids)s::text[])) AND {dead_rows}
+    ORDER BY m.seq
+    FOR UPDATE OF m),
+numbered AS MATERIALIZED (
+    SELECT p.id, nextval('{s}.seq') AS seq FROM (SELECT * FROM pick ORDER BY seq) AS p),
+upd AS (
+    UPDATE {s}.messages AS m
+    SET state = 'scheduled', due_at = now.f, seq = numbered.seq, attempts = 0,
+        lease = NULL, lease_until = NULL,
+        last_error = CASE WHEN m.state = 'active' THEN %(expired)s ELSE m.last_error END
+    FROM numbered, now
+    WHERE m.queue = %(queue)s AND m.id = numbered.id
+    RETURNING m.due_at)
+SELECT count(*), {s}.wake(%(queue)s, min(due_at)) FROM upd"""
+
+        purge = f"WITH {NOW} DELETE FROM {s}.messages AS m USING now WHERE m.queue = %(queue)s"
+        #: purge(state): the observed state of a row, settled inline (None: all).
+        self.PURGE: dict[str | None, str] = {
+            None: purge,
+            "scheduled": purge + " AND m.state = 'scheduled' AND m.due_at > now.f",
+            "ready": purge
+            + f" AND ((m.state = 'scheduled' AND m.due_at <= now.f) OR ({_EXPIRED_BACK}))",
+            "active": purge + " AND m.state = 'active' AND m.lease_until > now.f",
+            "dead": purge + f" AND {dead_rows}",
+        }
+
+        #: get(): the floor and the stored row (NULLs when none); the caller observes.
+        self.GET = f"""
+WITH {NOW}
+SELECT {COLUMNS}, now.f FROM now
+LEFT JOIN {s}.messages AS m ON m.queue = %(queue)s AND m.id = %(id)s"""
+
+        #: dead(): dead rows and rows whose expired lease made them dead, by seq.
+        self.DEAD = f"""
+WITH {NOW}
+SELECT {COLUMNS}, now.f FROM {s}.messages AS m, now
+WHERE m.queue = %(queue)s AND {dead_rows} AND m.seq > %(after)s
+ORDER BY m.seq
+LIMIT %(limit)s"""
+
+        #: compute_stats(): counts per observed state, the next due time and the
+        #: oldest ready due time, expired leases settled inline; and the floor.
+        self.STATS = f"""
+WITH {NOW}
+SELECT
+    count(*) FILTER (WHERE m.state = 'scheduled' AND m.due_at > now.f),
+    count(*) FILTER (WHERE (m.state = 'scheduled' AND m.due_at <= now.f)
+                        OR ({_EXPIRED_BACK})),
+    count(*) FILTER (WHERE m.state = 'active' AND m.lease_until > now.f),
+    count(*) FILTER (WHERE {dead_rows}),
+    min(CASE WHEN m.state = 'scheduled' THEN m.due_at
+             WHEN {_EXPIRED_BACK} THEN m.lease_until END),
+    min(CASE WHEN m.state = 'scheduled' AND m.due_at <= now.f THEN m.due_at
+             WHEN {_EXPIRED_BACK} THEN m.lease_until END),
+    min(now.f)
+FROM now LEFT JOIN {s}.messages AS m ON m.queue = %(queue)s"""
+
+        #: queues(): the distinct queue names, sorted, skipping through the primary
+        #: key from one name to the next (one index probe per queue, not a scan).
+        self.QUEUES = f"""
+WITH RECURSIVE names(name) AS (
+    SELECT min(queue) FROM {s}.messages
+    UNION ALL
+    SELECT (SELECT min(queue) FROM {s}.messages WHERE queue > names.name)
+    FROM names WHERE names.name IS NOT NULL
+)
+SELECT name FROM names WHERE name IS NOT NULL"""
+
+        peek_due = f"""
+(SELECT {COLUMNS}, now.f FROM {s}.messages AS m, now
+ WHERE m.queue = %(queue)s AND m.state = 'scheduled'{{due}}
+   AND (m.due_at, m.seq) > (%(after_key)s, %(after_seq)s)
+ ORDER BY m.due_at, m.seq
+ LIMIT %(limit)s)"""
+        peek_back = f"""
+(SELECT {COLUMNS}, now.f FROM {s}.messages AS m, now
+ WHERE m.queue = %(queue)s AND {_EXPIRED_BACK}
+   AND (m.lease_until, m.seq) > (%(after_key)s, %(after_seq)s)
+ ORDER BY m.lease_until, m.seq
+ LIMIT %(limit)s)"""
+        #: peek(state) per State value (None: waiting): up to ``limit`` candidate
+        #: rows of each part, one statement (one snapshot); the caller observes,
+        #: merges in peek order and cuts (durable.inspection.select_peek()).
+        self.PEEK: dict[str | None, str] = {
+            None: f"WITH {NOW} {peek_due.format(due='')} UNION ALL {peek_back}",
+            "ready": f"WITH {NOW} {peek_due.format(due=' AND m.due_at <= now.f')}"
+            f" UNION ALL {peek_back}",
+            "scheduled": f"WITH {NOW} {peek_due.format(due=' AND m.due_at > now.f')}",
+            "active": f"""
+WITH {NOW}
+SELECT {COLUMNS}, now.f FROM {s}.messages AS m, now
+WHERE m.queue = %(queue)s AND m.state = 'active' AND m.lease_until > now.f
+  AND (m.lease_until, m.seq) > (%(after_key)s, %(after_seq)s)
+ORDER BY m.lease_until, m.seq
+LIMIT %(limit)s""",
+            "dead": self.DEAD,
+        }
+
+        #: due_counts(): scheduled messages not yet due and within the window, per
+        #: bucket of ``width`` ms from the floor; one range scan of the claim index.
+        #: Always one row at least, for the floor.
+        self.DUE_COUNTS = f"""
+WITH {NOW}
+SELECT now.f, b.i, b.n FROM now
+LEFT JOIN LATERAL (
+    SELECT ((m.due_at - now.f) / %(width)s::bigint)::integer AS i, count(*) AS n
+    FROM {s}.messages AS m
+    WHERE m.queue = %(queue)s AND m.state = 'scheduled' AND m.due_at > now.f
+      AND m.due_at < now.f + %(width)s::bigint * %(buckets)s::bigint
+    GROUP BY 1) AS b ON true"""

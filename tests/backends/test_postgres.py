@@ -1,0 +1,280 @@
+"""What is specific to ``postgresql://``: its URLs, the claim's query plan, the schema's
+versions and first use from many processes at once, waking across backend objects
+(LISTEN/NOTIFY) and without it (``notify=off``).
+
+Each test works in a schema of its own on the test server (``$DELAYQ_TEST_POSTGRES``,
+by default ``postgresql://postgres@127.0.0.1:5432/test``), dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from conformance.conftest import unavailable
+from delayq import UnsupportedURL
+from delayq.durable import AsyncQueue, Queue
+
+psycopg = pytest.importorskip("psycopg")
+
+from delayq.backends.postgres import _schema, statements  # noqa: E402
+from delayq.backends.postgres._url import parse_url  # noqa: E402
+
+BASE = os.environ.get("DELAYQ_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture
+def admin() -> Iterator[Any]:
+    """An autocommit connection to the test server."""
+    try:
+        conn = psycopg.connect(BASE, autocommit=True, connect_timeout=2)
+    except psycopg.Error as exc:
+        unavailable("postgres", f"{BASE}: {exc}")
+    with conn:
+        yield conn
+
+
+@pytest.fixture
+def schema(admin: Any) -> Iterator[str]:
+    """A fresh schema name, dropped afterwards."""
+    name = f"delayq_test_{uuid.uuid4().hex[:12]}"
+    try:
+        yield name
+    finally:
+        admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def url_of(schema: str, **params: str) -> str:
+    query = "&".join(f"{key}={value}" for key, value in {"schema": schema, **params}.items())
+    return f"{BASE}{'&' if '?' in BASE else '?'}{query}"
+
+
+# -- URLs ---------------------------------------------------------------------------
+
+
+def test_both_schemes_and_libpq_parameters_are_taken() -> None:
+    settings = parse_url("postgres://u:p@db.example:5433/app?sslmode=require&schema=jobs")
+    assert settings.schema == "jobs"
+    assert "sslmode=require" in settings.conninfo
+    assert "application_name=delayq" in settings.conninfo
+    named = parse_url("postgresql://h/db?application_name=billing")
+    assert "application_name=billing" in named.conninfo
+    assert "application_name=delayq" not in named.conninfo
+
+
+@pytest.mark.parametrize(
+    ("url", "error"),
+    [
+        ("postgresql://h/db?no_such_parameter=1", UnsupportedURL),
+        ("postgresql://h/db?schema=Bad-Name", ValueError),
+        ("postgresql://h/db?notify=maybe", ValueError),
+        ("postgresql://h/db?poll_interval=0", ValueError),
+        ("postgresql://h/db?pool_size=0", ValueError),
+    ],
+)
+def test_a_bad_url_is_refused_before_any_connection(url: str, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        Queue(url)
+
+
+def test_an_unknown_option_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="colour"):
+        Queue("postgresql://h/db", colour="red")
+
+
+# -- the claim's plan -----------------------------------------------------------------
+
+
+def test_the_claim_takes_due_messages_through_the_partial_index(admin: Any, schema: str) -> None:
+    with Queue(url_of(schema), name="plan") as q:
+        for queue in ("plan", "other"):
+            q.named(queue).put_many([{"payload": i, "delay": i % 50} for i in range(3000)])
+        q.reserve(max=10)  # some active rows too
+    admin.execute(f'ANALYZE "{schema}".messages')
+    pick = statements.CLAIM_PICK.format(s=f'"{schema}"', q="%(q)s", f="%(f)s", n="%(n)s")
+    rows = admin.execute(f"EXPLAIN {pick}", {"q": "plan", "f": 2**62, "n": 10}).fetchall()
+    plan = "\n".join(row[0] for row in rows)
+    assert "messages_due" in plan, plan
+    assert "Seq Scan" not in plan, plan
+
+
+# -- the schema -------------------------------------------------------------------------
+
+
+def test_a_schema_of_the_first_version_is_upgraded_and_keeps_its_messages(
+    admin: Any, schema: str
+) -> None:
+    s = f'"{schema}"'
+    with admin.transaction():
+        for statement in _schema.MIGRATIONS[0](s):
+            admin.execute(statement)
+        admin.execute(f"INSERT INTO {s}.meta VALUES ('schema', 1)")
+        admin.execute(
+            f"INSERT INTO {s}.messages (queue, id, payload, encoding, due_at, seq, "
+            "max_attempts, state) VALUES ('old', 'kept', '\"hi\"', 'json', 0, 1, 3, 'scheduled')"
+        )
+        admin.execute(f"SELECT setval('{s}.seq', 1)")
+    with Queue(url_of(schema), name="old") as q:
+        [msg] = q.reserve(wait=0)
+        assert (msg.id, msg.payload, msg.attempts) == ("kept", "hi", 1)
+        q.ack(msg)
+        assert q.put("new") != "kept"
+    version = admin.execute(f"SELECT value FROM {s}.meta WHERE key = 'schema'").fetchone()
+    assert version == (_schema.VERSION,)
+
+
+def test_a_schema_newer_than_the_code_is_refused(admin: Any, schema: str) -> None:
+    with Queue(url_of(schema), name="x") as q:
+        q.put(1)
+    admin.execute(f'UPDATE "{schema}".meta SET value = {_schema.VERSION + 1}')
+    with Queue(url_of(schema), name="x") as q, pytest.raises(RuntimeError, match="newer"):
+        q.stats()
+
+
+def test_many_processes_creating_the_schema_at_once_all_succeed(schema: str) -> None:
+    errors: list[BaseException] = []
+    start = threading.Barrier(6)
+
+    def first_use(n: int) -> None:
+        try:
+            start.wait()
+            with Queue(url_of(schema), name="race") as q:
+                q.put(n, id=f"m{n}")
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=first_use, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    with Queue(url_of(schema), name="race") as q:
+        assert q.stats().ready == 6
+
+
+# -- waking -----------------------------------------------------------------------------
+
+
+def test_a_put_by_another_backend_object_wakes_a_waiting_consumer(schema: str) -> None:
+    """The consumer waits longer than a test may take (its safety re-check is 30 s
+    away), so only the notification can bring the message."""
+    url = url_of(schema)
+    with Queue(url, name="w") as consumer, Queue(url, name="w") as producer:
+        got: list[Any] = []
+        thread = threading.Thread(target=lambda: got.extend(consumer.reserve(wait=20)))
+        thread.start()
+        threading.Event().wait(0.3)  # let it sleep
+        producer.put("ping", delay=0.1)
+        thread.join(20)
+        assert [m.payload for m in got] == ["ping"]
+
+
+def test_the_async_face_is_woken_by_another_process_put(schema: str) -> None:
+    url = url_of(schema)
+
+    async def main() -> list[Any]:
+        async with AsyncQueue(url, name="a") as consumer:
+            waiting = asyncio.ensure_future(consumer.reserve(wait=20))
+            await asyncio.sleep(0.3)
+            with Queue(url, name="a") as producer:
+                producer.put("pong")
+            return [m.payload for m in await waiting]
+
+    assert asyncio.run(main()) == ["pong"]
+
+
+def test_with_notify_off_a_waiting_consumer_polls(schema: str) -> None:
+    url = url_of(schema)
+    with (
+        Queue(url, name="p", notify="off", poll_interval=0.05) as consumer,
+        Queue(url, name="p") as producer,
+    ):
+        got: list[Any] = []
+        thread = threading.Thread(target=lambda: got.extend(consumer.reserve(wait=20)))
+        thread.start()
+        threading.Event().wait(0.2)
+        producer.put("polled")
+        thread.join(20)
+        assert [m.payload for m in got] == ["polled"]
+
+
+# -- a put inside the caller's transaction ------------------------------------------------
+
+
+def test_enqueue_in_a_committed_transaction_stores_the_message(admin: Any, schema: str) -> None:
+    from delayq.backends.postgres import enqueue  # noqa: PLC0415
+
+    with Queue(url_of(schema), name="tx") as q:
+        q.put("warm")  # the schema exists; enqueue would create it otherwise
+        q.reserve()
+        with psycopg.connect(BASE) as conn:
+            with conn.transaction():
+                conn.execute("SELECT 1")  # the caller's own work
+                id = enqueue(conn, "tx", {"order": 42}, schema=schema, headers={"k": "v"})
+                assert q.get(id) is None  # not committed: nobody else sees it
+            [msg] = q.reserve(wait=10)
+        assert (msg.id, msg.payload, msg.headers) == (id, {"order": 42}, {"k": "v"})
+
+
+def test_enqueue_in_a_rolled_back_transaction_leaves_nothing(schema: str) -> None:
+    from delayq.backends.postgres import enqueue  # noqa: PLC0415
+
+    with psycopg.connect(BASE) as conn:
+        try:
+            with conn.transaction():
+                enqueue(conn, "tx", "never", schema=schema, id="gone")
+                raise ZeroDivisionError  # the caller's work fails: rolled back
+        except ZeroDivisionError:
+            pass
+        with pytest.raises(ValueError, match="on_conflict"):
+            enqueue(conn, "tx", "bad", schema=schema, on_conflict="maybe")  # type: ignore[arg-type]
+    with Queue(url_of(schema), name="tx") as q:
+        assert q.get("gone") is None
+        assert q.stats().total == 0
+
+
+def test_enqueue_async_on_an_async_connection(schema: str) -> None:
+    from delayq.backends.postgres import enqueue_async  # noqa: PLC0415
+
+    async def main() -> str:
+        async with await psycopg.AsyncConnection.connect(BASE) as conn, conn.transaction():
+            return await enqueue_async(conn, "tx", "hello", schema=schema, delay=0.05)
+
+    id = asyncio.run(main())
+    with Queue(url_of(schema), name="tx") as q:
+        [msg] = q.reserve(wait=10)
+        assert (msg.id, msg.payload) == (id, "hello")
+
+
+def test_a_url_without_host_keeps_its_slashes() -> None:
+    assert parse_url("postgresql:///app").conninfo.startswith("postgresql:///app?")
+
+
+# -- the delayq command -------------------------------------------------------------------
+
+
+def test_the_cli_works_on_a_postgresql_url(schema: str) -> None:
+    from click.testing import CliRunner  # noqa: PLC0415
+
+    from delayq.cli import main  # noqa: PLC0415
+
+    url = url_of(schema)
+
+    def delayq(*args: str) -> str:
+        result = CliRunner().invoke(main, [*args, "--url", url])
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    assert delayq("put", "jobs", '{"order": 42}', "--id", "o-42", "--delay", "1h") == "o-42\n"
+    assert '"order": 42' in delayq("get", "jobs", "o-42", "--json")
+    assert "jobs" in delayq("stats")
+    delayq("cancel", "jobs", "o-42")
+    with Queue(url, name="jobs") as q:
+        assert q.get("o-42") is None
