@@ -62,6 +62,10 @@ RULES: dict[str, str] = {
     "AsyncSQLiteBackend": "SQLiteBackend",
     "AsyncRunner": "Runner",
     "wait_async": "wait",
+    # the replicated backends (amqp://): their faces, and the link each face calls
+    "AsyncReplicatedBackend": "ReplicatedBackend",
+    "AsyncAmqpBackend": "AmqpBackend",
+    "LoopLink": "ThreadLink",
 }
 
 _RENAMED = sorted((name for name, twin in RULES.items() if twin), key=len, reverse=True)

@@ -43,6 +43,8 @@ SCHEMES: dict[str, str] = {
     "rediss": "redis",
     "redis+cluster": "redis",
     "redis+unix": "redis",
+    "amqp": "amqp",
+    "amqps": "amqp",
 }
 
 
