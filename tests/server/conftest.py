@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conformance.conftest import memory_url, redis_url, sqlite_url
+from conformance.conftest import amqp_url, memory_url, redis_url, sqlite_url
 from delayq.server import ServeConfig, create_app
 
 with warnings.catch_warnings():  # starlette's note about httpx, at import
@@ -25,6 +25,7 @@ with warnings.catch_warnings():  # starlette's note about httpx, at import
     from fastapi.testclient import TestClient
 
 BACKENDS: dict[str, Callable[[Path], Iterator[str]]] = {
+    "amqp": amqp_url,
     "memory": memory_url,
     "redis": redis_url,
     "sqlite": sqlite_url,
