@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-__all__ = ["DEDUP_SIZE", "MAX_GROUP_BYTES", "RENEW_EVERY", "REQUEST_TIMEOUT"]
+__all__ = [
+    "DEDUP_SIZE",
+    "DELIVER_BACKOFF_MAX_MS",
+    "DELIVER_BACKOFF_MS",
+    "DELIVER_IN_FLIGHT",
+    "DELIVER_LEASE_MS",
+    "MAX_GROUP_BYTES",
+    "RENEW_EVERY",
+]
 
 #: Request ids remembered with their replies, so that a resent request is answered,
 #: not applied twice (the newest are kept).
@@ -13,5 +21,12 @@ MAX_GROUP_BYTES = 1 << 20
 #: Seconds between two renewals of the election (a held delivery must be acked before
 #: the broker's consumer timeout, 30 min by default on RabbitMQ).
 RENEW_EVERY = 300.0
-#: Seconds a request waits for a scheduler to answer before it fails as an outage.
-REQUEST_TIMEOUT = 10.0
+#: Publishes to a user's exchange with their confirms in flight, per queue.
+DELIVER_IN_FLIGHT = 1000
+#: The lease a message being published holds (a successor scheduler publishes it again
+#: once it has run out: delivery is at least once).
+DELIVER_LEASE_MS = 30_000
+#: The pause before a returned or nacked publish is tried again, doubling per attempt
+#: up to the second figure (ms); dead after the message's max_attempts.
+DELIVER_BACKOFF_MS = 1_000
+DELIVER_BACKOFF_MAX_MS = 300_000

@@ -40,12 +40,15 @@ class LoopLink:
         *,
         scheduler: Candidacy,
         request_timeout: float,
+        deliver: tuple[str, str] | None = None,
     ) -> None:
         self._make_transport = make_transport
+        self._deliver = deliver
+        self._configured: set[str] = set()
         self._candidacy = scheduler
         self._request_timeout = request_timeout
         self._transport: Transport | None = None
-        self._opening: asyncio.Lock | None = None
+        self._opening: asyncio.Task[Transport] | None = None
         self._pending: dict[str, asyncio.Future[tuple[str, bytes]]] = {}
         self._forgotten: dict[str, str] = {}  # request id -> queue, of abandoned reserves
         self._turn: asyncio.Future[None] | None = None
@@ -65,27 +68,46 @@ class LoopLink:
             raise QueueClosed("the queue is closed")
         if self._transport is not None:
             return self._transport
-        if self._opening is None:
-            self._opening = asyncio.Lock()
-        async with self._opening:
-            if self._transport is None:
-                transport = self._make_transport()
-                await transport.open(self._on_reply, self._on_elected, self._on_lost)
-                self._transport = transport
-                if self._candidacy == "on":
-                    await self._stand(transport)
-            return self._transport
+        # Opened by a task of its own, which a caller's cancellation does not cut short
+        # (a connection half open, or a campaign half made, would hold the election).
+        if self._opening is None or self._opening.done():
+            self._opening = asyncio.get_running_loop().create_task(self._open())
+        return await asyncio.shield(self._opening)
 
-    async def _stand(self, transport: Transport) -> None:
+    async def _open(self) -> Transport:
+        transport = self._make_transport()
+        try:
+            await transport.open(self._on_reply, self._on_elected, lambda: self._on_lost(transport))
+            self._transport = transport
+            if self._candidacy == "on":
+                await self._campaign(transport)
+        except BaseException:
+            if self._transport is transport:
+                self._transport = None
+            with contextlib.suppress(Exception):
+                await transport.close()
+            raise
+        return transport
+
+    async def _stand(self) -> None:
+        """Stand for election on the current connection (once per connection)."""
+        transport = await self._connected()
         if not self._candidate:
-            await transport.campaign(self._on_token)
-            self._candidate = True
+            await asyncio.shield(self._campaign(transport))
 
-    def _on_token(self) -> None:
-        transport = self._transport
-        if transport is None or self._scheduler is not None:
-            return
-        scheduler = Scheduler(transport, self._on_scheduler_stopped)
+    async def _campaign(self, transport: Transport) -> None:
+        if not self._candidate:
+            self._candidate = True
+            try:
+                await transport.campaign(lambda: self._on_token(transport))
+            except BaseException:
+                self._candidate = False
+                raise
+
+    def _on_token(self, transport: Transport) -> None:
+        if transport is not self._transport or self._scheduler is not None:
+            return  # a token on a connection being dropped: it goes with it
+        scheduler = Scheduler(transport, lambda: self._on_scheduler_stopped(transport))
         self._scheduler = scheduler
         self._spawn(self._reign(scheduler))
 
@@ -93,27 +115,26 @@ class LoopLink:
         try:
             await scheduler.run()
         except Exception:
-            # It could not take over (its connection went): the connection's loss
-            # makes it a candidate again on the next use.
+            # It could not take over (its connection went): stopping gives up the
+            # connection, and the next call stands again on a new one.
             scheduler.stop()
-            await self._drop()
 
-    def _on_scheduler_stopped(self) -> None:
-        self._scheduler = None
-        self._spawn(self._drop())
+    def _on_scheduler_stopped(self, transport: Transport) -> None:
+        if self._scheduler is not None:
+            self._scheduler = None
+        self._spawn(self._drop(transport))
 
-    async def _drop(self) -> None:
-        """Give up this connection (a scheduler that stopped gives up its election with
-        it); calls in flight resend on the next one."""
-        transport, self._transport = self._transport, None
-        if transport is not None:
-            with contextlib.suppress(Exception):
-                await transport.close()
-        self._on_lost()
+    async def _drop(self, transport: Transport) -> None:
+        """Give up ``transport`` (a scheduler that stopped gives up its election with
+        its connection); calls in flight resend on the next one."""
+        with contextlib.suppress(Exception):
+            await transport.close()
+        self._on_lost(transport)
 
-    def _on_lost(self) -> None:
-        if self._transport is not None:
-            self._transport = None
+    def _on_lost(self, transport: Transport) -> None:
+        if transport is not self._transport:
+            return  # an earlier connection, already given up
+        self._transport = None
         self._candidate = False
         if self._scheduler is not None:
             scheduler, self._scheduler = self._scheduler, None
@@ -163,6 +184,14 @@ class LoopLink:
     async def call(self, op: str, args: list[Any], wait: float | None = 0.0) -> Any:
         """Send ``op`` with ``args`` (the queue first) and return its decoded outcome;
         a ``reserve`` waits up to ``wait`` seconds (None: no limit) at the scheduler."""
+        if self._deliver is not None and args and args[0] not in self._configured:
+            # This backend object delivers its queues' messages to a user's exchange:
+            # say so once per queue, before its first operation.
+            await self._call("configure", [args[0], list(self._deliver)], 0.0)
+            self._configured.add(args[0])
+        return await self._call(op, args, wait)
+
+    async def _call(self, op: str, args: list[Any], wait: float | None) -> Any:
         loop = asyncio.get_running_loop()
         request_id = uuid.uuid4().hex
         waits = op == "reserve" and (wait is None or wait > 0)
@@ -172,7 +201,7 @@ class LoopLink:
         parked = False
         try:
             if waits and self._candidacy == "auto" and not self._candidate:
-                await self._stand(await self._connected())
+                await self._stand()
             unanswered_since = loop.time()
             while True:
                 if self._turn is None:
@@ -195,6 +224,7 @@ class LoopLink:
                         await asyncio.wait_for(asyncio.shield(turn), min(left, 0.5))
                     continue
                 parked = waits
+                unanswered_since = loop.time()  # the outage budget counts from here
                 timeout = None if waits else self._request_timeout
                 either: set[asyncio.Future[Any]] = {future, turn}
                 done, _ = await asyncio.wait(
@@ -251,8 +281,11 @@ class ThreadLink:
         *,
         scheduler: Candidacy,
         request_timeout: float,
+        deliver: tuple[str, str] | None = None,
     ) -> None:
-        self._link = LoopLink(make_transport, scheduler=scheduler, request_timeout=request_timeout)
+        self._link = LoopLink(
+            make_transport, scheduler=scheduler, request_timeout=request_timeout, deliver=deliver
+        )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="delayq-amqp-link", daemon=True

@@ -32,7 +32,15 @@ from ._codec import (
     pack,
     unpack,
 )
-from ._constants import DEDUP_SIZE, MAX_GROUP_BYTES, RENEW_EVERY
+from ._constants import (
+    DEDUP_SIZE,
+    DELIVER_BACKOFF_MAX_MS,
+    DELIVER_BACKOFF_MS,
+    DELIVER_IN_FLIGHT,
+    DELIVER_LEASE_MS,
+    MAX_GROUP_BYTES,
+    RENEW_EVERY,
+)
 from ._transport import Delivery, Transport
 
 __all__ = ["Scheduler"]
@@ -125,6 +133,10 @@ class Scheduler:
         self._last_now = 0
         self._dedup: collections.OrderedDict[str, tuple[str, bytes]] = collections.OrderedDict()
         self._parked: dict[str, dict[str, _Parked]] = {}
+        # queue -> (exchange, routing key): the queues whose messages the scheduler
+        # itself publishes at their time (configure), and how many it has in flight
+        self._targets: dict[str, tuple[str, str]] = {}
+        self._delivering: dict[str, int] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._group: list[Op] = []
         self._group_bytes = 0
@@ -148,6 +160,8 @@ class Scheduler:
         await self._transport.announce(self._reign)
         self._schedule_renewal()
         for queue in list(self._queues):
+            self._service(queue)
+        for queue in list(self._targets):
             self._service(queue)
         log_event(
             logging.INFO,
@@ -174,7 +188,9 @@ class Scheduler:
         return entries
 
     def _fold(self, op: Op) -> None:
-        _, queue, request_id, floor, last_seq, images, deletes, kind, reply = op
+        name, queue, request_id, floor, last_seq, images, deletes, kind, reply = op
+        if name == "configure":
+            self._configure(queue, unpack(reply))
         self._store(queue).restore(images, deletes, last_seq)
         self._last_now = max(self._last_now, floor)
         if request_id:
@@ -259,6 +275,9 @@ class Scheduler:
         queue = args[0]
         store = self._store(queue)
         now = self._now()
+        if op == "configure":
+            self._configure_request(queue, args[1], request_id, reply_to, now)
+            return
         try:
             outcome = self._apply(store, op, args[1:], now)
         except (DuplicateId, LeaseLost) as exc:
@@ -283,7 +302,7 @@ class Scheduler:
             claimed=outcome if op == "reserve" else None,
         )
         self._decided(store, op, queue, request_id, now=now, reply=reply)
-        if store.records and self._parked.get(queue):
+        if store.records and (self._parked.get(queue) or queue in self._targets):
             self._service(queue)
 
     def _apply(self, store: _Journal, op: str, args: list[Any], now: Now) -> Any:
@@ -435,6 +454,10 @@ class Scheduler:
         those whose wait is over, and arm the timer for the next event."""
         if self._stopped or not self._serving:
             return
+        if queue in self._targets:
+            if self._deliver_due(queue):
+                self._arm(queue)
+            return
         parked = self._parked.get(queue)
         if not parked:
             return
@@ -468,8 +491,8 @@ class Scheduler:
         timer = self._timers.pop(queue, None)
         if timer is not None:
             timer.cancel()
-        parked = self._parked.get(queue)
-        if not parked or self._stopped:
+        parked = self._parked.get(queue) or {}
+        if (not parked and queue not in self._targets) or self._stopped:
             return
         loop = asyncio.get_running_loop()
         at: float | None = None
@@ -483,3 +506,71 @@ class Scheduler:
                 at = waiter.deadline
         if at is not None:
             self._timers[queue] = loop.call_at(at, self._service, queue)
+
+    # -- delivering to a user's exchange -------------------------------------------------
+
+    def _configure(self, queue: str, target: list[str]) -> None:
+        exchange, routing_key = target
+        self._targets[queue] = (exchange, routing_key or queue)
+
+    def _configure_request(
+        self, queue: str, target: list[str], request_id: str, reply_to: str, now: Now
+    ) -> None:
+        """Deliver ``queue``'s messages to ``target`` from now on (logged when it
+        changes what was configured)."""
+        exchange, routing_key = target
+        wanted = (exchange, routing_key or queue)
+        reply = _Reply(reply_to, request_id, "ok", pack(None))
+        if self._targets.get(queue) == wanted:
+            self._commit(None, reply)
+            return
+        self._configure(queue, target)
+        store = self._store(queue)
+        body = pack(target)
+        entry = ["configure", queue, "", now.floor, store.last_seq, [], [], "ok", body]
+        self._commit(entry, reply)
+        self._service(queue)
+
+    def _deliver_due(self, queue: str) -> bool:
+        """Claim what is due (logged, as a reserve is) and publish it to the queue's
+        target in (due_at, seq) order; the outcome of each publish settles it. False
+        when DELIVER_IN_FLIGHT publishes are out: the next outcome serves the queue."""
+        in_flight = self._delivering.get(queue, 0)
+        room = DELIVER_IN_FLIGHT - in_flight
+        if room <= 0:
+            return False
+        store = self._store(queue)
+        now = self._now()
+        claimed = store.claim(now, room, DELIVER_LEASE_MS)
+        self._decided(store, "reserve", queue, "", now=now, reply=None)
+        self._delivering[queue] = in_flight + len(claimed)
+        exchange, routing_key = self._targets[queue]
+        for record in claimed:
+            self._spawn(self._deliver_one(queue, exchange, routing_key, record))
+        return len(claimed) < room
+
+    async def _deliver_one(
+        self, queue: str, exchange: str, routing_key: str, record: Record
+    ) -> None:
+        try:
+            problem = await self._transport.deliver(exchange, routing_key, queue, record)
+        finally:
+            self._delivering[queue] = self._delivering.get(queue, 1) - 1
+        if self._stopped:
+            return
+        store = self._store(queue)
+        now = self._now()
+        try:
+            if problem is None:
+                store.ack(record.id, record.lease or "", now)
+            else:
+                delay_ms = min(
+                    DELIVER_BACKOFF_MS * 2 ** max(record.attempts - 1, 0), DELIVER_BACKOFF_MAX_MS
+                )
+                store.nack(
+                    record.id, record.lease or "", now, delay_ms=delay_ms, error=problem, dead=False
+                )
+        except LeaseLost:
+            pass  # its lease ran out meanwhile: settled as any expired lease
+        self._decided(store, "fired" if problem is None else "nack", queue, "", now=now, reply=None)
+        self._service(queue)

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import NamedTuple, Protocol
 
+from ...durable.message import Record
+
 __all__ = ["Delivery", "NoScheduler", "Transport"]
 
 
@@ -60,6 +62,13 @@ class Transport(Protocol):
 
     async def reply(self, reply_to: str, request_id: str, kind: str, body: bytes) -> bool:
         """Send a reply; False when its client is gone."""
+
+    async def deliver(
+        self, exchange: str, routing_key: str, queue: str, record: Record
+    ) -> str | None:
+        """Publish ``record``'s payload to a user's ``exchange`` with ``routing_key``,
+        persistent, returning once the broker confirmed it: None, or why it was not
+        taken (no queue bound, refused), for the record's ``last_error``."""
 
     async def announce(self, reign: str) -> None:
         """Tell every client that a scheduler was elected (they resend what is pending)."""

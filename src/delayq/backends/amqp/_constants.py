@@ -5,6 +5,7 @@ from __future__ import annotations
 from pamqp.common import FieldTable
 
 __all__ = [
+    "CONTENT_TYPES",
     "DEFAULT_HEARTBEAT",
     "DEFAULT_PREFIX",
     "DEFAULT_REQUEST_TIMEOUT",
@@ -42,3 +43,6 @@ LOG_PREFETCH = 1000
 #: Pauses, in seconds, between tries of publishing the election's token when the broker
 #: nacks it (a lock queue declared a moment ago may not take it yet).
 TOKEN_RETRIES = (0.05, 0.1, 0.2, 0.4, 0.8)
+#: The content type of a message delivered to a user's exchange, by its encoding (any
+#: other: ``application/x-delayq-<encoding>``).
+CONTENT_TYPES = {"json": "application/json", "bytes": "application/octet-stream"}

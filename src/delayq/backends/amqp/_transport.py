@@ -14,14 +14,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timezone
 from typing import Any
 
 import aiormq
 from aiormq.abc import AbstractChannel, AbstractConnection, DeliveredMessage
 from pamqp.commands import Basic
+from pamqp.common import FieldTable
 
+from ...durable.message import Record
 from .._replicated import Delivery, NoScheduler
-from ._constants import LOCK_ARGUMENTS, LOG_ARGUMENTS, LOG_PREFETCH, TOKEN_RETRIES
+from ._constants import (
+    CONTENT_TYPES,
+    LOCK_ARGUMENTS,
+    LOG_ARGUMENTS,
+    LOG_PREFETCH,
+    TOKEN_RETRIES,
+)
 from ._url import Settings
 
 __all__ = ["AmqpTransport", "Names"]
@@ -62,6 +71,7 @@ class AmqpTransport:
         self._channels: dict[str, AbstractChannel] = {}
         self._inbox = ""
         self._lock_tag: int | None = None
+        self._reopening = asyncio.Lock()
 
     def _channel(self, name: str) -> AbstractChannel:
         channel = self._channels.get(name)
@@ -83,6 +93,18 @@ class AmqpTransport:
         on_lost: Callable[[], None],
     ) -> None:
         """See :meth:`~.._replicated.Transport.open`."""
+        try:
+            await self._open(on_reply, on_elected, on_lost)
+        except (aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError) as exc:
+            await self.close()
+            raise ConnectionError(f"could not open the AMQP connection: {exc!r}") from exc
+
+    async def _open(
+        self,
+        on_reply: Callable[[str, str, bytes], None],
+        on_elected: Callable[[], None],
+        on_lost: Callable[[], None],
+    ) -> None:
         self._connection = await aiormq.connect(self._settings.broker_url)
         self._connection.closing.add_done_callback(lambda _: on_lost())
         requests = await self._open_channel("requests", confirms=True)
@@ -134,6 +156,12 @@ class AmqpTransport:
 
     async def campaign(self, on_token: Callable[[], None]) -> None:
         """See :meth:`~.._replicated.Transport.campaign`."""
+        try:
+            await self._campaign(on_token)
+        except (aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError) as exc:
+            raise ConnectionError(f"could not stand for election: {exc!r}") from exc
+
+    async def _campaign(self, on_token: Callable[[], None]) -> None:
         lock = await self._open_channel("lock", confirms=True)
         await self._open_channel("log", confirms=True)
         await self._open_channel("replies", confirms=True)
@@ -250,6 +278,56 @@ class AmqpTransport:
         except aiormq.exceptions.DeliveryError:
             return False  # returned, or nacked: its inbox went with its connection
         return True
+
+    async def deliver(
+        self, exchange: str, routing_key: str, queue: str, record: Record
+    ) -> str | None:
+        """See :meth:`~.._replicated.Transport.deliver`."""
+        headers: FieldTable = dict(record.headers)
+        headers.update(
+            {
+                "x-delayq-queue": queue,
+                "x-delayq-due-at": record.due_at,
+                "x-delayq-attempt": record.attempts,
+            }
+        )
+        properties = Basic.Properties(
+            message_id=record.id,
+            delivery_mode=2,
+            timestamp=datetime.fromtimestamp(record.due_at // 1000, timezone.utc),
+            content_type=CONTENT_TYPES.get(
+                record.encoding, f"application/x-delayq-{record.encoding}"
+            ),
+            headers=headers,
+        )
+        where = f"exchange={exchange} routing_key={routing_key}"
+        try:
+            channel = await self._deliver_channel()
+            await channel.basic_publish(
+                record.payload,
+                exchange=exchange,
+                routing_key=routing_key,
+                properties=properties,
+                mandatory=True,
+            )
+        except aiormq.exceptions.PublishError:
+            return f"unroutable: {where}"
+        except aiormq.exceptions.DeliveryError:
+            return f"refused by the broker: {where}"
+        except aiormq.exceptions.ChannelClosed as exc:
+            # The broker closes the channel of a publish to a missing exchange (404):
+            # the next publish opens another.
+            return f"refused by the broker: {where}: {exc}"
+        return None
+
+    async def _deliver_channel(self) -> AbstractChannel:
+        channel = self._channels.get("deliver")
+        if channel is None or channel.is_closed:
+            async with self._reopening:
+                channel = self._channels.get("deliver")
+                if channel is None or channel.is_closed:
+                    channel = await self._open_channel("deliver", confirms=True)
+        return channel
 
     async def announce(self, reign: str) -> None:
         """See :meth:`~.._replicated.Transport.announce`."""

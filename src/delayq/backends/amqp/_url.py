@@ -17,6 +17,9 @@ __all__ = ["Settings", "parse"]
 
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,100}")
 _CANDIDACIES = ("auto", "on", "off")
+_OPTIONS = frozenset(
+    {"prefix", "scheduler", "request_timeout", "deliver_exchange", "deliver_routing_key"}
+)
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,9 @@ class Settings:
     prefix: str
     scheduler: Candidacy
     request_timeout: float
+    deliver: tuple[str, str] | None
+    """``(exchange, routing key)`` every message of this object's queues is published to
+    at its time ("" routing key: the queue's name), or None: consumers reserve them."""
 
 
 def _timeout(value: Any) -> float:
@@ -57,10 +63,10 @@ def parse(url: str, options: dict[str, Any]) -> Settings:
         )
     given = dict(parse_qsl(parts.query, keep_blank_values=True))
     passed = {key: given.pop(key) for key in ("heartbeat",) if key in given}
-    unknown = sorted(set(given) - {"prefix", "scheduler", "request_timeout"})
+    unknown = sorted(set(given) - _OPTIONS)
     if unknown:
         raise UnsupportedURL(f"unknown parameter(s) of an AMQP URL: {', '.join(unknown)}")
-    extra = sorted(set(options) - {"prefix", "scheduler", "request_timeout"})
+    extra = sorted(set(options) - _OPTIONS)
     if extra:
         raise TypeError(f"unknown option(s) for an amqp:// queue: {', '.join(extra)}")
     merged = {**given, **options}
@@ -76,4 +82,21 @@ def parse(url: str, options: dict[str, Any]) -> Settings:
     timeout = _timeout(merged.get("request_timeout", DEFAULT_REQUEST_TIMEOUT))
     passed.setdefault("heartbeat", str(DEFAULT_HEARTBEAT))
     broker = urlunsplit((scheme, parts.netloc, parts.path, urlencode(passed), ""))
-    return Settings(broker, prefix, cast(Candidacy, scheduler), timeout)
+    return Settings(broker, prefix, cast(Candidacy, scheduler), timeout, _deliver(merged))
+
+
+def _deliver(merged: dict[str, Any]) -> tuple[str, str] | None:
+    exchange = merged.get("deliver_exchange")
+    routing_key = merged.get("deliver_routing_key")
+    if exchange is None:
+        if routing_key is not None:
+            raise ValueError("deliver_routing_key needs deliver_exchange")
+        return None
+    for name, value in (("deliver_exchange", exchange), ("deliver_routing_key", routing_key)):
+        if value is None:
+            continue
+        if not isinstance(value, str) or len(value.encode()) > 255 or not value.isprintable():
+            raise ValueError(f"{name} must be printable text of at most 255 bytes, not {value!r}")
+    if exchange == "":
+        raise ValueError("deliver_exchange must name an exchange (not the default one)")
+    return exchange, routing_key or ""

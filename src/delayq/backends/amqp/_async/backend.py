@@ -24,11 +24,13 @@ class AsyncAmqpBackend(AsyncReplicatedBackend):
                 lambda: AmqpTransport(settings),
                 scheduler=settings.scheduler,
                 request_timeout=settings.request_timeout,
+                deliver=settings.deliver,
             )
         )
 
 
 def open_async_backend(url: str, **options: Any) -> AsyncAmqpBackend:
     """Open this face of ``amqp://`` (options: ``prefix``, ``scheduler``,
-    ``request_timeout``; see :mod:`delayq.backends.amqp`)."""
+    ``request_timeout``, ``deliver_exchange``, ``deliver_routing_key``; see
+    :mod:`delayq.backends.amqp`)."""
     return AsyncAmqpBackend(url, **options)

@@ -26,11 +26,13 @@ class AmqpBackend(ReplicatedBackend):
                 lambda: AmqpTransport(settings),
                 scheduler=settings.scheduler,
                 request_timeout=settings.request_timeout,
+                deliver=settings.deliver,
             )
         )
 
 
 def open_backend(url: str, **options: Any) -> AmqpBackend:
     """Open this face of ``amqp://`` (options: ``prefix``, ``scheduler``,
-    ``request_timeout``; see :mod:`delayq.backends.amqp`)."""
+    ``request_timeout``, ``deliver_exchange``, ``deliver_routing_key``; see
+    :mod:`delayq.backends.amqp`)."""
     return AmqpBackend(url, **options)
