@@ -9,6 +9,8 @@ __all__ = [
     "DELIVER_IN_FLIGHT",
     "DELIVER_LEASE_MS",
     "MAX_GROUP_BYTES",
+    "REJOIN_FIRST_PAUSE",
+    "REJOIN_MAX_PAUSE",
     "RENEW_EVERY",
 ]
 
@@ -30,3 +32,7 @@ DELIVER_LEASE_MS = 30_000
 #: up to the second figure (ms); dead after the message's max_attempts.
 DELIVER_BACKOFF_MS = 1_000
 DELIVER_BACKOFF_MAX_MS = 300_000
+#: Seconds between a candidate's tries to connect again after it lost its connection,
+#: doubling from the first to the second.
+REJOIN_FIRST_PAUSE = 0.1
+REJOIN_MAX_PAUSE = 5.0

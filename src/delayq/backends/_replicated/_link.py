@@ -20,6 +20,7 @@ from typing import Any, Literal, TypeVar
 
 from ...errors import QueueClosed
 from ._codec import decode_outcome, decode_record, pack, raise_error, unpack
+from ._constants import REJOIN_FIRST_PAUSE, REJOIN_MAX_PAUSE
 from ._scheduler import Scheduler
 from ._transport import NoScheduler, Transport
 
@@ -134,12 +135,26 @@ class LoopLink:
     def _on_lost(self, transport: Transport) -> None:
         if transport is not self._transport:
             return  # an earlier connection, already given up
+        stood = self._candidate
         self._transport = None
         self._candidate = False
         if self._scheduler is not None:
             scheduler, self._scheduler = self._scheduler, None
             scheduler.stop()
         self._next_turn()
+        if stood and not self._closed:
+            self._spawn(self._rejoin())
+
+    async def _rejoin(self) -> None:
+        """A candidate that lost its connection stands again on a new one, whether or
+        not its owner calls meanwhile (a process that only waits to be elected too)."""
+        pause = REJOIN_FIRST_PAUSE
+        while not self._closed and not self._candidate:
+            try:
+                await self._stand()
+            except (ConnectionError, OSError):
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, REJOIN_MAX_PAUSE)
 
     def _on_elected(self) -> None:
         self._next_turn()
