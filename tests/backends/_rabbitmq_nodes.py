@@ -25,6 +25,8 @@ from typing import NoReturn
 
 import pytest
 
+from ._redis_cluster import _bindable
+
 __all__ = ["RabbitNodes", "unavailable"]
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
@@ -40,22 +42,13 @@ def unavailable(reason: str) -> NoReturn:
     pytest.skip(f"amqp unavailable: {reason}")
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def _ports(count: int) -> list[int]:
     """``count`` free ports in 20000-29999 (under the ephemeral range), each with its
     distribution port 1000 above it free too."""
     found: list[int] = []
     while len(found) < count:
         port = random.randrange(20000, 28999)
-        if port not in found and _free(port) and _free(port + 1000):
+        if port not in found and _bindable(port) and _bindable(port + 1000):
             found.append(port)
     return found
 

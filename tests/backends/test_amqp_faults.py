@@ -33,24 +33,23 @@ from ._rabbitmq_nodes import RabbitNodes
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def single(tmp_path: Path) -> Iterator[RabbitNodes]:
-    nodes = RabbitNodes(tmp_path, 1)
+def running(tmp_path: Path, size: int) -> Iterator[RabbitNodes]:
+    nodes = RabbitNodes(tmp_path, size)
     try:
         nodes.start()
         yield nodes
     finally:
         nodes.stop()
+
+
+@pytest.fixture
+def single(tmp_path: Path) -> Iterator[RabbitNodes]:
+    yield from running(tmp_path, 1)
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[RabbitNodes]:
-    nodes = RabbitNodes(tmp_path, 3)
-    try:
-        nodes.start()
-        yield nodes
-    finally:
-        nodes.stop()
+    yield from running(tmp_path, 3)
 
 
 def now_ms() -> float:
