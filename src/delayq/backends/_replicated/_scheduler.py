@@ -373,7 +373,7 @@ class Scheduler:
             self._group_bytes += sum(len(image[1]) + 128 for image in entry[5]) + 64
         if reply is not None:
             if not self._flushing and not self._group:
-                self._spawn(self._reply(reply))
+                self._spawn(self._send([reply]))
                 return
             self._replies.append(reply)
         if not self._flushing and self._group:
@@ -386,8 +386,7 @@ class Scheduler:
                 group, replies = self._take_group()
                 if group:
                     await self._transport.append("entry", self._reign, pack(group))
-                for reply in replies:
-                    self._spawn(self._reply(reply))
+                await self._send(replies)
         finally:
             self._flushing = False
 
@@ -414,9 +413,20 @@ class Scheduler:
         replies, self._replies = self._replies[:cut], self._replies[cut:]
         return group, replies
 
+    async def _send(self, replies: list[_Reply]) -> None:
+        """Send ``replies`` in order. Only a reply that carries claimed messages waits
+        for the broker's word (did its client get it?); the others are sent and left."""
+        for reply in replies:
+            if reply.claimed:
+                self._spawn(self._reply(reply))
+            else:
+                await self._transport.reply(
+                    reply.reply_to, reply.request_id, reply.kind, reply.body, confirm=False
+                )
+
     async def _reply(self, reply: _Reply) -> None:
         delivered = await self._transport.reply(
-            reply.reply_to, reply.request_id, reply.kind, reply.body
+            reply.reply_to, reply.request_id, reply.kind, reply.body, confirm=True
         )
         if not delivered and reply.claimed:
             # Its client is gone: give back what was claimed for it at once, rather than

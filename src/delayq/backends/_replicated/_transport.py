@@ -60,8 +60,12 @@ class Transport(Protocol):
     async def serve(self, on_request: Callable[[Delivery], None]) -> None:
         """Take the namespace's requests from now on."""
 
-    async def reply(self, reply_to: str, request_id: str, kind: str, body: bytes) -> bool:
-        """Send a reply; False when its client is gone."""
+    async def reply(
+        self, reply_to: str, request_id: str, kind: str, body: bytes, *, confirm: bool
+    ) -> bool:
+        """Send a reply. With ``confirm``, return once the broker says whether its
+        client got it (False: the client is gone); without, return once it is sent
+        (True)."""
 
     async def deliver(
         self, exchange: str, routing_key: str, queue: str, record: Record

@@ -6,7 +6,9 @@ to each client's exclusive inbox (docs/rabbitmq.md, "Broker objects").
 One connection per backend object; its channels: ``requests`` (the client's
 publishes, confirmed, ``mandatory``), ``inbox`` (replies and announcements), and once
 a candidate: ``lock`` (the election), ``log`` (appends, confirmed), ``serve`` (the
-requests) and ``replies`` (confirmed, ``mandatory``, so a gone client is seen).
+requests), ``replies`` (confirmed, ``mandatory``: a reply carrying claimed messages,
+so that a gone client is seen), ``answers`` (every other reply, unconfirmed) and
+``deliver`` (publishes to a user's exchange, confirmed, ``mandatory``).
 """
 
 from __future__ import annotations
@@ -165,6 +167,7 @@ class AmqpTransport:
         lock = await self._open_channel("lock", confirms=True)
         await self._open_channel("log", confirms=True)
         await self._open_channel("replies", confirms=True)
+        await self._open_channel("answers", confirms=False)
         await lock.basic_qos(prefetch_count=1)
         declared = await lock.queue_declare(
             self._names.lock, durable=True, arguments=LOCK_ARGUMENTS
@@ -266,14 +269,20 @@ class AmqpTransport:
 
         await channel.basic_consume(queue, deliver, no_ack=True)
 
-    async def reply(self, reply_to: str, request_id: str, kind: str, body: bytes) -> bool:
-        """See :meth:`~.._replicated.Transport.reply`."""
+    async def reply(
+        self, reply_to: str, request_id: str, kind: str, body: bytes, *, confirm: bool
+    ) -> bool:
+        """See :meth:`~.._replicated.Transport.reply`: with ``confirm``, ``mandatory`` on a
+        confirm channel (a gone client's inbox returns it); without, on a plain one."""
+        properties = Basic.Properties(correlation_id=request_id, message_type=kind)
+        if not confirm:
+            await self._channel("answers").basic_publish(
+                body, routing_key=reply_to, properties=properties
+            )
+            return True
         try:
             await self._channel("replies").basic_publish(
-                body,
-                routing_key=reply_to,
-                properties=Basic.Properties(correlation_id=request_id, message_type=kind),
-                mandatory=True,
+                body, routing_key=reply_to, properties=properties, mandatory=True
             )
         except aiormq.exceptions.DeliveryError:
             return False  # returned, or nacked: its inbox went with its connection
