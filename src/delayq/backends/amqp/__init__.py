@@ -22,6 +22,7 @@ from ._async.backend import AsyncAmqpBackend, open_async_backend
 from ._sync.backend import AmqpBackend, open_backend
 
 __all__ = [
+    "CONSUMER_OPTIONS",
     "NOT_GUARANTEED",
     "OUTAGE_ERRORS",
     "AmqpBackend",
@@ -38,6 +39,11 @@ OUTAGE_ERRORS: tuple[type[Exception], ...] = (
     _aiormq.exceptions.AMQPConnectionError,
     _aiormq.exceptions.ChannelInvalidStateError,
 )
+
+#: How ``delayq worker`` and ``delayq serve`` open their queues, their startup check
+#: included: a candidate at once (a consumer stands anyway once it waits; the check
+#: must not fail on a namespace whose first scheduler it is about to be).
+CONSUMER_OPTIONS: dict[str, str] = {"scheduler": "on"}
 
 #: Guarantees of the contract this backend cannot give, each with the reason (the
 #: conformance suite skips a test marked with one, and says why).
