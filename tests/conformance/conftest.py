@@ -265,7 +265,9 @@ def make_queue(backend_url: str, face: str) -> Iterator[Callable[..., Any]]:
     try:
         yield make
     finally:
-        for queue in made:
+        # Last made first: on amqp:// the first queue's backend is the namespace's
+        # scheduler, and closing it first would hand over (and replay) at each close.
+        for queue in reversed(made):
             if not queue.closed:
                 queue.purge()
                 queue.close()
