@@ -86,6 +86,10 @@ RULES: dict[str, str] = {
     "AsyncLock": "Lock",
     "guarded_async": "guarded",
     "enqueue_async": "enqueue",
+    # the replicated backends (amqp://): their faces, and the link each face calls
+    "AsyncReplicatedBackend": "ReplicatedBackend",
+    "AsyncAmqpBackend": "AmqpBackend",
+    "LoopLink": "ThreadLink",
 }
 
 _RENAMED = sorted((name for name, twin in RULES.items() if twin), key=len, reverse=True)

@@ -1,4 +1,5 @@
-"""put, get, cancel, reschedule, stats, dead and purge through CliRunner on SQLite."""
+"""put, get, cancel, reschedule, stats, dead and purge through CliRunner on SQLite and
+RabbitMQ."""
 
 from __future__ import annotations
 
@@ -10,10 +11,21 @@ from pathlib import Path
 
 import pytest
 
+from conformance.conftest import amqp_url
 from delayq import Queue, State
 from delayq.cli import _queue as cli_queue
 
 from ._helpers import Cli
+
+
+@pytest.fixture(params=["sqlite", "amqp"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The commands on a SQLite file and on a RabbitMQ namespace (each command a
+    candidate for the namespace's scheduler, as the test's own queue is)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'q.db'}"
+    else:
+        yield from amqp_url(tmp_path)
 
 
 @pytest.fixture

@@ -6,6 +6,11 @@ it up afterwards). When its server is unreachable it calls :func:`unavailable`,
 which skips the backend locally but fails the run when the backend is listed in
 ``$DELAYQ_REQUIRE`` (``DELAYQ_REQUIRE=redis,postgres``; ``all`` requires every one).
 
+A guarantee of the contract that a backend cannot give is declared by its module in
+``NOT_GUARANTEED`` (name -> reason); a test that needs one is marked
+``@pytest.mark.guarantee("<name>")`` and is skipped, with that reason, on such a
+backend (``amqp://`` declares ``server-clock``: AMQP exposes no server time).
+
 The async face runs through :class:`AsyncFace`, which drives an ``AsyncQueue`` on an
 event loop in a helper thread, so each test is written once against the sync API.
 """
@@ -13,6 +18,7 @@ event loop in a helper thread, so each test is written once against the sync API
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 import itertools
 import os
@@ -26,6 +32,7 @@ from typing import Any, NoReturn, TypeVar
 import pytest
 
 from delayq.durable import AsyncQueue, Queue
+from delayq.durable.registry import SCHEMES, scheme_of
 
 T = TypeVar("T")
 
@@ -125,9 +132,36 @@ def postgres_url(tmp_path: Path) -> Iterator[str]:
             admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+def amqp_url(tmp_path: Path) -> Iterator[str]:
+    """A namespace of its own (``prefix``) on the test RabbitMQ (``$DELAYQ_TEST_AMQP``, by
+    default ``amqp://guest:guest@127.0.0.1:5672/%2F``), every backend object a candidate
+    for its scheduler; the namespace's queues and exchanges are deleted afterwards."""
+    try:
+        import pika  # noqa: PLC0415 (optional: the backend is skipped without it)
+        import pika.exceptions  # noqa: PLC0415
+    except ImportError:
+        unavailable("amqp", "pika is not installed (pip install 'delayq[dev]')")
+    base = os.environ.get("DELAYQ_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672/%2F")
+    prefix = f"delayq-test-{uuid.uuid4().hex[:12]}"
+    try:
+        connection = pika.BlockingConnection(pika.URLParameters(f"{base}?socket_timeout=2"))
+    except pika.exceptions.AMQPError as exc:
+        unavailable("amqp", f"{base}: {exc!r}")
+    try:
+        yield f"{base}?prefix={prefix}&scheduler=on"
+    finally:
+        channel = connection.channel()
+        for queue in (f"{prefix}.log", f"{prefix}.lock"):
+            channel.queue_delete(queue)
+        for exchange in (f"{prefix}.rpc", f"{prefix}.events"):
+            channel.exchange_delete(exchange)
+        connection.close()
+
+
 # One entry per backend; e.g. sqlite joins with ``"sqlite": sqlite_url`` where
 # ``def sqlite_url(tmp_path): yield f"sqlite:///{tmp_path / 'q.db'}"``.
 BACKENDS: dict[str, Callable[[Path], Iterator[str]]] = {
+    "amqp": amqp_url,
     "memory": memory_url,
     "postgres": postgres_url,
     "redis": redis_url,
@@ -197,6 +231,25 @@ def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]
     yield from BACKENDS[request.param](tmp_path)
 
 
+def not_guaranteed(url: str) -> dict[str, str]:
+    """What the backend of ``url`` declares it cannot guarantee, with the reasons."""
+    module = importlib.import_module(f"delayq.backends.{SCHEMES[scheme_of(url)]}")
+    return dict(getattr(module, "NOT_GUARANTEED", {}))
+
+
+@pytest.fixture(autouse=True)
+def _declared_guarantees(request: pytest.FixtureRequest) -> None:
+    """Skip a test marked ``guarantee(name)`` on a backend that declares it cannot
+    give that guarantee, saying why."""
+    marker = request.node.get_closest_marker("guarantee")
+    if marker is None or "backend_url" not in request.fixturenames:
+        return
+    name = str(marker.args[0])
+    reason = not_guaranteed(request.getfixturevalue("backend_url")).get(name)
+    if reason is not None:
+        pytest.skip(f"{name} is not guaranteed by this backend: {reason}")
+
+
 @pytest.fixture(params=["sync", "async"])
 def face(request: pytest.FixtureRequest) -> str:
     """Which face the test drives: ``Queue`` or ``AsyncQueue`` (through AsyncFace)."""
@@ -233,7 +286,9 @@ def make_queue(backend_url: str, face: str) -> Iterator[Callable[..., Any]]:
     try:
         yield make
     finally:
-        for queue in made:
+        # Last made first: on amqp:// the first queue's backend is the namespace's
+        # scheduler, and closing it first would hand over (and replay) at each close.
+        for queue in reversed(made):
             if not queue.closed:
                 queue.purge()
                 queue.close()

@@ -51,6 +51,11 @@ PAIRS = [
         "delayq.backends.redis.sharded:ShardedRedisBackend",
         "delayq.backends.redis.sharded:AsyncShardedRedisBackend",
     ),
+    (
+        "amqp",
+        "delayq.backends.amqp:AmqpBackend",
+        "delayq.backends.amqp:AsyncAmqpBackend",
+    ),
     ("queue", "delayq.durable.queue:Queue", "delayq.durable.queue:AsyncQueue"),
 ]
 BACKEND_PAIRS = [pair for pair in PAIRS if pair[0] not in ("protocol", "queue")]
@@ -70,6 +75,8 @@ def _load(spec: str) -> type[Any]:
     module_name, _, class_name = spec.partition(":")
     if module_name.startswith("delayq.backends.redis"):
         pytest.importorskip("redis", reason="redis-py is not installed")
+    if module_name.startswith("delayq.backends.amqp"):
+        pytest.importorskip("aiormq", reason="aiormq is not installed")
     cls: type[Any] = getattr(importlib.import_module(module_name), class_name)
     return cls
 

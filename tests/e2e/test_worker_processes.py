@@ -1,5 +1,7 @@
-"""Real worker processes on sqlite://, redis:// and postgresql:// : kill -9, SIGTERM
-drain, cron across three processes, and retries with backoff into dead.
+"""Real worker processes on sqlite://, redis://, postgresql:// and amqp:// : kill -9,
+SIGTERM drain, cron across three processes, and retries with backoff into dead. On amqp://
+every process is a candidate for the namespace's scheduler, so the worker killed with -9
+may be the scheduler too: its successor rebuilds the leases from the log.
 
 Each redis case runs under its own key prefix on ``$DELAYQ_TEST_REDIS`` (by default
 ``redis://127.0.0.1:6379/0``) and deletes every key under it afterwards; each postgres
@@ -25,6 +27,7 @@ from typing import NoReturn
 
 import pytest
 
+from conformance.conftest import amqp_url
 from delayq.durable import Queue
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
@@ -131,6 +134,7 @@ BACKENDS: dict[str, Callable[[Path], Iterator[str]]] = {
     "sqlite": sqlite_url,
     "redis": redis_url,
     "postgres": postgres_url,
+    "amqp": amqp_url,
 }
 
 

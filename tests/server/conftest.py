@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conformance.conftest import memory_url, postgres_url, redis_url, sqlite_url
+from conformance.conftest import amqp_url, memory_url, postgres_url, redis_url, sqlite_url
 from delayq.server import ServeConfig, create_app
 
 with warnings.catch_warnings():  # starlette's note about httpx, at import
@@ -26,6 +26,7 @@ with warnings.catch_warnings():  # starlette's note about httpx, at import
     from fastapi.testclient import TestClient
 
 BACKENDS: dict[str, Callable[[Path], Iterator[str]]] = {
+    "amqp": amqp_url,
     "memory": memory_url,
     "postgres": postgres_url,
     "redis": redis_url,

@@ -26,7 +26,13 @@ from rich.text import Text
 
 from .._duration import delay_to_seconds
 from ..durable.queue import Queue
-from ..durable.registry import database_file, default_url, redact_url, scheme_of
+from ..durable.registry import (
+    consumer_options,
+    database_file,
+    default_url,
+    redact_url,
+    scheme_of,
+)
 from ..errors import DelayqError, DuplicateId, PayloadTooLarge, UnsupportedURL
 
 __all__ = [
@@ -181,7 +187,9 @@ def resolve_url(url: str | None) -> str:
 
 
 @contextmanager
-def open_queue(url: str, name: str, *, create: bool = False) -> Iterator[Queue]:
+def open_queue(
+    url: str, name: str, *, create: bool = False, options: dict[str, Any] | None = None
+) -> Iterator[Queue]:
     """The queue ``name`` at ``url``, closed on exit; errors become :class:`CliError`.
 
     Without ``create``, a ``sqlite:///`` file that does not exist is an error rather
@@ -198,7 +206,7 @@ def open_queue(url: str, name: str, *, create: bool = False) -> Iterator[Queue]:
                     f"cannot use the queue at {redact_url(url)}: the directory {folder} of "
                     "its database does not exist (create it, or check --url or $DELAYQ_URL)"
                 )
-        queue = Queue(url, name=name)
+        queue = Queue(url, name=name, **(options or {}))
         try:
             yield queue
         finally:
@@ -218,7 +226,9 @@ def check_backend(url: str, name: str, timeout: float) -> None:
 
     def probe() -> None:
         try:
-            with open_queue(url, name, create=True) as queue:
+            # As the consumer that runs after this check will (amqp:// stands for its
+            # scheduler), so that a namespace with no scheduler yet passes the check.
+            with open_queue(url, name, create=True, options=consumer_options(url)) as queue:
                 queue.stats()
         except BaseException as exc:  # handed to the caller's thread
             failure.append(exc)

@@ -31,6 +31,7 @@ from ._bench import bench
 from ._common import OneLineGroup, check_url
 from ._demo import run_durable, run_inproc
 from ._queue import QUEUE_COMMANDS
+from ._scheduler import scheduler
 from ._serve import serve
 from ._worker import worker
 
@@ -116,3 +117,4 @@ for _command in QUEUE_COMMANDS:
     main.add_command(_command)
 main.add_command(bench)
 main.add_command(serve)
+main.add_command(scheduler)

@@ -32,7 +32,7 @@ from ._common import (
 )
 from ._constants import STARTUP_CHECK_TIMEOUT
 
-__all__ = ["load_app", "worker"]
+__all__ = ["configure_logging", "load_app", "log_level_option", "worker"]
 
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -95,7 +95,17 @@ def _split_queues(value: str | None) -> list[str] | None:
     return names
 
 
-def _configure_logging(level: str) -> None:
+#: The ``--log-level`` option of the long-running commands.
+log_level_option = click.option(
+    "--log-level",
+    type=click.Choice(_LOG_LEVELS),
+    default="info",
+    show_default=True,
+    help="Level of the delayq log lines on stderr.",
+)
+
+
+def configure_logging(level: str) -> None:
     """``delayq`` log records, one line each, on stderr (unless the app set logging up)."""
     root = logging.getLogger()
     if not root.handlers:
@@ -127,13 +137,7 @@ def _configure_logging(level: str) -> None:
     default=DEFAULT_WORKER_GRACE,
     help="After a stop, how long running handlers may finish before their messages are given back.",
 )
-@click.option(
-    "--log-level",
-    type=click.Choice(_LOG_LEVELS),
-    default="info",
-    show_default=True,
-    help="Level of the delayq log lines on stderr.",
-)
+@log_level_option
 @url_option("The queue URL (default: the App's own, i.e. App(url) or $DELAYQ_URL...).")
 def worker(
     *,
@@ -166,6 +170,6 @@ def worker(
     # Fail fast when the store cannot be reached, rather than log retries forever (as
     # `delayq serve` does: see there why a backend merely down is fatal too).
     check_backend(app.url, (names or app.queue_names)[0], STARTUP_CHECK_TIMEOUT)
-    _configure_logging(log_level)
+    configure_logging(log_level)
     freeze_startup_heap()
     runner.run()

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # for annotations only: the queue faces import the registry
 __all__ = [
     "BASE_OUTAGE_ERRORS",
     "SCHEMES",
+    "consumer_options",
     "database_file",
     "default_url",
     "open_async_backend",
@@ -45,6 +46,8 @@ SCHEMES: dict[str, str] = {
     "redis+unix": "redis",
     "postgresql": "postgres",
     "postgres": "postgres",
+    "amqp": "amqp",
+    "amqps": "amqp",
 }
 
 
@@ -148,6 +151,14 @@ def outage_errors(url: str) -> tuple[type[Exception], ...]:
     backend's module (imported for it; a module without that attribute adds none)."""
     own: tuple[type[Exception], ...] = getattr(_module(url), "OUTAGE_ERRORS", ())
     return BASE_OUTAGE_ERRORS + own
+
+
+def consumer_options(url: str) -> dict[str, Any]:
+    """Options with which a long-running consumer process (``delayq worker``, ``delayq
+    serve``) opens the queues of ``url``, its startup check included: the backend
+    module's ``CONSUMER_OPTIONS`` (``amqp://``: stand for the namespace's scheduler at
+    once); none for a module without it."""
+    return dict(getattr(_module(url), "CONSUMER_OPTIONS", {}))
 
 
 def database_file(url: str) -> str | None:

@@ -1,31 +1,26 @@
-"""The store behind ``memory://``: one queue's records, its due and lease heaps, the
-waiting of its consumers, and the process-wide registry of stores by ``(namespace,
-queue)``. Every method of :class:`Store` runs with its ``lock`` held."""
+"""The store behind ``memory://``: one queue's records and the contract's operations on
+them (:class:`~delayq.durable._records.Records`), the waiting of its consumers, and the
+process-wide registry of stores by ``(namespace, queue)``. Every method of
+:class:`Store` runs with its ``lock`` held."""
 
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import threading
-import uuid
 
 from ..._waiters import LoopSleeper, resolve
-from ...durable.message import Now, Record, State, apply_reserve, settle
+from ...durable._records import Records
 
 __all__ = ["Store", "shared_store", "stores_of"]
 
 
-class Store:
+class Store(Records):
     """One queue's messages; every method runs with ``lock`` held."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
-        self.records: dict[str, Record] = {}
-        self.due: list[tuple[int, int, str]] = []
-        self.leases: list[tuple[int, str, str]] = []
-        self.seq = itertools.count(1)
         self.sleepers: set[LoopSleeper] = set()
         self.thread_waiters = 0
 
@@ -63,88 +58,6 @@ class Store:
                 timer.cancel()
             self.lock.acquire()
             self.sleepers.discard(sleeper)
-
-    def write(self, record: Record) -> None:
-        self.records[record.id] = record
-        if record.state is State.SCHEDULED:
-            heapq.heappush(self.due, (record.due_at, record.seq, record.id))
-        elif record.state is State.ACTIVE and record.lease_until is not None:
-            heapq.heappush(self.leases, (record.lease_until, record.id, record.lease or ""))
-
-    def load(self, id: str, now_ms: int) -> Record | None:
-        """The record with a lease expiry already applied (and written back)."""
-        record = self.records.get(id)
-        if record is not None:
-            settled = settle(record, now_ms)
-            if settled is not record:
-                self.write(settled)
-            record = settled
-        return record
-
-    def expire(self, now_ms: int) -> None:
-        leases = self.leases
-        while leases and leases[0][0] <= now_ms:
-            _, id, _ = heapq.heappop(leases)
-            self.load(id, now_ms)
-
-    def _head_due(self) -> int | None:
-        due, records = self.due, self.records
-        while due:
-            due_at, seq, id = due[0]
-            record = records.get(id)
-            if (
-                record is not None
-                and record.state is State.SCHEDULED
-                and record.seq == seq
-                and record.due_at == due_at
-            ):
-                return due_at
-            heapq.heappop(due)
-        return None
-
-    def _head_lease(self) -> int | None:
-        leases, records = self.leases, self.records
-        while leases:
-            until, id, token = leases[0]
-            record = records.get(id)
-            if record is not None and record.lease == token and record.lease_until == until:
-                return until
-            heapq.heappop(leases)
-        return None
-
-    def next_event(self) -> int | None:
-        """Epoch ms of the next due time or lease expiry (None: nothing pending)."""
-        events = [t for t in (self._head_due(), self._head_lease()) if t is not None]
-        return min(events) if events else None
-
-    def claim(self, now: Now, limit: int, lease_ms: int) -> list[Record]:
-        self.expire(now.floor)
-        claimed: list[Record] = []
-        while len(claimed) < limit:
-            head = self._head_due()
-            if head is None or head > now.floor:
-                break
-            _, _, id = heapq.heappop(self.due)
-            record = apply_reserve(self.records[id], now, lease_ms, uuid.uuid4().hex)
-            self.write(record)
-            claimed.append(record)
-        self._compact()
-        return claimed
-
-    def _compact(self) -> None:
-        live = len(self.records)
-        if len(self.due) > 2 * live + 1024:
-            self.due = [
-                (r.due_at, r.seq, r.id) for r in self.records.values() if r.state is State.SCHEDULED
-            ]
-            heapq.heapify(self.due)
-        if len(self.leases) > 2 * live + 1024:
-            self.leases = [
-                (r.lease_until, r.id, r.lease or "")
-                for r in self.records.values()
-                if r.state is State.ACTIVE and r.lease_until is not None
-            ]
-            heapq.heapify(self.leases)
 
 
 _STORES: dict[tuple[str, str], Store] = {}

@@ -16,28 +16,7 @@ from urllib.parse import urlsplit
 
 from ...._clock import SYSTEM_CLOCK, Clock
 from ...._constants import INF
-from ....durable.inspection import count_due, select_peek
-from ....durable.message import (
-    Now,
-    Position,
-    PutRequest,
-    Record,
-    State,
-    Stats,
-    apply_ack,
-    apply_ack_many,
-    apply_extend,
-    apply_nack,
-    apply_put,
-    apply_release,
-    apply_reschedule,
-    apply_retry_dead,
-    can_cancel,
-    compute_stats,
-    matches_state,
-    observe,
-    resolve_due,
-)
+from ....durable.message import Now, Position, PutRequest, Record, State, Stats
 from ....errors import QueueClosed, UnsupportedURL
 from .._store import Store, shared_store, stores_of
 
@@ -104,22 +83,8 @@ class AsyncMemoryBackend:
         """See :meth:`~delayq.durable.backend.AsyncBackend.put`."""
         store = self._store(queue)
         with store.lock:
-            now = self._now()
-            staged: dict[str, Record | None] = {}
-            kept: list[int] = []
-            for position, request in enumerate(requests):
-                current = (
-                    staged[request.id] if request.id in staged else store.records.get(request.id)
-                )
-                new = apply_put(current, request, now, next(store.seq))
-                if new is None:
-                    kept.append(position)
-                else:
-                    staged[request.id] = new
-            for record in staged.values():
-                if record is not None:
-                    store.write(record)
-            if staged:
+            kept = store.put(requests, self._now())
+            if len(kept) < len(requests):
                 store.wake_all()
             return kept
 
@@ -143,18 +108,13 @@ class AsyncMemoryBackend:
         """See :meth:`~delayq.durable.backend.AsyncBackend.ack`."""
         store = self._store(queue)
         with store.lock:
-            now = self._now()
-            apply_ack(store.load(id, now.floor), token, now)
-            del store.records[id]
+            store.ack(id, token, self._now())
 
     async def ack_many(self, queue: str, items: Sequence[tuple[str, str]]) -> list[str]:
         """See :meth:`~delayq.durable.backend.AsyncBackend.ack_many`."""
         store = self._store(queue)
         with store.lock:
-            acked, lost = apply_ack_many(store.records, items, self._now())
-            for id in acked:
-                del store.records[id]
-            return lost
+            return store.ack_many(items, self._now())
 
     async def nack(
         self,
@@ -169,47 +129,29 @@ class AsyncMemoryBackend:
         """See :meth:`~delayq.durable.backend.AsyncBackend.nack`."""
         store = self._store(queue)
         with store.lock:
-            now = self._now()
-            record = apply_nack(
-                store.load(id, now.floor),
-                token,
-                now,
-                delay_ms=delay_ms,
-                error=error,
-                seq=next(store.seq),
-                dead=dead,
-            )
-            store.write(record)
-            if record.state is State.SCHEDULED:
+            state = store.nack(id, token, self._now(), delay_ms=delay_ms, error=error, dead=dead)
+            if state is State.SCHEDULED:
                 store.wake_all()
-            return record.state
+            return state
 
     async def release(self, queue: str, id: str, token: str) -> None:
         """See :meth:`~delayq.durable.backend.AsyncBackend.release`."""
         store = self._store(queue)
         with store.lock:
-            now = self._now()
-            store.write(apply_release(store.load(id, now.floor), token, now))
+            store.release(id, token, self._now())
             store.wake_all()
 
     async def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
         """See :meth:`~delayq.durable.backend.AsyncBackend.extend`."""
         store = self._store(queue)
         with store.lock:
-            now = self._now()
-            record = apply_extend(store.load(id, now.floor), token, now, lease_ms)
-            store.write(record)
-            return record.lease_until or 0
+            return store.extend(id, token, self._now(), lease_ms)
 
     async def cancel(self, queue: str, id: str) -> bool:
         """See :meth:`~delayq.durable.backend.AsyncBackend.cancel`."""
         store = self._store(queue)
         with store.lock:
-            now = self._now()
-            if not can_cancel(store.load(id, now.floor), now):
-                return False
-            del store.records[id]
-            return True
+            return store.cancel(id, self._now())
 
     async def reschedule(
         self, queue: str, id: str, *, delay_ms: int | None, at_ms: int | None
@@ -217,57 +159,34 @@ class AsyncMemoryBackend:
         """See :meth:`~delayq.durable.backend.AsyncBackend.reschedule`."""
         store = self._store(queue)
         with store.lock:
-            now = self._now()
-            due_at = resolve_due(delay_ms, at_ms, now)
-            record = apply_reschedule(store.load(id, now.floor), now, due_at, next(store.seq))
-            if record is None:
-                return False
-            store.write(record)
-            store.wake_all()
-            return True
+            moved = store.reschedule(id, self._now(), delay_ms=delay_ms, at_ms=at_ms)
+            if moved:
+                store.wake_all()
+            return moved
 
     async def get(self, queue: str, id: str) -> Record | None:
         """See :meth:`~delayq.durable.backend.AsyncBackend.get`."""
         store = self._store(queue)
         with store.lock:
-            record = store.records.get(id)
-            if record is None:
-                return None
-            return observe(record, self._now().floor, with_lease=False)
+            return store.get(id, self._now())
 
     async def stats(self, queue: str) -> Stats:
         """See :meth:`~delayq.durable.backend.AsyncBackend.stats`."""
         store = self._store(queue)
         with store.lock:
-            return compute_stats(store.records.values(), self._now().floor)
+            return store.stats(self._now())
 
     async def dead(self, queue: str, limit: int, *, after_seq: int | None = None) -> list[Record]:
         """See :meth:`~delayq.durable.backend.AsyncBackend.dead`."""
-        after = -1 if after_seq is None else after_seq
         store = self._store(queue)
         with store.lock:
-            store.expire(self._now().floor)
-            dead = [r for r in store.records.values() if r.state is State.DEAD and r.seq > after]
-            dead.sort(key=lambda r: r.seq)
-            return dead[:limit]
+            return store.dead(limit, after_seq, self._now())
 
     async def retry_dead(self, queue: str, ids: Sequence[str] | None) -> int:
         """See :meth:`~delayq.durable.backend.AsyncBackend.retry_dead`."""
         store = self._store(queue)
         with store.lock:
-            now = self._now()
-            store.expire(now.floor)
-            if ids is None:  # every dead message, in the order they died (as dead() lists)
-                dead = [r for r in store.records.values() if r.state is State.DEAD]
-                chosen = [r.id for r in sorted(dead, key=lambda r: r.seq)]
-            else:
-                chosen = list(dict.fromkeys(ids))
-            revived = 0
-            for id in chosen:
-                record = apply_retry_dead(store.records.get(id), now, next(store.seq))
-                if record is not None:
-                    store.write(record)
-                    revived += 1
+            revived = store.retry_dead(ids, self._now())
             if revived:
                 store.wake_all()
             return revived
@@ -276,14 +195,7 @@ class AsyncMemoryBackend:
         """See :meth:`~delayq.durable.backend.AsyncBackend.purge`."""
         store = self._store(queue)
         with store.lock:
-            floor = self._now().floor
-            doomed = [r.id for r in store.records.values() if matches_state(r, state, floor)]
-            for id in doomed:
-                del store.records[id]
-            if state is None:
-                store.due.clear()
-                store.leases.clear()
-            return len(doomed)
+            return store.purge(state, self._now())
 
     async def queues(self) -> list[str]:
         """See :meth:`~delayq.durable.backend.AsyncBackend.queues`."""
@@ -298,7 +210,7 @@ class AsyncMemoryBackend:
         """See :meth:`~delayq.durable.backend.AsyncBackend.peek`."""
         store = self._store(queue)
         with store.lock:
-            return select_peek(store.records.values(), state, self._now().floor, limit, after)
+            return store.peek(state, limit, after, self._now())
 
     async def due_counts(
         self, queue: str, *, horizon_ms: int, buckets: int
@@ -306,9 +218,7 @@ class AsyncMemoryBackend:
         """See :meth:`~delayq.durable.backend.AsyncBackend.due_counts`."""
         store = self._store(queue)
         with store.lock:
-            floor = self._now().floor
-            scheduled = (r.due_at for r in store.records.values() if r.state is State.SCHEDULED)
-            return floor, count_due(scheduled, floor, horizon_ms, buckets)
+            return store.due_counts(horizon_ms, buckets, self._now())
 
     async def close(self) -> None:
         """Wake this backend's waiting reserves (they raise QueueClosed); the shared

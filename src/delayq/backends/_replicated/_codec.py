@@ -1,0 +1,162 @@
+"""What crosses the broker, in msgpack: records, put requests, the arguments of a
+request, the outcome of its reply, and the log's entries.
+
+A record is a 12-item array in the order of :class:`~delayq.durable.message.Record`'s
+fields, a put request an 8-item array in the order of
+:class:`~delayq.durable.message.PutRequest`'s; ``State`` travels as its value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+
+from ...durable.message import PutRequest, Record, State, Stats, new_record, put_request
+from ...errors import DuplicateId, LeaseLost, QueueClosed
+
+__all__ = [
+    "decode_outcome",
+    "decode_record",
+    "decode_requests",
+    "encode_outcome",
+    "encode_record",
+    "encode_requests",
+    "error_reply",
+    "pack",
+    "raise_error",
+    "unpack",
+]
+
+
+def pack(value: Any) -> bytes:
+    return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def unpack(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
+
+
+def encode_record(r: Record) -> list[Any]:
+    return [
+        r.id,
+        r.payload,
+        r.encoding,
+        r.due_at,
+        r.seq,
+        r.attempts,
+        r.max_attempts,
+        r.state.value,
+        dict(r.headers),
+        r.last_error,
+        r.lease,
+        r.lease_until,
+    ]
+
+
+def decode_record(item: Sequence[Any]) -> Record:
+    (id, payload, encoding, due_at, seq, attempts, max_attempts, state) = item[:8]
+    headers, last_error, lease, lease_until = item[8:12]
+    return new_record(
+        id=id,
+        payload=payload,
+        encoding=encoding,
+        due_at=due_at,
+        seq=seq,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        state=State(state),
+        headers=headers,
+        last_error=last_error,
+        lease=lease,
+        lease_until=lease_until,
+    )
+
+
+def encode_requests(requests: Sequence[PutRequest]) -> list[list[Any]]:
+    return [
+        [
+            r.id,
+            r.payload,
+            r.encoding,
+            r.max_attempts,
+            dict(r.headers),
+            r.delay_ms,
+            r.at_ms,
+            r.on_conflict,
+        ]
+        for r in requests
+    ]
+
+
+def decode_requests(items: Sequence[Sequence[Any]]) -> list[PutRequest]:
+    return [
+        put_request(
+            id=id,
+            payload=payload,
+            encoding=encoding,
+            max_attempts=max_attempts,
+            headers=headers,
+            delay_ms=delay_ms,
+            at_ms=at_ms,
+            on_conflict=on_conflict,
+        )
+        for (id, payload, encoding, max_attempts, headers, delay_ms, at_ms, on_conflict) in items
+    ]
+
+
+_RECORD_LISTS = frozenset({"reserve", "dead", "peek"})
+
+
+def encode_outcome(op: str, value: Any) -> Any:
+    """``value``, the outcome of ``op`` on the scheduler's state, as msgpack takes it."""
+    if op in _RECORD_LISTS:
+        return [encode_record(r) for r in value]
+    if op == "get":
+        return None if value is None else encode_record(value)
+    if op == "stats":
+        s: Stats = value
+        return [s.scheduled, s.ready, s.active, s.dead, s.next_due_at, s.lag]
+    if op == "nack":
+        return value.value
+    return value
+
+
+def decode_outcome(op: str, data: Any) -> Any:
+    """The outcome of ``op`` as the contract returns it, from :func:`encode_outcome`."""
+    if op in _RECORD_LISTS:
+        return [decode_record(item) for item in data]
+    if op == "get":
+        return None if data is None else decode_record(data)
+    if op == "stats":
+        return Stats(*data)
+    if op == "nack":
+        return State(data)
+    if op == "due_counts":
+        return data[0], data[1]
+    return data
+
+
+_ERRORS: dict[str, type[Exception]] = {
+    "DuplicateId": DuplicateId,
+    "LeaseLost": LeaseLost,
+    "QueueClosed": QueueClosed,
+}
+
+
+def error_reply(exc: Exception) -> tuple[str, Any]:
+    """The reply's kind and body for an error of the contract."""
+    return type(exc).__name__, [str(exc), getattr(exc, "id", None)]
+
+
+def raise_error(kind: str, body: Any) -> None:
+    """Raise the error a reply of ``kind`` carries (a kind delayq does not know: a
+    RuntimeError naming it)."""
+    message, id = body
+    error = _ERRORS.get(kind)
+    if error is DuplicateId:
+        raise DuplicateId(message, id)
+    if error is None:
+        raise RuntimeError(f"the scheduler failed: {kind}: {message}")
+    raise error(message)

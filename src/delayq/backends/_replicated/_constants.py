@@ -1,0 +1,38 @@
+"""Settings of the replicated backends (amqp://), in one place."""
+
+from __future__ import annotations
+
+__all__ = [
+    "DEDUP_SIZE",
+    "DELIVER_BACKOFF_MAX_MS",
+    "DELIVER_BACKOFF_MS",
+    "DELIVER_IN_FLIGHT",
+    "DELIVER_LEASE_MS",
+    "MAX_GROUP_BYTES",
+    "REJOIN_FIRST_PAUSE",
+    "REJOIN_MAX_PAUSE",
+    "RENEW_EVERY",
+]
+
+#: Request ids remembered with their replies, so that a resent request is answered,
+#: not applied twice (the newest are kept).
+DEDUP_SIZE = 200_000
+#: An entry of the log holds the operations decided while the previous append was in
+#: flight, up to about this many bytes (one larger operation goes alone).
+MAX_GROUP_BYTES = 1 << 20
+#: Seconds between two renewals of the election (a held delivery must be acked before
+#: the broker's consumer timeout, 30 min by default on RabbitMQ).
+RENEW_EVERY = 300.0
+#: Publishes to a user's exchange with their confirms in flight, per queue.
+DELIVER_IN_FLIGHT = 1000
+#: The lease a message being published holds (a successor scheduler publishes it again
+#: once it has run out: delivery is at least once).
+DELIVER_LEASE_MS = 30_000
+#: The pause before a returned or nacked publish is tried again, doubling per attempt
+#: up to the second figure (ms); dead after the message's max_attempts.
+DELIVER_BACKOFF_MS = 1_000
+DELIVER_BACKOFF_MAX_MS = 300_000
+#: Seconds between a candidate's tries to connect again after it lost its connection,
+#: doubling from the first to the second.
+REJOIN_FIRST_PAUSE = 0.1
+REJOIN_MAX_PAUSE = 5.0

@@ -1,0 +1,333 @@
+"""The client side: a request to the elected scheduler and the wait for its reply, with
+the resends that make a failover invisible to the caller. :class:`LoopLink` runs on
+the caller's event loop (the asyncio face); :class:`ThreadLink` drives one on a
+private loop thread (the sync face). Both have the same methods, so the two faces of
+the backend read the same (the sync one is generated).
+
+A request keeps its id across resends: the scheduler answers a resent write from its
+log instead of applying it twice. A process that is a candidate runs its
+:class:`~._scheduler.Scheduler` on the same loop and connection once elected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import uuid
+from collections.abc import Callable, Coroutine
+from typing import Any, Literal, TypeVar
+
+from ...errors import QueueClosed
+from ._codec import decode_outcome, decode_record, pack, raise_error, unpack
+from ._constants import REJOIN_FIRST_PAUSE, REJOIN_MAX_PAUSE
+from ._scheduler import Scheduler
+from ._transport import NoScheduler, Transport
+
+__all__ = ["Candidacy", "LoopLink", "ThreadLink"]
+
+T = TypeVar("T")
+#: Who stands for election: ``on`` at once, ``auto`` once this backend object runs a
+#: waiting reserve (a consumer, never a pure producer), ``off`` never.
+Candidacy = Literal["auto", "on", "off"]
+
+
+class LoopLink:
+    """Requests and replies over one transport, on the loop of its first call."""
+
+    def __init__(
+        self,
+        make_transport: Callable[[], Transport],
+        *,
+        scheduler: Candidacy,
+        request_timeout: float,
+        deliver: tuple[str, str] | None = None,
+    ) -> None:
+        self._make_transport = make_transport
+        self._deliver = deliver
+        self._configured: set[str] = set()
+        self._candidacy = scheduler
+        self._request_timeout = request_timeout
+        self._transport: Transport | None = None
+        self._opening: asyncio.Task[Transport] | None = None
+        self._pending: dict[str, asyncio.Future[tuple[str, bytes]]] = {}
+        self._forgotten: dict[str, str] = {}  # request id -> queue, of abandoned reserves
+        self._turn: asyncio.Future[None] | None = None
+        self._candidate = False
+        self._scheduler: Scheduler | None = None
+        self._closed = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- connection and election ---------------------------------------------------------
+
+    async def _connected(self) -> Transport:
+        if self._closed:
+            raise QueueClosed("the queue is closed")
+        if self._transport is not None:
+            return self._transport
+        # Opened by a task of its own, which a caller's cancellation does not cut short
+        # (a connection half open, or a campaign half made, would hold the election).
+        if self._opening is None or self._opening.done():
+            self._opening = asyncio.get_running_loop().create_task(self._open())
+        return await asyncio.shield(self._opening)
+
+    async def _open(self) -> Transport:
+        transport = self._make_transport()
+        try:
+            await transport.open(self._on_reply, self._on_elected, lambda: self._on_lost(transport))
+            self._transport = transport
+            if self._candidacy == "on":
+                await self._campaign(transport)
+        except BaseException:
+            if self._transport is transport:
+                self._transport = None
+            with contextlib.suppress(Exception):
+                await transport.close()
+            raise
+        return transport
+
+    async def _stand(self) -> None:
+        """Stand for election on the current connection (once per connection)."""
+        transport = await self._connected()
+        if not self._candidate:
+            await asyncio.shield(self._campaign(transport))
+
+    async def _campaign(self, transport: Transport) -> None:
+        if not self._candidate:
+            self._candidate = True
+            try:
+                await transport.campaign(lambda: self._on_token(transport))
+            except BaseException:
+                self._candidate = False
+                raise
+
+    def _on_token(self, transport: Transport) -> None:
+        if transport is not self._transport or self._scheduler is not None:
+            return  # a token on a connection being dropped: it goes with it
+        scheduler = Scheduler(transport, lambda: self._on_scheduler_stopped(transport))
+        self._scheduler = scheduler
+        self._spawn(self._reign(scheduler))
+
+    async def _reign(self, scheduler: Scheduler) -> None:
+        try:
+            await scheduler.run()
+        except Exception:
+            # It could not take over (its connection went): stopping gives up the
+            # connection, and the next call stands again on a new one.
+            scheduler.stop()
+
+    def _on_scheduler_stopped(self, transport: Transport) -> None:
+        if self._scheduler is not None:
+            self._scheduler = None
+        self._spawn(self._drop(transport))
+
+    async def _drop(self, transport: Transport) -> None:
+        """Give up ``transport`` (a scheduler that stopped gives up its election with
+        its connection); calls in flight resend on the next one."""
+        with contextlib.suppress(Exception):
+            await transport.close()
+        self._on_lost(transport)
+
+    def _on_lost(self, transport: Transport) -> None:
+        if transport is not self._transport:
+            return  # an earlier connection, already given up
+        stood = self._candidate
+        self._transport = None
+        self._candidate = False
+        if self._scheduler is not None:
+            scheduler, self._scheduler = self._scheduler, None
+            scheduler.stop()
+        self._next_turn()
+        if stood and not self._closed:
+            self._spawn(self._rejoin())
+
+    async def _rejoin(self) -> None:
+        """A candidate that lost its connection stands again on a new one, whether or
+        not its owner calls meanwhile (a process that only waits to be elected too)."""
+        pause = REJOIN_FIRST_PAUSE
+        while not self._closed and not self._candidate:
+            try:
+                await self._stand()
+            except (ConnectionError, OSError):
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, REJOIN_MAX_PAUSE)
+
+    def _on_elected(self) -> None:
+        self._next_turn()
+
+    def _next_turn(self) -> None:
+        """Wake every call in flight: resend (to a new scheduler, or on a new
+        connection)."""
+        turn, self._turn = self._turn, None
+        if turn is not None and not turn.done():
+            turn.set_result(None)
+
+    def _on_reply(self, request_id: str, kind: str, body: bytes) -> None:
+        future = self._pending.get(request_id)
+        if future is not None:
+            if not future.done():
+                future.set_result((kind, body))
+            return
+        queue = self._forgotten.pop(request_id, None)
+        if queue is not None and kind == "ok":
+            # A reserve abandoned by its caller was served after all: give it back.
+            for item in unpack(body):
+                record = decode_record(item)
+                self._spawn(self._quiet("release", [queue, record.id, record.lease]))
+
+    async def _forget(self, queue: str, request_id: str) -> None:
+        transport = self._transport
+        if transport is not None:
+            body = pack([queue, request_id])
+            await transport.request("forget", uuid.uuid4().hex, body, None)
+
+    async def _quiet(self, op: str, args: list[Any]) -> None:
+        with contextlib.suppress(Exception):
+            await self.call(op, args)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- calls -------------------------------------------------------------------------
+
+    async def call(self, op: str, args: list[Any], wait: float | None = 0.0) -> Any:
+        """Send ``op`` with ``args`` (the queue first) and return its decoded outcome;
+        a ``reserve`` waits up to ``wait`` seconds (None: no limit) at the scheduler."""
+        if self._deliver is not None and args and args[0] not in self._configured:
+            # This backend object delivers its queues' messages to a user's exchange:
+            # say so once per queue, before its first operation.
+            await self._call("configure", [args[0], list(self._deliver)], 0.0)
+            self._configured.add(args[0])
+        return await self._call(op, args, wait)
+
+    async def _call(self, op: str, args: list[Any], wait: float | None) -> Any:
+        loop = asyncio.get_running_loop()
+        request_id = uuid.uuid4().hex
+        waits = op == "reserve" and (wait is None or wait > 0)
+        give_up = None if wait is None else loop.time() + wait
+        future: asyncio.Future[tuple[str, bytes]] = loop.create_future()
+        self._pending[request_id] = future
+        parked = False
+        try:
+            if waits and self._candidacy == "auto" and not self._candidate:
+                await self._stand()
+            unanswered_since = loop.time()
+            while True:
+                if self._turn is None:
+                    self._turn = loop.create_future()
+                turn = self._turn
+                sent = [*args, None if give_up is None else max(0.0, give_up - loop.time())]
+                try:
+                    transport = await self._connected()
+                    ttl = None if waits else int(self._request_timeout * 1000)
+                    await transport.request(
+                        op, request_id, pack(sent if op == "reserve" else args), ttl
+                    )
+                except (NoScheduler, ConnectionError, OSError) as exc:
+                    left = unanswered_since + self._request_timeout - loop.time()
+                    if left <= 0:
+                        raise NoScheduler(
+                            f"no scheduler answered in {self._request_timeout:g} s"
+                        ) from exc
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(turn), min(left, 0.5))
+                    continue
+                parked = waits
+                unanswered_since = loop.time()  # the outage budget counts from here
+                timeout = None if waits else self._request_timeout
+                either: set[asyncio.Future[Any]] = {future, turn}
+                done, _ = await asyncio.wait(
+                    either, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                if future.done():
+                    break
+                if not done:
+                    raise NoScheduler(f"no reply in {self._request_timeout:g} s")
+                unanswered_since = loop.time()
+        except asyncio.CancelledError:
+            if parked:
+                # Sent before the caller goes on, so that the scheduler drops the parked
+                # reserve before it sees the caller's next request; one served meanwhile
+                # is given back when its reply comes.
+                self._forgotten[request_id] = args[0]
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._forget(args[0], request_id))
+            raise
+        finally:
+            self._pending.pop(request_id, None)
+        kind, body = future.result()
+        if kind != "ok":
+            raise_error(kind, unpack(body))
+        return decode_outcome(op, unpack(body))
+
+    async def close(self) -> None:
+        """Fail every call in flight with QueueClosed and close the connection (a
+        scheduler so hands over to the next candidate)."""
+        if self._closed:
+            return
+        self._closed = True
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(QueueClosed("the queue was closed"))
+        if self._scheduler is not None:
+            scheduler, self._scheduler = self._scheduler, None
+            scheduler.stop()
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            with contextlib.suppress(Exception):
+                await transport.close()
+        for task in list(self._tasks):
+            task.cancel()
+
+
+class ThreadLink:
+    """A :class:`LoopLink` on a private event loop thread, for the sync face: each call
+    blocks its thread until the loop has its outcome."""
+
+    def __init__(
+        self,
+        make_transport: Callable[[], Transport],
+        *,
+        scheduler: Candidacy,
+        request_timeout: float,
+        deliver: tuple[str, str] | None = None,
+    ) -> None:
+        self._link = LoopLink(
+            make_transport, scheduler=scheduler, request_timeout=request_timeout, deliver=deliver
+        )
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="delayq-amqp-link", daemon=True
+        )
+        self._thread.start()
+        self._lock = threading.Lock()
+
+    @property
+    def closed(self) -> bool:
+        return self._link.closed
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._loop.is_closed():
+            coro.close()
+            raise QueueClosed("the queue is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def call(self, op: str, args: list[Any], wait: float | None = 0.0) -> Any:
+        """See :meth:`LoopLink.call`."""
+        return self._run(self._link.call(op, args, wait))
+
+    def close(self) -> None:
+        """See :meth:`LoopLink.close`; then the loop thread ends."""
+        with self._lock:
+            if self._loop.is_closed():
+                return
+            self._run(self._link.close())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+            self._loop.close()

@@ -1,0 +1,57 @@
+"""``amqp://`` and ``amqps://``: RabbitMQ, with delays replicated, exact to the
+millisecond, and cancellable by id (docs/rabbitmq.md).
+
+``amqp://user:pass@host:5672/vhost?prefix=delayq``. Every operation is a request to the
+namespace's one elected scheduler (a delayq process: the active consumer of the
+single-active-consumer quorum queue ``<prefix>.lock``), which holds the state in
+memory, appends what each operation changed to the stream ``<prefix>.log`` (replicated)
+and replies once the broker confirmed it. A new scheduler rebuilds the state from the
+log. Options, in the URL or as keywords: ``prefix`` (the namespace), ``scheduler``
+(``auto``: this object stands for election once it runs a waiting reserve; ``on``; ``off``),
+``request_timeout`` (seconds a call waits for a scheduler, default 10).
+
+The asyncio face: :mod:`._async.backend`; the sync face, generated from it (a private
+event loop thread carries its calls): :mod:`._sync.backend`; the broker's part:
+:mod:`._transport`; the generic scheduler: :mod:`delayq.backends._replicated`.
+"""
+
+import aiormq as _aiormq
+
+from .._replicated import NoScheduler
+from ._async.backend import AsyncAmqpBackend, open_async_backend
+from ._sync.backend import AmqpBackend, open_backend
+
+__all__ = [
+    "CONSUMER_OPTIONS",
+    "NOT_GUARANTEED",
+    "OUTAGE_ERRORS",
+    "AmqpBackend",
+    "AsyncAmqpBackend",
+    "NoScheduler",
+    "open_async_backend",
+    "open_backend",
+]
+
+#: The errors of amqp:// that mean "the broker or the scheduler does not answer".
+OUTAGE_ERRORS: tuple[type[Exception], ...] = (
+    NoScheduler,
+    ConnectionError,
+    _aiormq.exceptions.AMQPConnectionError,
+    _aiormq.exceptions.ChannelInvalidStateError,
+)
+
+#: How ``delayq worker`` and ``delayq serve`` open their queues, their startup check
+#: included: a candidate at once (a consumer stands anyway once it waits; the check
+#: must not fail on a namespace whose first scheduler it is about to be).
+CONSUMER_OPTIONS: dict[str, str] = {"scheduler": "on"}
+
+#: Guarantees of the contract this backend cannot give, each with the reason (the
+#: conformance suite skips a test marked with one, and says why).
+NOT_GUARANTEED: dict[str, str] = {
+    "server-clock": (
+        "AMQP exposes no server time: 'now' is the elected scheduler's wall clock "
+        "(never going back, across failovers too). Messages are never early by that "
+        "clock; when the hosts of two candidates disagree by d, a failover can make a "
+        "message up to d early by the first host's clock."
+    ),
+}

@@ -1,0 +1,36 @@
+"""The asyncio face of ``amqp://``, written by hand: the source of the generated sync
+face (:mod:`delayq.backends.amqp._sync.backend`). The operations are the replicated
+backend's; this face adds the URL and RabbitMQ's transport."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..._replicated import AsyncReplicatedBackend, LoopLink
+from .._transport import AmqpTransport
+from .._url import parse
+
+__all__ = ["AsyncAmqpBackend", "open_async_backend"]
+
+
+class AsyncAmqpBackend(AsyncReplicatedBackend):
+    """A face of ``amqp://`` (see :class:`~delayq.durable.backend.AsyncBackend`): each
+    operation is one request to the namespace's elected scheduler."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        settings = parse(url, options)
+        super().__init__(
+            LoopLink(
+                lambda: AmqpTransport(settings),
+                scheduler=settings.scheduler,
+                request_timeout=settings.request_timeout,
+                deliver=settings.deliver,
+            )
+        )
+
+
+def open_async_backend(url: str, **options: Any) -> AsyncAmqpBackend:
+    """Open this face of ``amqp://`` (options: ``prefix``, ``scheduler``,
+    ``request_timeout``, ``deliver_exchange``, ``deliver_routing_key``; see
+    :mod:`delayq.backends.amqp`)."""
+    return AsyncAmqpBackend(url, **options)

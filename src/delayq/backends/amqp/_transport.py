@@ -1,0 +1,355 @@
+"""RabbitMQ's part of the replicated backend (:class:`~.._replicated.Transport`), on
+aiormq: the log is a stream, the election a single-active-consumer quorum queue,
+requests go through a direct exchange to the scheduler's exclusive queue and replies
+to each client's exclusive inbox (docs/rabbitmq.md, "Broker objects").
+
+One connection per backend object; its channels: ``requests`` (the client's
+publishes, confirmed, ``mandatory``), ``inbox`` (replies and announcements), and once
+a candidate: ``lock`` (the election), ``log`` (appends, confirmed), ``serve`` (the
+requests), ``replies`` (confirmed, ``mandatory``: a reply carrying claimed messages,
+so that a gone client is seen), ``answers`` (every other reply, unconfirmed) and
+``deliver`` (publishes to a user's exchange, confirmed, ``mandatory``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timezone
+from typing import Any
+
+import aiormq
+from aiormq.abc import AbstractChannel, AbstractConnection, DeliveredMessage
+from pamqp.commands import Basic
+from pamqp.common import FieldTable
+
+from ...durable.message import Record
+from .._replicated import Delivery, NoScheduler
+from ._constants import (
+    CONTENT_TYPES,
+    LOCK_ARGUMENTS,
+    LOG_ARGUMENTS,
+    LOG_PREFETCH,
+    TOKEN_RETRIES,
+)
+from ._url import Settings
+
+__all__ = ["AmqpTransport", "Names"]
+
+_RPC_KEY = "rpc"
+_TOKEN = b"token"
+
+
+class Names:
+    """The broker objects of one namespace (``<prefix>.log``...)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.log = f"{prefix}.log"
+        self.lock = f"{prefix}.lock"
+        self.rpc = f"{prefix}.rpc"
+        self.events = f"{prefix}.events"
+
+    @property
+    def queues(self) -> tuple[str, str]:
+        return self.log, self.lock
+
+    @property
+    def exchanges(self) -> tuple[str, str]:
+        return self.rpc, self.events
+
+
+def _persistent(kind: str, reign: str) -> Basic.Properties:
+    return Basic.Properties(delivery_mode=2, message_type=kind, headers={"v": 1, "reign": reign})
+
+
+class AmqpTransport:
+    """One AMQP connection of a backend object (see the module's docstring)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._names = Names(settings.prefix)
+        self._connection: AbstractConnection | None = None
+        self._channels: dict[str, AbstractChannel] = {}
+        self._inbox = ""
+        self._lock_tag: int | None = None
+        self._reopening = asyncio.Lock()
+
+    def _channel(self, name: str) -> AbstractChannel:
+        channel = self._channels.get(name)
+        if channel is None:
+            raise ConnectionError("the AMQP connection is closed")
+        return channel
+
+    async def _open_channel(self, name: str, *, confirms: bool) -> AbstractChannel:
+        if self._connection is None:
+            raise ConnectionError("the AMQP connection is closed")
+        channel = await self._connection.channel(publisher_confirms=confirms)
+        self._channels[name] = channel
+        return channel
+
+    async def open(
+        self,
+        on_reply: Callable[[str, str, bytes], None],
+        on_elected: Callable[[], None],
+        on_lost: Callable[[], None],
+    ) -> None:
+        """See :meth:`~.._replicated.Transport.open`."""
+        try:
+            await self._open(on_reply, on_elected, on_lost)
+        except (aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError) as exc:
+            await self.close()
+            raise ConnectionError(f"could not open the AMQP connection: {exc!r}") from exc
+
+    async def _open(
+        self,
+        on_reply: Callable[[str, str, bytes], None],
+        on_elected: Callable[[], None],
+        on_lost: Callable[[], None],
+    ) -> None:
+        self._connection = await aiormq.connect(self._settings.broker_url)
+        self._connection.closing.add_done_callback(lambda _: on_lost())
+        requests = await self._open_channel("requests", confirms=True)
+        names = self._names
+        await requests.exchange_declare(names.rpc, exchange_type="direct", durable=True)
+        await requests.exchange_declare(names.events, exchange_type="fanout", durable=True)
+        await requests.queue_declare(names.log, durable=True, arguments=LOG_ARGUMENTS)
+        inbox = await self._open_channel("inbox", confirms=False)
+        declared = await inbox.queue_declare(
+            "", exclusive=True, auto_delete=True, arguments={"x-queue-type": "classic"}
+        )
+        self._inbox = declared.queue or ""
+        await inbox.queue_bind(self._inbox, names.events, routing_key="")
+
+        async def deliver(message: DeliveredMessage) -> None:
+            properties = message.header.properties
+            if properties.message_type == "elected":
+                on_elected()
+            else:
+                on_reply(
+                    properties.correlation_id or "", properties.message_type or "", message.body
+                )
+
+        await inbox.basic_consume(self._inbox, deliver, no_ack=True)
+
+    async def request(self, op: str, request_id: str, body: bytes, ttl_ms: int | None) -> None:
+        """See :meth:`~.._replicated.Transport.request`."""
+        properties = Basic.Properties(
+            reply_to=self._inbox,
+            correlation_id=request_id,
+            message_id=request_id,
+            message_type=op,
+            expiration=None if ttl_ms is None else str(ttl_ms),
+        )
+        try:
+            await self._channel("requests").basic_publish(
+                body,
+                exchange=self._names.rpc,
+                routing_key=_RPC_KEY,
+                properties=properties,
+                mandatory=True,
+            )
+        except aiormq.exceptions.DeliveryError as exc:
+            # Returned (no scheduler's queue is bound) or nacked (its queue went with
+            # its connection while the request was on its way): resent by the caller.
+            raise NoScheduler(f"no scheduler took the request: {exc!r}") from None
+        except (aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError) as exc:
+            raise ConnectionError(f"the AMQP request failed: {exc!r}") from exc
+
+    async def campaign(self, on_token: Callable[[], None]) -> None:
+        """See :meth:`~.._replicated.Transport.campaign`."""
+        try:
+            await self._campaign(on_token)
+        except (aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError) as exc:
+            raise ConnectionError(f"could not stand for election: {exc!r}") from exc
+
+    async def _campaign(self, on_token: Callable[[], None]) -> None:
+        lock = await self._open_channel("lock", confirms=True)
+        await self._open_channel("log", confirms=True)
+        await self._open_channel("replies", confirms=True)
+        await self._open_channel("answers", confirms=False)
+        await lock.basic_qos(prefetch_count=1)
+        declared = await lock.queue_declare(
+            self._names.lock, durable=True, arguments=LOCK_ARGUMENTS
+        )
+        if not declared.message_count and not declared.consumer_count:
+            # No token waits and nobody holds one: put one in. Two candidates racing
+            # here put two, which is harmless (the broker, not the token, picks the
+            # active consumer; the token only tells it that it is).
+            await self._put_token(lock)
+
+        async def token(message: DeliveredMessage) -> None:
+            first = self._lock_tag is None
+            self._lock_tag = message.delivery_tag
+            if first:
+                on_token()
+
+        await lock.basic_consume(self._names.lock, token)
+
+    async def _put_token(self, lock: AbstractChannel) -> None:
+        # A quorum queue declared a moment ago by several candidates at once may nack
+        # a publish while its replicas are still starting: try again, briefly.
+        for pause in TOKEN_RETRIES:
+            try:
+                await lock.basic_publish(
+                    _TOKEN,
+                    routing_key=self._names.lock,
+                    properties=Basic.Properties(delivery_mode=2),
+                )
+                return
+            except aiormq.exceptions.DeliveryError:
+                await asyncio.sleep(pause)
+        raise ConnectionError(f"RabbitMQ refused the election token of {self._names.lock}")
+
+    async def renew(self) -> None:
+        """See :meth:`~.._replicated.Transport.renew`: a new token in, the held one acked
+        (the active consumer stays active and receives the new one)."""
+        lock = self._channel("lock")
+        held = self._lock_tag
+        await self._put_token(lock)
+        if held is not None:
+            await lock.basic_ack(held)
+
+    async def append(self, kind: str, reign: str, body: bytes) -> None:
+        """See :meth:`~.._replicated.Transport.append`."""
+        try:
+            await self._channel("log").basic_publish(
+                body, routing_key=self._names.log, properties=_persistent(kind, reign)
+            )
+        except (aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError) as exc:
+            raise ConnectionError(f"the log append was not confirmed: {exc!r}") from exc
+
+    async def read_log(self) -> AsyncIterator[tuple[str, str, bytes]]:
+        """See :meth:`~.._replicated.Transport.read_log`."""
+        channel = await self._open_channel("reader", confirms=False)
+        arrived: asyncio.Queue[DeliveredMessage] = asyncio.Queue()
+        await channel.basic_qos(prefetch_count=LOG_PREFETCH)
+        await channel.basic_consume(
+            self._names.log, arrived.put, arguments={"x-stream-offset": "first"}
+        )
+        unacked = 0
+        try:
+            while True:
+                message = await arrived.get()
+                unacked += 1
+                if unacked >= LOG_PREFETCH // 2 or arrived.empty():
+                    await channel.basic_ack(message.delivery_tag or 0, multiple=True)
+                    unacked = 0
+                properties = message.header.properties
+                headers: dict[str, Any] = dict(properties.headers or {})
+                reign = headers.get("reign", "")
+                yield properties.message_type or "", str(reign), message.body
+        finally:
+            self._channels.pop("reader", None)
+            with contextlib.suppress(Exception):
+                await channel.close()
+
+    async def serve(self, on_request: Callable[[Delivery], None]) -> None:
+        """See :meth:`~.._replicated.Transport.serve`."""
+        channel = await self._open_channel("serve", confirms=False)
+        declared = await channel.queue_declare(
+            "", exclusive=True, auto_delete=True, arguments={"x-queue-type": "classic"}
+        )
+        queue = declared.queue or ""
+        await channel.queue_bind(queue, self._names.rpc, routing_key=_RPC_KEY)
+
+        def take(message: DeliveredMessage) -> None:
+            properties = message.header.properties
+            on_request(
+                Delivery(
+                    properties.message_type or "",
+                    properties.correlation_id or "",
+                    properties.reply_to or "",
+                    message.body,
+                )
+            )
+
+        async def deliver(message: DeliveredMessage) -> None:
+            take(message)
+
+        await channel.basic_consume(queue, deliver, no_ack=True)
+
+    async def reply(
+        self, reply_to: str, request_id: str, kind: str, body: bytes, *, confirm: bool
+    ) -> bool:
+        """See :meth:`~.._replicated.Transport.reply`: with ``confirm``, ``mandatory`` on a
+        confirm channel (a gone client's inbox returns it); without, on a plain one."""
+        properties = Basic.Properties(correlation_id=request_id, message_type=kind)
+        if not confirm:
+            await self._channel("answers").basic_publish(
+                body, routing_key=reply_to, properties=properties
+            )
+            return True
+        try:
+            await self._channel("replies").basic_publish(
+                body, routing_key=reply_to, properties=properties, mandatory=True
+            )
+        except aiormq.exceptions.DeliveryError:
+            return False  # returned, or nacked: its inbox went with its connection
+        return True
+
+    async def deliver(
+        self, exchange: str, routing_key: str, queue: str, record: Record
+    ) -> str | None:
+        """See :meth:`~.._replicated.Transport.deliver`."""
+        headers: FieldTable = dict(record.headers)
+        headers.update(
+            {
+                "x-delayq-queue": queue,
+                "x-delayq-due-at": record.due_at,
+                "x-delayq-attempt": record.attempts,
+            }
+        )
+        properties = Basic.Properties(
+            message_id=record.id,
+            delivery_mode=2,
+            timestamp=datetime.fromtimestamp(record.due_at // 1000, timezone.utc),
+            content_type=CONTENT_TYPES.get(
+                record.encoding, f"application/x-delayq-{record.encoding}"
+            ),
+            headers=headers,
+        )
+        where = f"exchange={exchange} routing_key={routing_key}"
+        try:
+            channel = await self._deliver_channel()
+            await channel.basic_publish(
+                record.payload,
+                exchange=exchange,
+                routing_key=routing_key,
+                properties=properties,
+                mandatory=True,
+            )
+        except aiormq.exceptions.PublishError:
+            return f"unroutable: {where}"
+        except aiormq.exceptions.DeliveryError:
+            return f"refused by the broker: {where}"
+        except aiormq.exceptions.ChannelClosed as exc:
+            # The broker closes the channel of a publish to a missing exchange (404):
+            # the next publish opens another.
+            return f"refused by the broker: {where}: {exc}"
+        return None
+
+    async def _deliver_channel(self) -> AbstractChannel:
+        channel = self._channels.get("deliver")
+        if channel is None or channel.is_closed:
+            async with self._reopening:
+                channel = self._channels.get("deliver")
+                if channel is None or channel.is_closed:
+                    channel = await self._open_channel("deliver", confirms=True)
+        return channel
+
+    async def announce(self, reign: str) -> None:
+        """See :meth:`~.._replicated.Transport.announce`."""
+        await self._channel("replies").basic_publish(
+            reign.encode(),
+            exchange=self._names.events,
+            properties=Basic.Properties(message_type="elected"),
+        )
+
+    async def close(self) -> None:
+        """See :meth:`~.._replicated.Transport.close`."""
+        connection, self._connection = self._connection, None
+        self._channels.clear()
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.close()

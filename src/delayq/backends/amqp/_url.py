@@ -1,0 +1,102 @@
+"""``amqp://user:pass@host:port/vhost?prefix=...`` and ``amqps://``: what the backend
+takes from its URL and keyword options."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from ...errors import UnsupportedURL
+from .._replicated import Candidacy
+from ._constants import DEFAULT_HEARTBEAT, DEFAULT_PREFIX, DEFAULT_REQUEST_TIMEOUT
+
+__all__ = ["Settings", "parse"]
+
+_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,100}")
+_CANDIDACIES = ("auto", "on", "off")
+_OPTIONS = frozenset(
+    {"prefix", "scheduler", "request_timeout", "deliver_exchange", "deliver_routing_key"}
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One backend object's settings."""
+
+    broker_url: str
+    """The URL aiormq connects to (without delayq's own parameters)."""
+    prefix: str
+    scheduler: Candidacy
+    request_timeout: float
+    deliver: tuple[str, str] | None
+    """``(exchange, routing key)`` every message of this object's queues is published to
+    at its time ("" routing key: the queue's name), or None: consumers reserve them."""
+
+
+def _timeout(value: Any) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"request_timeout must be a number of seconds, not {value!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"request_timeout must be a positive number of seconds, not {value!r}")
+    return seconds
+
+
+def parse(url: str, options: dict[str, Any]) -> Settings:
+    """The settings of ``url`` and the keyword options (a keyword wins over the URL);
+    UnsupportedURL or ValueError, naming it, for anything it cannot take."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("amqp", "amqps"):
+        raise UnsupportedURL(f"an AMQP URL starts with amqp:// or amqps://, not {url!r}")
+    if not parts.hostname:
+        raise UnsupportedURL(
+            f"an AMQP URL names a host: amqp://user:pass@host:5672/vhost, not {url!r}"
+        )
+    if "," in parts.netloc:
+        raise UnsupportedURL(
+            f"one host per AMQP URL (a list of hosts is not supported yet): {url!r}"
+        )
+    given = dict(parse_qsl(parts.query, keep_blank_values=True))
+    passed = {key: given.pop(key) for key in ("heartbeat",) if key in given}
+    unknown = sorted(set(given) - _OPTIONS)
+    if unknown:
+        raise UnsupportedURL(f"unknown parameter(s) of an AMQP URL: {', '.join(unknown)}")
+    extra = sorted(set(options) - _OPTIONS)
+    if extra:
+        raise TypeError(f"unknown option(s) for an amqp:// queue: {', '.join(extra)}")
+    merged = {**given, **options}
+    prefix = merged.get("prefix", DEFAULT_PREFIX)
+    if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
+        raise ValueError(
+            f"prefix must be 1-101 letters, digits or _.:- (not starting with one of "
+            f"_.:-), not {prefix!r}"
+        )
+    scheduler = merged.get("scheduler", "auto")
+    if scheduler not in _CANDIDACIES:
+        raise ValueError(f"scheduler must be one of auto, on, off, not {scheduler!r}")
+    timeout = _timeout(merged.get("request_timeout", DEFAULT_REQUEST_TIMEOUT))
+    passed.setdefault("heartbeat", str(DEFAULT_HEARTBEAT))
+    broker = urlunsplit((scheme, parts.netloc, parts.path, urlencode(passed), ""))
+    return Settings(broker, prefix, cast(Candidacy, scheduler), timeout, _deliver(merged))
+
+
+def _deliver(merged: dict[str, Any]) -> tuple[str, str] | None:
+    exchange = merged.get("deliver_exchange")
+    routing_key = merged.get("deliver_routing_key")
+    if exchange is None:
+        if routing_key is not None:
+            raise ValueError("deliver_routing_key needs deliver_exchange")
+        return None
+    for name, value in (("deliver_exchange", exchange), ("deliver_routing_key", routing_key)):
+        if value is None:
+            continue
+        if not isinstance(value, str) or len(value.encode()) > 255 or not value.isprintable():
+            raise ValueError(f"{name} must be printable text of at most 255 bytes, not {value!r}")
+    if exchange == "":
+        raise ValueError("deliver_exchange must name an exchange (not the default one)")
+    return exchange, routing_key or ""

@@ -1,0 +1,55 @@
+"""``delayq scheduler --url amqp://...``: stand for election as the scheduler of a
+replicated backend's namespace, and be it when elected, until SIGTERM/SIGINT.
+
+For deployments where no delayq consumer runs (plain AMQP consumers fed through
+``deliver_exchange``) or where the scheduler should have a process of its own, away from
+producer and consumer threads (docs/rabbitmq.md, "Measured"). Run two, on two hosts:
+the second takes over when the first goes.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import click
+
+from ..durable.queue import Queue
+from ..durable.registry import redact_url, scheme_of
+from ._common import CliError, freeze_startup_heap, resolve_url, translate_errors, url_option
+from ._worker import configure_logging, log_level_option
+
+__all__ = ["scheduler"]
+
+#: The schemes whose backends have an elected scheduler.
+_REPLICATED = frozenset({"amqp", "amqps"})
+
+
+@click.command(short_help="Be the scheduler of an amqp:// namespace until SIGTERM/SIGINT.")
+@log_level_option
+@url_option("The queue URL, amqp:// or amqps:// (default: $DELAYQ_URL).")
+def scheduler(*, log_level: str, url: str | None) -> None:
+    """Stand for election as the scheduler of the URL's namespace (its prefix) and
+    run it while elected; exit 0 on SIGTERM or SIGINT, handing over to the next
+    candidate."""
+    url = resolve_url(url)
+    with translate_errors(url):
+        if scheme_of(url) not in _REPLICATED:
+            raise click.UsageError(
+                f"{redact_url(url)}: only amqp:// and amqps:// have an elected scheduler"
+            )
+        queue = Queue(url, scheduler="on")
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    configure_logging(log_level)
+    try:
+        try:
+            queue.stats()  # connects and stands; fails fast when the broker is unreachable
+        except OSError as exc:
+            raise CliError(f"{redact_url(url)}: {exc}") from None
+        freeze_startup_heap()
+        while not stop.wait(3600):
+            pass
+    finally:
+        queue.close()

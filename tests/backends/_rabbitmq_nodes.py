@@ -1,0 +1,157 @@
+"""Private RabbitMQ nodes for the tests that kill and restart them.
+
+:class:`RabbitNodes` runs one node or a 3-node cluster from the machine's
+``rabbitmq-server``, each node with its own name (``dq<hex>-<n>@localhost``), ports
+below the kernel's ephemeral range (a restarted node's port could otherwise be taken by
+an outgoing connection meanwhile), data and log directories in the test's temporary
+directory, and an Erlang cookie of its own; the cluster forms at first boot
+(``classic_config`` peer discovery). Nodes are stopped by their process id, never by
+name, and the shared node (5672) is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+from ._redis_cluster import _bindable
+
+__all__ = ["RabbitNodes", "unavailable"]
+
+SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+#: How long a node may take to accept AMQP connections.
+READY_TIMEOUT = 60.0
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip, or fail when ``$DELAYQ_REQUIRE`` lists amqp."""
+    required = {name.strip() for name in os.environ.get("DELAYQ_REQUIRE", "").split(",")}
+    if "amqp" in required or "all" in required:
+        pytest.fail(f"amqp is required by DELAYQ_REQUIRE but unavailable: {reason}")
+    pytest.skip(f"amqp unavailable: {reason}")
+
+
+def _ports(count: int) -> list[int]:
+    """``count`` free ports in 20000-29999 (under the ephemeral range), each with its
+    distribution port 1000 above it free too."""
+    found: list[int] = []
+    while len(found) < count:
+        port = random.randrange(20000, 28999)
+        if port not in found and _bindable(port) and _bindable(port + 1000):
+            found.append(port)
+    return found
+
+
+class RabbitNodes:
+    """``size`` private nodes (1 or 3, clustered): :meth:`start`, :meth:`kill` one with
+    SIGKILL, :meth:`start_node` it again on the same port and data, :meth:`stop`."""
+
+    def __init__(self, directory: Path, size: int) -> None:
+        if not Path(SERVER).exists() or shutil.which("erl") is None:
+            unavailable(f"{SERVER} (and erl) are needed to run private RabbitMQ nodes")
+        self.directory = directory
+        tag = secrets.token_hex(3)
+        self.names = [f"dq{tag}-{n}@localhost" for n in range(size)]
+        self.ports = _ports(size)
+        self.cookie = secrets.token_hex(16)
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    def url(self, node: int, query: str = "") -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.ports[node]}/%2F{query}"
+
+    def _home(self, node: int) -> Path:
+        home = self.directory / f"node{node}"
+        if home.exists():
+            return home
+        home.mkdir(parents=True)
+        lines = [
+            f"listeners.tcp.default = 127.0.0.1:{self.ports[node]}",
+            "loopback_users = none",
+            "cluster_formation.peer_discovery_backend = classic_config",
+            *(
+                f"cluster_formation.classic_config.nodes.{n + 1} = {name}"
+                for n, name in enumerate(self.names)
+            ),
+        ]
+        (home / "rabbitmq.conf").write_text("\n".join(lines) + "\n")
+        (home / "enabled_plugins").write_text("[].\n")
+        cookie = home / ".erlang.cookie"
+        cookie.write_text(self.cookie)
+        cookie.chmod(0o400)
+        return home
+
+    def start_node(self, node: int) -> None:
+        home = self._home(node)
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(home),
+            "LANG": "C.UTF-8",
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODENAME": self.names[node],
+            "RABBITMQ_NODE_PORT": str(self.ports[node]),
+            "RABBITMQ_DIST_PORT": str(self.ports[node] + 1000),
+            "RABBITMQ_CONFIG_FILE": str(home / "rabbitmq"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(home / "advanced.config"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(home / "enabled_plugins"),
+            "RABBITMQ_CONF_ENV_FILE": str(home / "rabbitmq-env.conf"),
+            "RABBITMQ_MNESIA_BASE": str(home / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(home / "log"),
+            "RABBITMQ_PID_FILE": str(home / "pid"),
+        }
+        with (home / "server.out").open("ab") as out:
+            self.procs[node] = subprocess.Popen(
+                [SERVER], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=home
+            )
+
+    def wait_ready(self, node: int) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.ports[node]), timeout=0.5):
+                    return
+            except OSError:
+                proc = self.procs[node]
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    tail = (self.directory / f"node{node}" / "server.out").read_text()[-2000:]
+                    unavailable(f"node {self.names[node]} did not start: {tail}")
+                time.sleep(0.2)
+
+    def start(self) -> None:
+        for node in range(len(self.names)):
+            self.start_node(node)
+        for node in range(len(self.names)):
+            self.wait_ready(node)
+
+    def _beam(self, node: int) -> int | None:
+        pid_file = self.directory / f"node{node}" / "pid"
+        try:
+            return int(pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def kill(self, node: int, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to the node's Erlang VM, by its process id (SIGKILL: no shutdown
+        at all; SIGTERM: RabbitMQ's orderly stop), and wait for it to end."""
+        pid = self._beam(node)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        proc = self.procs.pop(node, None)
+        if proc is not None:
+            proc.wait(60)
+        (self.directory / f"node{node}" / "pid").unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        for node in list(self.procs):
+            self.kill(node)

@@ -1,0 +1,98 @@
+"""What is specific to ``amqp://`` (the shared contract is in tests/conformance): its URL
+and options, the election (a pure producer never stands, a consumer does), and a new
+scheduler that rebuilds the whole state from the log, leases included.
+
+The tests use the shared RabbitMQ under a namespace (``prefix``) of their own, deleted
+afterwards (the conformance suite's ``amqp`` entry).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from delayq import UnsupportedURL
+from delayq.durable import Queue, State
+
+pytest.importorskip("aiormq")
+
+from conformance.conftest import amqp_url
+from delayq.backends.amqp import NOT_GUARANTEED, NoScheduler
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> Iterator[str]:
+    yield from amqp_url(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("url", "options", "error", "match"),
+    [
+        ("amqp://", {}, UnsupportedURL, "names a host"),
+        ("amqp://h1:5672,h2:5672/", {}, UnsupportedURL, "one host"),
+        ("amqp://h/?shards=2", {}, UnsupportedURL, "shards"),
+        ("amqp://h/", {"clock": None}, TypeError, "clock"),
+        ("amqp://h/?prefix=", {}, ValueError, "prefix"),
+        ("amqp://h/", {"prefix": "a b"}, ValueError, "prefix"),
+        ("amqp://h/?scheduler=maybe", {}, ValueError, "scheduler"),
+        ("amqp://h/", {"request_timeout": 0}, ValueError, "request_timeout"),
+        ("amqp://h/?request_timeout=nan", {}, ValueError, "request_timeout"),
+    ],
+)
+def test_url_and_options_are_checked_before_any_io(
+    url: str, options: dict[str, object], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        Queue(url, **options)
+
+
+def test_the_clock_is_declared_not_guaranteed() -> None:
+    assert "server time" in NOT_GUARANTEED["server-clock"]
+
+
+def test_a_pure_producer_does_not_stand_and_a_consumer_does(url: str) -> None:
+    with Queue(url, name="jobs", scheduler="auto", request_timeout=0.3) as producer:
+        with pytest.raises(NoScheduler):
+            producer.put("lost")
+        got: list[object] = []
+        with Queue(url, name="jobs", scheduler="auto") as consumer:
+            waiting = threading.Thread(
+                target=lambda: got.extend(m.payload for m in consumer.reserve(wait=10))
+            )
+            waiting.start()
+            deadline = time.monotonic() + 10
+            while True:  # the consumer stands once it waits; then a put goes through
+                try:
+                    producer.put("kept")
+                    break
+                except NoScheduler:
+                    assert time.monotonic() < deadline
+            waiting.join(10)
+            consumer.purge()
+        assert got == ["kept"]
+
+
+def test_a_new_scheduler_rebuilds_the_state_from_the_log(url: str) -> None:
+    first = Queue(url, name="jobs")  # the fixture's URL: every object a candidate
+    ids = first.put_many([{"payload": n, "delay": 0 if n < 3 else 60} for n in range(5)])
+    held, acked = first.reserve(max=2, lease=60)
+    first.ack(acked)
+    dead = first.reserve(max=1)[0]
+    first.nack(dead, dead=True, error="boom")
+    assert first.cancel(ids[4])
+    before = first.stats()
+    with Queue(url, name="jobs") as second:  # stands at once, elected when first closes
+        second.stats()
+        first.close()
+        assert second.stats() == before
+        assert [m.id for m in second.dead()] == [dead.id]
+        assert second.get(ids[3]).state is State.SCHEDULED
+        assert second.get(ids[4]) is None
+        second.ack(held)  # the lease and its token were logged: it still holds
+        assert second.get(held.id) is None
+        assert second.put_outcome(ids[3], id=ids[3]).created is False
+        second.purge()
