@@ -1,26 +1,9 @@
-"""Constants read below the layers that own them: what the backends import (their
-own settings and the few names of the durable contract they store, such as
-``LEASE_EXPIRED_ERROR``), the logger's name, and the defaults ``delayq serve --help``
-shows (the CLI reads them without importing the server, whose FastAPI is an optional
-extra). Every other subsystem keeps its constants in its own ``_constants`` module.
+"""The defaults ``delayq serve`` applies and its ``--help`` shows: the CLI reads them
+without importing the server, whose FastAPI is an optional extra, so they live below
+both. Every other subsystem keeps its constants in its own ``_constants`` module.
 """
 
 from __future__ import annotations
-
-import math
-
-INF = math.inf
-
-#: The name of the logger delayq writes to.
-LOGGER_NAME = "delayq"
-
-# -- the durable contract: what the backends store ----------------------------------
-#: The ``last_error`` of a message whose lease expired.
-LEASE_EXPIRED_ERROR = "lease expired"
-
-#: The ``encoding`` of a payload given as bytes and stored untouched.
-RAW_ENCODING = "bytes"
-
 
 # -- delayq serve: the defaults its command shows ----------------------------------
 #: The address and port ``delayq serve`` binds by default.

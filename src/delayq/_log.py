@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import logging
 
-from ._constants import LOGGER_NAME
+__all__ = ["LOGGER_NAME", "log_event", "log_raised", "log_value"]
 
-__all__ = ["log_event", "log_raised", "log_value"]
+#: The name of the logger delayq writes to.
+LOGGER_NAME = "delayq"
 
 logger = logging.getLogger(LOGGER_NAME)
 

@@ -20,13 +20,13 @@ from rich.console import Console
 
 from .._constants import (
     DEFAULT_CALLBACK_QUEUE,
-    LOGGER_NAME,
     SERVE_CLIENT_TIMEOUT,
     SERVE_DEFAULT_HOST,
     SERVE_DEFAULT_PORT,
     SERVE_MAX_CONCURRENCY,
     SERVE_SESSION_TTL,
 )
+from .._log import LOGGER_NAME
 from ..durable._constants import DEFAULT_QUEUE_NAME
 from ..durable.registry import redact_url
 from ._common import CliError, check_backend, freeze_startup_heap, resolve_url, url_option

@@ -17,7 +17,7 @@ import traceback
 
 import click
 
-from .._constants import LOGGER_NAME
+from .._log import LOGGER_NAME
 from ..durable._constants import DEFAULT_LEASE
 from ..durable.registry import scheme_of
 from ..runtime import App, Worker

@@ -36,11 +36,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 
-from .._constants import LEASE_EXPIRED_ERROR
 from ..errors import DuplicateId, LeaseLost
 from ._build import builder
 
 __all__ = [
+    "LEASE_EXPIRED_ERROR",
     "HeadersTooLarge",
     "Message",
     "Now",
@@ -72,6 +72,9 @@ __all__ = [
     "resolve_due",
     "settle",
 ]
+
+#: The ``last_error`` of a message whose lease expired.
+LEASE_EXPIRED_ERROR = "lease expired"
 
 OnConflict = Literal["ignore", "replace", "error"]
 #: A place in a peek's order (:func:`~delayq.durable.inspection.peek_order`):

@@ -21,11 +21,20 @@ import warnings
 from json import encoder as json_encoder
 from typing import Any, Protocol, runtime_checkable
 
-from .._constants import RAW_ENCODING
 from ..errors import PayloadTooLarge
 from ._constants import MAX_PAYLOAD_DEPTH
 
-__all__ = ["Codec", "JSONSerializer", "PayloadTooDeep", "Serializer", "too_deep"]
+__all__ = [
+    "RAW_ENCODING",
+    "Codec",
+    "JSONSerializer",
+    "PayloadTooDeep",
+    "Serializer",
+    "too_deep",
+]
+
+#: The ``encoding`` of a payload given as bytes and stored untouched.
+RAW_ENCODING = "bytes"
 
 
 class PayloadTooDeep(ValueError):

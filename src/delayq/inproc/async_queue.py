@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from math import inf
 from typing import Any, TypeVar
 
 from .._clock import Clock
-from .._constants import INF
 from .._waiters import LoopSleeper, resolve
 from ..errors import QueueClosed
 from ._constants import DEFAULT_GET_MANY
@@ -91,7 +91,7 @@ class AsyncDelayQueue(QueueCore[T]):
                         return handles
                     self._raise_if_drained()
                     head = self._store.next_deadline()
-                    self._wake_at = INF if head is None else head
+                    self._wake_at = inf if head is None else head
                     sleeper = LoopSleeper(loop)
                     self._sleepers.append(sleeper)
                 if head is not None:

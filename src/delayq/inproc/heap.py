@@ -25,9 +25,9 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from heapq import heapify, heappop, heappush
+from math import inf
 from typing import Any, Generic, TypeVar, cast
 
-from .._constants import INF
 from .store import DEADLINE, STATE, Handle, Retired
 
 __all__ = ["HeapStore"]
@@ -65,7 +65,7 @@ class HeapStore(Generic[T]):
         self._dead = 0  # entries in the heap and lanes that are no longer live
         # Never above the deadline at the front of _heap or _lane: a due item earlier
         # than this comes out without comparing against either front.
-        self._far = INF
+        self._far = inf
         self._next_seq = itertools.count(1.0).__next__
         self._retired = Retired(self)
 
@@ -84,7 +84,7 @@ class HeapStore(Generic[T]):
         if heap:
             front = heap[0] if not lane or heap[0] < lane[0] else lane[0]
             return front[DEADLINE]  # type: ignore[no-any-return]
-        return lane[0][DEADLINE] if lane else INF
+        return lane[0][DEADLINE] if lane else inf
 
     def push(self, value: T, deadline: float) -> Handle[T]:
         """Add ``value`` due at ``deadline``."""
@@ -256,7 +256,7 @@ class HeapStore(Generic[T]):
         self._lane.clear()
         self._due.clear()
         self._dead = 0
-        self._far = INF
+        self._far = inf
         return dropped
 
     def __len__(self) -> int:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import queue as _stdlib_queue
 import threading
 from collections.abc import Iterator
+from math import inf
 from typing import Generic, TypeVar
 
 from .._clock import SYSTEM_CLOCK, Clock
-from .._constants import INF
 from .._duration import deadline_from
 from ..errors import QueueClosed
 from ._constants import DEFAULT_GET_MANY
@@ -40,7 +40,7 @@ def check_timeout(timeout: float | None) -> float | None:
         return None
     if type(timeout) is bool or not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout must be seconds or None, not {type(timeout).__name__}")
-    if not 0.0 <= timeout < INF:
+    if not 0.0 <= timeout < inf:
         raise ValueError(f"timeout must be finite and >= 0, got {timeout!r}")
     return float(timeout)
 
@@ -75,7 +75,7 @@ class QueueCore(Generic[T]):
         self._pop_due = store.pop_due
         self._lock = threading.Lock()
         self._waiters = 0
-        self._wake_at = -INF
+        self._wake_at = -inf
         self._closed = False
         clock.subscribe(self._on_clock_jump)
 
@@ -110,10 +110,10 @@ class QueueCore(Generic[T]):
                 try:
                     deadline += delay
                 except OverflowError:  # an int beyond any float
-                    deadline = INF
-                if not deadline < INF:
+                    deadline = inf
+                if not deadline < inf:
                     raise ValueError("delay must be finite and not beyond the clock's range")
-            elif not delay > -INF:  # NaN or -inf
+            elif not delay > -inf:  # NaN or -inf
                 raise ValueError(f"delay must be finite, got {delay!r}")
         else:
             now = self._monotonic()
@@ -138,9 +138,9 @@ class QueueCore(Generic[T]):
         if at is None and type(delay) is float:
             if delay > 0:
                 deadline: float = self._monotonic() + delay
-                if deadline < INF:
+                if deadline < inf:
                     return deadline
-            elif delay > -INF:
+            elif delay > -inf:
                 return self._monotonic()
         return deadline_from(delay, at, self._monotonic(), self._clock.time())
 
@@ -158,7 +158,7 @@ class QueueCore(Generic[T]):
         lock.acquire()
         try:
             # Only sleeping getters care whether this was the head they wait for.
-            old_deadline = handle.deadline if self._waiters else INF
+            old_deadline = handle.deadline if self._waiters else inf
             if not self._store.cancel(handle):
                 return False
             if self._waiters and (old_deadline <= self._wake_at or self._closed):
@@ -178,7 +178,7 @@ class QueueCore(Generic[T]):
         lock = self._lock
         lock.acquire()
         try:
-            old_deadline = handle.deadline if self._waiters else INF
+            old_deadline = handle.deadline if self._waiters else inf
             if not self._store.reschedule(handle, deadline):
                 return False
             if self._waiters and (old_deadline <= self._wake_at or deadline < self._wake_at):
@@ -190,7 +190,7 @@ class QueueCore(Generic[T]):
     def _notify_after_change(self) -> None:
         # The head moved or vanished: let one sleeper re-read it (others still sleep
         # until the old head, which is never later than needed).
-        self._wake_at = INF
+        self._wake_at = inf
         if self._closed:
             self._notify_all()
         else:
@@ -221,7 +221,7 @@ class QueueCore(Generic[T]):
         with self._lock:
             dropped = self._store.clear()
             if self._waiters:
-                self._wake_at = INF
+                self._wake_at = inf
                 self._notify_all()
         return [handle[VALUE] for handle in dropped]
 
@@ -256,10 +256,10 @@ class QueueCore(Generic[T]):
         """Bookkeeping when a getter stops waiting (lock held)."""
         self._waiters -= 1
         if not self._waiters:
-            self._wake_at = -INF
+            self._wake_at = -inf
         else:
             # Hand the watch on: the next sleeper re-reads the head (and _wake_at).
-            self._wake_at = INF
+            self._wake_at = inf
             if len(self._store) or self._closed:
                 self._notify_one()
 
@@ -319,7 +319,7 @@ class DelayQueue(QueueCore[T]):
         """Sleep until something is due (lock held); return up to ``limit`` due items."""
         clock = self._clock
         now = self._monotonic()
-        give_up = INF if timeout is None else now + timeout
+        give_up = inf if timeout is None else now + timeout
         self._waiters += 1
         try:
             while True:
@@ -330,9 +330,9 @@ class DelayQueue(QueueCore[T]):
                 if now >= give_up:
                     raise Empty
                 head = self._store.next_deadline()
-                self._wake_at = INF if head is None else head
+                self._wake_at = inf if head is None else head
                 until = min(self._wake_at, give_up)
-                self._cond.wait(None if until == INF else clock.wait_timeout(until - now))
+                self._cond.wait(None if until == inf else clock.wait_timeout(until - now))
                 now = self._monotonic()
         finally:
             self._leave_wait()

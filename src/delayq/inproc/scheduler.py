@@ -25,8 +25,8 @@ from types import TracebackType
 from typing import Any
 
 from .._clock import Clock
-from .._constants import LOGGER_NAME
 from .._duration import AtLike, DelayLike, deadline_from
+from .._log import LOGGER_NAME
 from ..errors import QueueClosed
 from ._constants import DEFAULT_GET_MANY, DEFAULT_SCHEDULER_WORKERS
 from .queue import DelayQueue

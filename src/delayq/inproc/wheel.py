@@ -26,9 +26,9 @@ from __future__ import annotations
 import itertools
 import math
 from heapq import heapify, heappop, heappush
+from math import inf
 from typing import Any, Generic, TypeVar
 
-from .._constants import INF
 from ._constants import DEFAULT_WHEEL_TICK, WHEEL_BITS, WHEEL_MAX_TICKS
 from .store import DEADLINE, SEQ, STATE, Handle, Retired
 
@@ -81,7 +81,7 @@ class WheelStore(Generic[T]):
     def __init__(self, tick: float = DEFAULT_WHEEL_TICK) -> None:
         if type(tick) is bool or not isinstance(tick, (int, float)):
             raise TypeError(f"tick must be seconds, not {type(tick).__name__}")
-        if not 0.0 < tick < INF:
+        if not 0.0 < tick < inf:
             raise ValueError(f"tick must be finite and > 0, got {tick!r}")
         self._tick = float(tick)
         self._cursor = 0  # every tick <= _cursor has been opened into _ready
@@ -138,8 +138,8 @@ class WheelStore(Generic[T]):
         may round a float ulp above a deadline of that tick, or below the tick.)"""
         start = tick * self._tick
         while self._tick_of(start) < tick:
-            start = math.nextafter(start, INF)
-        while self._tick_of(before := math.nextafter(start, -INF)) >= tick:
+            start = math.nextafter(start, inf)
+        while self._tick_of(before := math.nextafter(start, -inf)) >= tick:
             start = before
         return start
 

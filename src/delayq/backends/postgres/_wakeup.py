@@ -30,7 +30,7 @@ import time
 
 import psycopg
 
-from ..._constants import LOGGER_NAME
+from ..._log import LOGGER_NAME
 from ..._waiters import LoopSleeper, resolve
 
 __all__ = ["Waiter", "Wakeup"]

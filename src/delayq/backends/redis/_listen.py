@@ -33,7 +33,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from ..._constants import LOGGER_NAME
+from ..._log import LOGGER_NAME
 from ...errors import QueueClosed
 from ._settings import REDIS_LISTEN_TIMEOUT, REDIS_RECONNECT_FIRST, REDIS_RECONNECT_MAX
 from ._transport import CONNECTION_ERRORS

@@ -21,8 +21,16 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from ..._constants import LEASE_EXPIRED_ERROR, RAW_ENCODING
-from ...durable.message import PutRequest, Record, State, Stats, lag_of, new_record
+from ...durable.message import (
+    LEASE_EXPIRED_ERROR,
+    PutRequest,
+    Record,
+    State,
+    Stats,
+    lag_of,
+    new_record,
+)
+from ...durable.serializer import RAW_ENCODING
 from ...errors import DuplicateId
 from ._settings import REDIS_KEY_SUFFIXES
 

@@ -14,8 +14,8 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..._constants import LEASE_EXPIRED_ERROR
 from ...durable.message import (
+    LEASE_EXPIRED_ERROR,
     Now,
     Position,
     PutRequest,

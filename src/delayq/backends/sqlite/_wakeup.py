@@ -26,7 +26,7 @@ import threading
 import time
 import weakref
 
-from ..._constants import LOGGER_NAME
+from ..._log import LOGGER_NAME
 from ..._waiters import LoopSleeper, resolve
 from ._connection import Pool
 from ._constants import SQLITE_WATCHER_LINGER

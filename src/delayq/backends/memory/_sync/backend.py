@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from math import inf
 from typing import Any
 from urllib.parse import urlsplit
 
 from ...._clock import SYSTEM_CLOCK, Clock
-from ...._constants import INF
 from ....durable.message import Now, Position, PutRequest, Record, State, Stats
 from ....errors import QueueClosed, UnsupportedURL
 from .._store import Store, shared_store, stores_of
@@ -75,9 +75,9 @@ class MemoryBackend:
         until = store.next_event()
         # Wake at the due millisecond itself (plus a hair, so the floored now has
         # reached it), not a whole millisecond after now_ms.
-        seconds = INF if until is None else max(until / 1000.0 - self._clock.time(), 0.0) + 5e-5
+        seconds = inf if until is None else max(until / 1000.0 - self._clock.time(), 0.0) + 5e-5
         seconds = min(seconds, give_up - self._clock.monotonic())
-        if seconds == INF:
+        if seconds == inf:
             return None
         return self._clock.wait_timeout(max(seconds, 0.0))
 
@@ -93,7 +93,7 @@ class MemoryBackend:
     def reserve(self, queue: str, *, limit: int, lease_ms: int, wait: float | None) -> list[Record]:
         """See :meth:`~delayq.durable.backend.Backend.reserve`."""
         store = self._store(queue)
-        give_up = INF if wait is None else self._clock.monotonic() + wait
+        give_up = inf if wait is None else self._clock.monotonic() + wait
         with store.lock:
             while True:
                 if self._closed:

@@ -18,9 +18,17 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from ...._constants import LEASE_EXPIRED_ERROR
 from ....durable.inspection import bucket_width, select_peek
-from ....durable.message import Position, PutRequest, Record, State, Stats, lag_of, observe
+from ....durable.message import (
+    LEASE_EXPIRED_ERROR,
+    Position,
+    PutRequest,
+    Record,
+    State,
+    Stats,
+    lag_of,
+    observe,
+)
 from ....errors import DuplicateId, LeaseLost, QueueClosed
 from .. import _schema
 from .._runner import AsyncLock, guarded_async

@@ -20,9 +20,17 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from ...._constants import LEASE_EXPIRED_ERROR
 from ....durable.inspection import bucket_width, select_peek
-from ....durable.message import Position, PutRequest, Record, State, Stats, lag_of, observe
+from ....durable.message import (
+    LEASE_EXPIRED_ERROR,
+    Position,
+    PutRequest,
+    Record,
+    State,
+    Stats,
+    lag_of,
+    observe,
+)
 from ....errors import DuplicateId, LeaseLost, QueueClosed
 from .. import _schema
 from .._runner import Lock, guarded

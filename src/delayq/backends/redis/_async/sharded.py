@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from ...._constants import LOGGER_NAME
+from ...._log import LOGGER_NAME
 from ....durable.inspection import merge_peek
 from ....durable.message import Position, PutRequest, Record, State, Stats
 from .._claims import AsyncClaims
