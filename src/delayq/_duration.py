@@ -21,6 +21,7 @@ __all__ = [
     "AtLike",
     "DelayLike",
     "at_to_epoch",
+    "bounded_seconds",
     "deadline_from",
     "delay_to_seconds",
     "due_at_ms",
@@ -178,3 +179,19 @@ def due_at_ms(delay: object, at: object, now_ms: int) -> int:
     else:
         due = now_ms + seconds_to_ms(delay_to_seconds(delay))
     return due if due > now_ms else now_ms
+
+
+def bounded_seconds(name: str, value: object, high: float) -> float:
+    """A backend option given in seconds (a number, or its text in a URL's query),
+    more than 0 and at most ``high``; ``TypeError``/``ValueError`` naming ``name``."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"{name} must be a number of seconds, not {value!r}") from None
+    if type(value) is bool or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    number = float(value)
+    if not (0.0 < number <= high) or math.isnan(number):
+        raise ValueError(f"{name} must be more than 0 and at most {high:g} seconds")
+    return number

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -10,6 +9,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from ..._duration import bounded_seconds
 from ...errors import UnsupportedURL
 
 __all__ = ["DEFAULT_SCHEMA", "OPTIONS", "Settings", "check_schema", "parse_url"]
@@ -74,7 +74,9 @@ def parse_url(url: str, **options: Any) -> Settings:
         conninfo=conninfo,
         schema=check_schema(own.get("schema", DEFAULT_SCHEMA)),
         notify=_switch("notify", own.get("notify", True)),
-        poll_interval=_seconds("poll_interval", own.get("poll_interval", POLL_INTERVAL), 60.0),
+        poll_interval=bounded_seconds(
+            "poll_interval", own.get("poll_interval", POLL_INTERVAL), 60.0
+        ),
         pool_size=_count("pool_size", own.get("pool_size", POOL_SIZE), 1000),
     )
 
@@ -107,17 +109,3 @@ def _count(name: str, value: object, high: int) -> int:
     if not 1 <= value <= high:
         raise ValueError(f"{name} must be from 1 to {high}, got {value}")
     return value
-
-
-def _seconds(name: str, value: object, high: float) -> float:
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            raise ValueError(f"{name} must be a number of seconds, not {value!r}") from None
-    if type(value) is bool or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
-    number = float(value)
-    if not (0.0 < number <= high) or math.isnan(number):
-        raise ValueError(f"{name} must be more than 0 and at most {high:g} seconds")
-    return number

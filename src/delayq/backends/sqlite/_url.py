@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from ..._duration import bounded_seconds
 from ...errors import UnsupportedURL
 from ._constants import SQLITE_BUSY_TIMEOUT, SQLITE_POLL_INTERVAL, SQLITE_SYNCHRONOUS
 
@@ -45,10 +45,10 @@ def parse_url(url: str, **options: Any) -> tuple[str, dict[str, Any]]:
         raise TypeError(f"unknown sqlite option(s): {', '.join(unknown)}")
     given.update(options)
     checked = {
-        "busy_timeout": _seconds(
+        "busy_timeout": bounded_seconds(
             "busy_timeout", given.get("busy_timeout", SQLITE_BUSY_TIMEOUT), 3600.0
         ),
-        "poll_interval": _seconds(
+        "poll_interval": bounded_seconds(
             "poll_interval", given.get("poll_interval", SQLITE_POLL_INTERVAL), 1.0
         ),
         "synchronous": str(given.get("synchronous", SQLITE_SYNCHRONOUS)).lower(),
@@ -56,17 +56,3 @@ def parse_url(url: str, **options: Any) -> tuple[str, dict[str, Any]]:
     if checked["synchronous"] not in _SYNCHRONOUS:
         raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")
     return os.path.abspath(path), checked
-
-
-def _seconds(name: str, value: object, high: float) -> float:
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            raise ValueError(f"{name} must be a number of seconds, not {value!r}") from None
-    if type(value) is bool or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
-    number = float(value)
-    if not (0.0 < number <= high) or math.isnan(number):
-        raise ValueError(f"{name} must be more than 0 and at most {high:g} seconds")
-    return number
