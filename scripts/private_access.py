@@ -1,7 +1,11 @@
-"""Fail on a private member of another object reached by name: ``getattr(obj, "_x")``,
-``hasattr``, ``setattr`` or ``delattr`` with a literal ``_name`` on anything but
-``self`` or ``cls``. Ruff's SLF001 (``make lint``) catches ``obj._x``; this catches the
-same access spelled as a string, which SLF001 cannot see::
+"""Fail on a private name used outside its module, the two ways ruff's SLF001 (``make
+lint``, which catches ``obj._x``) cannot see:
+
+* a private member of another object reached by name: ``getattr(obj, "_x")``,
+  ``hasattr``, ``setattr`` or ``delattr`` with a literal ``_name`` on anything but
+  ``self`` or ``cls``;
+* a private name imported from another module: ``from .x import _name`` (a package's
+  own private submodule, ``from . import _mod``, is not a name of another module)::
 
     python scripts/private_access.py   # exit 1, one line per access (make lint)
 
@@ -51,13 +55,26 @@ def accesses(tree: ast.AST) -> Iterator[tuple[int, str, str]]:
             yield node.lineno, node.func.id, name.value
 
 
+def imports(tree: ast.AST) -> Iterator[tuple[int, str, str]]:
+    """Line, module and name of each private name imported from another module."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module is not None:
+            for alias in node.names:
+                if is_private(alias.name):
+                    yield node.lineno, "." * node.level + node.module, alias.name
+
+
 def main() -> int:
     found = 0
     for path in sorted(SOURCES.rglob("*.py")):
         if any(path.is_relative_to(folder) for folder in EXCLUDED):
             continue
-        for line, function, name in accesses(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        for line, function, name in accesses(tree):
             print(f"{path.relative_to(ROOT)}:{line}: {function}(..., {name!r}) on another object")
+            found += 1
+        for line, module, name in imports(tree):
+            print(f"{path.relative_to(ROOT)}:{line}: from {module} import {name}")
             found += 1
     return 1 if found else 0
 
