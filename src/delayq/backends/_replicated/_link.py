@@ -22,7 +22,7 @@ from ...errors import QueueClosed
 from ._codec import decode_outcome, decode_record, pack, raise_error, unpack
 from ._constants import REJOIN_FIRST_PAUSE, REJOIN_MAX_PAUSE
 from ._scheduler import Scheduler
-from ._transport import NoScheduler, Transport
+from ._transport import NoScheduler, Refused, Transport
 
 __all__ = ["Candidacy", "LoopLink", "ThreadLink"]
 
@@ -152,7 +152,7 @@ class LoopLink:
         while not self._closed and not self._candidate:
             try:
                 await self._stand()
-            except (ConnectionError, OSError):
+            except (ConnectionError, OSError, Refused):
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, REJOIN_MAX_PAUSE)
 
@@ -199,12 +199,15 @@ class LoopLink:
     async def call(self, op: str, args: list[Any], wait: float | None = 0.0) -> Any:
         """Send ``op`` with ``args`` (the queue first) and return its decoded outcome;
         a ``reserve`` waits up to ``wait`` seconds (None: no limit) at the scheduler."""
-        if self._deliver is not None and args and args[0] not in self._configured:
-            # This backend object delivers its queues' messages to a user's exchange:
-            # say so once per queue, before its first operation.
-            await self._call("configure", [args[0], list(self._deliver)], 0.0)
-            self._configured.add(args[0])
-        return await self._call(op, args, wait)
+        try:
+            if self._deliver is not None and args and args[0] not in self._configured:
+                # This backend object delivers its queues' messages to a user's
+                # exchange: say so once per queue, before its first operation.
+                await self._call("configure", [args[0], list(self._deliver)], 0.0)
+                self._configured.add(args[0])
+            return await self._call(op, args, wait)
+        except Refused as exc:
+            raise exc.reason from None
 
     async def _call(self, op: str, args: list[Any], wait: float | None) -> Any:
         loop = asyncio.get_running_loop()

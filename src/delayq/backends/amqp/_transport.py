@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -25,7 +26,7 @@ from pamqp.commands import Basic
 from pamqp.common import FieldTable
 
 from ...durable.message import Record
-from .._replicated import Delivery, NoScheduler
+from .._replicated import Delivery, NoScheduler, Refused
 from ._constants import (
     CONTENT_TYPES,
     LOCK_ARGUMENTS,
@@ -63,6 +64,24 @@ def _persistent(kind: str, reign: str) -> Basic.Properties:
     return Basic.Properties(delivery_mode=2, message_type=kind, headers={"v": 1, "reign": reign})
 
 
+def _final(exc: BaseException) -> BaseException | None:
+    """What no retry of a connection mends, or None (an outage): the broker's
+    certificate failed its check, the broker refused the credentials, or a TLS file of
+    the URL could not be read (aiormq raises those as they are, before connecting)."""
+    if isinstance(exc.__cause__, ssl.SSLCertVerificationError):
+        return exc.__cause__
+    if isinstance(exc, aiormq.exceptions.AuthenticationError) or (
+        isinstance(exc, aiormq.exceptions.ProbableAuthenticationError)
+        and "ACCESS_REFUSED" in str(exc)
+    ):
+        return exc
+    if not isinstance(exc, aiormq.exceptions.AMQPError) and isinstance(
+        exc, (ssl.SSLError, FileNotFoundError, PermissionError, IsADirectoryError)
+    ):
+        return exc
+    return None
+
+
 class AmqpTransport:
     """One AMQP connection of a backend object (see the module's docstring)."""
 
@@ -97,8 +116,15 @@ class AmqpTransport:
         """See :meth:`~.._replicated.Transport.open`."""
         try:
             await self._open(on_reply, on_elected, on_lost)
-        except (aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError) as exc:
+        except (
+            aiormq.exceptions.AMQPError,
+            aiormq.exceptions.ChannelInvalidStateError,
+            OSError,
+        ) as exc:
             await self.close()
+            final = _final(exc)
+            if final is not None:
+                raise Refused(final) from exc
             raise ConnectionError(f"could not open the AMQP connection: {exc!r}") from exc
 
     async def _open(

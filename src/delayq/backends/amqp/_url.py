@@ -20,6 +20,10 @@ _CANDIDACIES = ("auto", "on", "off")
 _OPTIONS = frozenset(
     {"prefix", "scheduler", "request_timeout", "deliver_exchange", "deliver_routing_key"}
 )
+#: TLS parameters of an ``amqps://`` URL, passed to aiormq as they are: the CA that signs
+#: the broker's certificate (``cafile`` / ``capath``), a client certificate and its key
+#: (``certfile`` / ``keyfile``), and ``no_verify_ssl=1`` to skip the broker's check.
+_TLS = ("cafile", "capath", "certfile", "keyfile", "no_verify_ssl")
 
 
 @dataclass(frozen=True)
@@ -62,10 +66,11 @@ def parse(url: str, options: dict[str, Any]) -> Settings:
             f"one host per AMQP URL (a list of hosts is not supported yet): {url!r}"
         )
     given = dict(parse_qsl(parts.query, keep_blank_values=True))
-    passed = {key: given.pop(key) for key in ("heartbeat",) if key in given}
+    passed = {key: given.pop(key) for key in ("heartbeat", *_TLS) if key in given}
     unknown = sorted(set(given) - _OPTIONS)
     if unknown:
         raise UnsupportedURL(f"unknown parameter(s) of an AMQP URL: {', '.join(unknown)}")
+    _check_tls(scheme, passed, url)
     extra = sorted(set(options) - _OPTIONS)
     if extra:
         raise TypeError(f"unknown option(s) for an amqp:// queue: {', '.join(extra)}")
@@ -83,6 +88,22 @@ def parse(url: str, options: dict[str, Any]) -> Settings:
     passed.setdefault("heartbeat", str(DEFAULT_HEARTBEAT))
     broker = urlunsplit((scheme, parts.netloc, parts.path, urlencode(passed), ""))
     return Settings(broker, prefix, cast(Candidacy, scheduler), timeout, _deliver(merged))
+
+
+def _check_tls(scheme: str, passed: dict[str, str], url: str) -> None:
+    tls = [key for key in _TLS if key in passed]
+    if tls and scheme != "amqps":
+        raise UnsupportedURL(
+            f"{', '.join(tls)} {'is a TLS parameter' if len(tls) == 1 else 'are TLS parameters'}"
+            f": use amqps:// (not amqp://) in {url!r}"
+        )
+    for key in tls:
+        if not passed[key]:
+            raise UnsupportedURL(f"{key} of an AMQP URL needs a value: {url!r}")
+    if passed.get("no_verify_ssl", "0") not in ("0", "1"):
+        raise UnsupportedURL(f"no_verify_ssl must be 0 or 1, not {passed['no_verify_ssl']!r}")
+    if "keyfile" in passed and "certfile" not in passed:
+        raise UnsupportedURL(f"keyfile needs certfile (the client certificate): {url!r}")
 
 
 def _deliver(merged: dict[str, Any]) -> tuple[str, str] | None:
