@@ -36,7 +36,7 @@ from ._constants import (
 )
 from ._url import Settings
 
-__all__ = ["AmqpTransport", "Names"]
+__all__ = ["AmqpTransport", "Hosts", "Names"]
 
 _RPC_KEY = "rpc"
 _TOKEN = b"token"
@@ -82,11 +82,40 @@ def _final(exc: BaseException) -> BaseException | None:
     return None
 
 
+class Hosts:
+    """The brokers of one backend object (the URL's list of hosts), tried in turn from
+    the last one that took a connection: a node that is down costs a failed connect,
+    not the backend."""
+
+    def __init__(self, urls: tuple[str, ...]) -> None:
+        self._urls = urls
+        self._first = 0
+
+    async def connect(self) -> AbstractConnection:
+        """A connection to the first host that takes one; the last host's error when
+        none does, at once when no other host can mend it (see :func:`_final`)."""
+        error: BaseException | None = None
+        for step in range(len(self._urls)):
+            index = (self._first + step) % len(self._urls)
+            try:
+                connection = await aiormq.connect(self._urls[index])
+            except (aiormq.exceptions.AMQPConnectionError, OSError) as exc:
+                if _final(exc) is not None:
+                    raise
+                error = exc
+                continue
+            self._first = index
+            return connection
+        assert error is not None
+        raise error
+
+
 class AmqpTransport:
     """One AMQP connection of a backend object (see the module's docstring)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, hosts: Hosts) -> None:
         self._settings = settings
+        self._hosts = hosts
         self._names = Names(settings.prefix)
         self._connection: AbstractConnection | None = None
         self._channels: dict[str, AbstractChannel] = {}
@@ -133,7 +162,7 @@ class AmqpTransport:
         on_elected: Callable[[], None],
         on_lost: Callable[[], None],
     ) -> None:
-        self._connection = await aiormq.connect(self._settings.broker_url)
+        self._connection = await self._hosts.connect()
         self._connection.closing.add_done_callback(lambda _: on_lost())
         requests = await self._open_channel("requests", confirms=True)
         names = self._names
