@@ -37,6 +37,7 @@ Empty = _stdlib_queue.Empty
 # The finite floats: a delay beyond them is not a delay (deadline_from says why).
 _FLOAT_MAX = sys.float_info.max
 _FLOAT_MIN = -_FLOAT_MAX
+_INT_MIN = int(_FLOAT_MIN)
 
 
 def check_timeout(timeout: float | None) -> float | None:
@@ -111,7 +112,20 @@ class QueueCore(Generic[T]):
         push: Callable[[T, float], Handle[T]]
         if at is None:
             kind = type(delay)
-            if kind is float or kind is int:
+            # One branch per type: each comparison then meets one type only, which
+            # CPython's specializing interpreter makes a plain float or int compare.
+            if kind is float:
+                deadline = self._monotonic()
+                if delay > 0.0:  # type: ignore[operator]
+                    push = self._push
+                    deadline += delay  # type: ignore[operator]
+                    if deadline > _FLOAT_MAX:  # inf: deadline_from says why
+                        deadline, push = self._deadline_and_push(delay, at)
+                elif delay >= _FLOAT_MIN:  # type: ignore[operator]
+                    push = self._push_due
+                else:  # NaN or -inf: deadline_from raises
+                    deadline, push = self._deadline_and_push(delay, at)
+            elif kind is int:
                 deadline = self._monotonic()
                 if delay > 0:  # type: ignore[operator]
                     push = self._push
@@ -119,11 +133,11 @@ class QueueCore(Generic[T]):
                         deadline += delay  # type: ignore[operator]
                     except OverflowError:  # an int beyond any float
                         deadline = inf
-                    if deadline > _FLOAT_MAX:  # inf: deadline_from says why
+                    if deadline > _FLOAT_MAX:
                         deadline, push = self._deadline_and_push(delay, at)
-                elif delay >= _FLOAT_MIN:  # type: ignore[operator]
+                elif delay >= _INT_MIN:  # type: ignore[operator]
                     push = self._push_due
-                else:  # NaN, -inf, an int below any float: deadline_from raises
+                else:  # below any float: deadline_from raises
                     deadline, push = self._deadline_and_push(delay, at)
             elif delay is None:
                 deadline = self._monotonic()
