@@ -41,6 +41,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import queue
 import signal
 import threading
 import time
@@ -101,21 +102,21 @@ class Supervisor:
         self._children: list[_Child | None] = [None] * processes
         self._restart_at: list[float | None] = [None] * processes
         self._quick_deaths = [0] * processes
-        self._stops_asked = 0  # each one is a SIGTERM to every child
-        self._stops_sent = 0
+        # Stop requests (signal name or None, graceful), from signal handlers and any
+        # thread: a SimpleQueue's put is safe in both. The loop turns them into levels.
+        self._requests: queue.SimpleQueue[tuple[str | None, bool]] = queue.SimpleQueue()
+        self._stop_level = 0  # 1: a graceful stop was sent to the children, 2: stop now
+        self._signals = 0
         self._ever_ready = False
         self._failed: int | None = None
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_w, False)
-        self._lock = threading.Lock()
+        self._wake_r = self._wake_w = -1  # the self-pipe, while run() runs
 
     # -- stopping ---------------------------------------------------------------------
     def stop(self, *, graceful: bool = True) -> None:
         """Stop every child: gracefully the first time (each lets its handlers finish
         within its ``grace``), at once the second time or when not ``graceful``.
-        Safe from any thread and from a signal handler."""
-        with self._lock:
-            self._stops_asked = max(self._stops_asked + 1, 1 if graceful else 2)
+        Safe from any thread; before :meth:`run`, it then returns at once."""
+        self._requests.put((None, graceful))
         self._wake()
 
     def _wake(self) -> None:
@@ -123,9 +124,14 @@ class Supervisor:
             os.write(self._wake_w, b"\0")
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        graceful = self._stops_asked == 0
-        log_event(_INFO, "supervisor.signal", signal=signal.Signals(signum).name, graceful=graceful)
-        self.stop(graceful=graceful)
+        # Only what is safe in a handler: the loop logs and acts.
+        self._signals += 1
+        self._requests.put((_signal_name(signum), self._signals == 1))
+        self._wake()
+
+    @property
+    def _stopping(self) -> bool:
+        return self._stop_level > 0
 
     # -- running ----------------------------------------------------------------------
     def run(self) -> int:
@@ -135,13 +141,17 @@ class Supervisor:
         the failed child's own positive exit status) when children could not start.
         """
         installed: dict[int, Any] = {}
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
         if threading.current_thread() is threading.main_thread():
             for signum in _SIGNALS:
                 installed[signum] = signal.signal(signum, self._on_signal)
         log_event(_INFO, "supervisor.started", processes=self.processes, pid=os.getpid())
         try:
-            for slot in range(self.processes):
-                self._start(slot)
+            self._take_requests()
+            if not self._stopping:
+                for slot in range(self.processes):
+                    self._start(slot)
             self._loop()
         finally:
             for number, previous in installed.items():
@@ -152,24 +162,25 @@ class Supervisor:
                     child.process.join()
             os.close(self._wake_r)
             os.close(self._wake_w)
+            self._wake_r = self._wake_w = -1
         status = 0 if self._failed is None else self._failed
         log_event(_INFO, "supervisor.stopped", exitcode=status)
         return status
 
     def _loop(self) -> None:
         while True:
-            self._send_stops()
+            self._take_requests()
             children = [child for child in self._children if child is not None]
-            if self._stops_asked and not children:
+            if self._stopping and not children:
                 return
             now = time.monotonic()
             for slot, when in enumerate(self._restart_at):
-                if when is not None and when <= now and not self._stops_asked:
+                if when is not None and when <= now and not self._stopping:
                     self._restart_at[slot] = None
                     self._start(slot)
             pending = [when for when in self._restart_at if when is not None]
             timeout = None
-            if pending and not self._stops_asked:
+            if pending and not self._stopping:
                 timeout = max(0.0, min(pending) - time.monotonic())
             watched: list[Any] = [self._wake_r]
             for child in self._children:
@@ -188,21 +199,25 @@ class Supervisor:
                 if child.process.sentinel in ready:
                     self._on_exit(slot, child)
 
-    def _send_stops(self) -> None:
-        with self._lock:
-            asked = self._stops_asked
-        while self._stops_sent < asked:
-            self._stops_sent += 1
-            log_event(
-                _INFO,
-                "supervisor.stopping",
-                graceful=self._stops_sent == 1,
-                children=sum(child is not None for child in self._children),
-            )
-            for child in self._children:
-                if child is not None and child.pid is not None:
-                    with contextlib.suppress(ProcessLookupError):  # exited: its sentinel says so
-                        os.kill(child.pid, signal.SIGTERM)
+    def _take_requests(self) -> None:
+        """Turn the stop requests into levels, one SIGTERM to every child per level."""
+        while not self._requests.empty():
+            name, graceful = self._requests.get()
+            level = min(2, max(self._stop_level + 1, 1 if graceful else 2))
+            if name is not None:
+                log_event(_INFO, "supervisor.signal", signal=name, graceful=level == 1)
+            while self._stop_level < level:
+                self._stop_level += 1
+                log_event(
+                    _INFO,
+                    "supervisor.stopping",
+                    graceful=self._stop_level == 1,
+                    children=sum(child is not None for child in self._children),
+                )
+                for child in self._children:
+                    if child is not None and child.pid is not None:
+                        with contextlib.suppress(ProcessLookupError):  # its sentinel says so
+                            os.kill(child.pid, signal.SIGTERM)
 
     def _start(self, slot: int) -> None:
         ready_r, ready_w = self._context.Pipe(duplex=False)
@@ -251,7 +266,7 @@ class Supervisor:
         fields: dict[str, Any] = {"slot": slot, "pid": child.pid, "exitcode": code}
         if code is not None and code < 0:
             fields["signal"] = _signal_name(-code)
-        if self._stops_asked:
+        if self._stopping or self._failed is not None:
             log_event(_INFO if code == 0 else _WARNING, "supervisor.child_stopped", **fields)
             return
         if not child.ready and not self._ever_ready:
