@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import threading
 import time
 
@@ -47,12 +48,15 @@ _MAX_PAUSE = 2.0
 
 class Waiter:
     """One waiting ``reserve``: its queue, the server time it sleeps until, and how to
-    wake it (a thread's event or a task's sleeper)."""
+    wake it (a thread's event or a task's sleeper); ``token`` names its registration
+    in the ``waiters`` table, ``registered`` says that one may exist."""
 
-    __slots__ = ("event", "queue", "sleeper", "until", "woken")
+    __slots__ = ("event", "queue", "registered", "sleeper", "token", "until", "woken")
 
     def __init__(self, queue: str) -> None:
         self.queue = queue
+        self.token = secrets.token_hex(8)
+        self.registered = False
         self.until: int | None = None
         self.woken = False
         self.event = threading.Event()
@@ -81,6 +85,12 @@ class Wakeup:
         self._closed = False
         self.listening = False
         """True while the LISTEN connection is up (tests read it)."""
+
+    @property
+    def listens(self) -> bool:
+        """Whether waiters are woken by notifications (``notify`` on): only then do
+        they register in ``waiters``, asking puts to notify."""
+        return self._listen
 
     def enter(self, queue: str) -> Waiter:
         """Register a waiter of ``queue`` (before its first look)."""
