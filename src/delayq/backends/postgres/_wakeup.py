@@ -1,10 +1,14 @@
 """How a waiting ``reserve`` on ``postgresql://`` is woken, without polling.
 
 Every statement that makes a message due (put, nack, release, reschedule,
-retry_dead) ends with one ``pg_notify`` on the schema's channel, payload ``"<due_ms>
-<queue>"``: the earliest due time it wrote. Each backend object that has a waiting
-consumer holds one connection that LISTENs on that channel, read by one thread (both
-faces: a sleeping thread or a parked asyncio task is woken the same way).
+retry_dead) ends with the schema's ``wake()``: a ``pg_notify`` on the schema's
+channel, payload ``"<due_ms> <queue>"`` (the earliest due time it wrote), sent only
+when a consumer registered in ``waiters`` sleeps past it. A waiter about to sleep
+registers with its claim (its :attr:`Waiter.token` and how long it may sleep); the
+queue's advisory lock makes the registration and the put's check see each other (see
+:func:`delayq.backends.postgres.statements.wake_function`). Each backend object that
+has a waiting consumer holds one connection that LISTENs on that channel, read by one
+thread (both faces: a sleeping thread or a parked asyncio task is woken the same way).
 
 A waiter is registered *before* its claim looks at the table (:meth:`Wakeup.enter`,
 :meth:`Wakeup.look`), so a notification that arrives while the claim runs is kept as
