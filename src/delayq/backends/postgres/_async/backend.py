@@ -236,11 +236,17 @@ class AsyncPostgresBackend:
             self._ready = True
 
     async def _fetch(self, statement: str, params: Mapping[str, Any]) -> list[Row]:
-        """Run one statement (its own transaction) and return its rows."""
+        """Run one statement that returns rows (its own transaction) and return them."""
         await self._open()
-        async with self._pool.connection() as conn:
+        # getconn/putconn rather than connection(): in autocommit the latter's
+        # commit-or-rollback on exit has nothing to do, and a put is short enough for
+        # its few microseconds to count; putconn still replaces a broken connection.
+        conn = await self._pool.getconn()
+        try:
             cursor = await conn.execute(statement, params)
-            return await cursor.fetchall() if cursor.description else []
+            return await cursor.fetchall()
+        finally:
+            await self._pool.putconn(conn)
 
     async def _count(self, statement: str, params: Mapping[str, Any]) -> int:
         """Run one statement without rows and return how many it changed."""

@@ -238,11 +238,17 @@ class PostgresBackend:
             self._ready = True
 
     def _fetch(self, statement: str, params: Mapping[str, Any]) -> list[Row]:
-        """Run one statement (its own transaction) and return its rows."""
+        """Run one statement that returns rows (its own transaction) and return them."""
         self._open()
-        with self._pool.connection() as conn:
+        # getconn/putconn rather than connection(): in autocommit the latter's
+        # commit-or-rollback on exit has nothing to do, and a put is short enough for
+        # its few microseconds to count; putconn still replaces a broken connection.
+        conn = self._pool.getconn()
+        try:
             cursor = conn.execute(statement, params)
-            return cursor.fetchall() if cursor.description else []
+            return cursor.fetchall()
+        finally:
+            self._pool.putconn(conn)
 
     def _count(self, statement: str, params: Mapping[str, Any]) -> int:
         """Run one statement without rows and return how many it changed."""
