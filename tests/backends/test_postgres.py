@@ -131,6 +131,31 @@ def test_a_schema_of_the_first_version_is_upgraded_and_keeps_its_messages(
     assert version == (_schema.VERSION,)
 
 
+def test_a_schema_of_version_2_gets_the_waiters_and_one_claim_function(
+    admin: Any, schema: str
+) -> None:
+    """Version 3 changed the claim's arguments: the upgrade drops the old function (a
+    second one would make the call ambiguous) and adds ``waiters``."""
+    s = f'"{schema}"'
+    with admin.transaction():
+        for statement in _schema.MIGRATIONS[0](s):
+            admin.execute(statement)
+        admin.execute(
+            f"CREATE FUNCTION {s}.claim(q text, n integer, lease_ms bigint, expired text) "
+            "RETURNS void LANGUAGE sql AS ''"
+        )
+        admin.execute(f"INSERT INTO {s}.meta VALUES ('schema', 2)")
+    with Queue(url_of(schema), name="v2") as q:
+        q.put("after")
+        assert [m.payload for m in q.reserve(wait=0)] == ["after"]
+    claims = admin.execute(
+        "SELECT count(*) FROM pg_proc WHERE proname = 'claim' AND pronamespace = %s::regnamespace",
+        (s,),
+    ).fetchone()
+    assert claims == (1,)
+    assert admin.execute(f"SELECT count(*) FROM {s}.waiters").fetchone() == (0,)
+
+
 def test_a_schema_newer_than_the_code_is_refused(admin: Any, schema: str) -> None:
     with Queue(url_of(schema), name="x") as q:
         q.put(1)
