@@ -38,7 +38,15 @@ import pytest
 
 from backends._redis_server import wait_ready
 
-__all__ = ["Link", "NsRedis", "ServerHost", "namespaces_refused", "unavailable"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "READ_TIMEOUT",
+    "Link",
+    "NsRedis",
+    "ServerHost",
+    "namespaces_refused",
+    "unavailable",
+]
 
 #: Where the links' /30 subnets are taken from (private, used by nothing here).
 _POOL = ipaddress.ip_network("10.231.0.0/16")
@@ -46,6 +54,9 @@ _SLOTS = _POOL.num_addresses // 4
 _PREFIX = "dqf"
 _NAME = re.compile(rf"^{_PREFIX}(\d+)s\d+$")
 _counter = 0
+#: The socket and connect timeouts (s) of the tests' URLs (the defaults are 10 and 5).
+READ_TIMEOUT = 1.0
+CONNECT_TIMEOUT = 0.5
 
 
 def unavailable(reason: str) -> NoReturn:
@@ -271,6 +282,11 @@ class NsRedis:
         """The URL of this server through ``link`` (``params`` as URL parameters)."""
         query = "&".join(f"{key}={value}" for key, value in params.items())
         return f"redis://{link.address}:{self.PORT}/0" + (f"?{query}" if query else "")
+
+    def short_url(self, link: Link) -> str:
+        """:meth:`url` with the short timeouts the tests use (:data:`READ_TIMEOUT`,
+        :data:`CONNECT_TIMEOUT`), so a call on a silent link fails fast."""
+        return self.url(link, socket_timeout=READ_TIMEOUT, socket_connect_timeout=CONNECT_TIMEOUT)
 
     def start(self, link: Link) -> None:
         """Run the server; return once it answers PING through ``link``."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ._netns import NsRedis, ServerHost, namespaces_refused, unavailable
+from ._netns import Link, NsRedis, ServerHost, namespaces_refused, unavailable
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +37,11 @@ def ns_redis(server_host: ServerHost, tmp_path: Path) -> Iterator[NsRedis]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def link(server_host: ServerHost, ns_redis: NsRedis) -> Link:
+    """A link to :func:`ns_redis`, which is started."""
+    link = server_host.link()
+    ns_redis.start(link)
+    return link
