@@ -59,13 +59,14 @@ READ_TIMEOUT = 1.0
 CONNECT_TIMEOUT = 0.5
 
 
-def unavailable(reason: str) -> NoReturn:
+def unavailable(reason: str, what: str = "network namespaces") -> NoReturn:
     """Fail under CI (``$CI`` set, or ``$DELAYQ_REQUIRE`` naming netns or all), skip
-    elsewhere."""
+    elsewhere: the fault tests need ``what`` (root's tools), and ``reason`` says why
+    they cannot have them here."""
     required = {name.strip() for name in os.environ.get("DELAYQ_REQUIRE", "").split(",")}
     if os.environ.get("CI") or required & {"netns", "all"}:
-        pytest.fail(f"the fault tests need network namespaces, and: {reason}")
-    pytest.skip(f"network namespaces unavailable: {reason}")
+        pytest.fail(f"the fault tests need {what}, and: {reason}")
+    pytest.skip(f"{what} unavailable: {reason}")
 
 
 def _run(argv: Sequence[str]) -> str:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,3 +48,26 @@ def link(server_host: ServerHost, ns_redis: NsRedis) -> Link:
     link = server_host.link()
     ns_redis.start(link)
     return link
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A directory on a tmpfs of 1 MiB of its own (a disk that fills up), unmounted at
+    the end, even on failure."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        unavailable("not root, or no mount command", "a tmpfs mount")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "delayq-test-disk", str(disk)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        unavailable(done.stderr.strip() or "mount failed", "a tmpfs mount")
+    try:
+        yield disk
+    finally:
+        # Lazy: a connection the test left open must not keep the mount forever.
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True, check=False)
