@@ -86,9 +86,11 @@ def test_calls_to_a_silent_server_fail_in_bounded_time_and_a_waiting_consumer_re
 
 
 @pytest.mark.parametrize("face", FACES)
-def test_a_put_whose_reply_is_dropped_is_reported_unknown_and_its_retry_with_the_id_is_safe(
+def test_a_put_or_claim_whose_reply_is_dropped_is_reported_unknown(
     face: str, ns_redis: NsRedis, link: Link
 ) -> None:
+    """A put retried with its id stores nothing twice; what a lost claim took comes
+    back after the lease."""
     url = ns_redis.short_url(link)
 
     async def main() -> None:
@@ -101,8 +103,16 @@ def test_a_put_whose_reply_is_dropped_is_reported_unknown_and_its_retry_with_the
             link.heal()
             again = await q.call("put_outcome", "job", id="job")
             assert not again.created  # the first put had stored it: nothing twice
-            messages = await q.call("reserve", wait=0, max=10)
+            # A claim whose reply is dropped: the messages it took come back after
+            # their lease, to the next reserve.
+            link.silence()
+            lost = await fails(q.call("reserve", wait=0, max=10, lease=LEASE))
+            assert isinstance(lost, OutcomeUnknown)
+            assert lost.operation == "reserve"
+            link.heal()
+            messages = await q.call("reserve", wait=LEASE + 3, max=10)
             assert sorted(m.id for m in messages) == ["job", "warm"]
+            assert {m.attempts for m in messages} == {2}
         finally:
             await q.close()
 
