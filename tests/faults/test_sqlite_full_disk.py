@@ -10,30 +10,17 @@ removed puts succeed again and every message is delivered.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import sqlite3
 from pathlib import Path
 
 import pytest
 
+from ._disk import fill
 from ._faces import FACES, Face
 
 pytestmark = pytest.mark.timeout(60)
 
 PAYLOAD = "x" * 20_000
-
-
-def _fill(path: Path) -> None:
-    """Write ``path`` until the filesystem has no byte left."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        with contextlib.suppress(OSError):
-            while True:
-                os.write(fd, b"\0" * 4096)
-    finally:
-        os.close(fd)
-    assert os.statvfs(path.parent).f_bavail == 0
 
 
 def _intact(database: Path) -> list[str]:
@@ -59,7 +46,7 @@ def test_a_full_disk_refuses_puts_whole_keeps_the_file_and_recovers(
         try:
             for id in before:
                 await q.call("put", PAYLOAD, id=id)
-            _fill(filler)
+            fill(filler)
             with pytest.raises(sqlite3.OperationalError, match="full"):
                 await q.call("put", PAYLOAD, id="refused")
             batch = [{"payload": PAYLOAD, "id": f"batch-{n}"} for n in range(5)]
