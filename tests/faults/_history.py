@@ -120,6 +120,8 @@ class Report:
     duplicates: int = 0
     explained: int = 0
     unexplained: list[str] = field(default_factory=list)
+    #: Calls whose outcome is unknown (they may or may not have happened).
+    unknown: int = 0
 
     def violations(self) -> list[str]:
         """One line for each broken promise."""
@@ -156,7 +158,10 @@ def check(history: History | Iterable[Op]) -> Report:
         if op.kind == "reserve" and op.outcome == "ok":
             for delivery in op.delivered:
                 seen[delivery.id].append(_Seen(delivery, op))
-    report = Report(deliveries=sum(len(items) for items in seen.values()))
+    report = Report(
+        deliveries=sum(len(items) for items in seen.values()),
+        unknown=sum(op.outcome == "unknown" for op in ops),
+    )
     for id in sorted(set(by_id) | set(seen)):
         _check_message(id, by_id[id], sorted(seen[id], key=lambda s: s.reserve.end), report)
     return report

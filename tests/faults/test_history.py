@@ -134,4 +134,6 @@ def test_the_recorder_notes_outcomes_and_lets_exceptions_through() -> None:
         "c": ("failed", "ValueError"),
     }
     assert all(op.end >= op.start for op in history.ops)
-    assert check(history).lost == ["a"]
+    report = check(history)
+    assert report.lost == ["a"]
+    assert report.unknown == 1
