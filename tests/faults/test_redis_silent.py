@@ -141,3 +141,27 @@ def test_a_large_put_to_a_server_that_stopped_reading_fails_in_bounded_time(
             await q.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_a_sharded_ack_whose_reply_is_dropped_is_reported_unknown(
+    face: str, ns_redis: NsRedis, link: Link
+) -> None:
+    """The sharded faces run on redis-py's clients (``_resend.py``): the same rule."""
+    url = ns_redis.short_url(link) + "&shards=2"
+
+    async def main() -> None:
+        q = Face(face, url, "sharded")
+        try:
+            await q.call("put", "job", id="job")
+            [message] = await q.call("reserve", wait=0, lease=30)
+            link.silence()
+            lost = await fails(q.call("ack", message))
+            assert isinstance(lost, OutcomeUnknown)
+            assert lost.operation == "ack"
+            link.heal()
+            assert await q.call("get", "job") is None  # it had run
+        finally:
+            await q.close()
+
+    asyncio.run(main())
