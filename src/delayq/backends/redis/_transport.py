@@ -31,6 +31,7 @@ from ._settings import (
 
 __all__ = [
     "CONNECTION_ERRORS",
+    "LISTEN_ERRORS",
     "LOST_CONNECTION",
     "AsyncBlocking",
     "Blocking",
@@ -87,6 +88,12 @@ def unreachable(exc: BaseException, sent: bool) -> bool:
     will not answer the next one sooner, and each try would add a connect timeout to
     the caller's wait (a refused or reset connect, as during a restart, is retried)."""
     return not sent and isinstance(exc, redis.TimeoutError | TimeoutError)
+
+
+#: What a listener rides out by connecting again: a lost connection, or bytes that are
+#: no Redis reply (another service now answering at the address, as after a failover
+#: or a network change; redis-py drops such a connection).
+LISTEN_ERRORS = (*CONNECTION_ERRORS, redis.exceptions.InvalidResponse)
 
 
 def connection_settings(url: str, **options: Any) -> tuple[Any, dict[str, Any]]:
