@@ -1,7 +1,8 @@
 """A campaign of network faults on ``redis://``: partitions and silent servers under a
 running workload, every call checked (issue 21).
 
-Run as root: ``.venv/bin/python benchmarks/faults.py [--rounds 20] [--face both]``.
+Run as root: ``.venv/bin/python benchmarks/faults.py [--rounds 20] [--face both]
+[--slow 200]``.
 Redis runs in a network namespace of its own (``tests/faults/_netns.py``), reached by
 two links. Each round, on a fresh queue, a producer puts messages due within 1.5 s and
 two consumers reserve (lease 1 s) and ack them after a little work; one consumer and
@@ -12,8 +13,13 @@ message was acked. Every call goes into a history (``tests/faults/_history.py``)
 checked for lost, early, acked-back and phantom messages and for duplicates, each
 explained or not by a lease that expired in between. The stall is the time from the
 heal to the victim's first call that succeeds. URLs use short timeouts (socket 1 s,
-connect 0.5 s) so that a round is short. It prints a table and writes JSON; it never
-asserts.
+connect 0.5 s) so that a round is short.
+
+Then the slow link (``--slow N``, 0 to skip): throughput of puts one by one, of
+``put_many`` of 100 and of draining (reserve 100 + ``ack_many``), and the lateness of N
+messages due at 50 a second, straight over a veth link and through a proxy that adds
+20 ms +- 10 ms each way (``tests/faults/_delay.py``: this kernel has no ``netem``), in
+the same run. It prints a table and writes JSON; it never asserts.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -35,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from delayq.errors import LeaseLost, OutcomeUnknown  # noqa: E402
+from faults._delay import DelayProxy  # noqa: E402
 from faults._faces import Face  # noqa: E402
 from faults._history import History, Report, check  # noqa: E402
 from faults._netns import Link, NsRedis, ServerHost, namespaces_refused  # noqa: E402
@@ -216,12 +224,80 @@ def measures_of(face: str, totals: dict[str, Any]) -> list[Measure]:
     return rows
 
 
+async def link_figures(face: str, url: str, name: str, count: int) -> dict[str, float]:
+    """Throughput of puts one by one, of batches of 100, of draining by reserve of 100
+    and ``ack_many``, and the lateness of ``count`` messages due at 50 a second (one
+    consumer keeps up), over ``url``."""
+    q = Face(face, url, name)
+    rng = random.Random(21)
+    figures: dict[str, float] = {}
+    try:
+        started = time.perf_counter()
+        for n in range(count):
+            await q.call("put", n, id=f"one-{n}")
+        figures["put"] = count / (time.perf_counter() - started)
+        started = time.perf_counter()
+        for first in range(0, 10 * count, 100):
+            await q.call("put_many", [{"payload": n} for n in range(first, first + 100)])
+        figures["put_many"] = 10 * count / (time.perf_counter() - started)
+        started = time.perf_counter()
+        drained = 0
+        while messages := await q.call("reserve", wait=0, max=100):
+            await q.call("ack_many", messages)
+            drained += len(messages)
+        figures["drain"] = drained / (time.perf_counter() - started)
+        # Due at 50 a second, which one consumer keeps up with over either link.
+        spread = 0.1 + count / 50
+        batch = [{"payload": n, "delay": rng.uniform(0.1, spread)} for n in range(count)]
+        await q.call("put_many", batch)
+        late: list[float] = []
+        while len(late) < count:
+            messages = await q.call("reserve", wait=2, max=100)
+            arrived = time.time()
+            late += [arrived - m.due_at / 1000 for m in messages]
+            await q.call("ack_many", messages)
+        figures["late_p50"] = statistics.median(late)
+        figures["late_max"] = max(late)
+    finally:
+        await q.close()
+    return figures
+
+
+async def slow_link(face: str, count: int) -> list[Measure]:
+    """The figures of :func:`link_figures` straight over a veth link, then through a
+    proxy adding 20 ms +- 10 ms each way (``tests/faults/_delay.py``)."""
+    rows: list[Measure] = []
+    section = f"{face} slow"
+    with TemporaryDirectory(prefix="delayq-faults-") as directory, ServerHost() as host:
+        link = host.link()
+        server = NsRedis(host, Path(directory))
+        server.start(link)
+        try:
+            with DelayProxy((link.address, server.PORT), 0.020, 0.010) as proxy:
+                links = {"direct": server.url(link), "20 ms +- 10 ms": f"redis://{proxy.address}/0"}
+                for label, url in links.items():
+                    f = await link_figures(face, url, f"slow-{len(rows)}", count)
+                    rows += [
+                        Measure(section, f"{label}: put, one by one", f["put"], "items/s"),
+                        Measure(section, f"{label}: put_many of 100", f["put_many"], "items/s"),
+                        Measure(section, f"{label}: reserve 100 + ack_many", f["drain"], "items/s"),
+                        Measure(section, f"{label}: lateness, median", f["late_p50"] * 1000, "ms"),
+                        Measure(section, f"{label}: lateness, worst", f["late_max"] * 1000, "ms"),
+                    ]
+        finally:
+            server.stop()
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run the campaign, print, write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--face", choices=("sync", "async", "both"), default="both")
     parser.add_argument("--seed", type=int, default=21)
+    parser.add_argument(
+        "--slow", type=int, default=100, help="messages of the slow-link section (0: skip)"
+    )
     parser.add_argument("--json", type=Path, default=RESULTS_DIR / "faults.json")
     args = parser.parse_args(argv)
     refused = namespaces_refused()
@@ -236,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         totals = asyncio.run(campaign(face, args.rounds, args.seed))
         measures += measures_of(face, totals)
         violations[face] = totals["violations"]
+    for face in faces if args.slow else ():
+        measures += asyncio.run(slow_link(face, args.slow))
     print_table(f"delayq fault campaign on redis: {args.rounds} rounds a face", measures)
     for face, found in violations.items():
         for line in found:

@@ -59,9 +59,10 @@ class DelayProxy:
     async def _stop(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in asyncio.all_tasks():
-            if task is not asyncio.current_task():
-                task.cancel()
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -69,11 +70,14 @@ class DelayProxy:
         except OSError:
             writer.close()
             return
-        await asyncio.gather(
-            self._pump(reader, upstream_writer),
-            self._pump(upstream_reader, writer),
-            return_exceptions=True,
-        )
+        # Stopping cancels this task: it ends quietly (asyncio's stream server asks a
+        # cancelled handler for its exception, and that would raise).
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(
+                self._pump(reader, upstream_writer),
+                self._pump(upstream_reader, writer),
+                return_exceptions=True,
+            )
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Forward ``reader`` to ``writer``, each chunk held its delay."""
