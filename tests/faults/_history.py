@@ -28,7 +28,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,11 +76,18 @@ class Op:
 
 class History:
     """The calls of one test, from any thread or task. ``unknown``: the exceptions
-    whose call may or may not have happened."""
+    whose call may or may not have happened; ``clock``: the wall clock calls are timed
+    on (``time.time``; a test that moves the clock of the code under test passes the
+    true one)."""
 
-    def __init__(self, unknown: Sequence[type[BaseException]] = ()) -> None:
+    def __init__(
+        self,
+        unknown: Sequence[type[BaseException]] = (),
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self.ops: list[Op] = []
         self._unknown = tuple(unknown)
+        self._clock = clock or time.time
         self._lock = threading.Lock()
 
     def add(self, op: Op) -> Op:
@@ -95,7 +102,7 @@ class History:
     ) -> Iterator[Op]:
         """Around one call: records it when the block ends, ``ok`` or, when it raises,
         ``unknown`` or ``failed`` (the exception goes on)."""
-        op = Op(kind, time.time(), id=id, token=token, delay=delay)
+        op = Op(kind, self._clock(), id=id, token=token, delay=delay)
         try:
             yield op
         except BaseException as exc:
@@ -103,7 +110,7 @@ class History:
             op.error = type(exc).__name__
             raise
         finally:
-            op.end = time.time()
+            op.end = self._clock()
             self.add(op)
 
 
