@@ -9,12 +9,30 @@ from typing import NamedTuple, Protocol
 
 from ...durable.message import Record
 
-__all__ = ["Delivery", "NoScheduler", "Transport"]
+__all__ = ["Delivery", "LogEntry", "LogFull", "NoScheduler", "Transport"]
 
 
 class NoScheduler(OSError):
     """No scheduler took a request: none is elected, or it did not answer in time (an
     outage: a consumer rides it out)."""
+
+
+class LogFull(OSError):
+    """The scheduler refused a put: the live messages' images would outgrow a quarter
+    of the log's retention, which could then drop the last image of a live message (an
+    outage to the caller: it passes once messages are acked, cancelled or purged)."""
+
+
+class LogEntry(NamedTuple):
+    """An entry of the log as a reader receives it."""
+
+    offset: int
+    kind: str
+    reign: str
+    mark: str
+    """``begin:<id>`` / ``end:<id>`` on the entry that holds a checkpoint's first or last
+    operation, else empty: what a reader looks for without unpacking the body."""
+    body: bytes
 
 
 class Delivery(NamedTuple):
@@ -49,13 +67,25 @@ class Transport(Protocol):
     async def campaign(self, on_token: Callable[[], None]) -> None:
         """Stand for election: ``on_token`` when this process is elected."""
 
-    async def append(self, kind: str, reign: str, body: bytes) -> None:
+    @property
+    def retention_bytes(self) -> int:
+        """The log's size retention in bytes (0: none): the scheduler keeps the live
+        images under a quarter of it and checkpoints often enough."""
+
+    async def append(self, kind: str, reign: str, body: bytes, mark: str = "") -> None:
         """Append one entry to the log, returning once the broker has confirmed it
         (replicated); an error when it was not."""
 
-    def read_log(self) -> AsyncIterator[tuple[str, str, bytes]]:
-        """Every entry of the log from its first, as ``(kind, reign, body)``, waiting
-        for new ones at the end (the caller stops reading)."""
+    def read_log(self, start: int | None) -> AsyncIterator[LogEntry]:
+        """Every entry of the log from offset ``start`` (None: its first; an offset the
+        log no longer holds: its first too, which the caller sees), waiting for new
+        ones at the end (the caller stops reading)."""
+
+    async def read_pointer(self) -> bytes | None:
+        """The last checkpoint pointer published (None: none found)."""
+
+    async def point(self, body: bytes) -> None:
+        """Publish a checkpoint pointer, returning once the broker confirmed it."""
 
     async def serve(self, on_request: Callable[[Delivery], None]) -> None:
         """Take the namespace's requests from now on."""
