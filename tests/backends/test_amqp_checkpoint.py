@@ -162,9 +162,21 @@ def test_a_new_scheduler_replays_from_the_pointer_and_rebuilds_the_same_state(
             queue.purge()
 
 
+def delete_meta(url: str) -> None:
+    prefix = url.split("prefix=", 1)[1].split("&", 1)[0]
+    connection = pika.BlockingConnection(pika.URLParameters(url.split("?", 1)[0]))
+    try:
+        connection.channel().queue_delete(f"{prefix}.meta")
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("pointer", ["kept", "lost"])
 def test_a_log_several_times_its_retention_loses_no_live_message(
-    base: str, caplog: pytest.LogCaptureFixture
+    base: str, pointer: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """With the pointers lost too, the new scheduler finds the latest complete
+    checkpoint in the log itself (the log's head is gone: no replay from its start)."""
     caplog.set_level(logging.INFO, logger="delayq")
     url = f"{base}&retention_bytes={2 * SMALL}"
     first = Queue(url, name="jobs")
@@ -181,6 +193,8 @@ def test_a_log_several_times_its_retention_loses_no_live_message(
             ]
         )
     assert first_log_offset(url) > 0  # retention dropped the log's first segments
+    if pointer == "lost":
+        delete_meta(url)
     with Queue(url, name="jobs") as second:
         second.stats()
         first.close()
@@ -195,6 +209,7 @@ def test_a_log_several_times_its_retention_loses_no_live_message(
             assert message is not None
             assert message.payload == "39 " + "y" * 1000
         assert events(caplog, "scheduler_elected")[-1]["start"] > 0
+        assert bool(events(caplog, "checkpoint_gone")) == (pointer == "lost")
         second.purge()
 
 
@@ -249,21 +264,25 @@ CHILD = textwrap.dedent(
             out.flush()
             round += 1
             assert round < 2000, "no second checkpoint began"
+    if sys.argv[3] == "close":
+        queue.close()  # its connection closes in the middle of the checkpoint
     (directory / "ready").touch()
     time.sleep(600)
     """
 )
 
 
-def test_a_scheduler_killed_in_a_checkpoint_loses_and_doubles_nothing(
-    base: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("end", ["kill", "close"])
+def test_a_scheduler_stopped_in_a_checkpoint_loses_and_doubles_nothing(
+    base: str, end: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Killed (SIGKILL), or its connection closed, in the middle of a checkpoint."""
     caplog.set_level(logging.INFO, logger="delayq")
     url = f"{base}&retention_bytes={8 * SMALL}"
     # The scheduler's second checkpoint stops for good after its first operation of
     # images (test-only switch), so that the kill lands in it, every time.
     env = {**os.environ, "DELAYQ_TEST_CHECKPOINT_STOP": f"2:1:{tmp_path / 'stopped'}"}
-    child = subprocess.Popen([sys.executable, "-c", CHILD, url, str(tmp_path)], env=env)
+    child = subprocess.Popen([sys.executable, "-c", CHILD, url, str(tmp_path), end], env=env)
     try:
         deadline = time.monotonic() + 60
         while not (tmp_path / "ready").exists():

@@ -235,8 +235,12 @@ class LoopLink:
                         raise NoScheduler(
                             f"no scheduler answered in {self._request_timeout:g} s"
                         ) from exc
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(turn), min(left, 0.5))
+                    # Until a new scheduler or connection, or the close of this link
+                    # (which fails the future: a call must not outlive its loop).
+                    waited: set[asyncio.Future[Any]] = {future, turn}
+                    await asyncio.wait(waited, timeout=min(left, 0.5))
+                    if future.done():
+                        break
                     continue
                 parked = waits
                 unanswered_since = loop.time()  # the outage budget counts from here

@@ -268,21 +268,14 @@ class Scheduler:
                 return log, offset, entries
             except _Gone as gone:
                 await log.aclose()  # type: ignore[attr-defined]
-                log_event(
-                    logging.WARNING,
-                    "checkpoint_gone",
-                    reign=self._reign,
-                    pointer=offset,
-                    first=gone.args[0],
-                    why="the log dropped the entries the last pointer names (its retention); "
-                    "looking for the latest complete checkpoint the log still holds",
-                )
+                self._gone(offset, gone, "the log dropped the entries the last pointer names")
         log = transport.read_log(None)
         if pointer is None:
             try:
                 return log, None, await self._fold_log(log, 0, "", "")
-            except _Gone:  # the log's head was dropped: its first entry is not offset 0
+            except _Gone as gone:  # the log's head was dropped: it does not start at 0
                 await log.aclose()  # type: ignore[attr-defined]
+                self._gone(None, gone, "no pointer was found and the log dropped its head")
         found = await self._find_checkpoint(transport.read_log(None))
         if found is None:
             raise RuntimeError(
@@ -295,6 +288,17 @@ class Scheduler:
         entries = await self._fold_log(log, offset, reign, checkpoint)
         await transport.point(pack([reign, offset, checkpoint]))
         return log, offset, entries
+
+    def _gone(self, pointer: int | None, gone: _Gone, what: str) -> None:
+        log_event(
+            logging.WARNING,
+            "checkpoint_gone",
+            reign=self._reign,
+            pointer=pointer,
+            first=gone.args[0],
+            why=f"{what} (its retention): looking for the latest complete checkpoint "
+            f"the log still holds",
+        )
 
     async def _fold_log(
         self, log: AsyncIterator[LogEntry], start: int, reign: str, checkpoint: str
