@@ -12,6 +12,7 @@ __all__ = [
     "DELIVER_IN_FLIGHT",
     "DELIVER_LEASE_MS",
     "IMAGE_OVERHEAD",
+    "LOCATE_TIMEOUT",
     "MAX_GROUP_BYTES",
     "REJOIN_FIRST_PAUSE",
     "REJOIN_MAX_PAUSE",
@@ -52,3 +53,6 @@ CHECKPOINT_CHUNK = 1000
 #: Bytes counted per record image beyond its id, payload, headers and last error (its
 #: numbers and msgpack's framing), for the live image bytes a put is weighed against.
 IMAGE_OVERHEAD = 48
+#: Seconds a scheduler reads its log for the begin entry of the checkpoint it points
+#: at (beyond: it points a little before it, which a replay skips).
+LOCATE_TIMEOUT = 5.0

@@ -12,9 +12,12 @@ Checkpoints (docs/rabbitmq.md, "Checkpoints and retention") roll the live record
 forward so that the log can drop its old segments: a ``checkpoint-begin`` operation
 (the sequence numbers, the last now, the delivery targets and the dedup table), the
 live records' images ~1000 to a ``checkpoint`` operation, one append at a time between
-the requests, then ``checkpoint-end``. Once the scheduler has read its own
-``checkpoint-end`` back it publishes a pointer ``[reign, offset of the begin entry,
-checkpoint id]``, where the next scheduler starts its replay.
+the requests, then ``checkpoint-end``. Once that is confirmed the scheduler publishes
+a pointer ``[reign, offset, checkpoint id]``, where the next scheduler starts its
+replay. A confirm carries no offset, so the pointer's is the offset of the reign's
+entry (the last entry a replay reads) plus the appends since: the begin entry's own,
+or lower when a deposed scheduler's late entry came in between; a replay from there
+skips everything up to the begin operation.
 
 Test only: ``DELAYQ_TEST_CHECKPOINT_STOP=<n>:<k>:<path>``, read once at import, makes
 the scheduler's ``n``-th checkpoint (counted in the process) stop for good after its
@@ -58,6 +61,7 @@ from ._constants import (
     DELIVER_IN_FLIGHT,
     DELIVER_LEASE_MS,
     IMAGE_OVERHEAD,
+    LOCATE_TIMEOUT,
     MAX_GROUP_BYTES,
     RENEW_EVERY,
 )
@@ -221,8 +225,12 @@ class Scheduler:
         self._grown_entries = 0
         self._checkpointing = False
         self._checkpoints = 0
+        # The offset of this reign's entry, and the appends since: the k-th append is
+        # at an offset of at least their sum (only a deposed scheduler's late entry can
+        # come between), which is where a pointer sends a replay to look for its begin.
+        self._reign_offset = 0
+        self._appended = 0
         self._begins: dict[str, int] = {}  # checkpoint id -> offset of its begin entry
-        self._pointed: dict[str, asyncio.Future[None]] = {}
 
     # -- election, replay, stop --------------------------------------------------------
 
@@ -232,7 +240,7 @@ class Scheduler:
         started = time.monotonic()
         await self._transport.append("reign", self._reign, b"")
         log, start, entries = await self._replay()
-        self._spawn(self._tail(log))
+        await log.aclose()  # type: ignore[attr-defined]
         await self._transport.serve(self._on_request)
         self._serving = True
         await self._transport.announce(self._reign)
@@ -268,7 +276,7 @@ class Scheduler:
                 return log, offset, entries
             except _Gone as gone:
                 await log.aclose()  # type: ignore[attr-defined]
-                self._gone(offset, gone, "the log dropped the entries the last pointer names")
+                self._gone(offset, gone, "the log no longer holds what the last pointer names")
         log = transport.read_log(None)
         if pointer is None:
             try:
@@ -317,6 +325,9 @@ class Scheduler:
             if entry.kind == "reign":
                 current = entry.reign
                 if entry.reign == self._reign:
+                    if waiting:  # the pointer's checkpoint is not there: look for one
+                        raise _Gone(start)
+                    self._reign_offset = entry.offset
                     return entries
                 continue
             if entry.reign != current:  # written by a deposed scheduler after its successor
@@ -365,27 +376,6 @@ class Scheduler:
             self._configure(queue, target)
         for request_id, kind, reply in dedup:
             self._remember(request_id, kind, reply)
-
-    async def _tail(self, log: AsyncIterator[LogEntry]) -> None:
-        """Read the scheduler's own log on from its reign's mark: a reign entry of
-        another scheduler deposes it; the offsets of its checkpoints' begin entries, and
-        their ends, make the pointers it publishes."""
-        async for entry in log:
-            if entry.kind == "reign":
-                log_event(logging.WARNING, "scheduler_deposed", reign=self._reign, by=entry.reign)
-                self.stop()
-                return
-            if entry.reign != self._reign or not entry.mark:
-                continue
-            what, _, checkpoint = entry.mark.partition(":")
-            if what == "begin":
-                self._begins[checkpoint] = entry.offset
-            elif what == "end" and checkpoint in self._begins:
-                offset = self._begins.pop(checkpoint)
-                await self._transport.point(pack([self._reign, offset, checkpoint]))
-                pointed = self._pointed.pop(checkpoint, None)
-                if pointed is not None and not pointed.done():
-                    pointed.set_result(None)
 
     def _fold(self, op: Op) -> None:
         name, queue, request_id, floor, last_seq, images, deletes, kind, reply = op
@@ -613,6 +603,9 @@ class Scheduler:
                 if group:
                     body = pack(group)
                     mark = next((op[2] for op in group if op[0] in (_BEGIN, _END)), "")
+                    self._appended += 1
+                    if mark.startswith("begin:"):
+                        self._begins[mark[6:]] = self._reign_offset + self._appended
                     await self._transport.append("entry", self._reign, body, mark)
                     if any(op[0] not in _CHECKPOINT_OPS for op in group):
                         self._grown_entries += 1
@@ -705,8 +698,6 @@ class Scheduler:
         number = self._checkpoints
         checkpoint = uuid.uuid4().hex[:16]
         started = time.monotonic()
-        pointed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pointed[checkpoint] = pointed
         begin = [
             checkpoint,
             self._last_now,
@@ -738,7 +729,8 @@ class Scheduler:
                     await asyncio.get_running_loop().create_future()  # forever (tests)
         floor = self._now().floor
         await self._logged([_END, "", f"end:{checkpoint}", floor, 0, [], [], "", b""])
-        await pointed
+        offset = await self._locate(self._begins.pop(checkpoint), f"begin:{checkpoint}")
+        await self._transport.point(pack([self._reign, offset, checkpoint]))
         self._checkpointing = False
         log_event(
             logging.INFO,
@@ -749,6 +741,30 @@ class Scheduler:
             seconds=round(time.monotonic() - started, 3),
         )
         self._maybe_checkpoint()
+
+    async def _locate(self, lower: int, mark: str) -> int:
+        """The offset of this reign's entry marked ``mark``, at or after ``lower``
+        (a stream's offsets have gaps: a segment opens with an entry of the broker's
+        own), read from there; the predictions that follow start from what it finds.
+        ``lower`` itself when it cannot be read in time (still a valid pointer)."""
+        log = self._transport.read_log(lower, few=True)
+
+        async def find() -> int:
+            async for entry in log:
+                if entry.kind == "reign" and entry.reign != self._reign:
+                    break
+                if entry.reign == self._reign and entry.mark == mark:
+                    return entry.offset
+            return lower
+
+        try:
+            found = await asyncio.wait_for(find(), LOCATE_TIMEOUT)
+        except (asyncio.TimeoutError, ConnectionError):
+            found = lower
+        finally:
+            await log.aclose()  # type: ignore[attr-defined]
+        self._reign_offset += found - lower
+        return found
 
     # -- waiting reserves and timers ---------------------------------------------------
 

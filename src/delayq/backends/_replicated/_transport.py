@@ -60,9 +60,11 @@ class Transport(Protocol):
         connection is gone."""
 
     async def request(self, op: str, request_id: str, body: bytes, ttl_ms: int | None) -> None:
-        """Send a request to the elected scheduler; :class:`NoScheduler` when none
-        is there to take it. ``ttl_ms``: how long it may wait for one (None: as long
-        as it takes)."""
+        """Send a request to the elected scheduler (its reply is the receipt: one
+        that no scheduler took may be dropped, and is resent when a scheduler
+        announces itself, or fails as :class:`NoScheduler` after its timeout; a
+        transport may raise NoScheduler at once when it knows). ``ttl_ms``: how long
+        it may wait for one (None: as long as it takes)."""
 
     async def campaign(self, on_token: Callable[[], None]) -> None:
         """Stand for election: ``on_token`` when this process is elected."""
@@ -76,10 +78,11 @@ class Transport(Protocol):
         """Append one entry to the log, returning once the broker has confirmed it
         (replicated); an error when it was not."""
 
-    def read_log(self, start: int | None) -> AsyncIterator[LogEntry]:
+    def read_log(self, start: int | None, *, few: bool = False) -> AsyncIterator[LogEntry]:
         """Every entry of the log from offset ``start`` (None: its first; an offset the
         log no longer holds: its first too, which the caller sees), waiting for new
-        ones at the end (the caller stops reading)."""
+        ones at the end (the caller stops reading). ``few``: the caller reads only a
+        few entries (the broker sends few ahead)."""
 
     async def read_pointer(self) -> bytes | None:
         """The last checkpoint pointer published (None: none found)."""

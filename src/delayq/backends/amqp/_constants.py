@@ -12,6 +12,7 @@ __all__ = [
     "DEFAULT_RETENTION_BYTES",
     "LOCK_ARGUMENTS",
     "LOG_PREFETCH",
+    "LOG_PREFETCH_FEW",
     "META_ARGUMENTS",
     "MIN_RETENTION_BYTES",
     "TOKEN_RETRIES",
@@ -51,6 +52,8 @@ LOCK_ARGUMENTS: FieldTable = {
 #: Deliveries of the log in flight to a reading scheduler (a stream consumer must
 #: set one).
 LOG_PREFETCH = 1000
+#: The same for a reader that looks for one entry a few entries on.
+LOG_PREFETCH_FEW = 8
 #: Pauses, in seconds, between tries of publishing the election's token when the broker
 #: nacks it (a lock queue declared a moment ago may not take it yet).
 TOKEN_RETRIES = (0.05, 0.1, 0.2, 0.4, 0.8)

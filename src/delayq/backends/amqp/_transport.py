@@ -4,12 +4,13 @@ requests go through a direct exchange to the scheduler's exclusive queue and rep
 to each client's exclusive inbox (docs/rabbitmq.md, "Broker objects").
 
 One connection per backend object; its channels: ``requests`` (the client's
-publishes, confirmed, ``mandatory``), ``inbox`` (replies and announcements), and once
-a candidate: ``lock`` (the election), ``log`` (appends, confirmed), ``reader`` (the
-log read back), ``meta`` (checkpoint pointers, confirmed), ``serve`` (the
-requests), ``replies`` (confirmed, ``mandatory``: a reply carrying claimed messages,
-so that a gone client is seen), ``answers`` (every other reply, unconfirmed) and
-``deliver`` (publishes to a user's exchange, confirmed, ``mandatory``).
+publishes, neither confirmed nor ``mandatory``: the reply is the receipt), ``inbox``
+(replies and announcements), and once a candidate: ``lock`` (the election), ``log``
+(appends and checkpoint pointers, confirmed), ``reader`` (the log read back), ``meta``
+(the pointers read), ``serve`` (the requests), ``replies`` (confirmed, ``mandatory``:
+a reply carrying claimed messages, so that a gone client is seen), ``answers`` (every
+other reply, unconfirmed) and ``deliver`` (publishes to a user's exchange, confirmed,
+``mandatory``).
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ from pamqp.commands import Basic
 from pamqp.common import FieldTable
 
 from ...durable.message import Record
-from .._replicated import Delivery, LogEntry, NoScheduler
+from .._replicated import Delivery, LogEntry
 from ._constants import (
     CONTENT_TYPES,
     DEFAULT_REQUEST_TIMEOUT,
     LOCK_ARGUMENTS,
     LOG_PREFETCH,
+    LOG_PREFETCH_FEW,
     META_ARGUMENTS,
     TOKEN_RETRIES,
     log_arguments,
@@ -125,7 +127,7 @@ class AmqpTransport:
     ) -> None:
         self._connection = await aiormq.connect(self._settings.broker_url)
         self._connection.closing.add_done_callback(lambda _: on_lost())
-        requests = await self._open_channel("requests", confirms=True)
+        requests = await self._open_channel("requests", confirms=False)
         names = self._names
         await requests.exchange_declare(names.rpc, exchange_type="direct", durable=True)
         await requests.exchange_declare(names.events, exchange_type="fanout", durable=True)
@@ -175,18 +177,22 @@ class AmqpTransport:
             message_type=op,
             expiration=None if ttl_ms is None else str(ttl_ms),
         )
+        # Neither confirmed nor mandatory: the reply is the request's receipt. One that
+        # no scheduler took (none bound, or its queue went with its connection) is
+        # dropped by the broker, and its caller resends it when a scheduler announces
+        # itself, or fails after its timeout (NoScheduler).
         try:
             await self._channel("requests").basic_publish(
-                body,
-                exchange=self._names.rpc,
-                routing_key=_RPC_KEY,
-                properties=properties,
-                mandatory=True,
+                body, exchange=self._names.rpc, routing_key=_RPC_KEY, properties=properties
             )
-        except aiormq.exceptions.DeliveryError as exc:
-            # Returned (no scheduler's queue is bound) or nacked (its queue went with
-            # its connection while the request was on its way): resent by the caller.
-            raise NoScheduler(f"no scheduler took the request: {exc!r}") from None
+        except asyncio.CancelledError:
+            # A channel closed under a publish cancels what the publish awaits: when this
+            # transport was closed (not the caller's task cancelled), say so.
+            task = asyncio.current_task()
+            cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+            if self._connection is None and (cancelling is None or not cancelling()):
+                raise ConnectionError("the AMQP connection closed during the request") from None
+            raise
         except (aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError) as exc:
             raise ConnectionError(f"the AMQP request failed: {exc!r}") from exc
 
@@ -253,17 +259,18 @@ class AmqpTransport:
         except (aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError) as exc:
             raise ConnectionError(f"the log append was not confirmed: {exc!r}") from exc
 
-    async def read_log(self, start: int | None) -> AsyncIterator[LogEntry]:
+    async def read_log(self, start: int | None, *, few: bool = False) -> AsyncIterator[LogEntry]:
         """See :meth:`~.._replicated.Transport.read_log`."""
         offset: int | str = "first" if start is None else start
-        channel, arrived = await self._subscribe(self._names.log, offset, "reader")
+        prefetch = LOG_PREFETCH_FEW if few else LOG_PREFETCH
+        channel, arrived = await self._subscribe(self._names.log, offset, "reader", prefetch)
         unacked = 0
         cancelled = False
         try:
             while True:
                 message = await arrived.get()
                 unacked += 1
-                if unacked >= LOG_PREFETCH // 2 or arrived.empty():
+                if unacked >= prefetch // 2 or arrived.empty():
                     await channel.basic_ack(message.delivery_tag or 0, multiple=True)
                     unacked = 0
                 properties = message.header.properties
@@ -286,13 +293,13 @@ class AmqpTransport:
                 await self._unsubscribe("reader", channel)
 
     async def _subscribe(
-        self, queue: str, offset: int | str, name: str
+        self, queue: str, offset: int | str, name: str, prefetch: int
     ) -> tuple[AbstractChannel, asyncio.Queue[DeliveredMessage]]:
         """Consume the stream ``queue`` from ``offset`` on a channel of its own (acked
         by the reader: a stream consumer must ack to get more)."""
         channel = await self._open_channel(name, confirms=False)
         arrived: asyncio.Queue[DeliveredMessage] = asyncio.Queue()
-        await channel.basic_qos(prefetch_count=LOG_PREFETCH)
+        await channel.basic_qos(prefetch_count=prefetch)
         await channel.basic_consume(queue, arrived.put, arguments={"x-stream-offset": offset})
         return channel, arrived
 
@@ -310,7 +317,7 @@ class AmqpTransport:
         and its pointer) finds none: the caller then looks in the log itself."""
         marker = uuid.uuid4().hex.encode()
         found: bytes | None = None
-        channel, arrived = await self._subscribe(self._names.meta, "last", "meta")
+        channel, arrived = await self._subscribe(self._names.meta, "last", "meta", LOG_PREFETCH)
         try:
             await self._channel("log").basic_publish(
                 marker,
