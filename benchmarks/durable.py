@@ -13,7 +13,10 @@ a. ``put`` one by one (a small JSON payload, due now): messages per second. For 
    ``redis://`` URL also the machine's round trip (``PING`` one by one over a bare
    socket): a put is one round trip, so this is its ceiling here; for a
    ``postgresql://`` URL the server's commit floor (a plain INSERT loop through
-   psycopg, one committed row each), the ceiling of a put there. Then the same
+   psycopg, one committed row each), the ceiling of a put there; for an ``amqp://``
+   URL the broker's floor 1 of issue 18 (aiormq publishing one message at a time to a
+   quorum queue and awaiting its confirm), measured before and after the puts. Then
+   the same
    through ``AsyncQueue``: one task, and 16 tasks putting one by one at once.
 b. ``put_many`` in batches of 1000: messages per second.
 c. Drain what (b) stored with one consumer: ``reserve(max=100, wait=0)`` and one
@@ -54,7 +57,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from _common import (
     RESULTS_DIR,
@@ -162,6 +165,20 @@ def section_throughput(url: str, sizes: Sizes, targets: tuple[float, ...]) -> li
                 note="psycopg, autocommit, one committed row each: the ceiling of a put",
             )
         )
+    floor = asyncio.run(confirm_rate(url, sizes.puts))
+    if floor is not None:
+        put_rate = out[0].value
+        after = asyncio.run(confirm_rate(url, sizes.puts)) or floor
+        out.append(
+            Measure(
+                "a",
+                "floor 1: quorum publish one by one, confirm awaited",
+                (floor + after) / 2,
+                "items/s",
+                note=f"before/after the puts {floor:,.0f}/{after:,.0f}: "
+                f"put one by one is {put_rate / ((floor + after) / 2):.0%} of it",
+            )
+        )
     for tasks in (1, ASYNC_TASKS):
         rate = asyncio.run(async_put_rate(url, sizes.puts, tasks))
         label = "one task" if tasks == 1 else f"{tasks} tasks at once"
@@ -252,6 +269,33 @@ def commit_rate(url: str, count: int) -> float | None:
             return count / (time.perf_counter() - started)
         finally:
             conn.execute(f"DROP TABLE {table}")
+
+
+async def confirm_rate(url: str, count: int) -> float | None:
+    """Messages per second that one aiormq publisher gets into a fresh quorum queue one
+    at a time, each confirm awaited, on the broker of an ``amqp://`` URL (None for other
+    URLs): issue 18's floor 1, what a put one by one is held to."""
+    if family(url) not in ("amqp", "amqps"):
+        return None
+    import aiormq  # noqa: PLC0415 (only with the amqp extra)
+    from pamqp.commands import Basic  # noqa: PLC0415
+
+    parts = urlsplit(url)
+    connection = await aiormq.connect(urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")))
+    try:
+        channel = await connection.channel(publisher_confirms=True)
+        queue = f"bench-floor-{uuid.uuid4().hex[:8]}"
+        await channel.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
+        properties = Basic.Properties(delivery_mode=2)
+        try:
+            started = time.perf_counter()
+            for _ in range(count):
+                await channel.basic_publish(b'{"n": 1}', routing_key=queue, properties=properties)
+            return count / (time.perf_counter() - started)
+        finally:
+            await channel.queue_delete(queue)
+    finally:
+        await connection.close()
 
 
 def round_trip_rate(url: str, count: int) -> float | None:

@@ -45,6 +45,11 @@ def url(tmp_path: Path) -> Iterator[str]:
         ("amqp://h/?scheduler=maybe", {}, ValueError, "scheduler"),
         ("amqp://h/", {"request_timeout": 0}, ValueError, "request_timeout"),
         ("amqp://h/?request_timeout=nan", {}, ValueError, "request_timeout"),
+        ("amqp://h/?retention_bytes=-1", {}, ValueError, "retention_bytes"),
+        ("amqp://h/?retention_bytes=5", {}, ValueError, "retention_bytes"),
+        ("amqp://h/?retention_bytes=2GB", {}, ValueError, "retention_bytes"),
+        ("amqp://h/", {"retention_bytes": 1.5e9}, ValueError, "retention_bytes"),
+        ("amqp://h/", {"retention_bytes": True}, ValueError, "retention_bytes"),
     ],
 )
 def test_url_and_options_are_checked_before_any_io(

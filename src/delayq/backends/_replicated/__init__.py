@@ -7,12 +7,14 @@ over request/reply (docs/rabbitmq.md). A broker adds only its
 from ._async.backend import AsyncReplicatedBackend
 from ._link import Candidacy, LoopLink, ThreadLink
 from ._sync.backend import ReplicatedBackend
-from ._transport import Delivery, NoScheduler, Refused, Transport
+from ._transport import Delivery, LogEntry, LogFull, NoScheduler, Refused, Transport
 
 __all__ = [
     "AsyncReplicatedBackend",
     "Candidacy",
     "Delivery",
+    "LogEntry",
+    "LogFull",
     "LoopLink",
     "NoScheduler",
     "Refused",

@@ -15,6 +15,7 @@ import msgpack
 
 from ...durable.message import PutRequest, Record, State, Stats, new_record, put_request
 from ...errors import DuplicateId, LeaseLost, QueueClosed
+from ._transport import LogFull
 
 __all__ = [
     "decode_outcome",
@@ -141,6 +142,7 @@ def decode_outcome(op: str, data: Any) -> Any:
 _ERRORS: dict[str, type[Exception]] = {
     "DuplicateId": DuplicateId,
     "LeaseLost": LeaseLost,
+    "LogFull": LogFull,
     "QueueClosed": QueueClosed,
 }
 

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 __all__ = [
+    "CHECKPOINT_BYTES",
+    "CHECKPOINT_CHUNK",
+    "CHECKPOINT_ENTRIES",
     "DEDUP_SIZE",
     "DELIVER_BACKOFF_MAX_MS",
     "DELIVER_BACKOFF_MS",
     "DELIVER_IN_FLIGHT",
     "DELIVER_LEASE_MS",
+    "IMAGE_OVERHEAD",
+    "LOCATE_TIMEOUT",
     "MAX_GROUP_BYTES",
     "REJOIN_FIRST_PAUSE",
     "REJOIN_MAX_PAUSE",
@@ -36,3 +41,18 @@ DELIVER_BACKOFF_MAX_MS = 300_000
 #: doubling from the first to the second.
 REJOIN_FIRST_PAUSE = 0.1
 REJOIN_MAX_PAUSE = 5.0
+#: A checkpoint starts once the log has grown, since the last one began, by the larger
+#: of the live image bytes and a sixteenth of the log's retention, at most this many
+#: bytes (this many when the log has no retention) ...
+CHECKPOINT_BYTES = 64_000_000
+#: ... or by this many entries (which bounds the replay of a new scheduler).
+CHECKPOINT_ENTRIES = 100_000
+#: Live records re-appended per operation of a checkpoint (one append each, interleaved
+#: with the requests).
+CHECKPOINT_CHUNK = 1000
+#: Bytes counted per record image beyond its id, payload, headers and last error (its
+#: numbers and msgpack's framing), for the live image bytes a put is weighed against.
+IMAGE_OVERHEAD = 48
+#: Seconds a scheduler reads its log for the begin entry of the checkpoint it points
+#: at (beyond: it points a little before it, which a replay skips).
+LOCATE_TIMEOUT = 5.0

@@ -240,8 +240,12 @@ class LoopLink:
                         raise NoScheduler(
                             f"no scheduler answered in {self._request_timeout:g} s"
                         ) from exc
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(turn), min(left, 0.5))
+                    # Until a new scheduler or connection, or the close of this link
+                    # (which fails the future: a call must not outlive its loop).
+                    waited: set[asyncio.Future[Any]] = {future, turn}
+                    await asyncio.wait(waited, timeout=min(left, 0.5))
+                    if future.done():
+                        break
                     continue
                 parked = waits
                 unanswered_since = loop.time()  # the outage budget counts from here
@@ -263,9 +267,21 @@ class LoopLink:
                 self._forgotten[request_id] = args[0]
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._forget(args[0], request_id))
+            task = asyncio.current_task()
+            cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+            if self._closed and cancelling is not None and not cancelling():
+                # Not the caller's cancellation: the close cut what the call awaited
+                # (a connection being opened, a publish).
+                raise QueueClosed("the queue was closed") from None
+            raise
+        except Exception:
+            if self._closed:  # whatever the close broke on its way (the broker's client)
+                raise QueueClosed("the queue was closed") from None
             raise
         finally:
             self._pending.pop(request_id, None)
+            if future.done() and not future.cancelled():
+                future.exception()  # seen, also when the call ends another way
         kind, body = future.result()
         if kind != "ok":
             raise_error(kind, unpack(body))
@@ -283,6 +299,11 @@ class LoopLink:
         if self._scheduler is not None:
             scheduler, self._scheduler = self._scheduler, None
             scheduler.stop()
+        opening = self._opening
+        if opening is not None and not opening.done():
+            # A connection being opened (and a campaign) is given up, its calls fail.
+            opening.cancel()
+            await asyncio.wait([opening])
         transport, self._transport = self._transport, None
         if transport is not None:
             with contextlib.suppress(Exception):

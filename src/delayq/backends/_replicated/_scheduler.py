@@ -7,6 +7,23 @@ An entry of the log is a msgpack array of operations, each
 the records the operation wrote (whole), the ids it deleted, the queue's last sequence
 number, and the reply it earned (so that a request resent after a failover is answered
 from the log, not applied twice). Replay is a fold with no clock and no decision.
+
+Checkpoints (docs/rabbitmq.md, "Checkpoints and retention") roll the live records
+forward so that the log can drop its old segments: a ``checkpoint-begin`` operation
+(the sequence numbers, the last now, the delivery targets and the dedup table), the
+live records' images ~1000 to a ``checkpoint`` operation, one append at a time between
+the requests, then ``checkpoint-end``. Once that is confirmed the scheduler publishes
+a pointer ``[reign, offset, checkpoint id]``, where the next scheduler starts its
+replay. A confirm carries no offset, so the pointer's is the offset of the reign's
+entry (the last entry a replay reads) plus the appends since: the begin entry's own,
+or lower when a deposed scheduler's late entry came in between; a replay from there
+skips everything up to the begin operation.
+
+Test only: ``DELAYQ_TEST_CHECKPOINT_STOP=<n>:<k>:<path>``, read once at import, makes
+the scheduler's ``n``-th checkpoint (counted in the process) stop for good after its
+``k``-th image operation is confirmed, and create the file ``path`` then (the
+scheduler goes on serving requests), so that a test can kill a process whose
+checkpoint is certainly half written. Never set it elsewhere.
 """
 
 from __future__ import annotations
@@ -14,9 +31,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 from ..._log import log_event
@@ -33,43 +52,88 @@ from ._codec import (
     unpack,
 )
 from ._constants import (
+    CHECKPOINT_BYTES,
+    CHECKPOINT_CHUNK,
+    CHECKPOINT_ENTRIES,
     DEDUP_SIZE,
     DELIVER_BACKOFF_MAX_MS,
     DELIVER_BACKOFF_MS,
     DELIVER_IN_FLIGHT,
     DELIVER_LEASE_MS,
+    IMAGE_OVERHEAD,
+    LOCATE_TIMEOUT,
     MAX_GROUP_BYTES,
     RENEW_EVERY,
 )
-from ._transport import Delivery, Transport
+from ._transport import Delivery, LogEntry, LogFull, Transport
 
 __all__ = ["Scheduler"]
 
 #: What an operation of the log is made of, before packing.
 Op = list[Any]
 
+#: The operations of a checkpoint (their request id field carries the entry's mark).
+_BEGIN, _IMAGES, _END = "checkpoint-begin", "checkpoint", "checkpoint-end"
+_CHECKPOINT_OPS = frozenset({_BEGIN, _IMAGES, _END})
+
+
+def _fault() -> tuple[int, int, Path] | None:
+    """The test-only stop of the module's docstring, from the environment."""
+    value = os.environ.get("DELAYQ_TEST_CHECKPOINT_STOP", "")
+    if not value:
+        return None
+    number, chunks, path = value.split(":", 2)
+    return int(number), int(chunks), Path(path)
+
+
+_FAULT = _fault()
+
+
+def image_bytes(id: str, payload: bytes, headers: Any, last_error: str | None) -> int:
+    """About what a record's image takes in the log (the live bytes are their sum)."""
+    size = len(id) + len(payload) + IMAGE_OVERHEAD + len(last_error or "")
+    for key, value in headers.items():
+        size += len(key) + len(str(value)) + 2
+    return size
+
+
+def _record_bytes(record: Record) -> int:
+    return image_bytes(record.id, record.payload, record.headers, record.last_error)
+
 
 class _Journal(Records):
-    """One queue's records that note every change, for the log."""
+    """One queue's records that note every change, for the log, and the bytes their
+    images take."""
 
     def __init__(self) -> None:
         super().__init__()
         self.changed: dict[str, Record | None] = {}
+        self.size = 0
+
+    def _put(self, record: Record) -> None:
+        old = self.records.get(record.id)
+        if old is not None:
+            self.size -= _record_bytes(old)
+        self.size += _record_bytes(record)
+        Records.write(self, record)
 
     def write(self, record: Record) -> None:
-        super().write(record)
+        self._put(record)
         self.changed[record.id] = record
 
     def delete(self, id: str) -> None:
+        self.size -= _record_bytes(self.records[id])
         super().delete(id)
         self.changed[id] = None
 
     def restore(self, images: list[Any], deletes: list[str], last_seq: int) -> None:
         """Apply a logged operation (replay: nothing is noted)."""
         for image in images:
-            Records.write(self, decode_record(image))
+            self._put(decode_record(image))
         for id in deletes:
-            self.records.pop(id, None)
+            old = self.records.pop(id, None)
+            if old is not None:
+                self.size -= _record_bytes(old)
         self.last_seq = max(self.last_seq, last_seq)
 
     def take_changes(self) -> tuple[list[Any], list[str]]:
@@ -95,7 +159,7 @@ class _Parked:
 
 
 class _Reply:
-    __slots__ = ("body", "claimed", "kind", "queue", "reply_to", "request_id")
+    __slots__ = ("body", "claimed", "done", "kind", "queue", "reply_to", "request_id")
 
     def __init__(
         self,
@@ -106,6 +170,7 @@ class _Reply:
         *,
         queue: str = "",
         claimed: list[Record] | None = None,
+        done: asyncio.Future[None] | None = None,
     ) -> None:
         self.reply_to = reply_to
         self.request_id = request_id
@@ -113,6 +178,11 @@ class _Reply:
         self.body = body
         self.queue = queue
         self.claimed = claimed
+        self.done = done  # not sent: resolved once what was decided before it is logged
+
+
+class _Gone(Exception):
+    """The log no longer holds where a replay was to start."""
 
 
 class Scheduler:
@@ -146,15 +216,31 @@ class Scheduler:
         self._stopped = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._renewal: asyncio.TimerHandle | None = None
+        retention = transport.retention_bytes
+        # Live image bytes a put may not push past (0: no limit), and the log's growth
+        # that starts a checkpoint when the live images are smaller.
+        self._max_live = retention // 4
+        self._checkpoint_bytes = min(retention // 16, CHECKPOINT_BYTES) or CHECKPOINT_BYTES
+        self._grown_bytes = 0
+        self._grown_entries = 0
+        self._checkpointing = False
+        self._checkpoints = 0
+        # The offset of this reign's entry, and the appends since: the k-th append is
+        # at an offset of at least their sum (only a deposed scheduler's late entry can
+        # come between), which is where a pointer sends a replay to look for its begin.
+        self._reign_offset = 0
+        self._appended = 0
+        self._begins: dict[str, int] = {}  # checkpoint id -> offset of its begin entry
 
     # -- election, replay, stop --------------------------------------------------------
 
     async def run(self) -> None:
-        """Take over: mark the reign in the log, fold the log up to that mark, then
-        take requests and tell the clients."""
+        """Take over: mark the reign in the log, fold the log up to that mark (from the
+        last checkpoint), then take requests and tell the clients."""
         started = time.monotonic()
         await self._transport.append("reign", self._reign, b"")
-        entries = await self._replay()
+        log, start, entries = await self._replay()
+        await log.aclose()  # type: ignore[attr-defined]
         await self._transport.serve(self._on_request)
         self._serving = True
         await self._transport.announce(self._reign)
@@ -167,33 +253,139 @@ class Scheduler:
             logging.INFO,
             "scheduler_elected",
             reign=self._reign,
+            start=start,
             entries=entries,
             seconds=round(time.monotonic() - started, 3),
         )
+        self._maybe_checkpoint()
 
-    async def _replay(self) -> int:
-        current = ""
+    async def _replay(self) -> tuple[AsyncIterator[LogEntry], int | None, int]:
+        """Fold the log up to this reign's mark, from the last checkpoint's pointer
+        (none: from the log's first entry). Returns the reader, left at the mark (the
+        scheduler goes on tailing its own log), where the fold began (None: the first
+        entry) and how many entries it folded."""
+        transport = self._transport
+        pointer = await transport.read_pointer()
+        if pointer is not None:
+            reign, offset, checkpoint = unpack(pointer)
+            log = transport.read_log(offset)
+            try:
+                entries = await self._fold_log(log, offset, reign, checkpoint)
+                # Again, after the marker read_pointer left: the next reader finds it.
+                await transport.point(pointer)
+                return log, offset, entries
+            except _Gone as gone:
+                await log.aclose()  # type: ignore[attr-defined]
+                self._gone(offset, gone, "the log no longer holds what the last pointer names")
+        log = transport.read_log(None)
+        if pointer is None:
+            try:
+                return log, None, await self._fold_log(log, 0, "", "")
+            except _Gone as gone:  # the log's head was dropped: it does not start at 0
+                await log.aclose()  # type: ignore[attr-defined]
+                self._gone(None, gone, "no pointer was found and the log dropped its head")
+        found = await self._find_checkpoint(transport.read_log(None))
+        if found is None:
+            raise RuntimeError(
+                "the log dropped its first entries (retention) and holds no complete "
+                "checkpoint: the state cannot be rebuilt without losing messages, so this "
+                "scheduler does not take over"
+            )
+        reign, offset, checkpoint = found
+        log = transport.read_log(offset)
+        entries = await self._fold_log(log, offset, reign, checkpoint)
+        await transport.point(pack([reign, offset, checkpoint]))
+        return log, offset, entries
+
+    def _gone(self, pointer: int | None, gone: _Gone, what: str) -> None:
+        log_event(
+            logging.WARNING,
+            "checkpoint_gone",
+            reign=self._reign,
+            pointer=pointer,
+            first=gone.args[0],
+            why=f"{what} (its retention): looking for the latest complete checkpoint "
+            f"the log still holds",
+        )
+
+    async def _fold_log(
+        self, log: AsyncIterator[LogEntry], start: int, reign: str, checkpoint: str
+    ) -> int:
+        """Fold ``log`` (read from ``start``, where ``checkpoint`` of ``reign`` began;
+        "": the log's first entry) up to this reign's mark; :class:`_Gone` when the log
+        no longer begins at ``start``."""
+        current = reign
         entries = 0
-        async for kind, reign, body in self._transport.read_log():
-            if kind == "reign":
-                current = reign
-                if reign == self._reign:
-                    break
+        first = True
+        waiting = bool(checkpoint)  # ops before the checkpoint's begin are skipped
+        async for entry in log:
+            if first and entry.offset != start:
+                raise _Gone(entry.offset)
+            first = False
+            if entry.kind == "reign":
+                current = entry.reign
+                if entry.reign == self._reign:
+                    if waiting:  # the pointer's checkpoint is not there: look for one
+                        raise _Gone(start)
+                    self._reign_offset = entry.offset
+                    return entries
                 continue
-            if reign != current:  # written by a deposed scheduler after its successor began
+            if entry.reign != current:  # written by a deposed scheduler after its successor
                 continue
             entries += 1
-            for op in unpack(body):
+            self._grown_bytes += len(entry.body)  # rolled images too: a new reign
+            self._grown_entries += 1  # checkpoints soon after a long replay
+            for op in unpack(entry.body):
+                if waiting:
+                    if op[0] == _BEGIN and op[2] == f"begin:{checkpoint}":
+                        waiting = False
+                        self._restart(unpack(op[8]))
+                    continue
                 self._fold(op)
-        return entries
+        raise ConnectionError("the log ended before this scheduler's reign entry")
+
+    async def _find_checkpoint(self, log: AsyncIterator[LogEntry]) -> tuple[str, int, str] | None:
+        """``(reign, offset of begin, id)`` of the last complete checkpoint in ``log``
+        (read from its first entry up to this reign's mark), None if there is none."""
+        found: tuple[str, int, str] | None = None
+        begun: tuple[str, int, str] | None = None
+        try:
+            async for entry in log:
+                if entry.kind == "reign":
+                    begun = None  # a checkpoint cut by a new reign is incomplete
+                    if entry.reign == self._reign:
+                        return found
+                    continue
+                what, _, checkpoint = entry.mark.partition(":")
+                if what == "begin":
+                    begun = (entry.reign, entry.offset, checkpoint)
+                elif what == "end" and begun is not None and begun[2] == checkpoint:
+                    found, begun = begun, None
+        finally:
+            await log.aclose()  # type: ignore[attr-defined]
+        return found
+
+    def _restart(self, begin: list[Any]) -> None:
+        """The state a checkpoint's begin operation carries (replay starts there)."""
+        _, last_now, seqs, targets, dedup = begin
+        self._last_now = max(self._last_now, last_now)
+        for queue, last_seq in seqs.items():
+            store = self._store(queue)
+            store.last_seq = max(store.last_seq, last_seq)
+        for queue, target in targets.items():
+            self._configure(queue, target)
+        for request_id, kind, reply in dedup:
+            self._remember(request_id, kind, reply)
 
     def _fold(self, op: Op) -> None:
         name, queue, request_id, floor, last_seq, images, deletes, kind, reply = op
+        if name in (_BEGIN, _END):
+            return  # a checkpoint's bounds matter only where a replay starts
         if name == "configure":
             self._configure(queue, unpack(reply))
         self._store(queue).restore(images, deletes, last_seq)
         self._last_now = max(self._last_now, floor)
-        if request_id:
+        if request_id and name != _IMAGES:
             self._remember(request_id, kind, reply)
 
     def stop(self) -> None:
@@ -279,8 +471,10 @@ class Scheduler:
             self._configure_request(queue, args[1], request_id, reply_to, now)
             return
         try:
+            if op == "put" and self._max_live:
+                self._weigh(queue, args[1])
             outcome = self._apply(store, op, args[1:], now)
-        except (DuplicateId, LeaseLost) as exc:
+        except (DuplicateId, LeaseLost, LogFull) as exc:
             kind, body = error_reply(exc)
             self._decided(
                 store, op, queue, "", now=now, reply=_Reply(reply_to, request_id, kind, pack(body))
@@ -304,6 +498,25 @@ class Scheduler:
         self._decided(store, op, queue, request_id, now=now, reply=reply)
         if store.records and (self._parked.get(queue) or queue in self._targets):
             self._service(queue)
+
+    def _live_bytes(self) -> int:
+        return sum(store.size for store in self._queues.values())
+
+    def _weigh(self, queue: str, requests: list[list[Any]]) -> None:
+        """LogFull when a put of ``requests`` (encoded) would make the live images
+        outgrow a quarter of the log's retention: retention keeps two checkpoints'
+        worth of log, so it never drops the last image of a live message."""
+        live = self._live_bytes()
+        added = sum(image_bytes(r[0] or "", r[1], r[4] or {}, None) for r in requests)
+        if live + added <= self._max_live:
+            return
+        why = (
+            f"the live messages' images would take {live + added} bytes, more than a "
+            f"quarter of the log's retention ({self._max_live} bytes): ack, cancel or "
+            f"purge messages, or raise retention_bytes"
+        )
+        log_event(logging.WARNING, "put_refused", reign=self._reign, queue=queue, why=why)
+        raise LogFull(f"put refused: {why}")
 
     def _apply(self, store: _Journal, op: str, args: list[Any], now: Now) -> Any:
         if op == "put":
@@ -370,7 +583,10 @@ class Scheduler:
     def _commit(self, entry: Op | None, reply: _Reply | None) -> None:
         if entry is not None:
             self._group.append(entry)
-            self._group_bytes += sum(len(image[1]) + 128 for image in entry[5]) + 64
+            size = sum(len(image[1]) + 128 for image in entry[5]) + 64
+            self._group_bytes += size
+            if entry[0] not in _CHECKPOINT_OPS:  # a checkpoint's own bytes do not count
+                self._grown_bytes += size
         if reply is not None:
             if not self._flushing and not self._group:
                 self._spawn(self._send([reply]))
@@ -385,8 +601,16 @@ class Scheduler:
             while self._group or self._replies:
                 group, replies = self._take_group()
                 if group:
-                    await self._transport.append("entry", self._reign, pack(group))
+                    body = pack(group)
+                    mark = next((op[2] for op in group if op[0] in (_BEGIN, _END)), "")
+                    self._appended += 1
+                    if mark.startswith("begin:"):
+                        self._begins[mark[6:]] = self._reign_offset + self._appended
+                    await self._transport.append("entry", self._reign, body, mark)
+                    if any(op[0] not in _CHECKPOINT_OPS for op in group):
+                        self._grown_entries += 1
                 await self._send(replies)
+                self._maybe_checkpoint()
         finally:
             self._flushing = False
 
@@ -417,7 +641,10 @@ class Scheduler:
         """Send ``replies`` in order. Only a reply that carries claimed messages waits
         for the broker's word (did its client get it?); the others are sent and left."""
         for reply in replies:
-            if reply.claimed:
+            if reply.done is not None:
+                if not reply.done.done():
+                    reply.done.set_result(None)
+            elif reply.claimed:
                 self._spawn(self._reply(reply))
             else:
                 await self._transport.reply(
@@ -445,6 +672,99 @@ class Scheduler:
                 continue
         self._decided(store, "release", queue, "", now=now, reply=None)
         self._service(queue)
+
+    # -- checkpoints -------------------------------------------------------------------
+
+    def _maybe_checkpoint(self) -> None:
+        if self._checkpointing or self._stopped or not self._serving:
+            return
+        if self._grown_entries >= CHECKPOINT_ENTRIES or self._grown_bytes >= max(
+            self._live_bytes(), self._checkpoint_bytes
+        ):
+            self._checkpointing = True
+            self._spawn(self._checkpoint())
+
+    async def _logged(self, op: Op) -> None:
+        """Append ``op`` with the requests (group commit) and return once it is in the
+        log."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._commit(op, _Reply("", op[2], "", b"", done=done))
+        await done
+
+    async def _checkpoint(self) -> None:
+        """Roll every live record forward (the module's docstring), one operation of
+        images per append, so that requests keep being answered meanwhile."""
+        self._checkpoints += 1
+        number = self._checkpoints
+        checkpoint = uuid.uuid4().hex[:16]
+        started = time.monotonic()
+        begin = [
+            checkpoint,
+            self._last_now,
+            {queue: store.last_seq for queue, store in self._queues.items()},
+            {queue: list(target) for queue, target in self._targets.items()},
+            [[request_id, kind, reply] for request_id, (kind, reply) in self._dedup.items()],
+        ]
+        live = [(queue, list(store.records)) for queue, store in self._queues.items()]
+        self._grown_bytes = self._grown_entries = 0
+        floor = self._now().floor
+        await self._logged([_BEGIN, "", f"begin:{checkpoint}", floor, 0, [], [], "", pack(begin)])
+        chunks = images = 0
+        for queue, ids in live:
+            for at in range(0, len(ids), CHECKPOINT_CHUNK):
+                store = self._store(queue)
+                chunk = [store.records.get(id) for id in ids[at : at + CHECKPOINT_CHUNK]]
+                encoded = [encode_record(r) for r in chunk if r is not None]
+                if not encoded:
+                    continue  # every one of them changed meanwhile, and was logged then
+                chunks += 1
+                images += len(encoded)
+                mark = f"images:{checkpoint}:{chunks}"
+                floor = self._now().floor
+                await self._logged(
+                    [_IMAGES, queue, mark, floor, store.last_seq, encoded, [], "", b""]
+                )
+                if _FAULT is not None and _FAULT[:2] == (number, chunks):
+                    _FAULT[2].touch()
+                    await asyncio.get_running_loop().create_future()  # forever (tests)
+        floor = self._now().floor
+        await self._logged([_END, "", f"end:{checkpoint}", floor, 0, [], [], "", b""])
+        offset = await self._locate(self._begins.pop(checkpoint), f"begin:{checkpoint}")
+        await self._transport.point(pack([self._reign, offset, checkpoint]))
+        self._checkpointing = False
+        log_event(
+            logging.INFO,
+            "checkpoint_written",
+            reign=self._reign,
+            images=images,
+            operations=chunks,
+            seconds=round(time.monotonic() - started, 3),
+        )
+        self._maybe_checkpoint()
+
+    async def _locate(self, lower: int, mark: str) -> int:
+        """The offset of this reign's entry marked ``mark``, at or after ``lower``
+        (a stream's offsets have gaps: a segment opens with an entry of the broker's
+        own), read from there; the predictions that follow start from what it finds.
+        ``lower`` itself when it cannot be read in time (still a valid pointer)."""
+        log = self._transport.read_log(lower, few=True)
+
+        async def find() -> int:
+            async for entry in log:
+                if entry.kind == "reign" and entry.reign != self._reign:
+                    break
+                if entry.reign == self._reign and entry.mark == mark:
+                    return entry.offset
+            return lower
+
+        try:
+            found = await asyncio.wait_for(find(), LOCATE_TIMEOUT)
+        except (asyncio.TimeoutError, ConnectionError):
+            found = lower
+        finally:
+            await log.aclose()  # type: ignore[attr-defined]
+        self._reign_offset += found - lower
+        return found
 
     # -- waiting reserves and timers ---------------------------------------------------
 

@@ -9,7 +9,7 @@ from typing import NamedTuple, Protocol
 
 from ...durable.message import Record
 
-__all__ = ["Delivery", "NoScheduler", "Refused", "Transport"]
+__all__ = ["Delivery", "LogEntry", "LogFull", "NoScheduler", "Refused", "Transport"]
 
 
 class NoScheduler(OSError):
@@ -26,6 +26,24 @@ class Refused(Exception):
     def __init__(self, reason: BaseException) -> None:
         super().__init__(str(reason))
         self.reason = reason
+
+
+class LogFull(OSError):
+    """The scheduler refused a put: the live messages' images would outgrow a quarter
+    of the log's retention, which could then drop the last image of a live message (an
+    outage to the caller: it passes once messages are acked, cancelled or purged)."""
+
+
+class LogEntry(NamedTuple):
+    """An entry of the log as a reader receives it."""
+
+    offset: int
+    kind: str
+    reign: str
+    mark: str
+    """``begin:<id>`` / ``end:<id>`` on the entry that holds a checkpoint's first or last
+    operation, else empty: what a reader looks for without unpacking the body."""
+    body: bytes
 
 
 class Delivery(NamedTuple):
@@ -54,20 +72,35 @@ class Transport(Protocol):
         :class:`Refused` (not retried) when it cannot."""
 
     async def request(self, op: str, request_id: str, body: bytes, ttl_ms: int | None) -> None:
-        """Send a request to the elected scheduler; :class:`NoScheduler` when none
-        is there to take it. ``ttl_ms``: how long it may wait for one (None: as long
-        as it takes)."""
+        """Send a request to the elected scheduler (its reply is the receipt: one
+        that no scheduler took may be dropped, and is resent when a scheduler
+        announces itself, or fails as :class:`NoScheduler` after its timeout; a
+        transport may raise NoScheduler at once when it knows). ``ttl_ms``: how long
+        it may wait for one (None: as long as it takes)."""
 
     async def campaign(self, on_token: Callable[[], None]) -> None:
         """Stand for election: ``on_token`` when this process is elected."""
 
-    async def append(self, kind: str, reign: str, body: bytes) -> None:
+    @property
+    def retention_bytes(self) -> int:
+        """The log's size retention in bytes (0: none): the scheduler keeps the live
+        images under a quarter of it and checkpoints often enough."""
+
+    async def append(self, kind: str, reign: str, body: bytes, mark: str = "") -> None:
         """Append one entry to the log, returning once the broker has confirmed it
         (replicated); an error when it was not."""
 
-    def read_log(self) -> AsyncIterator[tuple[str, str, bytes]]:
-        """Every entry of the log from its first, as ``(kind, reign, body)``, waiting
-        for new ones at the end (the caller stops reading)."""
+    def read_log(self, start: int | None, *, few: bool = False) -> AsyncIterator[LogEntry]:
+        """Every entry of the log from offset ``start`` (None: its first; an offset the
+        log no longer holds: its first too, which the caller sees), waiting for new
+        ones at the end (the caller stops reading). ``few``: the caller reads only a
+        few entries (the broker sends few ahead)."""
+
+    async def read_pointer(self) -> bytes | None:
+        """The last checkpoint pointer published (None: none found)."""
+
+    async def point(self, body: bytes) -> None:
+        """Publish a checkpoint pointer, returning once the broker confirmed it."""
 
     async def serve(self, on_request: Callable[[Delivery], None]) -> None:
         """Take the namespace's requests from now on."""

@@ -8,7 +8,10 @@ memory, appends what each operation changed to the stream ``<prefix>.log`` (repl
 and replies once the broker confirmed it. A new scheduler rebuilds the state from the
 log. Options, in the URL or as keywords: ``prefix`` (the namespace), ``scheduler``
 (``auto``: this object stands for election once it runs a waiting reserve; ``on``; ``off``),
-``request_timeout`` (seconds a call waits for a scheduler, default 10).
+``request_timeout`` (seconds a call waits for a scheduler, default 10),
+``retention_bytes`` (the log's size retention, default 20 GB; 0: none, for a namespace
+declared before retention; a put that would make the live messages outgrow a quarter
+of it is refused with :class:`LogFull`, an ``OSError``).
 
 The asyncio face: :mod:`._async.backend`; the sync face, generated from it (a private
 event loop thread carries its calls): :mod:`._sync.backend`; the broker's part:
@@ -17,7 +20,7 @@ event loop thread carries its calls): :mod:`._sync.backend`; the broker's part:
 
 import aiormq as _aiormq
 
-from .._replicated import NoScheduler
+from .._replicated import LogFull, NoScheduler
 from ._async.backend import AsyncAmqpBackend, open_async_backend
 from ._sync.backend import AmqpBackend, open_backend
 
@@ -27,6 +30,7 @@ __all__ = [
     "OUTAGE_ERRORS",
     "AmqpBackend",
     "AsyncAmqpBackend",
+    "LogFull",
     "NoScheduler",
     "open_async_backend",
     "open_backend",
@@ -35,6 +39,7 @@ __all__ = [
 #: The errors of amqp:// that mean "the broker or the scheduler does not answer".
 OUTAGE_ERRORS: tuple[type[Exception], ...] = (
     NoScheduler,
+    LogFull,
     ConnectionError,
     _aiormq.exceptions.AMQPConnectionError,
     _aiormq.exceptions.ChannelInvalidStateError,

@@ -9,10 +9,14 @@ __all__ = [
     "DEFAULT_HEARTBEAT",
     "DEFAULT_PREFIX",
     "DEFAULT_REQUEST_TIMEOUT",
+    "DEFAULT_RETENTION_BYTES",
     "LOCK_ARGUMENTS",
-    "LOG_ARGUMENTS",
     "LOG_PREFETCH",
+    "LOG_PREFETCH_FEW",
+    "META_ARGUMENTS",
+    "MIN_RETENTION_BYTES",
     "TOKEN_RETRIES",
+    "log_arguments",
 ]
 
 #: The namespace of a URL without ``prefix=``: its objects are ``delayq.log``...
@@ -21,14 +25,22 @@ DEFAULT_PREFIX = "delayq"
 DEFAULT_REQUEST_TIMEOUT = 10.0
 #: AMQP heartbeat asked of the broker, in seconds: a dead peer is seen after two misses.
 DEFAULT_HEARTBEAT = 10
-#: The log: a stream with three replicas where the cluster has them (a smaller cluster
-#: takes what it has). No retention limit: a stream drops whole old segments, and
-#: until checkpoints roll live records forward an old segment may hold the only image
-#: of a live record.
-LOG_ARGUMENTS: FieldTable = {
+#: The log's size retention (``x-max-length-bytes``) unless ``retention_bytes`` says
+#: otherwise: the stream drops its oldest segments beyond it. Checkpoints keep every
+#: live record's image in the newest quarter of it (docs/rabbitmq.md).
+DEFAULT_RETENTION_BYTES = 20_000_000_000
+#: The smallest retention taken (0 aside: none).
+MIN_RETENTION_BYTES = 1_000_000
+#: The log's segments (a stream drops whole segments): 64 MB, smaller for a retention
+#: under 512 MB (an eighth of it), so that retention can act at all.
+LOG_SEGMENT_BYTES = 64_000_000
+#: Checkpoint pointers: a small stream of its own, whose last message says where a new
+#: scheduler starts its replay.
+META_ARGUMENTS: FieldTable = {
     "x-queue-type": "stream",
     "x-initial-cluster-size": 3,
-    "x-stream-max-segment-size-bytes": 64_000_000,
+    "x-max-length-bytes": 16_000_000,
+    "x-stream-max-segment-size-bytes": 1_000_000,
 }
 #: The election: a quorum queue whose single active consumer is the scheduler; it
 #: holds one token, redelivered forever (no delivery limit, no dead-lettering).
@@ -40,9 +52,26 @@ LOCK_ARGUMENTS: FieldTable = {
 #: Deliveries of the log in flight to a reading scheduler (a stream consumer must
 #: set one).
 LOG_PREFETCH = 1000
+#: The same for a reader that looks for one entry a few entries on.
+LOG_PREFETCH_FEW = 8
 #: Pauses, in seconds, between tries of publishing the election's token when the broker
 #: nacks it (a lock queue declared a moment ago may not take it yet).
 TOKEN_RETRIES = (0.05, 0.1, 0.2, 0.4, 0.8)
 #: The content type of a message delivered to a user's exchange, by its encoding (any
 #: other: ``application/x-delayq-<encoding>``).
 CONTENT_TYPES = {"json": "application/json", "bytes": "application/octet-stream"}
+
+
+def log_arguments(retention_bytes: int) -> FieldTable:
+    """The log: a stream with three replicas where the cluster has them (a smaller
+    cluster takes what it has), ``retention_bytes`` of retention (0: none, the arguments
+    of a namespace declared before retention)."""
+    arguments: FieldTable = {
+        "x-queue-type": "stream",
+        "x-initial-cluster-size": 3,
+        "x-stream-max-segment-size-bytes": LOG_SEGMENT_BYTES,
+    }
+    if retention_bytes:
+        arguments["x-max-length-bytes"] = retention_bytes
+        arguments["x-stream-max-segment-size-bytes"] = min(LOG_SEGMENT_BYTES, retention_bytes // 8)
+    return arguments

@@ -4,11 +4,13 @@ requests go through a direct exchange to the scheduler's exclusive queue and rep
 to each client's exclusive inbox (docs/rabbitmq.md, "Broker objects").
 
 One connection per backend object; its channels: ``requests`` (the client's
-publishes, confirmed, ``mandatory``), ``inbox`` (replies and announcements), and once
-a candidate: ``lock`` (the election), ``log`` (appends, confirmed), ``serve`` (the
-requests), ``replies`` (confirmed, ``mandatory``: a reply carrying claimed messages,
-so that a gone client is seen), ``answers`` (every other reply, unconfirmed) and
-``deliver`` (publishes to a user's exchange, confirmed, ``mandatory``).
+publishes, neither confirmed nor ``mandatory``: the reply is the receipt), ``inbox``
+(replies and announcements), and once a candidate: ``lock`` (the election), ``log``
+(appends and checkpoint pointers, confirmed), ``reader`` (the log read back), ``meta``
+(the pointers read), ``serve`` (the requests), ``replies`` (confirmed, ``mandatory``:
+a reply carrying claimed messages, so that a gone client is seen), ``answers`` (every
+other reply, unconfirmed) and ``deliver`` (publishes to a user's exchange, confirmed,
+``mandatory``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -26,13 +29,16 @@ from pamqp.commands import Basic
 from pamqp.common import FieldTable
 
 from ...durable.message import Record
-from .._replicated import Delivery, NoScheduler, Refused
+from .._replicated import Delivery, LogEntry, Refused
 from ._constants import (
     CONTENT_TYPES,
+    DEFAULT_REQUEST_TIMEOUT,
     LOCK_ARGUMENTS,
-    LOG_ARGUMENTS,
     LOG_PREFETCH,
+    LOG_PREFETCH_FEW,
+    META_ARGUMENTS,
     TOKEN_RETRIES,
+    log_arguments,
 )
 from ._url import Settings
 
@@ -47,21 +53,25 @@ class Names:
 
     def __init__(self, prefix: str) -> None:
         self.log = f"{prefix}.log"
+        self.meta = f"{prefix}.meta"
         self.lock = f"{prefix}.lock"
         self.rpc = f"{prefix}.rpc"
         self.events = f"{prefix}.events"
 
     @property
-    def queues(self) -> tuple[str, str]:
-        return self.log, self.lock
+    def queues(self) -> tuple[str, str, str]:
+        return self.log, self.meta, self.lock
 
     @property
     def exchanges(self) -> tuple[str, str]:
         return self.rpc, self.events
 
 
-def _persistent(kind: str, reign: str) -> Basic.Properties:
-    return Basic.Properties(delivery_mode=2, message_type=kind, headers={"v": 1, "reign": reign})
+def _persistent(kind: str, reign: str, mark: str = "") -> Basic.Properties:
+    headers: FieldTable = {"v": 1, "reign": reign}
+    if mark:
+        headers["mark"] = mark
+    return Basic.Properties(delivery_mode=2, message_type=kind, headers=headers)
 
 
 def _final(exc: BaseException) -> BaseException | None:
@@ -129,6 +139,11 @@ class AmqpTransport:
             raise ConnectionError("the AMQP connection is closed")
         return channel
 
+    @property
+    def retention_bytes(self) -> int:
+        """See :attr:`~.._replicated.Transport.retention_bytes`."""
+        return self._settings.retention_bytes
+
     async def _open_channel(self, name: str, *, confirms: bool) -> AbstractChannel:
         if self._connection is None:
             raise ConnectionError("the AMQP connection is closed")
@@ -155,6 +170,9 @@ class AmqpTransport:
             if final is not None:
                 raise Refused(final) from exc
             raise ConnectionError(f"could not open the AMQP connection: {exc!r}") from exc
+        except ValueError:
+            await self.close()
+            raise
 
     async def _open(
         self,
@@ -164,11 +182,12 @@ class AmqpTransport:
     ) -> None:
         self._connection = await self._hosts.connect()
         self._connection.closing.add_done_callback(lambda _: on_lost())
-        requests = await self._open_channel("requests", confirms=True)
+        requests = await self._open_channel("requests", confirms=False)
         names = self._names
         await requests.exchange_declare(names.rpc, exchange_type="direct", durable=True)
         await requests.exchange_declare(names.events, exchange_type="fanout", durable=True)
-        await requests.queue_declare(names.log, durable=True, arguments=LOG_ARGUMENTS)
+        await self._declare_log(requests)
+        await requests.queue_declare(names.meta, durable=True, arguments=META_ARGUMENTS)
         inbox = await self._open_channel("inbox", confirms=False)
         declared = await inbox.queue_declare(
             "", exclusive=True, auto_delete=True, arguments={"x-queue-type": "classic"}
@@ -187,6 +206,23 @@ class AmqpTransport:
 
         await inbox.basic_consume(self._inbox, deliver, no_ack=True)
 
+    async def _declare_log(self, channel: AbstractChannel) -> None:
+        retention = self._settings.retention_bytes
+        try:
+            await channel.queue_declare(
+                self._names.log, durable=True, arguments=log_arguments(retention)
+            )
+        except aiormq.exceptions.ChannelPreconditionFailed as exc:
+            # The broker closed the channel: the next declare opens another.
+            self._channels.pop("requests", None)
+            raise ValueError(
+                f"the log {self._names.log} exists with other arguments than "
+                f"retention_bytes={retention} asks ({exc.args[-1] if exc.args else exc}). "
+                f"A namespace declared before delayq gave its log a retention takes "
+                f"retention_bytes=0 (checkpoints, no retention); otherwise pass the "
+                f"retention_bytes it was declared with, or use a new prefix"
+            ) from None
+
     async def request(self, op: str, request_id: str, body: bytes, ttl_ms: int | None) -> None:
         """See :meth:`~.._replicated.Transport.request`."""
         properties = Basic.Properties(
@@ -196,18 +232,22 @@ class AmqpTransport:
             message_type=op,
             expiration=None if ttl_ms is None else str(ttl_ms),
         )
+        # Neither confirmed nor mandatory: the reply is the request's receipt. One that
+        # no scheduler took (none bound, or its queue went with its connection) is
+        # dropped by the broker, and its caller resends it when a scheduler announces
+        # itself, or fails after its timeout (NoScheduler).
         try:
             await self._channel("requests").basic_publish(
-                body,
-                exchange=self._names.rpc,
-                routing_key=_RPC_KEY,
-                properties=properties,
-                mandatory=True,
+                body, exchange=self._names.rpc, routing_key=_RPC_KEY, properties=properties
             )
-        except aiormq.exceptions.DeliveryError as exc:
-            # Returned (no scheduler's queue is bound) or nacked (its queue went with
-            # its connection while the request was on its way): resent by the caller.
-            raise NoScheduler(f"no scheduler took the request: {exc!r}") from None
+        except asyncio.CancelledError:
+            # A channel closed under a publish cancels what the publish awaits: when this
+            # transport was closed (not the caller's task cancelled), say so.
+            task = asyncio.current_task()
+            cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+            if self._connection is None and (cancelling is None or not cancelling()):
+                raise ConnectionError("the AMQP connection closed during the request") from None
+            raise
         except (aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError) as exc:
             raise ConnectionError(f"the AMQP request failed: {exc!r}") from exc
 
@@ -265,39 +305,103 @@ class AmqpTransport:
         if held is not None:
             await lock.basic_ack(held)
 
-    async def append(self, kind: str, reign: str, body: bytes) -> None:
+    async def append(self, kind: str, reign: str, body: bytes, mark: str = "") -> None:
         """See :meth:`~.._replicated.Transport.append`."""
         try:
             await self._channel("log").basic_publish(
-                body, routing_key=self._names.log, properties=_persistent(kind, reign)
+                body, routing_key=self._names.log, properties=_persistent(kind, reign, mark)
             )
         except (aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError) as exc:
             raise ConnectionError(f"the log append was not confirmed: {exc!r}") from exc
 
-    async def read_log(self) -> AsyncIterator[tuple[str, str, bytes]]:
+    async def read_log(self, start: int | None, *, few: bool = False) -> AsyncIterator[LogEntry]:
         """See :meth:`~.._replicated.Transport.read_log`."""
-        channel = await self._open_channel("reader", confirms=False)
-        arrived: asyncio.Queue[DeliveredMessage] = asyncio.Queue()
-        await channel.basic_qos(prefetch_count=LOG_PREFETCH)
-        await channel.basic_consume(
-            self._names.log, arrived.put, arguments={"x-stream-offset": "first"}
-        )
+        offset: int | str = "first" if start is None else start
+        prefetch = LOG_PREFETCH_FEW if few else LOG_PREFETCH
+        channel, arrived = await self._subscribe(self._names.log, offset, "reader", prefetch)
         unacked = 0
+        cancelled = False
         try:
             while True:
                 message = await arrived.get()
                 unacked += 1
-                if unacked >= LOG_PREFETCH // 2 or arrived.empty():
+                if unacked >= prefetch // 2 or arrived.empty():
                     await channel.basic_ack(message.delivery_tag or 0, multiple=True)
                     unacked = 0
                 properties = message.header.properties
                 headers: dict[str, Any] = dict(properties.headers or {})
-                reign = headers.get("reign", "")
-                yield properties.message_type or "", str(reign), message.body
+                yield LogEntry(
+                    int(headers.get("x-stream-offset", -1)),
+                    properties.message_type or "",
+                    str(headers.get("reign", "")),
+                    str(headers.get("mark", "")),
+                    message.body,
+                )
+        except asyncio.CancelledError:
+            cancelled = True  # its scheduler stopped: the connection goes with it
+            raise
         finally:
-            self._channels.pop("reader", None)
-            with contextlib.suppress(Exception):
-                await channel.close()
+            if cancelled:
+                if self._channels.get("reader") is channel:
+                    del self._channels["reader"]
+            else:
+                await self._unsubscribe("reader", channel)
+
+    async def _subscribe(
+        self, queue: str, offset: int | str, name: str, prefetch: int
+    ) -> tuple[AbstractChannel, asyncio.Queue[DeliveredMessage]]:
+        """Consume the stream ``queue`` from ``offset`` on a channel of its own (acked
+        by the reader: a stream consumer must ack to get more)."""
+        channel = await self._open_channel(name, confirms=False)
+        arrived: asyncio.Queue[DeliveredMessage] = asyncio.Queue()
+        await channel.basic_qos(prefetch_count=prefetch)
+        await channel.basic_consume(queue, arrived.put, arguments={"x-stream-offset": offset})
+        return channel, arrived
+
+    async def _unsubscribe(self, name: str, channel: AbstractChannel) -> None:
+        if self._channels.get(name) is channel:
+            del self._channels[name]
+        with contextlib.suppress(Exception):
+            await channel.close()
+
+    async def read_pointer(self) -> bytes | None:
+        """See :meth:`~.._replicated.Transport.read_pointer`: read the meta stream from
+        its last chunk, publish a marker and read up to it (a stream says nothing of
+        where it ends); the last pointer before the marker is the one. A marker in the
+        last chunk with no pointer before it (a scheduler that died between its marker
+        and its pointer) finds none: the caller then looks in the log itself."""
+        marker = uuid.uuid4().hex.encode()
+        found: bytes | None = None
+        channel, arrived = await self._subscribe(self._names.meta, "last", "meta", LOG_PREFETCH)
+        try:
+            await self._channel("log").basic_publish(
+                marker,
+                routing_key=self._names.meta,
+                properties=Basic.Properties(delivery_mode=2, message_type="marker"),
+            )
+            while True:
+                message = await asyncio.wait_for(arrived.get(), DEFAULT_REQUEST_TIMEOUT)
+                await channel.basic_ack(message.delivery_tag or 0)
+                kind = message.header.properties.message_type
+                if kind == "pointer":
+                    found = message.body
+                elif kind == "marker" and message.body == marker:
+                    return found
+        except (aiormq.exceptions.AMQPError, asyncio.TimeoutError) as exc:
+            raise ConnectionError(f"could not read the checkpoint pointer: {exc!r}") from exc
+        finally:
+            await self._unsubscribe("meta", channel)
+
+    async def point(self, body: bytes) -> None:
+        """See :meth:`~.._replicated.Transport.point`."""
+        try:
+            await self._channel("log").basic_publish(
+                body,
+                routing_key=self._names.meta,
+                properties=Basic.Properties(delivery_mode=2, message_type="pointer"),
+            )
+        except (aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError) as exc:
+            raise ConnectionError(f"the checkpoint pointer was not confirmed: {exc!r}") from exc
 
     async def serve(self, on_request: Callable[[Delivery], None]) -> None:
         """See :meth:`~.._replicated.Transport.serve`."""

@@ -11,14 +11,27 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ...errors import UnsupportedURL
 from .._replicated import Candidacy
-from ._constants import DEFAULT_HEARTBEAT, DEFAULT_PREFIX, DEFAULT_REQUEST_TIMEOUT
+from ._constants import (
+    DEFAULT_HEARTBEAT,
+    DEFAULT_PREFIX,
+    DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_RETENTION_BYTES,
+    MIN_RETENTION_BYTES,
+)
 
 __all__ = ["Settings", "parse"]
 
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,100}")
 _CANDIDACIES = ("auto", "on", "off")
 _OPTIONS = frozenset(
-    {"prefix", "scheduler", "request_timeout", "deliver_exchange", "deliver_routing_key"}
+    {
+        "prefix",
+        "scheduler",
+        "request_timeout",
+        "deliver_exchange",
+        "deliver_routing_key",
+        "retention_bytes",
+    }
 )
 #: TLS parameters of an ``amqps://`` URL, passed to aiormq as they are: the CA that signs
 #: the broker's certificate (``cafile`` / ``capath``), a client certificate and its key
@@ -39,6 +52,8 @@ class Settings:
     deliver: tuple[str, str] | None
     """``(exchange, routing key)`` every message of this object's queues is published to
     at its time ("" routing key: the queue's name), or None: consumers reserve them."""
+    retention_bytes: int = DEFAULT_RETENTION_BYTES
+    """The log's size retention (0: none)."""
 
 
 def _timeout(value: Any) -> float:
@@ -49,6 +64,21 @@ def _timeout(value: Any) -> float:
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"request_timeout must be a positive number of seconds, not {value!r}")
     return seconds
+
+
+def _retention(value: Any) -> int:
+    try:
+        size = int(value)
+    except (TypeError, ValueError):
+        size = -1
+    if isinstance(value, (bool, float)) or (
+        size != 0 and not (MIN_RETENTION_BYTES <= size < 1 << 62)
+    ):
+        raise ValueError(
+            f"retention_bytes must be 0 (no retention) or a whole number of bytes of at "
+            f"least {MIN_RETENTION_BYTES}, not {value!r}"
+        )
+    return size
 
 
 def parse(url: str, options: dict[str, Any]) -> Settings:
@@ -87,7 +117,10 @@ def parse(url: str, options: dict[str, Any]) -> Settings:
     brokers = tuple(
         urlunsplit((scheme, f"{userinfo}{at}{host}", parts.path, query, "")) for host in hosts
     )
-    return Settings(brokers, prefix, cast(Candidacy, scheduler), timeout, _deliver(merged))
+    retention = _retention(merged.get("retention_bytes", DEFAULT_RETENTION_BYTES))
+    return Settings(
+        brokers, prefix, cast(Candidacy, scheduler), timeout, _deliver(merged), retention
+    )
 
 
 def _check_host(host: str, url: str) -> None:

@@ -32,6 +32,7 @@ class AsyncAmqpBackend(AsyncReplicatedBackend):
 
 def open_async_backend(url: str, **options: Any) -> AsyncAmqpBackend:
     """Open this face of ``amqp://`` (options: ``prefix``, ``scheduler``,
-    ``request_timeout``, ``deliver_exchange``, ``deliver_routing_key``; see
+    ``request_timeout``, ``deliver_exchange``, ``deliver_routing_key``,
+    ``retention_bytes``; see
     :mod:`delayq.backends.amqp`)."""
     return AsyncAmqpBackend(url, **options)

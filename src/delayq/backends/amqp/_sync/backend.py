@@ -34,6 +34,7 @@ class AmqpBackend(ReplicatedBackend):
 
 def open_backend(url: str, **options: Any) -> AmqpBackend:
     """Open this face of ``amqp://`` (options: ``prefix``, ``scheduler``,
-    ``request_timeout``, ``deliver_exchange``, ``deliver_routing_key``; see
+    ``request_timeout``, ``deliver_exchange``, ``deliver_routing_key``,
+    ``retention_bytes``; see
     :mod:`delayq.backends.amqp`)."""
     return AmqpBackend(url, **options)

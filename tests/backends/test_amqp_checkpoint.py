@@ -1,0 +1,315 @@
+"""Checkpoints and retention of ``amqp://`` (docs/rabbitmq.md, "Checkpoints and
+retention"): a new scheduler replays from the last checkpoint's pointer and rebuilds
+the same state; a log several times its retention loses no live message; a put that
+would outgrow a quarter of the retention is refused as an outage; a scheduler killed
+in the middle of a checkpoint leaves a log its successor replays from the previous
+pointer, every put there exactly once; a namespace declared without retention says
+what to do.
+
+On the shared RabbitMQ, each test under a namespace of its own (deleted afterwards).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from delayq.durable import Message, Queue, State
+
+pika = pytest.importorskip("pika")
+pytest.importorskip("aiormq")
+
+from conformance.conftest import amqp_url  # noqa: E402
+
+#: The smallest retention the backend takes: checkpoints start every ~62 KB of log.
+SMALL = 1_000_000
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> Iterator[str]:
+    with contextlib.closing(amqp_url(tmp_path)) as namespace:
+        yield next(namespace)
+
+
+def events(caplog: pytest.LogCaptureFixture, name: str) -> list[dict[str, Any]]:
+    return [
+        getattr(record, "delayq", {})
+        for record in caplog.records
+        if record.getMessage().split(" ", 1)[0] == name
+    ]
+
+
+def state_of(queue: Queue, ids: list[str]) -> tuple[Any, ...]:
+    """What a user can see of ``queue`` (stats without the lag, which moves)."""
+    stats = queue.stats()
+    return (
+        (stats.scheduled, stats.ready, stats.active, stats.dead, stats.next_due_at),
+        queue.peek(limit=1000),
+        queue.peek("active", limit=1000),
+        queue.dead(limit=1000),
+        [queue.get(id) for id in ids[::5]],
+    )
+
+
+def meta_messages(url: str) -> list[tuple[str, bytes]]:
+    """``(type, body)`` of every message of the namespace's meta stream."""
+    prefix = url.split("prefix=", 1)[1].split("&", 1)[0]
+    base = url.split("?", 1)[0]
+    connection = pika.BlockingConnection(pika.URLParameters(base))
+    try:
+        channel = connection.channel()
+        channel.basic_qos(prefetch_count=1000)
+        found: list[tuple[str, bytes]] = []
+        for method, properties, body in channel.consume(
+            f"{prefix}.meta", arguments={"x-stream-offset": "first"}, inactivity_timeout=1
+        ):
+            if method is None:
+                break
+            channel.basic_ack(method.delivery_tag)
+            found.append((properties.type, body))
+        channel.cancel()
+        return found
+    finally:
+        connection.close()
+
+
+def first_log_offset(url: str) -> int:
+    prefix = url.split("prefix=", 1)[1].split("&", 1)[0]
+    connection = pika.BlockingConnection(pika.URLParameters(url.split("?", 1)[0]))
+    try:
+        channel = connection.channel()
+        channel.basic_qos(prefetch_count=1)
+        for method, properties, _ in channel.consume(
+            f"{prefix}.log", arguments={"x-stream-offset": "first"}, inactivity_timeout=5
+        ):
+            assert method is not None
+            channel.cancel()
+            return int(properties.headers["x-stream-offset"])
+        raise AssertionError("the log is empty")
+    finally:
+        connection.close()
+
+
+def test_a_new_scheduler_replays_from_the_pointer_and_rebuilds_the_same_state(
+    base: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="delayq")
+    url = f"{base}&retention_bytes={SMALL}"
+    first = Queue(url, name="a")
+    queues = [first, first.named("b")]
+    ids: dict[str, list[str]] = {"a": [], "b": []}
+    held: list[Message] = []
+    for round in range(16):
+        for queue in queues:
+            new = queue.put_many(
+                [
+                    {"payload": f"{round}-{n}-" + "x" * 100, "delay": 60 if n % 2 == 0 else 0}
+                    for n in range(10)
+                ]
+            )
+            ids[queue.name] += new
+            queue.put({"replaced": round}, id=new[0], on_conflict="replace", delay=30)
+            got = queue.reserve(max=4, lease=60)
+            assert len(got) == 4
+            queue.ack(got[0])
+            assert queue.nack(got[1], delay=0) is State.SCHEDULED
+            assert queue.nack(got[2], dead=True, error=f"boom {round}") is State.DEAD
+            queue.extend(got[3], lease=120)
+            held.append(got[3])
+            assert queue.cancel(new[2])
+            assert queue.reschedule(new[4], delay=90)
+            if round % 7 == 3:
+                assert queue.retry_dead([got[2].id]) == 1
+    # The last sequence number, which no message carries once the probe is cancelled.
+    probes = {}
+    for queue in queues:
+        probe = queue.put("probe", delay=60)
+        probes[queue.name] = queue.get(probe)
+        assert queue.cancel(probe)
+    before = [state_of(queue, ids[queue.name]) for queue in queues]
+    assert events(caplog, "checkpoint_written")
+
+    with Queue(url, name="a") as second:  # a candidate, elected once first closes
+        second.stats()
+        first.close()
+        again = [second, second.named("b")]
+        assert [state_of(queue, ids[queue.name]) for queue in again] == before
+        elected = events(caplog, "scheduler_elected")[-1]
+        pointers = [body for kind, body in meta_messages(url) if kind == "pointer"]
+        assert elected["start"] > 0  # not the log's first entry
+        assert elected["start"] in [msgpack.unpackb(body)[1] for body in pointers]
+        for queue in again:
+            probe = probes[queue.name]
+            next = queue.get(queue.put("next", delay=60))
+            assert probe is not None
+            assert next is not None
+            assert next.seq == (probe.seq or 0) + 1
+        for message in held:  # the leases and their tokens were rolled forward
+            again[0 if message.queue == "a" else 1].ack(message)
+        for queue in again:
+            queue.purge()
+
+
+def delete_meta(url: str) -> None:
+    prefix = url.split("prefix=", 1)[1].split("&", 1)[0]
+    connection = pika.BlockingConnection(pika.URLParameters(url.split("?", 1)[0]))
+    try:
+        connection.channel().queue_delete(f"{prefix}.meta")
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("pointer", ["kept", "lost"])
+def test_a_log_several_times_its_retention_loses_no_live_message(
+    base: str, pointer: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the pointers lost too, the new scheduler finds the latest complete
+    checkpoint in the log itself (the log's head is gone: no replay from its start)."""
+    caplog.set_level(logging.INFO, logger="delayq")
+    url = f"{base}&retention_bytes={2 * SMALL}"
+    first = Queue(url, name="jobs")
+    # Put once, never touched again: only checkpoints keep their images in the log.
+    quiet = first.put_many(
+        [{"payload": f"quiet {n}", "delay": 3600, "headers": {"n": str(n)}} for n in range(100)]
+    )
+    churn = [f"churn-{n}" for n in range(200)]
+    for round in range(40):  # ~8 MB of log: four times the retention
+        first.put_many(
+            [
+                {"id": id, "payload": f"{round} " + "y" * 1000, "on_conflict": "replace"}
+                for id in churn
+            ]
+        )
+    assert first_log_offset(url) > 0  # retention dropped the log's first segments
+    if pointer == "lost":
+        delete_meta(url)
+    with Queue(url, name="jobs") as second:
+        second.stats()
+        first.close()
+        assert second.stats().scheduled == 100
+        assert second.stats().ready == 200
+        for n, id in enumerate(quiet):
+            message = second.get(id)
+            assert message is not None
+            assert (message.payload, message.headers) == (f"quiet {n}", {"n": str(n)})
+        for id in churn:
+            message = second.get(id)
+            assert message is not None
+            assert message.payload == "39 " + "y" * 1000
+        assert events(caplog, "scheduler_elected")[-1]["start"] > 0
+        assert bool(events(caplog, "checkpoint_gone")) == (pointer == "lost")
+        second.purge()
+
+
+def test_a_put_that_would_outgrow_a_quarter_of_the_retention_is_refused(
+    base: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with Queue(f"{base}&retention_bytes={SMALL}", name="jobs") as queue:
+        queue.put_many([{"payload": "z" * 1000} for _ in range(150)])  # ~170 KB of 250
+        with pytest.raises(OSError, match="quarter of the log's retention"):
+            queue.put_many([{"payload": "z" * 1000} for _ in range(100)])
+        assert queue.stats().ready == 150  # the refused batch stored nothing
+        assert events(caplog, "put_refused")
+        queue.purge()
+        queue.put_many([{"payload": "z" * 1000} for _ in range(100)])
+        assert queue.stats().ready == 100
+        queue.purge()
+
+
+def test_a_namespace_declared_without_retention_says_what_to_do(base: str) -> None:
+    with Queue(f"{base}&retention_bytes=0", name="jobs") as old:
+        old.put("kept")  # the log as it was declared before retention
+        with Queue(base, name="jobs") as new, pytest.raises(ValueError, match="retention_bytes=0"):
+            new.stats()
+        assert old.stats().ready == 1
+        old.purge()
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from delayq.durable import Queue
+
+    url, directory = sys.argv[1], Path(sys.argv[2])
+    stopped, acked = directory / "stopped", directory / "acked"
+    queue = Queue(url, name="jobs")
+    churn = [f"c{n}" for n in range(3000)]  # 3 operations of images in a checkpoint
+    queue.put_many([{"id": id, "payload": "x" * 100, "delay": 3600} for id in churn])
+    after, round = 0, 0
+    with acked.open("a") as out:
+        while after < 5:
+            if stopped.exists():
+                after += 1
+            queue.put_many(
+                [
+                    {"id": id, "payload": f"{round}", "delay": 3600, "on_conflict": "replace"}
+                    for id in churn[(round % 30) * 100 : (round % 30 + 1) * 100]
+                ]
+            )
+            new = queue.put_many([{"payload": round, "delay": 3600} for _ in range(10)])
+            out.write("".join(f"{id}\\n" for id in new))
+            out.flush()
+            round += 1
+            assert round < 2000, "no second checkpoint began"
+    if sys.argv[3] == "close":
+        queue.close()  # its connection closes in the middle of the checkpoint
+    (directory / "ready").touch()
+    time.sleep(600)
+    """
+)
+
+
+@pytest.mark.parametrize("end", ["kill", "close"])
+def test_a_scheduler_stopped_in_a_checkpoint_loses_and_doubles_nothing(
+    base: str, end: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Killed (SIGKILL), or its connection closed, in the middle of a checkpoint."""
+    caplog.set_level(logging.INFO, logger="delayq")
+    url = f"{base}&retention_bytes={8 * SMALL}"
+    # The scheduler's second checkpoint stops for good after its first operation of
+    # images (test-only switch), so that the kill lands in it, every time.
+    env = {**os.environ, "DELAYQ_TEST_CHECKPOINT_STOP": f"2:1:{tmp_path / 'stopped'}"}
+    child = subprocess.Popen([sys.executable, "-c", CHILD, url, str(tmp_path), end], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "ready").exists():
+            assert child.poll() is None, "the child process failed"
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+    acked = (tmp_path / "acked").read_text().split()
+    pointers = [msgpack.unpackb(body) for kind, body in meta_messages(url) if kind == "pointer"]
+    assert len(pointers) == 1  # the first checkpoint's; the second never ended
+    with Queue(url, name="jobs") as successor:
+        assert successor.stats().scheduled == 3000 + len(acked)
+        assert events(caplog, "scheduler_elected")[-1]["start"] == pointers[0][1]
+        seen: list[str] = []
+        after: tuple[int, ...] | None = None
+        while True:
+            page = successor.peek("scheduled", limit=1000, after=after)
+            if not page:
+                break
+            seen += [message.id for message in page]
+            last = page[-1]
+            after = (last.due_at, last.seq or 0)
+        assert len(seen) == len(set(seen)) == 3000 + len(acked)
+        assert set(acked) <= set(seen)
+        successor.purge()
