@@ -420,6 +420,20 @@ def test_sign_format_and_verify() -> None:
     assert verify("s3cret", header, b'{"a":1}', now=1_700_000_010)
 
 
+def test_v1_is_the_hmac_of_the_timestamp_a_dot_and_the_body() -> None:
+    """A known answer computed here, as the README tells a receiver to compute it:
+    HMAC-SHA256 over ``<t>.<body>``. Without the ``.`` a timestamp and a body that
+    begins with digits could be split another way (t=17, body "00..." signs as t=170)."""
+    body = b'{"order":42}'
+    expected = hmac.new(b"s3cret", b'1700000000.{"order":42}', hashlib.sha256).hexdigest()
+    assert expected == "7c393310b159e0ddabd257ea65bc7352a78d638451e5764a0230dd33c285113c"
+    header = sign("s3cret", 1_700_000_000, body)
+    assert header == f"t=1700000000,v1={expected}"
+    assert verify("s3cret", f"t=1700000000,v1={expected}", body, now=1_700_000_000)
+    # The same bytes split at another place are another signature.
+    assert sign("s3cret", 17, b"00000000" + body) != sign("s3cret", 1_700_000_000, body)
+
+
 def test_verify_refuses_tampering() -> None:
     body = b"payload"
     header = sign("s3cret", 1000, body)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
@@ -119,6 +122,35 @@ def test_tick_ids_are_utc_and_deterministic() -> None:
     tick = ms(datetime(2024, 3, 31, 1, 0, tzinfo=timezone.utc))
     assert tick_id("nightly", tick) == "cron:nightly:2024-03-31T01:00:00Z"
     assert tick_id("fast", tick + 250) == "cron:fast:2024-03-31T01:00:00.250Z"
+
+
+@pytest.fixture(params=["Europe/Berlin", "America/Los_Angeles", "Asia/Kolkata"])
+def local_zone(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The process's local time zone set to a non-UTC zone (``TZ`` and
+    ``time.tzset()``), restored afterwards."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = str(request.param)
+    time.tzset()
+    try:
+        assert time.localtime(1_700_000_000).tm_gmtoff != 0
+        yield str(request.param)
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+
+
+def test_tick_ids_and_schedules_ignore_the_local_time_zone(local_zone: str) -> None:
+    """Every machine names a tick alike, whatever its TZ: the id is the UTC time."""
+    tick = ms(datetime(2024, 3, 31, 1, 0, tzinfo=timezone.utc))
+    assert tick_id("nightly", tick) == "cron:nightly:2024-03-31T01:00:00Z"
+    assert tick_id("fast", tick + 250) == "cron:fast:2024-03-31T01:00:00.250Z"
+    # A cron schedule without tz= is UTC, not the machine's zone.
+    start = ms(datetime(2024, 3, 30, 12, 0, tzinfo=timezone.utc))
+    assert CronSchedule("0 1 * * *").next_after(start) == tick
+    assert EverySchedule("1h").next_after(tick - 1) == tick
 
 
 EVERY = EverySchedule(10)  # ticks at multiples of 10 s
