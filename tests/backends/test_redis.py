@@ -375,6 +375,29 @@ def test_a_delay_counts_from_the_ceiling_of_the_servers_now(shared_url: str) -> 
     assert early == []
 
 
+def test_due_counts_count_from_the_now_they_are_given(shared_url: str) -> None:
+    """``due_counts.lua`` counts from a now it is given (a sharded queue gives every
+    shard the first shard's, so a message due at the horizon is counted alike on all)
+    and from the server's TIME without one."""
+    prefix = shared_url.split("prefix=")[1]
+    client = redis.Redis.from_url(SHARED)
+    run, ops = Functions(client), Operations(prefix)
+    with Queue(shared_url, name="counts") as q:
+        base = (int(time.time()) + 3600) * 1000
+        for offset in (0, 1, 999, 1000, 2999, 3000, 3001):
+            q.put(offset, at=(base + offset) / 1000)
+        call = ops.due_counts("counts", 3000, 3, base)
+        assert call.decode(run(*_script_call(call))) == (base, [2, 1, 1])
+        call = ops.due_counts("counts", 3000, 3, base + 1)
+        assert call.decode(run(*_script_call(call))) == (base + 1, [2, 0, 2])
+        call = ops.due_counts("counts", 3000, 3)
+        start, counts = call.decode(run(*_script_call(call)))
+        assert base - 3_700_000 < start < base
+        assert counts == [0, 0, 0]
+        q.purge()
+    client.close()
+
+
 @pytest.mark.parametrize("skew", [3600.0, -3600.0], ids=["client-ahead", "client-behind"])
 def test_client_clock_skew_fires_neither_early_nor_late(
     shared_url: str, skew: float, monkeypatch: pytest.MonkeyPatch
