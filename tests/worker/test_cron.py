@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
 
+from delayq import FakeClock, Queue
 from delayq.runtime._cron import (
     CronSchedule,
     EverySchedule,
@@ -178,8 +180,14 @@ def test_a_tick_put_after_its_time_does_not_run_on_its_first_attempt() -> None:
 
 
 def test_expected_due_matches_the_facade_rounding_of_at() -> None:
-    for tick in (T, T + 1, T + 250, 1_711_846_800_123):
-        assert expected_due(tick) in (tick, tick + 1)
+    """A tick put with ``at=tick / 1000`` in time is stored due exactly at the tick
+    (no float rounding up by a millisecond), and ``expected_due`` says so."""
+    ticks = [T, T + 1, T + 7, T + 250, T + 999, 1_711_846_800_123, 4_102_444_799_999]
+    clock = FakeClock(wall=1_600_000_000.0)  # before every tick: each put is in time
+    with Queue(f"memory://expected-due-{uuid.uuid4().hex}", clock=clock) as q:
+        for tick in ticks:
+            assert expected_due(tick) == tick
+            assert q.get(q.put(tick, at=tick / 1000)).due_at == tick
 
 
 def test_missed_ticks_catch_up_once_or_not_at_all() -> None:
