@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -77,3 +79,15 @@ def test_delay_for_validates() -> None:
         RetryPolicy().delay_for(0)
     with pytest.raises(ValueError, match="random_value"):
         RetryPolicy().delay_for(1, 2.0)
+
+
+def test_backoff_is_delay_for_with_a_random_jitter() -> None:
+    policy = RetryPolicy(base=1.0, factor=2.0, max_delay=60.0, jitter=0.5)
+    for attempt in (1, 2, 5):
+        random.seed(attempt)
+        value = random.random()
+        random.seed(attempt)
+        assert policy.backoff(attempt) == policy.delay_for(attempt, value)
+    delays = {policy.backoff(3) for _ in range(20)}
+    assert len(delays) > 1  # jittered
+    assert all(2.0 <= d <= 6.0 for d in delays)  # 4 s +- 50 %

@@ -158,3 +158,12 @@ def test_implementations_take_the_protocols_parameters(protocol: type, cls: type
     for name in members:
         wanted = _shape(getattr(protocol, name))[1:]  # without self
         assert _shape(getattr(instance, name)) == wanted, f"{cls.__name__}.{name}"
+
+
+def test_reprs_say_what_a_store_and_a_schedule_hold() -> None:
+    store: HeapStore[str] = HeapStore()
+    assert repr(store) == "<HeapStore pending=0 entries=0>"
+    handle = store.push("a", 10.0)
+    store.push_due("b", 1.0)
+    store.reschedule(handle, 20.0)  # a moved entry: the old one stays until compaction
+    assert repr(store) == "<HeapStore pending=2 entries=3>"

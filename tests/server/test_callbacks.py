@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import time
 from typing import Any
 
 import pytest
@@ -13,7 +14,10 @@ from delayq.server._callbacks import (
     Callback,
     CallbackError,
     address_refusal,
+    connection_refusal,
     host_allowed,
+    message_id_from_header,
+    message_id_header,
     parse_callback,
     sign,
     verify,
@@ -549,3 +553,122 @@ def test_sign_v2_checks_its_arguments() -> None:
         sign("k", 1, b"", method="GET", url="https://a.example/\n", message_id="a")
     # verify() says False, never raises, for such values (no signature covers them)
     assert not verify("k", "t=1,v2=00", b"", now=1, method="GET\n", url="u", message_id="a")
+
+
+# -- the message id header -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("message_id", "header"),
+    [
+        ("order-42", "order-42"),
+        ("a b", "a b"),  # inner spaces travel as they are
+        (" lead", "UTF-8''%20lead"),
+        ("trail ", "UTF-8''trail%20"),
+        ("héllo", "UTF-8''h%C3%A9llo"),
+        ("a\nb", "UTF-8''a%0Ab"),
+        ("UTF-8''x", "UTF-8''UTF-8%27%27x"),  # the prefix itself is encoded
+        ("!#$&+-.^_`|~/", "!#$&+-.^_`|~/"),
+        ("é!#$&+-.^_`|~/", "UTF-8''%C3%A9!#$&+-.^_`|~%2F"),
+        ("", "UTF-8''"),
+    ],
+)
+def test_message_id_header_round_trips(message_id: str, header: str) -> None:
+    assert message_id_header(message_id) == header
+    assert message_id_from_header(header) == message_id
+
+
+def test_message_id_header_refuses_what_is_not_text() -> None:
+    with pytest.raises(ValueError, match="lone surrogate"):
+        message_id_header("a\ud800")
+    with pytest.raises(ValueError, match="is a str, not int"):
+        message_id_header(42)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("UTF-8''%zz", "not a percent-encoded message id: "),
+        ("UTF-8''a b", "not a percent-encoded message id: "),
+        ("UTF-8''%C3", "not a percent-encoded message id (not UTF-8): "),
+        ("UTF-8''%ff", "(not UTF-8)"),
+    ],
+)
+def test_message_id_from_header_refuses_bad_encodings(value: str, fragment: str) -> None:
+    with pytest.raises(ValueError, match=r"^not a percent-encoded message id") as info:
+        message_id_from_header(value)
+    assert fragment in str(info.value)
+    assert repr(value)[:20] in str(info.value)
+
+
+def test_message_id_from_header_leaves_a_plain_value_alone() -> None:
+    assert message_id_from_header("UTF-8'x%41") == "UTF-8'x%41"
+    assert message_id_from_header("%41") == "%41"
+    assert message_id_from_header("UTF-8''%41%2f") == "A/"
+
+
+# -- the connection guard's own check ------------------------------------------------------
+
+
+def test_connection_refusal_checks_host_and_port_before_any_lookup() -> None:
+    cfg = config("api.example.com", "hooks.example.org:8443", "10.0.0.7")
+    assert connection_refusal("api.example.com", 443, cfg) is None
+    assert connection_refusal("api.example.com", 80, cfg) is None  # either default port
+    assert "allowlist" in (connection_refusal("api.example.com", 8443, cfg) or "")
+    assert connection_refusal("hooks.example.org", 8443, cfg) is None
+    assert "allowlist" in (connection_refusal("hooks.example.org", 443, cfg) or "")
+    assert "allowlist" in (connection_refusal("other.example.com", 443, cfg) or "")
+    assert connection_refusal("10.0.0.7", 80, cfg) is None
+    reason = connection_refusal("api.busineß.com", 443, cfg)
+    assert reason == "callback host 'api.busineß.com' is not ASCII (IDNA-encode it first)"
+    assert connection_refusal("API.Example.COM", 443, cfg) is None  # case-insensitive
+    assert "loopback" in (connection_refusal("127.0.0.1", 443, config("127.0.0.1")) or "")
+    assert connection_refusal("127.0.0.1", 5000, config(loopback=True)) is None
+
+
+# -- what mutation testing found unchecked (docs/testing.md) --------------------------------
+
+
+def test_the_callback_header_is_compact_utf8_json() -> None:
+    """The stored form of a callback (it counts against the headers' size limit)."""
+    cb = parse_callback(
+        {"url": "https://api.example.com/ü", "headers": {"A": "é"}, "timeout": 3},
+        ALLOW_EXAMPLE,
+    )
+    assert cb.to_header() == (
+        '{"url":"https://api.example.com/ü","method":"POST","headers":{"A":"é"},"timeout":3.0}'
+    )
+
+
+def test_sign_takes_timestamp_zero_and_verify_reads_the_clock() -> None:
+    assert sign("k", 0, b"x").startswith("t=0,v1=")
+    assert verify("k", sign("k", int(time.time()), b"x"), b"x")  # now: time.time()
+    assert not verify("k", sign("k", int(time.time()) - 3600, b"x"), b"x")
+
+
+def test_verify_refuses_what_is_not_a_secret_a_header_or_its_own_entry() -> None:
+    body = b"x"
+    empty_key = hmac.new(b"", b"1000.x", hashlib.sha256).hexdigest()
+    assert not verify("", f"t=1000,v1={empty_key}", body, now=1000)
+    assert not verify("k", None, body, now=1000)  # type: ignore[arg-type]
+    assert not verify(None, "t=1000,v1=00", body, now=1000)  # type: ignore[arg-type]
+    digest = sign("k", 1000, body).split("v1=")[1]
+    assert verify("k", f"t=1000,v1={digest}", body, now=1000)
+    assert not verify("k", f"t=1000,v0={digest}", body, now=1000)  # another key
+    assert not verify("k", f"t=1000,x={digest}", body, now=1000)
+    assert not verify("k", "t=1000,v1=é", body, now=1000)  # not ASCII: no match, no error
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"url": "https://a.example/", "message_id": "m"},
+        {"method": "GET", "message_id": "m"},
+        {"method": "GET", "url": "https://a.example/"},
+    ],
+)
+def test_v2_needs_method_url_and_message_id_together(given: dict[str, str]) -> None:
+    with pytest.raises(ValueError, match="go together"):
+        sign("k", 1, b"", **given)
+    with pytest.raises(ValueError, match="go together"):
+        verify("k", "t=1,v2=00", b"", now=1, **given)

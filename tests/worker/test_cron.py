@@ -201,3 +201,40 @@ def test_missed_ticks_catch_up_once_or_not_at_all() -> None:
     assert skipped.next_tick == T + 50_000
     # Late but before the next tick: not a missed tick, it runs either way.
     assert plan(now=T + 9_000, catch_up=False).run
+
+
+def test_schedules_describe_themselves() -> None:
+    assert repr(EverySchedule("1.5s")) == "EverySchedule(1.5)"
+    assert EverySchedule("1.5s").describe() == "every 1500ms"
+    nightly = CronSchedule("0 1 * * *", tz="Europe/Berlin")
+    assert repr(nightly) == "CronSchedule('0 1 * * *', tz='Europe/Berlin')"
+    assert nightly.describe() == "cron '0 1 * * *' (Europe/Berlin)"
+
+
+def test_plans_say_exactly_what_they_decide() -> None:
+    late_put = plan(due_at=T + 3)
+    assert (late_put.run, late_put.reason) == (False, "put after its tick: it may have run already")
+    on_time = plan()
+    assert (on_time.run, on_time.reason) == (True, "on time")
+    # The next tick due exactly now: this one was missed (the boundary is inclusive).
+    edge = plan(now=T + 10_000, catch_up=False)
+    assert (edge.run, edge.reason) == (False, "missed while no worker ran (catch_up=False)")
+    caught = plan(now=T + 10_000)
+    assert (caught.run, caught.reason) == (True, "catch-up")
+    assert plan(now=T + 9_999, catch_up=False).reason == "on time"
+
+
+def test_cron_next_after_a_tick_is_the_next_tick() -> None:
+    hourly = CronSchedule("0 * * * *")
+    tick = ms(datetime(2024, 3, 31, 1, 0, tzinfo=timezone.utc))
+    assert hourly.next_after(tick - 1) == tick
+    assert hourly.next_after(tick) == tick + 3_600_000
+    assert hourly.next_after(tick + 999) == tick + 3_600_000
+    assert CronSchedule("0 1 * * *", tz="Europe/Berlin").tz == "Europe/Berlin"
+
+
+def test_cron_refuses_what_is_not_text_with_its_type() -> None:
+    with pytest.raises(TypeError, match="a cron expression is a str, not int"):
+        CronSchedule(5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="tz must be a time zone name like 'Europe/Berlin', not 1"):
+        CronSchedule("0 1 * * *", tz=1)  # type: ignore[arg-type]
