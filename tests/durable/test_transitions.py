@@ -328,3 +328,12 @@ def test_retry_dead_settles_first_and_takes_the_new_seq() -> None:
     )
     assert revived.last_error == "lease expired"
     assert apply_retry_dead(active, at(NOW + 99), 42) is None  # still held: not dead
+
+
+def test_an_expired_lease_leaves_no_lease_behind() -> None:
+    last = apply_reserve(_stored(max_attempts=1), at(NOW), 100, "t")
+    dead = settle(last, NOW + 100)
+    assert (dead.state, dead.lease, dead.lease_until) == (State.DEAD, None, None)
+    again = settle(apply_reserve(_stored(max_attempts=2), at(NOW), 100, "t"), NOW + 100)
+    assert (again.state, again.lease, again.lease_until) == (State.SCHEDULED, None, None)
+    assert compute_stats([dead, again], NOW + 100).dead == 1

@@ -302,3 +302,15 @@ def test_an_unknown_duration_says_what_is_understood() -> None:
     )
     with pytest.raises(ValueError, match=r"^give delay= or at=, not both$"):
         deadline_from(1, 2, MONO, WALL)
+
+
+def test_at_takes_an_aware_datetime_of_any_zone() -> None:
+    from zoneinfo import ZoneInfo  # noqa: PLC0415
+
+    berlin = datetime(2024, 7, 1, 12, 0, tzinfo=ZoneInfo("Europe/Berlin"))
+    assert at_to_epoch(berlin) == datetime(2024, 7, 1, 10, 0, tzinfo=timezone.utc).timestamp()
+
+
+def test_a_delay_under_a_second_still_counts() -> None:
+    assert deadline_from(0.5, None, MONO, WALL) == MONO + 0.5
+    assert deadline_from("1ms", None, MONO, WALL) == MONO + 0.001

@@ -23,7 +23,12 @@ from delayq.server._callbacks import (
     verify,
 )
 from delayq.server._config import ServeConfig
-from delayq.server._constants import CALLBACK_MAX_HEADERS, CALLBACK_MAX_TIMEOUT
+from delayq.server._constants import (
+    CALLBACK_MAX_HEADER_BYTES,
+    CALLBACK_MAX_HEADERS,
+    CALLBACK_MAX_TIMEOUT,
+    CALLBACK_MAX_URL_LENGTH,
+)
 
 
 def config(
@@ -672,3 +677,56 @@ def test_v2_needs_method_url_and_message_id_together(given: dict[str, str]) -> N
         sign("k", 1, b"", **given)
     with pytest.raises(ValueError, match="go together"):
         verify("k", "t=1,v2=00", b"", now=1, **given)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (5, "callback must be an object with a url, not int"),
+        ({}, "callback needs a url"),
+        ({"url": 5}, "callback url must be a string, not int"),
+        ({"url": "https://api.example.com/a b"}, "callback url must not contain spaces or "
+         "control characters"),
+        ({"url": "https://api.example.com/\x7f"}, "callback url must not contain spaces or "
+         "control characters"),
+        ({"url": "https://u:p@api.example.com/"}, "callback url must not carry credentials "
+         "(user:password@)"),
+        ({"url": "https://api.example.com/", "method": 5}, "callback method must be a "
+         "string, not int"),
+        ({"url": "https://api.example.com/", "colour": 1, "size": 2},
+         "callback has unknown keys: colour, size (known: headers, method, timeout, url)"),
+    ],
+)  # fmt: skip
+def test_a_bad_callback_is_refused_in_so_many_words(raw: Any, message: str) -> None:
+    with pytest.raises(CallbackError) as info:
+        parse_callback(raw, ALLOW_EXAMPLE)
+    assert info.value.message == message
+
+
+def test_a_callback_defaults_to_post_and_the_servers_timeout() -> None:
+    cb = parse_callback({"url": "https://api.example.com/"}, config("api.example.com", timeout=7))
+    assert (cb.method, cb.timeout) == ("POST", 7.0)
+    stored = Callback.from_header('{"url":"https://api.example.com/"}')
+    assert (stored.method, stored.timeout) == ("POST", 10.0)
+
+
+def test_the_callback_limits_are_inclusive() -> None:
+    base = "https://api.example.com/"
+    longest = base + "a" * (CALLBACK_MAX_URL_LENGTH - len(base))
+    assert parse_callback(longest, ALLOW_EXAMPLE).url == longest
+    with pytest.raises(CallbackError):
+        parse_callback(longest + "a", ALLOW_EXAMPLE)
+    for timeout in (0.5, CALLBACK_MAX_TIMEOUT):
+        assert Callback(base, timeout=timeout).timeout == timeout
+    many = {f"X-H{i}": "v" for i in range(CALLBACK_MAX_HEADERS)}
+    assert len(parse_callback({"url": base, "headers": many}, ALLOW_EXAMPLE).headers) == len(many)
+    # Names and values add up to the byte limit exactly: allowed; one byte more: refused.
+    names = {f"X-{i}": "" for i in range(CALLBACK_MAX_HEADERS - 1)}
+    used = sum(len(name) for name in names) + len("X-Big")
+    full = {**names, "X-Big": "v" * (CALLBACK_MAX_HEADER_BYTES - used)}
+    assert parse_callback({"url": base, "headers": full}, ALLOW_EXAMPLE)
+    full["X-Big"] += "v"
+    with pytest.raises(CallbackError):
+        parse_callback({"url": base, "headers": full}, ALLOW_EXAMPLE)
+    with pytest.raises(CallbackError):
+        parse_callback({"url": base, "headers": {"X-A": "a\x7fb"}}, ALLOW_EXAMPLE)

@@ -238,3 +238,8 @@ def test_cron_refuses_what_is_not_text_with_its_type() -> None:
         CronSchedule(5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="tz must be a time zone name like 'Europe/Berlin', not 1"):
         CronSchedule("0 1 * * *", tz=1)  # type: ignore[arg-type]
+
+
+def test_an_interval_of_one_millisecond_is_the_shortest() -> None:
+    assert EverySchedule("1ms").period_ms == 1
+    assert EverySchedule(0.001).next_after(5) == 6
