@@ -78,7 +78,7 @@ bench: $(STAMP)
 
 # Mutation testing of the pure core ([tool.mutmut] in pyproject.toml; docs/testing.md):
 # each mutant against the unit tests that call the mutated function, then the survivors.
-# Not part of .ci/run (about 25 minutes on 2 cores). mutants/ keeps the results: a
+# Not part of .ci/run (about half an hour on 2 busy cores). mutants/ keeps the results: a
 # second run redoes only what changed.
 # The stores' model tests run 30 examples per mutant (120 in the suite).
 mutate: $(STAMP)
