@@ -22,8 +22,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ROOT / "src"
-#: Folders not checked, each with the reason (none).
-EXCLUDED: set[Path] = set()
 _BY_NAME = frozenset({"getattr", "hasattr", "setattr", "delattr"})
 _OWN = frozenset({"self", "cls"})
 
@@ -67,8 +65,6 @@ def imports(tree: ast.AST) -> Iterator[tuple[int, str, str]]:
 def main() -> int:
     found = 0
     for path in sorted(SOURCES.rglob("*.py")):
-        if any(path.is_relative_to(folder) for folder in EXCLUDED):
-            continue
         tree = ast.parse(path.read_text(), str(path))
         for line, function, name in accesses(tree):
             print(f"{path.relative_to(ROOT)}:{line}: {function}(..., {name!r}) on another object")

@@ -331,16 +331,71 @@ def _script_call(call: Any) -> tuple[str, list[bytes], list[Any]]:
     return call.script, call.keys, call.args
 
 
-def test_fifo_is_exact_across_seq_byte_boundaries(shared_url: str) -> None:
+@pytest.mark.parametrize("start", [0, 65_500, 2**24 - 100, 2**32 - 100, 2**40 - 100])
+def test_fifo_is_exact_across_seq_byte_boundaries(shared_url: str, start: int) -> None:
+    """Messages due at one time come out in put order: their zset members begin with
+    the seq in 8 big-endian bytes. The queue's counter is set to just below a byte
+    boundary (256, 65536, 2**24, 2**32, 2**40), so the 300 puts cross one or two."""
+    prefix = shared_url.split("prefix=")[1]
+    client = redis.Redis.from_url(SHARED)
+    client.set(Operations(prefix).seq_key("fifo"), start)
     with Queue(shared_url, name="fifo") as q:
         at = time.time() + 0.05
-        ids = q.put_many([{"payload": i, "at": at, "id": f"z{999 - i:04d}"} for i in range(300)])
+        many = [{"payload": i, "at": at, "id": f"z{999 - i:04d}"} for i in range(290)]
+        ids = q.put_many(many) + [q.put(i, at=at, id=f"a{99 - i:02d}") for i in range(10)]
         got: list[str] = []
         while len(got) < 300:
             batch = q.reserve(wait=PROMPTLY, max=300)
             assert batch
             got += [m.id for m in batch]
         assert got == ids
+        assert int(client.get(Operations(prefix).seq_key("fifo")) or 0) == start + 300
+    client.close()
+
+
+def test_a_delay_counts_from_the_ceiling_of_the_servers_now(shared_url: str) -> None:
+    """Never early below the millisecond: a delay starts from the server's TIME rounded
+    *up* to the millisecond. Each put's due time is checked against the ceiling of a
+    TIME read just before it (in microseconds): a put in the same millisecond as that
+    read with a due time from the floor would be up to 1 ms early. Most of the 200
+    puts land in the millisecond of their TIME read (a round trip is ~0.1 ms)."""
+    client = redis.Redis.from_url(SHARED)
+    early = []
+    with Queue(shared_url, name="ceiling") as q:
+        q.stats()  # connected
+        for i in range(200):
+            delay_ms = 5 + i % 20
+            seconds, micros = client.time()
+            ceiling_ms = -(-(seconds * 1_000_000 + micros) // 1000)
+            due = q.get(q.put(i, delay=delay_ms / 1000)).due_at
+            if due < ceiling_ms + delay_ms:
+                early.append((seconds, micros, delay_ms, due))
+        q.purge()
+    client.close()
+    assert early == []
+
+
+def test_due_counts_count_from_the_now_they_are_given(shared_url: str) -> None:
+    """``due_counts.lua`` counts from a now it is given (a sharded queue gives every
+    shard the first shard's, so a message due at the horizon is counted alike on all)
+    and from the server's TIME without one."""
+    prefix = shared_url.split("prefix=")[1]
+    client = redis.Redis.from_url(SHARED)
+    run, ops = Functions(client), Operations(prefix)
+    with Queue(shared_url, name="counts") as q:
+        base = (int(time.time()) + 3600) * 1000
+        for offset in (0, 1, 999, 1000, 2999, 3000, 3001):
+            q.put(offset, at=(base + offset) / 1000)
+        call = ops.due_counts("counts", 3000, 3, base)
+        assert call.decode(run(*_script_call(call))) == (base, [2, 1, 1])
+        call = ops.due_counts("counts", 3000, 3, base + 1)
+        assert call.decode(run(*_script_call(call))) == (base + 1, [2, 0, 2])
+        call = ops.due_counts("counts", 3000, 3)
+        start, counts = call.decode(run(*_script_call(call)))
+        assert base - 3_700_000 < start < base
+        assert counts == [0, 0, 0]
+        q.purge()
+    client.close()
 
 
 @pytest.mark.parametrize("skew", [3600.0, -3600.0], ids=["client-ahead", "client-behind"])

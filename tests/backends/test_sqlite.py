@@ -495,26 +495,39 @@ def test_async_reserve_cancelled_mid_claim_gives_the_claim_back(url: str) -> Non
 
 
 def test_async_operations_never_block_the_loop(url: str, tmp_path: Path) -> None:
+    """A put waiting for the write lock waits in a thread: the loop goes on running
+    other tasks meanwhile. The lock is held until the loop has shown it runs (ten
+    turns of another task while the put is pending), or 10 s."""
+    release = threading.Event()
+    released_in_time: list[bool] = []
+    locked = threading.Event()
+
+    def hold() -> None:
+        conn = sqlite3.connect(tmp_path / "q.db", isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        locked.set()
+        released_in_time.append(release.wait(10))
+        conn.execute("COMMIT")
+        conn.close()
+
     async def main() -> None:
         async with AsyncQueue(url, name="loop") as q:
             await q.put("warm up")
-            ticks = 0
-            stop = False
-
-            async def ticker() -> None:
-                nonlocal ticks
-                while not stop:
-                    ticks += 1
-                    await asyncio.sleep(0.01)
-
-            ticking = asyncio.ensure_future(ticker())
-            holder = _hold_write_lock(tmp_path / "q.db", 0.5)
-            await q.put("waits for the lock in a thread")
+            holder = threading.Thread(target=hold)
+            holder.start()
+            locked.wait()
+            put = asyncio.ensure_future(q.put("waits for the lock in a thread"))
+            turns = 0
+            while turns < 10 and not put.done():
+                await asyncio.sleep(0.01)
+                turns += 1
+            pending = not put.done()
+            release.set()
+            await put
             holder.join()
-            assert await q.reserve(wait=0.3, max=5)
-            stop = True
-            await ticking
-            assert ticks >= 30  # 0.5 s of lock wait, the loop kept ticking
+            assert (turns, pending) == (10, True)
+            assert released_in_time == [True]
+            assert len(await q.reserve(wait=0.3, max=5)) == 2
 
     asyncio.run(main())
 

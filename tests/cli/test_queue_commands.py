@@ -247,15 +247,20 @@ def test_stats_without_queue_on_an_empty_store_shows_default(cli: Cli, queue: Qu
     assert "cannot list" not in result.stdout
 
 
-def test_stats_lists_queues_when_the_backend_can(
-    cli: Cli, queue: Queue, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_stats_lists_the_queues_the_backend_holds(cli: Cli, queue: Queue) -> None:
+    """The listing is the store's: a queue holding only a scheduled message is listed
+    with its counts, one purged empty is not."""
     fill(queue)
-    backend_type = type(queue.backend)
-    monkeypatch.setattr(backend_type, "queues", lambda self: ["jobs", "zz"], raising=False)
+    later, gone = queue.named("zz"), queue.named("gone")
+    later.put("later", delay=3600)
+    gone.put("x")
+    gone.purge()
     result = cli("stats", "--json")
     assert result.exit_code == 0, result.output
-    assert [row["queue"] for row in json.loads(result.stdout)] == ["jobs", "zz"]
+    rows = {row["queue"]: row for row in json.loads(result.stdout)}
+    assert list(rows) == ["jobs", "zz"]
+    assert (rows["zz"]["scheduled"], rows["zz"]["ready"], rows["zz"]["dead"]) == (1, 0, 0)
+    later.purge()
 
 
 def stop_after(monkeypatch: pytest.MonkeyPatch, pauses: int) -> list[float]:

@@ -218,6 +218,10 @@ class AsyncFace:
 
         return call
 
+    def named(self, name: str) -> AsyncFace:
+        """The sibling queue ``name`` (``AsyncQueue.named``), seen through the same face."""
+        return AsyncFace(self._runner, self._queue.named(name))
+
     def __enter__(self) -> AsyncFace:
         return self
 

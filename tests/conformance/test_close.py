@@ -48,3 +48,33 @@ def test_close_wakes_a_waiting_reserve(make_queue: Any) -> None:
     q.close()
     with pytest.raises(QueueClosed):
         waiting.result(5)
+
+
+def test_closing_a_named_sibling_leaves_the_shared_backend_open(make_queue: Any) -> None:
+    """``named()`` siblings share the backend of the queue that opened it and do not
+    own it: closing one leaves the others (and that queue) working; closing the queue
+    that opened the backend closes it under every sibling."""
+    root = make_queue()
+    first, second = root.named(f"{root.name}-a"), root.named(f"{root.name}-b")
+    first.put("a", id="a")
+    second.put("b", id="b")
+    first.close()
+    assert first.closed
+    with pytest.raises(QueueClosed):
+        first.put("again")
+    assert not second.closed
+    assert second.get("b").payload == "b"
+    second.put("b2", id="b2")
+    assert [m.id for m in second.reserve(wait=0, max=5)] == ["b", "b2"]
+    root.put("r", id="r")
+    assert root.get("r").payload == "r"
+    third = root.named(f"{root.name}-a")  # a new sibling of the closed one's queue
+    assert third.get("a").payload == "a"
+    third.purge()
+    second.purge()
+    second.close()
+    root.put("r2", id="r2")
+    assert root.get("r2").payload == "r2"
+    root.close()
+    with pytest.raises(QueueClosed):
+        third.put("after the backend closed")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -77,3 +79,50 @@ def test_delay_for_validates() -> None:
         RetryPolicy().delay_for(0)
     with pytest.raises(ValueError, match="random_value"):
         RetryPolicy().delay_for(1, 2.0)
+
+
+def test_backoff_is_delay_for_with_a_random_jitter() -> None:
+    policy = RetryPolicy(base=1.0, factor=2.0, max_delay=60.0, jitter=0.5)
+    for attempt in (1, 2, 5):
+        random.seed(attempt)
+        value = random.random()
+        random.seed(attempt)
+        assert policy.backoff(attempt) == policy.delay_for(attempt, value)
+    delays = {policy.backoff(3) for _ in range(20)}
+    assert len(delays) > 1  # jittered
+    assert all(2.0 <= d <= 6.0 for d in delays)  # 4 s +- 50 %
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"max_attempts": 1.0}, TypeError, "max_attempts must be an int, not float"),
+        ({"max_attempts": 0}, ValueError, "max_attempts must be >= 1, got 0"),
+        ({"base": "1"}, TypeError, "base must be a number, not str"),
+        ({"base": True}, TypeError, "base must be a number, not bool"),
+        ({"base": -1}, ValueError, "base must be finite and >= 0.0, got -1"),
+        ({"factor": 0.5}, ValueError, "factor must be finite and >= 1.0, got 0.5"),
+        ({"max_delay": float("inf")}, ValueError, "max_delay must be finite and >= 0.0, got inf"),
+        ({"jitter": 1.5}, ValueError, "jitter must be between 0.0 and 1.0, got 1.5"),
+        ({"jitter": None}, TypeError, "jitter must be a number, not NoneType"),
+    ],
+)
+def test_bad_policies_are_refused_in_words_that_name_the_field(
+    options: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as info:
+        RetryPolicy(**options)  # type: ignore[arg-type]
+    assert str(info.value) == message
+
+
+def test_the_edges_of_a_policy_are_accepted() -> None:
+    edge = RetryPolicy(max_attempts=1, base=0, factor=1, max_delay=0, jitter=1)
+    assert (edge.max_attempts, edge.base, edge.factor, edge.max_delay, edge.jitter) == (
+        1,
+        0.0,
+        1.0,
+        0.0,
+        1.0,
+    )
+    with pytest.raises(TypeError, match=r"^attempt must be an int, not float$"):
+        RetryPolicy().delay_for(1.0)  # type: ignore[arg-type]

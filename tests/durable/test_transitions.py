@@ -10,6 +10,7 @@ from delayq import DuplicateId, LeaseLost
 from delayq.durable import Now, PutRequest, Record, State
 from delayq.durable.message import (
     apply_ack,
+    apply_ack_many,
     apply_extend,
     apply_nack,
     apply_put,
@@ -20,6 +21,8 @@ from delayq.durable.message import (
     can_cancel,
     compute_stats,
     is_due,
+    lag_of,
+    matches_state,
     observe,
     resolve_due,
     settle,
@@ -222,3 +225,115 @@ def test_stats() -> None:
     assert stats.next_due_at == NOW
     assert stats.lag == 0.25
     assert compute_stats([], NOW).next_due_at is None
+
+
+def test_ack_many_acks_held_leases_in_order_and_reports_the_lost() -> None:
+    a = apply_reserve(_stored_at(at(NOW), id="a"), at(NOW), 100, "ta")
+    b = apply_reserve(_stored_at(at(NOW), id="b"), at(NOW), 100, "tb")
+    records = {"a": a, "b": b}
+    items = [("b", "tb"), ("a", "wrong"), ("a", "ta"), ("b", "tb"), ("zz", "t")]
+    assert apply_ack_many(records, items, at(NOW + 50)) == (["b", "a"], ["a", "b", "zz"])
+    # Once the leases expired nothing is acked.
+    assert apply_ack_many(records, [("a", "ta"), ("b", "tb")], at(NOW + 100)) == ([], ["a", "b"])
+    assert apply_ack_many(records, [], at(NOW)) == ([], [])
+
+
+def test_matches_state_observes_the_settled_record() -> None:
+    scheduled = _stored_at(at(NOW), delay_ms=1000)
+    assert matches_state(scheduled, None, NOW)
+    assert matches_state(scheduled, State.SCHEDULED, NOW)
+    assert not matches_state(scheduled, State.READY, NOW)
+    assert matches_state(scheduled, State.READY, NOW + 1000)  # due: shown ready
+    active = apply_reserve(_stored(), at(NOW), 100, "t")
+    assert matches_state(active, State.ACTIVE, NOW + 99)
+    assert not matches_state(active, State.ACTIVE, NOW + 100)  # the lease expired
+    assert matches_state(active, State.READY, NOW + 100)
+
+
+def test_observe_shows_the_lease_token_only_when_asked() -> None:
+    active = apply_reserve(_stored(), at(NOW), 100, "t")
+    assert observe(active, NOW).lease == "t"
+    assert observe(active, NOW, with_lease=True).lease == "t"
+    hidden = observe(active, NOW, with_lease=False)
+    assert (hidden.lease, hidden.lease_until, hidden.state) == (None, NOW + 100, State.ACTIVE)
+    scheduled = _stored()
+    assert observe(scheduled, NOW, with_lease=False) == observe(scheduled, NOW)
+
+
+def test_settle_leaves_what_holds_no_lease_alone() -> None:
+    record = _stored()
+    assert settle(record, NOW + 10**9) is record
+    active = apply_reserve(_stored(), at(NOW), 100, "t")
+    dead = apply_nack(active, "t", at(NOW), delay_ms=0, error="x", seq=2, dead=True)
+    assert settle(dead, NOW + 10**9) is dead
+
+
+def test_stats_counts_every_record_and_finds_the_extremes() -> None:
+    """Several records per state, out of order: counts add up, the next due time is
+    the smallest of scheduled and ready ones, the lag is from the oldest ready one."""
+    records = [
+        _stored_at(at(NOW), id="r2", at_ms=NOW - 2_000),
+        _stored_at(at(NOW - 5_000), id="r5"),  # ready since 5 s
+        _stored_at(at(NOW), id="r1", at_ms=NOW - 1_000),
+        _stored_at(at(NOW), id="s9", delay_ms=9_000),
+        _stored_at(at(NOW), id="s3", delay_ms=3_000),
+        apply_reserve(_stored_at(at(NOW), id="a1"), at(NOW), 60_000, "t"),
+        apply_reserve(_stored_at(at(NOW), id="a2"), at(NOW), 60_000, "t"),
+    ]
+    stats = compute_stats(records, NOW)
+    assert (stats.scheduled, stats.ready, stats.active, stats.dead) == (2, 3, 2, 0)
+    assert stats.next_due_at == NOW - 5_000
+    assert stats.lag == 5.0
+    only_scheduled = compute_stats(records[3:5], NOW)
+    assert (only_scheduled.next_due_at, only_scheduled.lag) == (NOW + 3_000, 0.0)
+
+
+def test_lag_of() -> None:
+    assert lag_of(None, NOW) == 0.0
+    assert lag_of(NOW, NOW) == 0.0
+    assert lag_of(NOW + 5, NOW) == 0.0  # not due yet: no lag, never negative
+    assert lag_of(NOW - 1, NOW) == 0.001
+    assert lag_of(NOW - 1_500, NOW) == 1.5
+
+
+def test_put_conflicts_name_the_id_and_keep_what_was_given() -> None:
+    stored = _stored(encoding="bytes", headers={"k": "v"})
+    assert (stored.encoding, dict(stored.headers)) == ("bytes", {"k": "v"})
+    with pytest.raises(DuplicateId) as info:
+        apply_put(stored, _request(on_conflict="error"), at(NOW), 2)
+    assert str(info.value) == "a message with id 'm' exists"
+    assert info.value.id == "m"
+    active = apply_reserve(stored, at(NOW), 100, "t")
+    with pytest.raises(DuplicateId) as info:
+        apply_put(active, _request(on_conflict="replace"), at(NOW), 2)
+    assert str(info.value) == "message 'm' is in flight: it cannot be replaced"
+    assert info.value.id == "m"
+    with pytest.raises(LeaseLost) as lost:
+        apply_ack(active, "other", at(NOW))
+    assert str(lost.value) == (
+        "the lease expired or the message was reserved, acked or removed since"
+    )
+
+
+def test_retry_dead_settles_first_and_takes_the_new_seq() -> None:
+    # A lease that expired on the last attempt: dead once settled at now.
+    active = apply_reserve(_stored(max_attempts=1), at(NOW), 100, "t")
+    revived = apply_retry_dead(active, at(NOW + 100), 42)
+    assert revived is not None
+    assert (revived.state, revived.due_at, revived.seq, revived.attempts) == (
+        State.SCHEDULED,
+        NOW + 100,
+        42,
+        0,
+    )
+    assert revived.last_error == "lease expired"
+    assert apply_retry_dead(active, at(NOW + 99), 42) is None  # still held: not dead
+
+
+def test_an_expired_lease_leaves_no_lease_behind() -> None:
+    last = apply_reserve(_stored(max_attempts=1), at(NOW), 100, "t")
+    dead = settle(last, NOW + 100)
+    assert (dead.state, dead.lease, dead.lease_until) == (State.DEAD, None, None)
+    again = settle(apply_reserve(_stored(max_attempts=2), at(NOW), 100, "t"), NOW + 100)
+    assert (again.state, again.lease, again.lease_until) == (State.SCHEDULED, None, None)
+    assert compute_stats([dead, again], NOW + 100).dead == 1

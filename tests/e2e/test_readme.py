@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,48 @@ DROPPED_ENV = {
 }
 
 
+#: The output the README documents for its python blocks, checked against what they
+#: print: for the block whose code holds the key, one ``(fragment, pattern)`` per line
+#: printed, in order, where ``fragment`` is the README's own text of that output (it
+#: must stay in the block) and ``pattern`` what the printed line must match in full
+#: (times and the monotonic deadline vary from run to run).
+DOCUMENTED_OUTPUT: dict[str, list[tuple[str, str]]] = {
+    'h = q.put("cancel order 42", delay="30m")': [
+        ("is due: now", r"now"),
+        ("raises queue.Empty: retry the call", r"retry the call"),
+        ('print("nothing is due yet")', r"nothing is due yet"),
+        (
+            "<Handle pending due=2026-05-04T10:30:00.000Z (in 30m) deadline=8123.456789 "
+            "value='cancel order 42'>",
+            r"<Handle pending due=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z "
+            r"\(in (30m|29m[\d.]+s)\) deadline=[\d.]+ value='cancel order 42'>",
+        ),
+        ("an aware datetime in UTC", r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}\+00:00"),
+        ("# True: it was pending", r"True"),
+        ("returns all due (up to 100): ['cancel order 42']", r"\['cancel order 42'\]"),
+        ("# False: it came out already", r"False"),
+        ("# 1 ['remind Ada']", r"1 \['remind Ada'\]"),
+    ],
+    "s.call_later(0.1, disconnect, other, id=other.id)": [
+        ("# conn-8: idle too long, disconnected", r"conn-8: idle too long, disconnected"),
+    ],
+    'q.put({"order": 42, "action": "cancel-if-unpaid"}': [
+        ("# {'order': 42, ...} 1", r"\{'order': 42, 'action': 'cancel-if-unpaid'\} 1"),
+        (
+            "# Stats(scheduled=0, ready=0, active=0, ...)",
+            r"Stats\(scheduled=0, ready=0, active=0, dead=0, next_due_at=None, lag=0\.0\)",
+        ),
+    ],
+}
+
+
+def documented_output(code: str) -> list[tuple[str, str]] | None:
+    """The documented output of the python block ``code``, None when it shows none."""
+    found = [lines for key, lines in DOCUMENTED_OUTPUT.items() if key in code]
+    assert len(found) <= 1, f"two DOCUMENTED_OUTPUT keys match one block:\n{code}"
+    return found[0] if found else None
+
+
 def sections() -> dict[str, list[Block]]:
     """The blocks to run, by section, in README order."""
     found: dict[str, list[Block]] = {}
@@ -79,6 +122,16 @@ def test_every_block_runs_or_says_why_not() -> None:
         assert len(block.not_run or "") > 20, f"line {block.line}: say why it is not run"
     ran = sum(len(blocks) for blocks in SECTIONS.values())
     assert ran == len(BLOCKS) - len(excused) - len(elsewhere)
+
+
+def test_the_documented_outputs_are_in_the_readme() -> None:
+    """Each documented output names one python block that shows it: a README edit that
+    drops or changes an output shown there makes this table change with it."""
+    for key, lines in DOCUMENTED_OUTPUT.items():
+        [block] = [b for b in BLOCKS if b.lang == "python" and key in b.code]
+        assert block.not_run is None
+        for fragment, _ in lines:
+            assert fragment in block.code, f"README.md line {block.line}: {fragment!r}"
 
 
 def test_commands_are_split_as_a_shell_reads_them() -> None:
@@ -194,5 +247,12 @@ def test_section_runs_as_written(section: str, tmp_path: Path) -> None:
     assert {step["line"] for step in steps} == {block.line for block in blocks}
     commands = sum(len(b.commands()) if b.lang == "sh" else 1 for b in blocks)
     assert len(steps) >= commands
+    by_line = {block.line: block for block in blocks}
     for step in steps:
         check_step(step)
+        documented = documented_output(by_line[step["line"]].code)
+        if step["what"] == "python" and documented is not None:
+            printed = step["stdout"].splitlines()
+            assert len(printed) == len(documented), _show(step)
+            for line, (fragment, pattern) in zip(printed, documented, strict=True):
+                assert re.fullmatch(pattern, line), f"{fragment!r} printed {line!r}"

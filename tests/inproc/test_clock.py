@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import gc
+import inspect
 import math
 import threading
 import time
 import weakref
+from typing import Any
 
 import pytest
 
-from delayq import Clock, DelayQueue, FakeClock, SystemClock
+from delayq import Clock, DelayQueue, FakeClock, HeapStore, SystemClock, WheelStore
+from delayq.inproc.store import TimerStore
 
 
 def test_system_clock_reads_the_real_clocks() -> None:
@@ -126,3 +129,41 @@ def test_fake_clock_advance_is_thread_safe() -> None:
 def test_repr() -> None:
     assert "FakeClock" in repr(FakeClock(monotonic=1.0, wall=2.0))
     assert repr(SystemClock()) == "SystemClock()"
+
+
+def _shape(function: Any) -> list[tuple[str, str, object]]:
+    """What a caller sees of a callable: each parameter's name, kind and default (a
+    builtin such as ``time.monotonic`` shows none: it takes no arguments)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except ValueError:
+        return []
+    return [(p.name, p.kind.name, p.default) for p in parameters]
+
+
+PROTOCOLS = [(Clock, SystemClock), (Clock, FakeClock), (TimerStore, HeapStore)]
+PROTOCOLS += [(TimerStore, WheelStore)]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "cls"), PROTOCOLS, ids=[f"{c.__name__}-{p.__name__}" for p, c in PROTOCOLS]
+)
+def test_implementations_take_the_protocols_parameters(protocol: type, cls: type) -> None:
+    """``isinstance`` against a runtime-checkable protocol sees only the names: each
+    method must also take what the protocol says (names, kinds, defaults)."""
+    instance = cls()
+    members = [name for name, value in vars(protocol).items() if inspect.isfunction(value)]
+    members = [name for name in members if not name.startswith("_") or name == "__len__"]
+    assert members
+    for name in members:
+        wanted = _shape(getattr(protocol, name))[1:]  # without self
+        assert _shape(getattr(instance, name)) == wanted, f"{cls.__name__}.{name}"
+
+
+def test_reprs_say_what_a_store_and_a_schedule_hold() -> None:
+    store: HeapStore[str] = HeapStore()
+    assert repr(store) == "<HeapStore pending=0 entries=0>"
+    handle = store.push("a", 10.0)
+    store.push_due("b", 1.0)
+    store.reschedule(handle, 20.0)  # a moved entry: the old one stays until compaction
+    assert repr(store) == "<HeapStore pending=2 entries=3>"

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from delayq import _duration
 from delayq._duration import (
     at_to_epoch,
+    bounded_seconds,
     deadline_from,
     delay_to_seconds,
     due_at_ms,
@@ -258,3 +259,58 @@ def test_whole_milliseconds_stay_whole() -> None:
     assert seconds_to_ms(0.0015) == 2  # a fraction of a millisecond still rounds up
     assert seconds_to_ms(1e-7) == 1
     assert seconds_to_ms(0.0) == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(5, 5.0), (0.25, 0.25), ("1.5", 1.5), ("30", 30.0), (30, 30.0)]
+)
+def test_bounded_seconds_takes_numbers_and_their_text(value: object, expected: float) -> None:
+    result = bounded_seconds("busy_timeout", value, 30)
+    assert result == expected
+    assert type(result) is float
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (0, ValueError, "busy_timeout must be more than 0 and at most 30 seconds"),
+        (-1, ValueError, "more than 0 and at most 30 seconds"),
+        (30.001, ValueError, "at most 30 seconds"),
+        ("nan", ValueError, "more than 0"),
+        ("soon", ValueError, "busy_timeout must be a number of seconds, not 'soon'"),
+        (True, TypeError, "busy_timeout must be a number of seconds, not bool"),
+        (None, TypeError, "not NoneType"),
+        ([1], TypeError, "not list"),
+    ],
+)
+def test_bounded_seconds_refuses_with_the_options_name(
+    value: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as info:
+        bounded_seconds("busy_timeout", value, 30)
+    assert message in str(info.value)
+
+
+def test_an_unknown_duration_says_what_is_understood() -> None:
+    """The whole message a user reads (every face shows it as is)."""
+    with pytest.raises(ValueError, match=r"^unknown duration 'soon' for delay") as info:
+        delay_to_seconds("soon", "delay")
+    assert str(info.value) == (
+        'unknown duration \'soon\' for delay: use seconds (90, "90", "-5") or numbers '
+        'with units (us, ms, s, m, h, d), largest unit first, e.g. "250ms", "90s", '
+        '"1.5h", "1h30m"'
+    )
+    with pytest.raises(ValueError, match=r"^give delay= or at=, not both$"):
+        deadline_from(1, 2, MONO, WALL)
+
+
+def test_at_takes_an_aware_datetime_of_any_zone() -> None:
+    from zoneinfo import ZoneInfo  # noqa: PLC0415
+
+    berlin = datetime(2024, 7, 1, 12, 0, tzinfo=ZoneInfo("Europe/Berlin"))
+    assert at_to_epoch(berlin) == datetime(2024, 7, 1, 10, 0, tzinfo=timezone.utc).timestamp()
+
+
+def test_a_delay_under_a_second_still_counts() -> None:
+    assert deadline_from(0.5, None, MONO, WALL) == MONO + 0.5
+    assert deadline_from("1ms", None, MONO, WALL) == MONO + 0.001

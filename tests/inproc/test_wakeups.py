@@ -163,15 +163,19 @@ def test_wakes_when_an_item_is_put_into_an_empty_queue(h: Harness, make_store: A
 
 
 def test_head_cancelled_then_the_next_item_comes_at_its_time(h: Harness, make_store: Any) -> None:
-    q = h.make(make_store())
-    head = q.put("head", delay=0.1)
-    later = q.put("later", delay=0.25)
+    # A fake clock: the cancel lands before the head is due however slow the machine
+    # (times in binary fractions of a second, so the advances add up exactly).
+    clock = FakeClock()
+    q = h.make(make_store(), clock=clock)
+    head = q.put("head", delay=1)
+    q.put("later", delay=2.5)
     fut = h.get(q)
     h.wait_for_waiters(q)
     assert h.act(lambda: q.cancel(head))
-    value, when = fut.result(PROMPT)
-    assert value == "later"
-    assert when >= later.deadline
+    clock.advance(2)  # past the cancelled head, before the next
+    assert_still_waiting(fut)
+    clock.advance(0.5)
+    assert value_of(fut) == "later"
     assert not head.pending
 
 
@@ -209,18 +213,23 @@ def test_non_head_rescheduled_before_the_head(h: Harness, make_store: Any) -> No
 
 
 def test_head_rescheduled_later_is_not_taken_early(h: Harness, make_store: Any) -> None:
-    q = h.make(make_store())
-    head = q.put("head", delay=0.1)
-    nxt = q.put("next", delay=0.2)
+    clock = FakeClock()  # the reschedule lands before the head is due, however slow
+    q = h.make(make_store(), clock=clock)
+    head = q.put("head", delay=1)
+    q.put("next", delay=2)
     fut = h.get(q)
     h.wait_for_waiters(q)
-    assert h.act(lambda: q.reschedule(head, delay=0.4))
-    value, when = fut.result(PROMPT)
-    assert value == "next"
-    assert when >= nxt.deadline
-    value, when = h.get(q).result(PROMPT)
-    assert value == "head"
-    assert when >= head.deadline
+    assert h.act(lambda: q.reschedule(head, delay=4))
+    clock.advance(1.5)  # past the head's old time
+    assert_still_waiting(fut)
+    clock.advance(0.5)
+    assert value_of(fut) == "next"
+    fut = h.get(q)
+    h.wait_for_waiters(q)
+    clock.advance(1.75)
+    assert_still_waiting(fut)
+    clock.advance(0.25)
+    assert value_of(fut) == "head"
 
 
 def test_item_rescheduled_into_the_past(h: Harness, make_store: Any) -> None:
@@ -234,16 +243,19 @@ def test_item_rescheduled_into_the_past(h: Harness, make_store: Any) -> None:
 
 
 def test_clear_keeps_the_getter_waiting_correctly(h: Harness, make_store: Any) -> None:
-    q = h.make(make_store())
-    q.put("dropped", delay=0.1)
+    clock = FakeClock()  # the clear lands before the item is due, however slow
+    q = h.make(make_store(), clock=clock)
+    q.put("dropped", delay=1)
     fut = h.get(q)
     h.wait_for_waiters(q)
     assert h.act(q.clear) == ["dropped"]
-    assert_still_waiting(fut, 0.2)  # past the dropped item's time: nothing came
-    new = h.act(lambda: q.put("new", delay=0.05))
-    value, when = fut.result(PROMPT)
-    assert value == "new"
-    assert when >= new.deadline
+    clock.advance(2)
+    assert_still_waiting(fut)  # past the dropped item's time: nothing came
+    h.act(lambda: q.put("new", delay=0.5))
+    clock.advance(0.25)
+    assert_still_waiting(fut)
+    clock.advance(0.25)
+    assert value_of(fut) == "new"
 
 
 def test_clear_after_close_wakes_the_getter_to_raise(h: Harness, make_store: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import time
 from typing import Any
 
 import pytest
@@ -13,13 +14,21 @@ from delayq.server._callbacks import (
     Callback,
     CallbackError,
     address_refusal,
+    connection_refusal,
     host_allowed,
+    message_id_from_header,
+    message_id_header,
     parse_callback,
     sign,
     verify,
 )
 from delayq.server._config import ServeConfig
-from delayq.server._constants import CALLBACK_MAX_HEADERS, CALLBACK_MAX_TIMEOUT
+from delayq.server._constants import (
+    CALLBACK_MAX_HEADER_BYTES,
+    CALLBACK_MAX_HEADERS,
+    CALLBACK_MAX_TIMEOUT,
+    CALLBACK_MAX_URL_LENGTH,
+)
 
 
 def config(
@@ -420,6 +429,20 @@ def test_sign_format_and_verify() -> None:
     assert verify("s3cret", header, b'{"a":1}', now=1_700_000_010)
 
 
+def test_v1_is_the_hmac_of_the_timestamp_a_dot_and_the_body() -> None:
+    """A known answer computed here, as the README tells a receiver to compute it:
+    HMAC-SHA256 over ``<t>.<body>``. Without the ``.`` a timestamp and a body that
+    begins with digits could be split another way (t=17, body "00..." signs as t=170)."""
+    body = b'{"order":42}'
+    expected = hmac.new(b"s3cret", b'1700000000.{"order":42}', hashlib.sha256).hexdigest()
+    assert expected == "7c393310b159e0ddabd257ea65bc7352a78d638451e5764a0230dd33c285113c"
+    header = sign("s3cret", 1_700_000_000, body)
+    assert header == f"t=1700000000,v1={expected}"
+    assert verify("s3cret", f"t=1700000000,v1={expected}", body, now=1_700_000_000)
+    # The same bytes split at another place are another signature.
+    assert sign("s3cret", 17, b"00000000" + body) != sign("s3cret", 1_700_000_000, body)
+
+
 def test_verify_refuses_tampering() -> None:
     body = b"payload"
     header = sign("s3cret", 1000, body)
@@ -535,3 +558,175 @@ def test_sign_v2_checks_its_arguments() -> None:
         sign("k", 1, b"", method="GET", url="https://a.example/\n", message_id="a")
     # verify() says False, never raises, for such values (no signature covers them)
     assert not verify("k", "t=1,v2=00", b"", now=1, method="GET\n", url="u", message_id="a")
+
+
+# -- the message id header -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("message_id", "header"),
+    [
+        ("order-42", "order-42"),
+        ("a b", "a b"),  # inner spaces travel as they are
+        (" lead", "UTF-8''%20lead"),
+        ("trail ", "UTF-8''trail%20"),
+        ("héllo", "UTF-8''h%C3%A9llo"),
+        ("a\nb", "UTF-8''a%0Ab"),
+        ("UTF-8''x", "UTF-8''UTF-8%27%27x"),  # the prefix itself is encoded
+        ("!#$&+-.^_`|~/", "!#$&+-.^_`|~/"),
+        ("é!#$&+-.^_`|~/", "UTF-8''%C3%A9!#$&+-.^_`|~%2F"),
+        ("", "UTF-8''"),
+    ],
+)
+def test_message_id_header_round_trips(message_id: str, header: str) -> None:
+    assert message_id_header(message_id) == header
+    assert message_id_from_header(header) == message_id
+
+
+def test_message_id_header_refuses_what_is_not_text() -> None:
+    with pytest.raises(ValueError, match="lone surrogate"):
+        message_id_header("a\ud800")
+    with pytest.raises(ValueError, match="is a str, not int"):
+        message_id_header(42)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("UTF-8''%zz", "not a percent-encoded message id: "),
+        ("UTF-8''a b", "not a percent-encoded message id: "),
+        ("UTF-8''%C3", "not a percent-encoded message id (not UTF-8): "),
+        ("UTF-8''%ff", "(not UTF-8)"),
+    ],
+)
+def test_message_id_from_header_refuses_bad_encodings(value: str, fragment: str) -> None:
+    with pytest.raises(ValueError, match=r"^not a percent-encoded message id") as info:
+        message_id_from_header(value)
+    assert fragment in str(info.value)
+    assert repr(value)[:20] in str(info.value)
+
+
+def test_message_id_from_header_leaves_a_plain_value_alone() -> None:
+    assert message_id_from_header("UTF-8'x%41") == "UTF-8'x%41"
+    assert message_id_from_header("%41") == "%41"
+    assert message_id_from_header("UTF-8''%41%2f") == "A/"
+
+
+# -- the connection guard's own check ------------------------------------------------------
+
+
+def test_connection_refusal_checks_host_and_port_before_any_lookup() -> None:
+    cfg = config("api.example.com", "hooks.example.org:8443", "10.0.0.7")
+    assert connection_refusal("api.example.com", 443, cfg) is None
+    assert connection_refusal("api.example.com", 80, cfg) is None  # either default port
+    assert "allowlist" in (connection_refusal("api.example.com", 8443, cfg) or "")
+    assert connection_refusal("hooks.example.org", 8443, cfg) is None
+    assert "allowlist" in (connection_refusal("hooks.example.org", 443, cfg) or "")
+    assert "allowlist" in (connection_refusal("other.example.com", 443, cfg) or "")
+    assert connection_refusal("10.0.0.7", 80, cfg) is None
+    reason = connection_refusal("api.busineß.com", 443, cfg)
+    assert reason == "callback host 'api.busineß.com' is not ASCII (IDNA-encode it first)"
+    assert connection_refusal("API.Example.COM", 443, cfg) is None  # case-insensitive
+    assert "loopback" in (connection_refusal("127.0.0.1", 443, config("127.0.0.1")) or "")
+    assert connection_refusal("127.0.0.1", 5000, config(loopback=True)) is None
+
+
+# -- what mutation testing found unchecked (docs/testing.md) --------------------------------
+
+
+def test_the_callback_header_is_compact_utf8_json() -> None:
+    """The stored form of a callback (it counts against the headers' size limit)."""
+    cb = parse_callback(
+        {"url": "https://api.example.com/ü", "headers": {"A": "é"}, "timeout": 3},
+        ALLOW_EXAMPLE,
+    )
+    assert cb.to_header() == (
+        '{"url":"https://api.example.com/ü","method":"POST","headers":{"A":"é"},"timeout":3.0}'
+    )
+
+
+def test_sign_takes_timestamp_zero_and_verify_reads_the_clock() -> None:
+    assert sign("k", 0, b"x").startswith("t=0,v1=")
+    assert verify("k", sign("k", int(time.time()), b"x"), b"x")  # now: time.time()
+    assert not verify("k", sign("k", int(time.time()) - 3600, b"x"), b"x")
+
+
+def test_verify_refuses_what_is_not_a_secret_a_header_or_its_own_entry() -> None:
+    body = b"x"
+    empty_key = hmac.new(b"", b"1000.x", hashlib.sha256).hexdigest()
+    assert not verify("", f"t=1000,v1={empty_key}", body, now=1000)
+    assert not verify("k", None, body, now=1000)  # type: ignore[arg-type]
+    assert not verify(None, "t=1000,v1=00", body, now=1000)  # type: ignore[arg-type]
+    digest = sign("k", 1000, body).split("v1=")[1]
+    assert verify("k", f"t=1000,v1={digest}", body, now=1000)
+    assert not verify("k", f"t=1000,v0={digest}", body, now=1000)  # another key
+    assert not verify("k", f"t=1000,x={digest}", body, now=1000)
+    assert not verify("k", "t=1000,v1=é", body, now=1000)  # not ASCII: no match, no error
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"url": "https://a.example/", "message_id": "m"},
+        {"method": "GET", "message_id": "m"},
+        {"method": "GET", "url": "https://a.example/"},
+    ],
+)
+def test_v2_needs_method_url_and_message_id_together(given: dict[str, str]) -> None:
+    with pytest.raises(ValueError, match="go together"):
+        sign("k", 1, b"", **given)
+    with pytest.raises(ValueError, match="go together"):
+        verify("k", "t=1,v2=00", b"", now=1, **given)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (5, "callback must be an object with a url, not int"),
+        ({}, "callback needs a url"),
+        ({"url": 5}, "callback url must be a string, not int"),
+        ({"url": "https://api.example.com/a b"}, "callback url must not contain spaces or "
+         "control characters"),
+        ({"url": "https://api.example.com/\x7f"}, "callback url must not contain spaces or "
+         "control characters"),
+        ({"url": "https://u:p@api.example.com/"}, "callback url must not carry credentials "
+         "(user:password@)"),
+        ({"url": "https://api.example.com/", "method": 5}, "callback method must be a "
+         "string, not int"),
+        ({"url": "https://api.example.com/", "colour": 1, "size": 2},
+         "callback has unknown keys: colour, size (known: headers, method, timeout, url)"),
+    ],
+)  # fmt: skip
+def test_a_bad_callback_is_refused_in_so_many_words(raw: Any, message: str) -> None:
+    with pytest.raises(CallbackError) as info:
+        parse_callback(raw, ALLOW_EXAMPLE)
+    assert info.value.message == message
+
+
+def test_a_callback_defaults_to_post_and_the_servers_timeout() -> None:
+    cb = parse_callback({"url": "https://api.example.com/"}, config("api.example.com", timeout=7))
+    assert (cb.method, cb.timeout) == ("POST", 7.0)
+    stored = Callback.from_header('{"url":"https://api.example.com/"}')
+    assert (stored.method, stored.timeout) == ("POST", 10.0)
+
+
+def test_the_callback_limits_are_inclusive() -> None:
+    base = "https://api.example.com/"
+    longest = base + "a" * (CALLBACK_MAX_URL_LENGTH - len(base))
+    assert parse_callback(longest, ALLOW_EXAMPLE).url == longest
+    with pytest.raises(CallbackError):
+        parse_callback(longest + "a", ALLOW_EXAMPLE)
+    for timeout in (0.5, CALLBACK_MAX_TIMEOUT):
+        assert Callback(base, timeout=timeout).timeout == timeout
+    many = {f"X-H{i}": "v" for i in range(CALLBACK_MAX_HEADERS)}
+    assert len(parse_callback({"url": base, "headers": many}, ALLOW_EXAMPLE).headers) == len(many)
+    # Names and values add up to the byte limit exactly: allowed; one byte more: refused.
+    names = {f"X-{i}": "" for i in range(CALLBACK_MAX_HEADERS - 1)}
+    used = sum(len(name) for name in names) + len("X-Big")
+    full = {**names, "X-Big": "v" * (CALLBACK_MAX_HEADER_BYTES - used)}
+    assert parse_callback({"url": base, "headers": full}, ALLOW_EXAMPLE)
+    full["X-Big"] += "v"
+    with pytest.raises(CallbackError):
+        parse_callback({"url": base, "headers": full}, ALLOW_EXAMPLE)
+    with pytest.raises(CallbackError):
+        parse_callback({"url": base, "headers": {"X-A": "a\x7fb"}}, ALLOW_EXAMPLE)

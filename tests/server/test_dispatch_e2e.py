@@ -87,8 +87,9 @@ class Receiver:
     """A tiny HTTP/1.1 server (keep-alive) that records every request and answers
     with ``answer(arrival, nth)``, ``nth`` counting the requests of that message id."""
 
-    def __init__(self, answer: Answer = always_ok) -> None:
+    def __init__(self, answer: Answer = always_ok, host: str = "127.0.0.1") -> None:
         self.answer = answer
+        self.host = host
         self.arrivals: list[Arrival] = []
         self.per_id: Counter[str] = Counter()
         self._server: asyncio.Server | None = None
@@ -96,7 +97,11 @@ class Receiver:
         self.port = 0
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        await self.start_on(0)
+
+    async def start_on(self, port: int) -> None:
+        """Listen on ``port`` (0: a free one) of :attr:`host`."""
+        self._server = await asyncio.start_server(self._serve, self.host, port)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
@@ -113,7 +118,7 @@ class Receiver:
         await self._server.wait_closed()
 
     def url(self, path: str = "/hook") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"http://{self.host}:{self.port}{path}"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -729,6 +734,74 @@ class FixedResolver:
     async def __call__(self, host: str, port: int) -> list[str]:
         self.asked.append(host)
         return self.addresses
+
+
+class RebindingResolver:
+    """A name that answers one address to the first lookup and another after (DNS
+    rebinding); it records the names asked."""
+
+    def __init__(self, first: str, then: str) -> None:
+        self.answers = [first, then]
+        self.asked: list[str] = []
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        self.asked.append(host)
+        return [self.answers[min(len(self.asked), 2) - 1]]
+
+
+REBINDING_NAME = "rebinding.invalid"  # RFC 6761: never resolves for real
+
+
+@pytest.mark.timeout(30)
+def test_the_connection_goes_to_the_address_checked_not_to_the_name_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The name is resolved once, its address checked, and the connection goes to that
+    address: a name that answers a checked address first and another loopback one
+    after (the test's resolver, and the system's resolver for that name) must not
+    reach the second one. The second loopback address stands for an internal service
+    (127.0.0.2, which every Linux loopback interface answers)."""
+    real_getaddrinfo = socket.getaddrinfo
+
+    def system_resolver(host: Any, *args: Any, **kwargs: Any) -> Any:
+        # Were the dispatcher to connect to the name, the system would say 127.0.0.2.
+        name = host.decode() if isinstance(host, bytes) else host
+        return real_getaddrinfo("127.0.0.2" if name == REBINDING_NAME else host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", system_resolver)
+
+    async def scenario() -> None:
+        checked = Receiver()
+        await checked.start()
+        internal = Receiver(host="127.0.0.2")
+        await internal.start_on(checked.port)
+        resolver = RebindingResolver("127.0.0.1", "127.0.0.2")
+        config = serve_config("memory://guard", callback_hosts=(f"{REBINDING_NAME}:*",))
+        transport = _GuardedTransport(config, resolve=resolver)
+        try:
+            async with httpx.AsyncClient(transport=transport) as client:
+                url = f"http://{REBINDING_NAME}:{checked.port}/hook"
+                headers = {"X-Delayq-Message-Id": "m-1"}
+                response = await client.post(url, headers=headers, content=b"x")
+                assert response.status_code == 200
+            assert resolver.asked == [REBINDING_NAME]  # resolved once, then pinned
+            assert len(checked.arrivals) == 1
+            assert internal.arrivals == []
+            # The guard alone, as the dispatcher's connection pool calls it.
+            resolver = RebindingResolver("127.0.0.1", "127.0.0.2")
+            network = _GuardedNetwork(config, resolver)
+            stream = await network.connect_tcp(REBINDING_NAME, checked.port, timeout=5.0)
+            try:
+                peer = stream.get_extra_info("server_addr")
+            finally:
+                await stream.aclose()
+            assert peer == ("127.0.0.1", checked.port)
+            assert resolver.asked == [REBINDING_NAME]
+        finally:
+            await internal.stop()
+            await checked.stop()
+
+    asyncio.run(scenario())
 
 
 @pytest.mark.timeout(30)

@@ -3,12 +3,17 @@ operational ones, /healthz and /metrics."""
 
 from __future__ import annotations
 
-from typing import Any
+import http.server
+import json
+import queue
+import threading
+import time
+from typing import Any, ClassVar
 
 import pytest
 from fastapi.testclient import TestClient
 
-from delayq.server import ServeConfig, create_app
+from delayq.server import ServeConfig, create_app, verify
 
 from ._helpers import JSON_TYPE, error_of, put, stats
 
@@ -127,11 +132,54 @@ def test_metrics(any_client: TestClient) -> None:
     assert 'delayq_lateness_seconds_count{queue="m"} 1.0' in text
 
 
-def test_lifespan_runs_the_dispatcher_when_asked(tmp_path: Any) -> None:
-    from fastapi.testclient import TestClient  # noqa: PLC0415
+class _Hooks(http.server.BaseHTTPRequestHandler):
+    """A receiver of callbacks: records each request's path, headers and body."""
 
-    config = ServeConfig(url=f"sqlite:///{tmp_path / 'd.db'}", dispatch=True)
-    app = create_app(config)
-    with TestClient(app, base_url="http://localhost") as client:
-        assert client.get("/healthz").status_code == 200
-    # Leaving the block ran the lifespan's shutdown: the dispatcher stopped cleanly.
+    arrivals: ClassVar[queue.Queue[tuple[str, dict[str, str], bytes]]] = queue.Queue()
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("content-length", "0")))
+        self.arrivals.put((self.path, dict(self.headers.items()), body))
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.timeout(60)
+def test_lifespan_runs_the_dispatcher_when_asked(tmp_path: Any) -> None:
+    """With ``dispatch`` the app's lifespan runs the dispatcher: a callback put over
+    the API is delivered (signed) and acked, and leaving the app stops it."""
+    receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hooks)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    port = receiver.server_address[1]
+    config = ServeConfig(
+        url=f"sqlite:///{tmp_path / 'd.db'}",
+        dispatch=True,
+        allow_loopback_callbacks=True,
+        signing_secret="lifespan-secret",
+    )
+    try:
+        with TestClient(create_app(config), base_url="http://localhost") as client:
+            answer = client.post(
+                "/v1/queues/callbacks/messages",
+                json={"payload": {"n": 1}, "callback": {"url": f"http://127.0.0.1:{port}/hook"}},
+            )
+            assert answer.status_code == 201, answer.text
+            message_id = answer.json()["id"]
+            path, headers, body = _Hooks.arrivals.get(timeout=30)
+            assert path == "/hook"
+            assert headers["X-Delayq-Message-Id"] == message_id
+            assert json.loads(body) == {"n": 1}
+            assert verify("lifespan-secret", headers["X-Delayq-Signature"], body, tolerance=600)
+            deadline = time.monotonic() + 30
+            while client.get(f"/v1/queues/callbacks/messages/{message_id}").status_code != 404:
+                assert time.monotonic() < deadline, "the delivered callback was not acked"
+                time.sleep(0.02)
+        # Leaving the block ran the lifespan's shutdown: the dispatcher stopped cleanly.
+    finally:
+        receiver.shutdown()
+        receiver.server_close()
+    assert _Hooks.arrivals.empty()  # delivered once

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+import delayq.runtime._worker as worker_module
 from delayq import FakeClock
 from delayq.durable.message import State
 from delayq.durable.retry import RetryPolicy
@@ -237,6 +238,39 @@ def test_a_tick_put_again_after_its_run_does_not_run_again() -> None:
         tick_ms = 1_700_000_010_000
         await app.async_queue().put(**job.tick_item(tick_ms))
         await wait_for(lambda: worker.counts["skipped"] == 1)
+        worker.stop()
+        await task
+        await app.aclose()
+
+    asyncio.run(main())
+    assert runs == ["cron:beat:2023-11-14T22:13:30Z"]
+
+
+def test_the_ack_of_a_tick_waits_until_the_guard_past_its_tick(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run of tick T is acked (its id freed) only once the clock is past T plus the
+    guard, so a put of T landing in T's own millisecond cannot follow the ack and
+    create T again (delayq.runtime._cron). On a fake clock frozen at T the guard
+    holds the ack for its whole length; it is stretched from 2 ms to 0.6 s here so
+    that a skipped guard shows every run."""
+    monkeypatch.setattr(worker_module, "CRON_ACK_GUARD", 0.6)
+    app, clock, runs = cron_app()
+
+    async def main() -> None:
+        worker = Worker(app)
+        task = asyncio.create_task(worker.serve())
+        await asyncio.sleep(0.05)
+        clock.advance(10)  # the clock stands at the tick
+        await wait_for(lambda: len(runs) == 1)
+        await asyncio.sleep(0.2)  # the handler returned; the guard holds the ack
+        queue = app.async_queue(app.crons["beat"].task.queue)
+        held = await queue.get(runs[0])
+        assert worker.counts["succeeded"] == 0
+        assert held is not None
+        assert held.state is State.ACTIVE
+        await wait_for(lambda: worker.counts["succeeded"] == 1)
+        assert await queue.get(runs[0]) is None
         worker.stop()
         await task
         await app.aclose()

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import time
+import uuid
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
 
+from delayq import FakeClock, Queue
 from delayq.runtime._cron import (
     CronSchedule,
     EverySchedule,
@@ -121,6 +126,35 @@ def test_tick_ids_are_utc_and_deterministic() -> None:
     assert tick_id("fast", tick + 250) == "cron:fast:2024-03-31T01:00:00.250Z"
 
 
+@pytest.fixture(params=["Europe/Berlin", "America/Los_Angeles", "Asia/Kolkata"])
+def local_zone(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The process's local time zone set to a non-UTC zone (``TZ`` and
+    ``time.tzset()``), restored afterwards."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = str(request.param)
+    time.tzset()
+    try:
+        assert time.localtime(1_700_000_000).tm_gmtoff != 0
+        yield str(request.param)
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+
+
+def test_tick_ids_and_schedules_ignore_the_local_time_zone(local_zone: str) -> None:
+    """Every machine names a tick alike, whatever its TZ: the id is the UTC time."""
+    tick = ms(datetime(2024, 3, 31, 1, 0, tzinfo=timezone.utc))
+    assert tick_id("nightly", tick) == "cron:nightly:2024-03-31T01:00:00Z"
+    assert tick_id("fast", tick + 250) == "cron:fast:2024-03-31T01:00:00.250Z"
+    # A cron schedule without tz= is UTC, not the machine's zone.
+    start = ms(datetime(2024, 3, 30, 12, 0, tzinfo=timezone.utc))
+    assert CronSchedule("0 1 * * *").next_after(start) == tick
+    assert EverySchedule("1h").next_after(tick - 1) == tick
+
+
 EVERY = EverySchedule(10)  # ticks at multiples of 10 s
 T = 1_700_000_000_000
 
@@ -146,8 +180,14 @@ def test_a_tick_put_after_its_time_does_not_run_on_its_first_attempt() -> None:
 
 
 def test_expected_due_matches_the_facade_rounding_of_at() -> None:
-    for tick in (T, T + 1, T + 250, 1_711_846_800_123):
-        assert expected_due(tick) in (tick, tick + 1)
+    """A tick put with ``at=tick / 1000`` in time is stored due exactly at the tick
+    (no float rounding up by a millisecond), and ``expected_due`` says so."""
+    ticks = [T, T + 1, T + 7, T + 250, T + 999, 1_711_846_800_123, 4_102_444_799_999]
+    clock = FakeClock(wall=1_600_000_000.0)  # before every tick: each put is in time
+    with Queue(f"memory://expected-due-{uuid.uuid4().hex}", clock=clock) as q:
+        for tick in ticks:
+            assert expected_due(tick) == tick
+            assert q.get(q.put(tick, at=tick / 1000)).due_at == tick
 
 
 def test_missed_ticks_catch_up_once_or_not_at_all() -> None:
@@ -161,3 +201,45 @@ def test_missed_ticks_catch_up_once_or_not_at_all() -> None:
     assert skipped.next_tick == T + 50_000
     # Late but before the next tick: not a missed tick, it runs either way.
     assert plan(now=T + 9_000, catch_up=False).run
+
+
+def test_schedules_describe_themselves() -> None:
+    assert repr(EverySchedule("1.5s")) == "EverySchedule(1.5)"
+    assert EverySchedule("1.5s").describe() == "every 1500ms"
+    nightly = CronSchedule("0 1 * * *", tz="Europe/Berlin")
+    assert repr(nightly) == "CronSchedule('0 1 * * *', tz='Europe/Berlin')"
+    assert nightly.describe() == "cron '0 1 * * *' (Europe/Berlin)"
+
+
+def test_plans_say_exactly_what_they_decide() -> None:
+    late_put = plan(due_at=T + 3)
+    assert (late_put.run, late_put.reason) == (False, "put after its tick: it may have run already")
+    on_time = plan()
+    assert (on_time.run, on_time.reason) == (True, "on time")
+    # The next tick due exactly now: this one was missed (the boundary is inclusive).
+    edge = plan(now=T + 10_000, catch_up=False)
+    assert (edge.run, edge.reason) == (False, "missed while no worker ran (catch_up=False)")
+    caught = plan(now=T + 10_000)
+    assert (caught.run, caught.reason) == (True, "catch-up")
+    assert plan(now=T + 9_999, catch_up=False).reason == "on time"
+
+
+def test_cron_next_after_a_tick_is_the_next_tick() -> None:
+    hourly = CronSchedule("0 * * * *")
+    tick = ms(datetime(2024, 3, 31, 1, 0, tzinfo=timezone.utc))
+    assert hourly.next_after(tick - 1) == tick
+    assert hourly.next_after(tick) == tick + 3_600_000
+    assert hourly.next_after(tick + 999) == tick + 3_600_000
+    assert CronSchedule("0 1 * * *", tz="Europe/Berlin").tz == "Europe/Berlin"
+
+
+def test_cron_refuses_what_is_not_text_with_its_type() -> None:
+    with pytest.raises(TypeError, match="a cron expression is a str, not int"):
+        CronSchedule(5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="tz must be a time zone name like 'Europe/Berlin', not 1"):
+        CronSchedule("0 1 * * *", tz=1)  # type: ignore[arg-type]
+
+
+def test_an_interval_of_one_millisecond_is_the_shortest() -> None:
+    assert EverySchedule("1ms").period_ms == 1
+    assert EverySchedule(0.001).next_after(5) == 6

@@ -280,10 +280,14 @@ class Operations:
         position: list[Any] = [b"", b""] if after is None else [after[0], after[-1]]
         return Call("peek", self.keys(queue), [mode, limit, *position], _records)
 
-    def due_counts(self, queue: str, horizon_ms: int, buckets: int) -> Call[tuple[int, list[int]]]:
-        """``due_counts.lua`` (read only)."""
+    def due_counts(
+        self, queue: str, horizon_ms: int, buckets: int, now_ms: int | None = None
+    ) -> Call[tuple[int, list[int]]]:
+        """``due_counts.lua`` (read only), from the server's now or from ``now_ms`` (a
+        sharded queue counts every shard from one now)."""
         width = bucket_width(horizon_ms, buckets)
-        return Call("due_counts", self.keys(queue), [width, buckets], decode_due_counts)
+        args: list[Any] = [width, buckets] if now_ms is None else [width, buckets, now_ms]
+        return Call("due_counts", self.keys(queue), args, decode_due_counts)
 
     def wake(self, queue: str) -> Call[None]:
         """``wake.lua``: put the wake-up marker (back)."""

@@ -91,8 +91,8 @@ def merge_dead(parts: Sequence[list[Record]], limit: int) -> list[Record]:
 
 
 def merge_due_counts(parts: Sequence[tuple[int, list[int]]]) -> tuple[int, list[int]]:
-    """One queue's due counts from its shards': the counts summed per bucket, from the
-    first shard's now (the shards' clocks are taken to agree, as for ordering)."""
+    """One queue's due counts from its shards', each counted from the same now (the
+    first shard's, given to the others): the counts summed per bucket."""
     return parts[0][0], [sum(column) for column in zip(*(c for _, c in parts), strict=True)]
 
 

@@ -330,9 +330,14 @@ class ShardedRedisBackend(ShardedBase):
 
     def due_counts(self, queue: str, *, horizon_ms: int, buckets: int) -> tuple[int, list[int]]:
         """See :meth:`Backend.due_counts <delayq.durable.backend.Backend.due_counts>`."""
-        return merge_due_counts(
-            [self._run(ops.due_counts(queue, horizon_ms, buckets)) for ops in self._ops]
-        )
+        # One now for every shard (the first shard's), as a sharded put resolves its due
+        # times: each shard reading its own TIME could count a message due exactly at
+        # the horizon on one shard and not on another.
+        first = self._run(self._ops[0].due_counts(queue, horizon_ms, buckets))
+        parts = [first]
+        for ops in self._ops[1:]:
+            parts.append(self._run(ops.due_counts(queue, horizon_ms, buckets, first[0])))
+        return merge_due_counts(parts)
 
     def close(self) -> None:
         """See :meth:`Backend.close <delayq.durable.backend.Backend.close>`."""
