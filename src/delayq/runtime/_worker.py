@@ -1,10 +1,14 @@
 """Worker: runs handlers for reserved messages, keeps their leases, shuts down gently.
 
 One asyncio loop per worker. Per queue a reserver claims up to as many messages as
-there are free slots (``concurrency``) and starts a job for each: async handlers
-run on the loop, sync ones on a daemon thread each. While a job runs its lease is
-renewed every third of the lease, so a long job is never handed to someone else
-while it is alive. Outcomes:
+there are free slots (``concurrency + prefetch``) and starts a job for each; at most
+``concurrency`` of them run their handler at once (:class:`~delayq.runtime._pool.Gate`),
+the rest wait their turn (the prefetch: the next handler starts without waiting for a
+reserve round trip). Async handlers run on the loop, sync ones on a daemon thread
+each. A handler's place goes to the next message as soon as it returns, before its
+ack. From its reservation until it is settled, a message's lease is renewed every
+third of the lease, so a waiting or long job is never handed to someone else while
+its worker is alive. Outcomes:
 
 * returned: ``ack`` (the acks of jobs finishing close together go out as one
   ``ack_many``, see :mod:`delayq.runtime._ack_batch`);
@@ -13,8 +17,9 @@ while it is alive. Outcomes:
 * raised anything else, or ran past its timeout: ``nack`` with the task's backoff,
   dead once its attempts are used up.
 
-``stop()`` (or SIGTERM/SIGINT under :meth:`Worker.run`) stops reserving, lets running
-handlers finish for ``grace`` seconds, then gives the rest back (``release``: due
+``stop()`` (or SIGTERM/SIGINT under :meth:`Worker.run`) stops reserving, gives the
+prefetched messages back at once, lets running handlers finish for ``grace`` seconds,
+then gives the rest back (``release``: due
 where they were, the attempt not charged) and returns; a second
 signal skips the grace period. Every change is logged on the ``delayq`` logger. A
 backend that stops answering is tried again with a doubling pause, one log line per
@@ -59,7 +64,7 @@ from ._constants import (
 from ._consumer import LeaseRenewer, reserve_loop
 from ._cron import plan_tick, tick_id
 from ._outage import Outage
-from ._pool import DaemonPool, Slots
+from ._pool import DaemonPool, Gate, NotStarted, RunTimedOut, Slots, SyncLane
 
 __all__ = ["Discard", "Handler", "HandlerTimeout", "Retry", "Worker", "current_message"]
 
@@ -118,8 +123,10 @@ class Worker:
     ``queues``), or ``handler(msg)`` for the messages of one
     :class:`~delayq.AsyncQueue`.
 
-    ``concurrency`` handlers run at once; ``lease`` (seconds) is each reservation's
-    lease, renewed while the handler runs; ``grace`` is how long running handlers may
+    ``concurrency`` handlers run at once, and up to ``prefetch`` more messages
+    (default: ``concurrency``; 0: none) are reserved ahead, waiting for a handler to
+    end; ``lease`` (seconds) is each reservation's lease, renewed until the message
+    is settled (waiting ones included); ``grace`` is how long running handlers may
     finish after a stop; ``timeout`` (seconds) is the default limit of one run (a
     task's own ``timeout`` wins). ``clock`` (default: the app's ``clock=`` option,
     else the system clock) is what cron schedules read.
@@ -131,6 +138,7 @@ class Worker:
         handler: Handler | None = None,
         *,
         concurrency: int = DEFAULT_WORKER_CONCURRENCY,
+        prefetch: int | None = None,
         lease: float = DEFAULT_LEASE,
         grace: float = DEFAULT_WORKER_GRACE,
         timeout: float | None = None,
@@ -162,9 +170,14 @@ class Worker:
             raise TypeError(f"a Worker runs an App or an AsyncQueue, not {type(source).__name__}")
         if type(concurrency) is not int or concurrency < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        if prefetch is None:
+            prefetch = concurrency
+        if type(prefetch) is not int or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
         self._handler = handler
         self._handler_is_async = handler is not None and _is_async(handler)
         self.concurrency = concurrency
+        self.prefetch = prefetch
         self.lease = _positive("lease", lease)
         self.grace = _positive("grace", grace, zero=True)
         self.timeout = None if timeout is None else _positive("timeout", timeout)
@@ -182,6 +195,8 @@ class Worker:
         self._ackers: dict[str, AckBatcher] = {}
         self._pool = DaemonPool()
         self._slots: Slots | None = None
+        self._gate: Gate | None = None
+        self._lane: SyncLane | None = None
         self._outage: Outage | None = None
 
     # -- running ----------------------------------------------------------------------
@@ -235,7 +250,12 @@ class Worker:
             self._stopped.set()
         if self._force:
             self._forced.set()
-        self._slots = Slots(self.concurrency)
+        self._slots = Slots(self.concurrency + self.prefetch)
+        if self._all_sync():  # the lane's threads bound how many run at once
+            self._lane = SyncLane(self.concurrency)
+            self._gate = gate = Gate(self.concurrency + self.prefetch)
+        else:
+            self._gate = gate = Gate(self.concurrency)
         self._open_queues()
         url = next(iter(self._queues.values())).url  # an App's queues share its URL
         self._outage = Outage(url, event_prefix="worker", first=WORKER_ERROR_BACKOFF)
@@ -250,6 +270,7 @@ class Worker:
             "worker.started",
             queues=",".join(self._queues),
             concurrency=self.concurrency,
+            prefetch=self.prefetch,
             lease=self.lease,
             crons=",".join(job.task.name for job in self._cron_jobs()) or None,
         )
@@ -260,6 +281,9 @@ class Worker:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            gate.close()  # the prefetched ones go back now
+            if self._lane is not None:
+                self._lane.close()
             await self._drain()
             for acker in self._ackers.values():
                 await acker.drain()
@@ -280,6 +304,13 @@ class Worker:
         if self._app is not None:  # a queue given by the caller stays the caller's
             for queue in self._queues.values():
                 await queue.close()
+
+    def _all_sync(self) -> bool:
+        """Whether every handler this worker may run is a sync function."""
+        if self._app is None:
+            return not self._handler_is_async
+        tasks = self._app.tasks.values()
+        return not any(task.is_async for task in tasks if task.queue in self._queues)
 
     def _cron_jobs(self) -> list[CronJob]:
         if self._app is None:
@@ -332,20 +363,34 @@ class Worker:
     async def _job(self, queue: AsyncQueue, msg: Message) -> None:
         log_event(_DEBUG, "job.reserved", queue=queue.name, id=msg.id, attempt=msg.attempts)
         _current.set(msg)  # this job's own context (create_task copied it)
-        started = time.monotonic()
+        gate = self._gate
+        assert gate is not None
         every = self.lease / WORKER_EXTEND_DIVISOR
         renewer = LeaseRenewer(
             queue, msg, self.counts, lease=self.lease, first=every, every=every, event_prefix="job"
         )
+        started = time.monotonic()
         call: _Call | None = None
         try:
-            call = self._resolve(msg)
-            if call.cron is not None and not await self._start_tick(queue, msg, call):
-                await queue.ack(msg)
+            if not await gate.enter():  # stopping before it ran: give it back
+                renewer.stop()
+                await self._give_back(queue, msg)
                 return
-            await self._invoke(call)
+            started = time.monotonic()
+            try:
+                call = self._resolve(msg)
+                if call.cron is not None and not await self._start_tick(queue, msg, call):
+                    await queue.ack(msg)
+                    return
+                await self._invoke(call)
+            finally:
+                gate.leave()
             if call.tick_ms is not None:
                 await _cron_ack_guard(self._clock, call.tick_ms)
+        except NotStarted:  # stopping before a lane thread took it
+            renewer.stop()
+            await self._give_back(queue, msg)
+            return
         except asyncio.CancelledError:
             if not self._releasing:
                 raise
@@ -424,6 +469,14 @@ class Worker:
         return True
 
     async def _invoke(self, call: _Call) -> None:
+        if self._lane is not None and not call.is_async:
+            context = contextvars.copy_context()
+            partial = functools.partial(context.run, call.fn, *call.args, **call.kwargs)
+            try:
+                await self._lane.run(partial, call.timeout)
+            except RunTimedOut:
+                raise HandlerTimeout(f"timed out after {call.timeout:g}s") from None
+            return
         if call.is_async:
             awaitable = call.fn(*call.args, **call.kwargs)
         else:
