@@ -36,7 +36,7 @@ class AckBatcher:
         self._pending.append((msg, outcome))
         if self._flushing is None:
             self._flushing = loop.create_task(self._flush(), name="delayq-ack-batch")
-        return await asyncio.shield(outcome)
+        return await outcome  # cancelled, it is skipped: the ack still goes out
 
     async def drain(self) -> None:
         """Wait until every ack handed in so far has been sent."""

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
-from queue import Empty, SimpleQueue
+from queue import SimpleQueue
 from typing import Any, ParamSpec, TypeVar
 
 __all__ = ["DaemonPool", "Gate", "NotStarted", "RunTimedOut", "Slots", "SyncLane"]
@@ -176,6 +176,11 @@ class SyncLane:
     round trip through the event loop in between. Outcomes go back to the loop in
     batches: one wake-up carries every call ended since the last.
 
+    The loop wakes at most one sleeping thread at a time; a woken thread that leaves
+    calls behind wakes the next one itself. Waking a thread is a system call that may
+    hand the CPU to the woken thread: done by the threads, it does not stall the loop,
+    which every message goes through.
+
     Made on the loop it reports to. A call that times out leaves its thread to it
     (a thread cannot be stopped) and a new thread takes its place.
     """
@@ -183,20 +188,20 @@ class SyncLane:
     def __init__(self, threads: int, name: str = "delayq-worker") -> None:
         self._loop = asyncio.get_running_loop()
         self._name = name
-        self._inbox: SimpleQueue[_Run | None] = SimpleQueue()
         self._lock = threading.Lock()
+        self._runs: deque[_Run] = deque()  # under _lock, as are the four below
+        self._sleeping = 0  # threads waiting for a ring of the bell
+        self._ringing = False  # a ring on its way: the woken thread wakes the next
         self._ended: list[tuple[_Run, BaseException | None, Any]] = []
-        self._waking = False
+        self._waking = False  # a delivery to the loop on its way
+        self._bell: SimpleQueue[None] = SimpleQueue()
         self._closed = False
         self._threads = 0
-        self._alive = 0
         for _ in range(threads):
             self._spawn()
 
     def _spawn(self) -> None:
         self._threads += 1
-        with self._lock:
-            self._alive += 1
         thread = threading.Thread(
             target=self._serve, name=f"{self._name}-{self._threads}", daemon=True
         )
@@ -209,7 +214,11 @@ class SyncLane:
         if self._closed:
             raise NotStarted("the lane is closed")
         run = _Run(fn, self._loop.create_future())
-        self._inbox.put(run)
+        with self._lock:
+            self._runs.append(run)
+            ring = self._ring()
+        if ring:
+            self._bell.put(None)
         try:
             while not run.future.done():
                 if timeout is None:
@@ -226,6 +235,14 @@ class SyncLane:
             raise
         return run.future.result()
 
+    def _ring(self) -> bool:
+        """Under the lock: whether to wake a sleeping thread for the waiting calls."""
+        if self._runs and self._sleeping and not self._ringing:
+            self._sleeping -= 1
+            self._ringing = True
+            return True
+        return False
+
     def _abandon(self, run: _Run) -> bool:
         with self._lock:
             if run.finished:
@@ -235,15 +252,37 @@ class SyncLane:
             self._spawn()  # its thread runs on: another one takes its place
         return True
 
+    def _next(self) -> _Run | None:
+        """On a lane thread: the next call to run (marked started), None once closed."""
+        woken = False
+        while True:
+            with self._lock:
+                if woken:
+                    self._ringing = False
+                run = None
+                while self._runs and run is None:
+                    run = self._runs.popleft()
+                    if run.dropped:
+                        run = None
+                if run is not None:
+                    run.started = time.monotonic()
+                    ring = self._ring()
+                elif self._closed:
+                    return None
+                else:
+                    self._sleeping += 1
+            if run is not None:
+                if ring:
+                    self._bell.put(None)
+                return run
+            self._bell.get()
+            woken = True
+
     def _serve(self) -> None:
         while True:
-            run = self._inbox.get()
+            run = self._next()
             if run is None:
-                break
-            with self._lock:
-                if run.dropped:
-                    continue
-                run.started = time.monotonic()
+                return
             error: BaseException | None = None
             result: Any = None
             try:
@@ -260,11 +299,9 @@ class SyncLane:
                 try:
                     self._loop.call_soon_threadsafe(self._deliver)
                 except RuntimeError:  # the loop is closed: nobody waits any more
-                    break
+                    return
             if abandoned:
-                break
-        with self._lock:
-            self._alive -= 1
+                return
 
     def _deliver(self) -> None:
         with self._lock:
@@ -280,21 +317,15 @@ class SyncLane:
     def close(self) -> None:
         """Drop every call not started yet (their :meth:`run` raises :class:`NotStarted`,
         as does every later one); threads end once their running call returns."""
-        self._closed = True
-        dropped: list[_Run] = []
-        while True:
-            try:
-                run = self._inbox.get_nowait()
-            except Empty:
-                break
-            if run is not None:
-                dropped.append(run)
         with self._lock:
+            self._closed = True
+            dropped = list(self._runs)
+            self._runs.clear()
             for run in dropped:
                 run.dropped = True
-            alive = self._alive
+            sleeping, self._sleeping = self._sleeping, 0
         for run in dropped:
             if not run.future.done():
                 run.future.set_exception(NotStarted("the lane closed before it started"))
-        for _ in range(alive):
-            self._inbox.put(None)
+        for _ in range(sleeping):
+            self._bell.put(None)
