@@ -184,3 +184,33 @@ def test_prefetch_is_checked() -> None:
             Worker(queue, lambda msg: None, prefetch=bad)  # type: ignore[arg-type]
     assert Worker(queue, lambda msg: None, concurrency=4).prefetch == 4
     assert Worker(queue, lambda msg: None, prefetch=0).prefetch == 0
+
+
+def test_a_sync_handler_running_past_the_grace_is_given_back(backend_url: str) -> None:
+    """Its message goes back (no attempt charged) when the grace ends; what the
+    handler does when it returns later changes nothing."""
+    go_on = threading.Event()
+    ran: list[object] = []
+
+    def handler(msg: Message) -> None:
+        ran.append(msg.payload)
+        go_on.wait(10)
+
+    async def main() -> None:
+        queue = AsyncQueue(backend_url, name="q")
+        try:
+            await queue.put("x", id="m")
+            worker = Worker(queue, handler, grace=0.1)
+            await serve_until(worker, lambda: bool(ran))
+            assert worker.counts["released"] == 1
+            go_on.set()
+            await asyncio.sleep(0.1)  # the handler returned: nothing acked
+            msg = await queue.get("m")
+            assert msg is not None
+            assert (msg.state.value, msg.attempts) == ("ready", 0)
+            assert worker.counts["succeeded"] == 0
+        finally:
+            go_on.set()
+            await queue.close()
+
+    asyncio.run(main())

@@ -150,6 +150,12 @@ class Gate:
                 waiter.set_result(False)
 
 
+#: What :meth:`SyncLane.submit` calls on the loop once a call ended: ``done(error,
+#: result, started)``, ``error`` None when it returned, ``started`` its time.monotonic()
+#: start (None with :class:`NotStarted`: the lane closed before it started).
+Ran = Callable[[BaseException | None, Any, "float | None"], None]
+
+
 class NotStarted(Exception):
     """A call of a :class:`SyncLane` that was dropped before a thread started it."""
 
@@ -163,7 +169,8 @@ class _Run:
     """One call waiting in, or run by, a :class:`SyncLane`."""
 
     fn: Callable[[], Any]
-    future: asyncio.Future[Any]
+    future: asyncio.Future[Any] | None  # what run() awaits, or None: submit()'s ``done``
+    done: Ran | None = None
     started: float | None = None  # time.monotonic() when a thread took it
     finished: bool = False
     dropped: bool = False  # never to start (the lane closed, or its caller gave up)
@@ -213,27 +220,44 @@ class SyncLane:
         when it ran longer than ``timeout`` seconds (counted from its start)."""
         if self._closed:
             raise NotStarted("the lane is closed")
-        run = _Run(fn, self._loop.create_future())
-        with self._lock:
-            self._runs.append(run)
-            ring = self._ring()
-        if ring:
-            self._bell.put(None)
+        future = self._loop.create_future()
+        run = _Run(fn, future)
+        self._queue(run)
         try:
-            while not run.future.done():
+            while not future.done():
                 if timeout is None:
-                    await run.future
+                    await future
                     break
                 started = run.started
                 left = timeout if started is None else started + timeout - time.monotonic()
                 if left <= 0 and self._abandon(run):
                     raise RunTimedOut
-                await asyncio.wait({run.future}, timeout=max(left, 0.0))
+                await asyncio.wait({future}, timeout=max(left, 0.0))
         except asyncio.CancelledError:
             with self._lock:
                 run.dropped = run.started is None
             raise
-        return run.future.result()
+        return future.result()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def submit(self, fn: Callable[[], Any], done: Ran) -> None:
+        """Run ``fn()`` on a lane thread once one is free, then ``done(error, result,
+        started)`` on the loop: no future, no task (the worker's plain sync jobs)."""
+        if self._closed:
+            done(NotStarted("the lane is closed"), None, None)
+            return
+        self._queue(_Run(fn, None, done))
+
+    def _queue(self, run: _Run) -> None:
+        with self._lock:
+            self._runs.append(run)
+            ring = self._ring()
+        if ring:
+            self._bell.put(None)
 
     def _ring(self) -> bool:
         """Under the lock: whether to wake a sleeping thread for the waiting calls."""
@@ -307,12 +331,21 @@ class SyncLane:
         with self._lock:
             ended, self._ended, self._waking = self._ended, [], False
         for run, error, result in ended:
-            if run.future.done():
+            future = run.future
+            if future is None:
+                assert run.done is not None
+                try:
+                    run.done(error, result, run.started)
+                except Exception as exc:  # a bug of done(): the others still get theirs
+                    self._loop.call_exception_handler(
+                        {"message": "SyncLane done", "exception": exc}
+                    )
+            elif future.done():
                 continue
-            if error is None:
-                run.future.set_result(result)
+            elif error is None:
+                future.set_result(result)
             else:
-                run.future.set_exception(error)
+                future.set_exception(error)
 
     def close(self) -> None:
         """Drop every call not started yet (their :meth:`run` raises :class:`NotStarted`,
@@ -325,7 +358,11 @@ class SyncLane:
                 run.dropped = True
             sleeping, self._sleeping = self._sleeping, 0
         for run in dropped:
-            if not run.future.done():
-                run.future.set_exception(NotStarted("the lane closed before it started"))
+            error = NotStarted("the lane closed before it started")
+            if run.future is None:
+                assert run.done is not None
+                run.done(error, None, None)
+            elif not run.future.done():
+                run.future.set_exception(error)
         for _ in range(sleeping):
             self._bell.put(None)
