@@ -30,7 +30,7 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
 
 
 def test_a_worker_killed_with_prefetched_jobs_loses_none(env: Env) -> None:
-    send_jobs(env, 8)  # concurrency 4 and prefetch 4 (the default): 4 run, 4 wait
+    send_jobs(env, 8)  # concurrency 4, prefetch 16 (the default): 4 run, 4 wait
     first = env.worker("jobs", lease=1.0, job_seconds=60)
     env.wait(lambda: len(env.lines("start")) == 4)
     with Queue(env.url, name="jobs") as queue:

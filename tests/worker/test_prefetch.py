@@ -182,7 +182,7 @@ def test_prefetch_is_checked() -> None:
     for bad in (-1, 1.5, "2", True):
         with pytest.raises(ValueError, match="prefetch must be an int >= 0"):
             Worker(queue, lambda msg: None, prefetch=bad)  # type: ignore[arg-type]
-    assert Worker(queue, lambda msg: None, concurrency=4).prefetch == 4
+    assert Worker(queue, lambda msg: None, concurrency=4).prefetch == 16
     assert Worker(queue, lambda msg: None, prefetch=0).prefetch == 0
 
 

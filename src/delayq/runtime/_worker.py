@@ -57,6 +57,7 @@ from ._constants import (
     CRON_TICK_HEADER,
     DEFAULT_WORKER_CONCURRENCY,
     DEFAULT_WORKER_GRACE,
+    DEFAULT_WORKER_PREFETCH_PER_HANDLER,
     WORKER_ERROR_BACKOFF,
     WORKER_EXTEND_DIVISOR,
     WORKER_IDLE_WAIT,
@@ -137,7 +138,7 @@ class Worker:
     :class:`~delayq.AsyncQueue`.
 
     ``concurrency`` handlers run at once, and up to ``prefetch`` more messages
-    (default: ``concurrency``; 0: none) are reserved ahead, waiting for a handler to
+    (default: 4 x ``concurrency``; 0: none) are reserved ahead, waiting for a handler to
     end; ``lease`` (seconds) is each reservation's lease, renewed until the message
     is settled (waiting ones included); ``grace`` is how long running handlers may
     finish after a stop; ``timeout`` (seconds) is the default limit of one run (a
@@ -184,7 +185,7 @@ class Worker:
         if type(concurrency) is not int or concurrency < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
         if prefetch is None:
-            prefetch = concurrency
+            prefetch = DEFAULT_WORKER_PREFETCH_PER_HANDLER * concurrency
         if type(prefetch) is not int or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
         self._handler = handler
