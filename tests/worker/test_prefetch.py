@@ -17,7 +17,7 @@ import pytest
 from conformance.conftest import BACKENDS
 from delayq.durable.message import Message
 from delayq.durable.queue import AsyncQueue
-from delayq.runtime import Worker
+from delayq.runtime import App, Task, Worker
 
 from ._helpers import serve_until, wait_for
 
@@ -163,6 +163,52 @@ def test_no_more_than_concurrency_run_at_once(backend_url: str, kind: str) -> No
     assert blocker.most <= 3
     assert sorted(blocker.runs) == list(range(30))
     assert set(blocker.runs.values()) == {1}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_app_worker_runs_no_more_than_concurrency_at_once(backend_url: str, kind: str) -> None:
+    """The same through an App, whose tasks' kinds decide how the worker runs them."""
+    app = App(backend_url)
+    running, most = [0], [0]
+
+    def enter() -> None:
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+
+    if kind == "sync":
+        lock = threading.Lock()
+
+        @app.task(name="t", queue="q")
+        def sync_task() -> None:
+            with lock:
+                enter()
+            time.sleep(0.002)
+            with lock:
+                running[0] -= 1
+
+        task: Task[[], None] = sync_task
+    else:
+
+        @app.task(name="t", queue="q")
+        async def async_task() -> None:
+            enter()
+            await asyncio.sleep(0.002)
+            running[0] -= 1
+
+        task = async_task  # type: ignore[assignment]
+
+    app.send_many(task.message() for _ in range(30))
+    worker = Worker(app, concurrency=3, prefetch=10)
+
+    async def main() -> None:
+        await serve_until(worker, lambda: worker.counts["succeeded"] == 30, timeout=10)
+
+    try:
+        asyncio.run(main())
+    finally:
+        app.close()
+    assert most[0] <= 3
+    assert worker.counts["succeeded"] == 30
 
 
 async def wait_for_stats(queue: AsyncQueue, **counts: int) -> None:

@@ -334,7 +334,7 @@ class Worker:
         if self._app is None:
             return not self._handler_is_async
         tasks = self._app.tasks.values()
-        return not any(task.is_async for task in tasks if task.queue in self._queues)
+        return not any(task.is_async for task in tasks if task.queue in self._queue_names)
 
     def _cron_jobs(self) -> list[CronJob]:
         if self._app is None:
