@@ -6,6 +6,7 @@ __all__ = [
     "DelayqError",
     "DuplicateId",
     "LeaseLost",
+    "OutcomeUnknown",
     "PayloadTooLarge",
     "QueueClosed",
     "UnsupportedURL",
@@ -31,6 +32,25 @@ class DuplicateId(DelayqError):
 
 class LeaseLost(DelayqError):
     """The lease on a reserved message expired or was superseded; nothing was changed."""
+
+
+class OutcomeUnknown(DelayqError):
+    """A change was sent to the backend and its answer never came (the connection
+    failed or timed out after the request was written): it may or may not have taken
+    effect, and delayq did not send it again (a second run could store a message twice
+    or ack one that another consumer now holds). ``operation`` names what was sent
+    (``"put"``, ``"ack"``, ``"reserve"``...).
+
+    A put can be retried safely with its own ``id=`` (``on_conflict="ignore"``, the
+    default, keeps the message a first run stored); an ack or nack whose fate is
+    unknown can be left to the lease, which expires if it did not run. The backend's
+    connection error is its ``__cause__``; the Redis backend raises it as a subclass of
+    redis-py's ``ConnectionError`` or ``TimeoutError`` too, so code that catches those
+    catches it as before."""
+
+    def __init__(self, message: str, operation: str | None = None) -> None:
+        super().__init__(message)
+        self.operation = operation
 
 
 class PayloadTooLarge(DelayqError, ValueError):

@@ -57,14 +57,18 @@ class RabbitNodes:
     """``size`` private nodes (1 or 3, clustered): :meth:`start`, :meth:`kill` one with
     SIGKILL, :meth:`start_node` it again on the same port and data, :meth:`stop`."""
 
-    def __init__(self, directory: Path, size: int) -> None:
+    def __init__(self, directory: Path, size: int, tls: tuple[Path, Path] | None = None) -> None:
         if not Path(SERVER).exists() or shutil.which("erl") is None:
             unavailable(f"{SERVER} (and erl) are needed to run private RabbitMQ nodes")
         self.directory = directory
         tag = secrets.token_hex(3)
         self.names = [f"dq{tag}-{n}@localhost" for n in range(size)]
-        self.ports = _ports(size)
+        ports = _ports(2 * size if tls else size)
+        self.ports = ports[:size]
         self.cookie = secrets.token_hex(16)
+        #: ``(certificate, key)`` of a TLS listener on each node's ``tls_ports`` entry.
+        self.tls = tls
+        self.tls_ports = ports[size:]
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 
     def url(self, node: int, query: str = "") -> str:
@@ -78,6 +82,7 @@ class RabbitNodes:
         lines = [
             f"listeners.tcp.default = 127.0.0.1:{self.ports[node]}",
             "loopback_users = none",
+            *(self._tls_lines(node) if self.tls else ()),
             "cluster_formation.peer_discovery_backend = classic_config",
             *(
                 f"cluster_formation.classic_config.nodes.{n + 1} = {name}"
@@ -90,6 +95,18 @@ class RabbitNodes:
         cookie.write_text(self.cookie)
         cookie.chmod(0o400)
         return home
+
+    def _tls_lines(self, node: int) -> list[str]:
+        assert self.tls is not None
+        cert, key = self.tls
+        return [
+            f"listeners.ssl.default = 127.0.0.1:{self.tls_ports[node]}",
+            f"ssl_options.cacertfile = {cert}",
+            f"ssl_options.certfile = {cert}",
+            f"ssl_options.keyfile = {key}",
+            "ssl_options.verify = verify_none",
+            "ssl_options.fail_if_no_peer_cert = false",
+        ]
 
     def start_node(self, node: int) -> None:
         home = self._home(node)

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -26,7 +26,7 @@ import redis
 
 from delayq.durable import AsyncQueue, Queue
 
-__all__ = ["RedisProcess", "WaitingConsumer", "free_port", "unavailable"]
+__all__ = ["RedisProcess", "WaitingConsumer", "free_port", "unavailable", "wait_ready"]
 
 #: How long a server may take to accept commands (loading its AOF included).
 READY_TIMEOUT = 10.0
@@ -45,6 +45,26 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def wait_ready(process: subprocess.Popen[bytes], url: str, log_tail: Callable[[], str]) -> None:
+    """Return once the ``redis-server`` of ``process`` answers PING at ``url`` (its
+    data loaded); RuntimeError (with ``log_tail()``) when it exited first."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=1)
+    deadline = time.monotonic() + READY_TIMEOUT
+    try:
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"redis-server exited at start:\n{log_tail()}")
+            try:
+                client.ping()
+                return
+            except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+    finally:
+        client.close()
 
 
 class RedisProcess:
@@ -80,22 +100,11 @@ class RedisProcess:
         self.process = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=1)
-        deadline = time.monotonic() + READY_TIMEOUT
         try:
-            while True:
-                if self.process.poll() is not None:
-                    self.process = None
-                    raise RuntimeError(f"redis-server exited at start:\n{self.log_tail()}")
-                try:
-                    client.ping()
-                    return
-                except (redis.ConnectionError, redis.BusyLoadingError):
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.02)
-        finally:
-            client.close()
+            wait_ready(self.process, self.url, self.log_tail)
+        except RuntimeError:
+            self.process = None
+            raise
 
     def kill(self) -> None:
         """SIGKILL the server, as a crash would, and reap it."""

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -23,6 +24,8 @@ pytest.importorskip("aiormq")
 from conformance.conftest import amqp_url
 from delayq.backends.amqp import NOT_GUARANTEED, NoScheduler
 
+from ._redis_server import free_port
+
 
 @pytest.fixture
 def url(tmp_path: Path) -> Iterator[str]:
@@ -33,7 +36,8 @@ def url(tmp_path: Path) -> Iterator[str]:
     ("url", "options", "error", "match"),
     [
         ("amqp://", {}, UnsupportedURL, "names a host"),
-        ("amqp://h1:5672,h2:5672/", {}, UnsupportedURL, "one host"),
+        ("amqp://h1:5672,,h2:5672/", {}, UnsupportedURL, "or a list of them"),
+        ("amqp://h1:5672,h2:99999/", {}, UnsupportedURL, "bad port: 'h2:99999'"),
         ("amqp://h/?shards=2", {}, UnsupportedURL, "shards"),
         ("amqp://h/", {"clock": None}, TypeError, "clock"),
         ("amqp://h/?prefix=", {}, ValueError, "prefix"),
@@ -96,3 +100,16 @@ def test_a_new_scheduler_rebuilds_the_state_from_the_log(url: str) -> None:
         assert second.get(held.id) is None
         assert second.put_outcome(ids[3], id=ids[3]).created is False
         second.purge()
+
+
+def test_a_list_of_hosts_is_tried_in_turn(url: str) -> None:
+    """The first host refuses connections (a port nothing listens on): the backend
+    connects to the next one, and keeps to it."""
+    parts = urlsplit(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    listed = urlunsplit(parts._replace(netloc=f"{userinfo}{at}127.0.0.1:{free_port()},{host}"))
+    with Queue(listed, name="jobs") as q:
+        q.put("x", id="a")
+        [message] = q.reserve(wait=5)
+        assert message.id == "a"
+        q.ack(message)

@@ -82,14 +82,16 @@ def test_a_waiting_consumer_rides_out_a_node_restart(single: RabbitNodes) -> Non
 def test_killing_the_leading_node_loses_nothing(cluster: RabbitNodes) -> None:
     query = "?prefix=faults&request_timeout=30"
     # Node 0 leads the log and the lock (their first declarer connects there) and
-    # holds the scheduler's connection; node 1 holds a candidate; the producer and the
-    # consumer talk to node 2.
+    # holds the scheduler's connection; node 1 holds a candidate. The producer talks to
+    # node 2; the consumer's URL lists nodes 0 and 2, so it is on node 0 when that dies
+    # and must move to node 2.
     scheduler = Queue(cluster.url(0, query), name="jobs", scheduler="on")
     scheduler.stats()
     candidate = Queue(cluster.url(1, query), name="jobs", scheduler="on")
     candidate.stats()
     producer = Queue(cluster.url(2, query), name="jobs", scheduler="off")
-    consumer = Queue(cluster.url(2, query), name="jobs", scheduler="off")
+    listed = f"127.0.0.1:{cluster.ports[0]},127.0.0.1:{cluster.ports[2]}"
+    consumer = Queue(f"amqp://guest:guest@{listed}/%2F{query}", name="jobs", scheduler="off")
     acked_puts: set[str] = set()
     deliveries: list[tuple[str, int, float]] = []
     acked: dict[str, float] = {}  # id -> when its ack returned

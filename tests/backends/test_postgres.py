@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
+import random
 import threading
 import uuid
 from collections.abc import Iterator
@@ -129,6 +131,31 @@ def test_a_schema_of_the_first_version_is_upgraded_and_keeps_its_messages(
     assert version == (_schema.VERSION,)
 
 
+def test_a_schema_of_version_2_gets_the_waiters_and_one_claim_function(
+    admin: Any, schema: str
+) -> None:
+    """Version 3 changed the claim's arguments: the upgrade drops the old function (a
+    second one would make the call ambiguous) and adds ``waiters``."""
+    s = f'"{schema}"'
+    with admin.transaction():
+        for statement in _schema.MIGRATIONS[0](s):
+            admin.execute(statement)
+        admin.execute(
+            f"CREATE FUNCTION {s}.claim(q text, n integer, lease_ms bigint, expired text) "
+            "RETURNS void LANGUAGE sql AS ''"
+        )
+        admin.execute(f"INSERT INTO {s}.meta VALUES ('schema', 2)")
+    with Queue(url_of(schema), name="v2") as q:
+        q.put("after")
+        assert [m.payload for m in q.reserve(wait=0)] == ["after"]
+    claims = admin.execute(
+        "SELECT count(*) FROM pg_proc WHERE proname = 'claim' AND pronamespace = %s::regnamespace",
+        (s,),
+    ).fetchone()
+    assert claims == (1,)
+    assert admin.execute(f"SELECT count(*) FROM {s}.waiters").fetchone() == (0,)
+
+
 def test_a_schema_newer_than_the_code_is_refused(admin: Any, schema: str) -> None:
     with Queue(url_of(schema), name="x") as q:
         q.put(1)
@@ -203,6 +230,62 @@ def test_with_notify_off_a_waiting_consumer_polls(schema: str) -> None:
         producer.put("polled")
         thread.join(20)
         assert [m.payload for m in got] == ["polled"]
+
+
+def test_no_wake_up_is_lost_when_puts_race_a_consumer_going_to_sleep(schema: str) -> None:
+    """A put notifies only when a registered consumer sleeps past it, so each round
+    puts while the consumer (another backend object: only a notification reaches it)
+    is on its way to sleep: claiming nothing, registering, arming. A lost wake-up
+    leaves it asleep for its 30 s safety interval, far beyond the round's 10 s."""
+    url = url_of(schema)
+    rounds = 150
+    rng = random.Random(19)
+    got: queue.Queue[Any] = queue.Queue()
+    ready = threading.Semaphore(0)
+    with Queue(url, name="race") as consumer, Queue(url, name="race") as producer:
+
+        def consume() -> None:
+            for _ in range(rounds):
+                ready.release()
+                for message in consumer.reserve(wait=30):
+                    consumer.ack(message)
+                    got.put(message.payload)
+
+        thread = threading.Thread(target=consume, daemon=True)
+        thread.start()
+        for i in range(rounds):
+            assert ready.acquire(timeout=10)
+            threading.Event().wait(rng.random() * 0.004)  # somewhere in its claim
+            producer.put(i)
+            try:
+                assert got.get(timeout=10) == i
+            except queue.Empty:
+                pytest.fail(f"round {i}: the consumer slept past a due message")
+    thread.join(10)
+
+
+def test_a_put_notifies_only_when_a_consumer_sleeps_past_it(admin: Any, schema: str) -> None:
+    """Most puts have nobody to wake: they send no NOTIFY (a notifying transaction
+    holds a cluster-wide lock through its commit, so concurrent puts could not share
+    a WAL flush); a sleeping consumer registers, and then a put notifies it."""
+    url = url_of(schema)
+    admin.execute(f'LISTEN "{statements.channel(schema)}"')
+    with Queue(url, name="n") as consumer, Queue(url, name="n") as producer:
+        producer.put("nobody waits")
+        assert [n.payload for n in admin.notifies(timeout=0.3)] == []
+        assert [m.payload for m in consumer.reserve()] == ["nobody waits"]
+        got: list[Any] = []
+        thread = threading.Thread(target=lambda: got.extend(consumer.reserve(wait=20)))
+        thread.start()
+        while not admin.execute(f'SELECT 1 FROM "{schema}".waiters').fetchall():
+            threading.Event().wait(0.01)
+        producer.put("wake up")
+        thread.join(20)
+        assert [m.payload for m in got] == ["wake up"]
+        heard = [n.payload for n in admin.notifies(timeout=1, stop_after=1)]
+        assert [payload.split(" ", 1)[1] for payload in heard] == ["n"]
+        # Awake, it is no longer registered: the next put notifies nobody.
+        assert admin.execute(f'SELECT * FROM "{schema}".waiters').fetchall() == []
 
 
 # -- a put inside the caller's transaction ------------------------------------------------

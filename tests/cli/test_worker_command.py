@@ -103,6 +103,11 @@ def test_a_missing_dependency_of_the_module_is_not_a_bad_path(cli: Cli, project:
         (["--lease", "0"], "--lease"),
         (["--lease", "soon"], "unknown duration"),
         (["--grace", "-1"], "--grace"),
+        (["--processes", "0"], "Invalid value for '--processes': 0 is not in the range x>=1"),
+        (["--processes", "two"], "Invalid value for '--processes': 'two' is not a valid integer"),
+        (["--processes", "1.5"], "Invalid value for '--processes'"),
+        (["--processes", "2", "--lease", "0"], "--lease"),
+        (["--processes", "2", "--queues", "other"], "no task of the app uses the queues"),
     ],
 )
 def test_bad_worker_options_are_usage_errors(
@@ -113,8 +118,19 @@ def test_bad_worker_options_are_usage_errors(
     assert expected in one_error_line(result)
 
 
-def test_an_unreachable_store_fails_fast(cli: Cli, project: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("processes", ["1", "3"])
+def test_an_unreachable_store_fails_fast(
+    cli: Cli, project: str, tmp_path: Path, processes: str
+) -> None:
+    """With --processes N the supervisor checks before it starts anyone: the same
+    line, once, and no child."""
     url = f"sqlite:///{tmp_path / 'missing' / 'dir' / 'q.db'}"
-    result = cli("worker", f"{project}:app", "--url", url, url=False)
+    result = cli("worker", f"{project}:app", "--url", url, "--processes", processes, url=False)
     assert result.exit_code == 1
     assert f"cannot use the queue at {url}" in one_error_line(result)
+
+
+def test_a_bad_app_under_processes_is_the_same_one_line(cli: Cli, project: str) -> None:
+    result = cli("worker", f"{project}_broken:app", "--processes", "2")
+    assert result.exit_code == 1
+    assert "ZeroDivisionError: division by zero" in one_error_line(result)

@@ -26,6 +26,7 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
+    multiple,
     rule,
     run_state_machine_as_test,
 )
@@ -167,6 +168,17 @@ class StoreModel(RuleBasedStateMachine):
     @rule(target=handles, offset=offsets)
     def push_relative(self, offset: float) -> Handle[Item]:
         return self.push(self.now + offset)
+
+    @rule(
+        target=handles,
+        delay=offsets,
+        count=st.integers(min_value=1, max_value=12),
+        step=st.sampled_from([0.0, 0.001, 1.0]),
+    )
+    def push_stream(self, delay: float, count: int, step: float) -> Any:
+        """A burst of one fixed delay while time passes: the case of a HeapStore's
+        lane, behind whatever was put before."""
+        return multiple(*[self.push(self.now + delay + i * step) for i in range(count)])
 
     @rule(target=handles, lag=st.sampled_from([0.0, 0.0, 0.0, 1e-9, 0.5]))
     def push_due(self, lag: float) -> Handle[Item]:

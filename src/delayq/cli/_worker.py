@@ -5,28 +5,36 @@ The app is found as uvicorn finds one: ``module:attribute`` (the attribute may b
 dotted), imported with the current directory first on ``sys.path``. A bad path, a
 module that fails to import, or an attribute that is not an ``App`` is one red line
 on stderr, exit 2 (1 when the module's own code raised).
+
+``--processes N`` (N > 1) runs N worker processes under a
+:class:`~delayq.runtime.Supervisor`: this process checks everything first (the app,
+the options, the store), exactly as for one process, so a mistake is one line shown
+once; then each child imports the app again and serves its own Worker.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
 import sys
 import traceback
+from typing import Any
 
 import click
 
 from .._log import LOGGER_NAME
 from ..durable._constants import DEFAULT_LEASE
 from ..durable.registry import scheme_of
-from ..runtime import App, Worker
+from ..runtime import App, Supervisor, Worker
 from ..runtime._constants import DEFAULT_WORKER_CONCURRENCY, DEFAULT_WORKER_GRACE
 from ._common import (
     CliError,
     check_backend,
     duration_option,
     freeze_startup_heap,
+    show_error,
     translate_errors,
     url_option,
 )
@@ -105,12 +113,15 @@ log_level_option = click.option(
 )
 
 
-def configure_logging(level: str) -> None:
-    """``delayq`` log records, one line each, on stderr (unless the app set logging up)."""
+def configure_logging(level: str, *, pid: bool = False) -> None:
+    """``delayq`` log records, one line each, on stderr (unless the app set logging up);
+    with ``pid``, each line names its process (several processes share stderr)."""
     root = logging.getLogger()
     if not root.handlers:
+        process = " [%(process)d]" if pid else ""
         logging.basicConfig(
-            stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+            stream=sys.stderr,
+            format=f"%(asctime)s %(levelname)s %(name)s{process}: %(message)s",
         )
     logging.getLogger(LOGGER_NAME).setLevel(level.upper())
 
@@ -126,6 +137,14 @@ def configure_logging(level: str) -> None:
 )
 @click.option(
     "--queues", default=None, metavar="A,B", help="Only these queues (default: every task's)."
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes, each with --concurrency handlers, under one supervisor "
+    "that restarts a child that dies.",
 )
 @duration_option(
     "--lease",
@@ -143,6 +162,7 @@ def worker(
     *,
     app_spec: str,
     concurrency: int,
+    processes: int,
     queues: str | None,
     lease: float,
     grace: float,
@@ -154,22 +174,66 @@ def worker(
     SIGTERM or SIGINT stops reserving, lets running handlers finish for --grace
     seconds, gives the rest back without charging an attempt and exits 0; a second
     signal skips the grace period.
+
+    With --processes N, N worker processes (spawned fresh, each with its own
+    connections) run under this one, which restarts a child that dies and passes
+    SIGTERM/SIGINT on to all of them; it exits 0 once all have stopped.
     """
     names = _split_queues(queues)
     if lease <= 0:
         raise click.BadParameter("must be > 0", param_hint="'--lease'")
+    options: dict[str, Any] = {
+        "app_spec": app_spec,
+        "url": url,
+        "queues": names,
+        "concurrency": concurrency,
+        "lease": lease,
+        "grace": grace,
+    }
+    app, runner = _build_worker(**options)
+    # Fail fast when the store cannot be reached, rather than log retries forever (as
+    # `delayq serve` does: see there why a backend merely down is fatal too).
+    check_backend(app.url, (names or app.queue_names)[0], STARTUP_CHECK_TIMEOUT)
+    if processes > 1:
+        configure_logging(log_level, pid=True)
+        make_worker = functools.partial(_child_worker, log_level=log_level, **options)
+        sys.exit(Supervisor(make_worker, processes=processes).run())
+    configure_logging(log_level)
+    freeze_startup_heap()
+    runner.run()
+
+
+def _build_worker(
+    *,
+    app_spec: str,
+    url: str | None,
+    queues: list[str] | None,
+    concurrency: int,
+    lease: float,
+    grace: float,
+) -> tuple[App, Worker]:
+    """The app and the Worker the command line describes; one-line errors."""
     app = load_app(app_spec)
     if url is not None:
         app.url = url  # before the worker opens its queues
     with translate_errors(app.url):
         scheme_of(app.url)
         try:
-            runner = Worker(app, concurrency=concurrency, lease=lease, grace=grace, queues=names)
+            runner = Worker(app, concurrency=concurrency, lease=lease, grace=grace, queues=queues)
         except (TypeError, ValueError) as exc:
             raise click.UsageError(f"{app_spec}: {exc}") from None
-    # Fail fast when the store cannot be reached, rather than log retries forever (as
-    # `delayq serve` does: see there why a backend merely down is fatal too).
-    check_backend(app.url, (names or app.queue_names)[0], STARTUP_CHECK_TIMEOUT)
-    configure_logging(log_level)
+    return app, runner
+
+
+def _child_worker(*, log_level: str, **options: Any) -> Worker:
+    """In a child of ``--processes``: the Worker the command line describes (checked
+    already by the supervisor; a failure here is still one line, with the exit status
+    the command would have)."""
+    try:
+        _, runner = _build_worker(**options)
+    except click.ClickException as exc:
+        show_error(exc)
+        sys.exit(exc.exit_code)
+    configure_logging(log_level, pid=True)
     freeze_startup_heap()
-    runner.run()
+    return runner

@@ -15,8 +15,9 @@ of this: the fast path is one lock round trip and a heap push.
 from __future__ import annotations
 
 import queue as _stdlib_queue
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from math import inf
 from typing import Generic, TypeVar
 
@@ -32,6 +33,11 @@ __all__ = ["DelayQueue", "QueueCore"]
 T = TypeVar("T")
 
 Empty = _stdlib_queue.Empty
+
+# The finite floats: a delay beyond them is not a delay (deadline_from says why).
+_FLOAT_MAX = sys.float_info.max
+_FLOAT_MIN = -_FLOAT_MAX
+_INT_MIN = int(_FLOAT_MIN)
 
 
 def check_timeout(timeout: float | None) -> float | None:
@@ -99,27 +105,47 @@ class QueueCore(Generic[T]):
         ``at`` is an aware datetime or epoch seconds. Returns the item's handle.
         Raises :class:`QueueClosed` after :meth:`close`.
         """
-        # self._deadline(delay, at), inlined for the common cases: this is the hot path.
-        push = self._push_due
-        if at is None and (delay is None or type(delay) is float or type(delay) is int):
-            deadline = self._monotonic()
-            if delay is None:
-                pass
-            elif delay > 0:
-                push = self._push
-                try:
-                    deadline += delay
-                except OverflowError:  # an int beyond any float
-                    deadline = inf
-                if not deadline < inf:
-                    raise ValueError("delay must be finite and not beyond the clock's range")
-            elif not delay > -inf:  # NaN or -inf
-                raise ValueError(f"delay must be finite, got {delay!r}")
+        # self._deadline(delay, at), inlined: this is the hot path. Seconds as an int or
+        # a float come first (a delay queue's puts nearly always carry a delay); only
+        # what is surely valid is decided here, anything else goes to deadline_from,
+        # so every input gets the plain path's answer (tests/inproc/test_put_fast_path.py).
+        push: Callable[[T, float], Handle[T]]
+        if at is None:
+            kind = type(delay)
+            # One branch per type: each comparison then meets one type only, which
+            # CPython's specializing interpreter makes a plain float or int compare.
+            if kind is float:
+                deadline = self._monotonic()
+                if delay > 0.0:  # type: ignore[operator]
+                    push = self._push
+                    deadline += delay  # type: ignore[operator]
+                    if deadline > _FLOAT_MAX:  # inf: deadline_from says why
+                        deadline, push = self._deadline_and_push(delay, at)
+                elif delay >= _FLOAT_MIN:  # type: ignore[operator]
+                    push = self._push_due
+                else:  # NaN or -inf: deadline_from raises
+                    deadline, push = self._deadline_and_push(delay, at)
+            elif kind is int:
+                deadline = self._monotonic()
+                if delay > 0:  # type: ignore[operator]
+                    push = self._push
+                    try:
+                        deadline += delay  # type: ignore[operator]
+                    except OverflowError:  # an int beyond any float
+                        deadline = inf
+                    if deadline > _FLOAT_MAX:
+                        deadline, push = self._deadline_and_push(delay, at)
+                elif delay >= _INT_MIN:  # type: ignore[operator]
+                    push = self._push_due
+                else:  # below any float: deadline_from raises
+                    deadline, push = self._deadline_and_push(delay, at)
+            elif delay is None:
+                deadline = self._monotonic()
+                push = self._push_due
+            else:
+                deadline, push = self._deadline_and_push(delay, at)
         else:
-            now = self._monotonic()
-            deadline = deadline_from(delay, at, now, self._clock.time())
-            if deadline > now:
-                push = self._push
+            deadline, push = self._deadline_and_push(delay, at)
         lock = self._lock
         lock.acquire()
         try:
@@ -133,16 +159,32 @@ class QueueCore(Generic[T]):
             lock.release()
         return handle
 
-    def _deadline(self, delay: object, at: object) -> float:
-        """The monotonic deadline for ``delay=`` / ``at=`` (neither: now)."""
-        if at is None and type(delay) is float:
-            if delay > 0:
-                deadline: float = self._monotonic() + delay
-                if deadline < inf:
-                    return deadline
-            elif delay > -inf:
-                return self._monotonic()
+    def _plain_deadline(self, delay: object, at: object) -> float:
+        """:func:`~delayq._duration.deadline_from` on this queue's clock: the answer
+        for every input (the fast paths decide only what is surely valid)."""
         return deadline_from(delay, at, self._monotonic(), self._clock.time())
+
+    def _deadline_and_push(
+        self, delay: object, at: object
+    ) -> tuple[float, Callable[[T, float], Handle[T]]]:
+        now = self._monotonic()
+        deadline = deadline_from(delay, at, now, self._clock.time())
+        return deadline, self._push if deadline > now else self._push_due
+
+    def _deadline(self, delay: object, at: object) -> float:
+        """The monotonic deadline for ``delay=`` / ``at=`` (neither: now); seconds as
+        an int or a float without a call, as in :meth:`put`."""
+        if at is None and (type(delay) is float or type(delay) is int):
+            if delay > 0:
+                try:
+                    deadline: float = self._monotonic() + delay
+                except OverflowError:  # an int beyond any float
+                    deadline = inf
+                if deadline <= _FLOAT_MAX:
+                    return deadline
+            elif delay >= _FLOAT_MIN:
+                return self._monotonic()
+        return self._plain_deadline(delay, at)
 
     @staticmethod
     def _check_handle(handle: object) -> None:

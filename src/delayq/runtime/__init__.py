@@ -1,6 +1,6 @@
 """Running tasks: an :class:`App` declares tasks and cron jobs, a :class:`Worker` runs
 them (or a handler of one queue's messages) with leases kept alive, retries, and a
-backend outage ridden out.
+backend outage ridden out; a :class:`Supervisor` runs several worker processes.
 
 Each name is imported from its module on first use, so the server's callback
 dispatcher, which shares the consumer loop, does not import the worker or croniter.
@@ -12,6 +12,7 @@ from .._lazy import lazy_names
 
 if TYPE_CHECKING:
     from ._app import App, Task, TaskMessage
+    from ._supervisor import Supervisor
     from ._worker import Discard, Handler, HandlerTimeout, Retry, Worker, current_message
 
 _HOMES = {
@@ -23,6 +24,7 @@ _HOMES = {
     "HandlerTimeout": "._worker",
     "Retry": "._worker",
     "Worker": "._worker",
+    "Supervisor": "._supervisor",
     "current_message": "._worker",
 }
 
@@ -36,6 +38,7 @@ __all__ = [
     "Handler",
     "HandlerTimeout",
     "Retry",
+    "Supervisor",
     "Task",
     "TaskMessage",
     "Worker",

@@ -35,3 +35,14 @@ CRON_ACK_GUARD = 0.002
 
 #: Longest sleep (s) of a cron producer; it re-puts its next tick (a no-op) after it.
 CRON_PRODUCER_MAX_SLEEP = 60.0
+
+#: First pause (s) before a supervised worker process that died is started again;
+#: doubled for each death in a row of a child that lived less than SUPERVISOR_STABLE.
+SUPERVISOR_RESTART_FIRST = 0.5
+
+#: Longest pause (s) before a supervised worker process is started again.
+SUPERVISOR_RESTART_MAX = 30.0
+
+#: A supervised child that lived this long (s) before dying is restarted after the
+#: first pause again: it was not a crash at start-up.
+SUPERVISOR_STABLE = 10.0

@@ -7,7 +7,7 @@ over request/reply (docs/rabbitmq.md). A broker adds only its
 from ._async.backend import AsyncReplicatedBackend
 from ._link import Candidacy, LoopLink, ThreadLink
 from ._sync.backend import ReplicatedBackend
-from ._transport import Delivery, NoScheduler, Transport
+from ._transport import Delivery, NoScheduler, Refused, Transport
 
 __all__ = [
     "AsyncReplicatedBackend",
@@ -15,6 +15,7 @@ __all__ = [
     "Delivery",
     "LoopLink",
     "NoScheduler",
+    "Refused",
     "ReplicatedBackend",
     "ThreadLink",
     "Transport",

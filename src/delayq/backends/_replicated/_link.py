@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
 
+from ..._fork import generation
 from ...errors import QueueClosed
 from ._codec import decode_outcome, decode_record, pack, raise_error, unpack
 from ._constants import REJOIN_FIRST_PAUSE, REJOIN_MAX_PAUSE
 from ._scheduler import Scheduler
-from ._transport import NoScheduler, Transport
+from ._transport import NoScheduler, Refused, Transport
 
 __all__ = ["Candidacy", "LoopLink", "ThreadLink"]
 
@@ -152,7 +154,7 @@ class LoopLink:
         while not self._closed and not self._candidate:
             try:
                 await self._stand()
-            except (ConnectionError, OSError):
+            except (ConnectionError, OSError, Refused):
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, REJOIN_MAX_PAUSE)
 
@@ -199,12 +201,15 @@ class LoopLink:
     async def call(self, op: str, args: list[Any], wait: float | None = 0.0) -> Any:
         """Send ``op`` with ``args`` (the queue first) and return its decoded outcome;
         a ``reserve`` waits up to ``wait`` seconds (None: no limit) at the scheduler."""
-        if self._deliver is not None and args and args[0] not in self._configured:
-            # This backend object delivers its queues' messages to a user's exchange:
-            # say so once per queue, before its first operation.
-            await self._call("configure", [args[0], list(self._deliver)], 0.0)
-            self._configured.add(args[0])
-        return await self._call(op, args, wait)
+        try:
+            if self._deliver is not None and args and args[0] not in self._configured:
+                # This backend object delivers its queues' messages to a user's
+                # exchange: say so once per queue, before its first operation.
+                await self._call("configure", [args[0], list(self._deliver)], 0.0)
+                self._configured.add(args[0])
+            return await self._call(op, args, wait)
+        except Refused as exc:
+            raise exc.reason from None
 
     async def _call(self, op: str, args: list[Any], wait: float | None) -> Any:
         loop = asyncio.get_running_loop()
@@ -288,7 +293,13 @@ class LoopLink:
 
 class ThreadLink:
     """A :class:`LoopLink` on a private event loop thread, for the sync face: each call
-    blocks its thread until the loop has its outcome."""
+    blocks its thread until the loop has its outcome.
+
+    A forked child has no such thread (only the forking thread survives a fork), and
+    the connection it would find is its parent's. Its first call starts afresh: a new
+    link, loop and thread, which connect on their own. The parent's are left as they
+    are, never closed from the child (a close would end the parent's connection), and
+    a child never inherits its parent's scheduler."""
 
     def __init__(
         self,
@@ -298,6 +309,12 @@ class ThreadLink:
         request_timeout: float,
         deliver: tuple[str, str] | None = None,
     ) -> None:
+        self._options = (make_transport, scheduler, request_timeout, deliver)
+        self._lock = threading.Lock()
+        self._start()
+
+    def _start(self) -> None:
+        make_transport, scheduler, request_timeout, deliver = self._options
         self._link = LoopLink(
             make_transport, scheduler=scheduler, request_timeout=request_timeout, deliver=deliver
         )
@@ -306,11 +323,16 @@ class ThreadLink:
             target=self._loop.run_forever, name="delayq-amqp-link", daemon=True
         )
         self._thread.start()
-        self._lock = threading.Lock()
+        self._fork = generation()
 
     @property
     def closed(self) -> bool:
         return self._link.closed
+
+    def _current(self) -> LoopLink:
+        if self._fork != generation():
+            self._after_fork()
+        return self._link
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._loop.is_closed():
@@ -318,16 +340,43 @@ class ThreadLink:
             raise QueueClosed("the queue is closed")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
+    def _after_fork(self) -> None:
+        with _after_fork_lock:
+            if self._fork == generation():
+                return  # another thread of the child started afresh meanwhile
+            # The lock may have been held by a thread of the parent at the fork.
+            self._lock = threading.Lock()
+            if self._loop.is_closed() or self._link.closed:
+                self._fork = generation()  # closed before the fork: it stays closed
+                return
+            self._start()
+
     def call(self, op: str, args: list[Any], wait: float | None = 0.0) -> Any:
         """See :meth:`LoopLink.call`."""
-        return self._run(self._link.call(op, args, wait))
+        link = self._current()
+        return self._run(link.call(op, args, wait))
 
     def close(self) -> None:
         """See :meth:`LoopLink.close`; then the loop thread ends."""
+        link = self._current()
         with self._lock:
             if self._loop.is_closed():
                 return
-            self._run(self._link.close())
+            self._run(link.close())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
             self._loop.close()
+
+
+#: Serialises a forked child's fresh starts; made anew in each child (a thread of the
+#: parent may have held it at the fork).
+_after_fork_lock = threading.Lock()
+
+
+def _new_after_fork_lock() -> None:
+    global _after_fork_lock
+    _after_fork_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_after_fork_lock)

@@ -9,12 +9,23 @@ from typing import NamedTuple, Protocol
 
 from ...durable.message import Record
 
-__all__ = ["Delivery", "NoScheduler", "Transport"]
+__all__ = ["Delivery", "NoScheduler", "Refused", "Transport"]
 
 
 class NoScheduler(OSError):
     """No scheduler took a request: none is elected, or it did not answer in time (an
     outage: a consumer rides it out)."""
+
+
+class Refused(Exception):
+    """The broker refused the connection for a reason no retry mends: a certificate
+    that does not verify, credentials it rejects, a TLS file that cannot be read. A
+    call raises :attr:`reason` (the broker library's own error) at once instead of
+    riding it out as an outage until its request timeout."""
+
+    def __init__(self, reason: BaseException) -> None:
+        super().__init__(str(reason))
+        self.reason = reason
 
 
 class Delivery(NamedTuple):
@@ -39,7 +50,8 @@ class Transport(Protocol):
     ) -> None:
         """Connect, declare the namespace's objects, and listen on the client's inbox
         (replies) and for announcements of a new scheduler; ``on_lost`` once the
-        connection is gone."""
+        connection is gone. ``ConnectionError`` (an outage, retried) or
+        :class:`Refused` (not retried) when it cannot."""
 
     async def request(self, op: str, request_id: str, body: bytes, ttl_ms: int | None) -> None:
         """Send a request to the elected scheduler; :class:`NoScheduler` when none

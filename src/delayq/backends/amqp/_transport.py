@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -25,7 +26,7 @@ from pamqp.commands import Basic
 from pamqp.common import FieldTable
 
 from ...durable.message import Record
-from .._replicated import Delivery, NoScheduler
+from .._replicated import Delivery, NoScheduler, Refused
 from ._constants import (
     CONTENT_TYPES,
     LOCK_ARGUMENTS,
@@ -35,7 +36,7 @@ from ._constants import (
 )
 from ._url import Settings
 
-__all__ = ["AmqpTransport", "Names"]
+__all__ = ["AmqpTransport", "Hosts", "Names"]
 
 _RPC_KEY = "rpc"
 _TOKEN = b"token"
@@ -63,11 +64,58 @@ def _persistent(kind: str, reign: str) -> Basic.Properties:
     return Basic.Properties(delivery_mode=2, message_type=kind, headers={"v": 1, "reign": reign})
 
 
+def _final(exc: BaseException) -> BaseException | None:
+    """What no retry of a connection mends, or None (an outage): the broker's
+    certificate failed its check, the broker refused the credentials, or a TLS file of
+    the URL could not be read (aiormq raises those as they are, before connecting)."""
+    if isinstance(exc.__cause__, ssl.SSLCertVerificationError):
+        return exc.__cause__
+    if isinstance(exc, aiormq.exceptions.AuthenticationError) or (
+        isinstance(exc, aiormq.exceptions.ProbableAuthenticationError)
+        and "ACCESS_REFUSED" in str(exc)
+    ):
+        return exc
+    if not isinstance(exc, aiormq.exceptions.AMQPError) and isinstance(
+        exc, (ssl.SSLError, FileNotFoundError, PermissionError, IsADirectoryError)
+    ):
+        return exc
+    return None
+
+
+class Hosts:
+    """The brokers of one backend object (the URL's list of hosts), tried in turn from
+    the last one that took a connection: a node that is down costs a failed connect,
+    not the backend."""
+
+    def __init__(self, urls: tuple[str, ...]) -> None:
+        self._urls = urls
+        self._first = 0
+
+    async def connect(self) -> AbstractConnection:
+        """A connection to the first host that takes one; the last host's error when
+        none does, at once when no other host can mend it (see :func:`_final`)."""
+        error: BaseException | None = None
+        for step in range(len(self._urls)):
+            index = (self._first + step) % len(self._urls)
+            try:
+                connection = await aiormq.connect(self._urls[index])
+            except (aiormq.exceptions.AMQPConnectionError, OSError) as exc:
+                if _final(exc) is not None:
+                    raise
+                error = exc
+                continue
+            self._first = index
+            return connection
+        assert error is not None
+        raise error
+
+
 class AmqpTransport:
     """One AMQP connection of a backend object (see the module's docstring)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, hosts: Hosts) -> None:
         self._settings = settings
+        self._hosts = hosts
         self._names = Names(settings.prefix)
         self._connection: AbstractConnection | None = None
         self._channels: dict[str, AbstractChannel] = {}
@@ -97,8 +145,15 @@ class AmqpTransport:
         """See :meth:`~.._replicated.Transport.open`."""
         try:
             await self._open(on_reply, on_elected, on_lost)
-        except (aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError) as exc:
+        except (
+            aiormq.exceptions.AMQPError,
+            aiormq.exceptions.ChannelInvalidStateError,
+            OSError,
+        ) as exc:
             await self.close()
+            final = _final(exc)
+            if final is not None:
+                raise Refused(final) from exc
             raise ConnectionError(f"could not open the AMQP connection: {exc!r}") from exc
 
     async def _open(
@@ -107,7 +162,7 @@ class AmqpTransport:
         on_elected: Callable[[], None],
         on_lost: Callable[[], None],
     ) -> None:
-        self._connection = await aiormq.connect(self._settings.broker_url)
+        self._connection = await self._hosts.connect()
         self._connection.closing.add_done_callback(lambda _: on_lost())
         requests = await self._open_channel("requests", confirms=True)
         names = self._names

@@ -20,14 +20,19 @@ _CANDIDACIES = ("auto", "on", "off")
 _OPTIONS = frozenset(
     {"prefix", "scheduler", "request_timeout", "deliver_exchange", "deliver_routing_key"}
 )
+#: TLS parameters of an ``amqps://`` URL, passed to aiormq as they are: the CA that signs
+#: the broker's certificate (``cafile`` / ``capath``), a client certificate and its key
+#: (``certfile`` / ``keyfile``), and ``no_verify_ssl=1`` to skip the broker's check.
+_TLS = ("cafile", "capath", "certfile", "keyfile", "no_verify_ssl")
 
 
 @dataclass(frozen=True)
 class Settings:
     """One backend object's settings."""
 
-    broker_url: str
-    """The URL aiormq connects to (without delayq's own parameters)."""
+    broker_urls: tuple[str, ...]
+    """The URLs aiormq connects to, one per host of the URL's list, in its order
+    (without delayq's own parameters)."""
     prefix: str
     scheduler: Candidacy
     request_timeout: float
@@ -53,19 +58,16 @@ def parse(url: str, options: dict[str, Any]) -> Settings:
     scheme = parts.scheme.lower()
     if scheme not in ("amqp", "amqps"):
         raise UnsupportedURL(f"an AMQP URL starts with amqp:// or amqps://, not {url!r}")
-    if not parts.hostname:
-        raise UnsupportedURL(
-            f"an AMQP URL names a host: amqp://user:pass@host:5672/vhost, not {url!r}"
-        )
-    if "," in parts.netloc:
-        raise UnsupportedURL(
-            f"one host per AMQP URL (a list of hosts is not supported yet): {url!r}"
-        )
+    userinfo, at, host_list = parts.netloc.rpartition("@")
+    hosts = host_list.split(",")
+    for host in hosts:
+        _check_host(host, url)
     given = dict(parse_qsl(parts.query, keep_blank_values=True))
-    passed = {key: given.pop(key) for key in ("heartbeat",) if key in given}
+    passed = {key: given.pop(key) for key in ("heartbeat", *_TLS) if key in given}
     unknown = sorted(set(given) - _OPTIONS)
     if unknown:
         raise UnsupportedURL(f"unknown parameter(s) of an AMQP URL: {', '.join(unknown)}")
+    _check_tls(scheme, passed, url)
     extra = sorted(set(options) - _OPTIONS)
     if extra:
         raise TypeError(f"unknown option(s) for an amqp:// queue: {', '.join(extra)}")
@@ -81,8 +83,41 @@ def parse(url: str, options: dict[str, Any]) -> Settings:
         raise ValueError(f"scheduler must be one of auto, on, off, not {scheduler!r}")
     timeout = _timeout(merged.get("request_timeout", DEFAULT_REQUEST_TIMEOUT))
     passed.setdefault("heartbeat", str(DEFAULT_HEARTBEAT))
-    broker = urlunsplit((scheme, parts.netloc, parts.path, urlencode(passed), ""))
-    return Settings(broker, prefix, cast(Candidacy, scheduler), timeout, _deliver(merged))
+    query = urlencode(passed)
+    brokers = tuple(
+        urlunsplit((scheme, f"{userinfo}{at}{host}", parts.path, query, "")) for host in hosts
+    )
+    return Settings(brokers, prefix, cast(Candidacy, scheduler), timeout, _deliver(merged))
+
+
+def _check_host(host: str, url: str) -> None:
+    """UnsupportedURL unless ``host`` is ``name``, ``name:port`` or ``[v6]:port``."""
+    try:
+        parts = urlsplit(f"//{host}")
+        parts.port  # noqa: B018 (raises ValueError for a port out of range)
+    except ValueError:
+        raise UnsupportedURL(f"a host of an AMQP URL has a bad port: {host!r} in {url!r}") from None
+    if not parts.hostname:
+        raise UnsupportedURL(
+            "an AMQP URL names a host, or a list of them: "
+            f"amqp://user:pass@host:5672/vhost or amqp://user:pass@h1,h2:5673/vhost, not {url!r}"
+        )
+
+
+def _check_tls(scheme: str, passed: dict[str, str], url: str) -> None:
+    tls = [key for key in _TLS if key in passed]
+    if tls and scheme != "amqps":
+        raise UnsupportedURL(
+            f"{', '.join(tls)} {'is a TLS parameter' if len(tls) == 1 else 'are TLS parameters'}"
+            f": use amqps:// (not amqp://) in {url!r}"
+        )
+    for key in tls:
+        if not passed[key]:
+            raise UnsupportedURL(f"{key} of an AMQP URL needs a value: {url!r}")
+    if passed.get("no_verify_ssl", "0") not in ("0", "1"):
+        raise UnsupportedURL(f"no_verify_ssl must be 0 or 1, not {passed['no_verify_ssl']!r}")
+    if "keyfile" in passed and "certfile" not in passed:
+        raise UnsupportedURL(f"keyfile needs certfile (the client certificate): {url!r}")
 
 
 def _deliver(merged: dict[str, Any]) -> tuple[str, str] | None:

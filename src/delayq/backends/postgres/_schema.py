@@ -2,7 +2,8 @@
 
 A schema (``?schema=``, ``delayq`` by default) holds one queue store: the table of
 messages, the sequence that orders them, the functions of the claim and of the
-wake-up, and ``meta``, whose ``schema`` row says which steps are applied. The first
+wake-up, the sleeping consumers (``waiters``), and ``meta``, whose ``schema`` row
+says which steps are applied. The first
 backend object to find it missing or older than :data:`VERSION` applies the missing
 steps in one transaction, under a transaction-scoped advisory lock on the schema's
 name, so processes that start together wait for the first and then find the work
@@ -59,7 +60,8 @@ WHERE state = 'dead'""",
 
 
 def _version_2(s: str) -> list[str]:
-    """The claim and wake-up functions; autovacuum settings for a queue's churn.
+    """The claim and wake-up functions (as this code defines them; version 3 defines
+    them again); autovacuum settings for a queue's churn.
 
     Every message is inserted, updated once or twice and deleted within minutes, so
     the table is mostly dead tuples between vacuums: with PostgreSQL's defaults (a
@@ -83,8 +85,33 @@ def _version_2(s: str) -> list[str]:
     ]
 
 
+def _version_3(s: str) -> list[str]:
+    """Waiters register how long they sleep, so that a put notifies only when someone
+    sleeps past its message (``statements.wake_function``): ``waiters``, the conditional
+    ``wake``, the unconditional ``announce`` and the claim that registers.
+
+    ``waiters`` is UNLOGGED: registering writes no WAL, so a consumer going to sleep
+    never waits for a disk flush. A crash empties it, which only means that the
+    consumers, reconnecting, register again (their listener wakes them all when it
+    LISTENs again).
+    """
+    return [
+        f"""
+CREATE UNLOGGED TABLE IF NOT EXISTS {s}.waiters (
+    queue  text   NOT NULL,
+    waiter text   NOT NULL,
+    until  bigint NOT NULL,
+    PRIMARY KEY (queue, waiter)
+)""",
+        f"DROP FUNCTION IF EXISTS {s}.claim(text, integer, bigint, text)",
+        statements.announce_function(s),
+        statements.wake_function(s),
+        statements.claim_function(s),
+    ]
+
+
 #: The steps, in order: ``MIGRATIONS[i]`` takes a schema from version ``i`` to ``i + 1``.
-MIGRATIONS: list[Callable[[str], list[str]]] = [_version_1, _version_2]
+MIGRATIONS: list[Callable[[str], list[str]]] = [_version_1, _version_2, _version_3]
 #: The version this code writes and reads.
 VERSION = len(MIGRATIONS)
 

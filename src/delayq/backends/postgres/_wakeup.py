@@ -1,10 +1,14 @@
 """How a waiting ``reserve`` on ``postgresql://`` is woken, without polling.
 
 Every statement that makes a message due (put, nack, release, reschedule,
-retry_dead) ends with one ``pg_notify`` on the schema's channel, payload ``"<due_ms>
-<queue>"``: the earliest due time it wrote. Each backend object that has a waiting
-consumer holds one connection that LISTENs on that channel, read by one thread (both
-faces: a sleeping thread or a parked asyncio task is woken the same way).
+retry_dead) ends with the schema's ``wake()``: a ``pg_notify`` on the schema's
+channel, payload ``"<due_ms> <queue>"`` (the earliest due time it wrote), sent only
+when a consumer registered in ``waiters`` sleeps past it. A waiter about to sleep
+registers with its claim (its :attr:`Waiter.token` and how long it may sleep); the
+queue's advisory lock makes the registration and the put's check see each other (see
+:func:`delayq.backends.postgres.statements.wake_function`). Each backend object that
+has a waiting consumer holds one connection that LISTENs on that channel, read by one
+thread (both faces: a sleeping thread or a parked asyncio task is woken the same way).
 
 A waiter is registered *before* its claim looks at the table (:meth:`Wakeup.enter`,
 :meth:`Wakeup.look`), so a notification that arrives while the claim runs is kept as
@@ -25,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import threading
 import time
 
@@ -47,12 +52,15 @@ _MAX_PAUSE = 2.0
 
 class Waiter:
     """One waiting ``reserve``: its queue, the server time it sleeps until, and how to
-    wake it (a thread's event or a task's sleeper)."""
+    wake it (a thread's event or a task's sleeper); ``token`` names its registration
+    in the ``waiters`` table, ``registered`` says that one may exist."""
 
-    __slots__ = ("event", "queue", "sleeper", "until", "woken")
+    __slots__ = ("event", "queue", "registered", "sleeper", "token", "until", "woken")
 
     def __init__(self, queue: str) -> None:
         self.queue = queue
+        self.token = secrets.token_hex(8)
+        self.registered = False
         self.until: int | None = None
         self.woken = False
         self.event = threading.Event()
@@ -81,6 +89,12 @@ class Wakeup:
         self._closed = False
         self.listening = False
         """True while the LISTEN connection is up (tests read it)."""
+
+    @property
+    def listens(self) -> bool:
+        """Whether waiters are woken by notifications (``notify`` on): only then do
+        they register in ``waiters``, asking puts to notify."""
+        return self._listen
 
     def enter(self, queue: str) -> Waiter:
         """Register a waiter of ``queue`` (before its first look)."""

@@ -15,8 +15,10 @@ Conventions:
   leases before it claims; every other statement spells the settled state out inline;
 * the literal ``state = '...'`` terms match the partial indexes (``_schema.py``);
 * a statement that makes a message due (put, nack, release, reschedule, retry_dead)
-  calls ``wake(queue, due)`` once with the earliest due time it wrote: one
-  ``pg_notify`` per transaction, which waiting consumers of other processes hear;
+  calls ``wake(queue, due)`` once with the earliest due time it wrote: a
+  ``pg_notify``, which waiting consumers of other processes hear, only when a consumer
+  registered in ``waiters`` sleeps past ``due`` (see :func:`wake_function` and
+  :mod:`delayq.backends.postgres._wakeup` for why no wake-up is lost);
 * ``{s}`` is the quoted schema name.
 """
 
@@ -24,7 +26,9 @@ from __future__ import annotations
 
 __all__ = [
     "CLAIM_PICK",
+    "WAKE_SLACK_MS",
     "Statements",
+    "announce_function",
     "channel",
     "claim_function",
     "due",
@@ -74,28 +78,80 @@ def due(delay: str, at: str | None) -> str:
     return f"(CASE {at_case}WHEN {delay} > 0 THEN greatest(now.c + {delay}, now.f) ELSE now.f END)"
 
 
-def wake_function(s: str) -> str:
-    """``wake(queue, due)``: notify waiting consumers that ``queue`` has something due
-    at ``due`` (epoch ms, or NULL: nothing, no notification); returns ``due``. The
-    payload is ``"<due> <queue>"``."""
+#: How long after the time a consumer registered it may still be asleep (the reply
+#: of its claim travelling, its timer starting), ms: a message due that much after it
+#: is still notified.
+WAKE_SLACK_MS = 100
+
+
+def _queue_lock(s: str, q: str) -> str:
+    """The advisory lock key of queue ``q`` (an SQL expression) of schema ``s``."""
+    return f"hashtextextended('delayq:{s}:' || {q}, 0)"
+
+
+def announce_function(s: str) -> str:
+    """``announce(queue, due)``: notify waiting consumers that ``queue`` has something
+    due at ``due`` (epoch ms, or NULL: nothing, no notification), unconditionally;
+    returns ``due``. The payload is ``"<due> <queue>"``. For a put inside the caller's
+    own transaction, which may stay open long: it takes no lock (see
+    :func:`wake_function`)."""
     name = s.strip('"')
     return f"""
-CREATE OR REPLACE FUNCTION {s}.wake(q text, due bigint) RETURNS bigint
+CREATE OR REPLACE FUNCTION {s}.announce(q text, due bigint) RETURNS bigint
 LANGUAGE sql VOLATILE AS $$
     SELECT pg_notify('{channel(name)}', due::text || ' ' || q) WHERE due IS NOT NULL;
     SELECT due;
 $$"""
 
 
-def claim_function(s: str) -> str:
-    """``claim(queue, n, lease_ms, expired)``: settle() the queue's expired leases,
-    then apply_reserve() to up to ``n`` due messages (earliest first, FIFO), each under
-    a fresh random token until ``c + lease_ms``; one clock reading, one transaction.
-    Returns the claimed rows with the floor as ``now_ms``; when none was due, one row
-    whose ``id`` is NULL and whose ``lease_until`` is the next event (the earliest due
-    time or lease expiry of the queue, NULL when there is none)."""
+def wake_function(s: str) -> str:
+    """``wake(queue, due)``: :func:`announce` only when a consumer registered in
+    ``waiters`` sleeps until after ``due``; returns ``due``.
+
+    A notifying transaction holds a cluster-wide lock through its commit (PostgreSQL
+    serializes them), so concurrent puts that all notified could not share a WAL flush;
+    most puts have nobody to wake. The check cannot miss a consumer going to sleep: it
+    runs under the queue's advisory lock in shared mode, held to commit, after taking
+    it (a fresh snapshot: a VOLATILE function's statement), while a consumer registers
+    under the same lock in exclusive mode and looks for its next event after taking it
+    (:func:`claim_function`). Either the put took the lock first, and the consumer's
+    look waits for its commit and sees its message; or the consumer did, and the put's
+    check waits for the registration's commit and sees it."""
+    name = s.strip('"')
     return f"""
-CREATE OR REPLACE FUNCTION {s}.claim(q text, n integer, lease_ms bigint, expired text)
+CREATE OR REPLACE FUNCTION {s}.wake(q text, due bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF due IS NULL THEN
+        RETURN NULL;
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared({_queue_lock(name, "q")});
+    IF EXISTS (SELECT 1 FROM {s}.waiters AS w WHERE w.queue = q AND w.until > due) THEN
+        PERFORM pg_notify('{channel(name)}', due::text || ' ' || q);
+    END IF;
+    RETURN due;
+END
+$$"""
+
+
+def claim_function(s: str) -> str:
+    """``claim(queue, n, lease_ms, expired, waiter, sleep_ms)``: settle() the queue's
+    expired leases, then apply_reserve() to up to ``n`` due messages (earliest first,
+    FIFO), each under a fresh random token until ``c + lease_ms``; one clock reading,
+    one transaction. Returns the claimed rows with the floor as ``now_ms``; when none
+    was due, one row whose ``id`` is NULL and whose ``lease_until`` is the next event
+    (the earliest due time or lease expiry of the queue, NULL when there is none).
+
+    ``waiter`` (NULL: none) names a consumer that will sleep up to ``sleep_ms`` when
+    nothing is due: then, under the queue's advisory lock in exclusive mode (see
+    :func:`wake_function`), the next event is read in a fresh snapshot and the waiter
+    registered in ``waiters`` until the earlier of it and ``f + sleep_ms``, plus
+    :data:`WAKE_SLACK_MS` (the queue's expired registrations are dropped). A claim
+    that finds messages drops the waiter's registration: it is awake."""
+    name = s.strip('"')
+    return f"""
+CREATE OR REPLACE FUNCTION {s}.claim(
+    q text, n integer, lease_ms bigint, expired text, w_id text, sleep_ms bigint)
 RETURNS TABLE (
     id text, payload bytea, encoding text, due_at bigint, seq bigint, attempts integer,
     max_attempts integer, state text, headers text, last_error text, lease text,
@@ -126,12 +182,26 @@ BEGIN
     WHERE m.queue = q AND m.id = pick.id
     RETURNING {COLUMNS}, f;
     IF FOUND THEN
+        IF w_id IS NOT NULL THEN
+            DELETE FROM {s}.waiters AS w WHERE w.queue = q AND w.waiter = w_id;
+        END IF;
         RETURN;
+    END IF;
+    IF w_id IS NOT NULL AND sleep_ms > 0 THEN
+        -- Waits for every put whose wake() holds the lock: committed, the looks below
+        -- (each a fresh snapshot) see its message.
+        PERFORM pg_advisory_xact_lock({_queue_lock(name, "q")});
     END IF;
     SELECT min(d.due_at) INTO next_due FROM {s}.messages AS d
     WHERE d.queue = q AND d.state = 'scheduled';
     SELECT min(d.lease_until) INTO next_lease FROM {s}.messages AS d
     WHERE d.queue = q AND d.state = 'active';
+    IF w_id IS NOT NULL AND sleep_ms > 0 THEN
+        DELETE FROM {s}.waiters AS w WHERE w.queue = q AND w.until <= f;
+        INSERT INTO {s}.waiters AS w (queue, waiter, until)
+        VALUES (q, w_id, least(next_due, next_lease, f + sleep_ms) + {WAKE_SLACK_MS})
+        ON CONFLICT (queue, waiter) DO UPDATE SET until = excluded.until;
+    END IF;
     RETURN QUERY SELECT NULL::text, NULL::bytea, NULL::text, NULL::bigint, NULL::bigint,
         NULL::integer, NULL::integer, NULL::text, NULL::text, NULL::text, NULL::text,
         least(next_due, next_lease), f;
@@ -215,11 +285,16 @@ ON CONFLICT (queue, id) DO UPDATE SET
 WHERE NOT (m.state = 'active' AND m.lease_until > (SELECT f FROM now))
 RETURNING m.due_at"""
 
-        #: Notify the earliest due time of a multi-statement put, once, at its end.
+        #: Wake for the earliest due time of a multi-statement put, once, at its end
+        #: (``ANNOUNCE``: notify unconditionally, taking no lock, for a transaction of
+        #: the caller's that may stay open long).
         self.WAKE = f"SELECT {s}.wake(%(queue)s, %(due)s)"
+        self.ANNOUNCE = f"SELECT {s}.announce(%(queue)s, %(due)s)"
 
-        #: settle() then apply_reserve(): see claim_function().
-        self.CLAIM = f"SELECT * FROM {s}.claim(%(queue)s, %(limit)s, %(lease_ms)s, %(expired)s)"
+        #: settle() then apply_reserve(), registering a waiter: see claim_function().
+        self.CLAIM = f"""
+SELECT * FROM {s}.claim(%(queue)s, %(limit)s, %(lease_ms)s, %(expired)s, %(waiter)s,
+                        %(sleep_ms)s)"""
 
         held = "m.state = 'active' AND m.lease = {token} AND m.lease_until > now.f"
 

@@ -85,7 +85,7 @@ class Functions(FunctionsBase):
     """Runs a script by name on a ``redis.Redis`` or ``redis.cluster.RedisCluster``."""
 
     def __call__(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
-        return call(lambda: self._once(script, keys, args), script in RESEND_SAFE)
+        return call(lambda: self._once(script, keys, args), script in RESEND_SAFE, script)
 
     def _once(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         if self._scripts is not None:
@@ -109,7 +109,7 @@ class Functions(FunctionsBase):
         if self._cluster or self._scripts is not None or len(runs) < 2:
             return [self(script, keys, args) for script, keys, args in runs]
         safe = all(script in RESEND_SAFE for script, _, _ in runs)
-        return call(lambda: self._pipelined(runs), safe)
+        return call(lambda: self._pipelined(runs), safe, runs[0][0])
 
     def _pipelined(self, runs: Sequence[tuple[str, Sequence[bytes], Sequence[Any]]]) -> list[Any]:
         pipe = self._client.pipeline(transaction=False)
@@ -128,7 +128,7 @@ class AsyncFunctions(FunctionsBase):
     """:class:`Functions` for ``redis.asyncio.Redis`` or ``RedisCluster``."""
 
     async def __call__(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
-        run = call_async(lambda: self._once(script, keys, args), script in RESEND_SAFE)
+        run = call_async(lambda: self._once(script, keys, args), script in RESEND_SAFE, script)
         return await not_cancelled(run)
 
     async def many(self, runs: Sequence[tuple[str, Sequence[bytes], Sequence[Any]]]) -> list[Any]:

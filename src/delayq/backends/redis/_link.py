@@ -17,12 +17,15 @@ Errors and retries, which decide whether a write may run twice:
 
 * a failure while connecting or sending means the server never got the whole command
   (Redis runs only complete commands), so the call is retried on a fresh connection,
-  with backoff, up to :data:`REDIS_RETRIES` times;
+  with backoff, up to :data:`REDIS_RETRIES` times; but a connect that timed out raises
+  at once (:func:`~._transport.unreachable`: a server that did not answer one connect
+  within the connect timeout would make each retry wait as long);
 * a failure while reading the reply leaves it unknown whether the script ran: only the
   scripts in :data:`~._scripts.RESEND_SAFE` (their second run changes nothing and answers
-  the same; the list every face uses) are sent again; any other raises the connection
-  error (a put, a claim, an ack... may or may not have happened, as for any call cut off
-  in flight);
+  the same; the list every face uses) are sent again; any other raises
+  :class:`~delayq.errors.OutcomeUnknown` (``ReplyLost`` or ``ReplyTimeout``, which are
+  redis-py's ``ConnectionError`` / ``TimeoutError`` too): a put, a claim, an ack... may
+  or may not have happened;
 * a connection the server closed while it sat idle (a restart) is seen before sending
   and replaced, so nothing is lost to it: ``can_read(0)`` reports its end of file (or
   stray bytes, or a push that came while idle: replaced too); a ``LOADING`` reply (a
@@ -48,7 +51,7 @@ from ..._fork import generation
 from ._functions import Functions, FunctionsBase, function_missing, functions_unsupported
 from ._scripts import RESEND_SAFE, SCRIPT_NAMES, function_name, library_source
 from ._settings import REDIS_RETRIES, REDIS_RETRY_BASE, REDIS_RETRY_CAP
-from ._transport import CONNECTION_ERRORS
+from ._transport import CONNECTION_ERRORS, outcome_unknown, unreachable
 
 __all__ = ["Link", "LinkBase", "load_hiredis"]
 
@@ -63,16 +66,19 @@ def load_hiredis() -> Any:
 
 
 class _Wire:
-    """One thread's connection, and the process generation it was made in."""
+    """One thread's connection, the process generation it was made in, and whether
+    it is connected (as far as delayq knows: the server may have closed it)."""
 
-    __slots__ = ("connection", "fork")
+    __slots__ = ("connected", "connection", "fork")
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection
         self.fork = generation()
+        self.connected = False
 
     def drop(self) -> None:
         """Close the connection (the next call connects again)."""
+        self.connected = False
         self.connection.disconnect()
 
 
@@ -116,14 +122,14 @@ class Link(LinkBase[Functions]):
         command = (b"FCALL", self._names[script], len(keys), *keys, *args)
         safe = script in RESEND_SAFE
         try:
-            return self._exchange(command, safe)
+            return self._exchange(command, safe, script)
         except redis.ResponseError as exc:
             if functions_unsupported(exc):
                 return self._functions(script, keys, args)  # switches it to EVALSHA
             if not function_missing(exc):
                 raise
         self._exchange((b"FUNCTION", b"LOAD", b"REPLACE", self._code), True)
-        return self._exchange(command, safe)
+        return self._exchange(command, safe, script)
 
     def close(self) -> None:
         """Close every thread's connection; later calls open new ones."""
@@ -144,15 +150,19 @@ class Link(LinkBase[Functions]):
     @staticmethod
     def _ready(wire: _Wire) -> Any:
         """The connection, connected; one that reads as ready before anything was sent
-        (the server closed it while idle, or stray bytes) is replaced first."""
+        (the server closed it while idle, or stray bytes) is replaced first. A connect
+        that fails raises (once: not again at once)."""
         connection = wire.connection
-        try:
-            stale = connection.can_read(0)  # connects first when not connected
-        except CONNECTION_ERRORS:
-            stale = True
-        if stale:
-            connection.disconnect()
-            connection.connect()
+        if wire.connected:
+            try:
+                stale = connection.can_read(0)
+            except CONNECTION_ERRORS:
+                stale = True
+            if not stale:
+                return connection
+            wire.drop()
+        connection.connect()
+        wire.connected = True
         return connection
 
     def _packed(self, connection: Any, command: tuple[Any, ...]) -> Any:
@@ -160,8 +170,9 @@ class Link(LinkBase[Functions]):
             return [self._hiredis.pack_command(command)]
         return connection.pack_command(*command)
 
-    def _exchange(self, command: tuple[Any, ...], resend_safe: bool) -> Any:
-        """Send ``command`` and read its reply, retrying as the module docstring says."""
+    def _exchange(self, command: tuple[Any, ...], resend_safe: bool, script: str = "") -> Any:
+        """Send ``command`` (a call of ``script``) and read its reply, retrying as the
+        module docstring says."""
         failures = 0
         while True:
             wire = self._wire()
@@ -184,10 +195,12 @@ class Link(LinkBase[Functions]):
                     raise
             except redis.ResponseError:
                 raise  # an error reply: the connection is in step
-            except CONNECTION_ERRORS:
+            except CONNECTION_ERRORS as exc:
                 wire.drop()
                 failures += 1
-                if (sent and not resend_safe) or failures > REDIS_RETRIES:
+                if sent and not resend_safe:
+                    raise outcome_unknown(exc, script) from exc
+                if failures > REDIS_RETRIES or unreachable(exc, sent):
                     raise
             except BaseException:
                 if not sent:

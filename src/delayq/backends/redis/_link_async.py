@@ -19,11 +19,16 @@ It speaks RESP2 (whatever redis-py's default); a URL that asks for RESP3, where 
 server may push between replies, has every call go through
 :class:`~._functions.AsyncFunctions`, redis-py's path, under the same rules.
 
-Errors and retries are :mod:`._link`'s: a failed connect is retried with backoff; a call
-whose connection fails after it was written is sent again only for a
-:data:`~._scripts.RESEND_SAFE` script, a ``LOADING`` reply always. A reply later than
-the socket timeout fails the connection and every call waiting on it (as redis-py drops
-a connection that timed out). A connection the server closed while idle is replaced
+Errors and retries are :mod:`._link`'s: a failed connect is retried with backoff (one
+that timed out is not); a call whose connection fails after it was written is sent
+again only for a :data:`~._scripts.RESEND_SAFE` script, a ``LOADING`` reply always, and
+any other raises :class:`~delayq.errors.OutcomeUnknown`. A reply later than the socket
+timeout fails the connection and every call waiting on it (as redis-py drops a
+connection that timed out). A call writes its command itself only onto an idle
+connection and when it is at most :data:`DIRECT_MAX` bytes, which asyncio's buffer
+takes without waiting; any other write is the writer task's, which failing the
+connection cancels: a server that stopped reading (a partition) cannot hold a call in
+a write past the socket timeout. A connection the server closed while idle is replaced
 before writing: the reader task, always reading, meets its end of file as soon as the
 loop looks at the socket; and before a call on a connection quiet for
 :data:`IDLE_CHECK` seconds or more, :data:`LOOKS` turns of the loop let it look (a loop
@@ -47,12 +52,16 @@ from ._functions import AsyncFunctions, function_missing, functions_unsupported
 from ._link import LinkBase
 from ._scripts import RESEND_SAFE
 from ._settings import REDIS_RETRIES
-from ._transport import CONNECTION_ERRORS
+from ._transport import CONNECTION_ERRORS, outcome_unknown, unreachable
 
-__all__ = ["IDLE_CHECK", "LOOKS", "AsyncLink"]
+__all__ = ["DIRECT_MAX", "IDLE_CHECK", "LOOKS", "AsyncLink"]
 
 #: Seconds a connection may sit quiet before a call gives the loop a look at it first.
 IDLE_CHECK = 0.02
+#: The longest command a call writes itself (bytes); a longer one goes through the
+#: writer task. Below asyncio's write buffer limit (64 KiB), so a call's own write onto
+#: an idle connection never waits for the server to read.
+DIRECT_MAX = 32 * 1024
 #: Turns of the loop that look takes: one to poll the socket, one for the transport to
 #: read its end of file, one for the reader task to meet it, and one to spare.
 LOOKS = 4
@@ -74,6 +83,7 @@ class _Wire:
         "reader",
         "timeout",
         "watch",
+        "writer",
     )
 
     def __init__(
@@ -90,6 +100,9 @@ class _Wire:
         #: Commands written by calls while others wait, sent together by one writer.
         self.outbox: list[bytes] = []
         self.flushing = False
+        #: The writer task while it runs (a write the server does not take in blocks
+        #: it: failing the connection cancels it).
+        self.writer: asyncio.Task[None] | None = None
         #: The loop is given a look at the quiet connection (see the module docstring).
         self.checking = False
         #: When the last reply came (the loop's clock).
@@ -118,7 +131,9 @@ class _Wire:
         future: asyncio.Future[Any] = loop.create_future()
         timeout = self.timeout
         due = float("inf") if timeout is None else loop.time() + timeout
-        busy = bool(self.outbox or self.flushing or self.pending)
+        # A long command goes through the writer too: its write may wait for the
+        # server to take it, and only the writer's wait can be cut by the timer.
+        busy = bool(self.outbox or self.flushing or self.pending) or len(packed) > DIRECT_MAX
         self.pending.append((future, due))
         if busy:
             self.outbox.append(packed)
@@ -137,7 +152,7 @@ class _Wire:
         return future
 
     def _flush_soon(self) -> None:
-        task = self.loop.create_task(self._flush())
+        task = self.writer = self.loop.create_task(self._flush())
         task.add_done_callback(_retrieve)
 
     async def _flush(self) -> None:
@@ -151,6 +166,7 @@ class _Wire:
             raise
         finally:
             self.flushing = False
+            self.writer = None
 
     def _check_late(self) -> None:
         """The watch: fail the connection if the oldest reply is late, else watch the
@@ -178,7 +194,11 @@ class _Wire:
         for future, _ in pending:
             if not future.done():
                 future.set_exception(_copy(failure))
-        if self.reader is not asyncio.current_task():
+        current = asyncio.current_task()
+        if self.writer is not None and self.writer is not current:
+            with contextlib.suppress(RuntimeError):
+                self.writer.cancel()  # a write the server stopped taking
+        if self.reader is not current:
             with contextlib.suppress(RuntimeError):  # its loop is closed already
                 self.reader.cancel()  # the reader closes the connection
 
@@ -255,14 +275,14 @@ class AsyncLink(LinkBase[AsyncFunctions]):
         command = (b"FCALL", self._names[script], len(keys), *keys, *args)
         safe = script in RESEND_SAFE
         try:
-            return await self._exchange(command, safe)
+            return await self._exchange(command, safe, script)
         except redis.ResponseError as exc:
             if functions_unsupported(exc):  # switches it to EVALSHA
                 return await self._functions(script, keys, args)
             if not function_missing(exc):
                 raise
         await self._exchange((b"FUNCTION", b"LOAD", b"REPLACE", self._code), True)
-        return await self._exchange(command, safe)
+        return await self._exchange(command, safe, script)
 
     async def aclose(self) -> None:
         """Close the connection, once the calls waiting on it have their replies (or
@@ -341,9 +361,9 @@ class AsyncLink(LinkBase[AsyncFunctions]):
         else:
             self._wire = task.result()
 
-    async def _exchange(self, command: tuple[Any, ...], resend_safe: bool) -> Any:
-        """Send ``command`` and wait for its reply, retrying as the module docstring
-        says."""
+    async def _exchange(self, command: tuple[Any, ...], resend_safe: bool, script: str = "") -> Any:
+        """Send ``command`` (a call of ``script``) and wait for its reply, retrying as
+        the module docstring says."""
         failures = 0
         packed = self._packed(command)
         while True:
@@ -371,6 +391,8 @@ class AsyncLink(LinkBase[AsyncFunctions]):
                 if wire is not None:
                     wire.fail(exc)  # a connection error the server answered, or worse
                 failures += 1
-                if (sent and not resend_safe) or failures > REDIS_RETRIES:
+                if sent and not resend_safe:
+                    raise outcome_unknown(exc, script) from exc
+                if failures > REDIS_RETRIES or unreachable(exc, sent):
                     raise
             await asyncio.sleep(self._backoff.compute(failures))

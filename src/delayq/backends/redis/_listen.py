@@ -15,8 +15,9 @@ is why the precise sleep happens here and BLPOP only carries news. When BLPOP ti
 (every :data:`REDIS_LISTEN_TIMEOUT` s) the waiters look again too, which bounds any missed
 wake-up. A marker is taken by one listener only: one that finds no local waiter puts it
 back and parks, its connection kept, until a reserve here waits again (it would take the
-marker straight back if it blocked at once). A lost connection wakes the waiters (they
-meet the error, back off and retry) and is retried with backoff; the first BLPOP after a
+marker straight back if it blocked at once). A lost connection (or bytes that are no
+Redis reply: :data:`~._transport.LISTEN_ERRORS`) wakes the waiters (they meet the
+error, back off and retry) and is retried with backoff; the first BLPOP after a
 reconnect re-arms everything. The listener runs while a waiting reserve is in progress,
 and lingers one BLPOP (or one park) after: a consumer that reserves again and again keeps
 one connection and one thread, not one per wait.
@@ -36,7 +37,7 @@ from typing import Any
 from ..._log import LOGGER_NAME
 from ...errors import QueueClosed
 from ._settings import REDIS_LISTEN_TIMEOUT, REDIS_RECONNECT_FIRST, REDIS_RECONNECT_MAX
-from ._transport import CONNECTION_ERRORS
+from ._transport import CONNECTION_ERRORS, LISTEN_ERRORS
 
 __all__ = ["AsyncListener", "Listener", "log_lost", "next_backoff"]
 
@@ -191,7 +192,7 @@ class Listener:
                     # way (redis-py polls a socket that is gone): that is the end.
                     if self._stop_if():
                         return
-                    if not isinstance(exc, CONNECTION_ERRORS):
+                    if not isinstance(exc, LISTEN_ERRORS):
                         raise
                     log_lost("redis listener lost its connection", exc, backoff)
                     self._news()
@@ -334,7 +335,7 @@ class AsyncListener:
                     return
                 try:
                     got: Any = await client.blpop([self._key], timeout=REDIS_LISTEN_TIMEOUT)
-                except CONNECTION_ERRORS as exc:
+                except LISTEN_ERRORS as exc:
                     if self._stop_if(False):
                         return
                     log_lost("redis listener lost its connection", exc, backoff)

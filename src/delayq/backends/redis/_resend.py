@@ -42,7 +42,13 @@ from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
 from ._settings import REDIS_RETRIES, REDIS_RETRY_BASE, REDIS_RETRY_CAP
-from ._transport import CONNECTION_ERRORS, async_connection_settings, connection_settings
+from ._transport import (
+    CONNECTION_ERRORS,
+    async_connection_settings,
+    connection_settings,
+    outcome_unknown,
+    unreachable,
+)
 
 __all__ = [
     "Attempt",
@@ -196,18 +202,24 @@ def track_cluster_sends(client: C) -> C:
     return client
 
 
-def _again(exc: BaseException, attempt: Attempt, safe: bool, failures: int) -> bool:
-    if failures > REDIS_RETRIES or isinstance(exc, _FINAL):
+def _again(exc: BaseException, attempt: Attempt, safe: bool, failures: int, operation: str) -> bool:
+    """Whether to send the call again; :class:`~delayq.errors.OutcomeUnknown` when it
+    was sent, may have run, and may not run twice."""
+    maybe_ran = attempt.sent and not isinstance(exc, _RAN_NOTHING)
+    if maybe_ran and not safe:
+        raise outcome_unknown(exc, operation) from exc
+    if failures > REDIS_RETRIES or isinstance(exc, _FINAL) or unreachable(exc, attempt.sent):
         return False
-    return safe or not attempt.sent or isinstance(exc, _RAN_NOTHING)
+    return safe or not maybe_ran
 
 
 _BACKOFF = ExponentialBackoff(REDIS_RETRY_CAP, REDIS_RETRY_BASE)
 
 
-def call(send: Callable[[], T], safe: bool) -> T:
+def call(send: Callable[[], T], safe: bool, operation: str = "a script") -> T:
     """``send()``, sent again after a failure as the module docstring says; ``safe``:
-    the call may run twice."""
+    the call may run twice; ``operation``: what it is, for the error when its fate is
+    unknown."""
     failures = 0
     while True:
         attempt = Attempt()
@@ -216,14 +228,16 @@ def call(send: Callable[[], T], safe: bool) -> T:
             return send()
         except _RETRIABLE as exc:
             failures += 1
-            if not _again(exc, attempt, safe, failures):
+            if not _again(exc, attempt, safe, failures, operation):
                 raise
         finally:
             _ATTEMPT.reset(token)
         time.sleep(_BACKOFF.compute(failures))
 
 
-async def call_async(send: Callable[[], Awaitable[T]], safe: bool) -> T:
+async def call_async(
+    send: Callable[[], Awaitable[T]], safe: bool, operation: str = "a script"
+) -> T:
     """:func:`call` for a coroutine function."""
     failures = 0
     while True:
@@ -233,7 +247,7 @@ async def call_async(send: Callable[[], Awaitable[T]], safe: bool) -> T:
             return await send()
         except _RETRIABLE as exc:
             failures += 1
-            if not _again(exc, attempt, safe, failures):
+            if not _again(exc, attempt, safe, failures, operation):
                 raise
         finally:
             _ATTEMPT.reset(token)

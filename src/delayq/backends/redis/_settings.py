@@ -13,7 +13,7 @@ REDIS_LISTEN_TIMEOUT = 2.0
 #: Extra seconds the listener's socket waits beyond its BLPOP timeout (a dead peer).
 REDIS_LISTEN_SLACK = 3.0
 #: Socket timeouts (s) of the shared connections: reading a reply, and connecting.
-REDIS_SOCKET_TIMEOUT = 30.0
+REDIS_SOCKET_TIMEOUT = 10.0
 REDIS_CONNECT_TIMEOUT = 5.0
 #: How often a call is sent again after a connection error (when the rule allows it),
 #: and its backoff (s).

@@ -21,6 +21,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from ...errors import OutcomeUnknown
 from ._settings import (
     REDIS_CONNECT_TIMEOUT,
     REDIS_LISTEN_SLACK,
@@ -30,12 +31,17 @@ from ._settings import (
 
 __all__ = [
     "CONNECTION_ERRORS",
+    "LISTEN_ERRORS",
     "LOST_CONNECTION",
     "AsyncBlocking",
     "Blocking",
+    "ReplyLost",
+    "ReplyTimeout",
     "async_connection_settings",
     "client_options",
     "connection_settings",
+    "outcome_unknown",
+    "unreachable",
 ]
 
 #: What a lost or unreachable Redis raises.
@@ -48,6 +54,46 @@ CONNECTION_ERRORS = (
     redis.exceptions.ClusterDownError,
     redis.exceptions.SlotNotCoveredError,
 )
+
+
+class ReplyLost(OutcomeUnknown, redis.ConnectionError):
+    """A script's connection failed after it was written: it may have run."""
+
+
+class ReplyTimeout(OutcomeUnknown, redis.TimeoutError):
+    """A script's reply did not come within the socket timeout: it may have run."""
+
+
+#: What the operations are called in :class:`OutcomeUnknown` (the rest by their script).
+_OPERATIONS = {"put_one": "put"}
+
+
+def outcome_unknown(exc: BaseException, script: str) -> OutcomeUnknown:
+    """The error of a call of ``script`` that was written and then failed with ``exc``
+    (raise it ``from exc``)."""
+    operation = _OPERATIONS.get(script, script)
+    timed_out = isinstance(exc, redis.TimeoutError | TimeoutError)
+    kind = ReplyTimeout if timed_out else ReplyLost
+    return kind(
+        f"{operation} was sent to Redis but its reply was lost ({exc}): it may or may"
+        " not have taken effect, and it was not sent again",
+        operation,
+    )
+
+
+def unreachable(exc: BaseException, sent: bool) -> bool:
+    """Whether ``exc`` says the server cannot be reached: a connect (or a look at an
+    idle connection) that timed out before anything was sent. Such a call is not tried
+    again at once: a server that does not answer a connect within the connect timeout
+    will not answer the next one sooner, and each try would add a connect timeout to
+    the caller's wait (a refused or reset connect, as during a restart, is retried)."""
+    return not sent and isinstance(exc, redis.TimeoutError | TimeoutError)
+
+
+#: What a listener rides out by connecting again: a lost connection, or bytes that are
+#: no Redis reply (another service now answering at the address, as after a failover
+#: or a network change; redis-py drops such a connection).
+LISTEN_ERRORS = (*CONNECTION_ERRORS, redis.exceptions.InvalidResponse)
 
 
 def connection_settings(url: str, **options: Any) -> tuple[Any, dict[str, Any]]:

@@ -32,7 +32,13 @@ The faces: :class:`AsyncRedisBackend` is written once, for asyncio
 scripts on one connection per thread (:mod:`._link`), the async face on one pipelined
 connection per event loop (:mod:`._link_async`), redis-py's pool without redis-py's
 retries (:mod:`._resend`) where those do not apply; on both a failed connect or send is
-retried with backoff, a lost reply only for scripts that are safe to run twice; plus,
+retried with backoff (a connect that timed out is not: the server is unreachable), a
+lost reply only for scripts that are safe to run twice, and any other script whose
+reply is lost raises :class:`~delayq.errors.OutcomeUnknown` (as redis-py's
+``ConnectionError`` or ``TimeoutError`` subclass ``ReplyLost`` / ``ReplyTimeout``);
+a reply waits at most the socket timeout (10 s unless the URL says otherwise), a
+connect the connect timeout (5 s), so no call waits on a silent server for longer;
+plus,
 per queue with a waiting consumer, one listener connection that blocks on the wake-up
 marker. Durability is Redis's: with ``appendonly yes`` and ``appendfsync always`` an
 acknowledged put survives a crash of the server; with the defaults the last second of

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..._replicated import AsyncReplicatedBackend, LoopLink
-from .._transport import AmqpTransport
+from .._transport import AmqpTransport, Hosts
 from .._url import parse
 
 __all__ = ["AsyncAmqpBackend", "open_async_backend"]
@@ -19,9 +19,10 @@ class AsyncAmqpBackend(AsyncReplicatedBackend):
 
     def __init__(self, url: str, **options: Any) -> None:
         settings = parse(url, options)
+        hosts = Hosts(settings.broker_urls)
         super().__init__(
             LoopLink(
-                lambda: AmqpTransport(settings),
+                lambda: AmqpTransport(settings, hosts),
                 scheduler=settings.scheduler,
                 request_timeout=settings.request_timeout,
                 deliver=settings.deliver,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..._replicated import ReplicatedBackend, ThreadLink
-from .._transport import AmqpTransport
+from .._transport import AmqpTransport, Hosts
 from .._url import parse
 
 __all__ = ["AmqpBackend", "open_backend"]
@@ -21,9 +21,10 @@ class AmqpBackend(ReplicatedBackend):
 
     def __init__(self, url: str, **options: Any) -> None:
         settings = parse(url, options)
+        hosts = Hosts(settings.broker_urls)
         super().__init__(
             ThreadLink(
-                lambda: AmqpTransport(settings),
+                lambda: AmqpTransport(settings, hosts),
                 scheduler=settings.scheduler,
                 request_timeout=settings.request_timeout,
                 deliver=settings.deliver,

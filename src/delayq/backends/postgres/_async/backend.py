@@ -11,6 +11,7 @@ transaction), or one transaction of a few (a put mixing ``replace``/``error`` wi
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -123,11 +124,14 @@ async def put_on(
     sql: Statements,
     queue: str,
     requests: Sequence[PutRequest],
+    *,
+    announce: bool = False,
 ) -> tuple[list[int], int | None]:
     """apply_put() of a batch in one transaction of ``conn`` (a savepoint inside one
     the caller has open): a run of "ignore" requests is one statement, each
-    "error"/"replace" request one; one notification at the end. Returns the kept
-    positions and the earliest due time written."""
+    "error"/"replace" request one; one wake-up at the end (``announce``: a
+    notification in any case, without the queue's lock, for a transaction the caller
+    holds open). Returns the kept positions and the earliest due time written."""
     kept: list[int] = []
     earliest: int | None = None
     async with conn.transaction():
@@ -164,7 +168,8 @@ async def put_on(
                 )
             earliest = _earliest(earliest, row[0])
             start += 1
-        await conn.execute(sql.WAKE, {"queue": queue, "due": earliest})
+        wake = sql.ANNOUNCE if announce else sql.WAKE
+        await conn.execute(wake, {"queue": queue, "due": earliest})
     return kept, earliest
 
 
@@ -231,11 +236,17 @@ class AsyncPostgresBackend:
             self._ready = True
 
     async def _fetch(self, statement: str, params: Mapping[str, Any]) -> list[Row]:
-        """Run one statement (its own transaction) and return its rows."""
+        """Run one statement that returns rows (its own transaction) and return them."""
         await self._open()
-        async with self._pool.connection() as conn:
+        # getconn/putconn rather than connection(): in autocommit the latter's
+        # commit-or-rollback on exit has nothing to do, and a put is short enough for
+        # its few microseconds to count; putconn still replaces a broken connection.
+        conn = await self._pool.getconn()
+        try:
             cursor = await conn.execute(statement, params)
-            return await cursor.fetchall() if cursor.description else []
+            return await cursor.fetchall()
+        finally:
+            await self._pool.putconn(conn)
 
     async def _count(self, statement: str, params: Mapping[str, Any]) -> int:
         """Run one statement without rows and return how many it changed."""
@@ -291,26 +302,36 @@ class AsyncPostgresBackend:
     ) -> list[Record]:
         """See :meth:`~delayq.durable.backend.AsyncBackend.reserve`."""
         await self._open()
-        params = {
+        wake = self._wake
+        give_up = None if wait is None else time.monotonic() + wait
+        waiter = wake.enter(queue)
+        params: dict[str, Any] = {
             "queue": queue,
             "limit": limit,
             "lease_ms": lease_ms,
             "expired": LEASE_EXPIRED_ERROR,
+            "waiter": None,
+            "sleep_ms": 0,
         }
-        wake = self._wake
-        give_up = None if wait is None else time.monotonic() + wait
-        waiter = wake.enter(queue)
         try:
             while True:
                 wake.look(waiter)
+                # Register with the claim how long it may sleep, if it will (only a
+                # listener hears the notification a registration asks for).
+                sleep = wake.interval if give_up is None else give_up - time.monotonic()
+                registers = wake.listens and sleep > 0.0
+                params["waiter"] = waiter.token if registers or waiter.registered else None
+                params["sleep_ms"] = math.ceil(min(sleep, wake.interval) * 1000) if registers else 0
                 rows = await guarded_async(
                     lambda: self._read(self.sql.CLAIM, params),
                     lambda rows: self._give_back(queue, rows),
                 )
                 if rows and rows[0][0] is not None:
+                    waiter.registered = False  # the claim dropped the registration
                     records = [_record(row) for row in rows]
                     records.sort(key=lambda record: (record.due_at, record.seq))
                     return records
+                waiter.registered = waiter.registered or registers
                 if self._closed:
                     raise QueueClosed("the queue is closed")
                 next_ms, now_ms = (rows[0][11], rows[0][12]) if rows else (None, None)

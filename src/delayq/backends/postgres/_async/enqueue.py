@@ -67,5 +67,5 @@ async def enqueue_async(
         headers,
     )
     await upgrade(conn, checked)
-    await put_on(conn, Statements(checked), name, [request])
+    await put_on(conn, Statements(checked), name, [request], announce=True)
     return request.id

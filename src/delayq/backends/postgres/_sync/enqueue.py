@@ -69,5 +69,5 @@ def enqueue(
         headers,
     )
     upgrade(conn, checked)
-    put_on(conn, Statements(checked), name, [request])
+    put_on(conn, Statements(checked), name, [request], announce=True)
     return request.id

@@ -1,0 +1,342 @@
+"""Supervisor: N worker processes, each with its own event loop and connections.
+
+``Supervisor(make_worker, processes=N).run()`` starts N children and keeps N running
+until it is stopped. Each child calls ``make_worker()`` and serves the
+:class:`~delayq.Worker` it returns until told to stop; so ``make_worker`` must be
+picklable (a function of an importable module, or a ``functools.partial`` of one),
+as any target of :mod:`multiprocessing`.
+
+Start method: ``spawn``. Each child is a fresh interpreter that imports what it
+needs and opens its own connections; nothing is inherited from the supervisor. A
+fork would copy whatever the parent holds (a redis-py pool, a SQLite connection, the
+locks of threads that do not exist in the child), and the supervisor has imported
+the app and checked the backend before it starts anyone. The price is the start-up
+of an interpreter per child (a fraction of a second), paid at start and per restart.
+
+Signals. The first SIGTERM or SIGINT of the supervisor is sent on to every child as
+one SIGTERM: each stops reserving, lets its running handlers finish for its
+``grace``, gives the rest back and exits. A second signal sends a second SIGTERM,
+which makes every child give back at once (as a second signal does to a lone
+``Worker.run()``). Children ignore SIGINT: a Ctrl-C in a terminal reaches the whole
+process group, and the supervisor alone decides what it means (SIGINT is blocked
+while a child is spawned, so not even its start-up sees one). A child whose
+supervisor died (kill -9) stops gracefully by itself: it watches the pipe that
+:mod:`multiprocessing` keeps open to its parent.
+
+Restarts. A child that exits while the supervisor is not stopping (killed, crashed)
+is started again, after a pause that doubles with every death in a row of a child of
+that slot that lived less than ``SUPERVISOR_STABLE`` seconds (from
+``SUPERVISOR_RESTART_FIRST`` up to ``SUPERVISOR_RESTART_MAX``), so a child that
+crashes at start-up does not spin. A child that dies before it is ready (its
+``make_worker()`` raised or exited) while no child has ever been ready means the
+workers cannot start at all: the supervisor stops the others and :meth:`run`
+returns non-zero. Every start, death and restart is a log line on the ``delayq``
+logger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing import resource_tracker
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from .._log import log_event
+from ._constants import SUPERVISOR_RESTART_FIRST, SUPERVISOR_RESTART_MAX, SUPERVISOR_STABLE
+from ._worker import Worker
+
+__all__ = ["Supervisor"]
+
+_INFO, _WARNING, _ERROR = logging.INFO, logging.WARNING, logging.ERROR
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_READY = b"ready"
+
+#: Exit status of :meth:`Supervisor.run` when the children could not start.
+START_FAILED = 1
+
+
+class _Child:
+    """One running child: its process, the pipe it says "ready" on (None once read),
+    when it started."""
+
+    __slots__ = ("pid", "process", "ready", "ready_pipe", "started")
+
+    def __init__(self, process: BaseProcess, ready_pipe: Connection) -> None:
+        self.process = process
+        self.pid = process.pid
+        self.ready_pipe: Connection | None = ready_pipe
+        self.ready = False
+        self.started = time.monotonic()
+
+
+class Supervisor:
+    """Runs ``processes`` worker processes, each serving ``make_worker()``.
+
+    ``make_worker`` is called in each child (and again in a restarted one) and must
+    return a :class:`~delayq.Worker`; it must be picklable, as for
+    :mod:`multiprocessing` with the ``spawn`` start method. Call :meth:`run` in the
+    main thread (there it handles SIGTERM/SIGINT; elsewhere only :meth:`stop` ends it).
+    """
+
+    def __init__(self, make_worker: Callable[[], Worker], *, processes: int) -> None:
+        if not callable(make_worker):
+            raise TypeError(
+                f"make_worker must be a function that returns a Worker, "
+                f"not {type(make_worker).__name__}"
+            )
+        if type(processes) is not int or processes < 1:
+            raise ValueError(f"processes must be an int >= 1, got {processes!r}")
+        self.make_worker = make_worker
+        self.processes = processes
+        self._context = multiprocessing.get_context("spawn")
+        self._children: list[_Child | None] = [None] * processes
+        self._restart_at: list[float | None] = [None] * processes
+        self._quick_deaths = [0] * processes
+        # Stop requests (signal name or None, graceful), from signal handlers and any
+        # thread: a SimpleQueue's put is safe in both. The loop turns them into levels.
+        self._requests: queue.SimpleQueue[tuple[str | None, bool]] = queue.SimpleQueue()
+        self._stop_level = 0  # 1: a graceful stop was sent to the children, 2: stop now
+        self._signals = 0
+        self._ever_ready = False
+        self._failed: int | None = None
+        self._wake_r = self._wake_w = -1  # the self-pipe, while run() runs
+
+    # -- stopping ---------------------------------------------------------------------
+    def stop(self, *, graceful: bool = True) -> None:
+        """Stop every child: gracefully the first time (each lets its handlers finish
+        within its ``grace``), at once the second time or when not ``graceful``.
+        Safe from any thread; before :meth:`run`, it then returns at once."""
+        self._requests.put((None, graceful))
+        self._wake()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):  # full (a wake-up is pending anyway) or closed
+            os.write(self._wake_w, b"\0")
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        # Only what is safe in a handler: the loop logs and acts.
+        self._signals += 1
+        self._requests.put((_signal_name(signum), self._signals == 1))
+        self._wake()
+
+    @property
+    def _stopping(self) -> bool:
+        return self._stop_level > 0
+
+    # -- running ----------------------------------------------------------------------
+    def run(self) -> int:
+        """Start the children, keep them running until a stop, wait for all to exit.
+
+        Returns 0 once every child has stopped after a stop, :data:`START_FAILED` (or
+        the failed child's own positive exit status) when children could not start.
+        """
+        installed: dict[int, Any] = {}
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        if threading.current_thread() is threading.main_thread():
+            for signum in _SIGNALS:
+                installed[signum] = signal.signal(signum, self._on_signal)
+        log_event(_INFO, "supervisor.started", processes=self.processes, pid=os.getpid())
+        try:
+            self._take_requests()
+            if not self._stopping:
+                for slot in range(self.processes):
+                    self._start(slot)
+            self._loop()
+        finally:
+            for number, previous in installed.items():
+                signal.signal(number, previous)
+            for child in self._children:  # only after an error of the supervisor itself
+                if child is not None and child.process.is_alive():
+                    child.process.kill()
+                    child.process.join()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self._wake_r = self._wake_w = -1
+        status = 0 if self._failed is None else self._failed
+        log_event(_INFO, "supervisor.stopped", exitcode=status)
+        return status
+
+    def _loop(self) -> None:
+        while True:
+            self._take_requests()
+            children = [child for child in self._children if child is not None]
+            if self._stopping and not children:
+                return
+            now = time.monotonic()
+            for slot, when in enumerate(self._restart_at):
+                if when is not None and when <= now and not self._stopping:
+                    self._restart_at[slot] = None
+                    self._start(slot)
+            pending = [when for when in self._restart_at if when is not None]
+            timeout = None
+            if pending and not self._stopping:
+                timeout = max(0.0, min(pending) - time.monotonic())
+            watched: list[Any] = [self._wake_r]
+            for child in self._children:
+                if child is not None:
+                    watched.append(child.process.sentinel)
+                    if child.ready_pipe is not None:
+                        watched.append(child.ready_pipe)
+            ready = wait(watched, timeout)
+            if self._wake_r in ready:
+                os.read(self._wake_r, 512)
+            for slot, child in enumerate(self._children):
+                if child is None:
+                    continue
+                if child.ready_pipe is not None and child.ready_pipe in ready:
+                    self._on_ready(child)
+                if child.process.sentinel in ready:
+                    self._on_exit(slot, child)
+
+    def _take_requests(self) -> None:
+        """Turn the stop requests into levels, one SIGTERM to every child per level."""
+        while not self._requests.empty():
+            name, graceful = self._requests.get()
+            level = min(2, max(self._stop_level + 1, 1 if graceful else 2))
+            if name is not None:
+                log_event(_INFO, "supervisor.signal", signal=name, graceful=level == 1)
+            while self._stop_level < level:
+                self._stop_level += 1
+                log_event(
+                    _INFO,
+                    "supervisor.stopping",
+                    graceful=self._stop_level == 1,
+                    children=sum(child is not None for child in self._children),
+                )
+                for child in self._children:
+                    if child is not None and child.pid is not None:
+                        with contextlib.suppress(ProcessLookupError):  # its sentinel says so
+                            os.kill(child.pid, signal.SIGTERM)
+
+    def _start(self, slot: int) -> None:
+        ready_r, ready_w = self._context.Pipe(duplex=False)
+        process = self._context.Process(
+            target=_child_main,
+            args=(self.make_worker, ready_w),
+            name=f"delayq-worker-{slot}",
+        )
+        # The child starts with SIGINT blocked (the mask survives exec) until it has
+        # set SIGINT aside: a Ctrl-C meant for the supervisor never interrupts it. The
+        # resource tracker is started first: starting it unblocks SIGINT.
+        resource_tracker.ensure_running()
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        ready_w.close()
+        self._children[slot] = _Child(process, ready_r)
+        log_event(_INFO, "supervisor.child_started", slot=slot, pid=process.pid)
+
+    def _on_ready(self, child: _Child) -> None:
+        pipe = child.ready_pipe
+        assert pipe is not None
+        try:
+            child.ready = pipe.recv_bytes() == _READY
+        except (EOFError, OSError):  # it closed the pipe unready: its exit comes next
+            child.ready = False
+        pipe.close()
+        child.ready_pipe = None
+        self._ever_ready = self._ever_ready or child.ready
+
+    def _on_exit(self, slot: int, child: _Child) -> None:
+        process = child.process
+        process.join()
+        code = process.exitcode
+        if child.ready_pipe is not None:
+            if child.ready_pipe.poll():  # said ready, then died at once
+                self._on_ready(child)
+            else:
+                child.ready_pipe.close()
+                child.ready_pipe = None
+        process.close()
+        self._children[slot] = None
+        lived = time.monotonic() - child.started
+        fields: dict[str, Any] = {"slot": slot, "pid": child.pid, "exitcode": code}
+        if code is not None and code < 0:
+            fields["signal"] = _signal_name(-code)
+        if self._stopping or self._failed is not None:
+            log_event(_INFO if code == 0 else _WARNING, "supervisor.child_stopped", **fields)
+            return
+        if not child.ready and not self._ever_ready:
+            log_event(_ERROR, "supervisor.start_failed", **fields)
+            self._failed = code if code is not None and code > 0 else START_FAILED
+            self.stop(graceful=True)
+            return
+        deaths = self._quick_deaths[slot] + 1 if lived < SUPERVISOR_STABLE else 1
+        self._quick_deaths[slot] = deaths
+        pause = min(SUPERVISOR_RESTART_MAX, SUPERVISOR_RESTART_FIRST * 2 ** (deaths - 1))
+        self._restart_at[slot] = time.monotonic() + pause
+        log_event(
+            _WARNING,
+            "supervisor.child_died",
+            **fields,
+            lived=round(lived, 3),
+            ready=child.ready,
+            restart_in=pause,
+        )
+
+    def __repr__(self) -> str:
+        running = sum(child is not None for child in self._children)
+        return f"<Supervisor processes={self.processes} running={running}>"
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return str(signum)
+
+
+# -- the child ------------------------------------------------------------------------
+
+
+def _child_main(make_worker: Callable[[], Worker], ready: Connection) -> None:
+    """A child's whole life: build the worker, say ready, serve until SIGTERM."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    worker = make_worker()
+    if not isinstance(worker, Worker):
+        raise TypeError(f"make_worker() must return a Worker, not {type(worker).__name__}")
+    asyncio.run(_serve(worker, ready))
+
+
+async def _serve(worker: Worker, ready: Connection) -> None:
+    loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_sigterm() -> None:
+        nonlocal signals
+        signals += 1
+        log_event(_INFO, "worker.signal", signal="SIGTERM", graceful=signals == 1)
+        worker.stop(graceful=signals == 1)
+
+    def on_parent_gone(sentinel: int) -> None:
+        loop.remove_reader(sentinel)
+        log_event(_WARNING, "worker.supervisor_gone", pid=os.getpid())
+        worker.stop(graceful=True)
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    parent = multiprocessing.parent_process()
+    parent_sentinel = parent.sentinel if parent is not None else None
+    if parent_sentinel is not None:
+        loop.add_reader(parent_sentinel, on_parent_gone, parent_sentinel)
+    ready.send_bytes(_READY)
+    ready.close()
+    try:
+        await worker.serve()
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        if parent_sentinel is not None:
+            loop.remove_reader(parent_sentinel)

@@ -1,0 +1,250 @@
+"""``delayq worker --processes N`` in real processes, with real signals, on sqlite://
+and redis:// (each redis case under its own key prefix, deleted afterwards): the
+children share the jobs; a child killed with -9 is started again and its jobs are
+run; SIGTERM stops them all gracefully (a second SIGTERM at once) and the supervisor
+exits 0; a child that crashes at start-up is restarted after a growing pause; children
+that cannot start make the supervisor exit non-zero.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from test_worker_processes import redis_url, sqlite_url
+
+from delayq.durable import Queue
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
+
+APP = """
+import logging, os, time
+from delayq import App, current_message
+
+app = App(os.environ["WURL"])
+if __name__ in ("__main__", "__mp_main__"):  # the Python face: the CLI sets logging up
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+
+
+def record(*parts):
+    with open(os.environ["WLOG"], "a") as log:  # one short O_APPEND write: atomic
+        log.write(" ".join(map(str, parts)) + "\\n")
+
+
+@app.task(queue="jobs")
+def work(i):
+    record("start", i, os.getpid())
+    if current_message().attempts == 1:  # a job given back runs at once next time
+        time.sleep(float(os.environ["JOB_SECONDS"]))
+    record("done", i, os.getpid())
+
+
+def make_worker():
+    # For Supervisor(make_worker) from Python: refuses to start while CRASH exists.
+    if os.path.exists(os.environ["WCRASH"]):
+        raise RuntimeError("crash at start-up")
+    from delayq import Worker
+    return Worker(app, concurrency=2, lease=1.0, grace=5.0)
+
+
+if __name__ == "__main__":
+    from delayq.runtime import Supervisor
+    raise SystemExit(Supervisor(make_worker, processes=1).run())
+"""
+
+BACKENDS: dict[str, Callable[[Path], Iterator[str]]] = {"sqlite": sqlite_url, "redis": redis_url}
+
+
+@pytest.fixture(params=list(BACKENDS))
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from BACKENDS[request.param](tmp_path)
+
+
+class Project:
+    """A directory with the app ``wapp.py``, a log of what the jobs did, and the
+    supervisor process under test."""
+
+    def __init__(self, root: Path, url: str) -> None:
+        self.root = root
+        (root / "wapp.py").write_text(textwrap.dedent(APP))
+        self.url = url
+        self.log = root / "log.txt"
+        self.log.touch()
+        self.crash = root / "crash"
+        self.proc: subprocess.Popen[str] | None = None
+        self.stderr = root / "stderr.txt"
+
+    def start(self, *argv: str, job_seconds: float = 60.0) -> subprocess.Popen[str]:
+        env = {key: value for key, value in os.environ.items() if key != "FORCE_COLOR"}
+        env.update(
+            WURL=self.url, WLOG=str(self.log), WCRASH=str(self.crash), JOB_SECONDS=str(job_seconds)
+        )
+        with self.stderr.open("w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, *argv], cwd=self.root, env=env, stderr=err, text=True
+            )
+        return self.proc
+
+    def worker(self, *options: str, job_seconds: float = 60.0) -> subprocess.Popen[str]:
+        argv = ("-m", "delayq.cli", "worker", "wapp:app", "--log-level", "info", *options)
+        return self.start(*argv, job_seconds=job_seconds)
+
+    def lines(self, kind: str) -> list[list[str]]:
+        return [
+            line.split()[1:]
+            for line in self.log.read_text().splitlines()
+            if line.startswith(kind + " ")
+        ]
+
+    def events(self, event: str) -> list[dict[str, str]]:
+        """The fields of each ``event`` line the supervisor and its children logged."""
+        found = []
+        for line in self.stderr.read_text().splitlines():
+            match = re.search(rf": {re.escape(event)}( .*)?$", line)
+            if match:
+                found.append(dict(re.findall(r"(\w+)=(\S+)", match.group(1) or "")))
+        return found
+
+    def wait(self, condition: Callable[[], bool], timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                pytest.fail(f"supervisor exited {self.proc.returncode}: {self.stderr.read_text()}")
+            assert time.monotonic() < deadline, self.stderr.read_text() + self.log.read_text()
+            time.sleep(0.02)
+
+    def exit_status(self, timeout: float = 20.0) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout=timeout)
+
+    def send(self, count: int) -> None:
+        with Queue(self.url, name="jobs") as queue:
+            queue.put_many(
+                [
+                    {"payload": {"task": "work", "args": [i], "kwargs": {}}, "id": f"j{i}"}
+                    for i in range(count)
+                ]
+            )
+
+    def stats(self) -> tuple[int, int]:
+        """(waiting, total) of the jobs queue: waiting are those no one holds."""
+        with Queue(self.url, name="jobs") as queue:
+            stats = queue.stats()
+            return stats.scheduled + stats.ready, stats.total
+
+
+@pytest.fixture
+def project(tmp_path: Path, url: str) -> Iterator[Project]:
+    env = Project(tmp_path, url)
+    yield env
+    if env.proc is not None and env.proc.poll() is None:
+        env.proc.send_signal(signal.SIGTERM)
+        signal_again_after = time.monotonic() + 2
+        while env.proc.poll() is None and time.monotonic() < signal_again_after:
+            time.sleep(0.05)
+        if env.proc.poll() is None:
+            env.proc.send_signal(signal.SIGTERM)
+        env.proc.wait(timeout=20)
+
+
+def child_pids(project: Project) -> set[str]:
+    return {fields["pid"] for fields in project.events("supervisor.child_started")}
+
+
+def test_the_children_share_the_jobs_and_stop_gracefully(project: Project) -> None:
+    supervisor = project.worker(
+        "--processes", "2", "--concurrency", "2", "--grace", "10s", job_seconds=0.3
+    )
+    project.wait(lambda: len(project.events("worker.started")) == 2)
+    project.send(16)
+    project.wait(lambda: len({pid for _, pid in project.lines("start")}) >= 2)
+    supervisor.send_signal(signal.SIGTERM)
+    assert project.exit_status() == 0, project.stderr.read_text()
+    started = project.lines("start")
+    done = project.lines("done")
+    pids = {pid for _, pid in started}
+    assert len(pids) == 2
+    assert pids == child_pids(project)
+    assert str(supervisor.pid) not in pids
+    assert sorted(started) == sorted(done)  # every running job finished
+    assert max(Counter(i for i, _ in started).values()) == 1
+    waiting, total = project.stats()
+    assert waiting == total == 16 - len(done)  # the rest wait, untouched
+    stopped = project.events("supervisor.child_stopped")
+    assert sorted(fields["exitcode"] for fields in stopped) == ["0", "0"]
+    assert project.events("supervisor.stopped") == [{"exitcode": "0"}]
+
+
+def test_a_killed_child_is_restarted_and_loses_no_job(project: Project) -> None:
+    """kill -9 of a child that holds two jobs: a new child takes its place and runs
+    them once their lease ends; then a SIGTERM asks the children to finish their
+    60 s jobs within --grace, a second SIGTERM gives them back at once: exit 0,
+    nothing lost, no attempt charged."""
+    project.send(4)
+    supervisor = project.worker("--processes", "2", "--concurrency", "2", "--lease", "4s")
+    project.wait(lambda: len(project.lines("start")) == 4)
+    by_pid = Counter(pid for _, pid in project.lines("start"))
+    victim = next(pid for pid, jobs in by_pid.items() if jobs == 2)
+    victim_jobs = {i for i, pid in project.lines("start") if pid == victim}
+    os.kill(int(victim), signal.SIGKILL)
+    project.wait(lambda: {i for i, _ in project.lines("done")} == victim_jobs, timeout=30)
+    died = project.events("supervisor.child_died")
+    assert [(d["pid"], d["signal"], d["restart_in"]) for d in died] == [(victim, "SIGKILL", "0.5")]
+    assert len(child_pids(project)) == 3
+    reborn = child_pids(project) - set(by_pid)
+    assert {pid for _, pid in project.lines("done")} <= reborn | (set(by_pid) - {victim})
+
+    supervisor.send_signal(signal.SIGTERM)
+    project.wait(lambda: len(project.events("supervisor.stopping")) == 1)
+    supervisor.send_signal(signal.SIGTERM)
+    assert project.exit_status() == 0, project.stderr.read_text()
+    assert [e["graceful"] for e in project.events("supervisor.stopping")] == ["True", "False"]
+    assert len(project.events("worker.releasing")) == 1  # the child that held jobs
+    with Queue(project.url, name="jobs") as queue:
+        held = [queue.get(f"j{i}") for i in range(4) if str(i) not in victim_jobs]
+    assert [(m.state.value, m.attempts) for m in held if m is not None] == [("ready", 0)] * 2
+    assert project.stats() == (2, 2)
+
+
+@pytest.mark.parametrize("url", ["sqlite"], indirect=True)
+def test_a_child_that_crashes_at_start_up_is_restarted_after_a_growing_pause(
+    project: Project,
+) -> None:
+    """The Python face: Supervisor(make_worker, processes=1).run() in wapp.py. A stop
+    while a restart waits for its pause starts nothing more and exits 0."""
+    supervisor = project.start("wapp.py")
+    project.wait(lambda: len(project.events("supervisor.child_started")) == 1)
+    project.wait(lambda: bool(project.events("worker.started")))
+    project.crash.touch()
+    os.kill(int(project.events("supervisor.child_started")[0]["pid"]), signal.SIGKILL)
+    project.wait(lambda: len(project.events("supervisor.child_died")) == 2)
+    died = project.events("supervisor.child_died")
+    assert [(fields["ready"], fields["restart_in"]) for fields in died] == [
+        ("True", "0.5"),
+        ("False", "1.0"),
+    ]
+    supervisor.send_signal(signal.SIGINT)  # while the next start waits its turn
+    assert project.exit_status() == 0, project.stderr.read_text()
+    assert len(project.events("supervisor.child_started")) == 2  # none started after
+
+
+@pytest.mark.parametrize("url", ["sqlite"], indirect=True)
+def test_children_that_cannot_start_make_it_exit_non_zero(project: Project) -> None:
+    project.crash.touch()
+    project.start("wapp.py")
+    assert project.exit_status() == 1, project.stderr.read_text()
+    failed = project.events("supervisor.start_failed")
+    assert len(failed) == 1
+    assert failed[0]["exitcode"] == "1"
+    assert "RuntimeError: crash at start-up" in project.stderr.read_text()
+    assert not project.events("supervisor.child_died")  # not restarted

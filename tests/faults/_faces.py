@@ -1,0 +1,90 @@
+"""One scenario for both faces: a queue whose calls are awaited on either face.
+
+:class:`Face` opens ``Queue`` (sync) or ``AsyncQueue`` (asyncio) and offers each
+operation as a coroutine. A sync queue's calls all run on one thread of its own, as a
+sync program's would (the sync face keeps one connection per thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+import redis
+
+from delayq.durable import AsyncQueue, Queue
+from delayq.errors import OutcomeUnknown
+
+from ._history import History, Op
+from ._netns import CONNECT_TIMEOUT, READ_TIMEOUT
+
+__all__ = ["BOUND", "FACES", "OUTAGE", "Face", "fails", "reserve", "settle"]
+
+FACES = ("sync", "async")
+#: The longest a call to a silent server may take with the tests' timeouts: a read
+#: that times out, then one connect; plus slack for a loaded machine.
+BOUND = READ_TIMEOUT + CONNECT_TIMEOUT + 1.5
+#: What a call to a server that does not answer raises.
+OUTAGE = (redis.ConnectionError, redis.TimeoutError)
+
+
+async def fails(call: Awaitable[Any], op: Op | None = None) -> BaseException:
+    """What ``call`` raised, once it failed within :data:`BOUND` (its outcome noted in
+    ``op``: unknown for :class:`OutcomeUnknown`, else failed)."""
+    started = time.monotonic()
+    with pytest.raises(OUTAGE) as raised:
+        await asyncio.wait_for(call, BOUND * 3)
+    elapsed = time.monotonic() - started
+    assert elapsed < BOUND, f"{raised.value!r} took {elapsed:.1f} s"
+    if op is not None:
+        op.outcome = "unknown" if isinstance(raised.value, OutcomeUnknown) else "failed"
+        op.error = type(raised.value).__name__
+    return raised.value
+
+
+class Face:
+    """A queue of ``url`` named ``name`` on the ``face`` ("sync" or "async")."""
+
+    def __init__(self, face: str, url: str, name: str) -> None:
+        self.face = face
+        self._pool: ThreadPoolExecutor | None = None
+        if face == "sync":
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="delayq-test-face")
+            self._queue: Any = Queue(url, name=name)
+        else:
+            self._queue = AsyncQueue(url, name=name)
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``queue.<method>(*args, **kwargs)`` on this face."""
+        bound = getattr(self._queue, method)
+        if self._pool is None:
+            return await bound(*args, **kwargs)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(bound, *args, **kwargs))
+
+    async def close(self) -> None:
+        """Close the queue (and the sync face's thread)."""
+        try:
+            await self.call("close")
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+
+
+async def reserve(q: Face, history: History, **options: Any) -> list[Any]:
+    """``q.reserve(**options)``, recorded in ``history`` with what it delivered."""
+    with history.call("reserve") as op:
+        messages = await q.call("reserve", **options)
+        op.deliver(messages)
+    return list(messages)
+
+
+async def settle(q: Face, history: History, kind: str, message: Any, **options: Any) -> None:
+    """``q.<kind>(message, **options)`` (ack, nack, release), recorded in ``history``."""
+    with history.call(kind, message.id, token=message.lease, delay=options.get("delay", 0.0)):
+        await q.call(kind, message, **options)

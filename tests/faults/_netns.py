@@ -1,0 +1,327 @@
+"""Hosts of the tests' own, in network namespaces: a server behind links that a test
+can cut.
+
+:class:`ServerHost` is one network namespace (``ip netns add``) holding a server. Each
+:meth:`ServerHost.link` is a veth pair between the root namespace (where the clients
+run) and the server's namespace, on a private /30 of 10.231.0.0/16 that no interface of
+the machine uses; a client reaches the server at ``link.address``. Two clients on two
+links of one host can thus be cut apart: one link down, the other up.
+
+Faults are ``tc`` queueing disciplines on the veth ends (the only ones this harness
+made; the root namespace's firewall is never touched): ``blackhole`` drops every packet
+an interface sends, silently, as a peer that stops answering without closing does.
+
+* :meth:`Link.silence`: the server's replies are dropped (the server still receives
+  and runs what it is sent: the case where a write's fate is unknown);
+* :meth:`Link.cut`: both directions are dropped (a partition);
+* :meth:`Link.heal`: back to normal.
+
+Every name carries the pid of the test process (``dqf<pid>...``), so parallel runs do
+not clash, and namespaces left by a test process that died are removed by the next run.
+:class:`NsRedis` runs a ``redis-server`` inside a host's namespace on a temp dir and
+stops it by PID.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import shutil
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+from backends._redis_server import wait_ready
+
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "READ_TIMEOUT",
+    "Link",
+    "NsRedis",
+    "ServerHost",
+    "namespaces_refused",
+    "unavailable",
+]
+
+#: Where the links' /30 subnets are taken from (private, used by nothing here).
+_POOL = ipaddress.ip_network("10.231.0.0/16")
+_SLOTS = _POOL.num_addresses // 4
+_PREFIX = "dqf"
+_NAME = re.compile(rf"^{_PREFIX}(\d+)s\d+$")
+_counter = 0
+#: The socket and connect timeouts (s) of the tests' URLs (the defaults are 10 and 5).
+READ_TIMEOUT = 1.0
+CONNECT_TIMEOUT = 0.5
+
+
+def unavailable(reason: str, what: str = "network namespaces") -> NoReturn:
+    """Fail under CI (``$CI`` set, or ``$DELAYQ_REQUIRE`` naming netns or all), skip
+    elsewhere: the fault tests need ``what`` (root's tools), and ``reason`` says why
+    they cannot have them here."""
+    required = {name.strip() for name in os.environ.get("DELAYQ_REQUIRE", "").split(",")}
+    if os.environ.get("CI") or required & {"netns", "all"}:
+        pytest.fail(f"the fault tests need {what}, and: {reason}")
+    pytest.skip(f"{what} unavailable: {reason}")
+
+
+def _run(argv: Sequence[str]) -> str:
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=30, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip() or done.returncode}")
+    return done.stdout
+
+
+def namespaces_refused() -> str:
+    """``""`` when this process can make the hosts (root, ``ip``, ``tc`` with the
+    blackhole discipline, ``redis-server``), else why not."""
+    if os.geteuid() != 0:
+        return "not root (ip netns needs CAP_SYS_ADMIN and CAP_NET_ADMIN)"
+    for tool in ("ip", "tc", "redis-server"):
+        if shutil.which(tool) is None:
+            return f"no {tool} on PATH"
+    try:
+        with ServerHost() as host:
+            host.link().cut()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
+    return ""
+
+
+def _sweep() -> None:
+    """Remove the namespaces of test processes that died without cleaning up."""
+    try:
+        names = _run(["ip", "netns", "list"]).split()
+    except (RuntimeError, OSError):
+        return
+    for name in names:
+        match = _NAME.match(name)
+        if match and not Path(f"/proc/{match.group(1)}").exists():
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+
+
+def _used_networks() -> list[ipaddress.IPv4Network]:
+    found = []
+    for line in _run(["ip", "-o", "-4", "addr", "show"]).splitlines():
+        match = re.search(r"inet (\S+)", line)
+        if match:
+            found.append(ipaddress.ip_interface(match.group(1)).network)
+    return found
+
+
+def _free_subnet(avoid: Sequence[ipaddress.IPv4Network]) -> ipaddress.IPv4Network:
+    """A /30 of the pool that overlaps nothing the machine (or ``avoid``) uses."""
+    global _counter
+    used = [*_used_networks(), *avoid]
+    for _ in range(_SLOTS):
+        slot = (os.getpid() * 64 + _counter) % _SLOTS
+        _counter += 1
+        subnet = ipaddress.ip_network(f"{_POOL.network_address + slot * 4}/30")
+        if not any(subnet.overlaps(other) for other in used):
+            return subnet
+    raise RuntimeError("no free /30 left in 10.231.0.0/16")
+
+
+def _mac(argv: Sequence[str]) -> str:
+    match = re.search(r"link/ether (\S+)", _run(argv))
+    if match is None:
+        raise RuntimeError(f"no MAC address in {' '.join(argv)}")
+    return match.group(1)
+
+
+class Link:
+    """One veth pair between the root namespace and a host: ``address`` is the host's
+    end, ``peer`` the root namespace's."""
+
+    def __init__(self, host: ServerHost, index: int) -> None:
+        self.host = host
+        self.outer = f"{host.name}o{index}"  # in the root namespace
+        self.inner = f"{host.name}i{index}"  # in the host's namespace
+        self.subnet = _free_subnet([link.subnet for link in host.links])
+        peer, address = list(self.subnet.hosts())
+        self.peer, self.address = str(peer), str(address)
+        ns = host.name
+        _run(["ip", "link", "add", self.outer, "type", "veth", "peer", "name", self.inner])
+        try:
+            _run(["ip", "link", "set", self.inner, "netns", ns])
+            _run(["ip", "addr", "add", f"{self.peer}/30", "dev", self.outer])
+            _run(["ip", "link", "set", self.outer, "up"])
+            _run(["ip", "-n", ns, "addr", "add", f"{self.address}/30", "dev", self.inner])
+            _run(["ip", "-n", ns, "link", "set", self.inner, "up"])
+            # Permanent neighbours: no ARP, so a cut stays silent (a failed ARP
+            # lookup would answer "no route to host") and a heal is immediate.
+            outer_mac = _mac(["ip", "link", "show", self.outer])
+            inner_mac = _mac(["ip", "-n", ns, "link", "show", self.inner])
+            _run(
+                [
+                    "ip",
+                    "neigh",
+                    "replace",
+                    self.address,
+                    "lladdr",
+                    inner_mac,
+                    "dev",
+                    self.outer,
+                    "nud",
+                    "permanent",
+                ]
+            )
+            _run(
+                [
+                    "ip",
+                    "-n",
+                    ns,
+                    "neigh",
+                    "replace",
+                    self.peer,
+                    "lladdr",
+                    outer_mac,
+                    "dev",
+                    self.inner,
+                    "nud",
+                    "permanent",
+                ]
+            )
+        except RuntimeError:
+            self.remove()
+            raise
+        self._outer_dropping = self._inner_dropping = False
+
+    def _drop(self, inner: bool, on: bool) -> None:
+        """Start or stop dropping what one end sends (a ``blackhole`` root qdisc)."""
+        if (self._inner_dropping if inner else self._outer_dropping) == on:
+            return
+        where = ["ip", "netns", "exec", self.host.name] if inner else []
+        device = self.inner if inner else self.outer
+        verb = "add" if on else "del"
+        _run([*where, "tc", "qdisc", verb, "dev", device, "root", *(["blackhole"] if on else [])])
+        if inner:
+            self._inner_dropping = on
+        else:
+            self._outer_dropping = on
+
+    def silence(self) -> None:
+        """The host's replies are dropped; what clients send still arrives."""
+        self._drop(inner=True, on=True)
+        self._drop(inner=False, on=False)
+
+    def cut(self) -> None:
+        """Nothing passes either way (a partition); no reset is sent."""
+        self._drop(inner=True, on=True)
+        self._drop(inner=False, on=True)
+
+    def heal(self) -> None:
+        """Everything passes again."""
+        self._drop(inner=True, on=False)
+        self._drop(inner=False, on=False)
+
+    def remove(self) -> None:
+        """Delete the pair (deleting one end deletes both)."""
+        subprocess.run(["ip", "link", "del", self.outer], capture_output=True, check=False)
+
+
+class ServerHost:
+    """A network namespace for one server, and its links (a context manager: leaving
+    it removes the namespace and every link)."""
+
+    def __init__(self) -> None:
+        global _counter
+        _sweep()
+        self.name = f"{_PREFIX}{os.getpid()}s{_counter % 100}"
+        _counter += 1
+        self.links: list[Link] = []
+        _run(["ip", "netns", "add", self.name])
+        try:
+            _run(["ip", "-n", self.name, "link", "set", "lo", "up"])
+        except RuntimeError:
+            self.close()
+            raise
+
+    def link(self) -> Link:
+        """A new link from the root namespace to this host."""
+        link = Link(self, len(self.links))
+        self.links.append(link)
+        return link
+
+    def exec_argv(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` run inside the host's namespace (``ip netns exec`` execs it: the
+        process's pid is the command's)."""
+        return ["ip", "netns", "exec", self.name, *argv]
+
+    def close(self) -> None:
+        """Remove every link and the namespace."""
+        for link in self.links:
+            link.remove()
+        self.links.clear()
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True, check=False)
+
+    def __enter__(self) -> ServerHost:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class NsRedis:
+    """A ``redis-server`` in ``host``'s namespace, listening on every address there
+    (port 6379 of its own namespace), its data and log in ``directory``."""
+
+    PORT = 6379
+
+    def __init__(self, host: ServerHost, directory: Path, options: Sequence[str] = ()) -> None:
+        self.host = host
+        self.directory = directory
+        self.options = list(options)
+        self.log = directory / "redis.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def url(self, link: Link, **params: object) -> str:
+        """The URL of this server through ``link`` (``params`` as URL parameters)."""
+        query = "&".join(f"{key}={value}" for key, value in params.items())
+        return f"redis://{link.address}:{self.PORT}/0" + (f"?{query}" if query else "")
+
+    def short_url(self, link: Link) -> str:
+        """:meth:`url` with the short timeouts the tests use (:data:`READ_TIMEOUT`,
+        :data:`CONNECT_TIMEOUT`), so a call on a silent link fails fast."""
+        return self.url(link, socket_timeout=READ_TIMEOUT, socket_connect_timeout=CONNECT_TIMEOUT)
+
+    def start(self, link: Link) -> None:
+        """Run the server; return once it answers PING through ``link``."""
+        argv = [
+            "redis-server",
+            *("--port", str(self.PORT), "--bind", "0.0.0.0", "--protected-mode", "no"),
+            *("--dir", str(self.directory), "--logfile", str(self.log)),
+            *("--save", "", "--appendonly", "no"),
+            *self.options,
+        ]
+        self.process = subprocess.Popen(
+            self.host.exec_argv(argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            wait_ready(self.process, self.url(link), self.log_tail)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop the server by its PID (SIGTERM, then SIGKILL if it lingers)."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last lines of the server's log."""
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"

@@ -1,0 +1,73 @@
+"""Fixtures of the fault tests: a host in a network namespace, its links, its Redis."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ._netns import Link, NsRedis, ServerHost, namespaces_refused, unavailable
+
+
+@pytest.fixture(scope="session")
+def namespaces() -> None:
+    """Once a session: whether hosts can be made here (fail under CI, skip elsewhere)."""
+    reason = namespaces_refused()
+    if reason:
+        unavailable(reason)
+
+
+@pytest.fixture
+def server_host(namespaces: None) -> Iterator[ServerHost]:
+    """A host of the test's own; removed with its links at the end, even on failure."""
+    host = ServerHost()
+    try:
+        yield host
+    finally:
+        host.close()
+
+
+@pytest.fixture
+def ns_redis(server_host: ServerHost, tmp_path: Path) -> Iterator[NsRedis]:
+    """A ``redis-server`` in :func:`server_host`'s namespace (not started: the test
+    starts it once it made its links), stopped by PID at the end."""
+    server = NsRedis(server_host, tmp_path)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def link(server_host: ServerHost, ns_redis: NsRedis) -> Link:
+    """A link to :func:`ns_redis`, which is started."""
+    link = server_host.link()
+    ns_redis.start(link)
+    return link
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A directory on a tmpfs of 1 MiB of its own (a disk that fills up), unmounted at
+    the end, even on failure."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        unavailable("not root, or no mount command", "a tmpfs mount")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "delayq-test-disk", str(disk)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        unavailable(done.stderr.strip() or "mount failed", "a tmpfs mount")
+    try:
+        yield disk
+    finally:
+        # Lazy: a connection the test left open must not keep the mount forever.
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True, check=False)
