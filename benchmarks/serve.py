@@ -390,16 +390,17 @@ def section_callbacks(served: Served, sizes: Sizes, put_rate: float) -> list[Mea
 
 
 @contextmanager
-def bench_urls(chosen: str | None) -> Iterator[list[str]]:
+def bench_urls(chosen: str | None, name: str = "serve") -> Iterator[list[str]]:
     """The URLs to measure: ``chosen``, or sqlite (temporary file) and redis (unique
-    prefix, keys deleted afterwards; skipped with a note when Redis is down)."""
+    prefix ``delayq-bench-<name>-...``, keys deleted afterwards; skipped with a note
+    when Redis is down)."""
     if chosen is not None:
         yield [chosen]
         return
-    with tempfile.TemporaryDirectory(prefix="delayq-bench-serve-") as tmp:
-        urls = [f"sqlite:///{Path(tmp) / 'serve.db'}"]
+    with tempfile.TemporaryDirectory(prefix=f"delayq-bench-{name}-") as tmp:
+        urls = [f"sqlite:///{Path(tmp) / f'{name}.db'}"]
         base = os.environ.get("DELAYQ_BENCH_REDIS", "redis://127.0.0.1:6379/0")
-        prefix = f"delayq-bench-serve-{uuid.uuid4().hex[:8]}"
+        prefix = f"delayq-bench-{name}-{uuid.uuid4().hex[:8]}"
         client = None
         try:
             import redis  # noqa: PLC0415

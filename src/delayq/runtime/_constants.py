@@ -5,6 +5,10 @@ from __future__ import annotations
 #: Default number of handlers one :class:`~delayq.Worker` runs at once.
 DEFAULT_WORKER_CONCURRENCY = 8
 
+#: Default prefetch of a Worker, per handler it runs at once: messages reserved ahead of
+#: free handlers, so that bigger reserve batches cost the loop less per message.
+DEFAULT_WORKER_PREFETCH_PER_HANDLER = 4
+
 #: Default seconds running handlers get to finish after SIGTERM/SIGINT or ``stop()``.
 DEFAULT_WORKER_GRACE = 30.0
 

@@ -22,9 +22,11 @@ from ..errors import LeaseLost, QueueClosed
 from ._outage import Outage
 from ._pool import Slots
 
-__all__ = ["LeaseRenewer", "reserve_loop"]
+__all__ = ["LeaseRenewer", "extend_lease", "reserve_loop"]
 
 Job = Callable[[AsyncQueue, Message], Coroutine[Any, Any, None]]
+#: Takes a reserved message on without a task of its own (True), or leaves it to a job.
+Start = Callable[[AsyncQueue, Message], bool]
 
 
 async def reserve_loop(
@@ -38,6 +40,7 @@ async def reserve_loop(
     outage: Outage,
     hold_all_slots: bool,
     event_prefix: str,
+    start: Start | None = None,
 ) -> None:
     """Reserve from ``queue`` into free ``slots`` and start ``job(queue, msg)`` for each
     message as a task registered in ``running`` (its slot comes back when it ends).
@@ -49,6 +52,9 @@ async def reserve_loop(
     noted in ``outage`` (shared by the loops of one consumer), which logs it and says
     how long to pause: a backend that does not answer is retried with a growing pause
     and a line per step, not a line per try.
+
+    ``start(queue, msg)``, when given, is offered each message first: True means it
+    took the message on, and gives its slot back itself once the message is settled.
     """
     finished = functools.partial(_finished, running, slots, f"{event_prefix}.job_crashed")
     while True:
@@ -74,6 +80,8 @@ async def reserve_loop(
             continue
         slots.give(taken - len(msgs))
         for msg in msgs:
+            if start is not None and start(queue, msg):
+                continue
             task = asyncio.create_task(job(queue, msg))
             running[task] = msg
             task.add_done_callback(finished)
@@ -120,28 +128,8 @@ class LeaseRenewer:
             self._task = self._loop.create_task(self._extend())
 
     async def _extend(self) -> None:
-        queue, msg, prefix = self._queue, self._msg, self._prefix
-        try:
-            until = await queue.extend(msg, self._lease)
-        except LeaseLost:
-            self._counts["lease_lost"] += 1
-            log_event(
-                logging.WARNING, f"{prefix}.lease_lost", queue=queue.name, id=msg.id, at="extend"
-            )
-            return
-        except QueueClosed:
-            return
-        except Exception as exc:  # a hiccup: try again at the next beat
-            log_event(
-                logging.WARNING,
-                f"{prefix}.extend_failed",
-                queue=queue.name,
-                id=msg.id,
-                error=repr(exc),
-            )
-        else:
-            log_event(logging.DEBUG, f"{prefix}.extended", queue=queue.name, id=msg.id, until=until)
-        if not self._stopped:
+        again = await extend_lease(self._queue, self._msg, self._counts, self._lease, self._prefix)
+        if again and not self._stopped:
             self._handle = self._loop.call_later(self._every, self._fire)
 
     def stop(self) -> None:
@@ -150,3 +138,34 @@ class LeaseRenewer:
         self._handle.cancel()
         if self._task is not None and not self._task.done():
             self._task.cancel()
+
+
+async def extend_lease(
+    queue: AsyncQueue, msg: Message, counts: Counter[str], lease: float, event_prefix: str
+) -> bool:
+    """Extend ``msg``'s lease by ``lease`` seconds: whether to go on renewing it. A lost
+    lease is counted (``counts["lease_lost"]``) and logged, and ends the renewals; a
+    closed queue ends them quietly; any other error is logged (try again later)."""
+    try:
+        until = await queue.extend(msg, lease)
+    except LeaseLost:
+        counts["lease_lost"] += 1
+        log_event(
+            logging.WARNING, f"{event_prefix}.lease_lost", queue=queue.name, id=msg.id, at="extend"
+        )
+        return False
+    except QueueClosed:
+        return False
+    except Exception as exc:  # a hiccup: try again at the next beat
+        log_event(
+            logging.WARNING,
+            f"{event_prefix}.extend_failed",
+            queue=queue.name,
+            id=msg.id,
+            error=repr(exc),
+        )
+    else:
+        log_event(
+            logging.DEBUG, f"{event_prefix}.extended", queue=queue.name, id=msg.id, until=until
+        )
+    return True

@@ -1,17 +1,21 @@
-"""What the worker runs its handlers with: a thread pool of daemon threads, and
-concurrency slots.
+"""What the worker runs its handlers with: a thread pool of daemon threads, the lane
+of sync handler threads, concurrency slots, and the gate that lets a reserved
+message's handler start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from dataclasses import dataclass
 from queue import SimpleQueue
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["DaemonPool", "Slots"]
+__all__ = ["DaemonPool", "Gate", "NotStarted", "RunTimedOut", "Slots", "SyncLane"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -97,3 +101,268 @@ class Slots:
         if count:
             self.free += count
             self._changed.set()
+
+
+class Gate:
+    """At most ``total`` handlers running at once (asyncio, one loop), started in the
+    order they asked; :meth:`close` turns away every waiter, and every later one.
+
+    The worker reserves more messages than it runs (the prefetch): each waits here,
+    its lease renewed, until a handler ends and lets it in.
+    """
+
+    def __init__(self, total: int) -> None:
+        self.free = total
+        self._waiters: deque[asyncio.Future[bool]] = deque()
+        self._closed = False
+
+    async def enter(self) -> bool:
+        """Wait for a free place and take it: True; False once the gate is closed."""
+        if self._closed:
+            return False
+        if self.free and not self._waiters:
+            self.free -= 1
+            return True
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.result():
+                self.leave()  # let in as it was cancelled: pass the place on
+            raise  # a cancelled waiter stays queued, done: leave() and close() skip it
+
+    def leave(self) -> None:
+        """Give a place back: to the first waiter, else to the free ones."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(True)
+                return
+        self.free += 1
+
+    def close(self) -> None:
+        """Turn away every waiter (their :meth:`enter` returns False), and every later one."""
+        self._closed = True
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(False)
+
+
+#: What :meth:`SyncLane.submit` calls on the loop once a call ended: ``done(error,
+#: result, started)``, ``error`` None when it returned, ``started`` its time.monotonic()
+#: start (None with :class:`NotStarted`: the lane closed before it started).
+Ran = Callable[[BaseException | None, Any, "float | None"], None]
+
+
+class NotStarted(Exception):
+    """A call of a :class:`SyncLane` that was dropped before a thread started it."""
+
+
+class RunTimedOut(Exception):
+    """A call of a :class:`SyncLane` ran past its timeout (its thread runs on)."""
+
+
+@dataclass(eq=False, slots=True)
+class _Run:
+    """One call waiting in, or run by, a :class:`SyncLane`."""
+
+    fn: Callable[[], Any]
+    future: asyncio.Future[Any] | None  # what run() awaits, or None: submit()'s ``done``
+    done: Ran | None = None
+    started: float | None = None  # time.monotonic() when a thread took it
+    finished: bool = False
+    dropped: bool = False  # never to start (the lane closed, or its caller gave up)
+    abandoned: bool = False  # timed out: its thread ends when it returns
+
+
+class SyncLane:
+    """``threads`` daemon threads that run sync calls in the order they came, from one
+    shared inbox: a thread that ends a call takes the next waiting one itself, with no
+    round trip through the event loop in between. Outcomes go back to the loop in
+    batches: one wake-up carries every call ended since the last.
+
+    The loop wakes at most one sleeping thread at a time; a woken thread that leaves
+    calls behind wakes the next one itself. Waking a thread is a system call that may
+    hand the CPU to the woken thread: done by the threads, it does not stall the loop,
+    which every message goes through.
+
+    Made on the loop it reports to. A call that times out leaves its thread to it
+    (a thread cannot be stopped) and a new thread takes its place.
+    """
+
+    def __init__(self, threads: int, name: str = "delayq-worker") -> None:
+        self._loop = asyncio.get_running_loop()
+        self._name = name
+        self._lock = threading.Lock()
+        self._runs: deque[_Run] = deque()  # under _lock, as are the four below
+        self._sleeping = 0  # threads waiting for a ring of the bell
+        self._ringing = False  # a ring on its way: the woken thread wakes the next
+        self._ended: list[tuple[_Run, BaseException | None, Any]] = []
+        self._waking = False  # a delivery to the loop on its way
+        self._bell: SimpleQueue[None] = SimpleQueue()
+        self._closed = False
+        self._threads = 0
+        for _ in range(threads):
+            self._spawn()
+
+    def _spawn(self) -> None:
+        self._threads += 1
+        thread = threading.Thread(
+            target=self._serve, name=f"{self._name}-{self._threads}", daemon=True
+        )
+        thread.start()
+
+    async def run(self, fn: Callable[[], Any], timeout: float | None = None) -> Any:
+        """``fn()`` on a lane thread once one is free: its result, or what it raised.
+        :class:`NotStarted` when the lane closed before it started; :class:`RunTimedOut`
+        when it ran longer than ``timeout`` seconds (counted from its start)."""
+        if self._closed:
+            raise NotStarted("the lane is closed")
+        future = self._loop.create_future()
+        run = _Run(fn, future)
+        self._queue(run)
+        try:
+            while not future.done():
+                if timeout is None:
+                    await future
+                    break
+                started = run.started
+                left = timeout if started is None else started + timeout - time.monotonic()
+                if left <= 0 and self._abandon(run):
+                    raise RunTimedOut
+                await asyncio.wait({future}, timeout=max(left, 0.0))
+        except asyncio.CancelledError:
+            with self._lock:
+                run.dropped = run.started is None
+            raise
+        return future.result()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def submit(self, fn: Callable[[], Any], done: Ran) -> None:
+        """Run ``fn()`` on a lane thread once one is free, then ``done(error, result,
+        started)`` on the loop: no future, no task (the worker's plain sync jobs)."""
+        if self._closed:
+            done(NotStarted("the lane is closed"), None, None)
+            return
+        self._queue(_Run(fn, None, done))
+
+    def _queue(self, run: _Run) -> None:
+        with self._lock:
+            self._runs.append(run)
+            ring = self._ring()
+        if ring:
+            self._bell.put(None)
+
+    def _ring(self) -> bool:
+        """Under the lock: whether to wake a sleeping thread for the waiting calls."""
+        if self._runs and self._sleeping and not self._ringing:
+            self._sleeping -= 1
+            self._ringing = True
+            return True
+        return False
+
+    def _abandon(self, run: _Run) -> bool:
+        with self._lock:
+            if run.finished:
+                return False
+            run.abandoned = True
+        if not self._closed:
+            self._spawn()  # its thread runs on: another one takes its place
+        return True
+
+    def _next(self) -> _Run | None:
+        """On a lane thread: the next call to run (marked started), None once closed."""
+        woken = False
+        while True:
+            with self._lock:
+                if woken:
+                    self._ringing = False
+                run = None
+                while self._runs and run is None:
+                    run = self._runs.popleft()
+                    if run.dropped:
+                        run = None
+                if run is not None:
+                    run.started = time.monotonic()
+                    ring = self._ring()
+                elif self._closed:
+                    return None
+                else:
+                    self._sleeping += 1
+            if run is not None:
+                if ring:
+                    self._bell.put(None)
+                return run
+            self._bell.get()
+            woken = True
+
+    def _serve(self) -> None:
+        while True:
+            run = self._next()
+            if run is None:
+                return
+            error: BaseException | None = None
+            result: Any = None
+            try:
+                result = run.fn()
+            except BaseException as exc:
+                error = exc
+            with self._lock:
+                run.finished = True
+                abandoned = run.abandoned
+                self._ended.append((run, error, result))
+                wake, self._waking = not self._waking, True
+            del run, error, result
+            if wake:
+                try:
+                    self._loop.call_soon_threadsafe(self._deliver)
+                except RuntimeError:  # the loop is closed: nobody waits any more
+                    return
+            if abandoned:
+                return
+
+    def _deliver(self) -> None:
+        with self._lock:
+            ended, self._ended, self._waking = self._ended, [], False
+        for run, error, result in ended:
+            future = run.future
+            if future is None:
+                assert run.done is not None
+                try:
+                    run.done(error, result, run.started)
+                except Exception as exc:  # a bug of done(): the others still get theirs
+                    self._loop.call_exception_handler(
+                        {"message": "SyncLane done", "exception": exc}
+                    )
+            elif future.done():
+                continue
+            elif error is None:
+                future.set_result(result)
+            else:
+                future.set_exception(error)
+
+    def close(self) -> None:
+        """Drop every call not started yet (their :meth:`run` raises :class:`NotStarted`,
+        as does every later one); threads end once their running call returns."""
+        with self._lock:
+            self._closed = True
+            dropped = list(self._runs)
+            self._runs.clear()
+            for run in dropped:
+                run.dropped = True
+            sleeping, self._sleeping = self._sleeping, 0
+        for run in dropped:
+            error = NotStarted("the lane closed before it started")
+            if run.future is None:
+                assert run.done is not None
+                run.done(error, None, None)
+            elif not run.future.done():
+                run.future.set_exception(error)
+        for _ in range(sleeping):
+            self._bell.put(None)

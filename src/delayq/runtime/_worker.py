@@ -1,10 +1,14 @@
 """Worker: runs handlers for reserved messages, keeps their leases, shuts down gently.
 
 One asyncio loop per worker. Per queue a reserver claims up to as many messages as
-there are free slots (``concurrency``) and starts a job for each: async handlers
-run on the loop, sync ones on a daemon thread each. While a job runs its lease is
-renewed every third of the lease, so a long job is never handed to someone else
-while it is alive. Outcomes:
+there are free slots (``concurrency + prefetch``) and starts a job for each; at most
+``concurrency`` of them run their handler at once (:class:`~delayq.runtime._pool.Gate`),
+the rest wait their turn (the prefetch: the next handler starts without waiting for a
+reserve round trip). Async handlers run on the loop, sync ones on a daemon thread
+each. A handler's place goes to the next message as soon as it returns, before its
+ack. From its reservation until it is settled, a message's lease is renewed every
+third of the lease, so a waiting or long job is never handed to someone else while
+its worker is alive. Outcomes:
 
 * returned: ``ack`` (the acks of jobs finishing close together go out as one
   ``ack_many``, see :mod:`delayq.runtime._ack_batch`);
@@ -13,8 +17,9 @@ while it is alive. Outcomes:
 * raised anything else, or ran past its timeout: ``nack`` with the task's backoff,
   dead once its attempts are used up.
 
-``stop()`` (or SIGTERM/SIGINT under :meth:`Worker.run`) stops reserving, lets running
-handlers finish for ``grace`` seconds, then gives the rest back (``release``: due
+``stop()`` (or SIGTERM/SIGINT under :meth:`Worker.run`) stops reserving, gives the
+prefetched messages back at once, lets running handlers finish for ``grace`` seconds,
+then gives the rest back (``release``: due
 where they were, the attempt not charged) and returns; a second
 signal skips the grace period. Every change is logged on the ``delayq`` logger. A
 backend that stops answering is tried again with a doubling pause, one log line per
@@ -44,7 +49,7 @@ from ..durable.message import Message, State
 from ..durable.queue import AsyncQueue
 from ..durable.retry import RetryPolicy
 from ..errors import LeaseLost, QueueClosed
-from ._ack_batch import AckBatcher
+from ._ack_batch import AckBatcher, AckOutcome
 from ._app import App, CronJob, UnknownTask, decode_envelope
 from ._constants import (
     CRON_ACK_GUARD,
@@ -52,14 +57,15 @@ from ._constants import (
     CRON_TICK_HEADER,
     DEFAULT_WORKER_CONCURRENCY,
     DEFAULT_WORKER_GRACE,
+    DEFAULT_WORKER_PREFETCH_PER_HANDLER,
     WORKER_ERROR_BACKOFF,
     WORKER_EXTEND_DIVISOR,
     WORKER_IDLE_WAIT,
 )
-from ._consumer import LeaseRenewer, reserve_loop
+from ._consumer import LeaseRenewer, extend_lease, reserve_loop
 from ._cron import plan_tick, tick_id
 from ._outage import Outage
-from ._pool import DaemonPool, Slots
+from ._pool import DaemonPool, Gate, NotStarted, RunTimedOut, Slots, SyncLane
 
 __all__ = ["Discard", "Handler", "HandlerTimeout", "Retry", "Worker", "current_message"]
 
@@ -113,13 +119,28 @@ class _Call:
     tick_ms: int | None = None
 
 
+@dataclass(eq=False, slots=True)
+class _Held:
+    """A message on the fast path: a plain sync call run by the lane, with no task of
+    its own; its lease is renewed by the worker's renewal loop until it is settled."""
+
+    queue: AsyncQueue
+    msg: Message
+    call: _Call
+    renew_at: float  # loop time of its next lease renewal (inf: no more)
+    busy: bool = False  # its handler ended: an ack, nack or give-back is on its way
+    settled: bool = False  # done with: its slot is back
+
+
 class Worker:
     """Runs the tasks of an :class:`~delayq.App` (every queue it uses, or those in
     ``queues``), or ``handler(msg)`` for the messages of one
     :class:`~delayq.AsyncQueue`.
 
-    ``concurrency`` handlers run at once; ``lease`` (seconds) is each reservation's
-    lease, renewed while the handler runs; ``grace`` is how long running handlers may
+    ``concurrency`` handlers run at once, and up to ``prefetch`` more messages
+    (default: 4 x ``concurrency``; 0: none) are reserved ahead, waiting for a handler to
+    end; ``lease`` (seconds) is each reservation's lease, renewed until the message
+    is settled (waiting ones included); ``grace`` is how long running handlers may
     finish after a stop; ``timeout`` (seconds) is the default limit of one run (a
     task's own ``timeout`` wins). ``clock`` (default: the app's ``clock=`` option,
     else the system clock) is what cron schedules read.
@@ -131,6 +152,7 @@ class Worker:
         handler: Handler | None = None,
         *,
         concurrency: int = DEFAULT_WORKER_CONCURRENCY,
+        prefetch: int | None = None,
         lease: float = DEFAULT_LEASE,
         grace: float = DEFAULT_WORKER_GRACE,
         timeout: float | None = None,
@@ -162,9 +184,14 @@ class Worker:
             raise TypeError(f"a Worker runs an App or an AsyncQueue, not {type(source).__name__}")
         if type(concurrency) is not int or concurrency < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        if prefetch is None:
+            prefetch = DEFAULT_WORKER_PREFETCH_PER_HANDLER * concurrency
+        if type(prefetch) is not int or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
         self._handler = handler
         self._handler_is_async = handler is not None and _is_async(handler)
         self.concurrency = concurrency
+        self.prefetch = prefetch
         self.lease = _positive("lease", lease)
         self.grace = _positive("grace", grace, zero=True)
         self.timeout = None if timeout is None else _positive("timeout", timeout)
@@ -182,6 +209,11 @@ class Worker:
         self._ackers: dict[str, AckBatcher] = {}
         self._pool = DaemonPool()
         self._slots: Slots | None = None
+        self._gate: Gate | None = None
+        self._lane: SyncLane | None = None
+        self._held: dict[_Held, None] = {}
+        self._held_empty: asyncio.Event | None = None
+        self._fast_tasks: set[asyncio.Task[None]] = set()
         self._outage: Outage | None = None
 
     # -- running ----------------------------------------------------------------------
@@ -235,7 +267,14 @@ class Worker:
             self._stopped.set()
         if self._force:
             self._forced.set()
-        self._slots = Slots(self.concurrency)
+        self._slots = Slots(self.concurrency + self.prefetch)
+        if self._all_sync():  # the lane's threads bound how many run at once
+            self._lane = SyncLane(self.concurrency)
+            self._gate = gate = Gate(self.concurrency + self.prefetch)
+        else:
+            self._gate = gate = Gate(self.concurrency)
+        self._held_empty = asyncio.Event()
+        self._held_empty.set()
         self._open_queues()
         url = next(iter(self._queues.values())).url  # an App's queues share its URL
         self._outage = Outage(url, event_prefix="worker", first=WORKER_ERROR_BACKOFF)
@@ -250,19 +289,28 @@ class Worker:
             "worker.started",
             queues=",".join(self._queues),
             concurrency=self.concurrency,
+            prefetch=self.prefetch,
             lease=self.lease,
             crons=",".join(job.task.name for job in self._cron_jobs()) or None,
         )
+        renewals = asyncio.create_task(self._renew_held(), name="delayq-renew")
         try:
             await self._stopped.wait()
         finally:
-            log_event(_INFO, "worker.stopping", running=len(self._running), grace=self.grace)
+            running = len(self._running) + len(self._held)
+            log_event(_INFO, "worker.stopping", running=running, grace=self.grace)
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            gate.close()  # the prefetched ones go back now
+            if self._lane is not None:
+                self._lane.close()
             await self._drain()
             for acker in self._ackers.values():
                 await acker.drain()
+            await asyncio.gather(*self._fast_tasks, return_exceptions=True)
+            renewals.cancel()
+            await asyncio.gather(renewals, return_exceptions=True)
             self._pool.shutdown(wait=False)
             await self._close_queues()
             self._loop = None
@@ -281,6 +329,13 @@ class Worker:
             for queue in self._queues.values():
                 await queue.close()
 
+    def _all_sync(self) -> bool:
+        """Whether every handler this worker may run is a sync function."""
+        if self._app is None:
+            return not self._handler_is_async
+        tasks = self._app.tasks.values()
+        return not any(task.is_async for task in tasks if task.queue in self._queue_names)
+
     def _cron_jobs(self) -> list[CronJob]:
         if self._app is None:
             return []
@@ -292,25 +347,34 @@ class Worker:
         assert self._forced is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (0.0 if self._force else self.grace)
+        assert self._held_empty is not None
         forced = asyncio.create_task(self._forced.wait())
+        held_empty = asyncio.create_task(self._held_empty.wait())
         try:
             while True:
-                left = {task for task in self._running if not task.done()}
+                left: set[asyncio.Future[Any]] = {t for t in self._running if not t.done()}
                 remaining = deadline - loop.time()
-                if not left or forced.done() or remaining <= 0:
+                if (not left and not self._held) or forced.done() or remaining <= 0:
                     break
+                if self._held:
+                    left.add(held_empty)
                 await asyncio.wait(
                     left | {forced}, timeout=remaining, return_when="FIRST_COMPLETED"
                 )
         finally:
             forced.cancel()
+            held_empty.cancel()
         left = {task for task in self._running if not task.done()}
-        if left:
-            log_event(_WARNING, "worker.releasing", running=len(left))
+        running = [held for held in self._held if not held.busy]
+        if left or running:
+            log_event(_WARNING, "worker.releasing", running=len(left) + len(running))
             self._releasing = True
             for task in left:
                 task.cancel()
-            await asyncio.gather(*left, return_exceptions=True)
+            for held in running:  # its thread runs on; what it ends with is ignored
+                held.busy = True
+                self._fast_task(self._fast_give_back(held))
+            await asyncio.gather(*left, *self._fast_tasks, return_exceptions=True)
 
     # -- reserving --------------------------------------------------------------------
     def _reserve_loop(self, queue: AsyncQueue) -> Coroutine[Any, Any, None]:
@@ -326,26 +390,146 @@ class Worker:
             outage=self._outage,
             hold_all_slots=len(self._queues) == 1,
             event_prefix="worker",
+            start=self._start if self._lane is not None else None,
         )
+
+    # -- the fast path: plain sync calls, no task per message -------------------------
+    def _start(self, queue: AsyncQueue, msg: Message) -> bool:
+        """Hand a plain sync call (no cron tick, no timeout) straight to the lane; False
+        leaves the message to a job of its own (:meth:`_job`)."""
+        lane = self._lane
+        assert lane is not None
+        if lane.closed:
+            return False
+        try:
+            call = self._resolve(msg)
+        except Exception:  # an unknown task: its job sends it to dead
+            return False
+        if call.is_async or call.cron is not None or call.timeout is not None:
+            return False
+        loop = asyncio.get_running_loop()
+        every = self.lease / WORKER_EXTEND_DIVISOR
+        held = _Held(queue, msg, call, renew_at=loop.time() + every)
+        self._held[held] = None
+        assert self._held_empty is not None
+        self._held_empty.clear()
+        log_event(_DEBUG, "job.reserved", queue=queue.name, id=msg.id, attempt=msg.attempts)
+        context = contextvars.copy_context()
+        context.run(_current.set, msg)
+        run = functools.partial(context.run, call.fn, *call.args, **call.kwargs)
+        lane.submit(run, functools.partial(self._ran, held))
+        return True
+
+    def _ran(
+        self, held: _Held, error: BaseException | None, result: object, started: float | None
+    ) -> None:
+        """The lane's word on ``held`` (on the loop): ack, nack or give back."""
+        if held.busy or held.settled:  # given back after the grace while it ran
+            return
+        held.busy = True
+        held.renew_at = math.inf
+        if isinstance(error, NotStarted):
+            self._fast_task(self._fast_give_back(held))
+        elif error is not None:
+            seconds = time.monotonic() - (started or time.monotonic())
+            self._fast_task(self._fast_failed(held, error, seconds))
+        else:
+            acked = functools.partial(self._acked, held, started or time.monotonic())
+            self._ackers[held.queue.name].ack_soon(held.msg, acked)
+
+    def _acked(self, held: _Held, started: float, outcome: AckOutcome) -> None:
+        queue, msg = held.queue, held.msg
+        if outcome is True:
+            self.counts["succeeded"] += 1
+            log_event(
+                _INFO, "job.succeeded", queue=queue.name, id=msg.id, task=held.call.label,
+                attempt=msg.attempts, seconds=round(time.monotonic() - started, 6),
+            )  # fmt: skip
+        elif outcome is False:
+            self.counts["lease_lost"] += 1
+            log_event(_WARNING, "job.lease_lost", queue=queue.name, id=msg.id, at="ack")
+        elif outcome is not None:  # the ack failed: the lease runs out, it comes back
+            log_event(_ERROR, "worker.job_crashed", error=repr(outcome))
+        self._settle(held)
+
+    async def _fast_failed(self, held: _Held, exc: BaseException, seconds: float) -> None:
+        try:
+            await self._failed(held.queue, held.msg, held.call, exc, seconds)
+        finally:
+            self._settle(held)
+
+    async def _fast_give_back(self, held: _Held) -> None:
+        try:
+            await self._give_back(held.queue, held.msg)
+        finally:
+            self._settle(held)
+
+    def _fast_task(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._fast_tasks.add(task)
+        task.add_done_callback(self._fast_tasks.discard)
+
+    def _settle(self, held: _Held) -> None:
+        if held.settled:
+            return
+        held.settled = True
+        held.renew_at = math.inf
+        self._held.pop(held, None)
+        assert self._slots is not None
+        self._slots.give(1)
+        if not self._held and self._held_empty is not None:
+            self._held_empty.set()
+
+    async def _renew_held(self) -> None:
+        """Renew the leases of the fast path's messages, each every third of the lease
+        from its reservation until its handler ended (the jobs renew their own)."""
+        loop = asyncio.get_running_loop()
+        every = self.lease / WORKER_EXTEND_DIVISOR
+        while True:
+            await asyncio.sleep(every / 4)
+            now = loop.time()
+            due = [held for held in self._held if held.renew_at <= now]
+            if due:
+                await asyncio.gather(*(self._renew(held, every) for held in due))
+
+    async def _renew(self, held: _Held, every: float) -> None:
+        held.renew_at = math.inf  # none again while this one is in flight
+        again = await extend_lease(held.queue, held.msg, self.counts, self.lease, "job")
+        if again and not held.busy and not held.settled:
+            held.renew_at = asyncio.get_running_loop().time() + every
 
     # -- one message ------------------------------------------------------------------
     async def _job(self, queue: AsyncQueue, msg: Message) -> None:
         log_event(_DEBUG, "job.reserved", queue=queue.name, id=msg.id, attempt=msg.attempts)
         _current.set(msg)  # this job's own context (create_task copied it)
-        started = time.monotonic()
+        gate = self._gate
+        assert gate is not None
         every = self.lease / WORKER_EXTEND_DIVISOR
         renewer = LeaseRenewer(
             queue, msg, self.counts, lease=self.lease, first=every, every=every, event_prefix="job"
         )
+        started = time.monotonic()
         call: _Call | None = None
         try:
-            call = self._resolve(msg)
-            if call.cron is not None and not await self._start_tick(queue, msg, call):
-                await queue.ack(msg)
+            if not await gate.enter():  # stopping before it ran: give it back
+                renewer.stop()
+                await self._give_back(queue, msg)
                 return
-            await self._invoke(call)
+            started = time.monotonic()
+            try:
+                call = self._resolve(msg)
+                if call.cron is not None and not await self._start_tick(queue, msg, call):
+                    await queue.ack(msg)
+                    return
+                await self._invoke(call)
+            finally:
+                gate.leave()
             if call.tick_ms is not None:
                 await _cron_ack_guard(self._clock, call.tick_ms)
+        except NotStarted:  # stopping before a lane thread took it
+            renewer.stop()
+            await self._give_back(queue, msg)
+            return
         except asyncio.CancelledError:
             if not self._releasing:
                 raise
@@ -424,6 +608,14 @@ class Worker:
         return True
 
     async def _invoke(self, call: _Call) -> None:
+        if self._lane is not None and not call.is_async:
+            context = contextvars.copy_context()
+            partial = functools.partial(context.run, call.fn, *call.args, **call.kwargs)
+            try:
+                await self._lane.run(partial, call.timeout)
+            except RunTimedOut:
+                raise HandlerTimeout(f"timed out after {call.timeout:g}s") from None
+            return
         if call.is_async:
             awaitable = call.fn(*call.args, **call.kwargs)
         else:

@@ -1,0 +1,593 @@
+"""Benchmark of the Worker with real handlers (issue 20): drain rate against the
+handler's own floor, lateness through the worker, and ``--processes``.
+
+Run ``.venv/bin/python benchmarks/worker.py`` (redis on ``$DELAYQ_BENCH_REDIS``,
+default ``redis://127.0.0.1:6379/0``, under a unique key prefix removed afterwards,
+and sqlite in a temporary directory), or ``--url URL`` for one backend; ``--quick``
+makes every section smaller. The handlers' own Redis work goes to that same Redis,
+to a key of their own (deleted afterwards). Sections:
+
+a. Drain: ``jobs`` due tasks of an :class:`~delayq.App`, drained by one in-process
+   :class:`~delayq.Worker`, for each handler and concurrency: ``sync-rpush`` (one
+   ``redis.Redis.rpush``), ``async-rpush`` (one ``await redis.asyncio.Redis.rpush``)
+   and ``cpu`` (about 1 ms of pure Python, sync). jobs/s = (completions - 1) /
+   seconds from the first handler completion to the last; and the CPU time of the
+   worker's event-loop thread per job (the one thread every message goes through:
+   the least noisy measure of the worker's own cost on a loaded machine).
+b. Floor, in the same run: the same handler in a bare loop without any queue, at
+   the same concurrency (threads sharing one redis-py client; asyncio tasks sharing
+   one redis.asyncio client; a lone thread; cpu: a lone thread, the GIL's bound).
+   The drain's ratio to its floor is what issue 20 holds to >= 70% on redis://
+   (sync-rpush at 8 threads, async-rpush at 32 tasks). With ``--repeat N`` the
+   floor and the drain alternate N times and the best of each is shown. Also the
+   sync-rpush handler from a lone thread, the queue alone (reserve 100 + ack_many, no
+   handler) and the two added up: where both are CPU-bound (one process, the GIL),
+   a worker cannot beat that sum.
+c. Lateness: 2000 jobs due one every 5 ms over 10 s, put ahead of time, handler =
+   one sync ``rpush`` (concurrency 8): handler start minus the message's due time,
+   p50/p99/max in ms; lost, duplicated and early must be 0.
+d. Processes: the cpu handler drained by ``delayq worker --processes N`` (a
+   subprocess) for N = 1 and 2; "n/a" when this tree's ``delayq worker`` has no
+   ``--processes`` option. jobs/s from the first job gone from the queue to the last.
+
+It prints a table (measure, target, PASS/MISS) and writes JSON to
+``benchmarks/results/worker[-<scheme>][-quick].json``. It never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis
+import redis.asyncio
+
+from _common import RESULTS_DIR, Measure, console, environment, print_table, write_json
+from delayq import App, Worker, current_message
+from delayq.durable.queue import AsyncQueue
+from serve import bench_urls, shown
+
+REDIS = os.environ.get("DELAYQ_BENCH_REDIS", "redis://127.0.0.1:6379/0")
+#: (handler, concurrency) pairs of sections a and b; the two held to a target first.
+CASES = [("sync-rpush", 8), ("async-rpush", 32), ("sync-rpush", 32), ("async-rpush", 8), ("cpu", 8)]
+TARGETS = {("sync-rpush", 8), ("async-rpush", 32)}
+#: Least share of the floor the drain must reach (issue 20).
+FLOOR_SHARE = 0.70
+#: A drain fails when nothing completes for this long (seconds).
+STALL_SECONDS = 30.0
+
+
+@dataclass
+class Sizes:
+    """How much each section does."""
+
+    jobs: int = 20_000
+    cpu_jobs: int = 4_000
+    late_jobs: int = 2_000
+    late_every_ms: int = 5
+    processes_jobs: int = 6_000
+
+
+QUICK = Sizes(jobs=4_000, cpu_jobs=1_000, late_jobs=400, processes_jobs=1_500)
+
+
+# -- the handlers' work ----------------------------------------------------------------
+def calibrate_cpu(target: float = 0.001) -> int:
+    """Loop count of :func:`burn` that takes about ``target`` seconds here."""
+    loops = 10_000
+    while True:
+        took = min(_timed(loops) for _ in range(5))  # the least disturbed of five
+        if took > 0.02:
+            return max(1, int(loops * target / took))
+        loops *= 2
+
+
+def _timed(loops: int) -> float:
+    started = time.perf_counter()
+    burn(loops)
+    return time.perf_counter() - started
+
+
+def burn(loops: int) -> int:
+    """Pure Python work: ``loops`` additions."""
+    total = 0
+    for i in range(loops):
+        total += i
+    return total
+
+
+class Sink:
+    """A Redis list of the handlers' own (one per run), deleted afterwards."""
+
+    def __init__(self) -> None:
+        self.key = f"delayq-bench-worker-sink-{uuid.uuid4().hex[:8]}"
+        self.client = redis.Redis.from_url(REDIS)
+
+    def delete(self) -> None:
+        self.client.delete(self.key)
+
+    def close(self) -> None:
+        self.delete()
+        self.client.close()
+
+
+@contextmanager
+def bench_app(url: str, queue: str) -> Iterator[tuple[App, Sink]]:
+    """An App on ``url`` and a Sink; the queue purged and both closed afterwards."""
+    app, sink = App(url), Sink()
+    try:
+        yield app, sink
+    finally:
+        try:
+            app.queue(queue).purge()
+        finally:
+            app.close()
+            sink.close()
+
+
+# -- a, b: drain and floor -------------------------------------------------------------
+def drain(url: str, kind: str, concurrency: int, jobs: int, loops: int) -> dict[str, Any]:
+    """``jobs`` due calls of a ``kind`` task drained by one Worker; its measures."""
+    queue = f"delayq-bench-worker-{uuid.uuid4().hex[:8]}"
+    with bench_app(url, queue) as (app, sink):
+        return _drain(app, sink, queue, kind, concurrency, jobs, loops)
+
+
+def _drain(
+    app: App, sink: Sink, queue: str, kind: str, concurrency: int, jobs: int, loops: int
+) -> dict[str, Any]:
+    ends: list[float] = []
+    holder: dict[str, redis.asyncio.Redis] = {}
+    if kind == "async-rpush":
+
+        @app.task(name="job", queue=queue, max_attempts=1)
+        async def async_job() -> None:
+            await holder["client"].rpush(sink.key, b"x")
+            ends.append(time.perf_counter())
+
+        task: Any = async_job
+    elif kind == "sync-rpush":
+
+        @app.task(name="job", queue=queue, max_attempts=1)
+        def sync_job() -> None:
+            sink.client.rpush(sink.key, b"x")
+            ends.append(time.perf_counter())
+
+        task = sync_job
+    else:
+
+        @app.task(name="job", queue=queue, max_attempts=1)
+        def cpu_job() -> None:
+            burn(loops)
+            ends.append(time.perf_counter())
+
+        task = cpu_job
+    for start in range(0, jobs, 1000):
+        app.send_many(task.message() for _ in range(start, min(jobs, start + 1000)))
+    worker = Worker(app, concurrency=concurrency)
+    loop_cpu = asyncio.run(_serve_until(worker, jobs, holder))
+    seconds = ends[-1] - ends[0] if len(ends) > 1 else 0.0
+    rate = (len(ends) - 1) / seconds if seconds > 0 else 0.0
+    return {
+        "jobs": jobs,
+        "completed": len(ends),
+        "seconds": seconds,
+        "rate": rate,
+        "loop_cpu_us": loop_cpu * 1e6 / max(len(ends), 1),
+    }
+
+
+async def _serve_until(worker: Worker, jobs: int, holder: dict[str, Any]) -> float:
+    """Serve until ``jobs`` ended; the CPU seconds of the loop's thread meanwhile."""
+    holder["client"] = redis.asyncio.Redis.from_url(REDIS)
+    cpu = time.thread_time()
+    serving = asyncio.create_task(worker.serve())
+    done, since = -1, time.monotonic()
+    try:
+        while not serving.done():
+            await asyncio.wait({serving}, timeout=0.02)
+            ended = worker.counts["succeeded"] + worker.counts["dead"]
+            if ended >= jobs:
+                worker.stop()
+            elif ended != done:
+                done, since = ended, time.monotonic()
+            elif time.monotonic() - since > STALL_SECONDS:
+                worker.stop(graceful=False)
+        await serving
+        return time.thread_time() - cpu
+    finally:
+        await holder["client"].aclose()
+
+
+def floor(kind: str, concurrency: int, jobs: int, loops: int) -> float:
+    """Calls per second of the ``kind`` handler in a bare loop, no queue."""
+    sink = Sink()
+    try:
+        if kind == "async-rpush":
+            return asyncio.run(_async_floor(sink.key, concurrency, jobs))
+        if kind == "cpu":
+            return _thread_floor(lambda: burn(loops), 1, jobs)
+        return _thread_floor(lambda: sink.client.rpush(sink.key, b"x"), concurrency, jobs)
+    finally:
+        sink.close()
+
+
+def _thread_floor(call: Callable[[], object], threads: int, jobs: int) -> float:
+    each = jobs // threads
+    start = threading.Barrier(threads + 1)
+
+    def loop() -> None:
+        start.wait()
+        for _ in range(each):
+            call()
+
+    pool = [threading.Thread(target=loop) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    start.wait()
+    started = time.perf_counter()
+    for thread in pool:
+        thread.join()
+    return each * threads / (time.perf_counter() - started)
+
+
+async def _async_floor(key: str, tasks: int, jobs: int) -> float:
+    client = redis.asyncio.Redis.from_url(REDIS)
+    each = jobs // tasks
+
+    async def loop() -> None:
+        for _ in range(each):
+            await client.rpush(key, b"x")
+
+    try:
+        await client.ping()
+        started = time.perf_counter()
+        await asyncio.gather(*(loop() for _ in range(tasks)))
+        return each * tasks / (time.perf_counter() - started)
+    finally:
+        await client.aclose()
+
+
+def section_drain(
+    url: str, redis_url: bool, sizes: Sizes, loops: int, repeat: int
+) -> list[Measure]:
+    measures = []
+    for kind, concurrency in CASES:
+        jobs = sizes.cpu_jobs if kind == "cpu" else sizes.jobs
+        label = f"{kind} c{concurrency}"
+        console.print(f"  {label}: floor, worker (best of {repeat}) ...", style="dim")
+        floors, runs = [], []
+        for _ in range(repeat):  # alternated: a load that comes and goes hits both
+            floors.append(floor(kind, concurrency, jobs, loops))
+            runs.append(drain(url, kind, concurrency, jobs, loops))
+        bare = max(floors)
+        run = max(runs, key=lambda r: r["rate"])
+        run["all_rates"], run["all_floors"] = [r["rate"] for r in runs], floors
+        share = run["rate"] / bare if bare else 0.0
+        held = redis_url and (kind, concurrency) in TARGETS
+        lost = jobs - run["completed"]
+        measures.append(
+            Measure("b", f"floor {label} (bare loop)", bare, "items/s", note=_floor_note(kind))
+        )
+        measures.append(
+            Measure(
+                "a",
+                f"worker {label}",
+                run["rate"],
+                "items/s",
+                note=f"{share:.0%} of the floor" + (f", {lost} not completed" if lost else ""),
+                extra=run,
+            )
+        )
+        measures.append(
+            Measure(
+                "a",
+                f"worker {label}: the loop's CPU per job",
+                run["loop_cpu_us"],
+                "us",
+                note="thread time of the event loop's thread / jobs (best run)",
+            )
+        )
+        measures.append(
+            Measure(
+                "a",
+                f"worker {label} / floor",
+                share,
+                "x",
+                target=f">= {FLOOR_SHARE:.2f}x" if held else "",
+                passed=(share >= FLOOR_SHARE and not lost) if held else None,
+            )
+        )
+    return sorted(measures, key=lambda m: m.section)
+
+
+def section_bound(url: str, sizes: Sizes) -> list[Measure]:
+    """What one process can do at best with a sync rpush handler: the lone-thread
+    floor, the queue alone (reserve 100 + ack_many, no handler), and both added up."""
+    lone = floor("sync-rpush", 1, sizes.jobs, 0)
+    raw = asyncio.run(_queue_alone(url, sizes.jobs))
+    both = 1.0 / (1.0 / lone + 1.0 / raw) if lone and raw else 0.0
+    return [
+        Measure("b", "floor sync-rpush c1 (a lone thread)", lone, "items/s"),
+        Measure("b", "queue alone: reserve 100 + ack_many", raw, "items/s", note="no handler"),
+        Measure("b", "both, one after the other", both, "items/s",
+                note="1 / (1/lone thread + 1/queue alone): one process, one CPU's worth"),
+    ]  # fmt: skip
+
+
+async def _queue_alone(url: str, jobs: int) -> float:
+    queue = AsyncQueue(url, name=f"delayq-bench-worker-raw-{uuid.uuid4().hex[:8]}")
+    try:
+        item = {"payload": {"task": "job", "args": [], "kwargs": {}}}
+        for start in range(0, jobs, 1000):
+            await queue.put_many([item] * (min(jobs, start + 1000) - start))
+        started, got = time.perf_counter(), 0
+        while got < jobs:
+            msgs = await queue.reserve(max=100, wait=0)
+            got += len(msgs)
+            await queue.ack_many(msgs)
+        return jobs / (time.perf_counter() - started)
+    finally:
+        await queue.purge()
+        await queue.close()
+
+
+def _floor_note(kind: str) -> str:
+    if kind == "cpu":
+        return "one thread (the GIL)"
+    if kind == "async-rpush":
+        return "asyncio tasks, one client"
+    return "threads, one shared client"
+
+
+# -- c: lateness -----------------------------------------------------------------------
+def section_lateness(url: str, sizes: Sizes) -> list[Measure]:
+    queue = f"delayq-bench-worker-late-{uuid.uuid4().hex[:8]}"
+    with bench_app(url, queue) as (app, sink):
+        seen = _lateness_run(app, sink, queue, sizes)
+    return _lateness_measures(seen, sizes.late_jobs, sizes.late_every_ms)
+
+
+def _lateness_run(app: App, sink: Sink, queue: str, sizes: Sizes) -> list[tuple[str, float]]:
+    seen: list[tuple[str, float]] = []
+
+    @app.task(name="late", queue=queue, max_attempts=1)
+    def late() -> None:
+        msg = current_message()
+        seen.append((msg.id, time.time() * 1000.0 - msg.due_at))
+        sink.client.rpush(sink.key, b"x")
+
+    n, every = sizes.late_jobs, sizes.late_every_ms
+    lead_ms = 1500
+    app.send_many(late.message(delay=(lead_ms + i * every) / 1000.0) for i in range(n))
+    worker = Worker(app, concurrency=8)
+    span = (lead_ms + n * every) / 1000.0
+
+    async def run() -> None:
+        serving = asyncio.create_task(worker.serve())
+        deadline = time.monotonic() + span + 15.0
+        while len(seen) < n and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # a duplicate would show up now
+        worker.stop()
+        await serving
+
+    asyncio.run(run())
+    return seen
+
+
+def _lateness_measures(seen: list[tuple[str, float]], n: int, every: int) -> list[Measure]:
+    ids = [item[0] for item in seen]
+    late_ms = sorted(item[1] for item in seen)
+    unique = len(set(ids))
+    lost, dup = n - unique, len(ids) - unique
+    early = sum(1 for value in late_ms if value < 0)
+    p50 = statistics.median(late_ms) if late_ms else float("nan")
+    p99 = _pct(late_ms, 0.99)
+    worst = late_ms[-1] if late_ms else float("nan")
+    note = f"{n} jobs due one every {every} ms, sync rpush, concurrency 8"
+    return [
+        Measure("c", "lateness p50", p50, "ms", note=note),
+        Measure("c", "lateness p99", p99, "ms", "<= 3 ms", p99 <= 3.0),
+        Measure("c", "lateness max", worst, "ms", "<= 15 ms", worst <= 15.0),
+        Measure("c", "lost / duplicated / early", lost + dup + early, "count", "0",
+                lost + dup + early == 0, note=f"{lost} / {dup} / {early}"),
+    ]  # fmt: skip
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+# -- d: processes ----------------------------------------------------------------------
+APP_MODULE = """
+import os
+from delayq import App
+
+app = App(os.environ["DELAYQ_BENCH_URL"])
+LOOPS = int(os.environ["DELAYQ_BENCH_LOOPS"])
+
+
+@app.task(name="cpu", queue=os.environ["DELAYQ_BENCH_QUEUE"], max_attempts=1)
+def cpu() -> None:
+    total = 0
+    for i in range(LOOPS):
+        total += i
+"""
+
+
+def delayq_command() -> list[str]:
+    """How to run the ``delayq`` command of this interpreter's environment."""
+    script = Path(sys.executable).parent / "delayq"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from delayq.cli import main; sys.exit(main())"]
+
+
+def has_processes_option() -> bool:
+    out = subprocess.run(
+        [*delayq_command(), "worker", "--help"], capture_output=True, text=True, check=False
+    )
+    return "--processes" in out.stdout
+
+
+def section_processes(url: str, sizes: Sizes, loops: int) -> list[Measure]:
+    if not has_processes_option():
+        note = "n/a: this tree's delayq worker has no --processes option"
+        return [
+            Measure("d", "cpu, --processes 1", float("nan"), "items/s", note=note),
+            Measure("d", "cpu, --processes 2", float("nan"), "items/s", note=note),
+            Measure("d", "--processes 2 / --processes 1", float("nan"), "x", ">= 1.80x", None,
+                    note="n/a"),
+        ]  # fmt: skip
+    rates = {n: _processes_rate(url, n, sizes.processes_jobs, loops) for n in (1, 2)}
+    ratio = rates[2] / rates[1] if rates[1] else 0.0
+    return [
+        Measure("d", "cpu, --processes 1", rates[1], "items/s", note="concurrency 8 each"),
+        Measure("d", "cpu, --processes 2", rates[2], "items/s", note="concurrency 8 each"),
+        Measure("d", "--processes 2 / --processes 1", ratio, "x", ">= 1.80x", ratio >= 1.8),
+    ]
+
+
+def _processes_rate(url: str, processes: int, jobs: int, loops: int) -> float:
+    queue = f"delayq-bench-worker-proc-{uuid.uuid4().hex[:8]}"
+    app = App(url)
+
+    @app.task(name="cpu", queue=queue, max_attempts=1)
+    def cpu() -> None: ...
+
+    handle = app.queue(queue)
+    with tempfile.TemporaryDirectory(prefix="delayq-bench-worker-") as tmp:
+        Path(tmp, "delayq_bench_app.py").write_text(textwrap.dedent(APP_MODULE))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([tmp, os.environ.get("PYTHONPATH", "")]))
+        env.update(DELAYQ_BENCH_URL=url, DELAYQ_BENCH_LOOPS=str(loops), DELAYQ_BENCH_QUEUE=queue)
+        child = None
+        try:
+            for start in range(0, jobs, 1000):
+                app.send_many(cpu.message() for _ in range(start, min(jobs, start + 1000)))
+            child = subprocess.Popen(
+                [*delayq_command(), "worker", "delayq_bench_app:app", "--processes",
+                 str(processes), "--log-level", "warning"],
+                env=env, cwd=tmp,
+            )  # fmt: skip
+            first: tuple[float, int] | None = None
+            deadline = time.monotonic() + jobs * 0.01 + 60
+            while time.monotonic() < deadline and child.poll() is None:
+                stats = handle.stats()
+                left = stats.ready + stats.scheduled + stats.active
+                now = time.perf_counter()
+                if first is None and stats.ready + stats.scheduled < jobs:
+                    first = (now, left)
+                if left == 0:
+                    break
+                time.sleep(0.02)
+            else:
+                return 0.0
+            if first is None or now <= first[0]:
+                return 0.0
+            return first[1] / (now - first[0])
+        finally:
+            if child is not None:
+                child.send_signal(signal.SIGTERM)
+                try:
+                    child.wait(30)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+            try:
+                handle.purge()
+            finally:
+                app.close()
+
+
+# -- main ------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, run the sections per backend, print the table, write the JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--url", help="one backend URL to measure (default: redis and sqlite)")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--sections", default="a,c,d", help="a (with b), c, d; default all")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="drain and floor runs per case (best taken)"
+    )
+    parser.add_argument(
+        "--cases", help="drain cases, e.g. sync-rpush:8,cpu:8 (default: all of CASES)"
+    )
+    parser.add_argument("--json", type=Path, help="where to write the JSON results")
+    args = parser.parse_args(argv)
+    if args.cases:
+        CASES[:] = [(kind, int(c)) for kind, c in (p.split(":") for p in args.cases.split(","))]
+    sizes = QUICK if args.quick else Sizes()
+    chosen = {part.strip() for part in args.sections.split(",")}
+    suffix = "-quick" if args.quick else ""
+    scheme_part = f"-{urlsplit(args.url).scheme.lower()}" if args.url else ""
+    path: Path = args.json or RESULTS_DIR / f"worker{scheme_part}{suffix}.json"
+    env = environment()
+    loops = calibrate_cpu()
+    gc.collect()
+    gc.freeze()  # as `delayq worker` does once set up
+    started = time.perf_counter()
+    measures: list[Measure] = []
+    runs: list[dict[str, Any]] = []
+    with bench_urls(args.url, "worker") as urls:
+        for url in sorted(urls, key=lambda u: not u.startswith("redis")):
+            scheme = urlsplit(url).scheme.lower()
+            is_redis = scheme.startswith("redis")
+            t0 = time.perf_counter()
+            found: list[Measure] = []
+            if "a" in chosen:
+                console.print(f"{scheme}: a, b. drain and floor ...", style="dim")
+                found += section_drain(url, is_redis, sizes, loops, args.repeat)
+                found += section_bound(url, sizes)
+            if "c" in chosen:
+                console.print(f"{scheme}: c. lateness ...", style="dim")
+                found += section_lateness(url, sizes)
+                if not is_redis:
+                    for measure in found:
+                        measure.target, measure.passed = "", None
+            if "d" in chosen and is_redis:
+                console.print(f"{scheme}: d. processes ...", style="dim")
+                found += section_processes(url, sizes, loops)
+            for measure in found:
+                measure.section = f"{measure.section} {scheme}"
+            measures.extend(found)
+            runs.append({"url": shown(url), "seconds": time.perf_counter() - t0})
+    total = time.perf_counter() - started
+    print_table(f"delayq worker benchmark ({total:.0f} s)", measures)
+    write_json(
+        path,
+        {
+            "benchmark": "worker",
+            "runs": runs,
+            "mode": "quick" if args.quick else "full",
+            "sizes": asdict(sizes),
+            "cpu_loops": loops,
+            "environment": env,
+            "total_seconds": total,
+        },
+        measures,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

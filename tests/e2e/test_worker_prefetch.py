@@ -1,0 +1,49 @@
+"""A worker process killed with -9 while it holds prefetched messages (reserved, not
+started) loses none of them: their leases run out and another worker runs each once.
+On sqlite:// and redis://, with the app and helpers of test_worker_processes."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_worker_processes import BACKENDS, Env, send_jobs
+
+from delayq.durable import Queue
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
+    for url in BACKENDS[request.param](tmp_path):
+        environment = Env(tmp_path, url)
+        try:
+            yield environment
+        finally:
+            for proc in environment.procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
+
+
+def test_a_worker_killed_with_prefetched_jobs_loses_none(env: Env) -> None:
+    send_jobs(env, 8)  # concurrency 4, prefetch 16 (the default): 4 run, 4 wait
+    first = env.worker("jobs", lease=1.0, job_seconds=60)
+    env.wait(lambda: len(env.lines("start")) == 4)
+    with Queue(env.url, name="jobs") as queue:
+        env.wait(lambda: queue.stats().active == 8)  # the other 4 are held, waiting
+    first.send_signal(signal.SIGKILL)
+    first.communicate(timeout=10)
+    env.worker("jobs", lease=1.0)
+    env.wait(lambda: len(env.lines("done")) == 8)
+    env.stop_all()
+    done = env.lines("done")
+    assert sorted(i for i, _ in done) == [str(i) for i in range(8)]
+    assert all(pid != str(first.pid) for _, pid in done)
+    started_by_first = [i for i, pid in env.lines("start") if pid == str(first.pid)]
+    assert len(started_by_first) == 4  # the prefetched ones never started there
+    with Queue(env.url, name="jobs") as queue:
+        assert queue.stats().total == 0
