@@ -8,6 +8,8 @@ afterwards (the conformance suite's ``amqp`` entry).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from delayq import UnsupportedURL
-from delayq.durable import Queue, State
+from delayq.durable import AsyncQueue, Queue, State
 
 pytest.importorskip("aiormq")
 
@@ -118,3 +120,30 @@ def test_a_list_of_hosts_is_tried_in_turn(url: str) -> None:
         [message] = q.reserve(wait=5)
         assert message.id == "a"
         q.ack(message)
+
+
+def test_a_waiting_reserve_cancelled_on_its_way_claims_nothing(url: str) -> None:
+    """A reserve cancelled while its request is being sent may still reach the
+    scheduler and park there: it is forgotten all the same, so the next message is
+    not claimed by a caller that is gone (and held until its lease expired)."""
+
+    async def main() -> list[str]:
+        claimed: list[str] = []
+        async with AsyncQueue(url, name="jobs") as q:
+            await q.stats()  # connected, elected
+            for i in range(40):
+                waiting = asyncio.ensure_future(q.reserve(wait=10))
+                for _ in range(i % 8):  # cancelled at each step of its way out
+                    await asyncio.sleep(0)
+                waiting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiting
+                await q.put(i, id=f"m{i}")
+                message = await q.get(f"m{i}")
+                assert message is not None
+                if message.state is not State.READY:
+                    claimed.append(message.id)
+                await q.purge()
+        return claimed
+
+    assert asyncio.run(main()) == []

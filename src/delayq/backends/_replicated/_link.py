@@ -231,6 +231,10 @@ class LoopLink:
                 try:
                     transport = await self._connected()
                     ttl = None if waits else int(self._request_timeout * 1000)
+                    # A waiting reserve counts as parked from the moment it may be on
+                    # its way: one cancelled while its publish is in flight may reach
+                    # the scheduler all the same, and must be forgotten there.
+                    parked = waits
                     await transport.request(
                         op, request_id, pack(sent if op == "reserve" else args), ttl
                     )
@@ -247,7 +251,6 @@ class LoopLink:
                     if future.done():
                         break
                     continue
-                parked = waits
                 unanswered_since = loop.time()  # the outage budget counts from here
                 timeout = None if waits else self._request_timeout
                 either: set[asyncio.Future[Any]] = {future, turn}
