@@ -106,6 +106,7 @@ def test_a_missing_dependency_of_the_module_is_not_a_bad_path(cli: Cli, project:
         (["--processes", "0"], "Invalid value for '--processes': 0 is not in the range x>=1"),
         (["--processes", "two"], "Invalid value for '--processes': 'two' is not a valid integer"),
         (["--processes", "1.5"], "Invalid value for '--processes'"),
+        (["--prefetch", "-1"], "Invalid value for '--prefetch': -1 is not in the range x>=0"),
         (["--processes", "2", "--lease", "0"], "--lease"),
         (["--processes", "2", "--queues", "other"], "no task of the app uses the queues"),
     ],

@@ -191,7 +191,9 @@ def test_a_killed_child_is_restarted_and_loses_no_job(project: Project) -> None:
     60 s jobs within --grace, a second SIGTERM gives them back at once: exit 0,
     nothing lost, no attempt charged."""
     project.send(4)
-    supervisor = project.worker("--processes", "2", "--concurrency", "2", "--lease", "4s")
+    supervisor = project.worker(
+        "--processes", "2", "--concurrency", "2", "--prefetch", "0", "--lease", "4s"
+    )
     project.wait(lambda: len(project.lines("start")) == 4)
     by_pid = Counter(pid for _, pid in project.lines("start"))
     victim = next(pid for pid, jobs in by_pid.items() if jobs == 2)

@@ -136,6 +136,13 @@ def configure_logging(level: str, *, pid: bool = False) -> None:
     help="Handlers running at once.",
 )
 @click.option(
+    "--prefetch",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Messages reserved ahead of the free handlers, their leases renewed while they "
+    "wait (default: 4 x --concurrency; 0: none, for long jobs shared among workers).",
+)
+@click.option(
     "--queues", default=None, metavar="A,B", help="Only these queues (default: every task's)."
 )
 @click.option(
@@ -162,6 +169,7 @@ def worker(
     *,
     app_spec: str,
     concurrency: int,
+    prefetch: int | None,
     processes: int,
     queues: str | None,
     lease: float,
@@ -187,6 +195,7 @@ def worker(
         "url": url,
         "queues": names,
         "concurrency": concurrency,
+        "prefetch": prefetch,
         "lease": lease,
         "grace": grace,
     }
@@ -209,6 +218,7 @@ def _build_worker(
     url: str | None,
     queues: list[str] | None,
     concurrency: int,
+    prefetch: int | None,
     lease: float,
     grace: float,
 ) -> tuple[App, Worker]:
@@ -219,7 +229,14 @@ def _build_worker(
     with translate_errors(app.url):
         scheme_of(app.url)
         try:
-            runner = Worker(app, concurrency=concurrency, lease=lease, grace=grace, queues=queues)
+            runner = Worker(
+                app,
+                concurrency=concurrency,
+                prefetch=prefetch,
+                lease=lease,
+                grace=grace,
+                queues=queues,
+            )
         except (TypeError, ValueError) as exc:
             raise click.UsageError(f"{app_spec}: {exc}") from None
     return app, runner
