@@ -24,7 +24,9 @@ from ._helpers import wait_for
 ACL = ("--save", "", "--user", "app", "on", ">hunter2", "~*", "&*", "+@all")
 ADDRESS = r"url=redis://app:\*\*\*@127\.0\.0\.1:\d+/0"
 UNAVAILABLE = re.compile(
-    rf'^worker\.backend_unavailable {ADDRESS} error=ConnectionError detail=".+" retry_in=(\S+)$'
+    # ReplyLost: the kill cut a reserve whose reply never came (delayq.OutcomeUnknown).
+    rf"^worker\.backend_unavailable {ADDRESS} error=(?:ConnectionError|ReplyLost) "
+    rf'detail=".+" retry_in=(\S+)$'
 )
 BACK = re.compile(rf"^worker\.backend_back {ADDRESS} after=\d+\.\ds$")
 
