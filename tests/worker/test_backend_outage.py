@@ -1,13 +1,17 @@
 """A Worker whose Redis dies under it and comes back: a few log lines with a doubling
 pause and the URL's password hidden, one line when it is back, and it runs messages
-again. A private ``redis-server`` that the test kills (SIGKILL) and starts again."""
+again; an ack or a nack that the outage cut is logged as such, on both paths of the
+Worker, and its message runs again once its lease ran out. A private ``redis-server``
+that the test kills (SIGKILL) and starts again."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +43,17 @@ def _lines(caplog: pytest.LogCaptureFixture, event: str) -> list[str]:
     ]
 
 
+@contextlib.asynccontextmanager
+async def _serving(worker: Worker) -> AsyncIterator[None]:
+    """``worker`` serving in a task of its own while the block runs; stopped after."""
+    serving = asyncio.create_task(worker.serve())
+    try:
+        yield
+    finally:
+        worker.stop()
+        await asyncio.wait_for(serving, 20)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_a_worker_rides_out_a_redis_restart(
@@ -55,8 +70,7 @@ def test_a_worker_rides_out_a_redis_restart(
     async def main() -> None:
         async with AsyncQueue(f"redis://app:hunter2@127.0.0.1:{redis.port}/0") as queue:
             worker = Worker(queue, handler)
-            serving = asyncio.create_task(worker.serve())
-            try:
+            async with _serving(worker):
                 await queue.put("before")
                 await wait_for(lambda: ran == ["before"])
                 redis.kill()
@@ -77,9 +91,6 @@ def test_a_worker_rides_out_a_redis_restart(
                 await wait_for(lambda: _lines(caplog, "worker.backend_back"), 20)
                 await queue.put("after")
                 await wait_for(lambda: ran == ["before", "after"])
-            finally:
-                worker.stop()
-                await asyncio.wait_for(serving, 20)
 
     try:
         asyncio.run(main())
@@ -93,6 +104,55 @@ def test_a_worker_rides_out_a_redis_restart(
     # The backend's own reconnects say it once each (its listener, a waiting reserve).
     lost = [r for r in caplog.records if r.levelno >= logging.WARNING and "lost" in r.getMessage()]
     assert len(lost) <= 2, [r.getMessage() for r in lost]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("kind", ["sync", "async"])  # the fast path; a job (task) each
+@pytest.mark.parametrize(
+    ("ends", "event"), [("returns", "job.ack_failed"), ("raises", "job.unsettled")]
+)
+def test_an_ack_or_a_nack_cut_by_an_outage_is_logged_and_the_message_runs_again(
+    kind: str, ends: str, event: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server dies while the handler runs: its ack (or its nack) fails. One line
+    names that, on both paths alike; once the server is back (its data kept) and the
+    lease ran out, the message runs again, as its second attempt."""
+    caplog.set_level(logging.INFO, logger="delayq")
+    redis = RedisProcess(tmp_path, ("--save", "", "--appendonly", "yes", "--appendfsync", "always"))
+    redis.start()
+    attempts: list[int] = []
+
+    def run(msg: Message) -> None:
+        attempts.append(msg.attempts)
+        if len(attempts) == 1:
+            redis.kill()
+            if ends == "raises":
+                raise RuntimeError("handler failed")
+
+    async def run_async(msg: Message) -> None:
+        run(msg)
+
+    async def main() -> None:
+        async with AsyncQueue(redis.url, name="q") as queue:
+            worker = Worker(queue, run if kind == "sync" else run_async, lease=1.0)
+            async with _serving(worker):
+                await queue.put("job", id="j")
+                await wait_for(lambda: _lines(caplog, event), 20)
+                await asyncio.to_thread(redis.start)
+                await wait_for(lambda: worker.counts["succeeded"] == 1, 30)
+
+    try:
+        asyncio.run(main())
+    finally:
+        redis.stop()
+    assert attempts == [1, 2]
+    [logged] = [r for r in caplog.records if getattr(r, "delayq", {}).get("event") == event]
+    assert (logged.delayq["queue"], logged.delayq["id"]) == ("q", "j")  # type: ignore[attr-defined]
+    assert "error=" in logged.getMessage()
+    for other in ("job.ack_failed", "job.unsettled", "job_crashed", "never retrieved"):
+        if other != event:
+            assert other not in caplog.text
 
 
 def test_loops_that_share_an_outage_log_each_step_once(caplog: pytest.LogCaptureFixture) -> None:

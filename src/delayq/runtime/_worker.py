@@ -449,7 +449,7 @@ class Worker:
             self.counts["lease_lost"] += 1
             log_event(_WARNING, "job.lease_lost", queue=queue.name, id=msg.id, at="ack")
         elif outcome is not None:  # the ack failed: the lease runs out, it comes back
-            log_event(_ERROR, "worker.job_crashed", error=repr(outcome))
+            _ack_failed(queue, msg, outcome)
         self._settle(held)
 
     async def _fast_failed(self, held: _Held, exc: BaseException, seconds: float) -> None:
@@ -542,7 +542,12 @@ class Worker:
             return
         finally:
             renewer.stop()
-        if not await self._ackers[queue.name].ack(msg):
+        try:
+            acked = await self._ackers[queue.name].ack(msg)
+        except Exception as exc:  # as on the fast path (:meth:`_acked`)
+            _ack_failed(queue, msg, exc)
+            return
+        if not acked:
             self.counts["lease_lost"] += 1
             log_event(_WARNING, "job.lease_lost", queue=queue.name, id=msg.id, at="ack")
             return
@@ -662,8 +667,8 @@ class Worker:
             self.counts["lease_lost"] += 1
             log_event(_WARNING, "job.lease_lost", at="nack", error=repr(exc), **fields)
             return
-        except QueueClosed:
-            log_event(_WARNING, "job.unsettled", error=repr(exc), **fields)
+        except Exception as failed:  # the backend did not answer, or the queue closed
+            log_event(_WARNING, "job.unsettled", error=repr(exc), nack_error=repr(failed), **fields)
             return
         self.counts["dead" if state is State.DEAD else "retried"] += 1
         level = _ERROR if state is State.DEAD else _WARNING
@@ -682,7 +687,7 @@ class Worker:
     async def _give_back(self, queue: AsyncQueue, msg: Message) -> None:
         try:
             await queue.release(msg)
-        except (LeaseLost, QueueClosed) as exc:
+        except Exception as exc:  # lease lost, queue closed, or no answer: it comes back
             log_event(_WARNING, "job.release_failed", queue=queue.name, id=msg.id, error=repr(exc))
             return
         self.counts["released"] += 1
@@ -719,6 +724,12 @@ class Worker:
 class HandlerTimeout(TimeoutError):
     """A handler ran past its timeout: a failure like any other (the message is
     nacked with its backoff). A sync handler's thread cannot be stopped and runs on."""
+
+
+def _ack_failed(queue: AsyncQueue, msg: Message, exc: Exception) -> None:
+    """Log an ack that failed (the backend did not answer, or the queue closed): its
+    handler ran, but the message comes back once its lease runs out and runs again."""
+    log_event(_ERROR, "job.ack_failed", queue=queue.name, id=msg.id, error=repr(exc))
 
 
 async def _cron_ack_guard(clock: Clock, tick_ms: int) -> None:
