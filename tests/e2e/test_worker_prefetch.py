@@ -1,6 +1,6 @@
 """A worker process killed with -9 while it holds prefetched messages (reserved, not
 started) loses none of them: their leases run out and another worker runs each once.
-On sqlite:// and redis://, with the app and helpers of test_worker_processes."""
+On sqlite:// and redis://, with the app of test_worker_processes (_apps.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_worker_processes import BACKENDS, Env, send_jobs
+from _apps import Workers, workers_on
 
 from delayq.durable import Queue
 
@@ -17,26 +17,18 @@ pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs PO
 
 
 @pytest.fixture(params=["sqlite", "redis"])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
-    for url in BACKENDS[request.param](tmp_path):
-        environment = Env(tmp_path, url)
-        try:
-            yield environment
-        finally:
-            for proc in environment.procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.communicate()
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Workers]:
+    yield from workers_on(request.param, tmp_path)
 
 
-def test_a_worker_killed_with_prefetched_jobs_loses_none(env: Env) -> None:
-    send_jobs(env, 8)  # concurrency 4, prefetch 16 (the default): 4 run, 4 wait
+def test_a_worker_killed_with_prefetched_jobs_loses_none(env: Workers) -> None:
+    env.send(8)  # concurrency 4, prefetch 16 (the default): 4 run, 4 wait
     first = env.worker("jobs", lease=1.0, job_seconds=60)
     env.wait(lambda: len(env.lines("start")) == 4)
     with Queue(env.url, name="jobs") as queue:
         env.wait(lambda: queue.stats().active == 8)  # the other 4 are held, waiting
     first.send_signal(signal.SIGKILL)
-    first.communicate(timeout=10)
+    first.wait(timeout=10)
     env.worker("jobs", lease=1.0)
     env.wait(lambda: len(env.lines("done")) == 8)
     env.stop_all()

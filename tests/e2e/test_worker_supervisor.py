@@ -12,15 +12,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
-import textwrap
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_worker_processes import redis_url, sqlite_url
+from _apps import STORES, AppDir
 
 from delayq.durable import Queue
 
@@ -29,15 +27,11 @@ pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs PO
 APP = """
 import logging, os, time
 from delayq import App, current_message
+from wlog import record
 
 app = App(os.environ["WURL"])
 if __name__ in ("__main__", "__mp_main__"):  # the Python face: the CLI sets logging up
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-
-
-def record(*parts):
-    with open(os.environ["WLOG"], "a") as log:  # one short O_APPEND write: atomic
-        log.write(" ".join(map(str, parts)) + "\\n")
 
 
 @app.task(queue="jobs")
@@ -61,49 +55,32 @@ if __name__ == "__main__":
     raise SystemExit(Supervisor(make_worker, processes=1).run())
 """
 
-BACKENDS: dict[str, Callable[[Path], Iterator[str]]] = {"sqlite": sqlite_url, "redis": redis_url}
 
-
-@pytest.fixture(params=list(BACKENDS))
+@pytest.fixture(params=["sqlite", "redis"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    yield from BACKENDS[request.param](tmp_path)
+    yield from STORES[request.param](tmp_path)
 
 
-class Project:
-    """A directory with the app ``wapp.py``, a log of what the jobs did, and the
-    supervisor process under test."""
+class Project(AppDir):
+    """The directory of the app ``wapp.py`` with the supervisor process under test."""
 
     def __init__(self, root: Path, url: str) -> None:
-        self.root = root
-        (root / "wapp.py").write_text(textwrap.dedent(APP))
-        self.url = url
-        self.log = root / "log.txt"
-        self.log.touch()
+        super().__init__(root, url, APP)
         self.crash = root / "crash"
         self.proc: subprocess.Popen[str] | None = None
-        self.stderr = root / "stderr.txt"
 
-    def start(self, *argv: str, job_seconds: float = 60.0) -> subprocess.Popen[str]:
-        env = {key: value for key, value in os.environ.items() if key != "FORCE_COLOR"}
-        env.update(
-            WURL=self.url, WLOG=str(self.log), WCRASH=str(self.crash), JOB_SECONDS=str(job_seconds)
-        )
-        with self.stderr.open("w") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, *argv], cwd=self.root, env=env, stderr=err, text=True
-            )
+    @property
+    def stderr(self) -> Path:
+        assert self.proc is not None
+        return self.stderr_path(self.proc)
+
+    def start(self, *argv: str, job_seconds: float = 60.0, **env: str) -> subprocess.Popen[str]:
+        self.proc = super().start(*argv, job_seconds=job_seconds, WCRASH=str(self.crash), **env)
         return self.proc
 
     def worker(self, *options: str, job_seconds: float = 60.0) -> subprocess.Popen[str]:
         argv = ("-m", "delayq.cli", "worker", "wapp:app", "--log-level", "info", *options)
         return self.start(*argv, job_seconds=job_seconds)
-
-    def lines(self, kind: str) -> list[list[str]]:
-        return [
-            line.split()[1:]
-            for line in self.log.read_text().splitlines()
-            if line.startswith(kind + " ")
-        ]
 
     def events(self, event: str) -> list[dict[str, str]]:
         """The fields of each ``event`` line the supervisor and its children logged."""
@@ -114,27 +91,14 @@ class Project:
                 found.append(dict(re.findall(r"(\w+)=(\S+)", match.group(1) or "")))
         return found
 
-    def wait(self, condition: Callable[[], bool], timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                pytest.fail(f"supervisor exited {self.proc.returncode}: {self.stderr.read_text()}")
-            assert time.monotonic() < deadline, self.stderr.read_text() + self.log.read_text()
-            time.sleep(0.02)
+    def check(self) -> None:
+        """The supervisor must not exit while the test waits."""
+        if self.proc is not None and self.proc.poll() is not None:
+            pytest.fail(f"supervisor exited {self.proc.returncode}: {self.stderr.read_text()}")
 
     def exit_status(self, timeout: float = 20.0) -> int:
         assert self.proc is not None
         return self.proc.wait(timeout=timeout)
-
-    def send(self, count: int) -> None:
-        with Queue(self.url, name="jobs") as queue:
-            queue.put_many(
-                [
-                    {"payload": {"task": "work", "args": [i], "kwargs": {}}, "id": f"j{i}"}
-                    for i in range(count)
-                ]
-            )
 
     def stats(self) -> tuple[int, int]:
         """(waiting, total) of the jobs queue: waiting are those no one holds."""
@@ -142,19 +106,27 @@ class Project:
             stats = queue.stats()
             return stats.scheduled + stats.ready, stats.total
 
+    def close(self) -> None:
+        """A supervisor still running gets SIGTERM, and a second one after 2 s (its
+        children must not outlive it, as a kill -9 would leave them)."""
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            signal_again_after = time.monotonic() + 2
+            while proc.poll() is None and time.monotonic() < signal_again_after:
+                time.sleep(0.05)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=20)
+
 
 @pytest.fixture
 def project(tmp_path: Path, url: str) -> Iterator[Project]:
     env = Project(tmp_path, url)
-    yield env
-    if env.proc is not None and env.proc.poll() is None:
-        env.proc.send_signal(signal.SIGTERM)
-        signal_again_after = time.monotonic() + 2
-        while env.proc.poll() is None and time.monotonic() < signal_again_after:
-            time.sleep(0.05)
-        if env.proc.poll() is None:
-            env.proc.send_signal(signal.SIGTERM)
-        env.proc.wait(timeout=20)
+    try:
+        yield env
+    finally:
+        env.close()
 
 
 def child_pids(project: Project) -> set[str]:
