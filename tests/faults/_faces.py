@@ -48,7 +48,8 @@ async def fails(call: Awaitable[Any], op: Op | None = None) -> BaseException:
 
 
 class Face:
-    """A queue of ``url`` named ``name`` on the ``face`` ("sync" or "async")."""
+    """A queue of ``url`` named ``name`` on the ``face`` ("sync" or "async"); closed by
+    :meth:`close`, or at the end of an ``async with`` block."""
 
     def __init__(self, face: str, url: str, name: str) -> None:
         self.face = face
@@ -66,6 +67,12 @@ class Face:
             return await bound(*args, **kwargs)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(bound, *args, **kwargs))
+
+    async def __aenter__(self) -> Face:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
     async def close(self) -> None:
         """Close the queue (and the sync face's thread)."""

@@ -30,11 +30,21 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 LEASE = 1.5
 
 
-@pytest.mark.parametrize("face", FACES)
+@pytest.fixture(params=FACES)
+def face(request: pytest.FixtureRequest) -> str:
+    """Each test runs on both faces."""
+    return str(request.param)
+
+
+@pytest.fixture
+def url(ns_redis: NsRedis, link: Link) -> str:
+    """The test's Redis through ``link``, with the short timeouts."""
+    return ns_redis.short_url(link)
+
+
 def test_calls_to_a_silent_server_fail_in_bounded_time_and_a_waiting_consumer_resumes(
-    face: str, ns_redis: NsRedis, link: Link
+    face: str, url: str, link: Link
 ) -> None:
-    url = ns_redis.short_url(link)
     history = History(unknown=[OutcomeUnknown])
 
     async def reserve(q: Face, **options: Any) -> list[Any]:
@@ -44,8 +54,7 @@ def test_calls_to_a_silent_server_fail_in_bounded_time_and_a_waiting_consumer_re
         await _settle(q, history, "ack", message)
 
     async def main() -> None:
-        q, waiter = Face(face, url, "silent"), Face(face, url, "silent")
-        try:
+        async with Face(face, url, "silent") as q, Face(face, url, "silent") as waiter:
             for id in ("a", "b", "c"):
                 with history.call("put", id):
                     await q.call("put", id, id=id)
@@ -74,9 +83,6 @@ def test_calls_to_a_silent_server_fail_in_bounded_time_and_a_waiting_consumer_re
             while messages := await reserve(q, wait=LEASE + 1, max=10):
                 for message in messages:
                     await ack(q, message)
-        finally:
-            await q.close()
-            await waiter.close()
 
     asyncio.run(main())
     report = check(history)
@@ -85,17 +91,14 @@ def test_calls_to_a_silent_server_fail_in_bounded_time_and_a_waiting_consumer_re
     assert report.explained == report.duplicates == 1  # the held one, after its lease
 
 
-@pytest.mark.parametrize("face", FACES)
 def test_a_put_or_claim_whose_reply_is_dropped_is_reported_unknown(
-    face: str, ns_redis: NsRedis, link: Link
+    face: str, url: str, link: Link
 ) -> None:
     """A put retried with its id stores nothing twice; what a lost claim took comes
     back after the lease."""
-    url = ns_redis.short_url(link)
 
     async def main() -> None:
-        q = Face(face, url, "unknown")
-        try:
+        async with Face(face, url, "unknown") as q:
             await q.call("put", "warm", id="warm")
             link.silence()  # the server still gets and runs what it is sent
             lost = await fails(q.call("put", "job", id="job"))
@@ -113,23 +116,18 @@ def test_a_put_or_claim_whose_reply_is_dropped_is_reported_unknown(
             messages = await q.call("reserve", wait=LEASE + 3, max=10)
             assert sorted(m.id for m in messages) == ["job", "warm"]
             assert {m.attempts for m in messages} == {2}
-        finally:
-            await q.close()
 
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("face", FACES)
 def test_a_large_put_to_a_server_that_stopped_reading_fails_in_bounded_time(
-    face: str, ns_redis: NsRedis, link: Link
+    face: str, url: str, link: Link
 ) -> None:
     """The write itself cannot complete: the socket's buffers fill up."""
-    url = ns_redis.short_url(link)
     batch = [{"payload": "x" * 400_000, "id": f"big-{n}"} for n in range(10)]
 
     async def main() -> None:
-        q = Face(face, url, "large")
-        try:
+        async with Face(face, url, "large") as q:
             await q.call("put", "warm", id="warm")
             link.cut()
             await fails(q.call("put_many", batch))
@@ -137,22 +135,17 @@ def test_a_large_put_to_a_server_that_stopped_reading_fails_in_bounded_time(
             await q.call("put", "after", id="after")
             ids = {m.id for m in await q.call("reserve", wait=0, max=20)}
             assert {"warm", "after"} <= ids
-        finally:
-            await q.close()
 
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("face", FACES)
 def test_a_sharded_ack_whose_reply_is_dropped_is_reported_unknown(
-    face: str, ns_redis: NsRedis, link: Link
+    face: str, url: str, link: Link
 ) -> None:
     """The sharded faces run on redis-py's clients (``_resend.py``): the same rule."""
-    url = ns_redis.short_url(link) + "&shards=2"
 
     async def main() -> None:
-        q = Face(face, url, "sharded")
-        try:
+        async with Face(face, url + "&shards=2", "sharded") as q:
             await q.call("put", "job", id="job")
             [message] = await q.call("reserve", wait=0, lease=30)
             link.silence()
@@ -161,7 +154,5 @@ def test_a_sharded_ack_whose_reply_is_dropped_is_reported_unknown(
             assert lost.operation == "ack"
             link.heal()
             assert await q.call("get", "job") is None  # it had run
-        finally:
-            await q.close()
 
     asyncio.run(main())
