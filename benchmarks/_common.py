@@ -14,12 +14,15 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from rich.console import Console
 from rich.table import Table
@@ -27,6 +30,7 @@ from rich.table import Table
 __all__ = [
     "RESULTS_DIR",
     "Measure",
+    "bench_urls",
     "best_of",
     "console",
     "environment",
@@ -35,7 +39,10 @@ __all__ = [
     "gc_paused",
     "load_average",
     "parse_sections",
+    "percentile",
     "print_table",
+    "result_path",
+    "shown",
     "write_json",
 ]
 
@@ -133,6 +140,57 @@ def parse_sections(text: str | None, known: Iterable[str]) -> list[str]:
     if unknown:
         raise SystemExit(f"unknown section(s) {', '.join(unknown)}; choose from {','.join(names)}")
     return [name for name in names if name in chosen]
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of the sorted ``ordered``: the value at rank
+    ``q * n`` (the last for ``q`` = 1); NaN when there is none."""
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@contextmanager
+def bench_urls(chosen: str | None, name: str) -> Iterator[list[str]]:
+    """The URLs to measure: ``chosen``, or sqlite (temporary file) and redis
+    (``$DELAYQ_BENCH_REDIS``, default ``redis://127.0.0.1:6379/0``, unique prefix
+    ``delayq-bench-<name>-...``, keys deleted afterwards; skipped with a note when Redis
+    is down)."""
+    if chosen is not None:
+        yield [chosen]
+        return
+    with tempfile.TemporaryDirectory(prefix=f"delayq-bench-{name}-") as tmp:
+        urls = [f"sqlite:///{Path(tmp) / f'{name}.db'}"]
+        base = os.environ.get("DELAYQ_BENCH_REDIS", "redis://127.0.0.1:6379/0")
+        prefix = f"delayq-bench-{name}-{uuid.uuid4().hex[:8]}"
+        client = None
+        try:
+            import redis  # noqa: PLC0415
+
+            client = redis.Redis.from_url(base, socket_connect_timeout=2)
+            client.ping()
+            urls.append(f"{base}{'&' if '?' in base else '?'}prefix={prefix}")
+        except Exception as exc:
+            console.print(f"redis skipped: {exc}", style="yellow")
+        try:
+            yield urls
+        finally:
+            if client is not None:
+                keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+                if keys:
+                    client.delete(*keys)
+                client.close()
+
+
+def shown(url: str) -> str:
+    """``url`` without a temporary path, for the table and the JSON."""
+    return "sqlite (tmp file)" if url.startswith("sqlite:") else url
+
+
+def result_path(name: str, url: str | None, quick: bool) -> Path:
+    """``RESULTS_DIR/<name>[-<url's scheme>][-quick].json``."""
+    scheme = f"-{urlsplit(url).scheme.lower()}" if url else ""
+    return RESULTS_DIR / f"{name}{scheme}{'-quick' if quick else ''}.json"
 
 
 def _git_commit() -> str | None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import queue
 import re
 import secrets
@@ -50,12 +49,15 @@ from urllib.parse import urlsplit
 import httpx
 
 from _common import (
-    RESULTS_DIR,
     Measure,
+    bench_urls,
     console,
     environment,
     gc_frozen,
+    percentile,
     print_table,
+    result_path,
+    shown,
     write_json,
 )
 from delayq._duration import seconds_to_ms
@@ -367,7 +369,7 @@ def section_callbacks(served: Served, sizes: Sizes, put_rate: float) -> list[Mea
     duplicates = sum(len(times) - 1 for times in received.values())
     early = sum(1 for value in late if value < 0)
     p50 = statistics.median(late) if late else float("nan")
-    p99 = late[min(len(late) - 1, int(len(late) * 0.99))] if late else float("nan")
+    p99 = percentile(late, 0.99)
     worst = late[-1] if late else float("nan")
     slack = report["slack"]
     note = (
@@ -386,45 +388,6 @@ def section_callbacks(served: Served, sizes: Sizes, put_rate: float) -> list[Mea
     ]
 
 
-# -- backends ---------------------------------------------------------------------------------
-
-
-@contextmanager
-def bench_urls(chosen: str | None, name: str = "serve") -> Iterator[list[str]]:
-    """The URLs to measure: ``chosen``, or sqlite (temporary file) and redis (unique
-    prefix ``delayq-bench-<name>-...``, keys deleted afterwards; skipped with a note
-    when Redis is down)."""
-    if chosen is not None:
-        yield [chosen]
-        return
-    with tempfile.TemporaryDirectory(prefix=f"delayq-bench-{name}-") as tmp:
-        urls = [f"sqlite:///{Path(tmp) / f'{name}.db'}"]
-        base = os.environ.get("DELAYQ_BENCH_REDIS", "redis://127.0.0.1:6379/0")
-        prefix = f"delayq-bench-{name}-{uuid.uuid4().hex[:8]}"
-        client = None
-        try:
-            import redis  # noqa: PLC0415
-
-            client = redis.Redis.from_url(base, socket_connect_timeout=2)
-            client.ping()
-            urls.append(f"{base}{'&' if '?' in base else '?'}prefix={prefix}")
-        except Exception as exc:
-            console.print(f"redis skipped: {exc}", style="yellow")
-        try:
-            yield urls
-        finally:
-            if client is not None:
-                keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-                if keys:
-                    client.delete(*keys)
-                client.close()
-
-
-def shown(url: str) -> str:
-    """``url`` without a temporary path, for the table."""
-    return "sqlite (tmp file)" if url.startswith("sqlite:") else url
-
-
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run the sections per backend, print the table, write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -436,14 +399,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.lean_client:
         return lean_client_main()
     sizes = QUICK if args.quick else Sizes()
-    suffix = "-quick" if args.quick else ""
-    scheme_part = f"-{urlsplit(args.url).scheme.lower()}" if args.url else ""
-    path: Path = args.json or RESULTS_DIR / f"serve{scheme_part}{suffix}.json"
+    path: Path = args.json or result_path("serve", args.url, args.quick)
     env = environment()
     started = time.perf_counter()
     measures: list[Measure] = []
     runs: list[dict[str, Any]] = []
-    with bench_urls(args.url) as urls:
+    with bench_urls(args.url, "serve") as urls:
         for url in urls:
             scheme = urlsplit(url).scheme.lower()
             console.print(f"{scheme}: starting delayq serve ...", style="dim")

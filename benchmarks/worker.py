@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import os
 import signal
 import statistics
@@ -59,10 +58,21 @@ from urllib.parse import urlsplit
 import redis
 import redis.asyncio
 
-from _common import RESULTS_DIR, Measure, console, environment, print_table, write_json
+from _common import (
+    Measure,
+    bench_urls,
+    console,
+    environment,
+    gc_frozen,
+    parse_sections,
+    percentile,
+    print_table,
+    result_path,
+    shown,
+    write_json,
+)
 from delayq import App, Worker, current_message
 from delayq.durable.queue import AsyncQueue
-from serve import bench_urls, shown
 
 REDIS = os.environ.get("DELAYQ_BENCH_REDIS", "redis://127.0.0.1:6379/0")
 #: (handler, concurrency) pairs of sections a and b; the two held to a target first.
@@ -70,6 +80,8 @@ CASES = [("sync-rpush", 8), ("async-rpush", 32), ("sync-rpush", 32), ("async-rpu
 TARGETS = {("sync-rpush", 8), ("async-rpush", 32)}
 #: Least share of the floor the drain must reach (issue 20).
 FLOOR_SHARE = 0.70
+#: The sections: a (drain, with b, the floors), c (lateness), d (processes).
+SECTIONS = ("a", "c", "d")
 #: A drain fails when nothing completes for this long (seconds).
 STALL_SECONDS = 30.0
 
@@ -400,7 +412,7 @@ def _lateness_measures(seen: list[tuple[str, float]], n: int, every: int) -> lis
     lost, dup = n - unique, len(ids) - unique
     early = sum(1 for value in late_ms if value < 0)
     p50 = statistics.median(late_ms) if late_ms else float("nan")
-    p99 = _pct(late_ms, 0.99)
+    p99 = percentile(late_ms, 0.99)
     worst = late_ms[-1] if late_ms else float("nan")
     note = f"{n} jobs due one every {every} ms, sync rpush, concurrency 8"
     return [
@@ -410,12 +422,6 @@ def _lateness_measures(seen: list[tuple[str, float]], n: int, every: int) -> lis
         Measure("c", "lost / duplicated / early", lost + dup + early, "count", "0",
                 lost + dup + early == 0, note=f"{lost} / {dup} / {early}"),
     ]  # fmt: skip
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 # -- d: processes ----------------------------------------------------------------------
@@ -525,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--url", help="one backend URL to measure (default: redis and sqlite)")
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
-    parser.add_argument("--sections", default="a,c,d", help="a (with b), c, d; default all")
+    parser.add_argument("--sections", help="a (with b), c, d; default all")
     parser.add_argument(
         "--repeat", type=int, default=1, help="drain and floor runs per case (best taken)"
     )
@@ -537,18 +543,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.cases:
         CASES[:] = [(kind, int(c)) for kind, c in (p.split(":") for p in args.cases.split(","))]
     sizes = QUICK if args.quick else Sizes()
-    chosen = {part.strip() for part in args.sections.split(",")}
-    suffix = "-quick" if args.quick else ""
-    scheme_part = f"-{urlsplit(args.url).scheme.lower()}" if args.url else ""
-    path: Path = args.json or RESULTS_DIR / f"worker{scheme_part}{suffix}.json"
+    chosen = parse_sections(args.sections, SECTIONS)
+    path: Path = args.json or result_path("worker", args.url, args.quick)
     env = environment()
     loops = calibrate_cpu()
-    gc.collect()
-    gc.freeze()  # as `delayq worker` does once set up
     started = time.perf_counter()
     measures: list[Measure] = []
     runs: list[dict[str, Any]] = []
-    with bench_urls(args.url, "worker") as urls:
+    # frozen as `delayq worker` freezes what it set up
+    with gc_frozen(), bench_urls(args.url, "worker") as urls:
         for url in sorted(urls, key=lambda u: not u.startswith("redis")):
             scheme = urlsplit(url).scheme.lower()
             is_redis = scheme.startswith("redis")
