@@ -45,8 +45,13 @@ $(CONTRACT_STAMP): $(CONTRACT)/package-lock.json
 
 contract-deps: $(CONTRACT_STAMP)
 
+# The suite runs in TEST_JOBS processes (pytest-xdist), each test file in one of them, so
+# a file's module fixtures (a private cluster, a server) start once; TEST_JOBS=0 runs it in
+# this process.
+TEST_JOBS ?= 2
+
 test: $(STAMP) $(CONTRACT_STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 # The Redis suites against the lowest redis-py of pyproject.toml's range (REDIS_LOW), in
 # a venv of their own inside .venv (made once, again when pyproject.toml changes).
@@ -62,7 +67,7 @@ $(LOW_STAMP): pyproject.toml
 	touch $(LOW_STAMP)
 
 test-redis-low: $(LOW_STAMP)
-	DELAYQ_REQUIRE=redis $(LOW_VENV)/bin/python -m pytest -q \
+	DELAYQ_REQUIRE=redis $(LOW_VENV)/bin/python -m pytest -q -n $(TEST_JOBS) --dist loadfile \
 	  tests/conformance -k redis tests/backends/test_redis*.py $(PYTEST_ARGS)
 
 lint: $(STAMP)
