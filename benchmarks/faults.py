@@ -18,8 +18,10 @@ connect 0.5 s) so that a round is short.
 Then the slow link (``--slow N``, 0 to skip): throughput of puts one by one, of
 ``put_many`` of 100 and of draining (reserve 100 + ``ack_many``), and the lateness of N
 messages due at 50 a second, straight over a veth link and through a proxy that adds
-20 ms +- 10 ms each way (``tests/faults/_delay.py``: this kernel has no ``netem``), in
-the same run. It prints a table and writes JSON; it never asserts.
+20 ms +- 10 ms each way (``tests/faults/_delay.py``: this kernel has no ``netem``), then
+both again with 1 % of the link's packets dropped each way (``Link.lose``, an ``nft``
+table in the server's namespace), in the same run. It prints a table and writes JSON;
+it never asserts.
 """
 
 from __future__ import annotations
@@ -246,6 +248,7 @@ async def link_figures(face: str, url: str, name: str, count: int) -> dict[str, 
             await q.call("ack_many", messages)
             drained += len(messages)
         figures["drain"] = drained / (time.perf_counter() - started)
+        figures["missing"] = 11 * count - drained
         # Due at 50 a second, which one consumer keeps up with over either link.
         spread = 0.1 + count / 50
         batch = [{"payload": n, "delay": rng.uniform(0.1, spread)} for n in range(count)]
@@ -274,8 +277,19 @@ async def slow_link(face: str, count: int) -> list[Measure]:
         server.start(link)
         try:
             with DelayProxy((link.address, server.PORT), 0.020, 0.010) as proxy:
-                links = {"direct": server.url(link), "20 ms +- 10 ms": f"redis://{proxy.address}/0"}
-                for label, url in links.items():
+                direct, slow = server.url(link), f"redis://{proxy.address}/0"
+                # The loss is on the veth link, under the proxy's connection too.
+                runs = [
+                    ("direct", direct, False),
+                    ("20 ms +- 10 ms", slow, False),
+                    ("1 % loss", direct, True),
+                    ("20 ms +- 10 ms, 1 % loss", slow, True),
+                ]
+                for label, url, lossy in runs:
+                    if lossy:
+                        link.lose(every=100)
+                    else:
+                        link.heal()
                     f = await link_figures(face, url, f"slow-{len(rows)}", count)
                     rows += [
                         Measure(section, f"{label}: put, one by one", f["put"], "items/s"),
@@ -283,7 +297,10 @@ async def slow_link(face: str, count: int) -> list[Measure]:
                         Measure(section, f"{label}: reserve 100 + ack_many", f["drain"], "items/s"),
                         Measure(section, f"{label}: lateness, median", f["late_p50"] * 1000, "ms"),
                         Measure(section, f"{label}: lateness, worst", f["late_max"] * 1000, "ms"),
+                        Measure(section, f"{label}: missing after drain", f["missing"], "items"),
                     ]
+                    if lossy:
+                        rows.append(Measure(section, f"{label}: packets dropped", link.lost(), ""))
         finally:
             server.stop()
     return rows

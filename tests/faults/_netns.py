@@ -10,10 +10,13 @@ links of one host can thus be cut apart: one link down, the other up.
 Faults are ``tc`` queueing disciplines on the veth ends (the only ones this harness
 made; the root namespace's firewall is never touched): ``blackhole`` drops every packet
 an interface sends, silently, as a peer that stops answering without closing does.
+Packet loss is an ``nft`` table inside the host's namespace (this kernel has no
+``netem``), dropping every n-th packet the link carries each way.
 
 * :meth:`Link.silence`: the server's replies are dropped (the server still receives
   and runs what it is sent: the case where a write's fate is unknown);
 * :meth:`Link.cut`: both directions are dropped (a partition);
+* :meth:`Link.lose`: one packet in ``every`` is dropped each way (TCP retransmits it);
 * :meth:`Link.heal`: back to normal.
 
 Every name carries the pid of the test process (``dqf<pid>...``), so parallel runs do
@@ -69,8 +72,10 @@ def unavailable(reason: str, what: str = "network namespaces") -> NoReturn:
     pytest.skip(f"{what} unavailable: {reason}")
 
 
-def _run(argv: Sequence[str]) -> str:
-    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=30, check=False)
+def _run(argv: Sequence[str], stdin: str | None = None) -> str:
+    done = subprocess.run(
+        list(argv), input=stdin, capture_output=True, text=True, timeout=30, check=False
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip() or done.returncode}")
     return done.stdout
@@ -78,15 +83,17 @@ def _run(argv: Sequence[str]) -> str:
 
 def namespaces_refused() -> str:
     """``""`` when this process can make the hosts (root, ``ip``, ``tc`` with the
-    blackhole discipline, ``redis-server``), else why not."""
+    blackhole discipline, ``nft`` with nf_tables, ``redis-server``), else why not."""
     if os.geteuid() != 0:
         return "not root (ip netns needs CAP_SYS_ADMIN and CAP_NET_ADMIN)"
-    for tool in ("ip", "tc", "redis-server"):
+    for tool in ("ip", "tc", "nft", "redis-server"):
         if shutil.which(tool) is None:
-            return f"no {tool} on PATH"
+            return f"no {tool} on PATH (Debian: apt-get install iproute2 nftables)"
     try:
         with ServerHost() as host:
-            host.link().cut()
+            link = host.link()
+            link.cut()
+            link.lose(every=100)
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         return str(exc)
     return ""
@@ -190,6 +197,7 @@ class Link:
             self.remove()
             raise
         self._outer_dropping = self._inner_dropping = False
+        self._losing = False
 
     def _drop(self, inner: bool, on: bool) -> None:
         """Start or stop dropping what one end sends (a ``blackhole`` root qdisc)."""
@@ -214,10 +222,47 @@ class Link:
         self._drop(inner=True, on=True)
         self._drop(inner=False, on=True)
 
+    def lose(self, every: int) -> None:
+        """Drop one packet in ``every`` that the link carries, each way (``every=100``:
+        1 % loss), evenly spaced so that a short test meets some; the rest pass.
+        :meth:`lost` counts the drops; :meth:`heal` ends the loss."""
+        if every < 2:
+            raise ValueError(f"every must be >= 2, not {every}")
+        self._unlose()
+        table = self._table
+        drop = f"numgen inc mod {every} == 0 counter drop"
+        ruleset = (
+            f"table inet {table} {{\n"
+            f"  chain lossin {{\n    type filter hook input priority 0; policy accept;\n"
+            f'    iifname "{self.inner}" {drop}\n  }}\n'
+            f"  chain lossout {{\n    type filter hook output priority 0; policy accept;\n"
+            f'    oifname "{self.inner}" {drop}\n  }}\n'
+            f"}}\n"
+        )
+        _run(self.host.exec_argv(["nft", "-f", "-"]), stdin=ruleset)
+        self._losing = True
+
+    def lost(self) -> int:
+        """How many packets :meth:`lose` dropped so far, both ways."""
+        if not self._losing:
+            return 0
+        listing = _run(self.host.exec_argv(["nft", "list", "table", "inet", self._table]))
+        return sum(int(n) for n in re.findall(r"counter packets (\d+)", listing))
+
+    @property
+    def _table(self) -> str:
+        return f"dqloss{self.inner}"
+
+    def _unlose(self) -> None:
+        if self._losing:
+            _run(self.host.exec_argv(["nft", "delete", "table", "inet", self._table]))
+            self._losing = False
+
     def heal(self) -> None:
         """Everything passes again."""
         self._drop(inner=True, on=False)
         self._drop(inner=False, on=False)
+        self._unlose()
 
     def remove(self) -> None:
         """Delete the pair (deleting one end deletes both)."""

@@ -15,13 +15,13 @@ from redis.retry import Retry
 from ._netns import Link, NsRedis, ServerHost
 
 
-def _client(link: Link, timeout: float | None = 0.3) -> redis.Redis:
+def _client(link: Link, timeout: float | None = 0.3, connect: float = 1) -> redis.Redis:
     """A redis-py client without its retries (which would reconnect and wait again)."""
     return redis.Redis(
         host=link.address,
         port=NsRedis.PORT,
         socket_timeout=timeout,
-        socket_connect_timeout=1,
+        socket_connect_timeout=connect,
         retry=Retry(NoBackoff(), 0),
     )
 
@@ -43,6 +43,30 @@ def test_a_cut_link_drops_silently_and_a_heal_restores_it(
         assert client_b.ping()  # the other link still works
         a.heal()
         assert client_a.ping()
+    finally:
+        client_a.close()
+        client_b.close()
+
+
+def test_a_lossy_link_drops_only_its_share_and_a_heal_ends_the_loss(
+    server_host: ServerHost, ns_redis: NsRedis
+) -> None:
+    a, b = server_host.link(), server_host.link()
+    ns_redis.start(a)
+    a.lose(every=4)
+    # The opening SYN is dropped too: its retransmission comes a second later.
+    client_a, client_b = _client(a, None, connect=10), _client(b)
+    try:
+        for _ in range(20):  # TCP retransmits what the link drops: every ping answers
+            assert client_a.ping()
+        dropped = a.lost()
+        assert dropped >= 2
+        assert b.lost() == 0
+        assert client_b.ping()  # the other link loses nothing
+        a.heal()
+        assert a.lost() == 0
+        for _ in range(20):
+            assert client_a.ping()
     finally:
         client_a.close()
         client_b.close()
