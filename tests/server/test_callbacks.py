@@ -388,6 +388,15 @@ def test_6to4_is_refused_by_default_and_by_what_it_embeds() -> None:
     assert address_refusal("2606:4700:4700::1111", config()) is None
 
 
+def test_the_ipv4_compatible_range_starts_after_loopback() -> None:
+    # :: and ::1 are the unspecified and the loopback address; from ::2 (::0.0.0.2) on,
+    # an address of ::/96 stands for the IPv4 address it ends with.
+    assert address_refusal("::1", config(loopback=True)) is None  # not 0.0.0.1
+    reason = address_refusal("::2", config("[::2]"))  # listing it does not allow 0.0.0.2
+    assert reason is not None
+    assert "0.0.0.2" in reason
+
+
 def test_malformed_url_is_not_allowed() -> None:
     assert not host_allowed("not a url", ALLOW_EXAMPLE)
 
