@@ -396,3 +396,12 @@ def test_a_malformed_callback_host_is_refused_at_start(pattern: str) -> None:
 def test_well_formed_callback_hosts_are_accepted() -> None:
     hosts = ("api.example.com", "*.example.com:8443", "10.0.0.7:*", "[2001:db8::1]:443", "::1")
     assert ServeConfig(url="memory://x", callback_hosts=hosts).callback_hosts == hosts
+
+
+def test_a_callback_host_list_edited_after_start_changes_nothing() -> None:
+    hosts = ["api.example.com"]
+    config = ServeConfig(url="memory://x", callback_hosts=hosts)  # type: ignore[arg-type]
+    hosts.append("not a [pattern")  # never checked: it must not reach the allowlist
+    assert config.callback_hosts == ("api.example.com",)
+    with pytest.raises(ValueError, match="callback_hosts must be a tuple of str"):
+        ServeConfig(url="memory://x", callback_hosts="api.example.com")  # type: ignore[arg-type]

@@ -219,6 +219,13 @@ class ServeConfig:
                 f"refusing to serve on {self.host!r} without a token: a non-loopback "
                 "bind needs --token (or DELAYQ_TOKEN)"
             )
+        # Tuples of their own: a list the caller edits later cannot change what was
+        # checked here (an unchecked callback host would allow every host).
+        for name in ("callback_queues", "callback_hosts", "forwarded_allow_ips"):
+            value = getattr(self, name)
+            if isinstance(value, str) or not isinstance(value, (tuple, list)):
+                raise ValueError(f"{name} must be a tuple of str, not {type(value).__name__}")
+            object.__setattr__(self, name, tuple(value))
         if not self.callback_queues:
             raise ValueError("callback_queues must name at least one queue")
         for name in self.callback_queues:
