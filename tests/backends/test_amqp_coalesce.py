@@ -16,13 +16,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from delayq import DuplicateId, LeaseLost
-from delayq.durable import AsyncQueue
+from delayq.durable import AsyncQueue, Queue
 
 pytest.importorskip("aiormq")
 
@@ -79,6 +80,37 @@ def test_concurrent_callers_each_get_their_own_outcome(url: str) -> None:
             await q.purge()
 
     asyncio.run(main())
+
+
+def test_threads_sharing_a_queue_each_get_their_own_outcome(url: str) -> None:
+    """The sync face: 16 threads on one Queue (one link), their calls coalesced."""
+    with Queue(url, name="jobs") as q:
+        q.put("first", id="taken")
+        errors: list[BaseException] = []
+        start = threading.Barrier(16)
+
+        def work(k: int) -> None:
+            try:
+                start.wait(30)
+                for i in range(20):
+                    assert q.put((k, i), id=f"t{k}-{i}") == f"t{k}-{i}"
+                    with pytest.raises(DuplicateId):
+                        q.put(k, id="taken", on_conflict="error")
+                    assert q.cancel(f"missing{k}") is False
+            except BaseException as exc:  # seen by the test's thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert errors == []
+        assert q.stats().ready == 1 + 16 * 20
+        message = q.get("t7-13")
+        assert message is not None
+        assert message.payload == [7, 13]
+        q.purge()
 
 
 def scheduler_process(url: str) -> subprocess.Popen[bytes]:

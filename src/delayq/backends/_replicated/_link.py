@@ -39,7 +39,7 @@ Candidacy = Literal["auto", "on", "off"]
 
 
 class _Outgoing(NamedTuple):
-    """A request waiting in the outbox for the publish in flight to end."""
+    """A request in the outbox, until the link's drain task publishes it."""
 
     transport: Transport
     op: str
