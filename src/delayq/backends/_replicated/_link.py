@@ -5,8 +5,12 @@ private loop thread (the sync face). Both have the same methods, so the two face
 the backend read the same (the sync one is generated).
 
 A request keeps its id across resends: the scheduler answers a resent write from its
-log instead of applying it twice. A process that is a candidate runs its
-:class:`~._scheduler.Scheduler` on the same loop and connection once elected.
+log instead of applying it twice. Requests of concurrent callers are coalesced: those
+made in the same turn of the loop, or while a publish is on its way, leave together
+from an outbox as one ``batch`` message, whose parts the scheduler takes one by one
+(each keeps its id, and gets its own outcome); their replies come back the same way.
+A process that is a candidate runs its :class:`~._scheduler.Scheduler` on the same loop
+and connection once elected.
 """
 
 from __future__ import annotations
@@ -17,12 +21,12 @@ import os
 import threading
 import uuid
 from collections.abc import Callable, Coroutine
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from ..._fork import generation
 from ...errors import QueueClosed
 from ._codec import decode_outcome, decode_record, pack, raise_error, unpack
-from ._constants import REJOIN_FIRST_PAUSE, REJOIN_MAX_PAUSE
+from ._constants import MAX_GROUP_BYTES, REJOIN_FIRST_PAUSE, REJOIN_MAX_PAUSE
 from ._scheduler import Scheduler
 from ._transport import NoScheduler, Refused, Transport
 
@@ -32,6 +36,17 @@ T = TypeVar("T")
 #: Who stands for election: ``on`` at once, ``auto`` once this backend object runs a
 #: waiting reserve (a consumer, never a pure producer), ``off`` never.
 Candidacy = Literal["auto", "on", "off"]
+
+
+class _Outgoing(NamedTuple):
+    """A request in the outbox, until the link's drain task publishes it."""
+
+    transport: Transport
+    op: str
+    request_id: str
+    body: bytes
+    ttl: int | None
+    sent: asyncio.Future[None]  # resolved once published (an exception: it was not)
 
 
 class LoopLink:
@@ -59,6 +74,8 @@ class LoopLink:
         self._scheduler: Scheduler | None = None
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._publishing = False
+        self._outbox: list[_Outgoing] = []
 
     @property
     def closed(self) -> bool:
@@ -169,6 +186,10 @@ class LoopLink:
             turn.set_result(None)
 
     def _on_reply(self, request_id: str, kind: str, body: bytes) -> None:
+        if kind == "batch":  # the replies to several requests of this link, in order
+            for part_id, part_kind, part_body in unpack(body):
+                self._on_reply(part_id, part_kind, part_body)
+            return
         future = self._pending.get(request_id)
         if future is not None:
             if not future.done():
@@ -185,7 +206,8 @@ class LoopLink:
         transport = self._transport
         if transport is not None:
             body = pack([queue, request_id])
-            await transport.request("forget", uuid.uuid4().hex, body, None)
+            # Through the outbox, so that it leaves after the reserve it forgets.
+            await self._request(transport, "forget", uuid.uuid4().hex, body, None)
 
     async def _quiet(self, op: str, args: list[Any]) -> None:
         with contextlib.suppress(Exception):
@@ -235,8 +257,8 @@ class LoopLink:
                     # its way: one cancelled while its publish is in flight may reach
                     # the scheduler all the same, and must be forgotten there.
                     parked = waits
-                    await transport.request(
-                        op, request_id, pack(sent if op == "reserve" else args), ttl
+                    await self._request(
+                        transport, op, request_id, pack(sent if op == "reserve" else args), ttl
                     )
                 except (NoScheduler, ConnectionError, OSError) as exc:
                     left = unanswered_since + self._request_timeout - loop.time()
@@ -289,6 +311,89 @@ class LoopLink:
         if kind != "ok":
             raise_error(kind, unpack(body))
         return decode_outcome(op, unpack(body))
+
+    # -- the outbox ----------------------------------------------------------------------
+
+    async def _request(
+        self, transport: Transport, op: str, request_id: str, body: bytes, ttl: int | None
+    ) -> None:
+        """Publish a request through the outbox, in call order: a task of the link
+        (:meth:`_drain`) publishes what gathered there, so the requests of callers that
+        run in the same turn of the loop, or come while a publish is on its way, leave
+        as one message (16 producers on one link cost the broker one message a round,
+        not 16). Returns once it is sent; an error when it was not."""
+        sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._outbox.append(_Outgoing(transport, op, request_id, body, ttl, sent))
+        if not self._publishing:
+            self._publishing = True
+            self._spawn(self._drain())
+        await sent
+
+    async def _drain(self) -> None:
+        """Publish what waits in the outbox until it is empty: one message per run of
+        requests for the same connection and time to live (a ``batch`` of them when
+        there are several, up to MAX_GROUP_BYTES; a larger request goes alone)."""
+        try:
+            while self._outbox:
+                batch = self._take_outbox()
+                if not batch:
+                    continue
+                first = batch[0]
+                try:
+                    if len(batch) == 1:
+                        await first.transport.request(
+                            first.op, first.request_id, first.body, first.ttl
+                        )
+                    else:
+                        parts = [[item.op, item.request_id, item.body] for item in batch]
+                        await first.transport.request(
+                            "batch", uuid.uuid4().hex, pack(parts), first.ttl
+                        )
+                except BaseException as exc:
+                    failure = exc if isinstance(exc, Exception) else None
+                    for item in batch:
+                        if not item.sent.done():
+                            item.sent.set_exception(
+                                failure or ConnectionError("the request was not sent")
+                            )
+                    if failure is None:
+                        raise  # this link is being closed
+                    continue
+                for item in batch:
+                    if not item.sent.done():
+                        item.sent.set_result(None)
+        finally:
+            self._publishing = False
+            self._fail_outbox()
+
+    def _take_outbox(self) -> list[_Outgoing]:
+        """The outbox's first requests that leave together (those whose caller gave up
+        before they left are dropped: a cancelled publish need not go)."""
+        batch: list[_Outgoing] = []
+        size = 0
+        while self._outbox:
+            item = self._outbox[0]
+            if item.sent.done():
+                del self._outbox[0]
+                continue
+            if batch and (
+                item.transport is not batch[0].transport
+                or item.ttl != batch[0].ttl
+                or size + len(item.body) > MAX_GROUP_BYTES
+            ):
+                break
+            batch.append(item)
+            size += len(item.body)
+            del self._outbox[0]
+        return batch
+
+    def _fail_outbox(self) -> None:
+        """Fail what is left in the outbox once nothing drains it (a close): each caller
+        sees an outage, and resends or gives up as for any failed publish."""
+        outbox, self._outbox = self._outbox, []
+        for item in outbox:
+            if not item.sent.done():
+                item.sent.set_exception(ConnectionError("the request was not sent"))
 
     async def close(self) -> None:
         """Fail every call in flight with QueueClosed and close the connection (a

@@ -452,6 +452,12 @@ class Scheduler:
         if self._stopped:
             return
         op, request_id, reply_to = delivery.op, delivery.request_id, delivery.reply_to
+        if op == "batch":
+            # Requests of one client coalesced (its outbox): each is taken as if it had
+            # come alone, in order; their replies leave together (_send).
+            for part_op, part_id, part_body in unpack(delivery.body):
+                self._on_request(Delivery(part_op, part_id, reply_to, part_body))
+            return
         known = self._dedup.get(request_id)
         if known is not None:
             self._commit(None, _Reply(reply_to, request_id, known[0], known[1]))
@@ -588,11 +594,10 @@ class Scheduler:
             if entry[0] not in _CHECKPOINT_OPS:  # a checkpoint's own bytes do not count
                 self._grown_bytes += size
         if reply is not None:
-            if not self._flushing and not self._group:
-                self._spawn(self._send([reply]))
-                return
+            # Sent by the flush task, once the callback that decided it (a batch of
+            # requests: all of them) is over, so that replies to one client leave as one.
             self._replies.append(reply)
-        if not self._flushing and self._group:
+        if not self._flushing and (self._group or self._replies):
             self._flushing = True
             self._spawn(self._flush())
 
@@ -638,8 +643,10 @@ class Scheduler:
         return group, replies
 
     async def _send(self, replies: list[_Reply]) -> None:
-        """Send ``replies`` in order. Only a reply that carries claimed messages waits
-        for the broker's word (did its client get it?); the others are sent and left."""
+        """Send ``replies``. Only a reply that carries claimed messages waits for the
+        broker's word (did its client get it?); the others are sent and left, those to
+        one client as one ``batch`` message (in order, up to MAX_GROUP_BYTES each)."""
+        plain: dict[str, list[_Reply]] = {}
         for reply in replies:
             if reply.done is not None:
                 if not reply.done.done():
@@ -647,9 +654,24 @@ class Scheduler:
             elif reply.claimed:
                 self._spawn(self._reply(reply))
             else:
-                await self._transport.reply(
-                    reply.reply_to, reply.request_id, reply.kind, reply.body, confirm=False
-                )
+                plain.setdefault(reply.reply_to, []).append(reply)
+        for reply_to, group in plain.items():
+            left = group
+            while left:
+                size = len(left[0].body)
+                cut = 1
+                while cut < len(left) and size + len(left[cut].body) <= MAX_GROUP_BYTES:
+                    size += len(left[cut].body)
+                    cut += 1
+                part, left = left[:cut], left[cut:]
+                if len(part) == 1:
+                    one = part[0]
+                    await self._transport.reply(
+                        reply_to, one.request_id, one.kind, one.body, confirm=False
+                    )
+                else:
+                    body = pack([[r.request_id, r.kind, r.body] for r in part])
+                    await self._transport.reply(reply_to, "", "batch", body, confirm=False)
 
     async def _reply(self, reply: _Reply) -> None:
         delivered = await self._transport.reply(
