@@ -322,16 +322,17 @@ class AsyncPostgresBackend:
                 registers = wake.listens and sleep > 0.0
                 params["waiter"] = waiter.token if registers or waiter.registered else None
                 params["sleep_ms"] = math.ceil(min(sleep, wake.interval) * 1000) if registers else 0
+                # Before the claim: a claim cut short may still have registered.
+                waiter.registered = waiter.registered or registers
                 rows = await guarded_async(
                     lambda: self._read(self.sql.CLAIM, params),
                     lambda rows: self._give_back(queue, rows),
                 )
                 if rows and rows[0][0] is not None:
-                    waiter.registered = False  # the claim dropped the registration
+                    waiter.registered = False  # the claim marked the registration awake
                     records = [_record(row) for row in rows]
                     records.sort(key=lambda record: (record.due_at, record.seq))
                     return records
-                waiter.registered = waiter.registered or registers
                 if self._closed:
                     raise QueueClosed("the queue is closed")
                 next_ms, now_ms = (rows[0][11], rows[0][12]) if rows else (None, None)
