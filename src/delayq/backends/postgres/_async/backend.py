@@ -324,6 +324,7 @@ class AsyncPostgresBackend:
                 params["sleep_ms"] = math.ceil(min(sleep, wake.interval) * 1000) if registers else 0
                 # Before the claim: a claim cut short may still have registered.
                 waiter.registered = waiter.registered or registers
+                sent = time.monotonic()
                 rows = await guarded_async(
                     lambda: self._read(self.sql.CLAIM, params),
                     lambda rows: self._give_back(queue, rows),
@@ -338,7 +339,12 @@ class AsyncPostgresBackend:
                 next_ms, now_ms = (rows[0][11], rows[0][12]) if rows else (None, None)
                 timeout = wake.interval
                 if next_ms is not None and now_ms is not None:
-                    timeout = min(timeout, max(0.0, (next_ms - now_ms) / 1000.0))
+                    # Counted from when the claim left: the server read now_ms after
+                    # that, so the next claim reaches it about when next_ms comes rather
+                    # than a round trip later (one that comes too early finds nothing
+                    # and sleeps the rest).
+                    to_next = (next_ms - now_ms) / 1000.0 - (time.monotonic() - sent)
+                    timeout = min(timeout, max(0.0, to_next))
                 if give_up is not None:
                     left = give_up - time.monotonic()
                     if left <= 0.0:
