@@ -452,6 +452,30 @@ def test_a_put_notifies_only_when_a_consumer_sleeps_past_it(admin: Any, schema: 
         assert [n.payload for n in admin.notifies(timeout=0.3)] == []
 
 
+def test_a_put_notifies_only_when_it_is_due_before_what_the_sleeper_waits_for(
+    admin: Any, schema: str
+) -> None:
+    """A consumer asleep until its queue's next message (due in 15 s) is not notified
+    of one due after that, even by a few milliseconds (it will look then anyway), and
+    is of one due now."""
+    url = url_of(schema)
+    admin.execute(f'LISTEN "{statements.channel(schema)}"')
+    with Queue(url, name="e") as consumer, Queue(url, name="e") as producer:
+        first = producer.get(producer.put("first", delay=15))
+        assert first is not None
+        got: list[Any] = []
+        thread = threading.Thread(target=lambda: got.extend(consumer.reserve(wait=20)))
+        thread.start()
+        _until_asleep(admin, schema)
+        producer.put("just after the first", at=(first.due_at + 5) / 1000)
+        assert [n.payload for n in admin.notifies(timeout=0.3)] == []
+        producer.put("now")
+        thread.join(20)
+        assert [m.payload for m in got] == ["now"]
+        heard = [n.payload for n in admin.notifies(timeout=1, stop_after=1)]
+        assert [payload.split(" ", 1)[1] for payload in heard] == ["e"]
+
+
 # -- a put inside the caller's transaction ------------------------------------------------
 
 

@@ -337,14 +337,15 @@ class PostgresBackend:
                 if self._closed:
                     raise QueueClosed("the queue is closed")
                 next_ms, now_ms = (rows[0][11], rows[0][12]) if rows else (None, None)
-                timeout = wake.interval
+                # Counted from when the claim left: the server read now_ms after that,
+                # so the sleep ends by the time it registered (no put notifies about
+                # what falls due later) and the next claim reaches it about when
+                # next_ms comes, not a round trip later (one that comes too early finds
+                # nothing and sleeps the rest).
+                elapsed = time.monotonic() - sent
+                timeout = max(0.0, wake.interval - elapsed)
                 if next_ms is not None and now_ms is not None:
-                    # Counted from when the claim left: the server read now_ms after
-                    # that, so the next claim reaches it about when next_ms comes rather
-                    # than a round trip later (one that comes too early finds nothing
-                    # and sleeps the rest).
-                    to_next = (next_ms - now_ms) / 1000.0 - (time.monotonic() - sent)
-                    timeout = min(timeout, max(0.0, to_next))
+                    timeout = min(timeout, max(0.0, (next_ms - now_ms) / 1000.0 - elapsed))
                 if give_up is not None:
                     left = give_up - time.monotonic()
                     if left <= 0.0:
