@@ -30,7 +30,10 @@ d. Lateness, consumer in the same process: a producer thread puts 2000 messages
    returns minus the message's ``due_at``: p50/p99/max in ms; lost (never came),
    duplicates (came twice) and early (came before ``due_at``) must all be 0. The p99
    row's note splits the two paths (due within 1 ms of the put, due 10 ms or more
-   after it). The consumer's CPU share shows that waiting is not a busy loop.
+   after it). The consumer's CPU share shows that waiting is not a busy loop. On
+   PostgreSQL a probe commits one row every 50 ms meanwhile: its p99 is the disk's
+   state, which a message due at once waits for (its put's commit), and the consumer's
+   claim and ack too.
 e. The same with the consumer in another process (skipped for ``memory://``, whose
    store lives in one process): the producer's puts reach it through the store.
 
@@ -46,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import random
@@ -56,6 +60,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -274,27 +279,67 @@ def commit_rate(url: str, count: int) -> tuple[float, float, float] | None:
     flush, which a message due at once waits for before anyone can take it)."""
     if family(url) != "postgres":
         return None
+    with _floor_table(url, "bench_commit_floor") as commit:
+        times = []
+        started = time.perf_counter()
+        for i in range(count):
+            times.append(commit(i))
+        rate = count / (time.perf_counter() - started)
+        return rate, statistics.median(times), _p99(times)
+
+
+@contextlib.contextmanager
+def _floor_table(url: str, name: str) -> Iterator[Any]:
+    """A fresh table ``name`` in a ``postgresql://`` URL's schema, dropped afterwards,
+    and a function that commits one row into it (a plain INSERT in autocommit) and
+    returns how long that took, ms."""
     import psycopg  # noqa: PLC0415 (only with the postgres extra)
 
     from delayq.backends.postgres._url import parse_url  # noqa: PLC0415
 
     settings = parse_url(url)
-    table = f'"{settings.schema}".bench_commit_floor'
+    table = f'"{settings.schema}".{name}'
     with psycopg.connect(settings.conninfo, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{settings.schema}"')
         conn.execute(f"CREATE TABLE IF NOT EXISTS {table} (n integer, payload bytea)")
+
+        def commit(i: int) -> float:
+            one = time.perf_counter()
+            conn.execute(f"INSERT INTO {table} VALUES (%s, %s)", (i, b'{"n": 1}'))
+            return 1000.0 * (time.perf_counter() - one)
+
         try:
-            times = []
-            started = time.perf_counter()
-            for i in range(count):
-                one = time.perf_counter()
-                conn.execute(f"INSERT INTO {table} VALUES (%s, %s)", (i, b'{"n": 1}'))
-                times.append(1000.0 * (time.perf_counter() - one))
-            rate = count / (time.perf_counter() - started)
-            times.sort()
-            return rate, statistics.median(times), times[int(len(times) * 0.99)]
+            yield commit
         finally:
             conn.execute(f"DROP TABLE {table}")
+
+
+@contextlib.contextmanager
+def commit_probe(url: str, every: float = 0.05) -> Iterator[list[float]]:
+    """While the block runs, commit one row every ``every`` seconds on a
+    ``postgresql://`` URL's server (nothing for other URLs) and collect how long each
+    took, ms: the disk's state while lateness is measured (a message due at once waits
+    for its put's commit, and a consumer's claim and ack commit too)."""
+    times: list[float] = []
+    if family(url) != "postgres":
+        yield times
+        return
+    stop = threading.Event()
+
+    def probe() -> None:
+        with _floor_table(url, f"bench_probe_{uuid.uuid4().hex[:8]}") as commit:
+            i = 0
+            while not stop.wait(every):
+                times.append(commit(i))
+                i += 1
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    try:
+        yield times
+    finally:
+        stop.set()
+        thread.join()
 
 
 async def confirm_rate(url: str, count: int) -> float | None:
@@ -453,14 +498,32 @@ def section_same_process(url: str, sizes: Sizes, target: float) -> list[Measure]
         )
         consumer.start()
         time.sleep(0.2)
-        ids = produce(q, sizes)
-        consumer.join()
+        with commit_probe(url) as commits:
+            ids = produce(q, sizes)
+            consumer.join()
         q.purge()
     # Thread CPU time is not separable here: the share counts the producer too.
     worst = MAX_LATENESS_MS.get(family(url))
     measures = lateness_measures("d", "in the same process", ids, report, target, worst)
     measures[-1].note = "producer + consumer threads"
-    return measures
+    return measures + probe_measure("d", commits)
+
+
+def probe_measure(section: str, commits: list[float]) -> list[Measure]:
+    """The row of :func:`commit_probe`'s commits during a lateness section (none
+    when nothing was probed)."""
+    if not commits:
+        return []
+    return [
+        Measure(
+            section,
+            "meanwhile, a commit on the server: p99",
+            _p99(commits),
+            "ms",
+            note=f"p50 {statistics.median(commits):.2f} ms, max {max(commits):.1f} ms, "
+            f"{len(commits)} commits, one every 50 ms",
+        )
+    ]
 
 
 def section_other_process(url: str, sizes: Sizes, target: float) -> list[Measure]:
@@ -484,11 +547,13 @@ def section_other_process(url: str, sizes: Sizes, target: float) -> list[Measure
         raise SystemExit("the consumer process did not start")
     time.sleep(0.3)  # into its wait
     with Queue(url, name=name) as q:
-        ids = produce(q, sizes)
-        out, _ = child.communicate(timeout=give_up + 30)
+        with commit_probe(url) as commits:
+            ids = produce(q, sizes)
+            out, _ = child.communicate(timeout=give_up + 30)
         q.purge()
     worst = MAX_LATENESS_MS.get(family(url))
-    return lateness_measures("e", "in another process", ids, json.loads(out), target, worst)
+    measures = lateness_measures("e", "in another process", ids, json.loads(out), target, worst)
+    return measures + probe_measure("e", commits)
 
 
 def run_consumer(url: str, name: str, count: int, give_up: float) -> int:
