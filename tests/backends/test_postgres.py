@@ -156,6 +156,37 @@ def test_a_schema_of_version_2_gets_the_waiters_and_one_claim_function(
     assert admin.execute(f"SELECT count(*) FROM {s}.waiters").fetchone() == (0,)
 
 
+def test_a_schema_of_version_3_is_upgraded_and_its_consumers_still_woken(
+    admin: Any, schema: str
+) -> None:
+    """Version 4 changed how the claim keeps a waiter's row (marked awake, reused); a
+    version-3 schema keeps its messages and its stale registrations do no harm."""
+    s = f'"{schema}"'
+    with admin.transaction():
+        for step in _schema.MIGRATIONS[:3]:
+            for statement in step(s):
+                admin.execute(statement)
+        admin.execute(f"INSERT INTO {s}.meta VALUES ('schema', 3)")
+        admin.execute(
+            f"INSERT INTO {s}.messages (queue, id, payload, encoding, due_at, seq, "
+            "max_attempts, state) VALUES ('v3', 'kept', '\"hi\"', 'json', 0, 1, 3, 'scheduled')"
+        )
+        admin.execute(f"SELECT setval('{s}.seq', 1)")
+        admin.execute(f"INSERT INTO {s}.waiters VALUES ('v3', 'gone', 0)")
+    url = url_of(schema)
+    with Queue(url, name="v3") as consumer, Queue(url, name="v3") as producer:
+        [msg] = consumer.reserve(wait=0)
+        assert (msg.id, msg.payload) == ("kept", "hi")
+        consumer.ack(msg)
+        _woken(admin, schema, consumer, producer, "after")
+    version = admin.execute(f"SELECT value FROM {s}.meta WHERE key = 'schema'").fetchone()
+    assert version == (_schema.VERSION,)
+    options = admin.execute(
+        "SELECT reloptions FROM pg_class WHERE oid = %s::regclass", (f"{s}.waiters",)
+    ).fetchone()
+    assert options == (["fillfactor=50"],)
+
+
 def test_a_schema_newer_than_the_code_is_refused(admin: Any, schema: str) -> None:
     with Queue(url_of(schema), name="x") as q:
         q.put(1)
@@ -264,6 +295,145 @@ def test_no_wake_up_is_lost_when_puts_race_a_consumer_going_to_sleep(schema: str
     thread.join(10)
 
 
+def _now_ms(admin: Any) -> int:
+    row = admin.execute("SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)").fetchone()
+    return int(row[0])
+
+
+def _sleepers(admin: Any, schema: str) -> list[str]:
+    """The tokens of the consumers registered to sleep past now (none before the
+    schema exists)."""
+    exists = admin.execute("SELECT to_regclass(%s)", (f'"{schema}".waiters',)).fetchone()
+    if exists is None or exists[0] is None:
+        return []
+    rows = admin.execute(
+        f'SELECT waiter FROM "{schema}".waiters WHERE until > %s', (_now_ms(admin),)
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
+def _until_asleep(admin: Any, schema: str) -> list[str]:
+    """Wait until a consumer is registered asleep; the sleepers' tokens."""
+    while not (sleepers := _sleepers(admin, schema)):
+        threading.Event().wait(0.01)
+    return sleepers
+
+
+def _woken(admin: Any, schema: str, consumer: Any, producer: Any, payload: Any) -> list[str]:
+    """``consumer`` waits (up to 20 s) until it is registered asleep, then ``producer``
+    puts ``payload``: the consumer's reserve must return just that. The sleepers'
+    tokens."""
+    got: list[Any] = []
+    thread = threading.Thread(target=lambda: got.extend(consumer.reserve(wait=20)))
+    thread.start()
+    sleepers = _until_asleep(admin, schema)
+    producer.put(payload)
+    thread.join(20)
+    assert [m.payload for m in got] == [payload]
+    return sleepers
+
+
+def test_a_consumer_sleeping_again_and_again_keeps_one_row_and_is_woken_each_time(
+    admin: Any, schema: str
+) -> None:
+    """A backend object reuses its waiter token: each sleep updates the same row of
+    ``waiters``, awake it sleeps until now (no put notifies it), and a put by another
+    backend object (only its notification reaches the consumer) still wakes it."""
+    url = url_of(schema)
+    admin.execute(f'LISTEN "{statements.channel(schema)}"')
+    with Queue(url, name="r") as consumer, Queue(url, name="r") as producer:
+        tokens = set()
+        for i in range(4):
+            tokens.update(_woken(admin, schema, consumer, producer, i))
+            assert _sleepers(admin, schema) == []
+        assert len(tokens) == 1
+        rows = admin.execute(f'SELECT waiter FROM "{schema}".waiters').fetchall()
+        assert rows == [(tokens.pop(),)]
+        list(admin.notifies(timeout=0.3))  # those of the rounds
+        producer.put("nobody sleeps")
+        assert [n.payload for n in admin.notifies(timeout=0.3)] == []
+
+
+def test_two_reserves_of_one_backend_object_sleep_under_two_tokens(admin: Any, schema: str) -> None:
+    """Tokens are reused, never shared: two reserves waiting at once on one backend
+    object register apart, and two puts from another backend object wake both."""
+    url = url_of(schema)
+    with Queue(url, name="t") as consumer, Queue(url, name="t") as producer:
+        got: queue.Queue[Any] = queue.Queue()
+        threads = [
+            threading.Thread(target=lambda: [got.put(m.payload) for m in consumer.reserve(wait=20)])
+            for _ in range(2)
+        ]
+        for thread in threads:
+            thread.start()
+        while len(_sleepers(admin, schema)) < 2:
+            threading.Event().wait(0.01)
+        producer.put("one")
+        producer.put("two")
+        for thread in threads:
+            thread.join(20)
+        assert sorted([got.get(timeout=1), got.get(timeout=1)]) == ["one", "two"]
+
+
+def test_no_wake_up_is_lost_when_many_producers_race_a_consumer_going_to_sleep(
+    schema: str,
+) -> None:
+    """Eight producers (backend objects of their own: only a notification reaches the
+    consumer) put at once, each round, while the consumer claims, registers and
+    sleeps again between their puts. A lost wake-up leaves a message waiting for the
+    consumer's 30 s safety interval, far beyond the 10 s allowed."""
+    url = url_of(schema)
+    producers, rounds = 8, 25
+    got: queue.Queue[Any] = queue.Queue()
+    start = threading.Barrier(producers + 1)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def produce(p: int) -> None:
+        rng = random.Random(p)
+        try:
+            with Queue(url, name="many") as producer:
+                for r in range(rounds):
+                    start.wait(30)
+                    threading.Event().wait(rng.random() * 0.01)
+                    producer.put([r, p])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+            start.abort()
+
+    with Queue(url, name="many") as consumer:
+
+        def consume() -> None:
+            while not stop.is_set():
+                for message in consumer.reserve(max=4, wait=30):
+                    consumer.ack(message)
+                    got.put(tuple(message.payload))
+
+        threads = [threading.Thread(target=produce, args=(p,)) for p in range(producers)]
+        for thread in threads:
+            thread.start()
+        consumer_thread = threading.Thread(target=consume, daemon=True)
+        consumer_thread.start()
+        try:
+            for r in range(rounds):
+                start.wait(30)
+                came = set()
+                for _ in range(producers):
+                    try:
+                        came.add(got.get(timeout=10))
+                    except queue.Empty:
+                        pytest.fail(f"round {r}: the consumer slept past a due message")
+                assert came == {(r, p) for p in range(producers)}
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(30)
+        assert not errors
+        with Queue(url, name="many") as waker:
+            waker.put("stop")  # the consumer's last reserve returns
+        consumer_thread.join(30)
+
+
 def test_a_put_notifies_only_when_a_consumer_sleeps_past_it(admin: Any, schema: str) -> None:
     """Most puts have nobody to wake: they send no NOTIFY (a notifying transaction
     holds a cluster-wide lock through its commit, so concurrent puts could not share
@@ -274,18 +444,36 @@ def test_a_put_notifies_only_when_a_consumer_sleeps_past_it(admin: Any, schema: 
         producer.put("nobody waits")
         assert [n.payload for n in admin.notifies(timeout=0.3)] == []
         assert [m.payload for m in consumer.reserve()] == ["nobody waits"]
+        _woken(admin, schema, consumer, producer, "wake up")
+        heard = [n.payload for n in admin.notifies(timeout=1, stop_after=1)]
+        assert [payload.split(" ", 1)[1] for payload in heard] == ["n"]
+        # Awake, it sleeps no longer: the next put notifies nobody.
+        producer.put("nobody waits again")
+        assert [n.payload for n in admin.notifies(timeout=0.3)] == []
+
+
+def test_a_put_notifies_only_when_it_is_due_before_what_the_sleeper_waits_for(
+    admin: Any, schema: str
+) -> None:
+    """A consumer asleep until its queue's next message (due in 15 s) is not notified
+    of one due after that, even by a few milliseconds (it will look then anyway), and
+    is of one due now."""
+    url = url_of(schema)
+    admin.execute(f'LISTEN "{statements.channel(schema)}"')
+    with Queue(url, name="e") as consumer, Queue(url, name="e") as producer:
+        first = producer.get(producer.put("first", delay=15))
+        assert first is not None
         got: list[Any] = []
         thread = threading.Thread(target=lambda: got.extend(consumer.reserve(wait=20)))
         thread.start()
-        while not admin.execute(f'SELECT 1 FROM "{schema}".waiters').fetchall():
-            threading.Event().wait(0.01)
-        producer.put("wake up")
+        _until_asleep(admin, schema)
+        producer.put("just after the first", at=(first.due_at + 5) / 1000)
+        assert [n.payload for n in admin.notifies(timeout=0.3)] == []
+        producer.put("now")
         thread.join(20)
-        assert [m.payload for m in got] == ["wake up"]
+        assert [m.payload for m in got] == ["now"]
         heard = [n.payload for n in admin.notifies(timeout=1, stop_after=1)]
-        assert [payload.split(" ", 1)[1] for payload in heard] == ["n"]
-        # Awake, it is no longer registered: the next put notifies nobody.
-        assert admin.execute(f'SELECT * FROM "{schema}".waiters').fetchall() == []
+        assert [payload.split(" ", 1)[1] for payload in heard] == ["e"]
 
 
 # -- a put inside the caller's transaction ------------------------------------------------

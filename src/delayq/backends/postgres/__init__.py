@@ -16,7 +16,9 @@ Options (keyword arguments of ``Queue``/``AsyncQueue``, or URL query parameters)
   ``poll_interval`` instead.
 * ``poll_interval`` (seconds, default 0.5): how often a waiting consumer looks with
   ``notify=off``.
-* ``pool_size`` (default 10): the most connections of a backend object's pool.
+* ``pool_size`` (default 16): the most connections of a backend object's pool, opened
+  as concurrent calls need them (concurrent puts commit together only on connections
+  of their own).
 
 How it works: one row per message in ``<schema>.messages``; every operation is one
 statement of :mod:`.statements` (each the mirror of a pure transition of

@@ -21,8 +21,10 @@ POLL_INTERVAL = 0.5
 #: How long a waiting consumer sleeps at most with LISTEN, seconds: a re-check in case
 #: a notification was lost (none should be), bounded to one cheap query per interval.
 SAFETY_INTERVAL = 30.0
-#: Connections of a backend object's pool (the LISTEN connection is its own).
-POOL_SIZE = 10
+#: Connections of a backend object's pool at most (the LISTEN connection is its own),
+#: opened as concurrent calls need them: 16 producers putting at once each have one,
+#: so their commits share WAL flushes instead of queueing for a connection.
+POOL_SIZE = 16
 #: The application_name delayq's sessions show in pg_stat_activity, unless the URL
 #: gives one.
 APPLICATION_NAME = "delayq"

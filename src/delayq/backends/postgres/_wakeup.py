@@ -6,7 +6,12 @@ channel, payload ``"<due_ms> <queue>"`` (the earliest due time it wrote), sent o
 when a consumer registered in ``waiters`` sleeps past it. A waiter about to sleep
 registers with its claim (its :attr:`Waiter.token` and how long it may sleep); the
 queue's advisory lock makes the registration and the put's check see each other (see
-:func:`delayq.backends.postgres.statements.wake_function`). Each backend object that
+:func:`delayq.backends.postgres.statements.wake_function`). A token names one row of
+``waiters`` for as long as the backend object lives: a ``reserve`` takes a free token
+of its queue from the object (a new one only when every token is taken by a
+``reserve`` running at the same time) and gives it back when it returns, so a
+consumer that sleeps again and again updates its row in place instead of inserting
+and deleting one per sleep. Each backend object that
 has a waiting consumer holds one connection that LISTENs on that channel, read by one
 thread (both faces: a sleeping thread or a parked asyncio task is woken the same way).
 
@@ -53,14 +58,15 @@ _MAX_PAUSE = 2.0
 class Waiter:
     """One waiting ``reserve``: its queue, the server time it sleeps until, and how to
     wake it (a thread's event or a task's sleeper); ``token`` names its registration
-    in the ``waiters`` table, ``registered`` says that one may exist."""
+    in the ``waiters`` table, ``registered`` says that this row may sleep past now
+    (then a claim that finds messages marks it awake)."""
 
     __slots__ = ("event", "queue", "registered", "sleeper", "token", "until", "woken")
 
-    def __init__(self, queue: str) -> None:
+    def __init__(self, queue: str, token: str, registered: bool) -> None:
         self.queue = queue
-        self.token = secrets.token_hex(8)
-        self.registered = False
+        self.token = token
+        self.registered = registered
         self.until: int | None = None
         self.woken = False
         self.event = threading.Event()
@@ -85,6 +91,9 @@ class Wakeup:
         self.interval = interval
         self._lock = threading.Lock()
         self._waiters: dict[str, set[Waiter]] = {}
+        # The tokens of each queue no reserve holds now, with whether their row may
+        # still sleep (Waiter.registered).
+        self._free: dict[str, list[tuple[str, bool]]] = {}
         self._thread: threading.Thread | None = None
         self._closed = False
         self.listening = False
@@ -97,15 +106,19 @@ class Wakeup:
         return self._listen
 
     def enter(self, queue: str) -> Waiter:
-        """Register a waiter of ``queue`` (before its first look)."""
-        waiter = Waiter(queue)
+        """Register a waiter of ``queue`` (before its first look), under a free token
+        of the queue (a new one when none is free)."""
         with self._lock:
+            free = self._free.get(queue)
+            token, registered = free.pop() if free else (secrets.token_hex(8), False)
+            waiter = Waiter(queue, token, registered)
             self._waiters.setdefault(queue, set()).add(waiter)
         return waiter
 
     def leave(self, waiter: Waiter) -> None:
-        """Unregister ``waiter``."""
+        """Unregister ``waiter``; its token is free for the next one."""
         with self._lock:
+            self._free.setdefault(waiter.queue, []).append((waiter.token, waiter.registered))
             waiters = self._waiters.get(waiter.queue)
             if waiters is not None:
                 waiters.discard(waiter)

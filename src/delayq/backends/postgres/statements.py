@@ -26,7 +26,7 @@ from __future__ import annotations
 
 __all__ = [
     "CLAIM_PICK",
-    "WAKE_SLACK_MS",
+    "WAITER_STALE_MS",
     "Statements",
     "announce_function",
     "channel",
@@ -78,10 +78,10 @@ def due(delay: str, at: str | None) -> str:
     return f"(CASE {at_case}WHEN {delay} > 0 THEN greatest(now.c + {delay}, now.f) ELSE now.f END)"
 
 
-#: How long after the time a consumer registered it may still be asleep (the reply
-#: of its claim travelling, its timer starting), ms: a message due that much after it
-#: is still notified.
-WAKE_SLACK_MS = 100
+#: How long after its sleep ended a row of ``waiters`` is dropped, ms: a backend object
+#: reuses its tokens, so a row ended that long ago belongs to one that is gone (or
+#: idle; it inserts its row again when it next sleeps).
+WAITER_STALE_MS = 600_000
 
 
 def _queue_lock(s: str, q: str) -> str:
@@ -145,9 +145,16 @@ def claim_function(s: str) -> str:
     ``waiter`` (NULL: none) names a consumer that will sleep up to ``sleep_ms`` when
     nothing is due: then, under the queue's advisory lock in exclusive mode (see
     :func:`wake_function`), the next event is read in a fresh snapshot and the waiter
-    registered in ``waiters`` until the earlier of it and ``f + sleep_ms``, plus
-    :data:`WAKE_SLACK_MS` (the queue's expired registrations are dropped). A claim
-    that finds messages drops the waiter's registration: it is awake."""
+    registered in ``waiters`` until the earlier of it and ``f + sleep_ms`` (an update
+    of its row when the token slept before; the queue's rows that ended more than
+    :data:`WAITER_STALE_MS` ago, left by backend objects that are gone, are dropped).
+    No margin is added: a message due at or after ``until`` needs no notification,
+    since the consumer claims again when its sleep ends (its timer runs out no later
+    than ``until``, counted from when the claim left) and that claim, or the one that
+    registers it again, sees the message. A claim that finds messages marks the
+    waiter's row awake (``until`` = now): its backend object reuses the token for its
+    next sleep, so the row is updated in place rather than deleted and inserted
+    again."""
     name = s.strip('"')
     return f"""
 CREATE OR REPLACE FUNCTION {s}.claim(
@@ -183,7 +190,10 @@ BEGIN
     RETURNING {COLUMNS}, f;
     IF FOUND THEN
         IF w_id IS NOT NULL THEN
-            DELETE FROM {s}.waiters AS w WHERE w.queue = q AND w.waiter = w_id;
+            -- Awake: it sleeps until now, so no put notifies it (the row stays, for
+            -- its next sleep).
+            UPDATE {s}.waiters AS w SET until = f
+            WHERE w.queue = q AND w.waiter = w_id AND w.until > f;
         END IF;
         RETURN;
     END IF;
@@ -197,9 +207,9 @@ BEGIN
     SELECT min(d.lease_until) INTO next_lease FROM {s}.messages AS d
     WHERE d.queue = q AND d.state = 'active';
     IF w_id IS NOT NULL AND sleep_ms > 0 THEN
-        DELETE FROM {s}.waiters AS w WHERE w.queue = q AND w.until <= f;
+        DELETE FROM {s}.waiters AS w WHERE w.queue = q AND w.until < f - {WAITER_STALE_MS};
         INSERT INTO {s}.waiters AS w (queue, waiter, until)
-        VALUES (q, w_id, least(next_due, next_lease, f + sleep_ms) + {WAKE_SLACK_MS})
+        VALUES (q, w_id, least(next_due, next_lease, f + sleep_ms))
         ON CONFLICT (queue, waiter) DO UPDATE SET until = excluded.until;
     END IF;
     RETURN QUERY SELECT NULL::text, NULL::bytea, NULL::text, NULL::bigint, NULL::bigint,

@@ -322,22 +322,30 @@ class PostgresBackend:
                 registers = wake.listens and sleep > 0.0
                 params["waiter"] = waiter.token if registers or waiter.registered else None
                 params["sleep_ms"] = math.ceil(min(sleep, wake.interval) * 1000) if registers else 0
+                # Before the claim: a claim cut short may still have registered.
+                waiter.registered = waiter.registered or registers
+                sent = time.monotonic()
                 rows = guarded(
                     lambda: self._read(self.sql.CLAIM, params),
                     lambda rows: self._give_back(queue, rows),
                 )
                 if rows and rows[0][0] is not None:
-                    waiter.registered = False  # the claim dropped the registration
+                    waiter.registered = False  # the claim marked the registration awake
                     records = [_record(row) for row in rows]
                     records.sort(key=lambda record: (record.due_at, record.seq))
                     return records
-                waiter.registered = waiter.registered or registers
                 if self._closed:
                     raise QueueClosed("the queue is closed")
                 next_ms, now_ms = (rows[0][11], rows[0][12]) if rows else (None, None)
-                timeout = wake.interval
+                # Counted from when the claim left: the server read now_ms after that,
+                # so the sleep ends by the time it registered (no put notifies about
+                # what falls due later) and the next claim reaches it about when
+                # next_ms comes, not a round trip later (one that comes too early finds
+                # nothing and sleeps the rest).
+                elapsed = time.monotonic() - sent
+                timeout = max(0.0, wake.interval - elapsed)
                 if next_ms is not None and now_ms is not None:
-                    timeout = min(timeout, max(0.0, (next_ms - now_ms) / 1000.0))
+                    timeout = min(timeout, max(0.0, (next_ms - now_ms) / 1000.0 - elapsed))
                 if give_up is not None:
                     left = give_up - time.monotonic()
                     if left <= 0.0:
