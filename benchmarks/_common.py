@@ -68,6 +68,9 @@ class Measure:
     passed: bool | None = None
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The process's CPU time per item, in microseconds (the "CPU/job" column; None:
+    #: not measured): unlike a rate, it hardly depends on what else the machine runs.
+    cpu_per_job: float | None = None
 
     def shown_value(self) -> str:
         """The value as the table shows it."""
@@ -238,6 +241,9 @@ def print_table(title: str, measures: list[Measure]) -> None:
     table.add_column("value", justify="right")
     table.add_column("target")
     table.add_column("result", justify="center")
+    cpu = any(m.cpu_per_job is not None for m in measures)
+    if cpu:
+        table.add_column("CPU/job", justify="right")
     table.add_column("note", style="dim")
     previous = None
     for m in measures:
@@ -250,7 +256,10 @@ def print_table(title: str, measures: list[Measure]) -> None:
             verdict = "[bold green]PASS[/bold green]"
         else:
             verdict = "[bold red]MISS[/bold red]"
-        table.add_row(m.section, m.name, m.shown_value(), m.target, verdict, m.note)
+        cells = [m.section, m.name, m.shown_value(), m.target, verdict]
+        if cpu:
+            cells.append("" if m.cpu_per_job is None else f"{m.cpu_per_job:.1f} us")
+        table.add_row(*cells, m.note)
     console.print(table)
     judged = [m for m in measures if m.passed is not None]
     passed = sum(1 for m in judged if m.passed)

@@ -11,9 +11,10 @@ a. Drain: ``jobs`` due tasks of an :class:`~delayq.App`, drained by one in-proce
    :class:`~delayq.Worker`, for each handler and concurrency: ``sync-rpush`` (one
    ``redis.Redis.rpush``), ``async-rpush`` (one ``await redis.asyncio.Redis.rpush``)
    and ``cpu`` (about 1 ms of pure Python, sync). jobs/s = (completions - 1) /
-   seconds from the first handler completion to the last; and the CPU time of the
-   worker's event-loop thread per job (the one thread every message goes through:
-   the least noisy measure of the worker's own cost on a loaded machine).
+   seconds from the first handler completion to the last; CPU/job, the process's CPU
+   time (every thread) per job from the start of ``serve`` to the last job's end (the
+   least noisy measure on a loaded machine); and the CPU time of the worker's
+   event-loop thread per job (the one thread every message goes through).
 b. Floor, in the same run: the same handler in a bare loop without any queue, at
    the same concurrency (threads sharing one redis-py client; asyncio tasks sharing
    one redis.asyncio client; a lone thread; cpu: a lone thread, the GIL's bound).
@@ -22,7 +23,11 @@ b. Floor, in the same run: the same handler in a bare loop without any queue, at
    floor and the drain alternate N times and the best of each is shown. Also the
    sync-rpush handler from a lone thread, the queue alone (reserve 100 + ack_many, no
    handler) and the two added up: where both are CPU-bound (one process, the GIL),
-   a worker cannot beat that sum.
+   a worker cannot beat that sum. The floor's CPU/job is its process's CPU time per
+   call. "CPU bound / floor" is 1 / (the worker's CPU/job) over the floor's rate: the
+   most the worker could reach with a whole CPU to itself (one process runs its
+   Python one thread at a time), so a worker whose CPU/job is above 1 / (0.70 x
+   floor) cannot reach 0.70x, whatever the load.
 c. Lateness: 2000 jobs due one every 5 ms over 10 s, put ahead of time, handler =
    one sync ``rpush`` (concurrency 8): handler start minus the message's due time,
    p50/p99/max in ms; lost, duplicated and early must be 0.
@@ -39,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -194,7 +200,7 @@ def _drain(
     for start in range(0, jobs, 1000):
         app.send_many(task.message() for _ in range(start, min(jobs, start + 1000)))
     worker = Worker(app, concurrency=concurrency)
-    loop_cpu = asyncio.run(_serve_until(worker, jobs, holder))
+    loop_cpu, process_cpu = asyncio.run(_serve_until(worker, jobs, holder))
     seconds = ends[-1] - ends[0] if len(ends) > 1 else 0.0
     rate = (len(ends) - 1) / seconds if seconds > 0 else 0.0
     return {
@@ -203,13 +209,23 @@ def _drain(
         "seconds": seconds,
         "rate": rate,
         "loop_cpu_us": loop_cpu * 1e6 / max(len(ends), 1),
+        "cpu_us": process_cpu * 1e6 / max(len(ends), 1),
     }
 
 
-async def _serve_until(worker: Worker, jobs: int, holder: dict[str, Any]) -> float:
-    """Serve until ``jobs`` ended; the CPU seconds of the loop's thread meanwhile."""
+def process_cpu() -> float:
+    """CPU seconds this process used so far, every thread (user and system)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def _serve_until(worker: Worker, jobs: int, holder: dict[str, Any]) -> tuple[float, float]:
+    """Serve until ``jobs`` ended; the CPU seconds of the loop's thread meanwhile, and
+    of the process until the last job ended (its stop left out)."""
     holder["client"] = redis.asyncio.Redis.from_url(REDIS)
-    cpu = time.thread_time()
+    await holder["client"].ping()  # connected before the count starts
+    cpu, process = time.thread_time(), process_cpu()
+    process_used = 0.0
     serving = asyncio.create_task(worker.serve())
     done, since = -1, time.monotonic()
     try:
@@ -217,19 +233,21 @@ async def _serve_until(worker: Worker, jobs: int, holder: dict[str, Any]) -> flo
             await asyncio.wait({serving}, timeout=0.02)
             ended = worker.counts["succeeded"] + worker.counts["dead"]
             if ended >= jobs:
+                process_used = process_used or process_cpu() - process
                 worker.stop()
             elif ended != done:
                 done, since = ended, time.monotonic()
             elif time.monotonic() - since > STALL_SECONDS:
                 worker.stop(graceful=False)
         await serving
-        return time.thread_time() - cpu
+        return time.thread_time() - cpu, process_used or process_cpu() - process
     finally:
         await holder["client"].aclose()
 
 
-def floor(kind: str, concurrency: int, jobs: int, loops: int) -> float:
-    """Calls per second of the ``kind`` handler in a bare loop, no queue."""
+def floor(kind: str, concurrency: int, jobs: int, loops: int) -> tuple[float, float]:
+    """Calls per second of the ``kind`` handler in a bare loop, no queue, and the
+    process's CPU time per call (microseconds)."""
     sink = Sink()
     try:
         if kind == "async-rpush":
@@ -241,7 +259,7 @@ def floor(kind: str, concurrency: int, jobs: int, loops: int) -> float:
         sink.close()
 
 
-def _thread_floor(call: Callable[[], object], threads: int, jobs: int) -> float:
+def _thread_floor(call: Callable[[], object], threads: int, jobs: int) -> tuple[float, float]:
     each = jobs // threads
     start = threading.Barrier(threads + 1)
 
@@ -253,14 +271,16 @@ def _thread_floor(call: Callable[[], object], threads: int, jobs: int) -> float:
     pool = [threading.Thread(target=loop) for _ in range(threads)]
     for thread in pool:
         thread.start()
+    cpu = process_cpu()
     start.wait()
     started = time.perf_counter()
     for thread in pool:
         thread.join()
-    return each * threads / (time.perf_counter() - started)
+    calls = each * threads
+    return calls / (time.perf_counter() - started), (process_cpu() - cpu) * 1e6 / calls
 
 
-async def _async_floor(key: str, tasks: int, jobs: int) -> float:
+async def _async_floor(key: str, tasks: int, jobs: int) -> tuple[float, float]:
     client = redis.asyncio.Redis.from_url(REDIS)
     each = jobs // tasks
 
@@ -270,9 +290,11 @@ async def _async_floor(key: str, tasks: int, jobs: int) -> float:
 
     try:
         await client.ping()
+        cpu = process_cpu()
         started = time.perf_counter()
         await asyncio.gather(*(loop() for _ in range(tasks)))
-        return each * tasks / (time.perf_counter() - started)
+        calls = each * tasks
+        return calls / (time.perf_counter() - started), (process_cpu() - cpu) * 1e6 / calls
     finally:
         await client.aclose()
 
@@ -289,15 +311,20 @@ def section_drain(
         for _ in range(repeat):  # alternated: a load that comes and goes hits both
             floors.append(floor(kind, concurrency, jobs, loops))
             runs.append(drain(url, kind, concurrency, jobs, loops))
-        bare = max(floors)
+        bare = max(rate for rate, _ in floors)
+        floor_cpu = min(cpu for _, cpu in floors)
         run = max(runs, key=lambda r: r["rate"])
         run["all_rates"], run["all_floors"] = [r["rate"] for r in runs], floors
+        worker_cpu = min(r["cpu_us"] for r in runs)
+        run["all_cpu_us"] = [r["cpu_us"] for r in runs]
+        bound = 1e6 / worker_cpu / bare if worker_cpu and bare else 0.0
         share = run["rate"] / bare if bare else 0.0
         held = redis_url and (kind, concurrency) in TARGETS
         lost = jobs - run["completed"]
         measures.append(
-            Measure("b", f"floor {label} (bare loop)", bare, "items/s", note=_floor_note(kind))
-        )
+            Measure("b", f"floor {label} (bare loop)", bare, "items/s",
+                    note=_floor_note(kind), cpu_per_job=floor_cpu)
+        )  # fmt: skip
         measures.append(
             Measure(
                 "a",
@@ -306,6 +333,7 @@ def section_drain(
                 "items/s",
                 note=f"{share:.0%} of the floor" + (f", {lost} not completed" if lost else ""),
                 extra=run,
+                cpu_per_job=worker_cpu,
             )
         )
         measures.append(
@@ -315,6 +343,15 @@ def section_drain(
                 run["loop_cpu_us"],
                 "us",
                 note="thread time of the event loop's thread / jobs (best run)",
+            )
+        )
+        measures.append(
+            Measure(
+                "a",
+                f"worker {label}: CPU bound / floor",
+                bound,
+                "x",
+                note="(1e6 / worker CPU/job) / floor: the most one process's CPU allows",
             )
         )
         measures.append(
@@ -333,11 +370,12 @@ def section_drain(
 def section_bound(url: str, sizes: Sizes) -> list[Measure]:
     """What one process can do at best with a sync rpush handler: the lone-thread
     floor, the queue alone (reserve 100 + ack_many, no handler), and both added up."""
-    lone = floor("sync-rpush", 1, sizes.jobs, 0)
+    lone, lone_cpu = floor("sync-rpush", 1, sizes.jobs, 0)
     raw = asyncio.run(_queue_alone(url, sizes.jobs))
     both = 1.0 / (1.0 / lone + 1.0 / raw) if lone and raw else 0.0
     return [
-        Measure("b", "floor sync-rpush c1 (a lone thread)", lone, "items/s"),
+        Measure("b", "floor sync-rpush c1 (a lone thread)", lone, "items/s",
+                cpu_per_job=lone_cpu),
         Measure("b", "queue alone: reserve 100 + ack_many", raw, "items/s", note="no handler"),
         Measure("b", "both, one after the other", both, "items/s",
                 note="1 / (1/lone thread + 1/queue alone): one process, one CPU's worth"),

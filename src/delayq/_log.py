@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["LOGGER_NAME", "log_event", "log_raised", "log_value"]
+__all__ = ["LOGGER_NAME", "log_enabled", "log_event", "log_raised", "log_value"]
 
 #: The name of the logger delayq writes to.
 LOGGER_NAME = "delayq"
@@ -33,6 +33,12 @@ def _log(level: int, event: str, fields: dict[str, object], exc: BaseException |
         )
         extra = {"delayq": {"event": event, **fields}}
         logger.log(level, "%s %s", event, text, exc_info=exc, extra=extra)
+
+
+def log_enabled(level: int) -> bool:
+    """Whether a line at ``level`` would be logged: a hot path asks before it builds
+    the fields of a line that nobody would see."""
+    return logger.isEnabledFor(level)
 
 
 def log_event(level: int, event: str, **fields: object) -> None:

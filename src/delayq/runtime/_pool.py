@@ -81,16 +81,29 @@ class DaemonPool(Executor):
 
 
 class Slots:
-    """How many more handlers may start (asyncio, one loop)."""
+    """How many more messages may be reserved (asyncio, one loop).
 
-    def __init__(self, total: int) -> None:
+    With ``batch`` > 1 and ``low``, a reserve waits until ``batch`` slots are free, or
+    ``low()`` says the messages reserved ahead are running out: a claim of many costs
+    about as much as a claim of one, so a busy worker claims in fewer, bigger ones.
+    """
+
+    def __init__(
+        self, total: int, *, batch: int = 1, low: Callable[[], bool] | None = None
+    ) -> None:
         self.total = total
         self.free = total
+        self._batch = max(1, min(batch, total))
+        self._low = low
         self._changed = asyncio.Event()
 
+    def _ready(self) -> bool:
+        free = self.free
+        return free >= self._batch or (free > 0 and (self._low is None or self._low()))
+
     async def take_all(self) -> int:
-        """Wait for at least one free slot, then take every free slot."""
-        while self.free == 0:
+        """Wait for free slots (see the class), then take every free slot."""
+        while not self._ready():
             self._changed.clear()
             await self._changed.wait()
         taken, self.free = self.free, 0
@@ -100,7 +113,8 @@ class Slots:
         """Return ``count`` slots."""
         if count:
             self.free += count
-            self._changed.set()
+            if self._ready():
+                self._changed.set()
 
 
 class Gate:
@@ -115,6 +129,11 @@ class Gate:
         self.free = total
         self._waiters: deque[asyncio.Future[bool]] = deque()
         self._closed = False
+
+    @property
+    def waiting(self) -> int:
+        """How many wait for a place (some may have given up meanwhile)."""
+        return len(self._waiters)
 
     async def enter(self) -> bool:
         """Wait for a free place and take it: True; False once the gate is closed."""
@@ -243,6 +262,11 @@ class SyncLane:
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed
+
+    @property
+    def waiting(self) -> int:
+        """How many calls wait for a thread (a glance, without the lock)."""
+        return len(self._runs)
 
     def submit(self, fn: Callable[[], Any], done: Ran) -> None:
         """Run ``fn()`` on a lane thread once one is free, then ``done(error, result,

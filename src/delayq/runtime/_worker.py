@@ -43,6 +43,7 @@ from typing import Any
 
 from .._clock import SYSTEM_CLOCK, Clock
 from .._duration import delay_to_seconds
+from .._log import log_enabled as _log_enabled
 from .._log import log_event, log_raised
 from ..durable._constants import DEFAULT_LEASE
 from ..durable.message import Message, State
@@ -267,12 +268,16 @@ class Worker:
             self._stopped.set()
         if self._force:
             self._forced.set()
-        self._slots = Slots(self.concurrency + self.prefetch)
         if self._all_sync():  # the lane's threads bound how many run at once
             self._lane = SyncLane(self.concurrency)
             self._gate = gate = Gate(self.concurrency + self.prefetch)
         else:
             self._gate = gate = Gate(self.concurrency)
+        # Claim in batches of half the prefetch, or as soon as fewer than a round of
+        # handlers wait: one claim costs about as much as the handler of one job.
+        self._slots = Slots(
+            self.concurrency + self.prefetch, batch=self.prefetch // 2, low=self._running_low
+        )
         self._held_empty = asyncio.Event()
         self._held_empty.set()
         self._open_queues()
@@ -315,6 +320,12 @@ class Worker:
             await self._close_queues()
             self._loop = None
             log_event(_INFO, "worker.stopped", **dict(self.counts))
+
+    def _running_low(self) -> bool:
+        """Whether fewer messages than a round of handlers wait for one."""
+        waiting = self._lane.waiting if self._lane is not None else 0
+        assert self._gate is not None
+        return waiting + self._gate.waiting < self.concurrency
 
     def _open_queues(self) -> None:
         if self._queue is not None:
@@ -390,22 +401,25 @@ class Worker:
             outage=self._outage,
             hold_all_slots=len(self._queues) == 1,
             event_prefix="worker",
-            start=self._start if self._lane is not None else None,
+            start=self._start,
         )
 
-    # -- the fast path: plain sync calls, no task per message -------------------------
+    # -- the fast path: plain calls, no job (task) of their own per message ----------
     def _start(self, queue: AsyncQueue, msg: Message) -> bool:
-        """Hand a plain sync call (no cron tick, no timeout) straight to the lane; False
+        """Take a plain call (no cron tick, no timeout) on the fast path: a sync one
+        straight to the lane, an async one to a bare task that waits at the gate; both
+        renewed by :meth:`_renew_held` and acked with :meth:`AckBatcher.ack_soon`. False
         leaves the message to a job of its own (:meth:`_job`)."""
         lane = self._lane
-        assert lane is not None
-        if lane.closed:
+        if lane is not None and lane.closed:
             return False
         try:
             call = self._resolve(msg)
         except Exception:  # an unknown task: its job sends it to dead
             return False
-        if call.is_async or call.cron is not None or call.timeout is not None:
+        if call.cron is not None or call.timeout is not None:
+            return False
+        if not call.is_async and lane is None:  # a sync call of a mixed app: the pool
             return False
         loop = asyncio.get_running_loop()
         every = self.lease / WORKER_EXTEND_DIVISOR
@@ -413,12 +427,48 @@ class Worker:
         self._held[held] = None
         assert self._held_empty is not None
         self._held_empty.clear()
-        log_event(_DEBUG, "job.reserved", queue=queue.name, id=msg.id, attempt=msg.attempts)
+        if _log_enabled(_DEBUG):
+            log_event(_DEBUG, "job.reserved", queue=queue.name, id=msg.id, attempt=msg.attempts)
+        if call.is_async:
+            task = loop.create_task(self._run_async(held))
+            self._running[task] = msg  # awaited by a graceful stop, cancelled past grace
+            task.add_done_callback(self._async_ended)
+            return True
+        assert lane is not None
         context = contextvars.copy_context()
         context.run(_current.set, msg)
         run = functools.partial(context.run, call.fn, *call.args, **call.kwargs)
         lane.submit(run, functools.partial(self._ran, held))
         return True
+
+    async def _run_async(self, held: _Held) -> None:
+        """An async call of the fast path: wait for a place at the gate, run it, and
+        give its outcome to :meth:`_ran` as the lane gives a sync call's."""
+        gate = self._gate
+        assert gate is not None
+        if not await gate.enter():  # stopping before it ran: give it back
+            if not (held.busy or held.settled):
+                held.busy = True
+                await self._fast_give_back(held)
+            return
+        _current.set(held.msg)  # this task's own context (create_task copied it)
+        call = held.call
+        started = time.monotonic()
+        error: BaseException | None = None
+        try:
+            await call.fn(*call.args, **call.kwargs)
+        except asyncio.CancelledError as exc:  # given back past the grace (held.busy)
+            error = NotStarted("cancelled") if not held.busy else exc
+        except BaseException as exc:  # as a job: any failure is the message's
+            error = exc
+        finally:
+            gate.leave()
+        self._ran(held, error, None, started)
+
+    def _async_ended(self, task: asyncio.Task[None]) -> None:
+        self._running.pop(task, None)
+        if not task.cancelled() and task.exception() is not None:
+            log_event(_ERROR, "worker.job_crashed", error=repr(task.exception()))
 
     def _ran(
         self, held: _Held, error: BaseException | None, result: object, started: float | None
@@ -441,10 +491,11 @@ class Worker:
         queue, msg = held.queue, held.msg
         if outcome is True:
             self.counts["succeeded"] += 1
-            log_event(
-                _INFO, "job.succeeded", queue=queue.name, id=msg.id, task=held.call.label,
-                attempt=msg.attempts, seconds=round(time.monotonic() - started, 6),
-            )  # fmt: skip
+            if _log_enabled(_INFO):  # the fields cost more than the line when it is off
+                log_event(
+                    _INFO, "job.succeeded", queue=queue.name, id=msg.id, task=held.call.label,
+                    attempt=msg.attempts, seconds=round(time.monotonic() - started, 6),
+                )  # fmt: skip
         elif outcome is False:
             self.counts["lease_lost"] += 1
             log_event(_WARNING, "job.lease_lost", queue=queue.name, id=msg.id, at="ack")
