@@ -3,7 +3,10 @@ temporary directory and ``postgres`` (a child of the test process, unlike what
 ``pg_ctl`` starts, so that a killed server is reaped) on a free port, from the machine's binaries
 (``pg_config --bindir``, else PATH). initdb refuses to run as root: as root the
 server runs as the ``postgres`` user (``runuser``), its directory owned by it.
-The shared test server is never touched."""
+The shared test server is never touched. The fault tests (tests/faults/_netns.py) run
+one inside a network namespace: ``wrap`` prefixes the server's command, ``listen`` and
+``trust`` open it to the namespace's links.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = ["PostgresUnavailable", "PrivatePostgres"]
@@ -58,8 +62,15 @@ def _alive(pid: int) -> bool:
 class PrivatePostgres:
     """One server of the test's own; ``kill()`` is a SIGKILL of it and its processes."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, wrap: Sequence[str] = (), listen: str = "127.0.0.1", trust: str | None = None
+    ) -> None:
+        """``wrap``: argv the server's command is run under (``ip netns exec NAME``);
+        ``listen``: its ``listen_addresses``; ``trust``: a network (CIDR) whose clients
+        connect without a password."""
         self.bindir = _bindir()
+        self.wrap = list(wrap)
+        self.listen = listen
         self.root = Path(tempfile.mkdtemp(prefix="delayq-pg-"))
         self.data = self.root / "data"
         self.log = self.root / "server.log"
@@ -69,6 +80,9 @@ class PrivatePostgres:
         if self._as_postgres:
             shutil.chown(self.root, "postgres", "postgres")
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-N")
+        if trust is not None:
+            with (self.data / "pg_hba.conf").open("a") as hba:
+                hba.write(f"host all all {trust} trust\n")
         self.start()
 
     @property
@@ -90,16 +104,18 @@ class PrivatePostgres:
         command = [
             str(self.bindir / "postgres"),
             *("-D", str(self.data), "-p", str(self.port), "-k", str(self.root)),
-            *("-c", "listen_addresses=127.0.0.1", "-c", "fsync=on"),
+            *("-c", f"listen_addresses={self.listen}", "-c", "fsync=on"),
         ]
         if self._as_postgres:
             command = ["runuser", "-u", "postgres", "--", *command]
+        command = [*self.wrap, *command]
         with self.log.open("ab") as log:
             self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while True:
             ready = subprocess.run(
-                [str(self.bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)],
+                # By its unix socket: reachable from any network namespace.
+                [str(self.bindir / "pg_isready"), "-h", str(self.root), "-p", str(self.port)],
                 capture_output=True,
                 check=False,
             )

@@ -25,8 +25,10 @@ from delayq.durable import AsyncQueue, Queue
 
 psycopg = pytest.importorskip("psycopg")
 
+from psycopg.conninfo import conninfo_to_dict  # noqa: E402
+
 from delayq.backends.postgres import _schema, statements  # noqa: E402
-from delayq.backends.postgres._url import parse_url  # noqa: E402
+from delayq.backends.postgres._url import TIMEOUTS, parse_url  # noqa: E402
 
 BASE = os.environ.get("DELAYQ_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -70,6 +72,17 @@ def test_both_schemes_and_libpq_parameters_are_taken() -> None:
     assert "application_name=delayq" not in named.conninfo
 
 
+def test_a_dead_connection_is_bounded_by_default_and_each_timeout_can_be_set() -> None:
+    """Without timeouts libpq waits for the kernel (~15 min) on a silent server."""
+    params = conninfo_to_dict(parse_url("postgresql://h/db").conninfo)
+    assert {key: params[key] for key in TIMEOUTS} == TIMEOUTS
+    given = parse_url("postgresql://h/db?tcp_user_timeout=0&connect_timeout=30&pool_timeout=60")
+    params = conninfo_to_dict(given.conninfo)
+    assert (params["tcp_user_timeout"], params["connect_timeout"]) == ("0", "30")
+    assert params["keepalives_idle"] == TIMEOUTS["keepalives_idle"]
+    assert given.pool_timeout == 60.0
+
+
 @pytest.mark.parametrize(
     ("url", "error"),
     [
@@ -78,6 +91,7 @@ def test_both_schemes_and_libpq_parameters_are_taken() -> None:
         ("postgresql://h/db?notify=maybe", ValueError),
         ("postgresql://h/db?poll_interval=0", ValueError),
         ("postgresql://h/db?pool_size=0", ValueError),
+        ("postgresql://h/db?pool_timeout=0", ValueError),
     ],
 )
 def test_a_bad_url_is_refused_before_any_connection(url: str, error: type[Exception]) -> None:

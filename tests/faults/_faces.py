@@ -17,13 +17,24 @@ from typing import Any
 import pytest
 import redis
 
+from delayq.backends.postgres import OUTAGE_ERRORS as PG_OUTAGE
 from delayq.durable import AsyncQueue, Queue
 from delayq.errors import OutcomeUnknown
 
 from ._history import History, Op
-from ._netns import CONNECT_TIMEOUT, READ_TIMEOUT
+from ._netns import CONNECT_TIMEOUT, READ_TIMEOUT, NsPostgres
 
-__all__ = ["BOUND", "FACES", "OUTAGE", "Face", "fails", "reserve", "settle"]
+__all__ = [
+    "BOUND",
+    "FACES",
+    "OUTAGE",
+    "PG_BOUND",
+    "PG_OUTAGE",
+    "Face",
+    "fails",
+    "reserve",
+    "settle",
+]
 
 FACES = ("sync", "async")
 #: The longest a call to a silent server may take with the tests' timeouts: a read
@@ -31,16 +42,33 @@ FACES = ("sync", "async")
 BOUND = READ_TIMEOUT + CONNECT_TIMEOUT + 1.5
 #: What a call to a server that does not answer raises.
 OUTAGE = (redis.ConnectionError, redis.TimeoutError)
+#: :data:`BOUND` on PostgreSQL with :meth:`NsPostgres.short_url`'s timeouts: the longest
+#: of a request's user timeout (its retransmissions land on about 1.5 s), a connect
+#: and the wait for a pooled connection, plus slack; what it raises is
+#: :data:`PG_OUTAGE` (``psycopg.OperationalError``, ``PoolTimeout``).
+PG_BOUND = (
+    max(
+        2 * READ_TIMEOUT, *(float(NsPostgres.SHORT[k]) for k in ("connect_timeout", "pool_timeout"))
+    )
+    + 1.5
+)
 
 
-async def fails(call: Awaitable[Any], op: Op | None = None) -> BaseException:
-    """What ``call`` raised, once it failed within :data:`BOUND` (its outcome noted in
-    ``op``: unknown for :class:`OutcomeUnknown`, else failed)."""
+async def fails(
+    call: Awaitable[Any],
+    op: Op | None = None,
+    *,
+    errors: tuple[type[BaseException], ...] = OUTAGE,
+    bound: float = BOUND,
+) -> BaseException:
+    """What ``call`` raised (one of ``errors``), once it failed within ``bound`` s
+    (Redis's by default; its outcome noted in ``op``: unknown for
+    :class:`OutcomeUnknown`, else failed)."""
     started = time.monotonic()
-    with pytest.raises(OUTAGE) as raised:
-        await asyncio.wait_for(call, BOUND * 3)
+    with pytest.raises(errors) as raised:
+        await asyncio.wait_for(call, bound * 3)
     elapsed = time.monotonic() - started
-    assert elapsed < BOUND, f"{raised.value!r} took {elapsed:.1f} s"
+    assert elapsed < bound, f"{raised.value!r} took {elapsed:.1f} s"
     if op is not None:
         op.outcome = "unknown" if isinstance(raised.value, OutcomeUnknown) else "failed"
         op.error = type(raised.value).__name__

@@ -22,7 +22,8 @@ Packet loss is an ``nft`` table inside the host's namespace (this kernel has no
 Every name carries the pid of the test process (``dqf<pid>...``), so parallel runs do
 not clash, and namespaces left by a test process that died are removed by the next run.
 :class:`NsRedis` runs a ``redis-server`` inside a host's namespace on a temp dir and
-stops it by PID.
+stops it by PID; :class:`NsPostgres` a private PostgreSQL (``initdb``, run as the
+``postgres`` user when root) the same way.
 """
 
 from __future__ import annotations
@@ -35,16 +36,18 @@ import signal
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import ClassVar, NoReturn
 
 import pytest
 
+from backends._postgres_server import PrivatePostgres
 from backends._redis_server import wait_ready
 
 __all__ = [
     "CONNECT_TIMEOUT",
     "READ_TIMEOUT",
     "Link",
+    "NsPostgres",
     "NsRedis",
     "ServerHost",
     "namespaces_refused",
@@ -370,3 +373,37 @@ class NsRedis:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+class NsPostgres(PrivatePostgres):
+    """A private PostgreSQL in ``host``'s namespace, listening on every address there,
+    trusting the links' clients; started at once, stopped (by PID) and removed by
+    :meth:`stop`. Raises ``PostgresUnavailable`` without the binaries."""
+
+    #: The timeouts of :meth:`short_url`: a connect (libpq's least: 2 s), a request
+    #: not acknowledged (ms), the keepalive probes of an idle connection (s), and the
+    #: wait for a pooled connection (s).
+    SHORT: ClassVar[dict[str, int]] = {
+        "connect_timeout": 2,
+        "tcp_user_timeout": int(READ_TIMEOUT * 1000),
+        "keepalives_idle": 1,
+        "keepalives_interval": 1,
+        "keepalives_count": 1,
+        "pool_timeout": 2,
+    }
+
+    def __init__(self, host: ServerHost) -> None:
+        self.host = host
+        super().__init__(wrap=host.exec_argv([]), listen="*", trust=str(_POOL))
+
+    def url(self, link: Link, **params: object) -> str:
+        """The URL of this server through ``link`` (``params`` as URL parameters)."""
+        query = "&".join(f"{key}={value}" for key, value in params.items())
+        return f"postgresql://postgres@{link.address}:{self.port}/postgres" + (
+            f"?{query}" if query else ""
+        )
+
+    def short_url(self, link: Link, **params: object) -> str:
+        """:meth:`url` with the short timeouts of :data:`SHORT`, so a call on a silent
+        link fails within a few seconds."""
+        return self.url(link, **{**self.SHORT, **params})

@@ -13,21 +13,16 @@ are 10 s and 5 s (docs/durability.md).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
 from delayq.errors import OutcomeUnknown
 
 from ._faces import FACES, Face, fails
-from ._faces import reserve as _reserve
-from ._faces import settle as _settle
-from ._history import History, check
 from ._netns import READ_TIMEOUT, Link, NsRedis
+from ._scenarios import Outage, check_silent_then_heal, replies_dropped
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
-
-LEASE = 1.5
 
 
 @pytest.fixture(params=FACES)
@@ -45,50 +40,9 @@ def url(ns_redis: NsRedis, link: Link) -> str:
 def test_calls_to_a_silent_server_fail_in_bounded_time_and_a_waiting_consumer_resumes(
     face: str, url: str, link: Link
 ) -> None:
-    history = History(unknown=[OutcomeUnknown])
-
-    async def reserve(q: Face, **options: Any) -> list[Any]:
-        return await _reserve(q, history, lease=LEASE, **options)
-
-    async def ack(q: Face, message: Any) -> None:
-        await _settle(q, history, "ack", message)
-
-    async def main() -> None:
-        async with Face(face, url, "silent") as q, Face(face, url, "silent") as waiter:
-            for id in ("a", "b", "c"):
-                with history.call("put", id):
-                    await q.call("put", id, id=id)
-            [held] = await reserve(q, wait=0)
-            link.cut()
-            # Written on the open connection, the put's reply never comes.
-            with history.call("put", "d") as op:
-                lost = await fails(q.call("put", "d", id="d"), op)
-            assert isinstance(lost, OutcomeUnknown)
-            assert lost.operation == "put"
-            # The connection is gone: the next calls must connect, and cannot.
-            with history.call("ack", held.id, token=held.lease) as op:
-                assert not isinstance(await fails(q.call("ack", held), op), OutcomeUnknown)
-            with history.call("reserve") as op:
-                await fails(q.call("reserve", wait=0), op)
-            # A consumer that waits through the outage gets messages once it heals.
-            waiting = asyncio.ensure_future(reserve(waiter, wait=None, max=10))
-            await asyncio.sleep(2 * READ_TIMEOUT)
-            assert not waiting.done()
-            link.heal()
-            got = await asyncio.wait_for(waiting, 15)
-            assert got
-            for message in got:
-                await ack(waiter, message)
-            # The held message comes back once its lease expires; drain the queue.
-            while messages := await reserve(q, wait=LEASE + 1, max=10):
-                for message in messages:
-                    await ack(q, message)
-
-    asyncio.run(main())
-    report = check(history)
-    report.assert_ok()
-    assert report.messages == 4  # a, b, c and the put of unknown fate
-    assert report.explained == report.duplicates == 1  # the held one, after its lease
+    """The ack after the lost put must connect, and cannot: it fails unsent."""
+    outage = Outage(waiting=2 * READ_TIMEOUT)
+    check_silent_then_heal(face, url, link, outage, ack_connects=True)
 
 
 def test_a_put_or_claim_whose_reply_is_dropped_is_reported_unknown(
@@ -96,28 +50,7 @@ def test_a_put_or_claim_whose_reply_is_dropped_is_reported_unknown(
 ) -> None:
     """A put retried with its id stores nothing twice; what a lost claim took comes
     back after the lease."""
-
-    async def main() -> None:
-        async with Face(face, url, "unknown") as q:
-            await q.call("put", "warm", id="warm")
-            link.silence()  # the server still gets and runs what it is sent
-            lost = await fails(q.call("put", "job", id="job"))
-            assert isinstance(lost, OutcomeUnknown)
-            link.heal()
-            again = await q.call("put_outcome", "job", id="job")
-            assert not again.created  # the first put had stored it: nothing twice
-            # A claim whose reply is dropped: the messages it took come back after
-            # their lease, to the next reserve.
-            link.silence()
-            lost = await fails(q.call("reserve", wait=0, max=10, lease=LEASE))
-            assert isinstance(lost, OutcomeUnknown)
-            assert lost.operation == "reserve"
-            link.heal()
-            messages = await q.call("reserve", wait=LEASE + 3, max=10)
-            assert sorted(m.id for m in messages) == ["job", "warm"]
-            assert {m.attempts for m in messages} == {2}
-
-    asyncio.run(main())
+    asyncio.run(replies_dropped(face, url, link, Outage()))
 
 
 def test_a_large_put_to_a_server_that_stopped_reading_fails_in_bounded_time(

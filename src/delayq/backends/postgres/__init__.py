@@ -19,6 +19,15 @@ Options (keyword arguments of ``Queue``/``AsyncQueue``, or URL query parameters)
 * ``pool_size`` (default 16): the most connections of a backend object's pool, opened
   as concurrent calls need them (concurrent puts commit together only on connections
   of their own).
+* ``pool_timeout`` (seconds, default 10): how long a call waits for a connection of
+  the pool (all busy, or none can be made) before ``psycopg_pool.PoolTimeout``.
+
+Timeouts: unless the URL sets them, connections get ``connect_timeout=5``,
+``tcp_user_timeout=10000`` (ms) and keepalives (5 s idle, 2 s apart, 3 probes), so a
+call to a server that stops answering fails in about 10 s (docs/durability.md,
+"Network and disk faults"). A change whose connection broke after it was sent raises
+:class:`~delayq.errors.OutcomeUnknown` (also a ``psycopg.OperationalError``) and is
+not sent again; a waiting ``reserve`` rides an outage out.
 
 How it works: one row per message in ``<schema>.messages``; every operation is one
 statement of :mod:`.statements` (each the mirror of a pure transition of

@@ -29,9 +29,30 @@ POOL_SIZE = 16
 #: gives one.
 APPLICATION_NAME = "delayq"
 
+#: How long a call waits for a connection of the pool, seconds: all in use, or none can
+#: be made (a server that does not answer a connect), it raises ``PoolTimeout``.
+POOL_TIMEOUT = 10.0
+#: libpq parameters delayq sets unless the URL gives them, so that a call to a server
+#: that stops answering without closing (a partition, a dead host) fails in bounded
+#: time instead of waiting for the kernel (~15 min): a connect fails after
+#: ``connect_timeout`` s; a request or reply not acknowledged by the server's host
+#: within ``tcp_user_timeout`` ms fails; an idle connection (the LISTEN one, a query
+#: the server is still running) is probed after ``keepalives_idle`` s of silence, every
+#: ``keepalives_interval`` s, and dropped after ``keepalives_count`` unanswered probes
+#: (or the user timeout). A slow query is not cut short: the server's host answers
+#: the probes. Ignored on a unix socket.
+TIMEOUTS = {
+    "connect_timeout": "5",
+    "tcp_user_timeout": "10000",
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+}
+
 #: The options a postgresql URL's query or ``Queue(...)`` keyword may set; every other
 #: query parameter goes to libpq as is (sslmode, application_name, connect_timeout...).
-OPTIONS = frozenset({"schema", "notify", "poll_interval", "pool_size"})
+OPTIONS = frozenset({"schema", "notify", "poll_interval", "pool_size", "pool_timeout"})
 _SCHEMES = ("postgresql", "postgres")
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
 
@@ -44,6 +65,7 @@ class Settings(NamedTuple):
     notify: bool
     poll_interval: float
     pool_size: int
+    pool_timeout: float
 
 
 def parse_url(url: str, **options: Any) -> Settings:
@@ -64,8 +86,9 @@ def parse_url(url: str, **options: Any) -> Settings:
     if unknown:
         raise TypeError(f"unknown postgresql option(s): {', '.join(unknown)}")
     own.update(options)
-    if not any(key == "application_name" for key, _ in passed):
-        passed.append(("application_name", APPLICATION_NAME))
+    given = {key for key, _ in passed}
+    defaults = {"application_name": APPLICATION_NAME, **TIMEOUTS}
+    passed += [(key, value) for key, value in defaults.items() if key not in given]
     # By hand: urlunsplit drops the "//" of an empty host (postgresql:///db, a socket).
     conninfo = f"postgresql://{parts.netloc}{parts.path}?{urlencode(passed)}"
     try:
@@ -80,6 +103,7 @@ def parse_url(url: str, **options: Any) -> Settings:
             "poll_interval", own.get("poll_interval", POLL_INTERVAL), 60.0
         ),
         pool_size=_count("pool_size", own.get("pool_size", POOL_SIZE), 1000),
+        pool_timeout=bounded_seconds("pool_timeout", own.get("pool_timeout", POOL_TIMEOUT), 3600.0),
     )
 
 

@@ -11,14 +11,16 @@ transaction), or one transaction of a few (a put mixing ``replace``/``error`` wi
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from ...._log import LOGGER_NAME
 from ....durable.inspection import bucket_width, select_peek
 from ....durable.message import (
     LEASE_EXPIRED_ERROR,
@@ -32,6 +34,7 @@ from ....durable.message import (
 )
 from ....errors import DuplicateId, LeaseLost, QueueClosed
 from .. import _schema
+from .._outcome import QUICK_FAILURE, raise_lost
 from .._runner import AsyncLock, guarded_async
 from .._url import SAFETY_INTERVAL, parse_url
 from .._wakeup import Wakeup
@@ -44,6 +47,15 @@ _LEASE_LOST = "the lease expired or the message was reserved, acked or removed s
 #: How many times a read (or a claim) is tried again on another connection when the one
 #: it borrowed turns out broken (a restarted server leaves every pooled one broken).
 _RETRIES = 3
+#: First and longest pause of a waiting reserve between two tries while the server
+#: does not answer, seconds.
+_FIRST_PAUSE = 0.05
+_MAX_PAUSE = 2.0
+#: What a waiting reserve rides out by trying again: a lost, refused or timed-out
+#: connection, a pool that found none in time.
+_OUTAGE = (psycopg.OperationalError, PoolTimeout)
+
+_log = logging.getLogger(LOGGER_NAME)
 
 Row = tuple[Any, ...]
 
@@ -200,6 +212,7 @@ class AsyncPostgresBackend:
             settings.conninfo,
             min_size=1,
             max_size=settings.pool_size,
+            timeout=settings.pool_timeout,
             kwargs={"autocommit": True},
             open=False,
             name=f"delayq-{settings.schema}",
@@ -235,8 +248,12 @@ class AsyncPostgresBackend:
                 await upgrade(conn, self._settings.schema)
             self._ready = True
 
-    async def _fetch(self, statement: str, params: Mapping[str, Any]) -> list[Row]:
-        """Run one statement that returns rows (its own transaction) and return them."""
+    async def _fetch(
+        self, statement: str, params: Mapping[str, Any], change: str | None = None
+    ) -> list[Row]:
+        """Run one statement that returns rows (its own transaction) and return them;
+        for a ``change`` (the operation's name), a connection that broke once it was
+        sent raises :class:`~delayq.errors.OutcomeUnknown`."""
         await self._open()
         # getconn/putconn rather than connection(): in autocommit the latter's
         # commit-or-rollback on exit has nothing to do, and a put is short enough for
@@ -245,24 +262,35 @@ class AsyncPostgresBackend:
         try:
             cursor = await conn.execute(statement, params)
             return await cursor.fetchall()
+        except psycopg.OperationalError as exc:
+            raise_lost(conn, exc, change)
         finally:
             await self._pool.putconn(conn)
 
-    async def _count(self, statement: str, params: Mapping[str, Any]) -> int:
-        """Run one statement without rows and return how many it changed."""
+    async def _count(self, statement: str, params: Mapping[str, Any], change: str) -> int:
+        """Run one change without rows and return how many rows it changed (see
+        :meth:`_fetch`)."""
         await self._open()
         async with self._pool.connection() as conn:
-            cursor = await conn.execute(statement, params)
+            try:
+                cursor = await conn.execute(statement, params)
+            except psycopg.OperationalError as exc:
+                raise_lost(conn, exc, change)
             return cursor.rowcount
 
-    async def _read(self, statement: str, params: Mapping[str, Any]) -> list[Row]:
-        """:meth:`_fetch` for a statement safe to run twice (a read, a claim):
-        tried again on another connection when the borrowed one is broken."""
+    async def _read(
+        self, statement: str, params: Mapping[str, Any], change: str | None = None
+    ) -> list[Row]:
+        """:meth:`_fetch` for a statement safe to run twice (a read, a claim): tried
+        again on another connection when the borrowed one was found broken at once
+        (not after a timeout: see :data:`~.._outcome.QUICK_FAILURE`)."""
         for attempt in range(_RETRIES):
+            started = time.monotonic()
             try:
-                return await self._fetch(statement, params)
+                return await self._fetch(statement, params, change)
             except psycopg.OperationalError:
-                if attempt == _RETRIES - 1 or self._closed:
+                slow = time.monotonic() - started > QUICK_FAILURE
+                if attempt == _RETRIES - 1 or self._closed or slow:
                     raise
         raise AssertionError("unreachable")
 
@@ -282,26 +310,30 @@ class AsyncPostgresBackend:
                 "max_attempts": request.max_attempts,
                 "headers": _headers(request.headers),
             }
-            rows = await self._fetch(self.sql.PUT_ONE, params)
+            rows = await self._fetch(self.sql.PUT_ONE, params, "put")
             if not rows:
                 return [0]
             self._wake.notify(queue, rows[0][0])
             return []
         if all(r.on_conflict == "ignore" for r in requests):
-            rows = await self._fetch(self.sql.PUT_IGNORE, _requests(queue, requests))
+            rows = await self._fetch(self.sql.PUT_IGNORE, _requests(queue, requests), "put")
             self._wake.notify(queue, rows[0][1])
             return _kept(rows[0][0], 0, len(requests))
         await self._open()
         async with self._pool.connection() as conn:
-            kept, earliest = await put_on(conn, self.sql, queue, requests)
+            try:
+                kept, earliest = await put_on(conn, self.sql, queue, requests)
+            except psycopg.OperationalError as exc:
+                raise_lost(conn, exc, "put")
         self._wake.notify(queue, earliest)
         return kept
 
     async def reserve(
         self, queue: str, *, limit: int, lease_ms: int, wait: float | None
     ) -> list[Record]:
-        """See :meth:`~delayq.durable.backend.AsyncBackend.reserve`."""
-        await self._open()
+        """See :meth:`~delayq.durable.backend.AsyncBackend.reserve`; a waiting one
+        rides out a server that does not answer, trying again after a doubling pause
+        (or once the listener is back) until its wait ends."""
         wake = self._wake
         give_up = None if wait is None else time.monotonic() + wait
         waiter = wake.enter(queue)
@@ -313,6 +345,7 @@ class AsyncPostgresBackend:
             "waiter": None,
             "sleep_ms": 0,
         }
+        pause = _FIRST_PAUSE
         try:
             while True:
                 wake.look(waiter)
@@ -324,11 +357,24 @@ class AsyncPostgresBackend:
                 params["sleep_ms"] = math.ceil(min(sleep, wake.interval) * 1000) if registers else 0
                 # Before the claim: a claim cut short may still have registered.
                 waiter.registered = waiter.registered or registers
-                sent = time.monotonic()
-                rows = await guarded_async(
-                    lambda: self._read(self.sql.CLAIM, params),
-                    lambda rows: self._give_back(queue, rows),
-                )
+                try:
+                    await self._open()
+                    sent = time.monotonic()
+                    rows = await guarded_async(
+                        lambda: self._read(self.sql.CLAIM, params, "reserve"),
+                        lambda rows: self._give_back(queue, rows),
+                    )
+                except _OUTAGE as exc:
+                    left = None if give_up is None else give_up - time.monotonic()
+                    if self._closed or (left is not None and left <= 0.0):
+                        raise
+                    if pause == _FIRST_PAUSE:
+                        _log.warning("delayq: a waiting reserve lost PostgreSQL: %s", exc)
+                    if wake.arm(waiter, None):
+                        await wake.wait_async(waiter, pause if left is None else min(pause, left))
+                    pause = min(pause * 2, _MAX_PAUSE)
+                    continue
+                pause = _FIRST_PAUSE
                 if rows and rows[0][0] is not None:
                     waiter.registered = False  # the claim marked the registration awake
                     records = [_record(row) for row in rows]
@@ -366,12 +412,12 @@ class AsyncPostgresBackend:
             "ids": [row[0] for row in claimed],
             "tokens": [row[10] for row in claimed],
         }
-        await self._fetch(self.sql.RELEASE, params)
+        await self._fetch(self.sql.RELEASE, params, "release")
 
     async def ack(self, queue: str, id: str, token: str) -> None:
         """See :meth:`~delayq.durable.backend.AsyncBackend.ack`."""
         params = {"queue": queue, "id": id, "token": token}
-        if await self._count(self.sql.ACK, params) != 1:
+        if await self._count(self.sql.ACK, params, "ack") != 1:
             raise LeaseLost(_LEASE_LOST)
 
     async def ack_many(self, queue: str, items: Sequence[tuple[str, str]]) -> list[str]:
@@ -381,7 +427,7 @@ class AsyncPostgresBackend:
             "ids": [id for id, _ in items],
             "tokens": [token for _, token in items],
         }
-        acked = {(row[0], row[1]) for row in await self._fetch(self.sql.ACK_MANY, params)}
+        acked = {(row[0], row[1]) for row in await self._fetch(self.sql.ACK_MANY, params, "ack")}
         lost = []
         for item in items:
             if item in acked:
@@ -409,7 +455,7 @@ class AsyncPostgresBackend:
             "error": error,
             "dead": dead,
         }
-        rows = await self._fetch(self.sql.NACK, params)
+        rows = await self._fetch(self.sql.NACK, params, "nack")
         if not rows:
             raise LeaseLost(_LEASE_LOST)
         state = _STATES[rows[0][0]]
@@ -420,7 +466,7 @@ class AsyncPostgresBackend:
     async def release(self, queue: str, id: str, token: str) -> None:
         """See :meth:`~delayq.durable.backend.AsyncBackend.release`."""
         params = {"queue": queue, "ids": [id], "tokens": [token]}
-        rows = await self._fetch(self.sql.RELEASE, params)
+        rows = await self._fetch(self.sql.RELEASE, params, "release")
         if rows[0][0] != 1:
             raise LeaseLost(_LEASE_LOST)
         self._wake.notify(queue, rows[0][1])
@@ -428,14 +474,14 @@ class AsyncPostgresBackend:
     async def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
         """See :meth:`~delayq.durable.backend.AsyncBackend.extend`."""
         params = {"queue": queue, "id": id, "token": token, "lease_ms": lease_ms}
-        rows = await self._fetch(self.sql.EXTEND, params)
+        rows = await self._fetch(self.sql.EXTEND, params, "extend")
         if not rows:
             raise LeaseLost(_LEASE_LOST)
         return int(rows[0][0])
 
     async def cancel(self, queue: str, id: str) -> bool:
         """See :meth:`~delayq.durable.backend.AsyncBackend.cancel`."""
-        return await self._count(self.sql.CANCEL, {"queue": queue, "id": id}) == 1
+        return await self._count(self.sql.CANCEL, {"queue": queue, "id": id}, "cancel") == 1
 
     async def reschedule(
         self, queue: str, id: str, *, delay_ms: int | None, at_ms: int | None
@@ -448,7 +494,7 @@ class AsyncPostgresBackend:
             "at_ms": at_ms,
             "expired": LEASE_EXPIRED_ERROR,
         }
-        rows = await self._fetch(self.sql.RESCHEDULE, params)
+        rows = await self._fetch(self.sql.RESCHEDULE, params, "reschedule")
         if not rows:
             return False
         self._wake.notify(queue, rows[0][0])
@@ -488,7 +534,7 @@ class AsyncPostgresBackend:
             "ids": None if ids is None else list(ids),
             "expired": LEASE_EXPIRED_ERROR,
         }
-        count, due = (await self._fetch(self.sql.RETRY_DEAD, params))[0]
+        count, due = (await self._fetch(self.sql.RETRY_DEAD, params, "retry_dead"))[0]
         if count:
             self._wake.notify(queue, due)
         return int(count)
@@ -496,7 +542,7 @@ class AsyncPostgresBackend:
     async def purge(self, queue: str, state: State | None) -> int:
         """See :meth:`~delayq.durable.backend.AsyncBackend.purge`."""
         statement = self.sql.PURGE[None if state is None else state.value]
-        return await self._count(statement, {"queue": queue})
+        return await self._count(statement, {"queue": queue}, "purge")
 
     async def queues(self) -> list[str]:
         """See :meth:`~delayq.durable.backend.AsyncBackend.queues`."""
