@@ -1,9 +1,10 @@
-"""A campaign of network faults on ``redis://``: partitions and silent servers under a
-running workload, every call checked (issue 21).
+"""A campaign of network faults on ``redis://`` or ``postgresql://``: partitions and
+silent servers under a running workload, every call checked (issue 21).
 
-Run as root: ``.venv/bin/python benchmarks/faults.py [--rounds 20] [--face both]
-[--slow 200]``.
-Redis runs in a network namespace of its own (``tests/faults/_netns.py``), reached by
+Run as root: ``.venv/bin/python benchmarks/faults.py [--backend redis|postgres]
+[--rounds 20] [--face both] [--slow 200]``.
+The server (Redis, or a private PostgreSQL) runs in a network namespace of its own
+(``tests/faults/_netns.py``), reached by
 two links. Each round, on a fresh queue, a producer puts messages due within 1.5 s and
 two consumers reserve (lease 1 s) and ack them after a little work; one consumer and
 its link are the victim. At a random moment the victim's link is cut (a partition) or
@@ -12,8 +13,9 @@ silenced (the server's packets dropped: it still runs what it is sent), for a ra
 message was acked. Every call goes into a history (``tests/faults/_history.py``),
 checked for lost, early, acked-back and phantom messages and for duplicates, each
 explained or not by a lease that expired in between. The stall is the time from the
-heal to the victim's first call that succeeds. URLs use short timeouts (socket 1 s,
-connect 0.5 s) so that a round is short.
+heal to the victim's first call that succeeds. URLs use short timeouts so that a round
+is short (Redis: socket 1 s, connect 0.5 s; PostgreSQL: ``NsPostgres.SHORT``, user
+timeout 1 s, connect and pool 2 s).
 
 Then the slow link (``--slow N``, 0 to skip): throughput of puts one by one, of
 ``put_many`` of 100 and of draining (reserve 100 + ``ack_many``), and the lateness of N
@@ -32,6 +34,8 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
@@ -45,14 +49,43 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from delayq.errors import LeaseLost, OutcomeUnknown  # noqa: E402
 from faults._delay import DelayProxy  # noqa: E402
-from faults._faces import Face  # noqa: E402
+from faults._faces import PG_OUTAGE, Face  # noqa: E402
 from faults._history import History, Report, check  # noqa: E402
-from faults._netns import Link, NsRedis, ServerHost, namespaces_refused  # noqa: E402
+from faults._netns import Link, NsPostgres, NsRedis, ServerHost, namespaces_refused  # noqa: E402
 
 LEASE = 1.0
 MESSAGES = 40
 #: What a consumer rides out: the server lost, or a lease lost meanwhile.
-EXPECTED = (redis.ConnectionError, redis.TimeoutError, OSError, LeaseLost)
+EXPECTED = (redis.ConnectionError, redis.TimeoutError, OSError, LeaseLost, *PG_OUTAGE)
+#: What each backend's URLs timeouts are in the table.
+TIMEOUTS = {
+    "redis": "socket timeout 1 s, connect 0.5 s",
+    "postgres": "tcp_user_timeout 1 s, connect and pool 2 s",
+}
+Server = NsRedis | NsPostgres
+
+
+@contextmanager
+def serving(backend: str, host: ServerHost, link: Link) -> Iterator[Server]:
+    """``backend``'s server in ``host``, answering through ``link``; stopped at the end."""
+    with TemporaryDirectory(prefix="delayq-faults-") as directory:
+        server: Server
+        if backend == "postgres":
+            server = NsPostgres(host)
+        else:
+            server = NsRedis(host, Path(directory))
+            server.start(link)
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+def proxied(backend: str, address: str) -> str:
+    """The URL of ``backend``'s server through a proxy at ``address`` (host:port)."""
+    if backend == "postgres":
+        return f"postgresql://postgres@{address}/postgres"
+    return f"redis://{address}/0"
 
 
 class Consumer:
@@ -84,7 +117,7 @@ class Consumer:
 
 
 async def one_round(
-    face: str, server: NsRedis, victim_link: Link, other_link: Link, rng: random.Random, n: int
+    face: str, server: Server, victim_link: Link, other_link: Link, rng: random.Random, n: int
 ) -> tuple[Report, float, str, float]:
     """One round: its report, the stall after the heal (s), the fault and its length."""
     name = f"campaign-{n}"
@@ -127,7 +160,7 @@ async def one_round(
     return check(history), stall, fault, length
 
 
-async def campaign(face: str, rounds: int, seed: int) -> dict[str, Any]:
+async def campaign(backend: str, face: str, rounds: int, seed: int) -> dict[str, Any]:
     """Run ``rounds`` rounds on ``face``; the totals."""
     rng = random.Random(seed)
     totals: dict[str, Any] = {
@@ -146,11 +179,9 @@ async def campaign(face: str, rounds: int, seed: int) -> dict[str, Any]:
         "violations": [],
         "faults": {"cut": 0, "silence": 0},
     }
-    with TemporaryDirectory(prefix="delayq-faults-") as directory, ServerHost() as host:
+    with ServerHost() as host:
         victim_link, other_link = host.link(), host.link()
-        server = NsRedis(host, Path(directory))
-        server.start(other_link)
-        try:
+        with serving(backend, host, other_link) as server:
             for n in range(rounds):
                 report, stall, fault, length = await one_round(
                     face, server, victim_link, other_link, rng, n
@@ -169,12 +200,10 @@ async def campaign(face: str, rounds: int, seed: int) -> dict[str, Any]:
                     f"{len(report.violations())} violations",
                     flush=True,
                 )
-        finally:
-            server.stop()
     return totals
 
 
-def measures_of(face: str, totals: dict[str, Any]) -> list[Measure]:
+def measures_of(backend: str, face: str, totals: dict[str, Any]) -> list[Measure]:
     """The table's rows for one face."""
     count = "count"
     rows = [
@@ -220,7 +249,7 @@ def measures_of(face: str, totals: dict[str, Any]) -> list[Measure]:
             "worst stall of the victim after the heal",
             totals["worst_stall"],
             "s",
-            note="socket timeout 1 s, connect 0.5 s",
+            note=TIMEOUTS[backend],
         ),
     ]
     return rows
@@ -266,18 +295,17 @@ async def link_figures(face: str, url: str, name: str, count: int) -> dict[str, 
     return figures
 
 
-async def slow_link(face: str, count: int) -> list[Measure]:
+async def slow_link(backend: str, face: str, count: int) -> list[Measure]:
     """The figures of :func:`link_figures` straight over a veth link, then through a
     proxy adding 20 ms +- 10 ms each way (``tests/faults/_delay.py``)."""
     rows: list[Measure] = []
     section = f"{face} slow"
-    with TemporaryDirectory(prefix="delayq-faults-") as directory, ServerHost() as host:
+    with ServerHost() as host:
         link = host.link()
-        server = NsRedis(host, Path(directory))
-        server.start(link)
-        try:
-            with DelayProxy((link.address, server.PORT), 0.020, 0.010) as proxy:
-                direct, slow = server.url(link), f"redis://{proxy.address}/0"
+        with serving(backend, host, link) as server:
+            port = server.port if isinstance(server, NsPostgres) else server.PORT
+            with DelayProxy((link.address, port), 0.020, 0.010) as proxy:
+                direct, slow = server.url(link), proxied(backend, proxy.address)
                 # The loss is on the veth link, under the proxy's connection too.
                 runs = [
                     ("direct", direct, False),
@@ -301,22 +329,24 @@ async def slow_link(face: str, count: int) -> list[Measure]:
                     ]
                     if lossy:
                         rows.append(Measure(section, f"{label}: packets dropped", link.lost(), ""))
-        finally:
-            server.stop()
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run the campaign, print, write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--backend", choices=tuple(TIMEOUTS), default="redis")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--face", choices=("sync", "async", "both"), default="both")
     parser.add_argument("--seed", type=int, default=21)
     parser.add_argument(
         "--slow", type=int, default=100, help="messages of the slow-link section (0: skip)"
     )
-    parser.add_argument("--json", type=Path, default=RESULTS_DIR / "faults.json")
+    parser.add_argument("--json", type=Path, default=None, help="default: faults[-BACKEND].json")
     args = parser.parse_args(argv)
+    if args.json is None:
+        suffix = "" if args.backend == "redis" else f"-{args.backend}"
+        args.json = RESULTS_DIR / f"faults{suffix}.json"
     refused = namespaces_refused()
     if refused:
         print(f"cannot make network namespaces here: {refused}", file=sys.stderr)
@@ -326,18 +356,25 @@ def main(argv: list[str] | None = None) -> int:
     measures: list[Measure] = []
     violations: dict[str, list[str]] = {}
     for face in faces:
-        totals = asyncio.run(campaign(face, args.rounds, args.seed))
-        measures += measures_of(face, totals)
+        totals = asyncio.run(campaign(args.backend, face, args.rounds, args.seed))
+        measures += measures_of(args.backend, face, totals)
         violations[face] = totals["violations"]
     for face in faces if args.slow else ():
-        measures += asyncio.run(slow_link(face, args.slow))
-    print_table(f"delayq fault campaign on redis: {args.rounds} rounds a face", measures)
+        measures += asyncio.run(slow_link(args.backend, face, args.slow))
+    title = f"delayq fault campaign on {args.backend}: {args.rounds} rounds a face"
+    print_table(title, measures)
     for face, found in violations.items():
         for line in found:
             print(f"{face}: {line}")
     write_json(
         args.json,
-        {"benchmark": "faults", "rounds": args.rounds, "seed": args.seed, "environment": env},
+        {
+            "benchmark": "faults",
+            "backend": args.backend,
+            "rounds": args.rounds,
+            "seed": args.seed,
+            "environment": env,
+        },
         measures,
     )
     return 0
