@@ -1,6 +1,7 @@
-"""Celery on RabbitMQ with quorum queues and native delayed delivery: enqueue, drain
-and lateness (see ``_harness`` for the method), on the same RabbitMQ as delayq's
-``amqp://`` benchmark.
+"""Celery on RabbitMQ with quorum queues and native delayed delivery: enqueue (one by
+one, and from 16 threads at once), drain and lateness (see ``_harness`` for the
+method), on the same RabbitMQ as delayq's ``amqp://`` benchmark (``celery_vs.py`` runs
+both in one run).
 
 Runs inside ``benchmarks/peers/.venv-celery``, made from ``celery-requirements.txt``
 (see README.md)::
@@ -29,6 +30,7 @@ import math
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,7 @@ from kombu import Connection
 
 QUEUE = "peers-bench-celery"
 DONE_KEY = "peers-bench:done"
+PRODUCERS = 16  # durable.py's concurrent producers
 BROKER_ENV, REDIS_ENV = "CELERY_BENCH_BROKER", "CELERY_BENCH_REDIS"
 DEFAULTS = {
     "task_default_queue_type": "quorum (native delayed delivery needs it)",
@@ -101,6 +104,21 @@ def enqueue_many(count: int) -> float:
     for _ in range(count):
         noop.apply_async()
     return count / (time.perf_counter() - started)
+
+
+def enqueue_concurrently(count: int, threads: int = PRODUCERS) -> float:
+    """Jobs per second from ``threads`` threads that each enqueue one by one at once
+    (``apply_async`` shares Celery's producer pool, ``broker_pool_limit`` = 10)."""
+
+    def some() -> None:
+        for _ in range(count // threads):
+            noop.apply_async()
+
+    with ThreadPoolExecutor(threads) as pool:
+        started = time.perf_counter()
+        for future in [pool.submit(some) for _ in range(threads)]:
+            future.result()
+        return threads * (count // threads) / (time.perf_counter() - started)
 
 
 def produce(plan: list[tuple[float, float]]) -> dict[int, float]:
@@ -178,6 +196,9 @@ def run(broker: str, url: str, sizes: Sizes) -> dict[str, Any]:
                 app.amqp.queues[QUEUE].bind(connection.default_channel).declare()
             print("celery: enqueue ...", file=sys.stderr)
             report["enqueue_per_second"] = enqueue_many(sizes.enqueues)
+            print(f"celery: enqueue from {PRODUCERS} threads ...", file=sys.stderr)
+            report["producers_16_per_second"] = enqueue_concurrently(sizes.enqueues)
+            queued = sizes.enqueues + PRODUCERS * (sizes.enqueues // PRODUCERS)
             worker = WorkerProcess(
                 [
                     str(Path(sys.executable).with_name("celery")),
@@ -196,7 +217,7 @@ def run(broker: str, url: str, sizes: Sizes) -> dict[str, Any]:
                 report["drain"] = measure_drain(
                     worker,
                     lambda: int(client.get(DONE_KEY) or 0),
-                    sizes.enqueues,
+                    queued,
                     sizes.drain_timeout,
                 )
                 # The worker declares the delay ladder and binds the queue to it; a

@@ -25,26 +25,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import os
 import random
-import signal
 import statistics
 import subprocess
 import sys
 import time
 import uuid
-import venv
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
-VENV = HERE / ".venv-procrastinate"
-REQUIREMENTS = HERE / "procrastinate-requirements.txt"
-STAMP = VENV / ".requirements.sha256"
-RESULTS = ROOT / "benchmarks" / "results"
+import _driver as driver
+
+VENV = driver.HERE / ".venv-procrastinate"
+REQUIREMENTS = driver.HERE / "procrastinate-requirements.txt"
 DELAYS = (0.0, 0.001, 0.01, 0.05, 0.2, 1.0)
 RECORD_FILE = "DELAYQ_PEER_RECORD"
 CONNINFO = "DELAYQ_PEER_CONNINFO"
@@ -71,20 +66,11 @@ def start_worker(queue: str, log: Path) -> subprocess.Popen[bytes]:
     )
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-c", code, str(HERE)],
+            [sys.executable, "-c", code, str(driver.HERE)],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-
-
-def stop_worker(worker: subprocess.Popen[bytes]) -> None:
-    worker.send_signal(signal.SIGTERM)
-    try:
-        worker.wait(15)
-    except subprocess.TimeoutExpired:
-        os.killpg(worker.pid, signal.SIGKILL)
-        worker.wait()
 
 
 def records(path: Path) -> list[tuple[int, float, float]]:
@@ -129,7 +115,7 @@ async def peer_run(quick: bool, work: Path) -> dict[str, Any]:
                 deferrer = task.configure(queue="late")
             await deferrer.defer_async(n=i, due=due)
         await asyncio.to_thread(wait_for, late_file, late_jobs, 30.0)
-        stop_worker(worker)
+        driver.stop(worker)
         got = records(late_file)
         late = sorted((start - due) * 1000.0 for _, start, due in got)
         counts: dict[int, int] = {}
@@ -151,7 +137,7 @@ async def peer_run(quick: bool, work: Path) -> dict[str, Any]:
         os.environ[RECORD_FILE] = str(drain_file)
         worker = start_worker("drain", work / "worker-drain.log")
         await asyncio.to_thread(wait_for, drain_file, drain_jobs, 600.0)
-        stop_worker(worker)
+        driver.stop(worker)
         starts = sorted(start for _, start, _ in records(drain_file))
         out["drain"] = {
             "jobs": len(starts),
@@ -165,56 +151,24 @@ async def peer_run(quick: bool, work: Path) -> dict[str, Any]:
 # -- the orchestrator (delayq's venv) ---------------------------------------------------
 
 
-def ensure_venv() -> Path:
-    python = VENV / "bin" / "python"
-    wanted = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
-    if python.exists() and STAMP.exists() and STAMP.read_text().strip() == wanted:
-        return python
-    print(f"making {VENV} from {REQUIREMENTS.name} ...", file=sys.stderr)
-    venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
-    pip = [str(python), "-m", "pip", "--disable-pip-version-check", "--quiet"]
-    subprocess.run([*pip, "install", "-r", str(REQUIREMENTS)], check=True)
-    STAMP.write_text(wanted + "\n")
-    return python
-
-
-def with_params(url: str, **params: str) -> str:
-    query = "&".join(f"{key}={value}" for key, value in params.items())
-    return f"{url}{'&' if '?' in url else '?'}{query}"
-
-
 def delayq_run(url: str, quick: bool) -> dict[str, Any]:
-    path = RESULTS / "durable-postgresql-peers.json"
-    command = [sys.executable, str(ROOT / "benchmarks" / "durable.py"), "--json", str(path)]
-    command += ["--url", with_params(url, schema="delayq_bench")]
-    subprocess.run([*command, *(["--quick"] if quick else [])], check=True)
-    by_name = {m["name"]: m["value"] for m in json.loads(path.read_text())["measures"]}
-    tag = "lateness, consumer in another process"
+    path = driver.RESULTS / "durable-postgresql-peers.json"
+    by_name = driver.run_durable(driver.with_params(url, schema="delayq_bench"), quick, path)
     return {
         "peer": "delayq",
         "enqueue_per_second": by_name.get("put one by one"),
         "commit_floor_per_second": by_name.get("the server's commit floor: INSERT one by one"),
         "drain": {"jobs_per_second": by_name.get("drain: reserve(max=100) + ack_many")},
-        "lateness": {
-            key: by_name.get(f"{tag}: {name}")
-            for key, name in (
-                ("p50_ms", "p50"),
-                ("p99_ms", "p99"),
-                ("max_ms", "max"),
-                ("lost", "lost"),
-                ("duplicates", "duplicates"),
-                ("early", "early"),
-            )
-        },
+        "lateness": driver.delayq_lateness(by_name),
     }
 
 
 def procrastinate_run(url: str, quick: bool) -> dict[str, Any]:
     import psycopg  # noqa: PLC0415 (delayq's postgres extra)
 
-    python = ensure_venv()
+    python = driver.ensure_venv(VENV, REQUIREMENTS)
     schema = f"procrastinate_bench_{uuid.uuid4().hex[:8]}"
-    work = HERE / "results" / "procrastinate"
+    work = driver.HERE / "results" / "procrastinate"
     work.mkdir(parents=True, exist_ok=True)
     for old in work.glob("*"):
         old.unlink()
@@ -224,7 +178,7 @@ def procrastinate_run(url: str, quick: bool) -> dict[str, Any]:
             env = dict(
                 os.environ,
                 **{
-                    CONNINFO: with_params(url, options=f"-csearch_path%3D{schema}"),
+                    CONNINFO: driver.with_params(url, options=f"-csearch_path%3D{schema}"),
                     RECORD_FILE: str(work / "late.txt"),
                 },
             )
@@ -236,26 +190,11 @@ def procrastinate_run(url: str, quick: bool) -> dict[str, Any]:
             admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
-ROWS = [
+ROWS: list[driver.Row] = [
     ("enqueue one by one (/s)", ("enqueue_per_second",)),
     ("drain (/s)", ("drain", "jobs_per_second")),
-    ("lateness p50 (ms)", ("lateness", "p50_ms")),
-    ("lateness p99 (ms)", ("lateness", "p99_ms")),
-    ("lateness max (ms)", ("lateness", "max_ms")),
-    ("lost / duplicates / early", ("lateness",)),
+    *driver.LATENESS_ROWS,
 ]
-
-
-def shown(report: dict[str, Any], path: tuple[str, ...]) -> str:
-    value: Any = report
-    for key in path:
-        value = (value or {}).get(key)
-    if path == ("lateness",):
-        late = value or {}
-        return f"{late.get('lost')} / {late.get('duplicates')} / {late.get('early')}"
-    if value is None:
-        return "-"
-    return f"{value:,.0f}" if value >= 100 else f"{value:.2f}"
 
 
 def main() -> int:
@@ -269,12 +208,9 @@ def main() -> int:
         (args.peer / "report.json").write_text(json.dumps(report, indent=2))
         return 0
     reports = [delayq_run(args.url, args.quick), procrastinate_run(args.url, args.quick)]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "peers-postgres.json").write_text(json.dumps(reports, indent=2))
-    print(f"\n| measure | {' | '.join(r['peer'] for r in reports)} |")
-    print(f"|---|{'---|' * len(reports)}")
-    for label, path in ROWS:
-        print(f"| {label} | {' | '.join(shown(r, path) for r in reports)} |")
+    driver.RESULTS.mkdir(parents=True, exist_ok=True)
+    (driver.RESULTS / "peers-postgres.json").write_text(json.dumps(reports, indent=2))
+    driver.print_table(reports, ROWS)
     floor = reports[0].get("commit_floor_per_second")
     if floor:
         print(f"\nthe server's commit floor in this run: {floor:,.0f} single-row commits/s")

@@ -614,7 +614,11 @@ class Scheduler:
                     await self._transport.append("entry", self._reign, body, mark)
                     if any(op[0] not in _CHECKPOINT_OPS for op in group):
                         self._grown_entries += 1
-                await self._send(replies)
+                self._send(replies)
+                if replies:
+                    # One turn of the loop: the replies' tasks put their publishes on
+                    # the wire before the next append's.
+                    await asyncio.sleep(0)
                 self._maybe_checkpoint()
         finally:
             self._flushing = False
@@ -642,10 +646,14 @@ class Scheduler:
         replies, self._replies = self._replies[:cut], self._replies[cut:]
         return group, replies
 
-    async def _send(self, replies: list[_Reply]) -> None:
-        """Send ``replies``. Only a reply that carries claimed messages waits for the
-        broker's word (did its client get it?); the others are sent and left, those to
-        one client as one ``batch`` message (in order, up to MAX_GROUP_BYTES each)."""
+    def _send(self, replies: list[_Reply]) -> None:
+        """Send ``replies`` (their operations are in the log). Only a reply that carries
+        claimed messages waits for the broker's word (did its client get it?); the
+        others are sent and left, those to one client as one ``batch`` message (in
+        order, up to MAX_GROUP_BYTES each). Each claimed one is published by a task of
+        its own, the plain ones by one task started after them: the claimed ones (the
+        firing path's last hop) wait for no other reply's publish, and the flush's next
+        append for none of them (a client matches replies by request id)."""
         plain: dict[str, list[_Reply]] = {}
         for reply in replies:
             if reply.done is not None:
@@ -655,6 +663,10 @@ class Scheduler:
                 self._spawn(self._reply(reply))
             else:
                 plain.setdefault(reply.reply_to, []).append(reply)
+        if plain:
+            self._spawn(self._send_plain(plain))
+
+    async def _send_plain(self, plain: dict[str, list[_Reply]]) -> None:
         for reply_to, group in plain.items():
             left = group
             while left:
