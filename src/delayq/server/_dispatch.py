@@ -32,16 +32,17 @@ link-local or a private range is refused even if it looked harmless at put (DNS
 rebinding). Redirects are not followed; proxies from the environment are ignored.
 
 The lease of a reservation is the longest callback timeout plus a margin, so a
-request normally never needs it renewed; a message still held near its end (waiting
-behind others, or a stalled loop) has it extended, and again every half lease until
-it is settled. :meth:`Dispatcher.stop` stops reserving, gives the waiting messages
-back at once, lets requests in flight finish for ``grace`` seconds, then gives the
-rest back; a message given back is due again at once, its attempt not charged.
-Every outcome is counted in the server's metrics and logged on the ``delayq`` logger
-as ``callback.<outcome> key=value ...``. A backend that stops answering is tried again
-with a doubling pause (``dispatch.backend_unavailable``, one line per step, then
-``dispatch.backend_back``), and the server's :attr:`~._state.ServerState.backend_up`
-follows it.
+request normally never needs it renewed; a message still held a third of the lease
+after its reservation (waiting behind others, a slow receiver, or a stalled loop) has
+it extended, and again every third of the lease until it is settled, as a Worker's
+jobs: a failed extend is tried again before the lease runs out.
+:meth:`Dispatcher.stop` stops reserving, gives the waiting messages back at once, lets
+requests in flight finish for ``grace`` seconds, then gives the rest back; a message
+given back is due again at once, its attempt not charged. Every outcome is counted in
+the server's metrics and logged on the ``delayq`` logger as ``callback.<outcome>
+key=value ...``. A backend that stops answering is tried again with a doubling pause
+(``dispatch.backend_unavailable``, one line per step, then ``dispatch.backend_back``),
+and the server's :attr:`~._state.ServerState.backend_up` follows it.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from ..durable.message import State
 from ..durable.serializer import JSONSerializer
 from ..errors import LeaseLost, QueueClosed
 from ..runtime._ack_batch import AckBatcher
+from ..runtime._constants import WORKER_EXTEND_DIVISOR
 from ..runtime._consumer import LeaseRenewer, check_prefetch, prefetch_slots, reserve_loop
 from ..runtime._outage import Outage
 from ..runtime._pool import Gate, Slots
@@ -471,15 +473,11 @@ class Dispatcher:
             return
         gate = self._gate
         assert gate is not None
+        every = self.lease / WORKER_EXTEND_DIVISOR  # as a Worker's: a failed extend is tried again
         renewer = LeaseRenewer(
-            queue,
-            msg,
-            self.counts,
-            lease=self.lease,
-            first=max(self.lease - CALLBACK_LEASE_MARGIN / 2, self.lease / 2),
-            every=self.lease / 2,
+            queue, msg, self.counts, lease=self.lease, first=every, every=every,
             event_prefix="callback",
-        )
+        )  # fmt: skip
         try:
             if not await gate.enter():  # stopping before it was sent: give it back
                 renewer.stop()
