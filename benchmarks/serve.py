@@ -17,6 +17,12 @@ b. Callback lateness: 2,000 messages with a callback to a receiver in this proce
    through the API (by the lean client) ahead of their due time. Lateness = the
    receiver's clock when the request arrives minus the message's due time (``at``,
    exact to the ms): p50, p99 and max in ms; lost, duplicates and early must all be 0.
+c. Dispatch throughput: 5,000 callbacks all due at the same instant (put ahead of it)
+   to a receiver in this process that answers 200 at once, by a fresh ``delayq
+   serve`` with the default ``--dispatch-prefetch`` and again with
+   ``--dispatch-prefetch 0`` (no prefetch) when this tree has the option: callbacks
+   per second from the first arrival to the last, and the CPU time of the serve
+   process (every thread) per callback over that window (the "CPU/job" column).
 
 It prints a table (measure, target, PASS/MISS) and writes JSON to
 ``benchmarks/results/serve[-<scheme>][-quick].json``. It never asserts.
@@ -27,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import queue
 import re
 import secrets
@@ -54,6 +61,7 @@ from _common import (
     console,
     environment,
     gc_frozen,
+    parse_sections,
     percentile,
     print_table,
     result_path,
@@ -67,6 +75,7 @@ PUT_TARGETS = {"redis": 3_000.0}
 P99_TARGET_MS = 20.0
 CLIENTS = 16
 STARTUP_TIMEOUT = 30.0
+SERVE_COMMAND = [sys.executable, "-c", "from delayq.cli import main; main()", "serve"]
 
 
 @dataclass
@@ -77,9 +86,10 @@ class Sizes:
     put_seconds: float = 5.0
     callbacks: int = 2_000
     callback_seconds: float = 10.0
+    dispatch: int = 5_000
 
 
-QUICK = Sizes(puts=2_000, put_seconds=2.0, callbacks=400, callback_seconds=2.0)
+QUICK = Sizes(puts=2_000, put_seconds=2.0, callbacks=400, callback_seconds=2.0, dispatch=1_000)
 
 
 # -- the server under test ------------------------------------------------------------
@@ -95,14 +105,14 @@ class Served:
 
 
 @contextmanager
-def delayq_serve(url: str) -> Iterator[Served]:
-    """Start ``delayq serve`` on a free port (loopback callbacks allowed) and stop it
-    with SIGTERM afterwards."""
+def delayq_serve(url: str, *options: str) -> Iterator[Served]:
+    """Start ``delayq serve`` on a free port (loopback callbacks allowed, with
+    ``options``) and stop it with SIGTERM afterwards."""
     callback_queue = f"bench-cb-{uuid.uuid4().hex[:8]}"
     command = [
-        sys.executable, "-c", "from delayq.cli import main; main()", "serve",
+        *SERVE_COMMAND,
         "--url", url, "--port", "0", "--callback-queue", callback_queue,
-        "--allow-loopback-callbacks", "--signing-secret", secrets.token_hex(16),
+        "--allow-loopback-callbacks", "--signing-secret", secrets.token_hex(16), *options,
     ]  # fmt: skip
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
@@ -388,17 +398,84 @@ def section_callbacks(served: Served, sizes: Sizes, put_rate: float) -> list[Mea
     ]
 
 
+# -- c: dispatch throughput --------------------------------------------------------------
+
+
+def has_prefetch_option() -> bool:
+    """Whether this tree's ``delayq serve`` has ``--dispatch-prefetch``."""
+    done = subprocess.run([*SERVE_COMMAND, "--help"], capture_output=True, text=True, check=False)
+    return "--dispatch-prefetch" in done.stdout
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system, every thread) of process ``pid`` so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+async def run_dispatch(served: Served, count: int) -> dict[str, Any]:
+    """Put ``count`` callbacks due at one instant (after the puts), wait for them all;
+    the receiver's arrivals and the serve process's CPU seconds over the drain."""
+    receiver = Receiver()
+    await receiver.start()
+    lead = 1.0 + 1.5 * count / 1_000.0
+    due = round(time.time() + lead, 3)
+    url = f"http://127.0.0.1:{receiver.port}/hook"
+    bodies = [{"id": f"tp-{i}-{uuid.uuid4().hex[:8]}", "payload": {"n": i}, "at": due,
+               "callback": {"url": url}} for i in range(count)]  # fmt: skip
+    path = f"/v1/queues/{served.callback_queue}/messages"
+    await asyncio.to_thread(lean_put_all, served.base, path, bodies)
+    slack = due - time.time()
+    await asyncio.sleep(max(0.0, slack - 0.2))
+    cpu_before = process_cpu(served.process.pid)
+    give_up = time.monotonic() + slack + 60.0
+    while len(receiver.received) < count and time.monotonic() < give_up:
+        await asyncio.sleep(0.01)
+    cpu = process_cpu(served.process.pid) - cpu_before
+    await asyncio.sleep(0.5)  # duplicates would come now
+    await receiver.stop()
+    return {"received": receiver.received, "cpu": cpu, "slack": slack}
+
+
+def section_dispatch(url: str, sizes: Sizes) -> list[Measure]:
+    """Section c."""
+    settings = [("default prefetch", ())]
+    if has_prefetch_option():
+        settings.append(("--dispatch-prefetch 0", ("--dispatch-prefetch", "0")))
+    measures = []
+    for label, options in settings:
+        with delayq_serve(url, *options) as served, gc_frozen():
+            report = asyncio.run(run_dispatch(served, sizes.dispatch))
+        received: dict[str, list[float]] = report["received"]
+        times = sorted(t for ts in received.values() for t in ts)
+        span = (times[-1] - times[0]) / 1000.0 if len(times) > 1 else float("nan")
+        rate = (len(times) - 1) / span if span > 0 else 0.0
+        lost = sizes.dispatch - len(received)
+        duplicates = len(times) - len(received)
+        note = f"{len(times):,} in {span:.2f} s; lost {lost}, twice {duplicates}"
+        if report["slack"] < 0:
+            note += f"; puts ran {-report['slack']:.1f} s late"
+        measures.append(
+            Measure("c", f"dispatch, {sizes.dispatch:,} due at once ({label})", rate, "items/s",
+                    note=note, cpu_per_job=report["cpu"] / max(1, len(times)) * 1e6)
+        )  # fmt: skip
+    return measures
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run the sections per backend, print the table, write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--url", help="one backend URL to measure (default: sqlite and redis)")
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--sections", help="a (with b), c; default all")
     parser.add_argument("--json", type=Path, help="where to write the JSON results")
     parser.add_argument("--lean-client", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.lean_client:
         return lean_client_main()
     sizes = QUICK if args.quick else Sizes()
+    chosen = parse_sections(args.sections, ("a", "c"))
     path: Path = args.json or result_path("serve", args.url, args.quick)
     env = environment()
     started = time.perf_counter()
@@ -407,13 +484,18 @@ def main(argv: list[str] | None = None) -> int:
     with bench_urls(args.url, "serve") as urls:
         for url in urls:
             scheme = urlsplit(url).scheme.lower()
-            console.print(f"{scheme}: starting delayq serve ...", style="dim")
             t0 = time.perf_counter()
-            with delayq_serve(url) as served:
-                console.print(f"{scheme}: a. put rate ...", style="dim")
-                found = section_put_rate(served, scheme, sizes)
-                console.print(f"{scheme}: b. callback lateness ...", style="dim")
-                found += section_callbacks(served, sizes, found[0].value)
+            found: list[Measure] = []
+            if "a" in chosen:
+                console.print(f"{scheme}: starting delayq serve ...", style="dim")
+                with delayq_serve(url) as served:
+                    console.print(f"{scheme}: a. put rate ...", style="dim")
+                    found += section_put_rate(served, scheme, sizes)
+                    console.print(f"{scheme}: b. callback lateness ...", style="dim")
+                    found += section_callbacks(served, sizes, found[0].value)
+            if "c" in chosen:
+                console.print(f"{scheme}: c. dispatch throughput ...", style="dim")
+                found += section_dispatch(url, sizes)
             for measure in found:
                 measure.section = f"{measure.section} {scheme}"
             measures.extend(found)

@@ -238,6 +238,14 @@ def _secret_file_option(name: str, what: str) -> Callable[[F], F]:
     "addresses (10/8, 172.16/12, 192.168/16, fc00::/7, 100.64/10, NAT64, ...).",
 )
 @click.option(
+    "--dispatch-prefetch",
+    type=click.IntRange(0),
+    default=None,
+    metavar="N",
+    help="Callback messages reserved ahead of a free request slot, their leases renewed "
+    "while they wait (default: 4 x the callback requests run at once; 0: none).",
+)
+@click.option(
     "--signing-secret",
     envvar="DELAYQ_SIGNING_SECRET",
     default=None,
@@ -263,6 +271,7 @@ def serve(
     callback_hosts: tuple[str, ...],
     allow_loopback_callbacks: bool,
     allow_private_callbacks: bool,
+    dispatch_prefetch: int | None,
     signing_secret: str | None,
     signing_secret_file: Path | None,
     access_log: bool,
@@ -304,6 +313,7 @@ def serve(
             callback_hosts=callback_hosts,
             allow_loopback_callbacks=allow_loopback_callbacks,
             allow_private_callbacks=allow_private_callbacks,
+            dispatch_prefetch=dispatch_prefetch,
             signing_secret=secret,
             allowed_hosts=allowed_hosts,
             forwarded_allow_ips=tuple(

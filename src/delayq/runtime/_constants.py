@@ -12,7 +12,8 @@ DEFAULT_WORKER_PREFETCH_PER_HANDLER = 4
 #: Default seconds running handlers get to finish after SIGTERM/SIGINT or ``stop()``.
 DEFAULT_WORKER_GRACE = 30.0
 
-#: A running handler's lease is renewed every ``lease / WORKER_EXTEND_DIVISOR`` seconds.
+#: A held message's lease (a Worker's job, a dispatcher's callback) is renewed every
+#: ``lease / WORKER_EXTEND_DIVISOR`` seconds.
 WORKER_EXTEND_DIVISOR = 3.0
 
 #: Longest single blocking ``reserve`` of an idle worker (s); it then simply reserves again.

@@ -1,9 +1,13 @@
 """The consumer loop that the Worker and the callback dispatcher share: reserve as many
 messages as there are free slots, run each as a task, and keep its lease alive while
-it runs.
+it runs or waits.
 
-The two differ only in what a job does (run a handler, send an HTTP request), how
-often the lease is renewed, and the names of their log events.
+Both run ``concurrency`` jobs at once (a :class:`~delayq.runtime._pool.Gate`) and
+reserve up to ``prefetch`` more ahead of free places (:func:`prefetch_slots`), each
+waiting at the gate with its lease renewed until a place frees; a stop closes the
+gate and gives the waiting ones back at once. The two differ only in what a job does
+(run a handler, send an HTTP request), how often the lease is renewed, and the names
+of their log events.
 """
 
 from __future__ import annotations
@@ -19,14 +23,36 @@ from .._log import log_event
 from ..durable.message import Message
 from ..durable.queue import AsyncQueue
 from ..errors import LeaseLost, QueueClosed
+from ._constants import DEFAULT_WORKER_PREFETCH_PER_HANDLER
 from ._outage import Outage
 from ._pool import Slots
 
-__all__ = ["LeaseRenewer", "extend_lease", "reserve_loop"]
+__all__ = ["LeaseRenewer", "check_prefetch", "extend_lease", "prefetch_slots", "reserve_loop"]
 
 Job = Callable[[AsyncQueue, Message], Coroutine[Any, Any, None]]
 #: Takes a reserved message on without a task of its own (True), or leaves it to a job.
 Start = Callable[[AsyncQueue, Message], bool]
+
+
+def check_prefetch(prefetch: object, concurrency: int, name: str = "prefetch") -> int:
+    """The prefetch of a consumer that runs ``concurrency`` jobs at once: ``prefetch``
+    itself, an int >= 0 (0: none), or by default (None)
+    :data:`~delayq.runtime._constants.DEFAULT_WORKER_PREFETCH_PER_HANDLER` x
+    ``concurrency``. Anything else is a ``ValueError`` that names ``name``."""
+    if prefetch is None:
+        return DEFAULT_WORKER_PREFETCH_PER_HANDLER * concurrency
+    if type(prefetch) is not int or prefetch < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {prefetch!r}")
+    return prefetch
+
+
+def prefetch_slots(concurrency: int, prefetch: int, waiting: Callable[[], int]) -> Slots:
+    """The slots of a consumer that runs ``concurrency`` jobs at once and reserves up to
+    ``prefetch`` more ahead; ``waiting()`` says how many reserved ones wait for a place.
+
+    It claims in batches of half the prefetch, or as soon as fewer than a round of
+    jobs wait: one claim costs about as much as the work of one job."""
+    return Slots(concurrency + prefetch, batch=prefetch // 2, low=lambda: waiting() < concurrency)
 
 
 async def reserve_loop(

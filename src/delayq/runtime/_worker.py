@@ -58,12 +58,11 @@ from ._constants import (
     CRON_TICK_HEADER,
     DEFAULT_WORKER_CONCURRENCY,
     DEFAULT_WORKER_GRACE,
-    DEFAULT_WORKER_PREFETCH_PER_HANDLER,
     WORKER_ERROR_BACKOFF,
     WORKER_EXTEND_DIVISOR,
     WORKER_IDLE_WAIT,
 )
-from ._consumer import LeaseRenewer, extend_lease, reserve_loop
+from ._consumer import LeaseRenewer, check_prefetch, extend_lease, prefetch_slots, reserve_loop
 from ._cron import plan_tick, tick_id
 from ._outage import Outage
 from ._pool import DaemonPool, Gate, NotStarted, RunTimedOut, Slots, SyncLane
@@ -185,10 +184,7 @@ class Worker:
             raise TypeError(f"a Worker runs an App or an AsyncQueue, not {type(source).__name__}")
         if type(concurrency) is not int or concurrency < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
-        if prefetch is None:
-            prefetch = DEFAULT_WORKER_PREFETCH_PER_HANDLER * concurrency
-        if type(prefetch) is not int or prefetch < 0:
-            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
+        prefetch = check_prefetch(prefetch, concurrency)
         self._handler = handler
         self._handler_is_async = handler is not None and _is_async(handler)
         self.concurrency = concurrency
@@ -273,11 +269,7 @@ class Worker:
             self._gate = gate = Gate(self.concurrency + self.prefetch)
         else:
             self._gate = gate = Gate(self.concurrency)
-        # Claim in batches of half the prefetch, or as soon as fewer than a round of
-        # handlers wait: one claim costs about as much as the handler of one job.
-        self._slots = Slots(
-            self.concurrency + self.prefetch, batch=self.prefetch // 2, low=self._running_low
-        )
+        self._slots = prefetch_slots(self.concurrency, self.prefetch, self._waiting)
         self._held_empty = asyncio.Event()
         self._held_empty.set()
         self._open_queues()
@@ -321,11 +313,11 @@ class Worker:
             self._loop = None
             log_event(_INFO, "worker.stopped", **dict(self.counts))
 
-    def _running_low(self) -> bool:
-        """Whether fewer messages than a round of handlers wait for one."""
+    def _waiting(self) -> int:
+        """How many reserved messages wait for a handler (at the gate or the lane)."""
         waiting = self._lane.waiting if self._lane is not None else 0
         assert self._gate is not None
-        return waiting + self._gate.waiting < self.concurrency
+        return waiting + self._gate.waiting
 
     def _open_queues(self) -> None:
         if self._queue is not None:

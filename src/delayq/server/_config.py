@@ -23,6 +23,7 @@ from .._constants import (
 )
 from .._names import QUEUE_NAME, check_stored
 from .._names import check_queue_name as check_writable_queue_name
+from ..runtime._consumer import check_prefetch
 from ._constants import (
     CALLBACK_DEFAULT_TIMEOUT,
     CALLBACK_MAX_TIMEOUT,
@@ -171,6 +172,9 @@ class ServeConfig:
     ``fc00::/7``, ``100.64/10``, NAT64, ...) only with ``allow_private_callbacks``
     (the host must still be listed) or when that IP is listed.
     ``signing_secret`` keys the HMAC-SHA256 signature of every callback request.
+    ``dispatch_concurrency`` callback requests run at once, and up to
+    ``dispatch_prefetch`` more messages (None: 4 x ``dispatch_concurrency``, as a
+    Worker's prefetch; 0: none) are reserved ahead, their leases renewed while they wait.
 
     ``allowed_hosts`` are the names clients may reach the server by (the ``Host``
     header): ``queue.example.com``, ``*.example.com``, or ``*`` for any. A server
@@ -198,6 +202,7 @@ class ServeConfig:
     signing_secret: str | None = None
     callback_timeout: float = CALLBACK_DEFAULT_TIMEOUT
     dispatch_concurrency: int = SERVE_DISPATCH_CONCURRENCY
+    dispatch_prefetch: int | None = None
     max_body: int = SERVE_MAX_BODY
     allowed_hosts: tuple[str, ...] = ()
     session_ttl: float = SERVE_SESSION_TTL
@@ -239,6 +244,7 @@ class ServeConfig:
             raise ValueError(f"callback_timeout must be > 0 and <= {CALLBACK_MAX_TIMEOUT} s")
         if type(self.dispatch_concurrency) is not int or self.dispatch_concurrency < 1:
             raise ValueError("dispatch_concurrency must be an int >= 1")
+        check_prefetch(self.dispatch_prefetch, self.dispatch_concurrency, "dispatch_prefetch")
         if type(self.max_body) is not int or self.max_body < 1024:
             raise ValueError("max_body must be an int >= 1024 bytes")
         object.__setattr__(

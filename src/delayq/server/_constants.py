@@ -14,6 +14,11 @@ SERVE_MAX_WAIT = 30.0
 #: Callbacks in flight at once per server process.
 SERVE_DISPATCH_CONCURRENCY = 64
 
+#: Connections of one of the dispatcher's httpcore pools: the work of a pool's every
+#: request and answer grows with the square of the connections it holds (it scans them
+#: all, probing each socket), so the dispatcher spreads its requests over small pools.
+DISPATCH_POOL_CONNECTIONS = 8
+
 #: The message header that carries a message's callback (JSON).
 CALLBACK_HEADER = "delayq-callback"
 CALLBACK_DEFAULT_TIMEOUT = 10.0

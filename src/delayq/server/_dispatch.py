@@ -1,12 +1,16 @@
 """The callback dispatcher of ``delayq serve``: sends each callback message to its URL
 when it falls due.
 
-For each of ``config.callback_queues`` a reserver claims due messages while fewer
-than ``config.dispatch_concurrency`` requests are in flight (over all queues); a
-blocking ``reserve`` wakes when the next message falls due, so a callback leaves
-within milliseconds of its due time. Each message is one request:
+For each of ``config.callback_queues`` a reserver claims due messages: at most
+``config.dispatch_concurrency`` requests are in flight (over all queues), and up to
+``config.dispatch_prefetch`` more messages (default: 4 x the concurrency) are reserved
+ahead of a free place, in batches, each waiting its turn with its lease renewed, so
+the next request leaves without waiting for a reserve round trip. A blocking
+``reserve`` wakes when the next message falls due, so a callback leaves within
+milliseconds of its due time. Each message is one request:
 
-* 2xx: ``ack``;
+* 2xx: ``ack`` (the acks of requests ending close together go out as one
+  ``ack_many``, :mod:`delayq.runtime._ack_batch`);
 * another status, a timeout or a connection error: ``nack`` with the queue's retry
   policy (``dead`` once its attempts are used up, with ``last_error`` such as
   ``HTTP 500 from https://...`` or ``timeout after 10s calling https://...``);
@@ -27,21 +31,25 @@ connection goes only to allowed addresses, so a name that resolves to loopback,
 link-local or a private range is refused even if it looked harmless at put (DNS
 rebinding). Redirects are not followed; proxies from the environment are ignored.
 
-The lease of a reservation is the longest callback timeout plus a margin, so it
-normally never needs renewing; a request that still runs near its end (a stalled
-loop) has it extended. :meth:`Dispatcher.stop` stops reserving, lets requests in
-flight finish for ``grace`` seconds, then gives the rest back without charging an
-attempt. Every outcome is counted in the server's metrics and logged on the
-``delayq`` logger as ``callback.<outcome> key=value ...``. A backend that stops
-answering is tried again with a doubling pause (``dispatch.backend_unavailable``, one
-line per step, then ``dispatch.backend_back``), and the server's
-:attr:`~._state.ServerState.backend_up` follows it.
+The lease of a reservation is the longest callback timeout plus a margin, so a
+request normally never needs it renewed; a message still held a third of the lease
+after its reservation (waiting behind others, a slow receiver, or a stalled loop) has
+it extended, and again every third of the lease until it is settled, as a Worker's
+jobs: a failed extend is tried again before the lease runs out.
+:meth:`Dispatcher.stop` stops reserving, gives the waiting messages back at once, lets
+requests in flight finish for ``grace`` seconds, then gives the rest back; a message
+given back is due again at once, its attempt not charged. Every outcome is counted in
+the server's metrics and logged on the ``delayq`` logger as ``callback.<outcome>
+key=value ...``. A backend that stops answering is tried again with a doubling pause
+(``dispatch.backend_unavailable``, one line per step, then ``dispatch.backend_back``),
+and the server's :attr:`~._state.ServerState.backend_up` follows it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import time
@@ -59,9 +67,11 @@ from ..durable import AsyncQueue, Message
 from ..durable.message import State
 from ..durable.serializer import JSONSerializer
 from ..errors import LeaseLost, QueueClosed
-from ..runtime._consumer import LeaseRenewer, reserve_loop
+from ..runtime._ack_batch import AckBatcher
+from ..runtime._constants import WORKER_EXTEND_DIVISOR
+from ..runtime._consumer import LeaseRenewer, check_prefetch, prefetch_slots, reserve_loop
 from ..runtime._outage import Outage
-from ..runtime._pool import Slots
+from ..runtime._pool import Gate, Slots
 from ._callbacks import (
     Callback,
     CallbackError,
@@ -80,6 +90,7 @@ from ._constants import (
     DISPATCH_ERROR_BACKOFF,
     DISPATCH_GRACE,
     DISPATCH_IDLE_WAIT,
+    DISPATCH_POOL_CONNECTIONS,
 )
 from ._state import ServerState
 
@@ -202,15 +213,18 @@ def _translated(exc: Exception) -> httpx.HTTPError:
 
 
 class _Body(httpx.AsyncByteStream):
-    """An answer's body as httpx reads it, from httpcore's stream."""
+    """An answer's body as httpx reads it, from httpcore's stream; ``closed()`` is
+    called once it is closed."""
 
     def __init__(
         self,
         stream: typing.AsyncIterable[bytes],
         close: typing.Callable[[], typing.Awaitable[None]],
+        closed: typing.Callable[[], None],
     ) -> None:
         self._stream = stream
         self._close = close
+        self._closed = closed
 
     async def __aiter__(self) -> typing.AsyncIterator[bytes]:
         with _as_httpx_errors():
@@ -218,22 +232,45 @@ class _Body(httpx.AsyncByteStream):
                 yield chunk
 
     async def aclose(self) -> None:
-        await self._close()
+        try:
+            await self._close()
+        finally:
+            closed, self._closed = self._closed, _nothing
+            closed()
+
+
+def _nothing() -> None:
+    pass
 
 
 class _GuardedTransport(httpx.AsyncBaseTransport):
-    """An httpx transport over httpcore's connection pool, connecting through
-    :class:`_GuardedNetwork` (httpx's own transport takes no network backend)."""
+    """An httpx transport over httpcore's connection pools, connecting through
+    :class:`_GuardedNetwork` (httpx's own transport takes no network backend).
+
+    ``dispatch_concurrency`` connections in all, in pools of
+    :data:`DISPATCH_POOL_CONNECTIONS`; a request goes to the pool with the fewest
+    requests open, so none waits for a connection while fewer than
+    ``dispatch_concurrency`` are open. (One pool of 64 spends milliseconds of CPU per
+    request scanning its connections.)"""
 
     def __init__(self, config: ServeConfig, resolve: Resolve = _getaddrinfo) -> None:
         limit = config.dispatch_concurrency
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=False),
-            max_connections=limit,
-            max_keepalive_connections=limit,
-            keepalive_expiry=30.0,
-            network_backend=_GuardedNetwork(config, resolve),
-        )
+        network = _GuardedNetwork(config, resolve)
+        ssl_context = httpx.create_ssl_context(trust_env=False)
+        sizes = [DISPATCH_POOL_CONNECTIONS] * (limit // DISPATCH_POOL_CONNECTIONS)
+        if limit % DISPATCH_POOL_CONNECTIONS:
+            sizes.append(limit % DISPATCH_POOL_CONNECTIONS)
+        self._pools = [
+            httpcore.AsyncConnectionPool(
+                ssl_context=ssl_context,
+                max_connections=size,
+                max_keepalive_connections=size,
+                keepalive_expiry=30.0,
+                network_backend=network,
+            )
+            for size in sizes
+        ]
+        self._open = [0] * len(sizes)  # requests open per pool (sent, answer not closed)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` on a pooled connection; the answer streams its body."""
@@ -248,20 +285,30 @@ class _GuardedTransport(httpx.AsyncBaseTransport):
             content=request.stream,
             extensions=request.extensions,
         )
-        with _as_httpx_errors():
-            answer = await self._pool.handle_async_request(core)
+        index = min(range(len(self._pools)), key=self._open.__getitem__)
+        self._open[index] += 1
+        try:
+            with _as_httpx_errors():
+                answer = await self._pools[index].handle_async_request(core)
+        except BaseException:
+            self._open[index] -= 1
+            raise
         stream = answer.stream
         assert isinstance(stream, typing.AsyncIterable)
         return httpx.Response(
             status_code=answer.status,
             headers=answer.headers,
-            stream=_Body(stream, answer.aclose),
+            stream=_Body(stream, answer.aclose, functools.partial(self._closed, index)),
             extensions=answer.extensions,
         )
 
+    def _closed(self, index: int) -> None:
+        self._open[index] -= 1
+
     async def aclose(self) -> None:
         """Close every pooled connection."""
-        await self._pool.aclose()
+        for pool in self._pools:
+            await pool.aclose()
 
 
 def _shown_url(url: str) -> str:
@@ -300,9 +347,15 @@ class Dispatcher:
         self.grace = float(grace)
         #: The lease of each reservation: the longest timeout plus a margin.
         self.lease = self.config.callback_timeout + CALLBACK_LEASE_MARGIN
+        #: How many messages are reserved ahead of a free place for a request.
+        self.prefetch = check_prefetch(
+            self.config.dispatch_prefetch, self.config.dispatch_concurrency, "dispatch_prefetch"
+        )
         self.counts: Counter[str] = Counter()
         self._client: httpx.AsyncClient | None = None
         self._slots: Slots | None = None
+        self._gate: Gate | None = None
+        self._ackers: dict[str, AckBatcher] = {}
         self._outage: Outage | None = None
         self._reservers: list[asyncio.Task[None]] = []
         self._running: dict[asyncio.Task[None], Message] = {}
@@ -316,7 +369,8 @@ class Dispatcher:
 
     @property
     def in_flight(self) -> int:
-        """How many callback requests are running now."""
+        """How many callback messages it holds now: requests running, and messages
+        reserved ahead waiting for a place."""
         return len(self._running)
 
     async def start(self) -> None:
@@ -334,7 +388,10 @@ class Dispatcher:
             timeout=config.callback_timeout,
             headers={"User-Agent": f"delayq/{__version__}"},
         )
-        self._slots = Slots(config.dispatch_concurrency)
+        self._gate = gate = Gate(config.dispatch_concurrency)
+        self._slots = prefetch_slots(
+            config.dispatch_concurrency, self.prefetch, lambda: gate.waiting
+        )
         self._outage = Outage(
             config.url,
             event_prefix="dispatch",
@@ -343,6 +400,7 @@ class Dispatcher:
         )
         for name in config.callback_queues:
             queue = self.state.queue(name)
+            self._ackers[name] = AckBatcher(queue)
             task = asyncio.create_task(self._reserve_loop(queue), name=f"delayq-dispatch-{name}")
             self._reservers.append(task)
         log_event(
@@ -350,13 +408,15 @@ class Dispatcher:
             "dispatch.started",
             queues=",".join(config.callback_queues),
             concurrency=config.dispatch_concurrency,
+            prefetch=self.prefetch,
             lease=self.lease,
             signed=config.signing_secret is not None,
         )
 
     async def stop(self) -> None:
-        """Stop reserving; let requests in flight finish for ``grace`` seconds, then
-        give the rest back (due again at once, the attempt not charged). Idempotent."""
+        """Stop reserving; give the messages waiting for a place back at once, let
+        requests in flight finish for ``grace`` seconds, then give the rest back (due
+        again at once, the attempt not charged). Idempotent."""
         if self._client is None or self._stopped:
             return
         self._stopped = True
@@ -364,6 +424,8 @@ class Dispatcher:
         for task in self._reservers:
             task.cancel()
         await asyncio.gather(*self._reservers, return_exceptions=True)
+        assert self._gate is not None
+        self._gate.close()  # the prefetched ones go back now
         pending = set(self._running)
         if pending and self.grace > 0:
             await asyncio.wait(pending, timeout=self.grace)
@@ -373,6 +435,8 @@ class Dispatcher:
             for task in left:
                 task.cancel()
             await asyncio.gather(*left, return_exceptions=True)
+        for acker in self._ackers.values():
+            await acker.drain()
         await self._client.aclose()
         log_event(_INFO, "dispatch.stopped", **dict(self.counts))
 
@@ -407,19 +471,24 @@ class Dispatcher:
         except (CallbackError, TypeError, ValueError) as exc:
             await self._refuse(queue, msg, f"callback refused: {exc}")
             return
+        gate = self._gate
+        assert gate is not None
+        every = self.lease / WORKER_EXTEND_DIVISOR  # as a Worker's: a failed extend is tried again
         renewer = LeaseRenewer(
-            queue,
-            msg,
-            self.counts,
-            lease=self.lease,
-            first=max(self.lease - CALLBACK_LEASE_MARGIN / 2, self.lease / 2),
-            every=self.lease / 2,
+            queue, msg, self.counts, lease=self.lease, first=every, every=every,
             event_prefix="callback",
-        )
+        )  # fmt: skip
         try:
-            outcome, error = await self._send(
-                queue, msg, callback, body, content_type, message_id=message_id
-            )
+            if not await gate.enter():  # stopping before it was sent: give it back
+                renewer.stop()
+                await self._give_back(queue, msg)
+                return
+            try:
+                outcome, error = await self._send(
+                    queue, msg, callback, body, content_type, message_id=message_id
+                )
+            finally:
+                gate.leave()
         except asyncio.CancelledError:
             renewer.stop()
             if not self._releasing:
@@ -533,10 +602,14 @@ class Dispatcher:
         metrics = self.state.metrics
         metrics.observe_callback(queue.name, "delivered")
         try:
-            await queue.ack(msg)
-        except (LeaseLost, QueueClosed) as exc:
-            self.counts["lease_lost"] += 1
+            acked = await self._ackers[queue.name].ack(msg)
+        except Exception as exc:  # the backend did not answer, or the queue closed
             log_event(_WARNING, "callback.unsettled", queue=queue.name, id=msg.id, error=repr(exc))
+            return
+        if not acked:
+            self.counts["lease_lost"] += 1
+            log_event(_WARNING, "callback.unsettled", queue=queue.name, id=msg.id,
+                      error="LeaseLost")  # fmt: skip
             return
         metrics.acks.labels(queue.name).inc()
         self.counts["delivered"] += 1
