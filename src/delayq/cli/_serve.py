@@ -240,10 +240,11 @@ def _secret_file_option(name: str, what: str) -> Callable[[F], F]:
 @click.option(
     "--dispatch-prefetch",
     type=click.IntRange(0),
-    default=None,
+    default=0,
+    show_default=True,
     metavar="N",
     help="Callback messages reserved ahead of a free request slot, their leases renewed "
-    "while they wait (default: 4 x the callback requests run at once; 0: none).",
+    "while they wait (0: none).",
 )
 @click.option(
     "--signing-secret",

@@ -173,8 +173,9 @@ class ServeConfig:
     (the host must still be listed) or when that IP is listed.
     ``signing_secret`` keys the HMAC-SHA256 signature of every callback request.
     ``dispatch_concurrency`` callback requests run at once, and up to
-    ``dispatch_prefetch`` more messages (None: 4 x ``dispatch_concurrency``, as a
-    Worker's prefetch; 0: none) are reserved ahead, their leases renewed while they wait.
+    ``dispatch_prefetch`` more messages (default 0: none, as measured: a request's own
+    CPU bounds the dispatcher, not the claim; None: 4 x ``dispatch_concurrency``, a
+    Worker's default) are reserved ahead, their leases renewed while they wait.
 
     ``allowed_hosts`` are the names clients may reach the server by (the ``Host``
     header): ``queue.example.com``, ``*.example.com``, or ``*`` for any. A server
@@ -202,7 +203,7 @@ class ServeConfig:
     signing_secret: str | None = None
     callback_timeout: float = CALLBACK_DEFAULT_TIMEOUT
     dispatch_concurrency: int = SERVE_DISPATCH_CONCURRENCY
-    dispatch_prefetch: int | None = None
+    dispatch_prefetch: int | None = 0
     max_body: int = SERVE_MAX_BODY
     allowed_hosts: tuple[str, ...] = ()
     session_ttl: float = SERVE_SESSION_TTL

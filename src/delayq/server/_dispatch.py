@@ -3,7 +3,7 @@ when it falls due.
 
 For each of ``config.callback_queues`` a reserver claims due messages: at most
 ``config.dispatch_concurrency`` requests are in flight (over all queues), and up to
-``config.dispatch_prefetch`` more messages (default: 4 x the concurrency) are reserved
+``config.dispatch_prefetch`` more messages (default: none) are reserved
 ahead of a free place, in batches, each waiting its turn with its lease renewed, so
 the next request leaves without waiting for a reserve round trip. A blocking
 ``reserve`` wakes when the next message falls due, so a callback leaves within
