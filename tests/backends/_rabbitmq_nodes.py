@@ -7,6 +7,12 @@ an outgoing connection meanwhile), data and log directories in the test's tempor
 directory, and an Erlang cookie of its own; the cluster forms at first boot
 (``classic_config`` peer discovery). Nodes are stopped by their process id, never by
 name, and the shared node (5672) is never touched.
+
+With ``netns``, the nodes run inside that network namespace (``ip netns exec``): the
+listener on every address of the namespace (``0.0.0.0``), epmd and the distribution on
+the namespace's own loopback; clients reach a node at ``host`` (an address of the
+namespace, a link's end). Stopping them ends every process left in the namespace (epmd,
+started by the node) by its process id too.
 """
 
 from __future__ import annotations
@@ -57,7 +63,15 @@ class RabbitNodes:
     """``size`` private nodes (1 or 3, clustered): :meth:`start`, :meth:`kill` one with
     SIGKILL, :meth:`start_node` it again on the same port and data, :meth:`stop`."""
 
-    def __init__(self, directory: Path, size: int, tls: tuple[Path, Path] | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        size: int,
+        tls: tuple[Path, Path] | None = None,
+        *,
+        netns: str | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
         if not Path(SERVER).exists() or shutil.which("erl") is None:
             unavailable(f"{SERVER} (and erl) are needed to run private RabbitMQ nodes")
         self.directory = directory
@@ -70,17 +84,22 @@ class RabbitNodes:
         self.tls = tls
         self.tls_ports = ports[size:]
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        #: The network namespace the nodes run in (None: the machine's own).
+        self.netns = netns
+        #: Where clients reach the nodes.
+        self.host = host
 
     def url(self, node: int, query: str = "") -> str:
-        return f"amqp://guest:guest@127.0.0.1:{self.ports[node]}/%2F{query}"
+        return f"amqp://guest:guest@{self.host}:{self.ports[node]}/%2F{query}"
 
     def _home(self, node: int) -> Path:
         home = self.directory / f"node{node}"
         if home.exists():
             return home
         home.mkdir(parents=True)
+        listen = "0.0.0.0" if self.netns else "127.0.0.1"
         lines = [
-            f"listeners.tcp.default = 127.0.0.1:{self.ports[node]}",
+            f"listeners.tcp.default = {listen}:{self.ports[node]}",
             "loopback_users = none",
             *(self._tls_lines(node) if self.tls else ()),
             "cluster_formation.peer_discovery_backend = classic_config",
@@ -127,15 +146,16 @@ class RabbitNodes:
             "RABBITMQ_PID_FILE": str(home / "pid"),
         }
         with (home / "server.out").open("ab") as out:
+            prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
             self.procs[node] = subprocess.Popen(
-                [SERVER], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=home
+                [*prefix, SERVER], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=home
             )
 
     def wait_ready(self, node: int) -> None:
         deadline = time.monotonic() + READY_TIMEOUT
         while True:
             try:
-                with socket.create_connection(("127.0.0.1", self.ports[node]), timeout=0.5):
+                with socket.create_connection((self.host, self.ports[node]), timeout=0.5):
                     return
             except OSError:
                 proc = self.procs[node]
@@ -172,3 +192,11 @@ class RabbitNodes:
     def stop(self) -> None:
         for node in list(self.procs):
             self.kill(node)
+        if self.netns:
+            # What the nodes left in their namespace (epmd), each by its process id.
+            listed = subprocess.run(
+                ["ip", "netns", "pids", self.netns], capture_output=True, text=True, check=False
+            )
+            for pid in listed.stdout.split():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ import pytest
 
 from delayq import UnsupportedURL
 from delayq.durable import AsyncQueue, Queue, State
+from delayq.errors import OutcomeUnknown
 
 pytest.importorskip("aiormq")
 
@@ -85,6 +87,45 @@ def test_a_pure_producer_does_not_stand_and_a_consumer_does(url: str) -> None:
             waiting.join(10)
             consumer.purge()
         assert got == ["kept"]
+
+
+def test_a_change_without_a_reply_is_reported_unknown_and_a_read_as_no_scheduler(
+    url: str,
+) -> None:
+    """A sent put or ack may have been taken by a scheduler whose reply was lost: the
+    caller is told its fate is unknown (an OutcomeUnknown, and a NoScheduler still); a
+    read changes nothing and is just NoScheduler (tests/faults has the real faults)."""
+    with Queue(url, name="jobs", scheduler="off", request_timeout=0.3) as producer:
+        with pytest.raises(OutcomeUnknown) as raised:
+            producer.put("maybe")
+        assert isinstance(raised.value, NoScheduler)
+        assert raised.value.operation == "put"
+        with pytest.raises(NoScheduler) as read:
+            producer.stats()
+        assert not isinstance(read.value, OutcomeUnknown)
+
+
+def test_a_broker_that_never_answers_fails_calls_within_the_request_timeout() -> None:
+    """A host that takes the TCP connection and then says nothing (or drops the SYN)
+    must not hold a call for the connect's own timeouts (aiormq has none)."""
+    with contextlib.closing(socket.create_server(("127.0.0.1", 0))) as mute:
+        port = mute.getsockname()[1]
+        url = f"amqp://guest:guest@127.0.0.1:{port}/%2F?request_timeout=0.5"
+
+        def put_sync() -> None:
+            with Queue(url, name="jobs", scheduler="off") as queue:
+                queue.put("never")
+
+        async def put_async() -> None:
+            async with AsyncQueue(url, name="jobs", scheduler="off") as queue:
+                await queue.put("never")
+
+        for put in (put_sync, lambda: asyncio.run(put_async())):
+            started = time.monotonic()
+            with pytest.raises(NoScheduler) as raised:
+                put()
+            assert not isinstance(raised.value, OutcomeUnknown)  # it was never sent
+            assert time.monotonic() - started < 5
 
 
 def test_a_new_scheduler_rebuilds_the_state_from_the_log(url: str) -> None:

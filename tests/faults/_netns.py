@@ -41,6 +41,7 @@ from typing import ClassVar, NoReturn
 import pytest
 
 from backends._postgres_server import PrivatePostgres
+from backends._rabbitmq_nodes import RabbitNodes
 from backends._redis_server import wait_ready
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "READ_TIMEOUT",
     "Link",
     "NsPostgres",
+    "NsRabbit",
     "NsRedis",
     "ServerHost",
     "namespaces_refused",
@@ -407,3 +409,38 @@ class NsPostgres(PrivatePostgres):
         """:meth:`url` with the short timeouts of :data:`SHORT`, so a call on a silent
         link fails within a few seconds."""
         return self.url(link, **{**self.SHORT, **params})
+
+
+# -- RabbitMQ (amqp://) in a host's namespace ------------------------------------------
+
+
+class NsRabbit:
+    """A private RabbitMQ node (``backends._rabbitmq_nodes.RabbitNodes``) in ``host``'s
+    namespace, listening on every address there, its data and log in ``directory``;
+    stopped by PID (the node, then what it left in the namespace: epmd)."""
+
+    def __init__(self, host: ServerHost, directory: Path) -> None:
+        self.host = host
+        self.nodes = RabbitNodes(directory, 1, netns=host.name)
+
+    @property
+    def port(self) -> int:
+        return self.nodes.ports[0]
+
+    def url(self, link: Link, **params: object) -> str:
+        """The URL of this node through ``link`` (``params`` as URL parameters)."""
+        query = "&".join(f"{key}={value}" for key, value in params.items())
+        return f"amqp://guest:guest@{link.address}:{self.port}/%2F" + (f"?{query}" if query else "")
+
+    def start(self, link: Link) -> None:
+        """Run the node; return once it takes connections through ``link``."""
+        self.nodes.host = link.address
+        try:
+            self.nodes.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop the node and what it left in the namespace, by PID."""
+        self.nodes.stop()

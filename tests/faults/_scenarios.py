@@ -73,10 +73,16 @@ def check_silent_then_heal(
     assert report.explained == report.duplicates == 1  # the held one, after its lease
 
 
-def check_partition(face: str, urls: tuple[str, str], cut_off: Link, outage: Outage) -> None:
+def check_partition(
+    face: str,
+    urls: tuple[str, str],
+    cut_off: Link,
+    outage: Outage,
+    ready: Callable[[Face, Face], Awaitable[None]] | None = None,
+) -> None:
     """:func:`partition` of 5 messages, then its history checked: nothing lost or
     early; each message delivered twice, its first lease expired in between."""
-    history = asyncio.run(partition(face, urls, cut_off, outage, 5))
+    history = asyncio.run(partition(face, urls, cut_off, outage, 5, ready))
     report = check(history)
     report.assert_ok()
     assert report.messages == 5 + 1
@@ -151,12 +157,18 @@ async def replies_dropped(face: str, url: str, link: Link, outage: Outage) -> No
 
 
 async def partition(
-    face: str, urls: tuple[str, str], cut_off: Link, outage: Outage, count: int
+    face: str,
+    urls: tuple[str, str],
+    cut_off: Link,
+    outage: Outage,
+    count: int,
+    ready: Callable[[Face, Face], Awaitable[None]] | None = None,
 ) -> History:
     """Scenario 1: the consumer on ``urls[0]`` (through ``cut_off``) holds ``count``
     messages and is cut off past their lease; its ack fails; the one on ``urls[1]``
     gets them after the lease; after the heal the first one's acks and nacks raise
-    LeaseLost and change nothing, and its next reserve works."""
+    LeaseLost and change nothing, and its next reserve works. ``ready(first,
+    second)`` runs first (amqp:// elects one of them there)."""
     history = History(unknown=[OutcomeUnknown])
     ids = [f"job-{n}" for n in range(count)]
 
@@ -170,6 +182,8 @@ async def partition(
         Face(face, urls[0], "partition") as first,
         Face(face, urls[1], "partition") as second,
     ):
+        if ready is not None:
+            await ready(first, second)
         for id in ids:
             with history.call("put", id):
                 await second.call("put", id, id=id)

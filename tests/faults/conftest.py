@@ -1,16 +1,17 @@
-"""Fixtures of the fault tests: a host in a network namespace, its links, its Redis."""
+"""Fixtures of the fault tests: a host in a network namespace, its links, its Redis
+(a host and a RabbitMQ node per module for amqp://)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from ._netns import Link, NsRedis, ServerHost, namespaces_refused, unavailable
+from ._netns import Link, NsRabbit, NsRedis, ServerHost, namespaces_refused, unavailable
 
 
 @pytest.fixture(scope="session")
@@ -71,3 +72,51 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     finally:
         # Lazy: a connection the test left open must not keep the mount forever.
         subprocess.run(["umount", "-l", str(disk)], capture_output=True, check=False)
+
+
+# -- RabbitMQ (amqp://) ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rabbit_host(namespaces: None) -> Iterator[ServerHost]:
+    """A host for one RabbitMQ node, shared by a test module (a node takes seconds to
+    start); each test makes its own links to it (:func:`rabbit_link`)."""
+    host = ServerHost()
+    try:
+        yield host
+    finally:
+        host.close()
+
+
+@pytest.fixture(scope="module")
+def ns_rabbit(
+    rabbit_host: ServerHost, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[NsRabbit]:
+    """A private RabbitMQ node in :func:`rabbit_host`'s namespace, started once a module
+    (tests use a namespace of their own on it: a fresh ``prefix``), stopped by PID."""
+    pytest.importorskip("aiormq")
+    server = NsRabbit(rabbit_host, tmp_path_factory.mktemp("rabbit"))
+    try:
+        server.start(rabbit_host.link())
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def rabbit_link(rabbit_host: ServerHost, ns_rabbit: NsRabbit) -> Iterator[Callable[[], Link]]:
+    """Make links to :func:`ns_rabbit` (healed and removed at the end of the test)."""
+    made: list[Link] = []
+
+    def make() -> Link:
+        link = rabbit_host.link()
+        made.append(link)
+        return link
+
+    try:
+        yield make
+    finally:
+        for link in made:
+            link.heal()
+            link.remove()
+            rabbit_host.links.remove(link)

@@ -7,7 +7,15 @@ over request/reply (docs/rabbitmq.md). A broker adds only its
 from ._async.backend import AsyncReplicatedBackend
 from ._link import Candidacy, LoopLink, ThreadLink
 from ._sync.backend import ReplicatedBackend
-from ._transport import Delivery, LogEntry, LogFull, NoScheduler, Refused, Transport
+from ._transport import (
+    Delivery,
+    LogEntry,
+    LogFull,
+    NoScheduler,
+    Refused,
+    ReplyLost,
+    Transport,
+)
 
 __all__ = [
     "AsyncReplicatedBackend",
@@ -19,6 +27,7 @@ __all__ = [
     "NoScheduler",
     "Refused",
     "ReplicatedBackend",
+    "ReplyLost",
     "ThreadLink",
     "Transport",
 ]

@@ -28,7 +28,7 @@ from ...errors import QueueClosed
 from ._codec import decode_outcome, decode_record, pack, raise_error, unpack
 from ._constants import MAX_GROUP_BYTES, REJOIN_FIRST_PAUSE, REJOIN_MAX_PAUSE
 from ._scheduler import Scheduler
-from ._transport import NoScheduler, Refused, Transport
+from ._transport import NoScheduler, Refused, ReplyLost, Transport
 
 __all__ = ["Candidacy", "LoopLink", "ThreadLink"]
 
@@ -36,6 +36,11 @@ T = TypeVar("T")
 #: Who stands for election: ``on`` at once, ``auto`` once this backend object runs a
 #: waiting reserve (a consumer, never a pure producer), ``off`` never.
 Candidacy = Literal["auto", "on", "off"]
+#: Seconds a close waits for the connections given up before it.
+_CLOSE_WAIT = 3.0
+#: The operations that change nothing: one that got no reply just failed (NoScheduler);
+#: any other may have run (ReplyLost, an OutcomeUnknown).
+_READS = frozenset({"get", "stats", "peek", "dead", "queues", "due_counts"})
 
 
 class _Outgoing(NamedTuple):
@@ -76,6 +81,8 @@ class LoopLink:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._publishing = False
         self._outbox: list[_Outgoing] = []
+        #: Connections being closed after they were given up (a close waits for them).
+        self._closing: set[asyncio.Task[None]] = set()
 
     @property
     def closed(self) -> bool:
@@ -92,12 +99,24 @@ class LoopLink:
         # (a connection half open, or a campaign half made, would hold the election).
         if self._opening is None or self._opening.done():
             self._opening = asyncio.get_running_loop().create_task(self._open())
+            # Seen here too: the calls that awaited it may all have timed out.
+            self._opening.add_done_callback(lambda task: task.cancelled() or task.exception())
         return await asyncio.shield(self._opening)
 
     async def _open(self) -> Transport:
         transport = self._make_transport()
         try:
-            await transport.open(self._on_reply, self._on_elected, lambda: self._on_lost(transport))
+            # Bounded: a host that does not answer would hold a connect for the kernel's
+            # SYN retries (over two minutes), and every call behind it.
+            opening = transport.open(
+                self._on_reply, self._on_elected, lambda: self._on_lost(transport)
+            )
+            try:
+                await asyncio.wait_for(opening, self._request_timeout)
+            except asyncio.TimeoutError:
+                raise ConnectionError(
+                    f"no connection to the broker in {self._request_timeout:g} s"
+                ) from None
             self._transport = transport
             if self._candidacy == "on":
                 await self._campaign(transport)
@@ -108,6 +127,14 @@ class LoopLink:
                 await transport.close()
             raise
         return transport
+
+    async def _connected_within(self, seconds: float) -> Transport:
+        """:meth:`_connected`, or ConnectionError after ``seconds`` (the opening goes
+        on, for the next call)."""
+        try:
+            return await asyncio.wait_for(self._connected(), max(seconds, 0.001))
+        except asyncio.TimeoutError:
+            raise ConnectionError("no connection to the broker in time") from None
 
     async def _stand(self) -> None:
         """Stand for election on the current connection (once per connection)."""
@@ -142,14 +169,33 @@ class LoopLink:
     def _on_scheduler_stopped(self, transport: Transport) -> None:
         if self._scheduler is not None:
             self._scheduler = None
-        self._spawn(self._drop(transport))
+        self._close_later(self._drop(transport))
 
     async def _drop(self, transport: Transport) -> None:
         """Give up ``transport`` (a scheduler that stopped gives up its election with
         its connection); calls in flight resend on the next one."""
+        await self._close(transport)
+        self._on_lost(transport)
+
+    def _abandon(self, transport: Transport) -> None:
+        """Give up a connection on which a request got no reply in time: it may be dead
+        without a reset (a link that went silent: TCP then holds every later send
+        behind its retransmissions, and the heartbeats notice only after 3 x (heartbeat
+        + 1) s), so the next call opens a new one. A scheduler so stops being one, as
+        its clients are not being answered either."""
+        if transport is self._transport:
+            self._on_lost(transport)
+            self._close_later(self._close(transport))
+
+    def _close_later(self, closing: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(closing)
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    @staticmethod
+    async def _close(transport: Transport) -> None:
         with contextlib.suppress(Exception):
             await transport.close()
-        self._on_lost(transport)
 
     def _on_lost(self, transport: Transport) -> None:
         if transport is not self._transport:
@@ -245,27 +291,31 @@ class LoopLink:
             if waits and self._candidacy == "auto" and not self._candidate:
                 await self._stand()
             unanswered_since = loop.time()
+            # Whether some send of the request may have reached a scheduler: then a
+            # change that gets no reply may have run, and its caller is told so.
+            may_have_run = False
             while True:
                 if self._turn is None:
                     self._turn = loop.create_future()
                 turn = self._turn
                 sent = [*args, None if give_up is None else max(0.0, give_up - loop.time())]
                 try:
-                    transport = await self._connected()
+                    transport = self._transport or await self._connected_within(
+                        unanswered_since + self._request_timeout - loop.time()
+                    )
                     ttl = None if waits else int(self._request_timeout * 1000)
                     # A waiting reserve counts as parked from the moment it may be on
                     # its way: one cancelled while its publish is in flight may reach
                     # the scheduler all the same, and must be forgotten there.
                     parked = waits
+                    may_have_run = may_have_run or op not in _READS
                     await self._request(
                         transport, op, request_id, pack(sent if op == "reserve" else args), ttl
                     )
                 except (NoScheduler, ConnectionError, OSError) as exc:
                     left = unanswered_since + self._request_timeout - loop.time()
                     if left <= 0:
-                        raise NoScheduler(
-                            f"no scheduler answered in {self._request_timeout:g} s"
-                        ) from exc
+                        raise self._no_reply(op, may_have_run, "no scheduler answered") from exc
                     # Until a new scheduler or connection, or the close of this link
                     # (which fails the future: a call must not outlive its loop).
                     waited: set[asyncio.Future[Any]] = {future, turn}
@@ -282,7 +332,8 @@ class LoopLink:
                 if future.done():
                     break
                 if not done:
-                    raise NoScheduler(f"no reply in {self._request_timeout:g} s")
+                    self._abandon(transport)
+                    raise self._no_reply(op, may_have_run, "no reply")
                 unanswered_since = loop.time()
         except asyncio.CancelledError:
             if parked:
@@ -395,6 +446,14 @@ class LoopLink:
             if not item.sent.done():
                 item.sent.set_exception(ConnectionError("the request was not sent"))
 
+    def _no_reply(self, op: str, may_have_run: bool, what: str) -> NoScheduler:
+        """The error of a call that got no reply within the request timeout: ReplyLost
+        (an OutcomeUnknown) when it may have run, else NoScheduler."""
+        message = f"{what} in {self._request_timeout:g} s"
+        if may_have_run:
+            return ReplyLost(f"{message}: the {op} may or may not have run", op)
+        return NoScheduler(message)
+
     async def close(self) -> None:
         """Fail every call in flight with QueueClosed and close the connection (a
         scheduler so hands over to the next candidate)."""
@@ -416,7 +475,11 @@ class LoopLink:
         if transport is not None:
             with contextlib.suppress(Exception):
                 await transport.close()
-        for task in list(self._tasks):
+        if self._closing:
+            # A connection given up a moment ago is let finish its close (bounded:
+            # aiormq gives a dead one 2 s), so nothing of it is left pending.
+            await asyncio.wait(set(self._closing), timeout=_CLOSE_WAIT)
+        for task in [*self._tasks, *self._closing]:
             task.cancel()
 
 

@@ -8,13 +8,29 @@ from collections.abc import AsyncIterator, Callable
 from typing import NamedTuple, Protocol
 
 from ...durable.message import Record
+from ...errors import OutcomeUnknown
 
-__all__ = ["Delivery", "LogEntry", "LogFull", "NoScheduler", "Refused", "Transport"]
+__all__ = [
+    "Delivery",
+    "LogEntry",
+    "LogFull",
+    "NoScheduler",
+    "Refused",
+    "ReplyLost",
+    "Transport",
+]
 
 
 class NoScheduler(OSError):
     """No scheduler took a request: none is elected, or it did not answer in time (an
     outage: a consumer rides it out)."""
+
+
+class ReplyLost(OutcomeUnknown, NoScheduler):
+    """A change was sent and no reply came in time: a scheduler may have applied it
+    (its reply lost on the way) or not. Its resends carried the same request id, so it
+    ran at most once; it is not sent again after this. A :class:`NoScheduler` too, so
+    what rides out an outage rides out this."""
 
 
 class Refused(Exception):
