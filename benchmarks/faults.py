@@ -1,11 +1,13 @@
-"""A campaign of network faults on ``redis://`` or ``postgresql://``: partitions and
-silent servers under a running workload, every call checked (issue 21).
+"""A campaign of network faults on ``redis://``, ``postgresql://`` or ``amqp://``:
+partitions and silent servers under a running workload, every call checked (issue 21).
 
-Run as root: ``.venv/bin/python benchmarks/faults.py [--backend redis|postgres]
-[--rounds 20] [--face both] [--slow 200]``.
-The server (Redis, or a private PostgreSQL) runs in a network namespace of its own
-(``tests/faults/_netns.py``), reached by
-two links. Each round, on a fresh queue, a producer puts messages due within 1.5 s and
+Run as root: ``.venv/bin/python benchmarks/faults.py [--backend redis|postgres|amqp]
+[--rounds 20] [--face both] [--slow 200]``. The server (Redis, or a private PostgreSQL
+or RabbitMQ node) runs in a network namespace of its own (``tests/faults/_netns.py``),
+reached by two links. On RabbitMQ the scheduler is a queue object of the benchmark's
+own on the link that stays up, and the producer and consumers are not candidates
+(``scheduler=off``), so a fault cuts clients from the broker, as on the other
+backends. Each round, on a fresh queue, a producer puts messages due within 1.5 s and
 two consumers reserve (lease 1 s) and ack them after a little work; one consumer and
 its link are the victim. At a random moment the victim's link is cut (a partition) or
 silenced (the server's packets dropped: it still runs what it is sent), for a random
@@ -15,7 +17,7 @@ checked for lost, early, acked-back and phantom messages and for duplicates, eac
 explained or not by a lease that expired in between. The stall is the time from the
 heal to the victim's first call that succeeds. URLs use short timeouts so that a round
 is short (Redis: socket 1 s, connect 0.5 s; PostgreSQL: ``NsPostgres.SHORT``, user
-timeout 1 s, connect and pool 2 s).
+timeout 1 s, connect and pool 2 s; RabbitMQ: request timeout 2 s, heartbeat 1 s).
 
 Then the slow link (``--slow N``, 0 to skip): throughput of puts one by one, of
 ``put_many`` of 100 and of draining (reserve 100 + ``ack_many``), and the lateness of N
@@ -31,11 +33,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import secrets
 import statistics
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
@@ -47,22 +50,79 @@ from _common import RESULTS_DIR, Measure, environment, print_table, write_json
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+from delayq.backends._replicated import NoScheduler  # noqa: E402
 from delayq.errors import LeaseLost, OutcomeUnknown  # noqa: E402
 from faults._delay import DelayProxy  # noqa: E402
 from faults._faces import PG_OUTAGE, Face  # noqa: E402
 from faults._history import History, Report, check  # noqa: E402
-from faults._netns import Link, NsPostgres, NsRedis, ServerHost, namespaces_refused  # noqa: E402
+from faults._netns import (  # noqa: E402
+    Link,
+    NsPostgres,
+    NsRabbit,
+    NsRedis,
+    ServerHost,
+    namespaces_refused,
+)
 
 LEASE = 1.0
 MESSAGES = 40
 #: What a consumer rides out: the server lost, or a lease lost meanwhile.
-EXPECTED = (redis.ConnectionError, redis.TimeoutError, OSError, LeaseLost, *PG_OUTAGE)
+EXPECTED = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    OSError,
+    LeaseLost,
+    NoScheduler,
+    OutcomeUnknown,
+    *PG_OUTAGE,
+)
 #: What each backend's URLs timeouts are in the table.
 TIMEOUTS = {
     "redis": "socket timeout 1 s, connect 0.5 s",
     "postgres": "tcp_user_timeout 1 s, connect and pool 2 s",
+    "amqp": "request timeout 2 s, heartbeat 1 s",
 }
-Server = NsRedis | NsPostgres
+
+
+class CampaignRabbit:
+    """A private RabbitMQ node in a host, as the campaign uses it: one namespace
+    (``prefix``) for the run; every URL a non-candidate (``scheduler=off``), with short
+    timeouts from :meth:`short_url`; :func:`scheduling` runs the scheduler."""
+
+    def __init__(self, host: ServerHost, directory: Path) -> None:
+        self.node = NsRabbit(host, directory)
+        self.prefix = f"delayq-faults-{secrets.token_hex(4)}"
+
+    @property
+    def port(self) -> int:
+        return self.node.port
+
+    def start(self, link: Link) -> None:
+        self.node.start(link)
+
+    def stop(self) -> None:
+        self.node.stop()
+
+    def url(self, link: Link, scheduler: str = "off", **params: object) -> str:
+        return self.node.url(link, prefix=self.prefix, scheduler=scheduler, **params)
+
+    def short_url(self, link: Link, scheduler: str = "off") -> str:
+        return self.url(link, scheduler, request_timeout=2, heartbeat=1)
+
+
+Server = NsRedis | NsPostgres | CampaignRabbit
+
+
+@asynccontextmanager
+async def scheduling(face: str, server: Server, link: Link) -> AsyncIterator[None]:
+    """On RabbitMQ, a scheduler of the campaign's own through ``link`` for the block
+    (elected before it starts); nothing elsewhere."""
+    if not isinstance(server, CampaignRabbit):
+        yield
+        return
+    async with Face(face, server.short_url(link, scheduler="on"), "scheduler") as scheduler:
+        await scheduler.call("stats")  # elected, on the link that stays up
+        yield
 
 
 @contextmanager
@@ -72,6 +132,9 @@ def serving(backend: str, host: ServerHost, link: Link) -> Iterator[Server]:
         server: Server
         if backend == "postgres":
             server = NsPostgres(host)
+        elif backend == "amqp":
+            server = CampaignRabbit(host, Path(directory))
+            server.start(link)
         else:
             server = NsRedis(host, Path(directory))
             server.start(link)
@@ -81,10 +144,12 @@ def serving(backend: str, host: ServerHost, link: Link) -> Iterator[Server]:
             server.stop()
 
 
-def proxied(backend: str, address: str) -> str:
-    """The URL of ``backend``'s server through a proxy at ``address`` (host:port)."""
-    if backend == "postgres":
+def proxied(server: Server, address: str) -> str:
+    """The URL of ``server`` through a proxy at ``address`` (host:port)."""
+    if isinstance(server, NsPostgres):
         return f"postgresql://postgres@{address}/postgres"
+    if isinstance(server, CampaignRabbit):
+        return f"amqp://guest:guest@{address}/%2F?prefix={server.prefix}&scheduler=off"
     return f"redis://{address}/0"
 
 
@@ -182,24 +247,25 @@ async def campaign(backend: str, face: str, rounds: int, seed: int) -> dict[str,
     with ServerHost() as host:
         victim_link, other_link = host.link(), host.link()
         with serving(backend, host, other_link) as server:
-            for n in range(rounds):
-                report, stall, fault, length = await one_round(
-                    face, server, victim_link, other_link, rng, n
-                )
-                totals["rounds"] += 1
-                totals["faults"][fault] += 1
-                for key in ("messages", "deliveries", "duplicates", "explained", "unknown"):
-                    totals[key] += getattr(report, key)
-                for key in ("lost", "early", "acked_back", "phantom", "unexplained"):
-                    totals[key] += len(getattr(report, key))
-                totals["worst_stall"] = max(totals["worst_stall"], stall)
-                totals["violations"] += [f"round {n}: {v}" for v in report.violations()]
-                print(
-                    f"{face} round {n}: {fault} {length:.1f} s, {report.deliveries} "
-                    f"deliveries, {report.duplicates} duplicates, stall {stall:.2f} s, "
-                    f"{len(report.violations())} violations",
-                    flush=True,
-                )
+            async with scheduling(face, server, other_link):
+                for n in range(rounds):
+                    report, stall, fault, length = await one_round(
+                        face, server, victim_link, other_link, rng, n
+                    )
+                    totals["rounds"] += 1
+                    totals["faults"][fault] += 1
+                    for key in ("messages", "deliveries", "duplicates", "explained", "unknown"):
+                        totals[key] += getattr(report, key)
+                    for key in ("lost", "early", "acked_back", "phantom", "unexplained"):
+                        totals[key] += len(getattr(report, key))
+                    totals["worst_stall"] = max(totals["worst_stall"], stall)
+                    totals["violations"] += [f"round {n}: {v}" for v in report.violations()]
+                    print(
+                        f"{face} round {n}: {fault} {length:.1f} s, {report.deliveries} "
+                        f"deliveries, {report.duplicates} duplicates, stall {stall:.2f} s, "
+                        f"{len(report.violations())} violations",
+                        flush=True,
+                    )
     return totals
 
 
@@ -303,32 +369,43 @@ async def slow_link(backend: str, face: str, count: int) -> list[Measure]:
     with ServerHost() as host:
         link = host.link()
         with serving(backend, host, link) as server:
-            port = server.port if isinstance(server, NsPostgres) else server.PORT
-            with DelayProxy((link.address, port), 0.020, 0.010) as proxy:
-                direct, slow = server.url(link), proxied(backend, proxy.address)
-                # The loss is on the veth link, under the proxy's connection too.
-                runs = [
-                    ("direct", direct, False),
-                    ("20 ms +- 10 ms", slow, False),
-                    ("1 % loss", direct, True),
-                    ("20 ms +- 10 ms, 1 % loss", slow, True),
-                ]
-                for label, url, lossy in runs:
-                    if lossy:
-                        link.lose(every=100)
-                    else:
-                        link.heal()
-                    f = await link_figures(face, url, f"slow-{len(rows)}", count)
-                    rows += [
-                        Measure(section, f"{label}: put, one by one", f["put"], "items/s"),
-                        Measure(section, f"{label}: put_many of 100", f["put_many"], "items/s"),
-                        Measure(section, f"{label}: reserve 100 + ack_many", f["drain"], "items/s"),
-                        Measure(section, f"{label}: lateness, median", f["late_p50"] * 1000, "ms"),
-                        Measure(section, f"{label}: lateness, worst", f["late_max"] * 1000, "ms"),
-                        Measure(section, f"{label}: missing after drain", f["missing"], "items"),
+            async with scheduling(face, server, link):
+                port = server.PORT if isinstance(server, NsRedis) else server.port
+                with DelayProxy((link.address, port), 0.020, 0.010) as proxy:
+                    direct, slow = server.url(link), proxied(server, proxy.address)
+                    # The loss is on the veth link, under the proxy's connection too.
+                    runs = [
+                        ("direct", direct, False),
+                        ("20 ms +- 10 ms", slow, False),
+                        ("1 % loss", direct, True),
+                        ("20 ms +- 10 ms, 1 % loss", slow, True),
                     ]
-                    if lossy:
-                        rows.append(Measure(section, f"{label}: packets dropped", link.lost(), ""))
+                    for label, url, lossy in runs:
+                        if lossy:
+                            link.lose(every=100)
+                        else:
+                            link.heal()
+                        f = await link_figures(face, url, f"slow-{len(rows)}", count)
+                        rows += [
+                            Measure(section, f"{label}: put, one by one", f["put"], "items/s"),
+                            Measure(section, f"{label}: put_many of 100", f["put_many"], "items/s"),
+                            Measure(
+                                section, f"{label}: reserve 100 + ack_many", f["drain"], "items/s"
+                            ),
+                            Measure(
+                                section, f"{label}: lateness, median", f["late_p50"] * 1000, "ms"
+                            ),
+                            Measure(
+                                section, f"{label}: lateness, worst", f["late_max"] * 1000, "ms"
+                            ),
+                            Measure(
+                                section, f"{label}: missing after drain", f["missing"], "items"
+                            ),
+                        ]
+                        if lossy:
+                            rows.append(
+                                Measure(section, f"{label}: packets dropped", link.lost(), "")
+                            )
     return rows
 
 

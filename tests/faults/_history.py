@@ -20,7 +20,10 @@ delayq's word nothing happened: a ``LeaseLost``, a connection error before sendi
 * **duplicates**: a message delivered again without a nack or release of the first
   delivery in between. Each is *explained* when the first delivery's lease had
   expired by the time the second reserve returned (``lease_expires_at``, moved by any
-  ``extend``); one that is not is a violation.
+  ``extend``); one that is not is a violation. Deliveries are taken in the order the
+  server granted them (their attempt numbers), not the order they arrived in: a
+  reply a partition held up can arrive after the message's lease ran out and another
+  consumer got it.
 """
 
 from __future__ import annotations
@@ -170,7 +173,10 @@ def check(history: History | Iterable[Op]) -> Report:
         unknown=sum(op.outcome == "unknown" for op in ops),
     )
     for id in sorted(set(by_id) | set(seen)):
-        _check_message(id, by_id[id], sorted(seen[id], key=lambda s: s.reserve.end), report)
+        # In the order the server granted them (each claim counts an attempt), then of
+        # arrival: a reply held up by a fault may arrive after a later grant's.
+        order = sorted(seen[id], key=lambda s: (s.delivery.attempts, s.reserve.end))
+        _check_message(id, by_id[id], order, report)
     return report
 
 

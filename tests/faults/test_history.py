@@ -103,6 +103,16 @@ def test_a_double_delivery_under_a_live_lease_is_a_violation() -> None:
     assert "before the first lease expired" in report.unexplained[0]
 
 
+def test_a_reply_held_up_past_its_lease_does_not_count_as_the_second_delivery() -> None:
+    # The first grant's reply arrives late (a partition held it up), after its lease
+    # ran out and after another consumer received the second grant.
+    late = Op("reserve", 10.0, 11.8, delivered=[Delivery("a", "a@late", 11.0, attempts=1)])
+    ops = [_put("a", 9.0), late, _reserve(11.2, "a", attempts=2)]
+    report = check(ops)
+    _clean(report)
+    assert (report.duplicates, report.explained) == (1, 1)
+
+
 def test_an_extend_moves_the_lease_expiry() -> None:
     first = _reserve(10.0, "a")
     extend = Op("extend", 10.5, 10.6, id="a", token=_token(first, "a"), result=13_000)
