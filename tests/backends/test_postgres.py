@@ -106,6 +106,38 @@ def test_the_claim_takes_due_messages_through_the_partial_index(admin: Any, sche
     assert "Seq Scan" not in plan, plan
 
 
+def test_a_put_resolves_its_due_time_by_the_server_clock_each_way_it_is_given(
+    admin: Any, schema: str
+) -> None:
+    """A put one by one has a statement per way of giving its due time (none, a delay,
+    a time): each resolves it as resolve_due() does, from the server's clock."""
+
+    def server_ms() -> float:
+        row = admin.execute("SELECT extract(epoch FROM clock_timestamp()) * 1000").fetchone()
+        return float(row[0])
+
+    with Queue(url_of(schema), name="due") as q:
+        before = server_ms()
+        ids = {
+            "none": q.put("none"),
+            "zero delay": q.put("zero", delay=0),
+            "negative delay": q.put("negative", delay=-5),
+            "past time": q.put("past", at=1.5),
+            "delay": q.put("delay", delay=2),
+            "time": q.put("time", at=4_000_000_000.25),
+        }
+        after = server_ms()
+        due = {}
+        for name, msg_id in ids.items():
+            msg = q.get(msg_id)
+            assert msg is not None
+            due[name] = msg.due_at
+    for name in ("none", "zero delay", "negative delay", "past time"):
+        assert before - 1 <= due[name] <= after, (name, due)
+    assert before + 2000 <= due["delay"] <= after + 2001, due
+    assert due["time"] == 4_000_000_000_250
+
+
 # -- the schema -------------------------------------------------------------------------
 
 

@@ -35,7 +35,7 @@ from .. import _schema
 from .._runner import AsyncLock, guarded_async
 from .._url import SAFETY_INTERVAL, parse_url
 from .._wakeup import Wakeup
-from ..statements import Statements
+from ..statements import Statements, put_kind
 
 __all__ = ["AsyncPostgresBackend", "open_async_backend", "put_on", "upgrade"]
 
@@ -46,6 +46,8 @@ _LEASE_LOST = "the lease expired or the message was reserved, acked or removed s
 _RETRIES = 3
 
 Row = tuple[Any, ...]
+#: A statement's parameters: by name, or in order (the put of one message).
+Params = Mapping[str, Any] | Sequence[Any]
 
 
 def _record(row: Row) -> Record:
@@ -235,7 +237,7 @@ class AsyncPostgresBackend:
                 await upgrade(conn, self._settings.schema)
             self._ready = True
 
-    async def _fetch(self, statement: str, params: Mapping[str, Any]) -> list[Row]:
+    async def _fetch(self, statement: str, params: Params) -> list[Row]:
         """Run one statement that returns rows (its own transaction) and return them."""
         await self._open()
         # getconn/putconn rather than connection(): in autocommit the latter's
@@ -272,17 +274,18 @@ class AsyncPostgresBackend:
         """See :meth:`~delayq.durable.backend.AsyncBackend.put`."""
         if len(requests) == 1 and requests[0].on_conflict == "ignore":
             request = requests[0]
-            params = {
-                "queue": queue,
-                "id": request.id,
-                "payload": request.payload,
-                "encoding": request.encoding,
-                "delay_ms": request.delay_ms,
-                "at_ms": request.at_ms,
-                "max_attempts": request.max_attempts,
-                "headers": _headers(request.headers),
-            }
-            rows = await self._fetch(self.sql.PUT_ONE, params)
+            kind = put_kind(request.delay_ms, request.at_ms)
+            params: tuple[Any, ...] = (
+                queue,
+                request.id,
+                request.payload,
+                request.encoding,
+                request.max_attempts,
+                _headers(request.headers),
+            )
+            if kind != "now":
+                params += (request.at_ms if kind == "at" else request.delay_ms,)
+            rows = await self._fetch(self.sql.PUT_ONE[kind], params)
             if not rows:
                 return [0]
             self._wake.notify(queue, rows[0][0])

@@ -37,7 +37,7 @@ from .. import _schema
 from .._runner import Lock, guarded
 from .._url import SAFETY_INTERVAL, parse_url
 from .._wakeup import Wakeup
-from ..statements import Statements
+from ..statements import Statements, put_kind
 
 __all__ = ["PostgresBackend", "open_backend", "put_on", "upgrade"]
 
@@ -48,6 +48,8 @@ _LEASE_LOST = "the lease expired or the message was reserved, acked or removed s
 _RETRIES = 3
 
 Row = tuple[Any, ...]
+#: A statement's parameters: by name, or in order (the put of one message).
+Params = Mapping[str, Any] | Sequence[Any]
 
 
 def _record(row: Row) -> Record:
@@ -237,7 +239,7 @@ class PostgresBackend:
                 upgrade(conn, self._settings.schema)
             self._ready = True
 
-    def _fetch(self, statement: str, params: Mapping[str, Any]) -> list[Row]:
+    def _fetch(self, statement: str, params: Params) -> list[Row]:
         """Run one statement that returns rows (its own transaction) and return them."""
         self._open()
         # getconn/putconn rather than connection(): in autocommit the latter's
@@ -274,17 +276,18 @@ class PostgresBackend:
         """See :meth:`~delayq.durable.backend.Backend.put`."""
         if len(requests) == 1 and requests[0].on_conflict == "ignore":
             request = requests[0]
-            params = {
-                "queue": queue,
-                "id": request.id,
-                "payload": request.payload,
-                "encoding": request.encoding,
-                "delay_ms": request.delay_ms,
-                "at_ms": request.at_ms,
-                "max_attempts": request.max_attempts,
-                "headers": _headers(request.headers),
-            }
-            rows = self._fetch(self.sql.PUT_ONE, params)
+            kind = put_kind(request.delay_ms, request.at_ms)
+            params: tuple[Any, ...] = (
+                queue,
+                request.id,
+                request.payload,
+                request.encoding,
+                request.max_attempts,
+                _headers(request.headers),
+            )
+            if kind != "now":
+                params += (request.at_ms if kind == "at" else request.delay_ms,)
+            rows = self._fetch(self.sql.PUT_ONE[kind], params)
             if not rows:
                 return [0]
             self._wake.notify(queue, rows[0][0])
