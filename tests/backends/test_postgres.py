@@ -219,6 +219,41 @@ def test_a_schema_of_version_3_is_upgraded_and_its_consumers_still_woken(
     assert options == (["fillfactor=50"],)
 
 
+def test_a_schema_of_version_4_is_upgraded_and_still_refuses_an_unknown_state(
+    admin: Any, schema: str
+) -> None:
+    """Version 5 checks a message's state by its type (a domain) instead of a CHECK
+    constraint: a version-4 schema keeps its messages through the column's change, and
+    a row of an unknown state is refused as before."""
+    s = f'"{schema}"'
+    with admin.transaction():
+        for step in _schema.MIGRATIONS[:4]:
+            for statement in step(s):
+                admin.execute(statement)
+        admin.execute(f"INSERT INTO {s}.meta VALUES ('schema', 4)")
+        for id, state, due in (("ready", "scheduled", 0), ("later", "scheduled", 2**50)):
+            admin.execute(
+                f"INSERT INTO {s}.messages (queue, id, payload, encoding, due_at, seq, "
+                "max_attempts, state) VALUES ('v4', %s, '\"hi\"', 'json', %s, 1, 3, %s)",
+                (id, due, state),
+            )
+        admin.execute(f"SELECT setval('{s}.seq', 1)")
+    with Queue(url_of(schema), name="v4") as q:
+        [msg] = q.reserve(wait=0)
+        assert (msg.id, msg.payload) == ("ready", "hi")
+        q.ack(msg)
+        assert q.stats().scheduled == 1
+        q.put("after")
+        assert [m.payload for m in q.reserve(wait=0)] == ["after"]
+    version = admin.execute(f"SELECT value FROM {s}.meta WHERE key = 'schema'").fetchone()
+    assert version == (_schema.VERSION,)
+    with pytest.raises(psycopg.errors.CheckViolation):
+        admin.execute(
+            f"INSERT INTO {s}.messages (queue, id, payload, encoding, due_at, seq, "
+            "max_attempts, state) VALUES ('v4', 'bad', '', 'json', 0, 2, 3, 'lost')"
+        )
+
+
 def test_a_schema_newer_than_the_code_is_refused(admin: Any, schema: str) -> None:
     with Queue(url_of(schema), name="x") as q:
         q.put(1)

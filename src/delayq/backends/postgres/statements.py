@@ -206,7 +206,7 @@ BEGIN
         lease = replace(gen_random_uuid()::text, '-', ''), lease_until = c + lease_ms
     FROM pick
     WHERE m.queue = q AND m.id = pick.id
-    RETURNING {COLUMNS}, f;
+    RETURNING {COLUMNS.replace("m.state", "m.state::text")}, f;
     IF FOUND THEN
         IF w_id IS NOT NULL THEN
             -- Awake: it sleeps until now, so no put notifies it (the row stays, for

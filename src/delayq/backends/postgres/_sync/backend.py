@@ -97,7 +97,7 @@ def _earliest(*times: int | None) -> int | None:
 def upgrade(conn: psycopg.Connection[Any], schema: str) -> None:
     """Create ``schema`` or apply the steps it lacks (:mod:`.._schema`), under an
     advisory lock; one query when it is at this code's version."""
-    names = {"meta": f'"{schema}".meta', "name": f"delayq:{schema}"}
+    names = {"schema": schema, "name": f"delayq:{schema}"}
     version_of = _schema.VERSION_OF.format(s=f'"{schema}"')
 
     def version() -> int:
