@@ -188,6 +188,14 @@ def test_a_schema_of_version_2_gets_the_waiters_and_one_claim_function(
     assert admin.execute(f"SELECT count(*) FROM {s}.waiters").fetchone() == (0,)
 
 
+def _build_version(admin: Any, s: str, version: int) -> None:
+    """Build schema ``s`` (quoted) as code of schema ``version`` left it."""
+    for step in _schema.MIGRATIONS[:version]:
+        for statement in step(s):
+            admin.execute(statement)
+    admin.execute(f"INSERT INTO {s}.meta VALUES ('schema', %s)", (version,))
+
+
 def test_a_schema_of_version_3_is_upgraded_and_its_consumers_still_woken(
     admin: Any, schema: str
 ) -> None:
@@ -195,10 +203,7 @@ def test_a_schema_of_version_3_is_upgraded_and_its_consumers_still_woken(
     version-3 schema keeps its messages and its stale registrations do no harm."""
     s = f'"{schema}"'
     with admin.transaction():
-        for step in _schema.MIGRATIONS[:3]:
-            for statement in step(s):
-                admin.execute(statement)
-        admin.execute(f"INSERT INTO {s}.meta VALUES ('schema', 3)")
+        _build_version(admin, s, 3)
         admin.execute(
             f"INSERT INTO {s}.messages (queue, id, payload, encoding, due_at, seq, "
             "max_attempts, state) VALUES ('v3', 'kept', '\"hi\"', 'json', 0, 1, 3, 'scheduled')"
@@ -227,10 +232,7 @@ def test_a_schema_of_version_4_is_upgraded_and_still_refuses_an_unknown_state(
     a row of an unknown state is refused as before."""
     s = f'"{schema}"'
     with admin.transaction():
-        for step in _schema.MIGRATIONS[:4]:
-            for statement in step(s):
-                admin.execute(statement)
-        admin.execute(f"INSERT INTO {s}.meta VALUES ('schema', 4)")
+        _build_version(admin, s, 4)
         for id, state, due in (("ready", "scheduled", 0), ("later", "scheduled", 2**50)):
             admin.execute(
                 f"INSERT INTO {s}.messages (queue, id, payload, encoding, due_at, seq, "
