@@ -593,6 +593,22 @@ def test_enqueue_async_on_an_async_connection(schema: str) -> None:
         assert (msg.id, msg.payload) == (id, "hello")
 
 
+def test_a_producer_putting_one_by_one_holds_one_connection(admin: Any, schema: str) -> None:
+    """The pool opens connections only as calls need them: one producer, its puts
+    one after another, holds one server connection (and reuses one server process,
+    whose caches stay warm), not the pool's first one plus another opened while the
+    first was on its way."""
+    name = f"delayq-test-{uuid.uuid4().hex[:8]}"
+    with Queue(url_of(schema, application_name=name), name="one") as q:
+        for i in range(20):
+            q.put(i)
+        count = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+        ).fetchone()
+        assert count == (1,)
+        assert q.stats().ready == 20
+
+
 def test_a_url_without_host_keeps_its_slashes() -> None:
     assert parse_url("postgresql:///app").conninfo.startswith("postgresql:///app?")
 
