@@ -120,6 +120,38 @@ def test_the_claim_takes_due_messages_through_the_partial_index(admin: Any, sche
     assert "Seq Scan" not in plan, plan
 
 
+def test_a_put_resolves_its_due_time_by_the_server_clock_each_way_it_is_given(
+    admin: Any, schema: str
+) -> None:
+    """A put one by one has a statement per way of giving its due time (none, a delay,
+    a time): each resolves it as resolve_due() does, from the server's clock."""
+
+    def server_ms() -> float:
+        row = admin.execute("SELECT extract(epoch FROM clock_timestamp()) * 1000").fetchone()
+        return float(row[0])
+
+    with Queue(url_of(schema), name="due") as q:
+        before = server_ms()
+        ids = {
+            "none": q.put("none"),
+            "zero delay": q.put("zero", delay=0),
+            "negative delay": q.put("negative", delay=-5),
+            "past time": q.put("past", at=1.5),
+            "delay": q.put("delay", delay=2),
+            "time": q.put("time", at=4_000_000_000.25),
+        }
+        after = server_ms()
+        due = {}
+        for name, msg_id in ids.items():
+            msg = q.get(msg_id)
+            assert msg is not None
+            due[name] = msg.due_at
+    for name in ("none", "zero delay", "negative delay", "past time"):
+        assert before - 1 <= due[name] <= after, (name, due)
+    assert before + 2000 <= due["delay"] <= after + 2001, due
+    assert due["time"] == 4_000_000_000_250
+
+
 # -- the schema -------------------------------------------------------------------------
 
 
@@ -170,6 +202,14 @@ def test_a_schema_of_version_2_gets_the_waiters_and_one_claim_function(
     assert admin.execute(f"SELECT count(*) FROM {s}.waiters").fetchone() == (0,)
 
 
+def _build_version(admin: Any, s: str, version: int) -> None:
+    """Build schema ``s`` (quoted) as code of schema ``version`` left it."""
+    for step in _schema.MIGRATIONS[:version]:
+        for statement in step(s):
+            admin.execute(statement)
+    admin.execute(f"INSERT INTO {s}.meta VALUES ('schema', %s)", (version,))
+
+
 def test_a_schema_of_version_3_is_upgraded_and_its_consumers_still_woken(
     admin: Any, schema: str
 ) -> None:
@@ -177,10 +217,7 @@ def test_a_schema_of_version_3_is_upgraded_and_its_consumers_still_woken(
     version-3 schema keeps its messages and its stale registrations do no harm."""
     s = f'"{schema}"'
     with admin.transaction():
-        for step in _schema.MIGRATIONS[:3]:
-            for statement in step(s):
-                admin.execute(statement)
-        admin.execute(f"INSERT INTO {s}.meta VALUES ('schema', 3)")
+        _build_version(admin, s, 3)
         admin.execute(
             f"INSERT INTO {s}.messages (queue, id, payload, encoding, due_at, seq, "
             "max_attempts, state) VALUES ('v3', 'kept', '\"hi\"', 'json', 0, 1, 3, 'scheduled')"
@@ -199,6 +236,38 @@ def test_a_schema_of_version_3_is_upgraded_and_its_consumers_still_woken(
         "SELECT reloptions FROM pg_class WHERE oid = %s::regclass", (f"{s}.waiters",)
     ).fetchone()
     assert options == (["fillfactor=50"],)
+
+
+def test_a_schema_of_version_4_is_upgraded_and_still_refuses_an_unknown_state(
+    admin: Any, schema: str
+) -> None:
+    """Version 5 checks a message's state by its type (a domain) instead of a CHECK
+    constraint: a version-4 schema keeps its messages through the column's change, and
+    a row of an unknown state is refused as before."""
+    s = f'"{schema}"'
+    with admin.transaction():
+        _build_version(admin, s, 4)
+        for id, state, due in (("ready", "scheduled", 0), ("later", "scheduled", 2**50)):
+            admin.execute(
+                f"INSERT INTO {s}.messages (queue, id, payload, encoding, due_at, seq, "
+                "max_attempts, state) VALUES ('v4', %s, '\"hi\"', 'json', %s, 1, 3, %s)",
+                (id, due, state),
+            )
+        admin.execute(f"SELECT setval('{s}.seq', 1)")
+    with Queue(url_of(schema), name="v4") as q:
+        [msg] = q.reserve(wait=0)
+        assert (msg.id, msg.payload) == ("ready", "hi")
+        q.ack(msg)
+        assert q.stats().scheduled == 1
+        q.put("after")
+        assert [m.payload for m in q.reserve(wait=0)] == ["after"]
+    version = admin.execute(f"SELECT value FROM {s}.meta WHERE key = 'schema'").fetchone()
+    assert version == (_schema.VERSION,)
+    with pytest.raises(psycopg.errors.CheckViolation):
+        admin.execute(
+            f"INSERT INTO {s}.messages (queue, id, payload, encoding, due_at, seq, "
+            "max_attempts, state) VALUES ('v4', 'bad', '', 'json', 0, 2, 3, 'lost')"
+        )
 
 
 def test_a_schema_newer_than_the_code_is_refused(admin: Any, schema: str) -> None:
@@ -536,6 +605,22 @@ def test_enqueue_async_on_an_async_connection(schema: str) -> None:
     with Queue(url_of(schema), name="tx") as q:
         [msg] = q.reserve(wait=10)
         assert (msg.id, msg.payload) == (id, "hello")
+
+
+def test_a_producer_putting_one_by_one_holds_one_connection(admin: Any, schema: str) -> None:
+    """The pool opens connections only as calls need them: one producer, its puts
+    one after another, holds one server connection (and reuses one server process,
+    whose caches stay warm), not the pool's first one plus another opened while the
+    first was on its way."""
+    name = f"delayq-test-{uuid.uuid4().hex[:8]}"
+    with Queue(url_of(schema, application_name=name), name="one") as q:
+        for i in range(20):
+            q.put(i)
+        count = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+        ).fetchone()
+        assert count == (1,)
+        assert q.stats().ready == 20
 
 
 def test_a_url_without_host_keeps_its_slashes() -> None:

@@ -4,7 +4,8 @@
 Conventions:
 
 * every statement reads the server's clock once, ``clock_timestamp()`` in the
-  materialized ``now`` CTE (:data:`NOW`), as its floor ``f`` and ceiling ``c`` in epoch
+  materialized ``now`` CTE (:data:`NOW`; the put of one message, which needs only
+  one of the two, reads it inline), as its floor ``f`` and ceiling ``c`` in epoch
   ms (:class:`~delayq.durable.message.Now`): checks (``due_at <= f``,
   ``lease_until > f``) and "due now" use ``f``; a time computed as now plus a positive
   duration starts from ``c`` (:func:`due`, the lease expiry), so nothing is early;
@@ -32,6 +33,7 @@ __all__ = [
     "channel",
     "claim_function",
     "due",
+    "put_kind",
     "wake_function",
 ]
 
@@ -41,6 +43,12 @@ NOW = """now AS MATERIALIZED (
     SELECT floor(ms)::bigint AS f, ceil(ms)::bigint AS c
     FROM (SELECT extract(epoch FROM clock_timestamp()) * 1000 AS ms) AS clock
 )"""
+
+#: The server's clock read on its own, in epoch ms: its floor and its ceiling (a
+#: statement that needs only one of them, once).
+_MS = "extract(epoch FROM clock_timestamp()) * 1000"
+_FLOOR = f"floor({_MS})::bigint"
+_CEIL = f"ceil({_MS})::bigint"
 
 #: The record's columns, in :class:`~delayq.durable.message.Record` field order.
 COLUMNS = (
@@ -62,6 +70,17 @@ WHERE d.queue = {q} AND d.state = 'scheduled' AND d.due_at <= {f}
 ORDER BY d.due_at, d.seq
 LIMIT {n}
 FOR UPDATE SKIP LOCKED"""
+
+
+def put_kind(delay_ms: int | None, at_ms: int | None) -> str:
+    """Which statement of ``Statements.PUT_ONE`` resolves a put's due time: ``"at"``
+    (an absolute time), ``"delay"`` (a positive delay) or ``"now"``, as
+    resolve_due() decides."""
+    if at_ms is not None:
+        return "at"
+    if delay_ms is not None and delay_ms > 0:
+        return "delay"
+    return "now"
 
 
 def channel(schema: str) -> str:
@@ -187,7 +206,7 @@ BEGIN
         lease = replace(gen_random_uuid()::text, '-', ''), lease_until = c + lease_ms
     FROM pick
     WHERE m.queue = q AND m.id = pick.id
-    RETURNING {COLUMNS}, f;
+    RETURNING {COLUMNS.replace("m.state", "m.state::text")}, f;
     IF FOUND THEN
         IF w_id IS NOT NULL THEN
             -- Awake: it sleeps until now, so no put notifies it (the row stays, for
@@ -264,20 +283,27 @@ FROM ins JOIN req AS r ON r.seq = ins.seq"""
         self.PUT_IGNORE = put_ignore.format(wake=f"{s}.wake(%(queue)s, min(ins.due_at))")
         self.PUT_IGNORE_QUIET = put_ignore.format(wake="min(ins.due_at)")
 
-        #: apply_put(on_conflict="ignore") of one request (the default put), without
-        #: the arrays of PUT_IGNORE: a row back (its due time, notified) when stored,
-        #: none when a stored id kept its message.
-        self.PUT_ONE = f"""
-WITH {NOW}, ins AS (
-    INSERT INTO {s}.messages AS m
-        (queue, id, payload, encoding, due_at, seq, attempts, max_attempts, state, headers)
-    SELECT %(queue)s, %(id)s, %(payload)s, %(encoding)s,
-           {due("%(delay_ms)s::bigint", "%(at_ms)s::bigint")}, nextval('{s}.seq'), 0,
-           %(max_attempts)s, 'scheduled', %(headers)s
-    FROM now
-    ON CONFLICT (queue, id) DO NOTHING
-    RETURNING m.due_at)
-SELECT {s}.wake(%(queue)s, due_at) FROM ins"""
+        #: apply_put(on_conflict="ignore") of one request (the default put), by how its
+        #: due time is given (:func:`put_kind`): one row VALUES, no CTE and no arrays,
+        #: since a put one by one is bound by its server work beside the commit. Its
+        #: clock is read once, in the one branch of resolve_due() that applies (a
+        #: positive delay from the ceiling is never before the floor). Parameters, in
+        #: order: queue, id, payload, encoding, max_attempts, headers, then the delay
+        #: or the time. A row back (its due time, notified) when stored, none when a
+        #: stored id kept its message.
+        self.PUT_ONE = {
+            kind: f"""
+INSERT INTO {s}.messages AS m
+    (queue, id, payload, encoding, max_attempts, headers, due_at, seq, attempts, state)
+VALUES (%s, %s, %s, %s, %s, %s, {due_at}, nextval('{s}.seq'), 0, 'scheduled')
+ON CONFLICT (queue, id) DO NOTHING
+RETURNING {s}.wake(m.queue, m.due_at)"""
+            for kind, due_at in (
+                ("now", _FLOOR),
+                ("delay", f"{_CEIL} + %s::bigint"),
+                ("at", f"greatest(%s::bigint, {_FLOOR})"),
+            )
+        }
 
         #: apply_put(on_conflict="error") of one request: a stored id violates the
         #: primary key -> DuplicateId. Returns its due time.

@@ -38,7 +38,7 @@ from .._outcome import QUICK_FAILURE, raise_lost
 from .._runner import AsyncLock, guarded_async
 from .._url import SAFETY_INTERVAL, parse_url
 from .._wakeup import Wakeup
-from ..statements import Statements
+from ..statements import Statements, put_kind
 
 __all__ = ["AsyncPostgresBackend", "open_async_backend", "put_on", "upgrade"]
 
@@ -58,6 +58,8 @@ _OUTAGE = (psycopg.OperationalError, PoolTimeout)
 _log = logging.getLogger(LOGGER_NAME)
 
 Row = tuple[Any, ...]
+#: A statement's parameters: by name, or in order (the put of one message).
+Params = Mapping[str, Any] | Sequence[Any]
 
 
 def _record(row: Row) -> Record:
@@ -105,7 +107,7 @@ def _earliest(*times: int | None) -> int | None:
 async def upgrade(conn: psycopg.AsyncConnection[Any], schema: str) -> None:
     """Create ``schema`` or apply the steps it lacks (:mod:`.._schema`), under an
     advisory lock; one query when it is at this code's version."""
-    names = {"meta": f'"{schema}".meta', "name": f"delayq:{schema}"}
+    names = {"schema": schema, "name": f"delayq:{schema}"}
     version_of = _schema.VERSION_OF.format(s=f'"{schema}"')
 
     async def version() -> int:
@@ -208,9 +210,15 @@ class AsyncPostgresBackend:
         settings = parse_url(url, **options)
         self._settings = settings
         self.sql = Statements(settings.schema)
+        # min_size=0: connections open only as calls need them. With 1, the first
+        # call, finding the pool's first connection still on its way, would open a
+        # second; the pool hands out its idle connections in turn, so a producer
+        # putting one by one would then alternate between two server processes, each
+        # cold for every other put (~15% more server CPU a put). The cost: a backend
+        # object idle for max_idle (10 min) closes its last connection.
         self._pool = AsyncConnectionPool(
             settings.conninfo,
-            min_size=1,
+            min_size=0,
             max_size=settings.pool_size,
             timeout=settings.pool_timeout,
             kwargs={"autocommit": True},
@@ -248,9 +256,7 @@ class AsyncPostgresBackend:
                 await upgrade(conn, self._settings.schema)
             self._ready = True
 
-    async def _fetch(
-        self, statement: str, params: Mapping[str, Any], change: str | None = None
-    ) -> list[Row]:
+    async def _fetch(self, statement: str, params: Params, change: str | None = None) -> list[Row]:
         """Run one statement that returns rows (its own transaction) and return them;
         for a ``change`` (the operation's name), a connection that broke once it was
         sent raises :class:`~delayq.errors.OutcomeUnknown`."""
@@ -300,17 +306,18 @@ class AsyncPostgresBackend:
         """See :meth:`~delayq.durable.backend.AsyncBackend.put`."""
         if len(requests) == 1 and requests[0].on_conflict == "ignore":
             request = requests[0]
-            params = {
-                "queue": queue,
-                "id": request.id,
-                "payload": request.payload,
-                "encoding": request.encoding,
-                "delay_ms": request.delay_ms,
-                "at_ms": request.at_ms,
-                "max_attempts": request.max_attempts,
-                "headers": _headers(request.headers),
-            }
-            rows = await self._fetch(self.sql.PUT_ONE, params, "put")
+            kind = put_kind(request.delay_ms, request.at_ms)
+            params: tuple[Any, ...] = (
+                queue,
+                request.id,
+                request.payload,
+                request.encoding,
+                request.max_attempts,
+                _headers(request.headers),
+            )
+            if kind != "now":
+                params += (request.at_ms if kind == "at" else request.delay_ms,)
+            rows = await self._fetch(self.sql.PUT_ONE[kind], params, "put")
             if not rows:
                 return [0]
             self._wake.notify(queue, rows[0][0])
