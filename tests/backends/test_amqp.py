@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import socket
 import threading
 import time
@@ -26,6 +27,7 @@ from delayq.errors import OutcomeUnknown
 pytest.importorskip("aiormq")
 
 from conformance.conftest import amqp_url
+from delayq.backends._replicated._codec import encode_outcome, pack
 from delayq.backends.amqp import NOT_GUARANTEED, NoScheduler
 
 from ._redis_server import free_port
@@ -161,6 +163,45 @@ def test_a_list_of_hosts_is_tried_in_turn(url: str) -> None:
         [message] = q.reserve(wait=5)
         assert message.id == "a"
         q.ack(message)
+
+
+def test_a_second_answer_to_a_reserve_gives_back_what_its_caller_did_not_receive(
+    url: str,
+) -> None:
+    """A resend of a reserve that two schedulers serve across an election (the new one
+    did not know of the first answer) answers a call that is over: the link gives back
+    the messages its caller did not receive, so no one holds them until their lease
+    expires, and keeps those it did."""
+
+    async def main() -> None:
+        async with AsyncQueue(url, name="jobs") as q, AsyncQueue(url, name="jobs") as other:
+            await q.put("a", id="a")
+            await q.put("b", id="b")
+            [first] = await q.reserve(wait=0, lease=60)
+            assert first.id == "a"
+            link = q._backend._link  # type: ignore[attr-defined]
+            request_id = next(reversed(link._answered))
+            # The second answer: "a" again as the caller got it, and "b", claimed for it.
+            [held] = await other._backend.reserve("jobs", limit=1, lease_ms=60_000, wait=0)
+            stored = await q._backend.get("jobs", "a")  # as get shows it: no token
+            assert held.id == "b"
+            assert stored is not None
+            again = dataclasses.replace(stored, lease=first.lease)
+            link._on_reply(request_id, "ok", pack(encode_outcome("reserve", [again, held])))
+            deadline = time.monotonic() + 10
+            while (await q.get("b")).state is not State.READY:  # type: ignore[union-attr]
+                assert time.monotonic() < deadline, "b was not given back"
+                await asyncio.sleep(0.02)
+            b = await q.get("b")
+            assert b is not None
+            assert b.attempts == 0
+            a = await q.get("a")
+            assert a is not None
+            assert a.state is State.ACTIVE  # the caller holds it: not given back
+            assert a.lease_expires_at == first.lease_expires_at
+            await q.ack(first)
+
+    asyncio.run(main())
 
 
 def test_a_waiting_reserve_cancelled_on_its_way_claims_nothing(url: str) -> None:

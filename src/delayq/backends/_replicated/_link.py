@@ -16,6 +16,7 @@ and connection once elected.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import threading
@@ -38,6 +39,8 @@ T = TypeVar("T")
 Candidacy = Literal["auto", "on", "off"]
 #: Seconds a close waits for the connections given up before it.
 _CLOSE_WAIT = 3.0
+#: How many answered (and abandoned) reserves a link remembers, for a late answer.
+_REMEMBERED = 1024
 #: The operations that change nothing: one that got no reply just failed (NoScheduler);
 #: any other may have run (ReplyLost, an OutcomeUnknown).
 _READS = frozenset({"get", "stats", "peek", "dead", "queues", "due_counts"})
@@ -52,6 +55,13 @@ class _Outgoing(NamedTuple):
     body: bytes
     ttl: int | None
     sent: asyncio.Future[None]  # resolved once published (an exception: it was not)
+
+
+def _remember(table: collections.OrderedDict[str, T], key: str, value: T) -> None:
+    """Note ``key`` in ``table``, forgetting the oldest past :data:`_REMEMBERED`."""
+    table[key] = value
+    if len(table) > _REMEMBERED:
+        table.popitem(last=False)
 
 
 class LoopLink:
@@ -73,7 +83,13 @@ class LoopLink:
         self._transport: Transport | None = None
         self._opening: asyncio.Task[Transport] | None = None
         self._pending: dict[str, asyncio.Future[tuple[str, bytes]]] = {}
-        self._forgotten: dict[str, str] = {}  # request id -> queue, of abandoned reserves
+        #: Request id -> queue, of reserves their callers abandoned; and -> queue and the
+        #: leases its caller got, of reserves answered: a late answer to either (a resend
+        #: that a new scheduler served too) gives back what no caller received.
+        self._forgotten: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._answered: collections.OrderedDict[str, tuple[str, frozenset[str]]] = (
+            collections.OrderedDict()
+        )
         self._turn: asyncio.Future[None] | None = None
         self._candidate = False
         self._scheduler: Scheduler | None = None
@@ -242,11 +258,17 @@ class LoopLink:
                 future.set_result((kind, body))
             return
         queue = self._forgotten.pop(request_id, None)
+        received: frozenset[str] = frozenset()
+        if queue is None and request_id in self._answered:
+            queue, received = self._answered[request_id]
         if queue is not None and kind == "ok":
-            # A reserve abandoned by its caller was served after all: give it back.
+            # A reserve abandoned by its caller was served after all, or one answered
+            # was served again (its resend reached a scheduler that did not know of the
+            # first answer): give back what its caller did not receive.
             for item in unpack(body):
                 record = decode_record(item)
-                self._spawn(self._quiet("release", [queue, record.id, record.lease]))
+                if record.lease not in received:
+                    self._spawn(self._quiet("release", [queue, record.id, record.lease]))
 
     async def _forget(self, queue: str, request_id: str) -> None:
         transport = self._transport
@@ -340,7 +362,7 @@ class LoopLink:
                 # Sent before the caller goes on, so that the scheduler drops the parked
                 # reserve before it sees the caller's next request; one served meanwhile
                 # is given back when its reply comes.
-                self._forgotten[request_id] = args[0]
+                _remember(self._forgotten, request_id, args[0])
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._forget(args[0], request_id))
             task = asyncio.current_task()
@@ -361,7 +383,11 @@ class LoopLink:
         kind, body = future.result()
         if kind != "ok":
             raise_error(kind, unpack(body))
-        return decode_outcome(op, unpack(body))
+        outcome = decode_outcome(op, unpack(body))
+        if op == "reserve":
+            leases = frozenset(record.lease or "" for record in outcome)
+            _remember(self._answered, request_id, (args[0], leases))
+        return outcome
 
     # -- the outbox ----------------------------------------------------------------------
 
