@@ -204,6 +204,32 @@ def test_a_second_answer_to_a_reserve_gives_back_what_its_caller_did_not_receive
     asyncio.run(main())
 
 
+def test_a_waiting_reserve_resent_on_a_new_connection_is_answered_there(url: str) -> None:
+    """A client that gives up its connection (a request got no reply in time) resends
+    its waiting reserve on a new one; the scheduler, which still has it parked, answers
+    the new connection's inbox, not the old one that no one reads any more."""
+    client = url.replace("scheduler=on", "scheduler=off")
+
+    async def main() -> list[str]:
+        async with AsyncQueue(url, name="jobs") as scheduler, AsyncQueue(client, name="jobs") as q:
+            await scheduler.stats()  # elected
+            waiting = asyncio.ensure_future(q.reserve(wait=20))
+            link = q._backend._link  # type: ignore[attr-defined]
+            while not link._pending:  # the reserve is on its way
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)  # parked at the scheduler
+            old = link._transport
+            link._abandon(old)
+            while link._transport in (None, old):  # resent on a new connection
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)
+            await scheduler.put("x", id="x")
+            messages = await asyncio.wait_for(waiting, 10)
+            return [m.id for m in messages]
+
+    assert asyncio.run(main()) == ["x"]
+
+
 def test_a_waiting_reserve_cancelled_on_its_way_claims_nothing(url: str) -> None:
     """A reserve cancelled while its request is being sent may still reach the
     scheduler and park there: it is forgotten all the same, so the next message is

@@ -804,9 +804,15 @@ class Scheduler:
 
     def _park(self, queue: str, waiter: _Parked) -> None:
         parked = self._parked.setdefault(queue, {})
-        if waiter.request_id not in parked:  # a resend of a parked reserve waits once
-            parked[waiter.request_id] = waiter
-            self._arm(queue)
+        known = parked.get(waiter.request_id)
+        if known is not None:
+            # A resend of a parked reserve waits once, but is answered where it came
+            # from: its client resends on a new connection when it gave up the old one,
+            # whose inbox may take the answer while no one reads it any more.
+            known.reply_to = waiter.reply_to
+            return
+        parked[waiter.request_id] = waiter
+        self._arm(queue)
 
     def _forget(self, queue: str, request_id: str) -> None:
         parked = self._parked.get(queue)
