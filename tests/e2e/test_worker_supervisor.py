@@ -98,7 +98,10 @@ class Project(AppDir):
 
     def exit_status(self, timeout: float = 20.0) -> int:
         assert self.proc is not None
-        return self.proc.wait(timeout=timeout)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"supervisor still running after {timeout} s: {self.stderr.read_text()}")
 
     def stats(self) -> tuple[int, int]:
         """(waiting, total) of the jobs queue: waiting are those no one holds."""
@@ -188,6 +191,57 @@ def test_a_killed_child_is_restarted_and_loses_no_job(project: Project) -> None:
         held = [queue.get(f"j{i}") for i in range(4) if str(i) not in victim_jobs]
     assert [(m.state.value, m.attempts) for m in held if m is not None] == [("ready", 0)] * 2
     assert project.stats() == (2, 2)
+
+
+@pytest.mark.parametrize("url", ["sqlite"], indirect=True)
+def test_a_second_stop_reaches_a_child_that_was_not_running_when_both_were_sent(
+    project: Project,
+) -> None:
+    """Two SIGTERMs sent to a process that is not running at that moment are merged
+    into one by the kernel; the supervisor's two stop levels must not be: a child
+    frozen (SIGSTOP) while the supervisor gets its two SIGTERMs gives its 60 s job
+    back at once when it runs again, instead of waiting out its 60 s grace."""
+    project.send(1)
+    supervisor = project.worker("--processes", "2", "--concurrency", "1", "--grace", "60s")
+    project.wait(lambda: len(project.lines("start")) == 1)
+    ((_, child),) = project.lines("start")
+    os.kill(int(child), signal.SIGSTOP)
+    try:
+        supervisor.send_signal(signal.SIGTERM)
+        project.wait(lambda: len(project.events("supervisor.stopping")) == 1)
+        supervisor.send_signal(signal.SIGTERM)
+        project.wait(lambda: len(project.events("supervisor.stopping")) == 2)
+    finally:
+        os.kill(int(child), signal.SIGCONT)
+    assert project.exit_status() == 0, project.stderr.read_text()
+    # The idle child stopped at the first level; the frozen one went from 0 to 2.
+    told = [e["graceful"] for e in project.events("worker.stop_told")]
+    assert sorted(told) == ["False", "True"]
+    assert len(project.events("worker.releasing")) == 1
+    assert project.lines("done") == []
+    with Queue(project.url, name="jobs") as queue:
+        held = queue.get("j0")
+    assert held is not None
+    assert (held.state.value, held.attempts) == ("ready", 0)
+
+
+@pytest.mark.parametrize("url", ["sqlite"], indirect=True)
+def test_a_sigterm_to_the_whole_group_is_one_graceful_stop(project: Project) -> None:
+    """A service manager stops a unit by sending SIGTERM to every process of it: the
+    child gets one from it and one stop from the supervisor, which together are still
+    one graceful stop (its running job finishes), not a stop at once."""
+    project.send(1)
+    supervisor = project.worker(
+        "--processes", "2", "--concurrency", "1", "--grace", "30s", job_seconds=1.0
+    )
+    project.wait(lambda: len(project.lines("start")) == 1)
+    ((_, child),) = project.lines("start")
+    os.kill(int(child), signal.SIGTERM)
+    supervisor.send_signal(signal.SIGTERM)
+    assert project.exit_status() == 0, project.stderr.read_text()
+    assert [i for i, _ in project.lines("done")] == ["0"]
+    assert not project.events("worker.releasing")
+    assert project.stats() == (0, 0)
 
 
 @pytest.mark.parametrize("url", ["sqlite"], indirect=True)

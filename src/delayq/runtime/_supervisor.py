@@ -13,15 +13,22 @@ locks of threads that do not exist in the child), and the supervisor has importe
 the app and checked the backend before it starts anyone. The price is the start-up
 of an interpreter per child (a fraction of a second), paid at start and per restart.
 
-Signals. The first SIGTERM or SIGINT of the supervisor is sent on to every child as
-one SIGTERM: each stops reserving, lets its running handlers finish for its
-``grace``, gives the rest back and exits. A second signal sends a second SIGTERM,
-which makes every child give back at once (as a second signal does to a lone
-``Worker.run()``). Children ignore SIGINT: a Ctrl-C in a terminal reaches the whole
-process group, and the supervisor alone decides what it means (SIGINT is blocked
-while a child is spawned, so not even its start-up sees one). A child whose
-supervisor died (kill -9) stops gracefully by itself: it watches the pipe that
-:mod:`multiprocessing` keeps open to its parent.
+Signals. The first SIGTERM or SIGINT of the supervisor becomes a graceful stop of
+every child: each stops reserving, lets its running handlers finish for its
+``grace``, gives the rest back and exits. A second signal makes every child give back
+at once (as a second signal does to a lone ``Worker.run()``). The supervisor tells a
+child its stop level (1: graceful, 2: now) as a byte on a pipe of its own, not as
+signals: two SIGTERMs sent in quick succession to a process that is not running at
+that moment are merged by the kernel into one (a standard signal is pending once),
+so a second stop could be lost and a child would wait out its grace. A child that
+has not said it is ready yet gets a SIGTERM as well, which ends a start-up that
+hangs. A SIGTERM sent to a child directly (a service manager signalling the whole
+group) still stops it: gracefully, and at once on a second; the level is the higher
+of the two. Children ignore SIGINT: a Ctrl-C in a terminal reaches the whole process
+group, and the supervisor alone decides what it means (SIGINT is blocked while a
+child is spawned, so not even its start-up sees one). A child whose supervisor died
+(kill -9) stops gracefully by itself: it watches the pipe that :mod:`multiprocessing`
+keeps open to its parent.
 
 Restarts. A child that exits while the supervisor is not stopping (killed, crashed)
 is started again, after a pause that doubles with every death in a row of a child of
@@ -67,16 +74,25 @@ START_FAILED = 1
 
 class _Child:
     """One running child: its process, the pipe it says "ready" on (None once read),
-    when it started."""
+    the pipe it is told its stop level on, when it started."""
 
-    __slots__ = ("pid", "process", "ready", "ready_pipe", "started")
+    __slots__ = ("pid", "process", "ready", "ready_pipe", "started", "stop_pipe")
 
-    def __init__(self, process: BaseProcess, ready_pipe: Connection) -> None:
+    def __init__(self, process: BaseProcess, ready_pipe: Connection, stop_pipe: Connection) -> None:
         self.process = process
         self.pid = process.pid
         self.ready_pipe: Connection | None = ready_pipe
+        self.stop_pipe = stop_pipe
         self.ready = False
         self.started = time.monotonic()
+
+    def tell_stop(self, level: int) -> None:
+        """Send the stop ``level``; a child still starting gets a SIGTERM as well."""
+        with contextlib.suppress(OSError):  # it is gone: its sentinel says so
+            self.stop_pipe.send_bytes(bytes([level]))
+        if not self.ready and self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGTERM)
 
 
 class Supervisor:
@@ -215,15 +231,15 @@ class Supervisor:
                     children=sum(child is not None for child in self._children),
                 )
                 for child in self._children:
-                    if child is not None and child.pid is not None:
-                        with contextlib.suppress(ProcessLookupError):  # its sentinel says so
-                            os.kill(child.pid, signal.SIGTERM)
+                    if child is not None:
+                        child.tell_stop(self._stop_level)
 
     def _start(self, slot: int) -> None:
         ready_r, ready_w = self._context.Pipe(duplex=False)
+        stop_r, stop_w = self._context.Pipe(duplex=False)
         process = self._context.Process(
             target=_child_main,
-            args=(self.make_worker, ready_w),
+            args=(self.make_worker, ready_w, stop_r),
             name=f"delayq-worker-{slot}",
         )
         # The child starts with SIGINT blocked (the mask survives exec) until it has
@@ -236,7 +252,8 @@ class Supervisor:
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         ready_w.close()
-        self._children[slot] = _Child(process, ready_r)
+        stop_r.close()
+        self._children[slot] = _Child(process, ready_r, stop_w)
         log_event(_INFO, "supervisor.child_started", slot=slot, pid=process.pid)
 
     def _on_ready(self, child: _Child) -> None:
@@ -261,6 +278,7 @@ class Supervisor:
                 child.ready_pipe.close()
                 child.ready_pipe = None
         process.close()
+        child.stop_pipe.close()
         self._children[slot] = None
         lived = time.monotonic() - child.started
         fields: dict[str, Any] = {"slot": slot, "pid": child.pid, "exitcode": code}
@@ -302,25 +320,42 @@ def _signal_name(signum: int) -> str:
 # -- the child ------------------------------------------------------------------------
 
 
-def _child_main(make_worker: Callable[[], Worker], ready: Connection) -> None:
-    """A child's whole life: build the worker, say ready, serve until SIGTERM."""
+def _child_main(make_worker: Callable[[], Worker], ready: Connection, stop: Connection) -> None:
+    """A child's whole life: build the worker, say ready, serve until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     worker = make_worker()
     if not isinstance(worker, Worker):
         raise TypeError(f"make_worker() must return a Worker, not {type(worker).__name__}")
-    asyncio.run(_serve(worker, ready))
+    asyncio.run(_serve(worker, ready, stop))
 
 
-async def _serve(worker: Worker, ready: Connection) -> None:
+async def _serve(worker: Worker, ready: Connection, stop: Connection) -> None:
     loop = asyncio.get_running_loop()
-    signals = 0
+    signals = 0  # SIGTERMs sent to this child directly
+    told = 0  # the highest stop level the supervisor sent
+    level = 0
+
+    def raise_level(wanted: int, event: str, **fields: str) -> None:
+        nonlocal level
+        if wanted > level:
+            level = min(wanted, 2)
+            log_event(_INFO, event, **fields, graceful=level == 1)
+            worker.stop(graceful=level == 1)
 
     def on_sigterm() -> None:
         nonlocal signals
         signals += 1
-        log_event(_INFO, "worker.signal", signal="SIGTERM", graceful=signals == 1)
-        worker.stop(graceful=signals == 1)
+        raise_level(max(signals, told), "worker.signal", signal="SIGTERM")
+
+    def on_stop_level() -> None:
+        nonlocal told
+        try:
+            while stop.poll():
+                told = max(told, *stop.recv_bytes())
+        except (EOFError, OSError):  # the supervisor is gone: on_parent_gone stops us
+            loop.remove_reader(stop.fileno())
+        raise_level(max(signals, told), "worker.stop_told")
 
     def on_parent_gone(sentinel: int) -> None:
         loop.remove_reader(sentinel)
@@ -328,6 +363,7 @@ async def _serve(worker: Worker, ready: Connection) -> None:
         worker.stop(graceful=True)
 
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    loop.add_reader(stop.fileno(), on_stop_level)
     parent = multiprocessing.parent_process()
     parent_sentinel = parent.sentinel if parent is not None else None
     if parent_sentinel is not None:
@@ -338,5 +374,7 @@ async def _serve(worker: Worker, ready: Connection) -> None:
         await worker.serve()
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
+        loop.remove_reader(stop.fileno())
+        stop.close()
         if parent_sentinel is not None:
             loop.remove_reader(parent_sentinel)
