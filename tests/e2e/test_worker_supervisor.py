@@ -214,9 +214,10 @@ def test_a_second_stop_reaches_a_child_that_was_not_running_when_both_were_sent(
     finally:
         os.kill(int(child), signal.SIGCONT)
     assert project.exit_status() == 0, project.stderr.read_text()
-    # The idle child stopped at the first level; the frozen one went from 0 to 2.
+    # The frozen child went from no stop to stop now (the idle one may have stopped
+    # at the first level already, or seen both at once).
     told = [e["graceful"] for e in project.events("worker.stop_told")]
-    assert sorted(told) == ["False", "True"]
+    assert "False" in told
     assert len(project.events("worker.releasing")) == 1
     assert project.lines("done") == []
     with Queue(project.url, name="jobs") as queue:

@@ -1,7 +1,8 @@
 """The scenarios of issue 21 written once, run on each backend by its test module
-(test_redis_*.py, test_postgres_network.py, test_amqp_network.py): each takes the URLs and links of its
-backend's server and how a call to that server fails (:class:`Outage`), runs on one
-face and returns the history it recorded, for the module to check."""
+(test_redis_*.py, test_postgres_network.py, test_amqp_network.py): each takes the
+URLs and links of its backend's server and how a call to that server fails
+(:class:`Outage`), runs on one face and returns the history it recorded, for the
+module to check."""
 
 from __future__ import annotations
 
