@@ -56,7 +56,15 @@ from typing import Any
 import aiormq
 from aiormq.abc import DeliveredMessage
 
-from _common import RESULTS_DIR, Measure, console, environment, print_table, write_json
+from _common import (
+    RESULTS_DIR,
+    Measure,
+    console,
+    environment,
+    percentile,
+    print_table,
+    write_json,
+)
 
 BODY = b"x" * 100
 PERSISTENT = aiormq.spec.Basic.Properties(delivery_mode=2)
@@ -64,12 +72,6 @@ PERSISTENT = aiormq.spec.Basic.Properties(delivery_mode=2)
 
 def name(section: str) -> str:
     return f"delayq-design-{section}-{uuid.uuid4().hex[:8]}"
-
-
-def pct(values: list[float], q: float) -> float:
-    """The q-quantile (0..1) of ``values``, nearest rank."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 class Broker:
@@ -191,14 +193,15 @@ async def stream_log(b: Broker, quick: bool) -> list[Measure]:
         await ch.basic_publish(BODY, routing_key=s, properties=PERSISTENT)
         lat.append((time.perf_counter() - t0) * 1000)
     rate = n / (time.perf_counter() - started)
+    lat.sort()
     out.append(
         Measure(
             "d",
             "stream: append one by one, wait each confirm",
             rate,
             "items/s",
-            note=f"confirm p50 {pct(lat, 0.5):.2f} ms, p99 {pct(lat, 0.99):.2f} ms",
-            extra={"p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99)},
+            note=f"confirm p50 {percentile(lat, 0.5):.2f} ms, p99 {percentile(lat, 0.99):.2f} ms",
+            extra={"p50_ms": percentile(lat, 0.5), "p99_ms": percentile(lat, 0.99)},
         )
     )
     batches = 5 if quick else 20
@@ -228,12 +231,12 @@ async def stream_log(b: Broker, quick: bool) -> list[Measure]:
         await ch.basic_publish(str(i).encode(), routing_key=s, properties=PERSISTENT, wait=False)
         await asyncio.sleep(0.002)
     await asyncio.sleep(0.5)
-    tail = [(arrived[i] - sent[i]) * 1000 for i in sent if i in arrived]
+    tail = sorted((arrived[i] - sent[i]) * 1000 for i in sent if i in arrived)
     out.append(
         Measure(
             "e",
             "stream: publish -> delivery to a tailing consumer, p50",
-            pct(tail, 0.5),
+            percentile(tail, 0.5),
             "ms",
             note=f"{len(tail)}/{count} arrived",
         )
@@ -242,7 +245,7 @@ async def stream_log(b: Broker, quick: bool) -> list[Measure]:
         Measure(
             "e",
             "stream: publish -> delivery to a tailing consumer, p99",
-            pct(tail, 0.99),
+            percentile(tail, 0.99),
             "ms",
             note=f"max {max(tail):.2f} ms",
         )
@@ -401,7 +404,7 @@ async def rpc_rates(
     many = tasks * per / (time.perf_counter() - started)
     await client.close()
     await server.close()
-    return one, many, lat
+    return one, many, sorted(lat)
 
 
 async def request_paths(b: Broker, quick: bool) -> list[Measure]:
@@ -414,7 +417,7 @@ async def request_paths(b: Broker, quick: bool) -> list[Measure]:
             label,
             one,
             "items/s",
-            note=f"p50 {pct(lat, 0.5):.2f} ms, p99 {pct(lat, 0.99):.2f} ms",
+            note=f"p50 {percentile(lat, 0.5):.2f} ms, p99 {percentile(lat, 0.99):.2f} ms",
         )
     )
     out.append(Measure("f", "request/reply, 16 tasks at once", many, "items/s"))
@@ -425,7 +428,7 @@ async def request_paths(b: Broker, quick: bool) -> list[Measure]:
             "f2: request/reply through direct reply-to, one by one",
             one,
             "items/s",
-            note=f"p50 {pct(lat, 0.5):.2f} ms, p99 {pct(lat, 0.99):.2f} ms",
+            note=f"p50 {percentile(lat, 0.5):.2f} ms, p99 {percentile(lat, 0.99):.2f} ms",
         )
     )
     one, many, lat = await rpc_rates(b, log=True, quick=quick)
@@ -435,8 +438,8 @@ async def request_paths(b: Broker, quick: bool) -> list[Measure]:
             "put path: request + stream append + confirm + reply, one by one",
             one,
             "items/s",
-            note=f"p50 {pct(lat, 0.5):.2f} ms, p99 {pct(lat, 0.99):.2f} ms",
-            extra={"p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99)},
+            note=f"p50 {percentile(lat, 0.5):.2f} ms, p99 {percentile(lat, 0.99):.2f} ms",
+            extra={"p50_ms": percentile(lat, 0.5), "p99_ms": percentile(lat, 0.99)},
         )
     )
     out.append(Measure("g", "put path, 16 tasks at once (appends grouped)", many, "items/s"))
@@ -472,7 +475,7 @@ async def firing(b: Broker, quick: bool) -> list[Measure]:
         await asyncio.sleep(0.01)
     await asyncio.gather(*(server.fire_at(due, reply_to, corr) for corr, due in dues.items()))
     await asyncio.sleep(0.3)
-    late = [(client.arrived[c] - d) * 1000 for c, d in dues.items() if c in client.arrived]
+    late = sorted((client.arrived[c] - d) * 1000 for c, d in dues.items() if c in client.arrived)
     early = sum(1 for x in late if x < 0)
     await client.close()
     await server.close()
@@ -480,12 +483,17 @@ async def firing(b: Broker, quick: bool) -> list[Measure]:
         Measure(
             "h",
             "firing: timer -> lease append + confirm -> reply, p50",
-            pct(late, 0.5),
+            percentile(late, 0.5),
             "ms",
             note=f"{len(late)}/{count} arrived, {early} early",
         ),
         Measure(
-            "h", "firing: lateness p99", pct(late, 0.99), "ms", "<= 10 ms", pct(late, 0.99) <= 10.0
+            "h",
+            "firing: lateness p99",
+            percentile(late, 0.99),
+            "ms",
+            "<= 10 ms",
+            percentile(late, 0.99) <= 10.0,
         ),
         Measure("h", "firing: lateness max", max(late), "ms", "<= 50 ms", max(late) <= 50.0),
     ]
@@ -542,16 +550,16 @@ async def ttl_step(b: Broker, quick: bool) -> list[Measure]:
         deadline = time.perf_counter() + 15
         while len(arrived) < count and time.perf_counter() < deadline:
             await asyncio.sleep(0.05)
-        late = [(arrived[i] - sent[i]) * 1000 - 100 for i in sent if i in arrived]
+        late = sorted((arrived[i] - sent[i]) * 1000 - 100 for i in sent if i in arrived)
         out.append(
             Measure(
                 "i",
                 f"TTL 100 ms step ({label}): lateness p50 / p99",
-                pct(late, 0.99),
+                percentile(late, 0.99),
                 "ms",
-                note=f"p50 {pct(late, 0.5):.1f} ms, max {max(late):.1f} ms, "
+                note=f"p50 {percentile(late, 0.5):.1f} ms, max {max(late):.1f} ms, "
                 f"{len(late)}/{count} arrived",
-                extra={"p50_ms": pct(late, 0.5), "max_ms": max(late)},
+                extra={"p50_ms": percentile(late, 0.5), "max_ms": max(late)},
             )
         )
     await cconn.close()

@@ -1,7 +1,8 @@
 """Celery on RabbitMQ with quorum queues and native delayed delivery: enqueue (one by
 one, and from 16 threads at once), drain and lateness (see ``_harness`` for the
 method), on the same RabbitMQ as delayq's ``amqp://`` benchmark (``celery_vs.py`` runs
-both in one run).
+both in one run). The drain runs 20,000 jobs (1,000 with ``--quick``) through the
+worker: those of the two enqueue measures, topped up from 16 threads.
 
 Runs inside ``benchmarks/peers/.venv-celery``, made from ``celery-requirements.txt``
 (see README.md)::
@@ -58,6 +59,10 @@ from kombu import Connection
 QUEUE = "peers-bench-celery"
 DONE_KEY = "peers-bench:done"
 PRODUCERS = 16  # durable.py's concurrent producers
+#: Jobs the drain runs through the worker (issue 18: 20,000, as delayq's drain), and
+#: how long it may take (a loaded machine drained a few hundred a second).
+DRAIN_JOBS, QUICK_DRAIN_JOBS = 20_000, 1_000
+DRAIN_TIMEOUT = 600.0
 BROKER_ENV, REDIS_ENV = "CELERY_BENCH_BROKER", "CELERY_BENCH_REDIS"
 DEFAULTS = {
     "task_default_queue_type": "quorum (native delayed delivery needs it)",
@@ -121,6 +126,20 @@ def enqueue_concurrently(count: int, threads: int = PRODUCERS) -> float:
         return threads * (count // threads) / (time.perf_counter() - started)
 
 
+def top_up(count: int, threads: int = PRODUCERS) -> None:
+    """Queue ``count`` more drain jobs from ``threads`` threads at once (not timed:
+    the drain's jobs past those of the two enqueue measures)."""
+
+    def some(share: int) -> None:
+        for _ in range(share):
+            noop.apply_async()
+
+    shares = [count // threads + (i < count % threads) for i in range(threads)]
+    with ThreadPoolExecutor(threads) as pool:
+        for future in [pool.submit(some, share) for share in shares]:
+            future.result()
+
+
 def produce(plan: list[tuple[float, float]]) -> dict[int, float]:
     due: dict[int, float] = {}
     started = time.monotonic()
@@ -177,14 +196,14 @@ def clean_broker(broker: str) -> None:
             channel.exchange_delete(name)
 
 
-def run(broker: str, url: str, sizes: Sizes) -> dict[str, Any]:
+def run(broker: str, url: str, sizes: Sizes, drain_jobs: int) -> dict[str, Any]:
     report: dict[str, Any] = {
         "peer": "celery",
         "version": version("celery"),
         "kombu": version("kombu"),
         "broker": broker.rsplit("@", maxsplit=1)[-1],
         "defaults": DEFAULTS,
-        "sizes": sizes_dict(sizes),
+        "sizes": {**sizes_dict(sizes), "drain_jobs": drain_jobs, "drain_timeout": DRAIN_TIMEOUT},
     }
     env = {BROKER_ENV: broker, REDIS_ENV: url}
     os.environ.update(env)
@@ -199,6 +218,12 @@ def run(broker: str, url: str, sizes: Sizes) -> dict[str, Any]:
             print(f"celery: enqueue from {PRODUCERS} threads ...", file=sys.stderr)
             report["producers_16_per_second"] = enqueue_concurrently(sizes.enqueues)
             queued = sizes.enqueues + PRODUCERS * (sizes.enqueues // PRODUCERS)
+            if queued < drain_jobs:
+                print(
+                    f"celery: queue {drain_jobs - queued} more for the drain ...", file=sys.stderr
+                )
+                top_up(drain_jobs - queued)
+                queued = drain_jobs
             worker = WorkerProcess(
                 [
                     str(Path(sys.executable).with_name("celery")),
@@ -218,7 +243,7 @@ def run(broker: str, url: str, sizes: Sizes) -> dict[str, Any]:
                     worker,
                     lambda: int(client.get(DONE_KEY) or 0),
                     queued,
-                    sizes.drain_timeout,
+                    DRAIN_TIMEOUT,
                 )
                 # The worker declares the delay ladder and binds the queue to it; a
                 # delayed job sent before that is dropped at the end of its delay.
@@ -245,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=LOCAL_RESULTS / "celery.json")
     args = parser.parse_args(argv)
     stop_on_sigterm()
-    write_report(args.json, run(args.broker, args.redis, QUICK if args.quick else Sizes()))
+    sizes, drain_jobs = (QUICK, QUICK_DRAIN_JOBS) if args.quick else (Sizes(), DRAIN_JOBS)
+    write_report(args.json, run(args.broker, args.redis, sizes, drain_jobs))
     return 0
 
 

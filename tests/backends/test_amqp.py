@@ -230,6 +230,49 @@ def test_a_waiting_reserve_resent_on_a_new_connection_is_answered_there(url: str
     assert asyncio.run(main()) == ["x"]
 
 
+def test_a_waiting_reserve_whose_answer_is_lost_ends_after_its_wait_and_the_timeout(
+    url: str,
+) -> None:
+    """A scheduler that parked a reserve and stopped with no successor never answers
+    it (no scheduler announces itself, so nothing is resent): a finite wait still ends,
+    its wait and the request timeout after it was sent, as a reserve whose reply was
+    lost (an OutcomeUnknown and a NoScheduler), instead of waiting for ever."""
+    client = url.replace("scheduler=on", "scheduler=off")
+
+    async def main() -> None:
+        async with AsyncQueue(client, name="jobs", request_timeout=1) as q:
+            scheduler = AsyncQueue(url, name="jobs")
+            try:
+                await scheduler.stats()  # elected
+                waiting = asyncio.ensure_future(q.reserve(wait=1))
+                link = q._backend._link  # type: ignore[attr-defined]
+                while not link._pending:  # the reserve is on its way
+                    await asyncio.sleep(0.01)
+                [request_id] = link._pending
+                await asyncio.sleep(0.3)  # parked at the scheduler
+            finally:
+                await scheduler.close()  # stops serving: the parked reserve is dropped
+            with pytest.raises(OutcomeUnknown) as raised:
+                await asyncio.wait_for(waiting, 30)
+            assert isinstance(raised.value, NoScheduler)
+            assert raised.value.operation == "reserve"
+            # An answer that still comes (on the connection being given up) gives back
+            # what it claimed: its caller is gone.
+            async with AsyncQueue(url, name="jobs") as successor:
+                await successor.put("x", id="x")
+                [held] = await successor._backend.reserve(  # type: ignore[attr-defined]
+                    "jobs", limit=1, lease_ms=60_000, wait=0
+                )
+                link._on_reply(request_id, "ok", pack(encode_outcome("reserve", [held])))
+                deadline = time.monotonic() + 10
+                while (await q.get("x")).state is not State.READY:  # type: ignore[union-attr]
+                    assert time.monotonic() < deadline, "x was not given back"
+                    await asyncio.sleep(0.02)
+                await q.purge()
+
+    asyncio.run(main())
+
+
 def test_a_waiting_reserve_cancelled_on_its_way_claims_nothing(url: str) -> None:
     """A reserve cancelled while its request is being sent may still reach the
     scheduler and park there: it is forgotten all the same, so the next message is

@@ -346,7 +346,14 @@ class LoopLink:
                         break
                     continue
                 unanswered_since = loop.time()  # the outage budget counts from here
-                timeout = None if waits else self._request_timeout
+                timeout: float | None = self._request_timeout
+                if waits:
+                    # A scheduler answers a parked reserve by the end of its wait; the
+                    # request timeout more covers the trips. An answer lost (a scheduler
+                    # gone after parking it, and no successor that saw it) must not hold
+                    # the caller for ever: past that, as for any request with no reply.
+                    wait_left = None if give_up is None else give_up - loop.time()
+                    timeout = None if wait_left is None else wait_left + self._request_timeout
                 either: set[asyncio.Future[Any]] = {future, turn}
                 done, _ = await asyncio.wait(
                     either, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
@@ -355,7 +362,12 @@ class LoopLink:
                     break
                 if not done:
                     self._abandon(transport)
-                    raise self._no_reply(op, may_have_run, "no reply")
+                    if op == "reserve":
+                        # An answer still on its way (the given-up connection is closed
+                        # later) gives back what it claimed; one that reaches the
+                        # closed inbox is returned to the scheduler, which releases it.
+                        _remember(self._forgotten, request_id, args[0])
+                    raise self._no_reply(op, may_have_run, "no reply", timeout)
                 unanswered_since = loop.time()
         except asyncio.CancelledError:
             if parked:
@@ -472,10 +484,13 @@ class LoopLink:
             if not item.sent.done():
                 item.sent.set_exception(ConnectionError("the request was not sent"))
 
-    def _no_reply(self, op: str, may_have_run: bool, what: str) -> NoScheduler:
-        """The error of a call that got no reply within the request timeout: ReplyLost
-        (an OutcomeUnknown) when it may have run, else NoScheduler."""
-        message = f"{what} in {self._request_timeout:g} s"
+    def _no_reply(
+        self, op: str, may_have_run: bool, what: str, seconds: float | None = None
+    ) -> NoScheduler:
+        """The error of a call that got no reply within the request timeout (or
+        ``seconds``: a waiting reserve's wait and the request timeout): ReplyLost (an
+        OutcomeUnknown) when it may have run, else NoScheduler."""
+        message = f"{what} in {self._request_timeout if seconds is None else seconds:.3g} s"
         if may_have_run:
             return ReplyLost(f"{message}: the {op} may or may not have run", op)
         return NoScheduler(message)
