@@ -265,7 +265,7 @@ class Worker:
         if self._force:
             self._forced.set()
         if self._all_sync():  # the lane's threads bound how many run at once
-            self._lane = SyncLane(self.concurrency)
+            self._lane = SyncLane(self.concurrency, batch=self.prefetch // 2)
             self._gate = gate = Gate(self.concurrency + self.prefetch)
         else:
             self._gate = gate = Gate(self.concurrency)
@@ -530,6 +530,8 @@ class Worker:
         every = self.lease / WORKER_EXTEND_DIVISOR
         while True:
             await asyncio.sleep(every / 4)
+            if self._lane is not None:
+                self._lane.deliver()  # outcomes a busy lane held for a batch
             now = loop.time()
             due = [held for held in self._held if held.renew_at <= now]
             if due:
