@@ -97,6 +97,15 @@ class Slots:
         self._low = low
         self._changed = asyncio.Event()
 
+    def resize(self, total: int, *, batch: int) -> None:
+        """Make it ``total`` slots, reserved in batches of ``batch``: more are free at
+        once; fewer are taken back as they are given back (``free`` below 0 meanwhile)."""
+        self.free += total - self.total
+        self.total = total
+        self._batch = max(1, min(batch, total))
+        if self._ready():
+            self._changed.set()
+
     def _ready(self) -> bool:
         free = self.free
         return free >= self._batch or (free > 0 and (self._low is None or self._low()))
@@ -228,7 +237,9 @@ class SyncLane:
         self._loop = asyncio.get_running_loop()
         self._name = name
         self._round = threads  # a round of calls: one per thread
-        self._batch = max(1, batch)
+        self.batch = batch
+        self.mean_call: float | None = None
+        """Seconds a call runs, a moving mean of the last few dozen (None before any)."""
         self._lock = threading.Lock()
         self._runs: deque[_Run] = deque()  # under _lock, as are the four below
         self._sleeping = 0  # threads waiting for a ring of the bell
@@ -357,12 +368,14 @@ class SyncLane:
             assert run.started is not None
             took = time.monotonic() - run.started
             with self._lock:
+                mean = self.mean_call
+                self.mean_call = took if mean is None else mean + (took - mean) / 16
                 run.finished = True
                 abandoned = run.abandoned
                 ended = self._ended
                 ended.append((run, error, result))
                 wake = not self._waking and (
-                    len(ended) >= self._batch
+                    len(ended) >= self.batch
                     or len(self._runs) < self._round
                     or took >= LONG_CALL
                     or self._closed

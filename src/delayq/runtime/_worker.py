@@ -61,6 +61,8 @@ from ._constants import (
     WORKER_ERROR_BACKOFF,
     WORKER_EXTEND_DIVISOR,
     WORKER_IDLE_WAIT,
+    WORKER_PREFETCH_AHEAD,
+    WORKER_PREFETCH_MAX_PER_HANDLER,
 )
 from ._consumer import LeaseRenewer, check_prefetch, extend_lease, prefetch_slots, reserve_loop
 from ._cron import plan_tick, tick_id
@@ -82,6 +84,8 @@ def current_message() -> Message:
 
 
 _INFO, _WARNING, _ERROR, _DEBUG = logging.INFO, logging.WARNING, logging.ERROR, logging.DEBUG
+#: How many outcomes of the lane between two looks at the default prefetch.
+_PREFETCH_LOOK_EVERY = 64
 
 
 class Retry(Exception):
@@ -138,12 +142,14 @@ class Worker:
     :class:`~delayq.AsyncQueue`.
 
     ``concurrency`` handlers run at once, and up to ``prefetch`` more messages
-    (default: 4 x ``concurrency``; 0: none) are reserved ahead, waiting for a handler to
-    end; ``lease`` (seconds) is each reservation's lease, renewed until the message
-    is settled (waiting ones included); ``grace`` is how long running handlers may
-    finish after a stop; ``timeout`` (seconds) is the default limit of one run (a
-    task's own ``timeout`` wins). ``clock`` (default: the app's ``clock=`` option,
-    else the system clock) is what cron schedules read.
+    (default: 4 x ``concurrency``, up to 16 x when every handler is sync and quick,
+    as long as those waiting stand for at most 50 ms of their work; 0: none) are
+    reserved ahead, waiting for a handler to end; ``lease`` (seconds) is each
+    reservation's lease, renewed until the message is settled (waiting ones
+    included); ``grace`` is how long running handlers may finish after a stop;
+    ``timeout`` (seconds) is the default limit of one run (a task's own ``timeout``
+    wins). ``clock`` (default: the app's ``clock=`` option, else the system clock)
+    is what cron schedules read.
     """
 
     def __init__(
@@ -184,6 +190,7 @@ class Worker:
             raise TypeError(f"a Worker runs an App or an AsyncQueue, not {type(source).__name__}")
         if type(concurrency) is not int or concurrency < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        self._prefetch_auto = prefetch is None
         prefetch = check_prefetch(prefetch, concurrency)
         self._handler = handler
         self._handler_is_async = handler is not None and _is_async(handler)
@@ -208,6 +215,9 @@ class Worker:
         self._slots: Slots | None = None
         self._gate: Gate | None = None
         self._lane: SyncLane | None = None
+        self._prefetch_now = prefetch  # the default one adapts to a lane's calls
+        self._adaptive = False  # whether it does (a lane, the default prefetch)
+        self._outcomes = 0  # the lane's, up to the next look at the prefetch
         self._held: dict[_Held, None] = {}
         self._held_empty: asyncio.Event | None = None
         self._fast_tasks: set[asyncio.Task[None]] = set()
@@ -266,7 +276,9 @@ class Worker:
             self._forced.set()
         if self._all_sync():  # the lane's threads bound how many run at once
             self._lane = SyncLane(self.concurrency, batch=self.prefetch // 2)
-            self._gate = gate = Gate(self.concurrency + self.prefetch)
+            most = WORKER_PREFETCH_MAX_PER_HANDLER * self.concurrency
+            self._gate = gate = Gate(self.concurrency + max(self.prefetch, most))
+            self._adaptive = self._prefetch_auto
         else:
             self._gate = gate = Gate(self.concurrency)
         self._slots = prefetch_slots(self.concurrency, self.prefetch, self._waiting)
@@ -466,6 +478,10 @@ class Worker:
         self, held: _Held, error: BaseException | None, result: object, started: float | None
     ) -> None:
         """The lane's word on ``held`` (on the loop): ack, nack or give back."""
+        if self._adaptive:
+            self._outcomes += 1
+            if self._outcomes >= _PREFETCH_LOOK_EVERY:
+                self._adapt_prefetch()
         if held.busy or held.settled:  # given back after the grace while it ran
             return
         held.busy = True
@@ -478,6 +494,26 @@ class Worker:
         else:
             acked = functools.partial(self._acked, held, started or time.monotonic())
             self._ackers[held.queue.name].ack_soon(held.msg, acked)
+
+    def _adapt_prefetch(self) -> None:
+        """The default prefetch of a lane of sync handlers: as many messages as stand
+        for :data:`WORKER_PREFETCH_AHEAD` seconds of its calls (their moving mean),
+        between the default and :data:`WORKER_PREFETCH_MAX_PER_HANDLER` per handler."""
+        self._outcomes = 0
+        lane, slots = self._lane, self._slots
+        assert lane is not None
+        assert slots is not None
+        mean = lane.mean_call
+        if mean is None:
+            return
+        concurrency = self.concurrency
+        most = WORKER_PREFETCH_MAX_PER_HANDLER * concurrency
+        ahead = most if mean <= 0 else int(concurrency * WORKER_PREFETCH_AHEAD / mean)
+        prefetch = max(self.prefetch, min(most, ahead))
+        if prefetch != self._prefetch_now:
+            self._prefetch_now = prefetch
+            slots.resize(concurrency + prefetch, batch=prefetch // 2)
+            lane.batch = prefetch // 2
 
     def _acked(self, held: _Held, started: float, outcome: AckOutcome) -> None:
         queue, msg = held.queue, held.msg
