@@ -19,7 +19,7 @@ from delayq.durable.message import Message
 from delayq.durable.queue import AsyncQueue
 from delayq.runtime import App, Task, Worker
 
-from ._helpers import serve_until, wait_for
+from ._helpers import memory_url, serve_until, wait_for
 
 KINDS = ["sync", "async"]
 
@@ -260,3 +260,58 @@ def test_a_sync_handler_running_past_the_grace_is_given_back(backend_url: str) -
             await queue.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("call_seconds", "prefetch", "most_held"),
+    [
+        (0.0, None, 2 + 32),  # quick calls, the default: up to 16 per handler ahead
+        (0.0, 8, 2 + 8),  # a prefetch given is kept to
+        (0.03, None, 2 + 8),  # 30 ms calls: 8 waiting stand for 120 ms: the default
+    ],
+)
+def test_the_default_prefetch_of_sync_handlers_grows_only_while_they_are_quick(
+    call_seconds: float, prefetch: int | None, most_held: int
+) -> None:
+    """A Worker of sync handlers on the default prefetch (4 per handler) reserves up to
+    16 per handler ahead while the messages waiting stand for at most 50 ms of its
+    handlers' work; a prefetch given, or slower handlers, keep it to the bound."""
+    free = threading.Event()
+    calls = 0
+
+    def handler(msg: Message) -> None:
+        nonlocal calls
+        calls += 1
+        if calls > 130:  # seen enough: hold every thread, let the prefetch fill
+            free.wait(10)
+        elif call_seconds:
+            time.sleep(call_seconds)
+
+    async def main() -> int:
+        queue = AsyncQueue(memory_url(), name="q")
+        await queue.put_many([{"payload": i} for i in range(400)])
+        worker = Worker(queue, handler, concurrency=2, prefetch=prefetch, grace=0.1)
+        task = asyncio.create_task(worker.serve())
+        held = 0
+        try:
+            await wait_for(lambda: calls > 131, timeout=20)
+            for _ in range(50):  # the reserves catch up with the freed slots
+                await asyncio.sleep(0.01)
+                held = max(held, (await queue.stats()).active)
+        finally:
+            worker.stop()
+            free.set()
+            await asyncio.wait_for(task, 10)
+            await queue.purge()
+            await queue.close()
+        return held
+
+    try:
+        held = asyncio.run(main())
+    finally:
+        free.set()
+    assert held <= most_held
+    if prefetch is None and not call_seconds:
+        assert held > 2 + 8  # beyond the default's bound
+    else:  # filled up to it, but for a claim of less than half the prefetch
+        assert held > most_held - 8 // 2

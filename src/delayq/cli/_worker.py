@@ -140,7 +140,8 @@ def configure_logging(level: str, *, pid: bool = False) -> None:
     type=click.IntRange(min=0),
     default=None,
     help="Messages reserved ahead of the free handlers, their leases renewed while they "
-    "wait (default: 4 x --concurrency; 0: none, for long jobs shared among workers).",
+    "wait (default: 4 x --concurrency, up to 16 x for quick sync handlers while those "
+    "waiting stand for at most 50 ms of work; 0: none, for long jobs shared among workers).",
 )
 @click.option(
     "--queues", default=None, metavar="A,B", help="Only these queues (default: every task's)."

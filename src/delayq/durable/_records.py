@@ -12,9 +12,9 @@ or reads a clock: the caller passes its :class:`~delayq.durable.message.Now`.
 from __future__ import annotations
 
 import heapq
-import uuid
 from collections.abc import Sequence
 
+from .._fork import new_id
 from .inspection import count_due, select_peek
 from .message import (
     Now,
@@ -121,7 +121,7 @@ class Records:
             if head is None or head > now.floor:
                 break
             _, _, id = heapq.heappop(self.due)
-            record = apply_reserve(self.records[id], now, lease_ms, uuid.uuid4().hex)
+            record = apply_reserve(self.records[id], now, lease_ms, new_id())
             self.write(record)
             claimed.append(record)
         self._compact()

@@ -9,6 +9,14 @@ DEFAULT_WORKER_CONCURRENCY = 8
 #: free handlers, so that bigger reserve batches cost the loop less per message.
 DEFAULT_WORKER_PREFETCH_PER_HANDLER = 4
 
+#: A Worker of sync handlers on the default prefetch reserves further ahead while its
+#: handlers are quick: up to this many messages per handler, as long as those waiting
+#: stand for at most WORKER_PREFETCH_AHEAD seconds of its handlers' work. Each claim,
+#: ack batch and hand-over costs the loop about the same whatever its size, and the
+#: loop must win the GIL back from the busy handler threads at every step.
+WORKER_PREFETCH_MAX_PER_HANDLER = 16
+WORKER_PREFETCH_AHEAD = 0.05
+
 #: Default seconds running handlers get to finish after SIGTERM/SIGINT or ``stop()``.
 DEFAULT_WORKER_GRACE = 30.0
 

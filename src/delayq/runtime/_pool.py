@@ -97,6 +97,15 @@ class Slots:
         self._low = low
         self._changed = asyncio.Event()
 
+    def resize(self, total: int, *, batch: int) -> None:
+        """Make it ``total`` slots, reserved in batches of ``batch``: more are free at
+        once; fewer are taken back as they are given back (``free`` below 0 meanwhile)."""
+        self.free += total - self.total
+        self.total = total
+        self._batch = max(1, min(batch, total))
+        if self._ready():
+            self._changed.set()
+
     def _ready(self) -> bool:
         free = self.free
         return free >= self._batch or (free > 0 and (self._low is None or self._low()))
@@ -175,6 +184,11 @@ class Gate:
 Ran = Callable[[BaseException | None, Any, "float | None"], None]
 
 
+#: A call that ran this long (seconds) or longer has its outcome sent to the loop at
+#: once, whatever :class:`SyncLane`'s batch: one more wake-up is nothing beside it.
+LONG_CALL = 0.001
+
+
 class NotStarted(Exception):
     """A call of a :class:`SyncLane` that was dropped before a thread started it."""
 
@@ -207,13 +221,25 @@ class SyncLane:
     hand the CPU to the woken thread: done by the threads, it does not stall the loop,
     which every message goes through.
 
+    While at least a round of calls (one per thread) waits, short calls' outcomes are
+    held until ``batch`` of them have ended: each wake-up of the loop costs it a turn
+    that gives the GIL away and must win it back from the busy threads, so a busy lane
+    wakes it once per batch. An outcome goes at once when its call ran
+    :data:`LONG_CALL` or longer, when fewer than a round of calls wait, and when the
+    lane closes; :meth:`deliver` (the worker's renewal beat) sends any still held, so
+    none waits longer than the running calls or that beat.
+
     Made on the loop it reports to. A call that times out leaves its thread to it
     (a thread cannot be stopped) and a new thread takes its place.
     """
 
-    def __init__(self, threads: int, name: str = "delayq-worker") -> None:
+    def __init__(self, threads: int, name: str = "delayq-worker", *, batch: int = 1) -> None:
         self._loop = asyncio.get_running_loop()
         self._name = name
+        self._round = threads  # a round of calls: one per thread
+        self.batch = batch
+        self.mean_call: float | None = None
+        """Seconds a call runs, a moving mean of the last few dozen (None before any)."""
         self._lock = threading.Lock()
         self._runs: deque[_Run] = deque()  # under _lock, as are the four below
         self._sleeping = 0  # threads waiting for a ring of the bell
@@ -249,8 +275,10 @@ class SyncLane:
                     break
                 started = run.started
                 left = timeout if started is None else started + timeout - time.monotonic()
-                if left <= 0 and self._abandon(run):
-                    raise RunTimedOut
+                if left <= 0:
+                    if self._abandon(run):
+                        raise RunTimedOut
+                    self.deliver()  # it ended in time: its outcome may be held for a batch
                 await asyncio.wait({future}, timeout=max(left, 0.0))
         except asyncio.CancelledError:
             with self._lock:
@@ -337,12 +365,24 @@ class SyncLane:
                 result = run.fn()
             except BaseException as exc:
                 error = exc
+            assert run.started is not None
+            took = time.monotonic() - run.started
             with self._lock:
+                mean = self.mean_call
+                self.mean_call = took if mean is None else mean + (took - mean) / 16
                 run.finished = True
                 abandoned = run.abandoned
-                self._ended.append((run, error, result))
-                wake, self._waking = not self._waking, True
-            del run, error, result
+                ended = self._ended
+                ended.append((run, error, result))
+                wake = not self._waking and (
+                    len(ended) >= self.batch
+                    or len(self._runs) < self._round
+                    or took >= LONG_CALL
+                    or self._closed
+                )
+                if wake:
+                    self._waking = True
+            del run, error, result, ended
             if wake:
                 try:
                     self._loop.call_soon_threadsafe(self._deliver)
@@ -350,6 +390,14 @@ class SyncLane:
                     return
             if abandoned:
                 return
+
+    def deliver(self) -> None:
+        """On the loop: hand over now the outcomes held back for a batch, if any."""
+        with self._lock:
+            if not self._ended or self._waking:
+                return
+            self._waking = True
+        self._deliver()
 
     def _deliver(self) -> None:
         with self._lock:
@@ -373,7 +421,9 @@ class SyncLane:
 
     def close(self) -> None:
         """Drop every call not started yet (their :meth:`run` raises :class:`NotStarted`,
-        as does every later one); threads end once their running call returns."""
+        as does every later one); threads end once their running call returns. The
+        outcomes held for a batch are handed over first."""
+        self.deliver()
         with self._lock:
             self._closed = True
             dropped = list(self._runs)

@@ -6,7 +6,7 @@ there are free slots (``concurrency + prefetch``) and starts a job for each; at 
 the rest wait their turn (the prefetch: the next handler starts without waiting for a
 reserve round trip). Async handlers run on the loop, sync ones on a daemon thread
 each. A handler's place goes to the next message as soon as it returns, before its
-ack. From its reservation until it is settled, a message's lease is renewed every
+ack. From its reservation until its handler ends, a message's lease is renewed every
 third of the lease, so a waiting or long job is never handed to someone else while
 its worker is alive. Outcomes:
 
@@ -61,6 +61,8 @@ from ._constants import (
     WORKER_ERROR_BACKOFF,
     WORKER_EXTEND_DIVISOR,
     WORKER_IDLE_WAIT,
+    WORKER_PREFETCH_AHEAD,
+    WORKER_PREFETCH_MAX_PER_HANDLER,
 )
 from ._consumer import LeaseRenewer, check_prefetch, extend_lease, prefetch_slots, reserve_loop
 from ._cron import plan_tick, tick_id
@@ -82,6 +84,8 @@ def current_message() -> Message:
 
 
 _INFO, _WARNING, _ERROR, _DEBUG = logging.INFO, logging.WARNING, logging.ERROR, logging.DEBUG
+#: How many outcomes of the lane between two looks at the default prefetch.
+_PREFETCH_LOOK_EVERY = 64
 
 
 class Retry(Exception):
@@ -122,7 +126,7 @@ class _Call:
 @dataclass(eq=False, slots=True)
 class _Held:
     """A message on the fast path: a plain sync call run by the lane, with no task of
-    its own; its lease is renewed by the worker's renewal loop until it is settled."""
+    its own; its lease is renewed by the worker's renewal loop until its call ends."""
 
     queue: AsyncQueue
     msg: Message
@@ -138,12 +142,14 @@ class Worker:
     :class:`~delayq.AsyncQueue`.
 
     ``concurrency`` handlers run at once, and up to ``prefetch`` more messages
-    (default: 4 x ``concurrency``; 0: none) are reserved ahead, waiting for a handler to
-    end; ``lease`` (seconds) is each reservation's lease, renewed until the message
-    is settled (waiting ones included); ``grace`` is how long running handlers may
-    finish after a stop; ``timeout`` (seconds) is the default limit of one run (a
-    task's own ``timeout`` wins). ``clock`` (default: the app's ``clock=`` option,
-    else the system clock) is what cron schedules read.
+    (default: 4 x ``concurrency``, up to 16 x when every handler is sync and quick,
+    as long as those waiting stand for at most 50 ms of their work; 0: none) are
+    reserved ahead, waiting for a handler to end; ``lease`` (seconds) is each
+    reservation's lease, renewed until the message is settled (waiting ones
+    included); ``grace`` is how long running handlers may finish after a stop;
+    ``timeout`` (seconds) is the default limit of one run (a task's own ``timeout``
+    wins). ``clock`` (default: the app's ``clock=`` option, else the system clock)
+    is what cron schedules read.
     """
 
     def __init__(
@@ -184,6 +190,7 @@ class Worker:
             raise TypeError(f"a Worker runs an App or an AsyncQueue, not {type(source).__name__}")
         if type(concurrency) is not int or concurrency < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        self._prefetch_auto = prefetch is None
         prefetch = check_prefetch(prefetch, concurrency)
         self._handler = handler
         self._handler_is_async = handler is not None and _is_async(handler)
@@ -208,6 +215,9 @@ class Worker:
         self._slots: Slots | None = None
         self._gate: Gate | None = None
         self._lane: SyncLane | None = None
+        self._prefetch_now = prefetch  # the default one adapts to a lane's calls
+        self._adaptive = False  # whether it does (a lane, the default prefetch)
+        self._outcomes = 0  # the lane's, up to the next look at the prefetch
         self._held: dict[_Held, None] = {}
         self._held_empty: asyncio.Event | None = None
         self._fast_tasks: set[asyncio.Task[None]] = set()
@@ -265,8 +275,10 @@ class Worker:
         if self._force:
             self._forced.set()
         if self._all_sync():  # the lane's threads bound how many run at once
-            self._lane = SyncLane(self.concurrency)
-            self._gate = gate = Gate(self.concurrency + self.prefetch)
+            self._lane = SyncLane(self.concurrency, batch=self.prefetch // 2)
+            most = WORKER_PREFETCH_MAX_PER_HANDLER * self.concurrency
+            self._gate = gate = Gate(self.concurrency + max(self.prefetch, most))
+            self._adaptive = self._prefetch_auto
         else:
             self._gate = gate = Gate(self.concurrency)
         self._slots = prefetch_slots(self.concurrency, self.prefetch, self._waiting)
@@ -466,6 +478,10 @@ class Worker:
         self, held: _Held, error: BaseException | None, result: object, started: float | None
     ) -> None:
         """The lane's word on ``held`` (on the loop): ack, nack or give back."""
+        if self._adaptive:
+            self._outcomes += 1
+            if self._outcomes >= _PREFETCH_LOOK_EVERY:
+                self._adapt_prefetch()
         if held.busy or held.settled:  # given back after the grace while it ran
             return
         held.busy = True
@@ -478,6 +494,26 @@ class Worker:
         else:
             acked = functools.partial(self._acked, held, started or time.monotonic())
             self._ackers[held.queue.name].ack_soon(held.msg, acked)
+
+    def _adapt_prefetch(self) -> None:
+        """The default prefetch of a lane of sync handlers: as many messages as stand
+        for :data:`WORKER_PREFETCH_AHEAD` seconds of its calls (their moving mean),
+        between the default and :data:`WORKER_PREFETCH_MAX_PER_HANDLER` per handler."""
+        self._outcomes = 0
+        lane, slots = self._lane, self._slots
+        assert lane is not None
+        assert slots is not None
+        mean = lane.mean_call
+        if mean is None:
+            return
+        concurrency = self.concurrency
+        most = WORKER_PREFETCH_MAX_PER_HANDLER * concurrency
+        ahead = most if mean <= 0 else int(concurrency * WORKER_PREFETCH_AHEAD / mean)
+        prefetch = max(self.prefetch, min(most, ahead))
+        if prefetch != self._prefetch_now:
+            self._prefetch_now = prefetch
+            slots.resize(concurrency + prefetch, batch=prefetch // 2)
+            lane.batch = prefetch // 2
 
     def _acked(self, held: _Held, started: float, outcome: AckOutcome) -> None:
         queue, msg = held.queue, held.msg
@@ -530,6 +566,8 @@ class Worker:
         every = self.lease / WORKER_EXTEND_DIVISOR
         while True:
             await asyncio.sleep(every / 4)
+            if self._lane is not None:
+                self._lane.deliver()  # outcomes a busy lane held for a batch
             now = loop.time()
             due = [held for held in self._held if held.renew_at <= now]
             if due:

@@ -1,0 +1,201 @@
+"""The SyncLane hands the outcomes of a busy lane to the loop in batches, and loses or
+holds back none: a long call's outcome goes at once, held ones go when fewer than a
+round of calls wait, on :meth:`SyncLane.deliver` and when the lane closes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from delayq.runtime import _pool
+from delayq.runtime._pool import NotStarted, SyncLane
+
+from ._helpers import wait_for
+
+Outcome = tuple[str, BaseException | None, Any]
+
+
+class _Lane:
+    """A one-thread lane and the outcomes it handed over, in order."""
+
+    def __init__(self, batch: int) -> None:
+        self.lane = SyncLane(1, batch=batch)
+        self.outcomes: list[Outcome] = []
+
+    def submit(self, name: str, fn: Callable[[], Any]) -> None:
+        def done(error: BaseException | None, result: Any, started: float | None) -> None:
+            self.outcomes.append((name, error, result))
+
+        self.lane.submit(fn, done)
+
+    def names(self) -> list[str]:
+        return [outcome[0] for outcome in self.outcomes]
+
+
+def _blocker(event: threading.Event) -> Callable[[], str]:
+    def wait() -> str:
+        assert event.wait(10)
+        return "freed"
+
+    return wait
+
+
+def _fill(
+    lane: _Lane,
+    first: threading.Event,
+    quick: dict[str, Callable[[], Any]],
+    second: threading.Event,
+) -> None:
+    """Queue a call blocked on ``first``, the ``quick`` ones, a call blocked on
+    ``second`` ("long"), and two more ("x", "y") behind it."""
+    lane.submit("first", _blocker(first))
+    for name, fn in quick.items():
+        lane.submit(name, fn)
+    lane.submit("long", _blocker(second))
+    lane.submit("x", lambda: "x")
+    lane.submit("y", lambda: "y")
+
+
+async def _release(lane: _Lane, second: threading.Event, count: int) -> _Lane:
+    """Let the long call end, wait for ``count`` outcomes in all, close the lane."""
+    second.set()
+    await wait_for(lambda: len(lane.outcomes) == count)
+    lane.lane.close()
+    return lane
+
+
+def _ran(main: Callable[[], Coroutine[Any, Any, _Lane]], *events: threading.Event) -> _Lane:
+    """``main()`` run, then every event set (no thread left blocked); its lane."""
+    try:
+        return asyncio.run(main())
+    finally:
+        for event in events:
+            event.set()
+
+
+def _raise() -> None:
+    raise ValueError("boom")
+
+
+@pytest.fixture
+def no_long_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No call counts as long: a loaded machine must not change what a test sees."""
+    monkeypatch.setattr(_pool, "LONG_CALL", float("inf"))
+
+
+@pytest.mark.usefixtures("no_long_calls")
+def test_a_busy_lane_hands_outcomes_over_in_batches_and_loses_none() -> None:
+    """batch=3: the outcomes of three calls that ended while a round waited go once the
+    third ended (the next call runs on); the rest go as the lane runs out of calls;
+    every outcome in the order its call ended."""
+    second = threading.Event()
+
+    async def main() -> _Lane:
+        lane = _Lane(batch=3)
+        first = threading.Event()
+        _fill(lane, first, {"q0": lambda: 0, "q1": _raise}, second)
+        first.set()
+        await wait_for(lambda: len(lane.outcomes) == 3)
+        await asyncio.sleep(0.1)
+        assert lane.names() == ["first", "q0", "q1"]  # the long one runs: nothing more
+        return await _release(lane, second, 6)
+
+    lane = _ran(main, second)
+    assert lane.names() == ["first", "q0", "q1", "long", "x", "y"]
+    outcomes = {name: (error, result) for name, error, result in lane.outcomes}
+    assert outcomes["first"] == (None, "freed")
+    assert outcomes["q0"] == (None, 0)
+    assert isinstance(outcomes["q1"][0], ValueError)
+    assert outcomes["y"] == (None, "y")
+
+
+@pytest.mark.usefixtures("no_long_calls")
+@pytest.mark.parametrize("how", ["deliver", "close"])
+def test_outcomes_held_for_a_batch_go_on_deliver_and_on_close(how: str) -> None:
+    """Two calls ended while a third runs long and two more wait: their outcomes are
+    held for the batch, and handed over by deliver() (the worker's renewal beat) or
+    by close() (a stop), while the long call still runs."""
+    second = threading.Event()
+
+    async def main() -> _Lane:
+        lane = _Lane(batch=10)
+        first = threading.Event()
+        _fill(lane, first, {"quick": lambda: "quick"}, second)
+        first.set()
+        await asyncio.sleep(0.2)  # first and quick end; long runs
+        assert lane.outcomes == []  # held: a round waits, the batch is not full
+        if how == "deliver":
+            lane.lane.deliver()
+        else:
+            lane.lane.close()
+        assert lane.names()[:2] == ["first", "quick"]
+        return await _release(lane, second, 5)
+
+    lane = _ran(main, second)
+    outcomes = {name: (error, result) for name, error, result in lane.outcomes}
+    assert outcomes["long"] == (None, "freed")
+    if how == "deliver":
+        assert outcomes["x"] == (None, "x")
+        assert outcomes["y"] == (None, "y")
+    else:  # dropped by the close before a thread took them
+        assert isinstance(outcomes["x"][0], NotStarted)
+        assert isinstance(outcomes["y"][0], NotStarted)
+
+
+def test_a_long_calls_outcome_goes_at_once() -> None:
+    """A call that ran LONG_CALL or longer is not held for a batch, even while a round
+    of calls waits."""
+    free = threading.Event()
+
+    async def main() -> _Lane:
+        lane = _Lane(batch=10)
+        lane.submit("slow", lambda: time.sleep(0.02) or "slow")
+        lane.submit("held", _blocker(free))
+        lane.submit("x", lambda: "x")
+        await wait_for(lambda: len(lane.outcomes) == 1)
+        assert lane.names() == ["slow"]
+        free.set()
+        await wait_for(lambda: len(lane.outcomes) == 3)
+        lane.lane.close()
+        return lane
+
+    try:
+        asyncio.run(main())
+    finally:
+        free.set()
+
+
+@pytest.mark.usefixtures("no_long_calls")
+def test_run_with_a_timeout_returns_an_outcome_held_for_a_batch() -> None:
+    """run() (a call with a timeout: the worker's job path) gets its result once the
+    timeout is up when its call ended in time but its outcome was held for a batch
+    behind a call that runs on."""
+    first, second = threading.Event(), threading.Event()
+
+    def done(error: BaseException | None, result: Any, started: float | None) -> None:
+        pass
+
+    async def main() -> Any:
+        lane = SyncLane(1, batch=10)
+        lane.submit(_blocker(first), done)
+        run = asyncio.create_task(lane.run(lambda: "ran", timeout=0.05))
+        await asyncio.sleep(0.01)  # queued behind the first
+        lane.submit(_blocker(second), done)
+        lane.submit(lambda: None, done)
+        first.set()
+        try:
+            return await asyncio.wait_for(run, 5)  # the second still runs
+        finally:
+            second.set()
+            lane.close()
+
+    try:
+        assert asyncio.run(main()) == "ran"
+    finally:
+        first.set()
+        second.set()
