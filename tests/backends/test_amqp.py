@@ -16,17 +16,19 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 from delayq import UnsupportedURL
-from delayq.durable import AsyncQueue, Queue, State
+from delayq.durable import AsyncQueue, Message, Queue, State
 from delayq.errors import OutcomeUnknown
 
 pytest.importorskip("aiormq")
 
 from conformance.conftest import amqp_url
+from delayq.backends._replicated import _scheduler
 from delayq.backends._replicated._codec import encode_outcome, pack
 from delayq.backends.amqp import NOT_GUARANTEED, NoScheduler
 
@@ -298,3 +300,148 @@ def test_a_waiting_reserve_cancelled_on_its_way_claims_nothing(url: str) -> None
         return claimed
 
     assert asyncio.run(main()) == []
+
+
+@pytest.fixture
+def wide_fire_ahead(monkeypatch: pytest.MonkeyPatch) -> int:
+    """The scheduler claims for a waiting reserve up to 2 s ahead (10 ms in use), so
+    that a test sees the hold without racing it."""
+    monkeypatch.setattr(_scheduler, "FIRE_AHEAD_MS", 2000)
+    return 2000
+
+
+async def _park_then_put(
+    q: AsyncQueue, other: AsyncQueue, id: str, delay: float, lease: float = 60
+) -> tuple[asyncio.Future[list[Message]], Message]:
+    """``q`` elected, a reserve of ``q`` parked, then ``id`` put by ``other`` with
+    ``delay``: the reserve, and the message once claimed ahead for it."""
+    await q.stats()
+    waiting = asyncio.ensure_future(q.reserve(wait=10, lease=lease))
+    await asyncio.sleep(0.2)  # parked
+    await other.put(id, id=id, delay=delay)
+    return waiting, await _claimed_ahead(other, id)
+
+
+async def _back_then_on_time(q: AsyncQueue, id: str) -> Message:
+    """The message ``id``, given back (scheduled, no attempt charged), as the next
+    reserve gets it: not before its due time."""
+    back = await q.get(id)
+    assert back is not None
+    assert back.state is State.SCHEDULED
+    assert back.attempts == 0
+    [message] = await q.reserve(wait=10)
+    assert message.id == id
+    assert time.time() * 1000 >= message.due_at
+    return message
+
+
+async def _claimed_ahead(q: AsyncQueue, id: str) -> Message:
+    """The message ``id`` once it is in flight (claimed for a waiting reserve)."""
+    deadline = time.monotonic() + 5
+    while (held := await q.get(id)) is None or held.state is not State.ACTIVE:
+        assert time.monotonic() < deadline, "not claimed ahead"
+        await asyncio.sleep(0.01)
+    return held
+
+
+def test_a_message_claimed_ahead_reaches_its_caller_at_its_due_time(
+    url: str, wide_fire_ahead: int
+) -> None:
+    """A waiting reserve is answered before the message is due (its lease logged, the
+    reply on its way), and the client holds it until the due time: never early, and
+    its lease runs from the due time, whole."""
+
+    async def main() -> None:
+        async with AsyncQueue(url, name="jobs") as q, AsyncQueue(url, name="jobs") as other:
+            started = time.time()
+            waiting, held = await _park_then_put(q, other, "x", 1.0, lease=30)
+            assert not waiting.done()  # claimed for it, held until its due time
+            assert held.attempts == 1
+            assert held.lease_expires_at == held.due_at + 30_000
+            assert not await other.cancel("x")  # in flight meanwhile
+            [message] = await asyncio.wait_for(waiting, 10)
+            assert time.time() * 1000 >= message.due_at
+            assert time.time() - started >= 1.0
+            await q.ack(message)
+
+    asyncio.run(main())
+
+
+def test_a_reserve_cancelled_while_it_holds_messages_gives_them_back(
+    url: str, wide_fire_ahead: int
+) -> None:
+    """A caller that gives up while its link holds messages claimed ahead for it: they
+    are given back (no attempt charged) and reach the next reserve at their time."""
+
+    async def main() -> None:
+        async with AsyncQueue(url, name="jobs") as q, AsyncQueue(url, name="jobs") as other:
+            waiting, _ = await _park_then_put(q, other, "x", 1.5)
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+            deadline = time.monotonic() + 5
+            while (back := await other.get("x")) is not None and back.state is State.ACTIVE:
+                assert time.monotonic() < deadline, "not given back"
+                await asyncio.sleep(0.01)
+            await other.ack(await _back_then_on_time(other, "x"))
+
+    asyncio.run(main())
+
+
+def test_a_reserve_whose_wait_ends_before_the_due_time_claims_nothing_ahead(
+    url: str, wide_fire_ahead: int
+) -> None:
+    """Claiming ahead never takes a message due after the reserve's wait ends: the
+    reserve returns empty and the message stays scheduled, unclaimed."""
+    with Queue(url, name="jobs") as q:
+        q.put("x", id="x", delay=1.0)
+        assert q.reserve(wait=0.3) == []
+        message = q.get("x")
+        assert message is not None
+        assert message.state is State.SCHEDULED
+        assert message.attempts == 0
+
+
+def test_the_sync_face_holds_a_message_claimed_ahead_until_its_due_time(
+    url: str, wide_fire_ahead: int
+) -> None:
+    """The same through the sync face, which holds it in the calling thread."""
+    with Queue(url, name="jobs") as q, Queue(url, name="jobs") as other:
+        q.stats()  # elected
+        got: list[tuple[list[Any], float]] = []
+
+        def consume() -> None:
+            messages = q.reserve(wait=10)
+            got.append((messages, time.time()))
+
+        waiting = threading.Thread(target=consume)
+        waiting.start()
+        time.sleep(0.2)  # parked
+        other.put("x", id="x", delay=1.0)
+        deadline = time.monotonic() + 5
+        while (held := other.get("x")) is not None and held.state is not State.ACTIVE:
+            assert time.monotonic() < deadline, "not claimed ahead"
+            time.sleep(0.01)
+        assert waiting.is_alive()  # held until its due time
+        waiting.join(10)
+        [([message], returned)] = got
+        assert returned * 1000 >= message.due_at
+        q.ack(message)
+
+
+def test_a_message_due_now_is_not_kept_waiting_behind_one_claimed_ahead(
+    url: str, wide_fire_ahead: int
+) -> None:
+    """A waiting reserve whose message was claimed ahead but not yet sent takes a
+    message that falls due meanwhile instead: the one claimed ahead goes back (its due
+    time and attempts as they were) and reaches a later reserve at its time."""
+
+    async def main() -> None:
+        async with AsyncQueue(url, name="jobs") as q, AsyncQueue(url, name="jobs") as other:
+            waiting, _ = await _park_then_put(q, other, "later", 1.5)
+            await other.put("now", id="now")
+            [first] = await asyncio.wait_for(waiting, 1.0)  # not held until "later" is due
+            assert first.id == "now"
+            await q.ack_many([first, await _back_then_on_time(q, "later")])
+
+    asyncio.run(main())

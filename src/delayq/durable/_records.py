@@ -113,15 +113,38 @@ class Records:
         events = [t for t in (self._head_due(), self._head_lease()) if t is not None]
         return min(events) if events else None
 
+    def next_due(self) -> int | None:
+        """Epoch ms of the earliest due time of a scheduled message (None: none)."""
+        return self._head_due()
+
+    def claim_ahead(self, now: Now, horizon: int, limit: int, lease_ms: int) -> list[Record]:
+        """Claim, before their time, the messages due at the earliest due time when that
+        is after ``now`` and at most ``horizon`` (epoch ms): up to ``limit`` of them,
+        each leased from its due time (``due_at + lease_ms``), so that a caller given
+        it at its due time holds it for ``lease_ms``. For a caller that hands them on
+        no earlier than their due time (the replicated scheduler's firing path); none
+        when something is due already (:meth:`claim` takes those)."""
+        self.expire(now.floor)
+        head = self._head_due()
+        if head is None or head <= now.floor or head > horizon:
+            return []
+        return self._take(limit, lease_ms, head, None)
+
     def claim(self, now: Now, limit: int, lease_ms: int) -> list[Record]:
         self.expire(now.floor)
+        return self._take(limit, lease_ms, now.floor, now)
+
+    def _take(self, limit: int, lease_ms: int, last: int, at: Now | None) -> list[Record]:
+        """Claim up to ``limit`` scheduled records due at or before ``last``, earliest
+        first, each leased from ``at`` (None: from its own due time)."""
         claimed: list[Record] = []
         while len(claimed) < limit:
             head = self._head_due()
-            if head is None or head > now.floor:
+            if head is None or head > last:
                 break
             _, _, id = heapq.heappop(self.due)
-            record = apply_reserve(self.records[id], now, lease_ms, new_id())
+            since = Now(head, head) if at is None else at
+            record = apply_reserve(self.records[id], since, lease_ms, new_id())
             self.write(record)
             claimed.append(record)
         self._compact()

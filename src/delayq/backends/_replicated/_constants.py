@@ -11,6 +11,8 @@ __all__ = [
     "DELIVER_BACKOFF_MS",
     "DELIVER_IN_FLIGHT",
     "DELIVER_LEASE_MS",
+    "FIRE_AHEAD_MS",
+    "HELD_REPLY_AHEAD_MS",
     "IMAGE_OVERHEAD",
     "LOCATE_TIMEOUT",
     "MAX_GROUP_BYTES",
@@ -28,6 +30,15 @@ MAX_GROUP_BYTES = 1 << 20
 #: Seconds between two renewals of the election (a held delivery must be acked before
 #: the broker's consumer timeout, 30 min by default on RabbitMQ).
 RENEW_EVERY = 300.0
+#: How long before its due time a message may be claimed for a waiting reserve (ms):
+#: its lease is logged meanwhile, so that the log's confirm is not added to its
+#: lateness. Meanwhile it counts as in flight (a cancel or reschedule finds it taken).
+FIRE_AHEAD_MS = 10
+#: How long before the due time the reply of a message claimed ahead leaves (ms); the
+#: client holds it until the due time, so that the reply's hop is not added to its
+#: lateness either. Until it leaves, the reserve stays parked: a message that falls
+#: due before takes its place (the one claimed ahead goes back, its due time kept).
+HELD_REPLY_AHEAD_MS = 2
 #: Publishes to a user's exchange with their confirms in flight, per queue.
 DELIVER_IN_FLIGHT = 1000
 #: The lease a message being published holds (a successor scheduler publishes it again

@@ -20,6 +20,7 @@ import collections
 import contextlib
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, NamedTuple, TypeVar
@@ -82,7 +83,8 @@ class LoopLink:
         self._request_timeout = request_timeout
         self._transport: Transport | None = None
         self._opening: asyncio.Task[Transport] | None = None
-        self._pending: dict[str, asyncio.Future[tuple[str, bytes]]] = {}
+        #: Request id -> the future of its reply: kind, body and the loop's time it came.
+        self._pending: dict[str, asyncio.Future[tuple[str, bytes, float]]] = {}
         #: Request id -> queue, of reserves their callers abandoned; and -> queue and the
         #: leases its caller got, of reserves answered: a late answer to either (a resend
         #: that a new scheduler served too) gives back what no caller received.
@@ -255,17 +257,19 @@ class LoopLink:
         future = self._pending.get(request_id)
         if future is not None:
             if not future.done():
-                future.set_result((kind, body))
+                # When it came, by the clock a held reply is counted on (the loop's
+                # own may be coarser, or cached).
+                future.set_result((kind, body, time.monotonic()))
             return
         queue = self._forgotten.pop(request_id, None)
         received: frozenset[str] = frozenset()
         if queue is None and request_id in self._answered:
             queue, received = self._answered[request_id]
-        if queue is not None and kind == "ok":
+        if queue is not None and kind in ("ok", "held"):
             # A reserve abandoned by its caller was served after all, or one answered
             # was served again (its resend reached a scheduler that did not know of the
             # first answer): give back what its caller did not receive.
-            for item in unpack(body):
+            for item in unpack(body) if kind == "ok" else unpack(body)[1]:
                 record = decode_record(item)
                 if record.lease not in received:
                     self._spawn(self._quiet("release", [queue, record.id, record.lease]))
@@ -291,6 +295,18 @@ class LoopLink:
     async def call(self, op: str, args: list[Any], wait: float | None = 0.0) -> Any:
         """Send ``op`` with ``args`` (the queue first) and return its decoded outcome;
         a ``reserve`` waits up to ``wait`` seconds (None: no limit) at the scheduler."""
+        outcome, until = await self.call_held(op, args, wait)
+        if until is not None:
+            await self._hold(args[0], outcome, until)
+        return outcome
+
+    async def call_held(
+        self, op: str, args: list[Any], wait: float | None = 0.0
+    ) -> tuple[Any, float | None]:
+        """:meth:`call`, without the hold: the outcome, and for messages a reserve got
+        ahead of their due time, the :func:`time.monotonic` time until which the
+        caller must hold them (None: none to hold); a caller that gives up before then
+        hands them to :meth:`give_back`."""
         try:
             if self._deliver is not None and args and args[0] not in self._configured:
                 # This backend object delivers its queues' messages to a user's
@@ -301,12 +317,12 @@ class LoopLink:
         except Refused as exc:
             raise exc.reason from None
 
-    async def _call(self, op: str, args: list[Any], wait: float | None) -> Any:
+    async def _call(self, op: str, args: list[Any], wait: float | None) -> tuple[Any, float | None]:
         loop = asyncio.get_running_loop()
         request_id = uuid.uuid4().hex
         waits = op == "reserve" and (wait is None or wait > 0)
         give_up = None if wait is None else loop.time() + wait
-        future: asyncio.Future[tuple[str, bytes]] = loop.create_future()
+        future: asyncio.Future[tuple[str, bytes, float]] = loop.create_future()
         self._pending[request_id] = future
         parked = False
         try:
@@ -392,14 +408,44 @@ class LoopLink:
             self._pending.pop(request_id, None)
             if future.done() and not future.cancelled():
                 future.exception()  # seen, also when the call ends another way
-        kind, body = future.result()
-        if kind != "ok":
+        kind, body, arrived = future.result()
+        if kind not in {"ok", "held"}:
             raise_error(kind, unpack(body))
-        outcome = decode_outcome(op, unpack(body))
+        if kind == "ok":
+            return self._answer(op, args, request_id, unpack(body)), None
+        # Claimed ahead of their due time: held until then, by the scheduler's clock
+        # (the reply says how long, counted from when it left: it came later).
+        rest, items = unpack(body)
+        return self._answer(op, args, request_id, items), arrived + rest
+
+    def _answer(self, op: str, args: list[Any], request_id: str, body: Any) -> Any:
+        """The decoded outcome of a call; that of a reserve is remembered with its
+        leases (a second answer to it gives back only what its caller did not get)."""
+        outcome = decode_outcome(op, body)
         if op == "reserve":
             leases = frozenset(record.lease or "" for record in outcome)
             _remember(self._answered, request_id, (args[0], leases))
         return outcome
+
+    async def _hold(self, queue: str, records: list[Any], until: float) -> None:
+        """Wait until ``until`` (:func:`time.monotonic`) before handing ``records``
+        (claimed ahead of their due time) to the caller; a caller that gives up
+        meanwhile gives them back (released: no attempt charged)."""
+        try:
+            # Checked against the clock: a loop's timer may fire early by its grain.
+            while (rest := until - time.monotonic()) > 0:
+                await asyncio.sleep(rest)
+        except asyncio.CancelledError:
+            self.give_back(queue, records)
+            raise
+        if self._closed:
+            raise QueueClosed("the queue was closed")
+
+    def give_back(self, queue: str, records: list[Any]) -> None:
+        """Release ``records``, got by a reserve whose caller gave up while they were
+        held (each in a task of its own; a failure leaves them to their lease)."""
+        for record in records:
+            self._spawn(self._quiet("release", [queue, record.id, record.lease]))
 
     # -- the outbox ----------------------------------------------------------------------
 
@@ -585,9 +631,22 @@ class ThreadLink:
             self._start()
 
     def call(self, op: str, args: list[Any], wait: float | None = 0.0) -> Any:
-        """See :meth:`LoopLink.call`."""
+        """See :meth:`LoopLink.call`. Messages got ahead of their due time are held in
+        the calling thread (its sleep is precise to the kernel's timer; the loop's
+        timers count whole milliseconds), which so wakes with them."""
         link = self._current()
-        return self._run(link.call(op, args, wait))
+        outcome, until = self._run(link.call_held(op, args, wait))
+        if until is not None:
+            try:
+                while (rest := until - time.monotonic()) > 0:
+                    time.sleep(rest)
+            except BaseException:
+                if not self._loop.is_closed():
+                    self._loop.call_soon_threadsafe(link.give_back, args[0], outcome)
+                raise
+            if link.closed:
+                raise QueueClosed("the queue was closed")
+        return outcome
 
     def close(self) -> None:
         """See :meth:`LoopLink.close`; then the loop thread ends."""

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
+import math
 import os
 import time
 import uuid
@@ -60,6 +62,8 @@ from ._constants import (
     DELIVER_BACKOFF_MS,
     DELIVER_IN_FLIGHT,
     DELIVER_LEASE_MS,
+    FIRE_AHEAD_MS,
+    HELD_REPLY_AHEAD_MS,
     IMAGE_OVERHEAD,
     LOCATE_TIMEOUT,
     MAX_GROUP_BYTES,
@@ -71,6 +75,11 @@ __all__ = ["Scheduler"]
 
 #: What an operation of the log is made of, before packing.
 Op = list[Any]
+
+#: Seconds a client holds messages claimed ahead beyond their due time as this clock
+#: counted it when the reply left (its timer and the two clocks' rates may differ by
+#: a few microseconds over a hold of a few milliseconds).
+_HOLD_MARGIN = 1e-4
 
 #: The operations of a checkpoint (their request id field carries the entry's mark).
 _BEGIN, _IMAGES, _END = "checkpoint-begin", "checkpoint", "checkpoint-end"
@@ -146,7 +155,7 @@ class _Journal(Records):
 class _Parked:
     """A reserve waiting at the scheduler for something to fall due."""
 
-    __slots__ = ("deadline", "lease_ms", "limit", "reply_to", "request_id")
+    __slots__ = ("ahead", "deadline", "lease_ms", "limit", "reply_to", "request_id")
 
     def __init__(
         self, request_id: str, reply_to: str, limit: int, lease_ms: int, deadline: float | None
@@ -156,10 +165,23 @@ class _Parked:
         self.limit = limit
         self.lease_ms = lease_ms
         self.deadline = deadline  # the loop's time, None: no limit
+        # Messages claimed for it ahead of their due time, whose reply has not left yet
+        # (it stays parked until then: something due meanwhile takes their place).
+        self.ahead: _Reply | None = None
 
 
 class _Reply:
-    __slots__ = ("body", "claimed", "done", "kind", "queue", "reply_to", "request_id")
+    __slots__ = (
+        "body",
+        "claimed",
+        "done",
+        "dropped",
+        "kind",
+        "queue",
+        "reply_to",
+        "request_id",
+        "send_at",
+    )
 
     def __init__(
         self,
@@ -179,6 +201,8 @@ class _Reply:
         self.queue = queue
         self.claimed = claimed
         self.done = done  # not sent: resolved once what was decided before it is logged
+        self.send_at: float | None = None  # held: not sent before this time of the loop
+        self.dropped = False  # held, and given up before it left (not sent)
 
 
 class _Gone(Exception):
@@ -460,6 +484,13 @@ class Scheduler:
             return
         known = self._dedup.get(request_id)
         if known is not None:
+            if known[0] == "held":
+                waiter = self._parked.get(unpack(delivery.body)[0], {}).get(request_id)
+                if waiter is not None:
+                    # Still parked, its held reply not sent yet: it goes where the
+                    # resend came from, once (what it holds may yet change).
+                    waiter.reply_to = reply_to
+                    return
             self._commit(None, _Reply(reply_to, request_id, known[0], known[1]))
             return
         args = unpack(delivery.body)
@@ -492,6 +523,8 @@ class Scheduler:
                 deadline = None if wait is None else asyncio.get_running_loop().time() + wait
                 self._park(queue, _Parked(request_id, reply_to, limit, lease_ms, deadline))
                 self._decided(store, op, queue, "", now=now, reply=None)
+                if store.records:
+                    self._service(queue)  # something due soon is claimed ahead for it
                 return
         reply = _Reply(
             reply_to,
@@ -646,6 +679,17 @@ class Scheduler:
         replies, self._replies = self._replies[:cut], self._replies[cut:]
         return group, replies
 
+    def _on_wire(self, kind: str, body: bytes) -> bytes:
+        """A reply's body as it leaves: a ``held`` one (messages claimed before their
+        due time) says how long its client must still hold them, counted from now by
+        this clock, rather than when (the client's clock may differ): it arrives after
+        it left, so the client hands them on no earlier than their due time by this
+        clock. A hair more, for the client's timer and clock rates."""
+        if kind != "held":
+            return body
+        until, outcome = unpack(body)
+        return pack([max(until / 1000.0 - self._wall(), 0.0) + _HOLD_MARGIN, outcome])
+
     def _send(self, replies: list[_Reply]) -> None:
         """Send ``replies`` (their operations are in the log). Only a reply that carries
         claimed messages waits for the broker's word (did its client get it?); the
@@ -678,16 +722,33 @@ class Scheduler:
                 part, left = left[:cut], left[cut:]
                 if len(part) == 1:
                     one = part[0]
+                    body = self._on_wire(one.kind, one.body)
                     await self._transport.reply(
-                        reply_to, one.request_id, one.kind, one.body, confirm=False
+                        reply_to, one.request_id, one.kind, body, confirm=False
                     )
                 else:
-                    body = pack([[r.request_id, r.kind, r.body] for r in part])
+                    body = pack(
+                        [[r.request_id, r.kind, self._on_wire(r.kind, r.body)] for r in part]
+                    )
                     await self._transport.reply(reply_to, "", "batch", body, confirm=False)
 
     async def _reply(self, reply: _Reply) -> None:
+        if reply.send_at is not None:
+            # Claimed ahead: sent a little before the due time, its waiter parked until
+            # then (something due meanwhile drops it, _service).
+            rest = reply.send_at - asyncio.get_running_loop().time()
+            if rest > 0 and not reply.dropped:
+                await asyncio.sleep(rest)
+            if reply.dropped:
+                return
+            parked = self._parked.get(reply.queue) or {}
+            waiter = parked.get(reply.request_id)
+            if waiter is not None and waiter.ahead is reply:
+                del parked[reply.request_id]
+                reply.reply_to = waiter.reply_to  # resent from a new connection meanwhile
+        body = self._on_wire(reply.kind, reply.body)
         delivered = await self._transport.reply(
-            reply.reply_to, reply.request_id, reply.kind, reply.body, confirm=True
+            reply.reply_to, reply.request_id, reply.kind, body, confirm=True
         )
         if not delivered and reply.claimed:
             # Its client is gone: give back what was claimed for it at once, rather than
@@ -817,7 +878,24 @@ class Scheduler:
     def _forget(self, queue: str, request_id: str) -> None:
         parked = self._parked.get(queue)
         if parked is not None:
-            parked.pop(request_id, None)
+            waiter = parked.pop(request_id, None)
+            if waiter is not None and waiter.ahead is not None:
+                store = self._store(queue)
+                now = self._now()
+                self._drop_ahead(store, waiter, now)
+                self._decided(store, "release", queue, "", now=now, reply=None)
+                self._service(queue)
+
+    def _drop_ahead(self, store: _Journal, waiter: _Parked, now: Now) -> None:
+        """Give back what was claimed ahead for ``waiter`` (its reply not sent: it is
+        dropped), keeping each message's due time and place; the caller logs it."""
+        reply, waiter.ahead = waiter.ahead, None
+        if reply is None:
+            return
+        reply.dropped = True
+        for record in reply.claimed or []:
+            with contextlib.suppress(LeaseLost):
+                store.release(record.id, record.lease or "", now)
 
     def _service(self, queue: str) -> None:
         """Serve the parked reserves of ``queue`` in arrival order with what is due, answer
@@ -835,13 +913,31 @@ class Scheduler:
         loop = asyncio.get_running_loop()
         for request_id, waiter in list(parked.items()):
             now = self._now()
+            if waiter.ahead is not None:
+                event = store.next_event()
+                if event is None or event > now.floor:
+                    continue  # its held reply leaves in time
+                # Something fell due before the messages claimed ahead for it: those
+                # go back (their due time unchanged), it takes what is due now.
+                self._drop_ahead(store, waiter, now)
             claimed = store.claim(now, waiter.limit, waiter.lease_ms)
+            if not claimed:
+                ahead = self._claim_ahead(
+                    queue, now, (waiter.limit, waiter.lease_ms, waiter.deadline)
+                )
+                if ahead:
+                    reply = self._claimed(
+                        waiter.reply_to, request_id, queue, ahead, ahead[0].due_at
+                    )
+                    reply.send_at = loop.time() + max(
+                        (ahead[0].due_at - HELD_REPLY_AHEAD_MS) / 1000.0 - self._wall(), 0.0
+                    )
+                    waiter.ahead = reply
+                    self._decided(store, "reserve", queue, request_id, now=now, reply=reply)
+                    continue
             if claimed:
                 del parked[request_id]
-                body = pack(encode_outcome("reserve", claimed))
-                reply = _Reply(
-                    waiter.reply_to, request_id, "ok", body, queue=queue, claimed=claimed
-                )
+                reply = self._claimed(waiter.reply_to, request_id, queue, claimed, 0)
                 self._decided(store, "reserve", queue, request_id, now=now, reply=reply)
             elif waiter.deadline is not None and waiter.deadline <= loop.time():
                 del parked[request_id]
@@ -857,6 +953,35 @@ class Scheduler:
                 self._decided(store, "reserve", queue, "", now=now, reply=None)
         self._arm(queue)
 
+    def _deadline_ms(self, deadline: float) -> int:
+        """A waiter's deadline (the loop's time) as epoch ms by this clock, floored."""
+        loop = asyncio.get_running_loop()
+        return math.floor(self._wall() * 1000.0 + (deadline - loop.time()) * 1000.0)
+
+    def _claim_ahead(
+        self, queue: str, now: Now, waiter: tuple[int, int, float | None]
+    ) -> list[Record]:
+        """For a reserve that waits and finds nothing due: the messages due next, when
+        that is within FIRE_AHEAD_MS and before the reserve's wait ends, claimed now
+        (leased from their due time); their reply tells the client to hold them until
+        then. Never for a queue delivered to a user's exchange (published at its time)."""
+        if not FIRE_AHEAD_MS or queue in self._targets:
+            return []
+        limit, lease_ms, deadline = waiter
+        horizon = now.floor + FIRE_AHEAD_MS
+        if deadline is not None:
+            horizon = min(horizon, self._deadline_ms(deadline))
+        return self._store(queue).claim_ahead(now, horizon, limit, lease_ms)
+
+    def _claimed(
+        self, reply_to: str, request_id: str, queue: str, claimed: list[Record], hold_until: int
+    ) -> _Reply:
+        """The reply that hands ``claimed`` to a reserve: ``held`` until ``hold_until``
+        (epoch ms; 0: due already, a plain ``ok``)."""
+        outcome = encode_outcome("reserve", claimed)
+        kind, body = ("held", pack([hold_until, outcome])) if hold_until else ("ok", pack(outcome))
+        return _Reply(reply_to, request_id, kind, body, queue=queue, claimed=claimed)
+
     def _arm(self, queue: str) -> None:
         timer = self._timers.pop(queue, None)
         if timer is not None:
@@ -866,13 +991,30 @@ class Scheduler:
             return
         loop = asyncio.get_running_loop()
         at: float | None = None
-        event = self._store(queue).next_event()
+        store = self._store(queue)
+        event = store.next_event()
         if event is not None:
-            # The loop's time of the due millisecond, plus a hair so that the floored
-            # now has reached it (the service checks, and re-arms when it has not).
+            due = store.next_due()
+            if (
+                due is not None
+                and FIRE_AHEAD_MS
+                and queue not in self._targets
+                and any(
+                    w.ahead is None and (w.deadline is None or self._deadline_ms(w.deadline) > due)
+                    for w in parked.values()
+                )
+            ):
+                # A waiter can take it ahead of its time (_claim_ahead).
+                event = min(event, due - FIRE_AHEAD_MS)
+            # The loop's time of that millisecond, plus a hair so that the floored now
+            # has reached it (the service checks, and re-arms when it has not).
             at = loop.time() + max(event / 1000.0 - self._wall(), 0.0) + 5e-5
         for waiter in parked.values():
-            if waiter.deadline is not None and (at is None or waiter.deadline < at):
+            if (
+                waiter.ahead is None
+                and waiter.deadline is not None
+                and (at is None or waiter.deadline < at)
+            ):
                 at = waiter.deadline
         if at is not None:
             self._timers[queue] = loop.call_at(at, self._service, queue)
