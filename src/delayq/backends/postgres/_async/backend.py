@@ -317,7 +317,13 @@ class AsyncPostgresBackend:
             )
             if kind != "now":
                 params += (request.at_ms if kind == "at" else request.delay_ms,)
-            rows = await self._fetch(self.sql.PUT_ONE[kind], params, "put")
+            if request.generated_id:
+                try:
+                    rows = await self._fetch(self.sql.PUT_NEW[kind], params, "put")
+                except psycopg.errors.UniqueViolation:
+                    return [0]  # drawn before (never seen): the stored message stays
+            else:
+                rows = await self._fetch(self.sql.PUT_ONE[kind], params, "put")
             if not rows:
                 return [0]
             self._wake.notify(queue, rows[0][0])

@@ -319,7 +319,13 @@ class PostgresBackend:
             )
             if kind != "now":
                 params += (request.at_ms if kind == "at" else request.delay_ms,)
-            rows = self._fetch(self.sql.PUT_ONE[kind], params, "put")
+            if request.generated_id:
+                try:
+                    rows = self._fetch(self.sql.PUT_NEW[kind], params, "put")
+                except psycopg.errors.UniqueViolation:
+                    return [0]  # drawn before (never seen): the stored message stays
+            else:
+                rows = self._fetch(self.sql.PUT_ONE[kind], params, "put")
             if not rows:
                 return [0]
             self._wake.notify(queue, rows[0][0])
