@@ -474,6 +474,28 @@ def test_a_consumer_sleeping_again_and_again_keeps_one_row_and_is_woken_each_tim
         assert [n.payload for n in admin.notifies(timeout=0.3)] == []
 
 
+def test_a_closed_backend_object_leaves_no_waiter_rows(admin: Any, schema: str) -> None:
+    """Each face's consumers that slept register rows in ``waiters``; closing the
+    backend object deletes its own, and only its own."""
+    url = url_of(schema)
+    with Queue(url, name="w") as other:
+        assert other.reserve(wait=0.2) == []
+        with Queue(url, name="w") as consumer:
+            assert consumer.reserve(wait=0.2) == []
+            assert admin.execute(f'SELECT count(*) FROM "{schema}".waiters').fetchone() == (2,)
+
+        async def sleep_async() -> None:
+            async with AsyncQueue(url, name="a") as q:
+                assert await q.reserve(wait=0.2) == []
+                rows = admin.execute(f'SELECT queue FROM "{schema}".waiters ORDER BY 1')
+                assert rows.fetchall() == [("a",), ("w",)]
+
+        asyncio.run(sleep_async())
+        rows = admin.execute(f'SELECT queue FROM "{schema}".waiters').fetchall()
+        assert rows == [("w",)]
+    assert admin.execute(f'SELECT count(*) FROM "{schema}".waiters').fetchone() == (0,)
+
+
 def test_two_reserves_of_one_backend_object_sleep_under_two_tokens(admin: Any, schema: str) -> None:
     """Tokens are reused, never shared: two reserves waiting at once on one backend
     object register apart, and two puts from another backend object wake both."""

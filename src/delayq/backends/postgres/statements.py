@@ -385,6 +385,12 @@ RETURNING m.due_at"""
         self.WAKE = f"SELECT {s}.wake(%(queue)s, %(due)s)"
         self.ANNOUNCE = f"SELECT {s}.announce(%(queue)s, %(due)s)"
 
+        #: A closing backend object's rows of ``waiters``, by (queue, token) arrays.
+        self.FORGET_WAITERS = f"""
+DELETE FROM {s}.waiters AS w
+USING unnest(%(queues)s::text[], %(tokens)s::text[]) AS t(queue, waiter)
+WHERE w.queue = t.queue AND w.waiter = t.waiter"""
+
         #: settle() then apply_reserve(), registering a waiter: see claim_function().
         self.CLAIM = f"""
 SELECT * FROM {s}.claim(%(queue)s, %(limit)s, %(lease_ms)s, %(expired)s, %(waiter)s,

@@ -596,8 +596,22 @@ class AsyncPostgresBackend:
         if self._closed:
             return
         self._closed = True
-        self._wake.close()
+        drawn = self._wake.close()
+        if drawn and self._ready and self._wake.listens:
+            await self._forget_waiters(drawn)
         await self._pool.close()
+
+    async def _forget_waiters(self, drawn: list[tuple[str, str]]) -> None:
+        """Delete this object's rows of ``waiters`` (else each stays until a claim of
+        its queue drops it, ``WAITER_STALE_MS`` after its sleep ended), best effort: a
+        server that does not answer within a moment leaves them to that. A reserve
+        still on its way out when the object closes may register once more."""
+        params = {"queues": [q for q, _ in drawn], "tokens": [t for _, t in drawn]}
+        try:
+            async with self._pool.connection(timeout=min(self._settings.pool_timeout, 2.0)) as conn:
+                await conn.execute(self.sql.FORGET_WAITERS, params)
+        except (psycopg.Error, PoolTimeout) as exc:
+            _log.info("delayq: closing, the postgres waiters were left: %s", exc)
 
 
 def open_async_backend(url: str, **options: Any) -> AsyncPostgresBackend:
