@@ -707,6 +707,41 @@ def test_a_producer_putting_one_by_one_holds_one_connection(admin: Any, schema: 
         assert q.stats().ready == 20
 
 
+def test_a_connection_the_server_dropped_is_replaced_after_one_failed_call(
+    admin: Any, schema: str
+) -> None:
+    """A lone caller runs on the connection the last call left; when the server has
+    dropped it meanwhile, that call fails (as on a pooled connection found broken) and
+    the next one runs on a new connection, on both faces."""
+    name = f"delayq-test-{uuid.uuid4().hex[:8]}"
+    url = url_of(schema, application_name=name)
+
+    def drop() -> None:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (name,),
+        )
+
+    with Queue(url, name="k") as q:
+        q.put("before")
+        drop()
+        with pytest.raises(psycopg.OperationalError):
+            q.put("lost")
+        q.put("after")
+        assert [m.payload for m in q.reserve(max=10, wait=0)] == ["before", "after"]
+
+    async def async_face() -> None:
+        async with AsyncQueue(url, name="a") as aq:
+            await aq.put("before")
+            drop()
+            with pytest.raises(psycopg.OperationalError):
+                await aq.put("lost")
+            await aq.put("after")
+            assert [m.payload for m in await aq.reserve(max=10, wait=0)] == ["before", "after"]
+
+    asyncio.run(async_face())
+
+
 def test_a_url_without_host_keeps_its_slashes() -> None:
     assert parse_url("postgresql:///app").conninfo.startswith("postgresql:///app?")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -214,8 +215,8 @@ class AsyncPostgresBackend:
         # call, finding the pool's first connection still on its way, would open a
         # second; the pool hands out its idle connections in turn, so a producer
         # putting one by one would then alternate between two server processes, each
-        # cold for every other put (~15% more server CPU a put). The cost: a backend
-        # object idle for max_idle (10 min) closes its last connection.
+        # cold for every other put (~15% more server CPU a put). The connection a
+        # lone caller keeps (see _fetch) stays open while the object lives.
         self._pool = AsyncConnectionPool(
             settings.conninfo,
             min_size=0,
@@ -234,6 +235,10 @@ class AsyncPostgresBackend:
         self._ready_lock = AsyncLock()
         self._ready = False
         self._closed = False
+        # The connection kept for a caller alone (see _fetch), and who has it: a
+        # thread's lock on both faces, only ever tried (a task never waits for it).
+        self._kept: psycopg.AsyncConnection[Any] | None = None
+        self._kept_lock = threading.Lock()
 
     @property
     def schema(self) -> str:
@@ -260,29 +265,47 @@ class AsyncPostgresBackend:
         """Run one statement that returns rows (its own transaction) and return them;
         for a ``change`` (the operation's name), a connection that broke once it was
         sent raises :class:`~delayq.errors.OutcomeUnknown`."""
-        await self._open()
-        # getconn/putconn rather than connection(): in autocommit the latter's
-        # commit-or-rollback on exit has nothing to do, and a put is short enough for
-        # its few microseconds to count; putconn still replaces a broken connection.
-        conn = await self._pool.getconn()
-        try:
-            cursor = await conn.execute(statement, params)
-            return await cursor.fetchall()
-        except psycopg.OperationalError as exc:
-            raise_lost(conn, exc, change)
-        finally:
-            await self._pool.putconn(conn)
+        return (await self._execute(statement, params, change, rows=True))[0]
 
     async def _count(self, statement: str, params: Mapping[str, Any], change: str) -> int:
         """Run one change without rows and return how many rows it changed (see
         :meth:`_fetch`)."""
+        return (await self._execute(statement, params, change, rows=False))[1]
+
+    async def _execute(
+        self, statement: str, params: Params, change: str | None, *, rows: bool
+    ) -> tuple[list[Row], int]:
+        """:meth:`_fetch` (``rows``) and :meth:`_count`: the rows and the row count."""
         await self._open()
-        async with self._pool.connection() as conn:
-            try:
-                cursor = await conn.execute(statement, params)
-            except psycopg.OperationalError as exc:
-                raise_lost(conn, exc, change)
-            return cursor.rowcount
+        # A caller alone (no other call of this object in flight) runs on the
+        # connection the last one left, without the pool's checkout and return (a
+        # tenth of a put's client work); a caller beside it takes one from the pool.
+        # Every single-statement call goes this way, so the first call after an
+        # outage finds a kept connection the outage broke, as it would a pooled one.
+        # getconn/putconn rather than connection(): in autocommit the latter's
+        # commit-or-rollback on exit has nothing to do; putconn replaces a broken one.
+        alone = self._kept_lock.acquire(blocking=False)
+        conn = self._kept if alone else None
+        if conn is None:
+            conn = await self._pool.getconn()
+        broken = False
+        try:
+            cursor = await conn.execute(statement, params)
+            return (await cursor.fetchall() if rows else []), cursor.rowcount
+        except psycopg.OperationalError as exc:
+            broken = True
+            raise_lost(conn, exc, change)
+        finally:
+            if not alone:
+                await self._pool.putconn(conn)
+            else:
+                # Kept only idle (not cut off mid-call by a cancellation) and open.
+                idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                keep = idle and not broken and not self._closed
+                self._kept = conn if keep else None
+                self._kept_lock.release()
+                if not keep:
+                    await self._pool.putconn(conn)
 
     async def _read(
         self, statement: str, params: Mapping[str, Any], change: str | None = None
@@ -597,6 +620,11 @@ class AsyncPostgresBackend:
             return
         self._closed = True
         drawn = self._wake.close()
+        if self._kept_lock.acquire(blocking=False):  # else its caller gives it back
+            kept, self._kept = self._kept, None
+            self._kept_lock.release()
+            if kept is not None:
+                await self._pool.putconn(kept)
         if drawn and self._ready and self._wake.listens:
             await self._forget_waiters(drawn)
         await self._pool.close()
