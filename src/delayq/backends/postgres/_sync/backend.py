@@ -58,6 +58,8 @@ _MAX_PAUSE = 2.0
 #: connection, a pool that found none in time.
 _OUTAGE = (psycopg.OperationalError, PoolTimeout)
 
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+
 _log = logging.getLogger(LOGGER_NAME)
 
 Row = tuple[Any, ...]
@@ -301,8 +303,9 @@ class PostgresBackend:
             if not alone:
                 self._pool.putconn(conn)
             else:
-                # Kept only idle (not cut off mid-call by a cancellation) and open.
-                idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                # Kept only idle (not cut off mid-call by a cancellation) and open
+                # (libpq's status as an int: ``conn.info`` builds an object and an enum).
+                idle = conn.pgconn.transaction_status == _IDLE
                 keep = idle and not broken and not self._closed
                 self._kept = conn if keep else None
                 self._kept_lock.release()
