@@ -2,11 +2,10 @@
 
 Run ``.venv/bin/python benchmarks/durable.py --url sqlite:///bench.db`` (any queue
 URL: ``memory://``, ``sqlite:///...``, ``redis://``, ``postgresql://`` ...); ``--quick`` makes
-every section smaller; ``--sections de`` runs only the lateness sections (a, b and c
-run together). Each run uses fresh queue names and purges them at the end.
-It prints a table (measure, target, PASS/MISS) and writes JSON to
-``benchmarks/results/durable-<scheme>.json`` (``-quick`` with ``--quick``). It
-never asserts: a missed target is reported.
+every section smaller, ``--sections a,d`` runs only those (b includes c). Each run
+uses fresh queue names and purges them at the end. It prints a table (measure,
+target, PASS/MISS) and writes JSON to ``benchmarks/results/durable-<scheme>.json``
+(``-quick`` with ``--quick``). It never asserts: a missed target is reported.
 
 Sections
 
@@ -75,6 +74,7 @@ from _common import (
     environment,
     fresh_heap,
     gc_frozen,
+    parse_sections,
     print_table,
     write_json,
 )
@@ -112,6 +112,9 @@ def family(url: str) -> str:
     return "redis" if scheme.startswith("redis") else scheme
 
 
+#: The sections ``--sections`` chooses from (b includes c: c drains what b stored).
+SECTIONS = ("a", "b", "d", "e")
+
 DELAYS = (0.0, 0.001, 0.01, 0.05, 0.2, 1.0)
 #: Section a's async row with several producers: tasks putting one by one at once.
 ASYNC_TASKS = 16
@@ -139,8 +142,20 @@ def fresh_name(section: str) -> str:
 # -- a, b, c: throughput ------------------------------------------------------------
 
 
-def section_throughput(url: str, sizes: Sizes, targets: tuple[float, ...]) -> list[Measure]:
-    """Sections a, b and c."""
+def section_throughput(
+    url: str, sizes: Sizes, targets: tuple[float, ...], chosen: list[str]
+) -> list[Measure]:
+    """Sections a and b (with c, which drains what b stored), those ``chosen``."""
+    out: list[Measure] = []
+    if "a" in chosen:
+        out += section_put(url, sizes, targets)
+    if "b" in chosen:
+        out += section_put_many_drain(url, sizes, targets)
+    return out
+
+
+def section_put(url: str, sizes: Sizes, targets: tuple[float, ...]) -> list[Measure]:
+    """Section a: put one by one, against the floor of the URL's server."""
     out: list[Measure] = []
     commits_before = commit_rate(url, sizes.puts)
     with Queue(url, name=fresh_name("put")) as q:
@@ -210,6 +225,12 @@ def section_throughput(url: str, sizes: Sizes, targets: tuple[float, ...]) -> li
         if tasks > 1 and concurrent is not None:
             measure.target, measure.passed = f">= {concurrent:,.0f}/s", rate >= concurrent
         out.append(measure)
+    return out
+
+
+def section_put_many_drain(url: str, sizes: Sizes, targets: tuple[float, ...]) -> list[Measure]:
+    """Sections b and c: put_many, then drain what it stored."""
+    out: list[Measure] = []
     fresh_heap()
     with Queue(url, name=fresh_name("many")) as q:
         batches = [
@@ -579,11 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", default="memory://bench", help="the queue URL to measure")
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
     parser.add_argument("--json", type=Path, help="where to write the JSON results")
-    parser.add_argument(
-        "--sections",
-        default="abcde",
-        help="which sections to run (default all: abcde; a, b and c run together)",
-    )
+    parser.add_argument("--sections", help="a, b (with c), d, e; default all")
     parser.add_argument(
         "--consumer", nargs=3, metavar=("NAME", "COUNT", "GIVE_UP"), help=argparse.SUPPRESS
     )
@@ -601,11 +618,26 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     measures: list[Measure] = []
     timings: dict[str, float] = {}
-    plan = [
-        ("abc", "throughput", lambda: section_throughput(args.url, sizes, targets)),
-        ("d", "lateness, same process", lambda: section_same_process(args.url, sizes, targets[3])),
-    ]
-    if scheme != "memory":
+    chosen = parse_sections(args.sections, SECTIONS)
+    plan = []
+    if "a" in chosen or "b" in chosen:
+        throughput = ",".join(key for key in ("a", "b") if key in chosen)
+        plan.append(
+            (
+                throughput.replace("b", "b,c"),
+                "throughput",
+                lambda: section_throughput(args.url, sizes, targets, chosen),
+            )
+        )
+    if "d" in chosen:
+        plan.append(
+            (
+                "d",
+                "lateness, same process",
+                lambda: section_same_process(args.url, sizes, targets[3]),
+            )
+        )
+    if scheme != "memory" and "e" in chosen:
         plan.append(
             (
                 "e",
@@ -613,15 +645,13 @@ def main(argv: list[str] | None = None) -> int:
                 lambda: section_other_process(args.url, sizes, targets[4]),
             )
         )
-    wanted = set(args.sections.lower())
-    plan = [(key, title, run) for key, title, run in plan if wanted & set(key)]
     for key, title, run in plan:
         console.print(f"section {key}: {title} ...", style="dim")
         t0 = time.perf_counter()
         measures.extend(run())
         timings[key] = time.perf_counter() - t0
         fresh_heap()
-    if scheme == "memory" and "e" in wanted:
+    if scheme == "memory" and "e" in chosen:
         measures.append(
             Measure(
                 "e",
@@ -641,6 +671,7 @@ def main(argv: list[str] | None = None) -> int:
             "scheme": scheme,
             "mode": "quick" if args.quick else "full",
             "sizes": asdict(sizes),
+            "sections": chosen,
             "environment": env,
             "section_seconds": timings,
             "total_seconds": total,

@@ -18,7 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 __all__ = ["PostgresUnavailable", "PrivatePostgres"]
@@ -63,11 +63,17 @@ class PrivatePostgres:
     """One server of the test's own; ``kill()`` is a SIGKILL of it and its processes."""
 
     def __init__(
-        self, wrap: Sequence[str] = (), listen: str = "127.0.0.1", trust: str | None = None
+        self,
+        wrap: Sequence[str] = (),
+        listen: str = "127.0.0.1",
+        trust: str | None = None,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         """``wrap``: argv the server's command is run under (``ip netns exec NAME``);
         ``listen``: its ``listen_addresses``; ``trust``: a network (CIDR) whose clients
-        connect without a password."""
+        connect without a password; ``settings``: more server settings (``-c``), e.g.
+        ``shared_preload_libraries``."""
+        self.settings = dict(settings or {})
         self.bindir = _bindir()
         self.wrap = list(wrap)
         self.listen = listen
@@ -105,6 +111,7 @@ class PrivatePostgres:
             str(self.bindir / "postgres"),
             *("-D", str(self.data), "-p", str(self.port), "-k", str(self.root)),
             *("-c", f"listen_addresses={self.listen}", "-c", "fsync=on"),
+            *(arg for key, value in self.settings.items() for arg in ("-c", f"{key}={value}")),
         ]
         if self._as_postgres:
             command = ["runuser", "-u", "postgres", "--", *command]

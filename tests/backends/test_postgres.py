@@ -210,6 +210,18 @@ def _build_version(admin: Any, s: str, version: int) -> None:
     admin.execute(f"INSERT INTO {s}.meta VALUES ('schema', %s)", (version,))
 
 
+def _build_version_with_message(admin: Any, s: str, version: int, queue: str) -> None:
+    """:func:`_build_version`, with one message due now in ``queue``: id ``kept``,
+    payload ``"hi"``."""
+    _build_version(admin, s, version)
+    admin.execute(
+        f"INSERT INTO {s}.messages (queue, id, payload, encoding, due_at, seq, "
+        "max_attempts, state) VALUES (%s, 'kept', '\"hi\"', 'json', 0, 1, 3, 'scheduled')",
+        (queue,),
+    )
+    admin.execute(f"SELECT setval('{s}.seq', 1)")
+
+
 def test_a_schema_of_version_3_is_upgraded_and_its_consumers_still_woken(
     admin: Any, schema: str
 ) -> None:
@@ -217,12 +229,7 @@ def test_a_schema_of_version_3_is_upgraded_and_its_consumers_still_woken(
     version-3 schema keeps its messages and its stale registrations do no harm."""
     s = f'"{schema}"'
     with admin.transaction():
-        _build_version(admin, s, 3)
-        admin.execute(
-            f"INSERT INTO {s}.messages (queue, id, payload, encoding, due_at, seq, "
-            "max_attempts, state) VALUES ('v3', 'kept', '\"hi\"', 'json', 0, 1, 3, 'scheduled')"
-        )
-        admin.execute(f"SELECT setval('{s}.seq', 1)")
+        _build_version_with_message(admin, s, 3, "v3")
         admin.execute(f"INSERT INTO {s}.waiters VALUES ('v3', 'gone', 0)")
     url = url_of(schema)
     with Queue(url, name="v3") as consumer, Queue(url, name="v3") as producer:
@@ -268,6 +275,36 @@ def test_a_schema_of_version_4_is_upgraded_and_still_refuses_an_unknown_state(
             f"INSERT INTO {s}.messages (queue, id, payload, encoding, due_at, seq, "
             "max_attempts, state) VALUES ('v4', 'bad', '', 'json', 0, 2, 3, 'lost')"
         )
+
+
+def test_a_schema_of_version_5_is_upgraded_and_a_consumer_asleep_through_it_still_notified(
+    admin: Any, schema: str
+) -> None:
+    """Version 6 looks at ``waiters`` only when the ``sleep_hint`` says someone may
+    sleep past a put, and compares queue names and ids bytewise: a version-5 schema
+    keeps its messages, and a consumer registered asleep before the upgrade (which did
+    not raise a hint) is still notified of a put due before it wakes."""
+    s = f'"{schema}"'
+    with admin.transaction():
+        _build_version_with_message(admin, s, 5, "v5")
+        admin.execute(f"INSERT INTO {s}.waiters VALUES ('v5', 'asleep', %s)", (2**50,))
+    admin.execute(f'LISTEN "{statements.channel(schema)}"')
+    with Queue(url_of(schema), name="v5") as q:
+        [msg] = q.reserve(wait=0)
+        assert (msg.id, msg.payload) == ("kept", "hi")
+        q.ack(msg)
+        q.put("after")
+        heard = [n.payload for n in admin.notifies(timeout=1, stop_after=1)]
+        assert [payload.split(" ", 1)[1] for payload in heard] == ["v5"]
+        assert [m.payload for m in q.reserve(wait=0)] == ["after"]
+    version = admin.execute(f"SELECT value FROM {s}.meta WHERE key = 'schema'").fetchone()
+    assert version == (_schema.VERSION,)
+    collations = admin.execute(
+        "SELECT attname, collname FROM pg_attribute JOIN pg_collation c ON c.oid = attcollation "
+        "WHERE attrelid = %s::regclass AND attname IN ('queue', 'id') ORDER BY attname",
+        (f"{s}.messages",),
+    ).fetchall()
+    assert collations == [("id", "C"), ("queue", "C")]
 
 
 def test_a_schema_newer_than_the_code_is_refused(admin: Any, schema: str) -> None:
@@ -437,6 +474,28 @@ def test_a_consumer_sleeping_again_and_again_keeps_one_row_and_is_woken_each_tim
         assert [n.payload for n in admin.notifies(timeout=0.3)] == []
 
 
+def test_a_closed_backend_object_leaves_no_waiter_rows(admin: Any, schema: str) -> None:
+    """Each face's consumers that slept register rows in ``waiters``; closing the
+    backend object deletes its own, and only its own."""
+    url = url_of(schema)
+    with Queue(url, name="w") as other:
+        assert other.reserve(wait=0.2) == []
+        with Queue(url, name="w") as consumer:
+            assert consumer.reserve(wait=0.2) == []
+            assert admin.execute(f'SELECT count(*) FROM "{schema}".waiters').fetchone() == (2,)
+
+        async def sleep_async() -> None:
+            async with AsyncQueue(url, name="a") as q:
+                assert await q.reserve(wait=0.2) == []
+                rows = admin.execute(f'SELECT queue FROM "{schema}".waiters ORDER BY 1')
+                assert rows.fetchall() == [("a",), ("w",)]
+
+        asyncio.run(sleep_async())
+        rows = admin.execute(f'SELECT queue FROM "{schema}".waiters').fetchall()
+        assert rows == [("w",)]
+    assert admin.execute(f'SELECT count(*) FROM "{schema}".waiters').fetchone() == (0,)
+
+
 def test_two_reserves_of_one_backend_object_sleep_under_two_tokens(admin: Any, schema: str) -> None:
     """Tokens are reused, never shared: two reserves waiting at once on one backend
     object register apart, and two puts from another backend object wake both."""
@@ -559,6 +618,31 @@ def test_a_put_notifies_only_when_it_is_due_before_what_the_sleeper_waits_for(
         assert [payload.split(" ", 1)[1] for payload in heard] == ["e"]
 
 
+def test_a_put_of_a_drawn_id_already_stored_keeps_the_stored_message(schema: str) -> None:
+    """A put whose id the facade drew skips the conflict check (no stored message can
+    have 128 random bits); should one have it all the same, the put stores nothing and
+    reports the stored message kept, as ``on_conflict="ignore"`` does."""
+    from delayq.backends.postgres import open_backend  # noqa: PLC0415
+    from delayq.durable.message import put_request  # noqa: PLC0415
+
+    def drawn(payload: bytes) -> Any:
+        return put_request(
+            id="0123456789abcdef0123456789abcdef", payload=payload, encoding="json",
+            max_attempts=3, headers={}, delay_ms=None, at_ms=None, on_conflict="ignore",
+            generated_id=True,
+        )  # fmt: skip
+
+    backend = open_backend(url_of(schema))
+    try:
+        assert backend.put("d", [drawn(b'"first"')]) == []
+        assert backend.put("d", [drawn(b'"second"')]) == [0]
+    finally:
+        backend.close()
+    with Queue(url_of(schema), name="d") as q:
+        assert [m.payload for m in q.reserve(max=10, wait=0)] == ["first"]
+        assert q.put_outcome("drawn").created
+
+
 # -- a put inside the caller's transaction ------------------------------------------------
 
 
@@ -621,6 +705,41 @@ def test_a_producer_putting_one_by_one_holds_one_connection(admin: Any, schema: 
         ).fetchone()
         assert count == (1,)
         assert q.stats().ready == 20
+
+
+def test_a_connection_the_server_dropped_is_replaced_after_one_failed_call(
+    admin: Any, schema: str
+) -> None:
+    """A lone caller runs on the connection the last call left; when the server has
+    dropped it meanwhile, that call fails (as on a pooled connection found broken) and
+    the next one runs on a new connection, on both faces."""
+    name = f"delayq-test-{uuid.uuid4().hex[:8]}"
+    url = url_of(schema, application_name=name)
+
+    def drop() -> None:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (name,),
+        )
+
+    with Queue(url, name="k") as q:
+        q.put("before")
+        drop()
+        with pytest.raises(psycopg.OperationalError):
+            q.put("lost")
+        q.put("after")
+        assert [m.payload for m in q.reserve(max=10, wait=0)] == ["before", "after"]
+
+    async def async_face() -> None:
+        async with AsyncQueue(url, name="a") as aq:
+            await aq.put("before")
+            drop()
+            with pytest.raises(psycopg.OperationalError):
+                await aq.put("lost")
+            await aq.put("after")
+            assert [m.payload for m in await aq.reserve(max=10, wait=0)] == ["before", "after"]
+
+    asyncio.run(async_face())
 
 
 def test_a_url_without_host_keeps_its_slashes() -> None:

@@ -65,4 +65,5 @@ def stored_request(
         delay_ms=delay_ms,
         at_ms=None,
         on_conflict="ignore",
+        generated_id=False,
     )

@@ -167,6 +167,7 @@ def _write_bad_records(url: str) -> list[str]:
             delay_ms=None,
             at_ms=None,
             on_conflict="ignore",
+            generated_id=False,
         )
         plain.backend.put("q", [request])
         plain.put({"n": 1}, id="good-1")

@@ -256,6 +256,7 @@ def build_request(  # noqa: PLR0917 (positional: put_many calls it once per item
         delay_ms=delay_ms,
         at_ms=at_ms,
         on_conflict=mode,
+        generated_id=id is None,
     )
 
 

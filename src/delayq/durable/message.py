@@ -174,7 +174,9 @@ class PutRequest:
     At most one of ``delay_ms`` (relative to the backend's now) and ``at_ms`` (epoch
     ms) is set; neither means due now. Both are already rounded up by the facade.
     ``encoding`` is ``"bytes"`` for a payload the user gave as bytes, otherwise the
-    name of the serializer that produced ``payload``.
+    name of the serializer that produced ``payload``. ``generated_id`` is True when the
+    facade drew ``id`` (the caller gave none): 128 random bits no stored message has,
+    so a backend may store it without looking for one (``on_conflict`` cannot apply).
     """
 
     id: str
@@ -185,6 +187,7 @@ class PutRequest:
     delay_ms: int | None = None
     at_ms: int | None = None
     on_conflict: OnConflict = "ignore"
+    generated_id: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,6 +102,7 @@ def decode_requests(items: Sequence[Sequence[Any]]) -> list[PutRequest]:
             delay_ms=delay_ms,
             at_ms=at_ms,
             on_conflict=on_conflict,
+            generated_id=False,
         )
         for (id, payload, encoding, max_attempts, headers, delay_ms, at_ms, on_conflict) in items
     ]

@@ -60,8 +60,9 @@ WHERE state = 'dead'""",
 
 
 def _version_2(s: str) -> list[str]:
-    """The claim and wake-up functions (as this code defines them; version 3 defines
-    them again); autovacuum settings for a queue's churn.
+    """The claim and wake-up functions (as this code defines them, but for ``wake``,
+    which is the lookup of ``wake_sleepers`` until version 6; version 3 defines them
+    again); autovacuum settings for a queue's churn.
 
     Every message is inserted, updated once or twice and deleted within minutes, so
     the table is mostly dead tuples between vacuums: with PostgreSQL's defaults (a
@@ -72,7 +73,7 @@ def _version_2(s: str) -> list[str]:
     the planner keeps the claim on its index.
     """
     return [
-        statements.wake_function(s),
+        statements.wake_sleepers_function(s, name="wake"),
         statements.claim_function(s),
         f"""ALTER TABLE {s}.messages SET (
     autovacuum_vacuum_scale_factor = 0.01,
@@ -106,7 +107,7 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {s}.waiters (
 )""",
         f"DROP FUNCTION IF EXISTS {s}.claim(text, integer, bigint, text)",
         statements.announce_function(s),
-        statements.wake_function(s),
+        statements.wake_sleepers_function(s, name="wake"),
         statements.claim_function(s),
     ]
 
@@ -141,6 +142,41 @@ CHECK (VALUE IN ('scheduled', 'active', 'dead'))""",
     ]
 
 
+def _version_6(s: str) -> list[str]:
+    """A put looks at ``waiters`` only when someone may sleep past it: the sequence
+    ``sleep_hint`` (``statements.hint``), which a consumer going to sleep raises to
+    its ``until``, and ``wake`` as one inlined expression over it, its lookup moved to
+    ``wake_sleepers`` (``statements.wake_function``). The sequence is UNLOGGED where
+    the server allows (PostgreSQL 15 and later): raising it writes no WAL, so a
+    consumer going to sleep still never waits for a flush; a crash resets it with
+    ``waiters``. Before 15 it is logged, and a consumer's sleep costs a flush.
+
+    ``queue`` and ``id`` compare bytewise (``COLLATE "C"``): a put's primary-key
+    probe and insert compare its key with a dozen others, by the database's collation
+    until now (``strcoll`` for anything but C); nothing orders by them but the
+    primary key itself. The change rebuilds the table's indexes once, under an
+    exclusive lock. The hint starts at the latest ``until`` of the consumers that
+    registered before the upgrade."""
+    return [
+        f"""DO $$ BEGIN
+    IF current_setting('server_version_num')::integer >= 150000 THEN
+        EXECUTE 'CREATE UNLOGGED SEQUENCE IF NOT EXISTS {statements.hint(s)} AS bigint MINVALUE 0';
+    ELSE
+        EXECUTE 'CREATE SEQUENCE IF NOT EXISTS {statements.hint(s)} AS bigint MINVALUE 0';
+    END IF;
+END $$""",
+        f'ALTER TABLE {s}.messages ALTER COLUMN queue TYPE text COLLATE "C", '
+        'ALTER COLUMN id TYPE text COLLATE "C"',
+        f'ALTER TABLE {s}.waiters ALTER COLUMN queue TYPE text COLLATE "C"',
+        # Consumers asleep through the upgrade registered without the hint.
+        f"SELECT setval('{statements.hint(s)}', max(until)) FROM {s}.waiters "
+        "HAVING max(until) IS NOT NULL",
+        statements.wake_sleepers_function(s),
+        statements.wake_function(s),
+        statements.claim_function(s),
+    ]
+
+
 #: The steps, in order: ``MIGRATIONS[i]`` takes a schema from version ``i`` to ``i + 1``.
 MIGRATIONS: list[Callable[[str], list[str]]] = [
     _version_1,
@@ -148,6 +184,7 @@ MIGRATIONS: list[Callable[[str], list[str]]] = [
     _version_3,
     _version_4,
     _version_5,
+    _version_6,
 ]
 #: The version this code writes and reads.
 VERSION = len(MIGRATIONS)

@@ -94,6 +94,8 @@ class Wakeup:
         # The tokens of each queue no reserve holds now, with whether their row may
         # still sleep (Waiter.registered).
         self._free: dict[str, list[tuple[str, bool]]] = {}
+        # Every token drawn, by queue: the rows of ``waiters`` this object may own.
+        self._drawn: list[tuple[str, str]] = []
         self._thread: threading.Thread | None = None
         self._closed = False
         self.listening = False
@@ -110,7 +112,11 @@ class Wakeup:
         of the queue (a new one when none is free)."""
         with self._lock:
             free = self._free.get(queue)
-            token, registered = free.pop() if free else (secrets.token_hex(8), False)
+            if free:
+                token, registered = free.pop()
+            else:
+                token, registered = secrets.token_hex(8), False
+                self._drawn.append((queue, token))
             waiter = Waiter(queue, token, registered)
             self._waiters.setdefault(queue, set()).add(waiter)
         return waiter
@@ -163,10 +169,13 @@ class Wakeup:
                 for waiter in waiters:
                     waiter.wake()
 
-    def close(self) -> None:
-        """Wake every waiter for good; the listener stops within a moment."""
+    def close(self) -> list[tuple[str, str]]:
+        """Wake every waiter for good; the listener stops within a moment. Returns
+        the (queue, token) of every token drawn: the rows of ``waiters`` to delete."""
         self._closed = True
         self.notify_all()
+        with self._lock:
+            return list(self._drawn)
 
     def wait(self, waiter: Waiter, timeout: float | None) -> None:
         """Block the calling thread until ``waiter`` is woken or ``timeout`` passed."""

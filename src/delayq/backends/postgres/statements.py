@@ -18,7 +18,8 @@ Conventions:
 * a statement that makes a message due (put, nack, release, reschedule, retry_dead)
   calls ``wake(queue, due)`` once with the earliest due time it wrote: a
   ``pg_notify``, which waiting consumers of other processes hear, only when a consumer
-  registered in ``waiters`` sleeps past ``due`` (see :func:`wake_function` and
+  registered in ``waiters`` sleeps past ``due``, looked up only when the schema's
+  ``sleep_hint`` says one may (see :func:`wake_function` and
   :mod:`delayq.backends.postgres._wakeup` for why no wake-up is lost);
 * ``{s}`` is the quoted schema name.
 """
@@ -33,8 +34,10 @@ __all__ = [
     "channel",
     "claim_function",
     "due",
+    "hint",
     "put_kind",
     "wake_function",
+    "wake_sleepers_function",
 ]
 
 #: The server's clock, read once per statement (a CTE with a volatile function is
@@ -108,6 +111,11 @@ def _queue_lock(s: str, q: str) -> str:
     return f"hashtextextended('delayq:{s}:' || {q}, 0)"
 
 
+def _hint_lock(s: str) -> str:
+    """The advisory lock key under which schema ``s``'s :func:`hint` is raised."""
+    return f"hashtextextended('delayq:{s}:sleep_hint', 0)"
+
+
 def announce_function(s: str) -> str:
     """``announce(queue, due)``: notify waiting consumers that ``queue`` has something
     due at ``due`` (epoch ms, or NULL: nothing, no notification), unconditionally;
@@ -123,6 +131,19 @@ LANGUAGE sql VOLATILE AS $$
 $$"""
 
 
+def hint(s: str) -> str:
+    """The sequence ``sleep_hint`` of schema ``s``: the latest ``until`` any consumer has
+    registered in ``waiters``, epoch ms (unset: none since the schema was made or the
+    server crashed, which empties ``waiters`` too). A sequence's value is not
+    transactional: it is read and set in place, so a put reads it without a fresh
+    snapshot (see :func:`wake_function`)."""
+    return f"{s}.sleep_hint"
+
+
+def _hint_value(s: str) -> str:
+    return f"coalesce(pg_sequence_last_value('{hint(s)}'::regclass), 0)"
+
+
 def wake_function(s: str) -> str:
     """``wake(queue, due)``: :func:`announce` only when a consumer registered in
     ``waiters`` sleeps until after ``due``; returns ``due``.
@@ -130,23 +151,45 @@ def wake_function(s: str) -> str:
     A notifying transaction holds a cluster-wide lock through its commit (PostgreSQL
     serializes them), so concurrent puts that all notified could not share a WAL flush;
     most puts have nobody to wake. The check cannot miss a consumer going to sleep: it
-    runs under the queue's advisory lock in shared mode, held to commit, after taking
-    it (a fresh snapshot: a VOLATILE function's statement), while a consumer registers
-    under the same lock in exclusive mode and looks for its next event after taking it
-    (:func:`claim_function`). Either the put took the lock first, and the consumer's
-    look waits for its commit and sees its message; or the consumer did, and the put's
-    check waits for the registration's commit and sees it."""
+    takes the queue's advisory lock in shared mode, held to commit, while a consumer
+    registers under the same lock in exclusive mode and looks for its next event after
+    taking it (:func:`claim_function`), and, before its commit, raises the schema's
+    :func:`hint` to at least its ``until``. Either the put took the lock first, and the
+    consumer's look waits for its commit and sees its message; or the consumer did, and
+    the put, its lock granted once the registration committed, reads a hint at or past
+    that ``until``.
+
+    An SQL function of one expression, which the planner inlines into the calling
+    statement: a put due at or after the hint (nobody sleeps past it: the usual case
+    while no consumer sleeps) costs the lock and one read of the hint; only a put
+    due before it runs :func:`wake_sleepers_function`'s lookup of ``waiters``."""
     name = s.strip('"')
     return f"""
 CREATE OR REPLACE FUNCTION {s}.wake(q text, due bigint) RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+    SELECT CASE
+        WHEN due IS NULL THEN NULL
+        WHEN pg_advisory_xact_lock_shared({_queue_lock(name, "q")}) IS NULL THEN NULL
+        WHEN due >= {_hint_value(s)} THEN due
+        ELSE {s}.wake_sleepers(q, due)
+    END
+$$"""
+
+
+def wake_sleepers_function(s: str, name: str = "wake_sleepers") -> str:
+    """``wake_sleepers(queue, due)``: :func:`wake`'s look at ``waiters``, once the put
+    holds the queue's lock and the hint says someone may sleep past ``due``: a
+    PL/pgSQL function, so that the look is a fresh snapshot, which sees every
+    registration committed before the lock was granted. (Schema versions 2 to 5 had
+    it as ``wake`` itself: ``name``.)"""
+    schema = s.strip('"')
+    return f"""
+CREATE OR REPLACE FUNCTION {s}.{name}(q text, due bigint) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
-    IF due IS NULL THEN
-        RETURN NULL;
-    END IF;
-    PERFORM pg_advisory_xact_lock_shared({_queue_lock(name, "q")});
+    PERFORM pg_advisory_xact_lock_shared({_queue_lock(schema, "q")});
     IF EXISTS (SELECT 1 FROM {s}.waiters AS w WHERE w.queue = q AND w.until > due) THEN
-        PERFORM pg_notify('{channel(name)}', due::text || ' ' || q);
+        PERFORM pg_notify('{channel(schema)}', due::text || ' ' || q);
     END IF;
     RETURN due;
 END
@@ -190,6 +233,7 @@ DECLARE
     c bigint := ceil(ms);
     next_due bigint;
     next_lease bigint;
+    sleeps_until bigint;
 BEGIN
     UPDATE {s}.messages AS m
     SET state = CASE WHEN m.attempts >= m.max_attempts THEN 'dead' ELSE 'scheduled' END,
@@ -227,9 +271,17 @@ BEGIN
     WHERE d.queue = q AND d.state = 'active';
     IF w_id IS NOT NULL AND sleep_ms > 0 THEN
         DELETE FROM {s}.waiters AS w WHERE w.queue = q AND w.until < f - {WAITER_STALE_MS};
+        sleeps_until := least(next_due, next_lease, f + sleep_ms);
         INSERT INTO {s}.waiters AS w (queue, waiter, until)
-        VALUES (q, w_id, least(next_due, next_lease, f + sleep_ms))
+        VALUES (q, w_id, sleeps_until)
         ON CONFLICT (queue, waiter) DO UPDATE SET until = excluded.until;
+        -- Before the commit that lets puts of the queue take its lock (see wake()):
+        -- the hint only grows, under the schema's lock, so that two consumers of two
+        -- queues raising it at once cannot leave it below either.
+        IF sleeps_until > {_hint_value(s)} THEN
+            PERFORM pg_advisory_xact_lock({_hint_lock(name)});
+            PERFORM setval('{hint(s)}', greatest(sleeps_until, {_hint_value(s)}));
+        END IF;
     END IF;
     RETURN QUERY SELECT NULL::text, NULL::bytea, NULL::text, NULL::bigint, NULL::bigint,
         NULL::integer, NULL::integer, NULL::text, NULL::text, NULL::text, NULL::text,
@@ -291,19 +343,25 @@ FROM ins JOIN req AS r ON r.seq = ins.seq"""
         #: order: queue, id, payload, encoding, max_attempts, headers, then the delay
         #: or the time. A row back (its due time, notified) when stored, none when a
         #: stored id kept its message.
-        self.PUT_ONE = {
-            kind: f"""
+        put_one = f"""
 INSERT INTO {s}.messages AS m
     (queue, id, payload, encoding, max_attempts, headers, due_at, seq, attempts, state)
-VALUES (%s, %s, %s, %s, %s, %s, {due_at}, nextval('{s}.seq'), 0, 'scheduled')
-ON CONFLICT (queue, id) DO NOTHING
-RETURNING {s}.wake(m.queue, m.due_at)"""
-            for kind, due_at in (
-                ("now", _FLOOR),
-                ("delay", f"{_CEIL} + %s::bigint"),
-                ("at", f"greatest(%s::bigint, {_FLOOR})"),
-            )
+VALUES (%s, %s, %s, %s, %s, %s, {{due_at}}, nextval('{s}.seq'), 0, 'scheduled')
+{{conflict}}RETURNING {s}.wake(m.queue, m.due_at)"""
+        dues = (
+            ("now", _FLOOR),
+            ("delay", f"{_CEIL} + %s::bigint"),
+            ("at", f"greatest(%s::bigint, {_FLOOR})"),
+        )
+        self.PUT_ONE = {
+            kind: put_one.format(due_at=due_at, conflict="ON CONFLICT (queue, id) DO NOTHING\n")
+            for kind, due_at in dues
         }
+        #: PUT_ONE of a request whose id the facade drew (``generated_id``): no stored
+        #: message has it, so no ``ON CONFLICT`` (its probe of the primary key before
+        #: the insert is about a tenth of a put's server work). Should one exist all
+        #: the same, the insert fails on the primary key, storing nothing.
+        self.PUT_NEW = {kind: put_one.format(due_at=due_at, conflict="") for kind, due_at in dues}
 
         #: apply_put(on_conflict="error") of one request: a stored id violates the
         #: primary key -> DuplicateId. Returns its due time.
@@ -326,6 +384,12 @@ RETURNING m.due_at"""
         #: the caller's that may stay open long).
         self.WAKE = f"SELECT {s}.wake(%(queue)s, %(due)s)"
         self.ANNOUNCE = f"SELECT {s}.announce(%(queue)s, %(due)s)"
+
+        #: A closing backend object's rows of ``waiters``, by (queue, token) arrays.
+        self.FORGET_WAITERS = f"""
+DELETE FROM {s}.waiters AS w
+USING unnest(%(queues)s::text[], %(tokens)s::text[]) AS t(queue, waiter)
+WHERE w.queue = t.queue AND w.waiter = t.waiter"""
 
         #: settle() then apply_reserve(), registering a waiter: see claim_function().
         self.CLAIM = f"""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -54,6 +55,8 @@ _MAX_PAUSE = 2.0
 #: What a waiting reserve rides out by trying again: a lost, refused or timed-out
 #: connection, a pool that found none in time.
 _OUTAGE = (psycopg.OperationalError, PoolTimeout)
+
+_IDLE = psycopg.pq.TransactionStatus.IDLE
 
 _log = logging.getLogger(LOGGER_NAME)
 
@@ -214,8 +217,8 @@ class AsyncPostgresBackend:
         # call, finding the pool's first connection still on its way, would open a
         # second; the pool hands out its idle connections in turn, so a producer
         # putting one by one would then alternate between two server processes, each
-        # cold for every other put (~15% more server CPU a put). The cost: a backend
-        # object idle for max_idle (10 min) closes its last connection.
+        # cold for every other put (~15% more server CPU a put). The connection a
+        # lone caller keeps (see _fetch) stays open while the object lives.
         self._pool = AsyncConnectionPool(
             settings.conninfo,
             min_size=0,
@@ -234,6 +237,10 @@ class AsyncPostgresBackend:
         self._ready_lock = AsyncLock()
         self._ready = False
         self._closed = False
+        # The connection kept for a caller alone (see _fetch), and who has it: a
+        # thread's lock on both faces, only ever tried (a task never waits for it).
+        self._kept: psycopg.AsyncConnection[Any] | None = None
+        self._kept_lock = threading.Lock()
 
     @property
     def schema(self) -> str:
@@ -260,29 +267,48 @@ class AsyncPostgresBackend:
         """Run one statement that returns rows (its own transaction) and return them;
         for a ``change`` (the operation's name), a connection that broke once it was
         sent raises :class:`~delayq.errors.OutcomeUnknown`."""
-        await self._open()
-        # getconn/putconn rather than connection(): in autocommit the latter's
-        # commit-or-rollback on exit has nothing to do, and a put is short enough for
-        # its few microseconds to count; putconn still replaces a broken connection.
-        conn = await self._pool.getconn()
-        try:
-            cursor = await conn.execute(statement, params)
-            return await cursor.fetchall()
-        except psycopg.OperationalError as exc:
-            raise_lost(conn, exc, change)
-        finally:
-            await self._pool.putconn(conn)
+        return (await self._execute(statement, params, change, rows=True))[0]
 
     async def _count(self, statement: str, params: Mapping[str, Any], change: str) -> int:
         """Run one change without rows and return how many rows it changed (see
         :meth:`_fetch`)."""
+        return (await self._execute(statement, params, change, rows=False))[1]
+
+    async def _execute(
+        self, statement: str, params: Params, change: str | None, *, rows: bool
+    ) -> tuple[list[Row], int]:
+        """:meth:`_fetch` (``rows``) and :meth:`_count`: the rows and the row count."""
         await self._open()
-        async with self._pool.connection() as conn:
-            try:
-                cursor = await conn.execute(statement, params)
-            except psycopg.OperationalError as exc:
-                raise_lost(conn, exc, change)
-            return cursor.rowcount
+        # A caller alone (no other call of this object in flight) runs on the
+        # connection the last one left, without the pool's checkout and return (a
+        # tenth of a put's client work); a caller beside it takes one from the pool.
+        # Every single-statement call goes this way, so the first call after an
+        # outage finds a kept connection the outage broke, as it would a pooled one.
+        # getconn/putconn rather than connection(): in autocommit the latter's
+        # commit-or-rollback on exit has nothing to do; putconn replaces a broken one.
+        alone = self._kept_lock.acquire(blocking=False)
+        conn = self._kept if alone else None
+        if conn is None:
+            conn = await self._pool.getconn()
+        broken = False
+        try:
+            cursor = await conn.execute(statement, params)
+            return (await cursor.fetchall() if rows else []), cursor.rowcount
+        except psycopg.OperationalError as exc:
+            broken = True
+            raise_lost(conn, exc, change)
+        finally:
+            if not alone:
+                await self._pool.putconn(conn)
+            else:
+                # Kept only idle (not cut off mid-call by a cancellation) and open
+                # (libpq's status as an int: ``conn.info`` builds an object and an enum).
+                idle = conn.pgconn.transaction_status == _IDLE
+                keep = idle and not broken and not self._closed
+                self._kept = conn if keep else None
+                self._kept_lock.release()
+                if not keep:
+                    await self._pool.putconn(conn)
 
     async def _read(
         self, statement: str, params: Mapping[str, Any], change: str | None = None
@@ -317,7 +343,13 @@ class AsyncPostgresBackend:
             )
             if kind != "now":
                 params += (request.at_ms if kind == "at" else request.delay_ms,)
-            rows = await self._fetch(self.sql.PUT_ONE[kind], params, "put")
+            if request.generated_id:
+                try:
+                    rows = await self._fetch(self.sql.PUT_NEW[kind], params, "put")
+                except psycopg.errors.UniqueViolation:
+                    return [0]  # drawn before (never seen): the stored message stays
+            else:
+                rows = await self._fetch(self.sql.PUT_ONE[kind], params, "put")
             if not rows:
                 return [0]
             self._wake.notify(queue, rows[0][0])
@@ -590,8 +622,27 @@ class AsyncPostgresBackend:
         if self._closed:
             return
         self._closed = True
-        self._wake.close()
+        drawn = self._wake.close()
+        if self._kept_lock.acquire(blocking=False):  # else its caller gives it back
+            kept, self._kept = self._kept, None
+            self._kept_lock.release()
+            if kept is not None:
+                await self._pool.putconn(kept)
+        if drawn and self._ready and self._wake.listens:
+            await self._forget_waiters(drawn)
         await self._pool.close()
+
+    async def _forget_waiters(self, drawn: list[tuple[str, str]]) -> None:
+        """Delete this object's rows of ``waiters`` (else each stays until a claim of
+        its queue drops it, ``WAITER_STALE_MS`` after its sleep ended), best effort: a
+        server that does not answer within a moment leaves them to that. A reserve
+        still on its way out when the object closes may register once more."""
+        params = {"queues": [q for q, _ in drawn], "tokens": [t for _, t in drawn]}
+        try:
+            async with self._pool.connection(timeout=min(self._settings.pool_timeout, 2.0)) as conn:
+                await conn.execute(self.sql.FORGET_WAITERS, params)
+        except (psycopg.Error, PoolTimeout) as exc:
+            _log.info("delayq: closing, the postgres waiters were left: %s", exc)
 
 
 def open_async_backend(url: str, **options: Any) -> AsyncPostgresBackend:
