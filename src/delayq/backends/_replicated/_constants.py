@@ -6,11 +6,14 @@ __all__ = [
     "CHECKPOINT_BYTES",
     "CHECKPOINT_CHUNK",
     "CHECKPOINT_ENTRIES",
+    "CLIENTS_KEPT",
+    "CLOSE_SETTLE",
     "DEDUP_SIZE",
     "DELIVER_BACKOFF_MAX_MS",
     "DELIVER_BACKOFF_MS",
     "DELIVER_IN_FLIGHT",
     "DELIVER_LEASE_MS",
+    "FULL_EVERY",
     "IMAGE_OVERHEAD",
     "LOCATE_TIMEOUT",
     "MAX_GROUP_BYTES",
@@ -56,3 +59,13 @@ IMAGE_OVERHEAD = 48
 #: Seconds a scheduler reads its log for the begin entry of the checkpoint it points
 #: at (beyond: it points a little before it, which a replay skips).
 LOCATE_TIMEOUT = 5.0
+#: Clients whose last folded intake message the scheduler remembers (the newest are
+#: kept): a request of a client forgotten meanwhile that waits behind its fast puts
+#: would wait for a message that was folded long ago (until its own timeout).
+CLIENTS_KEPT = 100_000
+#: Seconds between two ``full`` announcements while fast puts come past the live
+#: bytes' limit.
+FULL_EVERY = 0.1
+#: Seconds a close waits at most for the link's fast puts to be folded (none runs:
+#: they stay in the intake, folded by the next scheduler).
+CLOSE_SETTLE = 2.0
