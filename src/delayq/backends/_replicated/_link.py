@@ -552,10 +552,21 @@ class LoopLink:
                 raise exc.reason from None
         appended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         size = sum(len(request[1]) for request in requests)  # the payloads
-        self._intake.append(_FastPut(uuid.uuid4().hex, queue, requests, size, appended))
-        if not self._appending:
+        put = _FastPut(uuid.uuid4().hex, queue, requests, size, appended)
+        if self._appending:  # an append is on its way: this put leaves with the next
+            self._intake.append(put)
+        else:
+            # Nothing on its way: appended by this caller's task (no task of the link
+            # to start and switch to); what gathers meanwhile, by the drain task.
             self._appending = True
-            self._spawn(self._drain_intake())
+            try:
+                await self._send_intake([put])
+            finally:
+                if self._intake and not self._closed:
+                    self._spawn(self._drain_intake())
+                else:
+                    self._appending = False
+                    self._fail_intake()
         try:
             await appended
         except Refused as exc:
@@ -574,32 +585,40 @@ class LoopLink:
                     if not put.appended.done():  # its caller gave up before it left
                         puts.append(put)
                         size += put.size
-                if not puts:
-                    continue
-                self._intake_seq += 1
-                seq = self._intake_seq
-                parts = [[p.request_id, p.queue, p.requests] for p in puts]
-                try:
-                    await self._append(seq, parts)
-                except BaseException as exc:
-                    for put in puts:
-                        if not put.appended.done():
-                            put.appended.set_exception(
-                                exc if isinstance(exc, Exception) else QueueClosed("closed")
-                            )
-                    if not isinstance(exc, Exception):
-                        raise
-                    continue
-                self._confirmed_seq = seq
-                for put in puts:
-                    if not put.appended.done():
-                        put.appended.set_result(None)
+                if puts:
+                    await self._send_intake(puts)
         finally:
             self._appending = False
-            left, self._intake = self._intake, []
-            for put in left:
+            self._fail_intake()
+
+    async def _send_intake(self, puts: list[_FastPut]) -> None:
+        """Append ``puts`` as the link's next intake message and settle their futures
+        (an error of the append: each put's; a cancellation is raised too)."""
+        self._intake_seq += 1
+        seq = self._intake_seq
+        parts = [[p.request_id, p.queue, p.requests] for p in puts]
+        try:
+            await self._append(seq, parts)
+        except BaseException as exc:
+            for put in puts:
                 if not put.appended.done():
-                    put.appended.set_exception(QueueClosed("the queue was closed"))
+                    put.appended.set_exception(
+                        exc if isinstance(exc, Exception) else QueueClosed("closed")
+                    )
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self._confirmed_seq = seq
+        for put in puts:
+            if not put.appended.done():
+                put.appended.set_result(None)
+
+    def _fail_intake(self) -> None:
+        """Fail the puts left in the intake box once nothing appends them (a close)."""
+        left, self._intake = self._intake, []
+        for put in left:
+            if not put.appended.done():
+                put.appended.set_exception(QueueClosed("the queue was closed"))
 
     async def _settle(self) -> None:
         """Before a close: wait, for up to CLOSE_SETTLE s, until this link's fast puts
@@ -630,21 +649,23 @@ class LoopLink:
                 may_have_run = True
                 now = Now.of_seconds(time.time())
                 body = pack([self._client, seq, now.floor, now.ceil, parts])
+                # Bounded by a timer rather than wait_for (a task per put): a confirm
+                # that does not come in time gives the connection up, which fails the
+                # publish.
+                timer = loop.call_at(deadline, self._abandon, transport)
                 try:
-                    await asyncio.wait_for(transport.append_intake(body), max(left, 0.001))
-                except asyncio.TimeoutError:
-                    self._abandon(transport)
-                    raise self._no_reply("put", True, "no confirm from the intake") from None
+                    await transport.append_intake(body)
+                finally:
+                    timer.cancel()
                 return
             except (ConnectionError, OSError) as exc:
                 if isinstance(exc, NoScheduler):
                     raise
+                if loop.time() >= deadline:
+                    raise self._no_reply("put", may_have_run, "no intake append") from exc
                 if self._closed:
                     raise QueueClosed("the queue was closed") from None
-                left = deadline - loop.time()
-                if left <= 0:
-                    raise self._no_reply("put", may_have_run, "no intake append") from exc
-                await asyncio.sleep(min(left, 0.1))
+                await asyncio.sleep(min(deadline - loop.time(), 0.1))
 
     def _no_reply(self, op: str, may_have_run: bool, what: str) -> NoScheduler:
         """The error of a call that got no reply within the request timeout: ReplyLost
