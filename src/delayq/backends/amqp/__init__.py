@@ -61,6 +61,9 @@ NOT_GUARANTEED: dict[str, str] = {
         "AMQP exposes no server time: 'now' is the elected scheduler's wall clock "
         "(never going back, across failovers too). Messages are never early by that "
         "clock; when the hosts of two candidates disagree by d, a failover can make a "
-        "message up to d early by the first host's clock."
+        "message up to d early by the first host's clock. A fast put is decided as of "
+        "the moment its client sent it, by the client's clock (the scheduler's when "
+        "that is later): a client whose clock is behind by d gets its puts due d "
+        "earlier, as its at= puts are."
     ),
 }
