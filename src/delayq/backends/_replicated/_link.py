@@ -649,14 +649,7 @@ class LoopLink:
                 may_have_run = True
                 now = Now.of_seconds(time.time())
                 body = pack([self._client, seq, now.floor, now.ceil, parts])
-                # Bounded by a timer rather than wait_for (a task per put): a confirm
-                # that does not come in time gives the connection up, which fails the
-                # publish.
-                timer = loop.call_at(deadline, self._abandon, transport)
-                try:
-                    await transport.append_intake(body)
-                finally:
-                    timer.cancel()
+                await self._append_by(deadline, transport, body)
                 return
             except (ConnectionError, OSError) as exc:
                 if isinstance(exc, NoScheduler):
@@ -666,6 +659,34 @@ class LoopLink:
                 if self._closed:
                     raise QueueClosed("the queue was closed") from None
                 await asyncio.sleep(min(deadline - loop.time(), 0.1))
+
+    async def _append_by(self, deadline: float, transport: Transport, body: bytes) -> None:
+        """``transport.append_intake(body)``, or ReplyLost at ``deadline`` (the loop's
+        time), the connection then given up (it may be dead without a reset). Bounded by
+        a timer that cancels this task, not by wait_for (a task per put)."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            self._abandon(transport)
+            if task is not None:
+                task.cancel()
+
+        timer = loop.call_at(deadline, expire)
+        try:
+            await transport.append_intake(body)
+        except asyncio.CancelledError:
+            if not expired:
+                raise
+            uncancel = getattr(task, "uncancel", None)  # Python 3.11+
+            if uncancel is not None:
+                uncancel()
+            raise self._no_reply("put", True, "no confirm from the intake") from None
+        finally:
+            timer.cancel()
 
     def _no_reply(self, op: str, may_have_run: bool, what: str) -> NoScheduler:
         """The error of a call that got no reply within the request timeout: ReplyLost
