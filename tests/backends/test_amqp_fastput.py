@@ -29,6 +29,7 @@ from backends.test_amqp_checkpoint import stream_messages
 from backends.test_amqp_coalesce import scheduler_process
 from conformance.conftest import amqp_url
 from conformance.test_model import QueueModel
+from delayq.backends._replicated import _scheduler as scheduler_module
 from delayq.durable import Queue
 
 pika = pytest.importorskip("pika")
@@ -206,3 +207,25 @@ def test_fast_puts_past_the_limit_turn_clients_to_the_plain_path(
         assert len(intake(url)) == before + 1
         assert queue.stats().ready == 2
         queue.purge()
+
+
+def test_a_client_the_scheduler_forgot_is_not_held_forever(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request waits behind its client's fast puts; a scheduler that no longer knows
+    the client (it remembers CLIENTS_KEPT of them, here 1) appends a marker to the
+    intake and releases the request once it reads it back."""
+    monkeypatch.setattr(scheduler_module, "CLIENTS_KEPT", 1)
+    with Queue(url, name="jobs") as scheduling:
+        scheduling.stats()  # this process is elected
+        with (
+            Queue(client(url), name="jobs", request_timeout=5) as first,
+            Queue(client(url), name="jobs", request_timeout=5) as second,
+        ):
+            first.put(1, id="first")
+            second.put(2, id="second")
+            assert second.get("second") is not None  # folded: the first is forgotten
+            message = first.get("first")  # waits behind a marker, not forever
+            assert message is not None
+            assert message.payload == 1
+        scheduling.purge()

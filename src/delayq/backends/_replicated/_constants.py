@@ -60,8 +60,8 @@ IMAGE_OVERHEAD = 48
 #: at (beyond: it points a little before it, which a replay skips).
 LOCATE_TIMEOUT = 5.0
 #: Clients whose last folded intake message the scheduler remembers (the newest are
-#: kept): a request of a client forgotten meanwhile that waits behind its fast puts
-#: would wait for a message that was folded long ago (until its own timeout).
+#: kept): a request of a client it does not know waits for a marker appended to the
+#: intake to be read back (a sweep) instead.
 CLIENTS_KEPT = 100_000
 #: Seconds between two ``full`` announcements while fast puts come past the live
 #: bytes' limit.

@@ -251,6 +251,10 @@ class Scheduler:
         self._clients: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._held: dict[str, collections.deque[tuple[int, str, list[Any]]]] = {}
         self._full_told = -FULL_EVERY
+        # Clients waiting for a sweep of the intake (_sweep), and those of the one on
+        # its way (None: none is).
+        self._unknown: set[str] = set()
+        self._sweeping: set[str] | None = None
 
     # -- election, replay, stop --------------------------------------------------------
 
@@ -263,7 +267,7 @@ class Scheduler:
         await log.aclose()  # type: ignore[attr-defined]
         # The puts confirmed by the intake before this election are folded before any
         # request is served (a put that returned is seen by every request after it).
-        await self._transport.tail_intake(self._intake_next, self._on_intake)
+        await self._transport.tail_intake(self._intake_next, self._on_intake, self._on_marker)
         await self._transport.serve(self._on_request)
         self._serving = True
         await self._transport.announce(self._reign)
@@ -550,9 +554,50 @@ class Scheduler:
                     if held is None:
                         held = self._held[client] = collections.deque()
                     held.append((seq, reply_to, parts[at + 1 :]))
+                    if client not in self._clients:
+                        self._sweep(client)
                     return
                 continue
             self._on_request(Delivery(op, request_id, reply_to, body))
+
+    def _sweep(self, client: str) -> None:
+        """A request of a client this scheduler does not know waits behind its intake
+        message (not folded yet, or folded so long ago that the client was forgotten,
+        CLIENTS_KEPT): a marker appended to the intake after the request came lands
+        after that message, so once the marker is read the request is released."""
+        self._unknown.add(client)
+        if self._sweeping is None:
+            self._sweeping, self._unknown = self._unknown, set()
+            body = pack([self._reign, sorted(self._sweeping)])
+            self._spawn(self._transport.mark_intake(body))
+
+    def _on_marker(self, body: bytes) -> None:
+        """A sweep's marker was read: release its clients' held requests."""
+        try:
+            reign, clients = unpack(body)
+        except Exception:  # not a sweep's (a new scheduler's end marker)
+            return
+        if self._stopped or reign != self._reign or clients != sorted(self._sweeping or ()):
+            return
+        if self._sweeping is None:
+            return
+        swept, self._sweeping = self._sweeping, None
+        for client in swept:
+            held = self._held.get(client)
+            if held:
+                self._clients[client] = max(self._clients.get(client, 0), held[-1][0])
+                self._release(client)
+        if self._unknown:
+            self._sweep(self._unknown.pop())
+
+    def _release(self, client: str) -> None:
+        """Take the held requests of ``client`` whose intake message is folded."""
+        held = self._held.get(client)
+        while held and held[0][0] <= self._clients.get(client, 0):
+            _, reply_to, parts = held.popleft()
+            self._take_parts(reply_to, parts)
+        if held is not None and not held:
+            del self._held[client]
 
     def _folded(self, offset: int, client: str, seq: int) -> None:
         """The intake is folded up to ``offset``, ``client``'s messages up to ``seq``."""
@@ -601,12 +646,7 @@ class Scheduler:
         self._folded(offset, client, seq)
         note = pack([offset, client, seq])
         self._commit([_INTAKE, "", "", self._last_now, 0, [], [], "", note], None)
-        held = self._held.get(client)
-        while held and held[0][0] <= self._clients[client]:
-            _, reply_to, parts = held.popleft()
-            self._take_parts(reply_to, parts)
-        if held is not None and not held:
-            del self._held[client]
+        self._release(client)
 
     def _weigh_fast(self, queue: str, requests: list[list[Any]]) -> None:
         """A fast put cannot be refused (its client has its confirm): past the limit it

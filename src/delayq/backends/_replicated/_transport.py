@@ -121,10 +121,16 @@ class Transport(Protocol):
         scheduler only), returning once the broker has confirmed it (replicated); an
         error when it was not."""
 
-    async def tail_intake(self, start: int | None, on_put: OnIntake) -> None:
+    async def tail_intake(
+        self, start: int | None, on_put: OnIntake, on_marker: Callable[[bytes], None]
+    ) -> None:
         """Deliver every intake message from offset ``start`` on (None: the intake's
         first), and each new one as it is appended, to ``on_put``, until the connection
-        closes. Returns once every message appended before the call was delivered."""
+        closes; the body of each marker :meth:`mark_intake` appended, to ``on_marker``.
+        Returns once every message appended before the call was delivered."""
+
+    async def mark_intake(self, body: bytes) -> None:
+        """Append a marker to the intake (confirmed), read back by :meth:`tail_intake`."""
 
     async def warn_full(self) -> None:
         """Tell every client that the live images are past their limit: fast puts

@@ -390,7 +390,12 @@ class AmqpTransport:
             properties=Basic.Properties(delivery_mode=2, message_type="puts"),
         )
 
-    async def tail_intake(self, start: int | None, on_put: Callable[[int, bytes], None]) -> None:
+    async def tail_intake(
+        self,
+        start: int | None,
+        on_put: Callable[[int, bytes], None],
+        on_marker: Callable[[bytes], None],
+    ) -> None:
         """See :meth:`~.._replicated.Transport.tail_intake`: a stream consumer on a
         channel of its own, acked every half prefetch (a stream consumer must ack to
         get more; it never redelivers). A stream says nothing of where it ends, so a
@@ -406,8 +411,11 @@ class AmqpTransport:
             nonlocal unacked
             properties = message.header.properties
             if properties.message_type == "marker":
-                if message.body == marker and not reached.done():
-                    reached.set_result(None)
+                if message.body == marker:
+                    if not reached.done():
+                        reached.set_result(None)
+                else:
+                    on_marker(message.body)
             else:
                 headers: dict[str, Any] = dict(properties.headers or {})
                 on_put(int(headers.get("x-stream-offset", -1)), message.body)
@@ -420,11 +428,7 @@ class AmqpTransport:
             await channel.basic_consume(
                 self._names.intake, deliver, arguments={"x-stream-offset": offset}
             )
-            await self._channel("log").basic_publish(
-                marker,
-                routing_key=self._names.intake,
-                properties=Basic.Properties(delivery_mode=2, message_type="marker"),
-            )
+            await self.mark_intake(marker)
             # However long the backlog (a scheduler down for hours), until the channel
             # closes.
             either: set[asyncio.Future[Any]] = {reached, channel.closing}
@@ -433,6 +437,14 @@ class AmqpTransport:
             raise ConnectionError(f"could not read the intake to its end: {exc!r}") from exc
         if not reached.done():
             raise ConnectionError("the connection closed while the intake was read")
+
+    async def mark_intake(self, body: bytes) -> None:
+        """See :meth:`~.._replicated.Transport.mark_intake`."""
+        await self._channel("log").basic_publish(
+            body,
+            routing_key=self._names.intake,
+            properties=Basic.Properties(delivery_mode=2, message_type="marker"),
+        )
 
     async def warn_full(self) -> None:
         """See :meth:`~.._replicated.Transport.warn_full`."""
