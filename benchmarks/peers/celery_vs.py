@@ -93,7 +93,7 @@ async def delete_namespace(url: str, prefix: str) -> None:
     connection = await aiormq.connect(url)
     try:
         channel = await connection.channel()
-        for queue in (f"{prefix}.log", f"{prefix}.meta", f"{prefix}.lock"):
+        for queue in (f"{prefix}.log", f"{prefix}.meta", f"{prefix}.lock", f"{prefix}.intake"):
             await channel.queue_delete(queue)
         for exchange in (f"{prefix}.rpc", f"{prefix}.events"):
             await channel.exchange_delete(exchange)

@@ -72,9 +72,11 @@ def test_the_clock_is_declared_not_guaranteed() -> None:
 
 
 def test_a_pure_producer_does_not_stand_and_a_consumer_does(url: str) -> None:
+    # put_outcome: a request to the scheduler (a put() would be kept in the intake
+    # with no scheduler to answer: test_amqp_fastput.py).
     with Queue(url, name="jobs", scheduler="auto", request_timeout=0.3) as producer:
         with pytest.raises(NoScheduler):
-            producer.put("lost")
+            producer.put_outcome("lost")
         got: list[object] = []
         with Queue(url, name="jobs", scheduler="auto") as consumer:
             waiting = threading.Thread(
@@ -84,7 +86,7 @@ def test_a_pure_producer_does_not_stand_and_a_consumer_does(url: str) -> None:
             deadline = time.monotonic() + 10
             while True:  # the consumer stands once it waits; then a put goes through
                 try:
-                    producer.put("kept")
+                    producer.put_outcome("kept")
                     break
                 except NoScheduler:
                     assert time.monotonic() < deadline
@@ -101,7 +103,7 @@ def test_a_change_without_a_reply_is_reported_unknown_and_a_read_as_no_scheduler
     read changes nothing and is just NoScheduler (tests/faults has the real faults)."""
     with Queue(url, name="jobs", scheduler="off", request_timeout=0.3) as producer:
         with pytest.raises(OutcomeUnknown) as raised:
-            producer.put("maybe")
+            producer.put_outcome("maybe")  # a request (put() goes to the intake)
         assert isinstance(raised.value, NoScheduler)
         assert raised.value.operation == "put"
         with pytest.raises(NoScheduler) as read:

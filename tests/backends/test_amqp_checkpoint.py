@@ -65,6 +65,11 @@ def state_of(queue: Queue, ids: list[str]) -> tuple[Any, ...]:
 
 def meta_messages(url: str) -> list[tuple[str, bytes]]:
     """``(type, body)`` of every message of the namespace's meta stream."""
+    return stream_messages(url, "meta")
+
+
+def stream_messages(url: str, stream: str) -> list[tuple[str, bytes]]:
+    """``(type, body)`` of every message of the namespace's stream ``stream``."""
     prefix = url.split("prefix=", 1)[1].split("&", 1)[0]
     base = url.split("?", 1)[0]
     connection = pika.BlockingConnection(pika.URLParameters(base))
@@ -73,7 +78,7 @@ def meta_messages(url: str) -> list[tuple[str, bytes]]:
         channel.basic_qos(prefetch_count=1000)
         found: list[tuple[str, bytes]] = []
         for method, properties, body in channel.consume(
-            f"{prefix}.meta", arguments={"x-stream-offset": "first"}, inactivity_timeout=1
+            f"{prefix}.{stream}", arguments={"x-stream-offset": "first"}, inactivity_timeout=1
         ):
             if method is None:
                 break

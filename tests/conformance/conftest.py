@@ -151,7 +151,7 @@ def amqp_url(tmp_path: Path) -> Iterator[str]:
         yield f"{base}?prefix={prefix}&scheduler=on"
     finally:
         channel = connection.channel()
-        for queue in (f"{prefix}.log", f"{prefix}.meta", f"{prefix}.lock"):
+        for queue in (f"{prefix}.log", f"{prefix}.meta", f"{prefix}.lock", f"{prefix}.intake"):
             channel.queue_delete(queue)
         for exchange in (f"{prefix}.rpc", f"{prefix}.events"):
             channel.exchange_delete(exchange)

@@ -6,12 +6,15 @@ __all__ = [
     "CHECKPOINT_BYTES",
     "CHECKPOINT_CHUNK",
     "CHECKPOINT_ENTRIES",
+    "CLIENTS_KEPT",
+    "CLOSE_SETTLE",
     "DEDUP_SIZE",
     "DELIVER_BACKOFF_MAX_MS",
     "DELIVER_BACKOFF_MS",
     "DELIVER_IN_FLIGHT",
     "DELIVER_LEASE_MS",
     "FIRE_AHEAD_MS",
+    "FULL_EVERY",
     "HELD_REPLY_AHEAD_MS",
     "IMAGE_OVERHEAD",
     "LOCATE_TIMEOUT",
@@ -67,3 +70,13 @@ IMAGE_OVERHEAD = 48
 #: Seconds a scheduler reads its log for the begin entry of the checkpoint it points
 #: at (beyond: it points a little before it, which a replay skips).
 LOCATE_TIMEOUT = 5.0
+#: Clients whose last folded intake message the scheduler remembers (the newest are
+#: kept): a request of a client it does not know waits for a marker appended to the
+#: intake to be read back (a sweep) instead.
+CLIENTS_KEPT = 100_000
+#: Seconds between two ``full`` announcements while fast puts come past the live
+#: bytes' limit.
+FULL_EVERY = 0.1
+#: Seconds a close waits at most for the link's fast puts to be folded (none runs:
+#: they stay in the intake, folded by the next scheduler).
+CLOSE_SETTLE = 2.0

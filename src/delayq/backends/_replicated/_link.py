@@ -11,6 +11,13 @@ from an outbox as one ``batch`` message, whose parts the scheduler takes one by 
 (each keeps its id, and gets its own outcome); their replies come back the same way.
 A process that is a candidate runs its :class:`~._scheduler.Scheduler` on the same loop
 and connection once elected.
+
+Fast puts (:meth:`LoopLink.put_fast`, docs/rabbitmq.md "Fast put") skip the scheduler:
+they are appended to the intake, coalesced the same way (those that gather while an
+append is on its way leave as one message), and return on its confirm. The link numbers
+its intake messages; every request it sends afterwards, until a reply proves the
+scheduler folded them, starts with an ``after`` part naming the last one confirmed,
+which the scheduler holds the request behind (read-your-writes).
 """
 
 from __future__ import annotations
@@ -26,9 +33,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from ..._fork import generation
+from ...durable.message import Now
 from ...errors import QueueClosed
 from ._codec import decode_outcome, decode_record, pack, raise_error, unpack
-from ._constants import MAX_GROUP_BYTES, REJOIN_FIRST_PAUSE, REJOIN_MAX_PAUSE
+from ._constants import CLOSE_SETTLE, MAX_GROUP_BYTES, REJOIN_FIRST_PAUSE, REJOIN_MAX_PAUSE
 from ._scheduler import Scheduler
 from ._transport import NoScheduler, Refused, ReplyLost, Transport
 
@@ -44,7 +52,17 @@ _CLOSE_WAIT = 3.0
 _REMEMBERED = 1024
 #: The operations that change nothing: one that got no reply just failed (NoScheduler);
 #: any other may have run (ReplyLost, an OutcomeUnknown).
-_READS = frozenset({"get", "stats", "peek", "dead", "queues", "due_counts"})
+_READS = frozenset({"get", "stats", "peek", "dead", "queues", "due_counts", "sync"})
+
+
+class _FastPut(NamedTuple):
+    """A fast put waiting for the link's intake append."""
+
+    request_id: str
+    queue: str
+    requests: list[Any]  # encoded PutRequests
+    size: int  # their payloads' bytes
+    appended: asyncio.Future[None]
 
 
 class _Outgoing(NamedTuple):
@@ -75,9 +93,24 @@ class LoopLink:
         scheduler: Candidacy,
         request_timeout: float,
         deliver: tuple[str, str] | None = None,
+        fast_put: bool = False,
     ) -> None:
         self._make_transport = make_transport
         self._deliver = deliver
+        self._fast_put = fast_put
+        #: This link's name in the intake, and its intake messages: the last numbered,
+        #: the last confirmed, the last known folded (a reply to a request that waited
+        #: behind it came back); the first ``after`` each request in flight was sent with.
+        self._client = uuid.uuid4().hex
+        self._intake_seq = 0
+        self._confirmed_seq = 0
+        self._folded_seq = 0
+        self._barriers: dict[str, int] = {}
+        self._intake: list[_FastPut] = []
+        self._appending = False
+        #: Set by the scheduler's ``full`` announcement: puts take the plain path (which
+        #: may refuse them) until one of them is taken.
+        self._full = False
         self._configured: set[str] = set()
         self._candidacy = scheduler
         self._request_timeout = request_timeout
@@ -105,6 +138,11 @@ class LoopLink:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def fast(self) -> bool:
+        """Whether a put whose outcome nobody reads may go through the intake now."""
+        return self._fast_put and not self._full
 
     # -- connection and election ---------------------------------------------------------
 
@@ -254,8 +292,13 @@ class LoopLink:
             for part_id, part_kind, part_body in unpack(body):
                 self._on_reply(part_id, part_kind, part_body)
             return
+        if kind == "full" and not request_id:  # an announcement, not a reply
+            self._full = self._fast_put
+            return
         future = self._pending.get(request_id)
         if future is not None:
+            # Every send of this request waited behind this intake message at least.
+            self._folded_seq = max(self._folded_seq, self._barriers.pop(request_id, 0))
             if not future.done():
                 # When it came, by the clock a held reply is counted on (the loop's
                 # own may be coarser, or cached).
@@ -308,14 +351,18 @@ class LoopLink:
         caller must hold them (None: none to hold); a caller that gives up before then
         hands them to :meth:`give_back`."""
         try:
-            if self._deliver is not None and args and args[0] not in self._configured:
-                # This backend object delivers its queues' messages to a user's
-                # exchange: say so once per queue, before its first operation.
-                await self._call("configure", [args[0], list(self._deliver)], 0.0)
-                self._configured.add(args[0])
+            if args:
+                await self._configure(args[0])
             return await self._call(op, args, wait)
         except Refused as exc:
             raise exc.reason from None
+
+    async def _configure(self, queue: str) -> None:
+        if self._deliver is not None and queue not in self._configured:
+            # This backend object delivers its queues' messages to a user's exchange:
+            # say so once per queue, before its first operation.
+            await self._call("configure", [queue, list(self._deliver)], 0.0)
+            self._configured.add(queue)
 
     async def _call(self, op: str, args: list[Any], wait: float | None) -> tuple[Any, float | None]:
         loop = asyncio.get_running_loop()
@@ -406,11 +453,14 @@ class LoopLink:
             raise
         finally:
             self._pending.pop(request_id, None)
+            self._barriers.pop(request_id, None)
             if future.done() and not future.cancelled():
                 future.exception()  # seen, also when the call ends another way
         kind, body, arrived = future.result()
         if kind not in {"ok", "held"}:
             raise_error(kind, unpack(body))
+        if op == "put":
+            self._full = False  # the scheduler took a put: there is room again
         if kind == "ok":
             return self._answer(op, args, request_id, unpack(body)), None
         # Claimed ahead of their due time: held until then, by the scheduler's clock
@@ -474,8 +524,20 @@ class LoopLink:
                 if not batch:
                     continue
                 first = batch[0]
+                # Read-your-writes: held at the scheduler until it folded what this
+                # link appended to the intake (until a reply says it has).
+                after = self._confirmed_seq if self._confirmed_seq > self._folded_seq else 0
+                for item in batch:
+                    if item.request_id in self._pending:
+                        self._barriers.setdefault(item.request_id, after)
                 try:
-                    if len(batch) == 1:
+                    if after:
+                        parts = [["after", "", pack([self._client, after])]]
+                        parts += [[item.op, item.request_id, item.body] for item in batch]
+                        await first.transport.request(
+                            "batch", uuid.uuid4().hex, pack(parts), first.ttl
+                        )
+                    elif len(batch) == 1:
                         await first.transport.request(
                             first.op, first.request_id, first.body, first.ttl
                         )
@@ -530,6 +592,159 @@ class LoopLink:
             if not item.sent.done():
                 item.sent.set_exception(ConnectionError("the request was not sent"))
 
+    # -- fast puts -----------------------------------------------------------------------
+
+    async def put_fast(self, queue: str, requests: list[Any]) -> None:
+        """Append a put (``requests``: encoded, ``on_conflict="ignore"`` each) to the
+        intake and return once the broker confirmed it; the scheduler folds it a moment
+        later, and this link's next requests wait for that at the scheduler.
+        NoScheduler (an outage) when it could not be sent within the request timeout,
+        ReplyLost when it was sent and not confirmed (it may be in the intake)."""
+        if self._closed:
+            raise QueueClosed("the queue is closed")
+        if self._deliver is not None and queue not in self._configured:
+            try:
+                await self._configure(queue)  # a request: it needs a scheduler
+            except Refused as exc:
+                raise exc.reason from None
+        appended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        size = sum(len(request[1]) for request in requests)  # the payloads
+        put = _FastPut(uuid.uuid4().hex, queue, requests, size, appended)
+        if self._appending:  # an append is on its way: this put leaves with the next
+            self._intake.append(put)
+        else:
+            # Nothing on its way: appended by this caller's task (no task of the link
+            # to start and switch to); what gathers meanwhile, by the drain task.
+            self._appending = True
+            try:
+                await self._send_intake([put])
+            finally:
+                if self._intake and not self._closed:
+                    self._spawn(self._drain_intake())
+                else:
+                    self._appending = False
+                    self._fail_intake()
+        try:
+            await appended
+        except Refused as exc:
+            raise exc.reason from None
+
+    async def _drain_intake(self) -> None:
+        """Append what gathered in the intake box, one message at a time (each carries
+        every put that came while the previous one was on its way, up to
+        MAX_GROUP_BYTES), so that this link's intake messages are confirmed in order."""
+        try:
+            while self._intake:
+                puts: list[_FastPut] = []
+                size = 0
+                while self._intake and (not puts or size + self._intake[0].size <= MAX_GROUP_BYTES):
+                    put = self._intake.pop(0)
+                    if not put.appended.done():  # its caller gave up before it left
+                        puts.append(put)
+                        size += put.size
+                if puts:
+                    await self._send_intake(puts)
+        finally:
+            self._appending = False
+            self._fail_intake()
+
+    async def _send_intake(self, puts: list[_FastPut]) -> None:
+        """Append ``puts`` as the link's next intake message and settle their futures
+        (an error of the append: each put's; a cancellation is raised too)."""
+        self._intake_seq += 1
+        seq = self._intake_seq
+        parts = [[p.request_id, p.queue, p.requests] for p in puts]
+        try:
+            await self._append(seq, parts)
+        except BaseException as exc:
+            for put in puts:
+                if not put.appended.done():
+                    put.appended.set_exception(
+                        exc if isinstance(exc, Exception) else QueueClosed("closed")
+                    )
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self._confirmed_seq = seq
+        for put in puts:
+            if not put.appended.done():
+                put.appended.set_result(None)
+
+    def _fail_intake(self) -> None:
+        """Fail the puts left in the intake box once nothing appends them (a close)."""
+        left, self._intake = self._intake, []
+        for put in left:
+            if not put.appended.done():
+                put.appended.set_exception(QueueClosed("the queue was closed"))
+
+    async def _settle(self) -> None:
+        """Before a close: wait, for up to CLOSE_SETTLE s, until this link's fast puts
+        are appended and folded (so that what a process put before it closed is seen by
+        the next one), by a request that waits behind them. With no scheduler running
+        they stay in the intake, folded once one is elected."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + min(CLOSE_SETTLE, self._request_timeout)
+        with contextlib.suppress(Exception):
+            while self._intake and loop.time() < until:
+                await asyncio.sleep(0.005)
+        if self._confirmed_seq > self._folded_seq:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._call("sync", [], 0.0), until - loop.time())
+
+    async def _append(self, seq: int, parts: list[Any]) -> None:
+        """Append the intake message ``seq`` of ``parts`` (puts), on a new connection
+        when one goes, for up to the request timeout (the same puts: the scheduler folds
+        each once). The message carries the moment it is sent (as the put's arrival is
+        for a plain put): the scheduler decides its puts as of then."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._request_timeout
+        may_have_run = False
+        while True:
+            left = deadline - loop.time()
+            try:
+                transport = self._transport or await self._connected_within(left)
+                may_have_run = True
+                now = Now.of_seconds(time.time())
+                body = pack([self._client, seq, now.floor, now.ceil, parts])
+                await self._append_by(deadline, transport, body)
+                return
+            except (ConnectionError, OSError) as exc:
+                if isinstance(exc, NoScheduler):
+                    raise
+                if loop.time() >= deadline:
+                    raise self._no_reply("put", may_have_run, "no intake append") from exc
+                if self._closed:
+                    raise QueueClosed("the queue was closed") from None
+                await asyncio.sleep(min(deadline - loop.time(), 0.1))
+
+    async def _append_by(self, deadline: float, transport: Transport, body: bytes) -> None:
+        """``transport.append_intake(body)``, or ReplyLost at ``deadline`` (the loop's
+        time), the connection then given up (it may be dead without a reset). Bounded by
+        a timer that cancels this task, not by wait_for (a task per put)."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            self._abandon(transport)
+            if task is not None:
+                task.cancel()
+
+        timer = loop.call_at(deadline, expire)
+        try:
+            await transport.append_intake(body)
+        except asyncio.CancelledError:
+            if not expired:
+                raise
+            uncancel = getattr(task, "uncancel", None)  # Python 3.11+
+            if uncancel is not None:
+                uncancel()
+            raise self._no_reply("put", True, "no confirm from the intake") from None
+        finally:
+            timer.cancel()
+
     def _no_reply(
         self, op: str, may_have_run: bool, what: str, seconds: float | None = None
     ) -> NoScheduler:
@@ -546,6 +761,8 @@ class LoopLink:
         scheduler so hands over to the next candidate)."""
         if self._closed:
             return
+        if self._intake or self._confirmed_seq > self._folded_seq:
+            await self._settle()
         self._closed = True
         for future in self._pending.values():
             if not future.done():
@@ -587,15 +804,20 @@ class ThreadLink:
         scheduler: Candidacy,
         request_timeout: float,
         deliver: tuple[str, str] | None = None,
+        fast_put: bool = False,
     ) -> None:
-        self._options = (make_transport, scheduler, request_timeout, deliver)
+        self._options = (make_transport, scheduler, request_timeout, deliver, fast_put)
         self._lock = threading.Lock()
         self._start()
 
     def _start(self) -> None:
-        make_transport, scheduler, request_timeout, deliver = self._options
+        make_transport, scheduler, request_timeout, deliver, fast_put = self._options
         self._link = LoopLink(
-            make_transport, scheduler=scheduler, request_timeout=request_timeout, deliver=deliver
+            make_transport,
+            scheduler=scheduler,
+            request_timeout=request_timeout,
+            deliver=deliver,
+            fast_put=fast_put,
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -647,6 +869,16 @@ class ThreadLink:
             if link.closed:
                 raise QueueClosed("the queue was closed")
         return outcome
+
+    @property
+    def fast(self) -> bool:
+        """See :attr:`LoopLink.fast`."""
+        return self._current().fast
+
+    def put_fast(self, queue: str, requests: list[Any]) -> None:
+        """See :meth:`LoopLink.put_fast`."""
+        link = self._current()
+        self._run(link.put_fast(queue, requests))
 
     def close(self) -> None:
         """See :meth:`LoopLink.close`; then the loop thread ends."""

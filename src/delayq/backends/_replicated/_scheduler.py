@@ -19,6 +19,15 @@ entry (the last entry a replay reads) plus the appends since: the begin entry's 
 or lower when a deposed scheduler's late entry came in between; a replay from there
 skips everything up to the begin operation.
 
+Fast puts (docs/rabbitmq.md, "Fast put"): clients append puts to the intake
+themselves; the scheduler tails it and decides each put as a request of its own (its
+request id in the dedup table, so a put appended twice, or folded again by a successor,
+is stored once), then logs an ``intake`` operation ``[offset, client, seq]``: the
+intake is folded up to there (a new scheduler resumes after it) and that client's
+messages up to ``seq``. A request that starts with an ``after`` part (its client's last
+confirmed intake message) waits until that message is folded, with the client's later
+requests behind it (read-your-writes).
+
 Test only: ``DELAYQ_TEST_CHECKPOINT_STOP=<n>:<k>:<path>``, read once at import, makes
 the scheduler's ``n``-th checkpoint (counted in the process) stop for good after its
 ``k``-th image operation is confirmed, and create the file ``path`` then (the
@@ -57,12 +66,14 @@ from ._constants import (
     CHECKPOINT_BYTES,
     CHECKPOINT_CHUNK,
     CHECKPOINT_ENTRIES,
+    CLIENTS_KEPT,
     DEDUP_SIZE,
     DELIVER_BACKOFF_MAX_MS,
     DELIVER_BACKOFF_MS,
     DELIVER_IN_FLIGHT,
     DELIVER_LEASE_MS,
     FIRE_AHEAD_MS,
+    FULL_EVERY,
     HELD_REPLY_AHEAD_MS,
     IMAGE_OVERHEAD,
     LOCATE_TIMEOUT,
@@ -83,6 +94,8 @@ _HOLD_MARGIN = 1e-4
 
 #: The operations of a checkpoint (their request id field carries the entry's mark).
 _BEGIN, _IMAGES, _END = "checkpoint-begin", "checkpoint", "checkpoint-end"
+#: The operation that notes how far the intake is folded.
+_INTAKE = "intake"
 _CHECKPOINT_OPS = frozenset({_BEGIN, _IMAGES, _END})
 
 
@@ -255,6 +268,17 @@ class Scheduler:
         self._reign_offset = 0
         self._appended = 0
         self._begins: dict[str, int] = {}  # checkpoint id -> offset of its begin entry
+        # The intake: the next offset to fold (None: its first), each client's last
+        # folded message, the requests held until a client's message is folded
+        # (client -> [(its seq, reply_to, the request's parts)]), the last ``full``.
+        self._intake_next: int | None = None
+        self._clients: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self._held: dict[str, collections.deque[tuple[int, str, list[Any]]]] = {}
+        self._full_told = -FULL_EVERY
+        # Clients waiting for a sweep of the intake (_sweep), and those of the one on
+        # its way (None: none is).
+        self._unknown: set[str] = set()
+        self._sweeping: set[str] | None = None
 
     # -- election, replay, stop --------------------------------------------------------
 
@@ -265,6 +289,9 @@ class Scheduler:
         await self._transport.append("reign", self._reign, b"")
         log, start, entries = await self._replay()
         await log.aclose()  # type: ignore[attr-defined]
+        # The puts confirmed by the intake before this election are folded before any
+        # request is served (a put that returned is seen by every request after it).
+        await self._transport.tail_intake(self._intake_next, self._on_intake, self._on_marker)
         await self._transport.serve(self._on_request)
         self._serving = True
         await self._transport.announce(self._reign)
@@ -391,7 +418,11 @@ class Scheduler:
 
     def _restart(self, begin: list[Any]) -> None:
         """The state a checkpoint's begin operation carries (replay starts there)."""
-        _, last_now, seqs, targets, dedup = begin
+        _, last_now, seqs, targets, dedup = begin[:5]
+        if len(begin) > 5:  # the intake's state (a log written before fast puts has none)
+            self._intake_next, clients = begin[5]
+            for client, seq in clients:
+                self._clients[client] = seq
         self._last_now = max(self._last_now, last_now)
         for queue, last_seq in seqs.items():
             store = self._store(queue)
@@ -405,6 +436,10 @@ class Scheduler:
         name, queue, request_id, floor, last_seq, images, deletes, kind, reply = op
         if name in (_BEGIN, _END):
             return  # a checkpoint's bounds matter only where a replay starts
+        if name == _INTAKE:
+            self._folded(*unpack(reply))
+            self._last_now = max(self._last_now, floor)
+            return
         if name == "configure":
             self._configure(queue, unpack(reply))
         self._store(queue).restore(images, deletes, last_seq)
@@ -479,8 +514,7 @@ class Scheduler:
         if op == "batch":
             # Requests of one client coalesced (its outbox): each is taken as if it had
             # come alone, in order; their replies leave together (_send).
-            for part_op, part_id, part_body in unpack(delivery.body):
-                self._on_request(Delivery(part_op, part_id, reply_to, part_body))
+            self._take_parts(reply_to, unpack(delivery.body))
             return
         known = self._dedup.get(request_id)
         if known is not None:
@@ -496,6 +530,9 @@ class Scheduler:
         args = unpack(delivery.body)
         if op == "forget":
             self._forget(args[0], args[1])
+            return
+        if op == "sync":  # a client waited behind its fast puts (the ``after`` part)
+            self._commit(None, _Reply(reply_to, request_id, "ok", pack(None)))
             return
         if op == "queues":
             names = sorted(name for name, store in self._queues.items() if store.records)
@@ -538,22 +575,147 @@ class Scheduler:
         if store.records and (self._parked.get(queue) or queue in self._targets):
             self._service(queue)
 
+    def _take_parts(self, reply_to: str, parts: list[Any]) -> None:
+        """Take a batch's requests in order; from an ``after`` part on, they wait until
+        its client's intake message is folded, behind that client's earlier waiting
+        requests."""
+        for at, (op, request_id, body) in enumerate(parts):
+            if op == "after":
+                client, seq = unpack(body)
+                held = self._held.get(client)
+                if held or self._clients.get(client, 0) < seq:
+                    if held is None:
+                        held = self._held[client] = collections.deque()
+                    held.append((seq, reply_to, parts[at + 1 :]))
+                    if client not in self._clients:
+                        self._sweep(client)
+                    return
+                continue
+            self._on_request(Delivery(op, request_id, reply_to, body))
+
+    def _sweep(self, client: str) -> None:
+        """A request of a client this scheduler does not know waits behind its intake
+        message (not folded yet, or folded so long ago that the client was forgotten,
+        CLIENTS_KEPT): a marker appended to the intake after the request came lands
+        after that message, so once the marker is read the request is released."""
+        self._unknown.add(client)
+        if self._sweeping is None:
+            self._sweeping, self._unknown = self._unknown, set()
+            body = pack([self._reign, sorted(self._sweeping)])
+            self._spawn(self._transport.mark_intake(body))
+
+    def _on_marker(self, body: bytes) -> None:
+        """A sweep's marker was read: release its clients' held requests."""
+        try:
+            reign, clients = unpack(body)
+        except Exception:  # not a sweep's (a new scheduler's end marker)
+            return
+        if self._stopped or reign != self._reign or clients != sorted(self._sweeping or ()):
+            return
+        if self._sweeping is None:
+            return
+        swept, self._sweeping = self._sweeping, None
+        for client in swept:
+            held = self._held.get(client)
+            if held:
+                self._clients[client] = max(self._clients.get(client, 0), held[-1][0])
+                self._release(client)
+        if self._unknown:
+            self._sweep(self._unknown.pop())
+
+    def _release(self, client: str) -> None:
+        """Take the held requests of ``client`` whose intake message is folded."""
+        held = self._held.get(client)
+        while held and held[0][0] <= self._clients.get(client, 0):
+            _, reply_to, parts = held.popleft()
+            self._take_parts(reply_to, parts)
+        if held is not None and not held:
+            del self._held[client]
+
+    def _folded(self, offset: int, client: str, seq: int) -> None:
+        """The intake is folded up to ``offset``, ``client``'s messages up to ``seq``."""
+        self._intake_next = offset + 1
+        self._clients[client] = max(seq, self._clients.pop(client, 0))
+        if len(self._clients) > CLIENTS_KEPT:
+            self._clients.popitem(last=False)
+
+    def _on_intake(self, offset: int, body: bytes) -> None:
+        """Fold an intake message: each put as if it had come as a request (dedup by its
+        id), then the ``intake`` operation; then the requests its client's waited."""
+        if self._stopped:
+            return
+        client, seq, floor, ceil, puts = unpack(body)
+        for request_id, queue, requests in puts:
+            if request_id in self._dedup:
+                continue  # appended twice, or folded by a scheduler before
+            store = self._store(queue)
+            now = self._now()
+            if floor < now.floor:
+                # Decided as of its call (its delay counts from there, as the plain
+                # put's from its arrival), never later than now: the client's clock.
+                now = Now(floor, ceil)
+            if self._max_live:
+                self._weigh_fast(queue, requests)
+            try:
+                kept = store.put(decode_requests(requests), now)
+            except Exception as exc:  # not a put a client could send: dropped, and said
+                store.take_changes()
+                log_event(
+                    logging.ERROR,
+                    "fast_put_dropped",
+                    reign=self._reign,
+                    queue=queue,
+                    request_id=request_id,
+                    error=repr(exc),
+                )
+                continue
+            images, deletes = store.take_changes()
+            reply = pack(encode_outcome("put", kept))
+            self._remember(request_id, "ok", reply)
+            entry = ["put", queue, request_id, now.floor, store.last_seq, images, deletes]
+            self._commit([*entry, "ok", reply], None)
+            if self._parked.get(queue) or queue in self._targets:
+                self._service(queue)
+        self._folded(offset, client, seq)
+        note = pack([offset, client, seq])
+        self._commit([_INTAKE, "", "", self._last_now, 0, [], [], "", note], None)
+        self._release(client)
+
+    def _weigh_fast(self, queue: str, requests: list[list[Any]]) -> None:
+        """A fast put cannot be refused (its client has its confirm): past the limit it
+        is taken and logged, and the clients are told (at most every FULL_EVERY s) to
+        put through the scheduler, which refuses with LogFull, until one is taken."""
+        why = self._overweight(requests)
+        loop = asyncio.get_running_loop()
+        if why and loop.time() - self._full_told >= FULL_EVERY:
+            self._full_told = loop.time()
+            why = f"a fast put was taken past the limit (its client had its confirm): {why}"
+            log_event(logging.WARNING, "put_over_limit", reign=self._reign, queue=queue, why=why)
+            self._spawn(self._transport.warn_full())
+
     def _live_bytes(self) -> int:
         return sum(store.size for store in self._queues.values())
+
+    def _overweight(self, requests: list[list[Any]]) -> str:
+        """Why a put of ``requests`` would take the live images past their limit ("":
+        it would not)."""
+        live = self._live_bytes()
+        added = sum(image_bytes(r[0] or "", r[1], r[4] or {}, None) for r in requests)
+        if live + added <= self._max_live:
+            return ""
+        return (
+            f"the live messages' images would take {live + added} bytes, more than a "
+            f"quarter of the log's retention ({self._max_live} bytes): ack, cancel or "
+            f"purge messages, or raise retention_bytes"
+        )
 
     def _weigh(self, queue: str, requests: list[list[Any]]) -> None:
         """LogFull when a put of ``requests`` (encoded) would make the live images
         outgrow a quarter of the log's retention: retention keeps two checkpoints'
         worth of log, so it never drops the last image of a live message."""
-        live = self._live_bytes()
-        added = sum(image_bytes(r[0] or "", r[1], r[4] or {}, None) for r in requests)
-        if live + added <= self._max_live:
+        why = self._overweight(requests)
+        if not why:
             return
-        why = (
-            f"the live messages' images would take {live + added} bytes, more than a "
-            f"quarter of the log's retention ({self._max_live} bytes): ack, cancel or "
-            f"purge messages, or raise retention_bytes"
-        )
         log_event(logging.WARNING, "put_refused", reign=self._reign, queue=queue, why=why)
         raise LogFull(f"put refused: {why}")
 
@@ -799,6 +961,7 @@ class Scheduler:
             {queue: store.last_seq for queue, store in self._queues.items()},
             {queue: list(target) for queue, target in self._targets.items()},
             [[request_id, kind, reply] for request_id, (kind, reply) in self._dedup.items()],
+            [self._intake_next, list(self._clients.items())],
         ]
         live = [(queue, list(store.records)) for queue, store in self._queues.items()]
         self._grown_bytes = self._grown_entries = 0

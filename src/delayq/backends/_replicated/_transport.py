@@ -71,8 +71,12 @@ class Delivery(NamedTuple):
     body: bytes
 
 
-#: ``on_reply(request_id, kind, body)``: a reply arrived in the client's inbox.
+#: ``on_reply(request_id, kind, body)``: a reply arrived in the client's inbox (or an
+#: announcement other than ``elected``: kind ``full``, the scheduler folded a fast put
+#: past the live bytes' limit, request id "").
 OnReply = Callable[[str, str, bytes], None]
+#: ``on_put(offset, body)``: an intake message, as the scheduler tails the intake.
+OnIntake = Callable[[int, bytes], None]
 
 
 class Transport(Protocol):
@@ -111,6 +115,26 @@ class Transport(Protocol):
         log no longer holds: its first too, which the caller sees), waiting for new
         ones at the end (the caller stops reading). ``few``: the caller reads only a
         few entries (the broker sends few ahead)."""
+
+    async def append_intake(self, body: bytes) -> None:
+        """Append a client's fast puts to the intake (a log of its own, read by the
+        scheduler only), returning once the broker has confirmed it (replicated); an
+        error when it was not."""
+
+    async def tail_intake(
+        self, start: int | None, on_put: OnIntake, on_marker: Callable[[bytes], None]
+    ) -> None:
+        """Deliver every intake message from offset ``start`` on (None: the intake's
+        first), and each new one as it is appended, to ``on_put``, until the connection
+        closes; the body of each marker :meth:`mark_intake` appended, to ``on_marker``.
+        Returns once every message appended before the call was delivered."""
+
+    async def mark_intake(self, body: bytes) -> None:
+        """Append a marker to the intake (confirmed), read back by :meth:`tail_intake`."""
+
+    async def warn_full(self) -> None:
+        """Tell every client that the live images are past their limit: fast puts
+        fall back to the plain path (which can refuse them with :class:`LogFull`)."""
 
     async def read_pointer(self) -> bytes | None:
         """The last checkpoint pointer published (None: none found)."""

@@ -11,7 +11,11 @@ log. Options, in the URL or as keywords: ``prefix`` (the namespace), ``scheduler
 ``request_timeout`` (seconds a call waits for a scheduler, default 10),
 ``retention_bytes`` (the log's size retention, default 20 GB; 0: none, for a namespace
 declared before retention; a put that would make the live messages outgrow a quarter
-of it is refused with :class:`LogFull`, an ``OSError``).
+of it is refused with :class:`LogFull`, an ``OSError``), ``fast_put`` (``on``, the
+default: ``put()`` with ``on_conflict="ignore"`` appends to the stream
+``<prefix>.intake`` itself and returns on its confirm, and the scheduler folds it a
+moment later: the same backend object sees it at once, another process once folded;
+``off``: every put is a request).
 
 The asyncio face: :mod:`._async.backend`; the sync face, generated from it (a private
 event loop thread carries its calls): :mod:`._sync.backend`; the broker's part:
@@ -57,6 +61,9 @@ NOT_GUARANTEED: dict[str, str] = {
         "AMQP exposes no server time: 'now' is the elected scheduler's wall clock "
         "(never going back, across failovers too). Messages are never early by that "
         "clock; when the hosts of two candidates disagree by d, a failover can make a "
-        "message up to d early by the first host's clock."
+        "message up to d early by the first host's clock. A fast put is decided as of "
+        "the moment its client sent it, by the client's clock (the scheduler's when "
+        "that is later): a client whose clock is behind by d gets its puts due d "
+        "earlier, as its at= puts are."
     ),
 }

@@ -16,6 +16,7 @@ __all__ = [
     "META_ARGUMENTS",
     "MIN_RETENTION_BYTES",
     "TOKEN_RETRIES",
+    "intake_arguments",
     "log_arguments",
 ]
 
@@ -75,3 +76,9 @@ def log_arguments(retention_bytes: int) -> FieldTable:
         arguments["x-max-length-bytes"] = retention_bytes
         arguments["x-stream-max-segment-size-bytes"] = min(LOG_SEGMENT_BYTES, retention_bytes // 8)
     return arguments
+
+
+def intake_arguments(retention_bytes: int) -> FieldTable:
+    """The intake (fast puts, read by the scheduler): a stream like the log, with the
+    same retention (what a scheduler down for long must still find unfolded)."""
+    return log_arguments(retention_bytes)

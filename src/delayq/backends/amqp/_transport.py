@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import ssl
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -38,6 +38,7 @@ from ._constants import (
     LOG_PREFETCH_FEW,
     META_ARGUMENTS,
     TOKEN_RETRIES,
+    intake_arguments,
     log_arguments,
 )
 from ._url import Settings
@@ -54,13 +55,14 @@ class Names:
     def __init__(self, prefix: str) -> None:
         self.log = f"{prefix}.log"
         self.meta = f"{prefix}.meta"
+        self.intake = f"{prefix}.intake"
         self.lock = f"{prefix}.lock"
         self.rpc = f"{prefix}.rpc"
         self.events = f"{prefix}.events"
 
     @property
-    def queues(self) -> tuple[str, str, str]:
-        return self.log, self.meta, self.lock
+    def queues(self) -> tuple[str, str, str, str]:
+        return self.log, self.meta, self.lock, self.intake
 
     @property
     def exchanges(self) -> tuple[str, str]:
@@ -188,6 +190,9 @@ class AmqpTransport:
         await requests.exchange_declare(names.events, exchange_type="fanout", durable=True)
         await self._declare_log(requests)
         await requests.queue_declare(names.meta, durable=True, arguments=META_ARGUMENTS)
+        await requests.queue_declare(
+            names.intake, durable=True, arguments=intake_arguments(self._settings.retention_bytes)
+        )
         inbox = await self._open_channel("inbox", confirms=False)
         declared = await inbox.queue_declare(
             "", exclusive=True, auto_delete=True, arguments={"x-queue-type": "classic"}
@@ -236,20 +241,28 @@ class AmqpTransport:
         # no scheduler took (none bound, or its queue went with its connection) is
         # dropped by the broker, and its caller resends it when a scheduler announces
         # itself, or fails after its timeout (NoScheduler).
-        try:
-            await self._channel("requests").basic_publish(
+        await self._sent(
+            "request",
+            self._channel("requests").basic_publish(
                 body, exchange=self._names.rpc, routing_key=_RPC_KEY, properties=properties
-            )
+            ),
+        )
+
+    async def _sent(self, what: str, publish: Awaitable[Any]) -> None:
+        """Await a client's ``publish``; a ConnectionError when the broker or the
+        connection failed it."""
+        try:
+            await publish
         except asyncio.CancelledError:
             # A channel closed under a publish cancels what the publish awaits: when this
             # transport was closed (not the caller's task cancelled), say so.
             task = asyncio.current_task()
             cancelling = getattr(task, "cancelling", None)  # Python 3.11+
             if self._connection is None and (cancelling is None or not cancelling()):
-                raise ConnectionError("the AMQP connection closed during the request") from None
+                raise ConnectionError(f"the AMQP connection closed during the {what}") from None
             raise
         except (aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError) as exc:
-            raise ConnectionError(f"the AMQP request failed: {exc!r}") from exc
+            raise ConnectionError(f"the AMQP {what} failed: {exc!r}") from exc
 
     async def campaign(self, on_token: Callable[[], None]) -> None:
         """See :meth:`~.._replicated.Transport.campaign`."""
@@ -364,6 +377,81 @@ class AmqpTransport:
         with contextlib.suppress(Exception):
             await channel.close()
 
+    async def append_intake(self, body: bytes) -> None:
+        """See :meth:`~.._replicated.Transport.append_intake`: persistent, on a confirm
+        channel of its own (opened on the first fast put)."""
+        await self._sent("intake append", self._publish_intake(body))
+
+    async def _publish_intake(self, body: bytes) -> None:
+        channel = await self._confirm_channel("intake")
+        await channel.basic_publish(
+            body,
+            routing_key=self._names.intake,
+            properties=Basic.Properties(delivery_mode=2, message_type="puts"),
+        )
+
+    async def tail_intake(
+        self,
+        start: int | None,
+        on_put: Callable[[int, bytes], None],
+        on_marker: Callable[[bytes], None],
+    ) -> None:
+        """See :meth:`~.._replicated.Transport.tail_intake`: a stream consumer on a
+        channel of its own, acked every half prefetch (a stream consumer must ack to
+        get more; it never redelivers). A stream says nothing of where it ends, so a
+        marker is appended and the call returns once it is read."""
+        offset: int | str = "first" if start is None else start
+        channel = await self._open_channel("tail", confirms=False)
+        await channel.basic_qos(prefetch_count=LOG_PREFETCH)
+        marker = uuid.uuid4().hex.encode()
+        reached: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        unacked = 0
+
+        async def deliver(message: DeliveredMessage) -> None:
+            nonlocal unacked
+            properties = message.header.properties
+            if properties.message_type == "marker":
+                if message.body == marker:
+                    if not reached.done():
+                        reached.set_result(None)
+                else:
+                    on_marker(message.body)
+            else:
+                headers: dict[str, Any] = dict(properties.headers or {})
+                on_put(int(headers.get("x-stream-offset", -1)), message.body)
+            unacked += 1
+            if unacked >= LOG_PREFETCH // 2:
+                unacked = 0
+                await channel.basic_ack(message.delivery_tag or 0, multiple=True)
+
+        try:
+            await channel.basic_consume(
+                self._names.intake, deliver, arguments={"x-stream-offset": offset}
+            )
+            await self.mark_intake(marker)
+            # However long the backlog (a scheduler down for hours), until the channel
+            # closes.
+            either: set[asyncio.Future[Any]] = {reached, channel.closing}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        except aiormq.exceptions.AMQPError as exc:
+            raise ConnectionError(f"could not read the intake to its end: {exc!r}") from exc
+        if not reached.done():
+            raise ConnectionError("the connection closed while the intake was read")
+
+    async def mark_intake(self, body: bytes) -> None:
+        """See :meth:`~.._replicated.Transport.mark_intake`."""
+        await self._channel("log").basic_publish(
+            body,
+            routing_key=self._names.intake,
+            properties=Basic.Properties(delivery_mode=2, message_type="marker"),
+        )
+
+    async def warn_full(self) -> None:
+        """See :meth:`~.._replicated.Transport.warn_full`."""
+        await self._channel("replies").basic_publish(
+            b"", exchange=self._names.events, properties=Basic.Properties(message_type="full")
+        )
+
     async def read_pointer(self) -> bytes | None:
         """See :meth:`~.._replicated.Transport.read_pointer`: read the meta stream from
         its last chunk, publish a marker and read up to it (a stream says nothing of
@@ -470,7 +558,7 @@ class AmqpTransport:
         )
         where = f"exchange={exchange} routing_key={routing_key}"
         try:
-            channel = await self._deliver_channel()
+            channel = await self._confirm_channel("deliver")
             await channel.basic_publish(
                 record.payload,
                 exchange=exchange,
@@ -488,13 +576,15 @@ class AmqpTransport:
             return f"refused by the broker: {where}: {exc}"
         return None
 
-    async def _deliver_channel(self) -> AbstractChannel:
-        channel = self._channels.get("deliver")
+    async def _confirm_channel(self, name: str) -> AbstractChannel:
+        """The confirm channel ``name``, opened on first use (and again once the broker
+        closed it)."""
+        channel = self._channels.get(name)
         if channel is None or channel.is_closed:
             async with self._reopening:
-                channel = self._channels.get("deliver")
+                channel = self._channels.get(name)
                 if channel is None or channel.is_closed:
-                    channel = await self._open_channel("deliver", confirms=True)
+                    channel = await self._open_channel(name, confirms=True)
         return channel
 
     async def announce(self, reign: str) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from ..._switch import switch
 from ...errors import UnsupportedURL
 from .._replicated import Candidacy
 from ._constants import (
@@ -31,6 +32,7 @@ _OPTIONS = frozenset(
         "deliver_exchange",
         "deliver_routing_key",
         "retention_bytes",
+        "fast_put",
     }
 )
 #: TLS parameters of an ``amqps://`` URL, passed to aiormq as they are: the CA that signs
@@ -54,6 +56,9 @@ class Settings:
     at its time ("" routing key: the queue's name), or None: consumers reserve them."""
     retention_bytes: int = DEFAULT_RETENTION_BYTES
     """The log's size retention (0: none)."""
+    fast_put: bool = True
+    """Whether ``put()`` appends to the intake itself (docs/rabbitmq.md, "Fast put")
+    rather than asking the scheduler."""
 
 
 def _timeout(value: Any) -> float:
@@ -119,7 +124,13 @@ def parse(url: str, options: dict[str, Any]) -> Settings:
     )
     retention = _retention(merged.get("retention_bytes", DEFAULT_RETENTION_BYTES))
     return Settings(
-        brokers, prefix, cast(Candidacy, scheduler), timeout, _deliver(merged), retention
+        brokers,
+        prefix,
+        cast(Candidacy, scheduler),
+        timeout,
+        _deliver(merged),
+        retention,
+        switch("fast_put", merged.get("fast_put", True)),
     )
 
 

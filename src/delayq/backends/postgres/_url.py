@@ -10,6 +10,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from ..._duration import bounded_seconds
+from ..._switch import switch
 from ...errors import UnsupportedURL
 
 __all__ = ["DEFAULT_SCHEMA", "OPTIONS", "Settings", "check_schema", "parse_url"]
@@ -98,7 +99,7 @@ def parse_url(url: str, **options: Any) -> Settings:
     return Settings(
         conninfo=conninfo,
         schema=check_schema(own.get("schema", DEFAULT_SCHEMA)),
-        notify=_switch("notify", own.get("notify", True)),
+        notify=switch("notify", own.get("notify", True)),
         poll_interval=bounded_seconds(
             "poll_interval", own.get("poll_interval", POLL_INTERVAL), 60.0
         ),
@@ -115,16 +116,6 @@ def check_schema(schema: object) -> str:
             f"(letters, digits, _; not starting with a digit), not {schema!r}"
         )
     return schema
-
-
-def _switch(name: str, value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("on", "true", "1", "yes"):
-        return True
-    if isinstance(value, str) and value.lower() in ("off", "false", "0", "no"):
-        return False
-    raise ValueError(f"{name} must be on or off, not {value!r}")
 
 
 def _count(name: str, value: object, high: int) -> int:

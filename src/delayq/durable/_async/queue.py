@@ -106,7 +106,8 @@ class AsyncQueue(QueueBase):
         """
         self._check_writable()
         request = self._request(payload, delay, at, id, on_conflict, max_attempts, headers)
-        await self._backend.put(self._name, [request])
+        # Only the id is returned: a backend may take the hint (see the contract's put).
+        await self._backend.put(self._name, [request], outcome=False)
         return request.id
 
     async def put_outcome(

@@ -23,7 +23,7 @@ class Backend(Protocol):
     never blocks the event loop, and cancelling it leaves nothing claimed.
     """
 
-    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
+    def put(self, queue: str, requests: Sequence[PutRequest], *, outcome: bool = True) -> list[int]:
         """Store every request in one atomic step, in order; return the positions of
         the requests that kept an existing message.
 
@@ -42,6 +42,16 @@ class Backend(Protocol):
         before them): the 0-based positions into ``requests``, ascending, of the kept
         requests; ``[]`` when every request stored its message (created or replaced),
         the common case, which costs nothing to report.
+
+        ``outcome=False`` is a hint from a caller that drops the result (the facade's
+        ``put``, never ``put_outcome`` or ``put_many``): a backend may ignore it (every
+        one but ``amqp://`` does). A backend that takes it may, for a batch of
+        ``on_conflict="ignore"`` requests only (which can neither raise DuplicateId nor
+        return anything the caller reads), return ``[]`` once the requests are durably
+        accepted and before they are decided, provided that every later call of the
+        same backend object sees them (read-your-writes); another process sees them
+        once decided, a moment later. Their delays then count from the moment they are
+        decided, never earlier than the call.
         """
         ...
 

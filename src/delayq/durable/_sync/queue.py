@@ -108,7 +108,8 @@ class Queue(QueueBase):
         """
         self._check_writable()
         request = self._request(payload, delay, at, id, on_conflict, max_attempts, headers)
-        self._backend.put(self._name, [request])
+        # Only the id is returned: a backend may take the hint (see the contract's put).
+        self._backend.put(self._name, [request], outcome=False)
         return request.id
 
     def put_outcome(

@@ -24,8 +24,20 @@ class AsyncReplicatedBackend:
     def __init__(self, link: LoopLink) -> None:
         self._link = link
 
-    async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
-        """See :meth:`~delayq.durable.backend.AsyncBackend.put`."""
+    async def put(
+        self, queue: str, requests: Sequence[PutRequest], *, outcome: bool = True
+    ) -> list[int]:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.put`. With ``outcome=False``
+        and ``on_conflict="ignore"`` requests, a fast put when the link allows one: it
+        returns once the intake confirmed it, the scheduler folds it a moment later
+        (docs/rabbitmq.md, "Fast put")."""
+        if (
+            not outcome
+            and self._link.fast
+            and all(request.on_conflict == "ignore" for request in requests)
+        ):
+            await self._link.put_fast(queue, encode_requests(requests))
+            return []
         kept: list[int] = await self._link.call("put", [queue, encode_requests(requests)])
         return kept
 

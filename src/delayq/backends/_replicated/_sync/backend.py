@@ -26,8 +26,18 @@ class ReplicatedBackend:
     def __init__(self, link: ThreadLink) -> None:
         self._link = link
 
-    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
-        """See :meth:`~delayq.durable.backend.Backend.put`."""
+    def put(self, queue: str, requests: Sequence[PutRequest], *, outcome: bool = True) -> list[int]:
+        """See :meth:`~delayq.durable.backend.Backend.put`. With ``outcome=False``
+        and ``on_conflict="ignore"`` requests, a fast put when the link allows one: it
+        returns once the intake confirmed it, the scheduler folds it a moment later
+        (docs/rabbitmq.md, "Fast put")."""
+        if (
+            not outcome
+            and self._link.fast
+            and all(request.on_conflict == "ignore" for request in requests)
+        ):
+            self._link.put_fast(queue, encode_requests(requests))
+            return []
         kept: list[int] = self._link.call("put", [queue, encode_requests(requests)])
         return kept
 

@@ -26,6 +26,7 @@ class AsyncAmqpBackend(AsyncReplicatedBackend):
                 scheduler=settings.scheduler,
                 request_timeout=settings.request_timeout,
                 deliver=settings.deliver,
+                fast_put=settings.fast_put,
             )
         )
 
@@ -33,6 +34,6 @@ class AsyncAmqpBackend(AsyncReplicatedBackend):
 def open_async_backend(url: str, **options: Any) -> AsyncAmqpBackend:
     """Open this face of ``amqp://`` (options: ``prefix``, ``scheduler``,
     ``request_timeout``, ``deliver_exchange``, ``deliver_routing_key``,
-    ``retention_bytes``; see
+    ``retention_bytes``, ``fast_put``; see
     :mod:`delayq.backends.amqp`)."""
     return AsyncAmqpBackend(url, **options)

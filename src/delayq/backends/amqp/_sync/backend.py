@@ -28,6 +28,7 @@ class AmqpBackend(ReplicatedBackend):
                 scheduler=settings.scheduler,
                 request_timeout=settings.request_timeout,
                 deliver=settings.deliver,
+                fast_put=settings.fast_put,
             )
         )
 
@@ -35,6 +36,6 @@ class AmqpBackend(ReplicatedBackend):
 def open_backend(url: str, **options: Any) -> AmqpBackend:
     """Open this face of ``amqp://`` (options: ``prefix``, ``scheduler``,
     ``request_timeout``, ``deliver_exchange``, ``deliver_routing_key``,
-    ``retention_bytes``; see
+    ``retention_bytes``, ``fast_put``; see
     :mod:`delayq.backends.amqp`)."""
     return AmqpBackend(url, **options)

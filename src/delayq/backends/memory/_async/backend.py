@@ -79,8 +79,11 @@ class AsyncMemoryBackend:
             return None
         return self._clock.wait_timeout(max(seconds, 0.0))
 
-    async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
-        """See :meth:`~delayq.durable.backend.AsyncBackend.put`."""
+    async def put(
+        self, queue: str, requests: Sequence[PutRequest], *, outcome: bool = True
+    ) -> list[int]:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.put` (``outcome`` is a hint this
+        backend does not need: it always decides before it returns)."""
         store = self._store(queue)
         with store.lock:
             kept = store.put(requests, self._now())

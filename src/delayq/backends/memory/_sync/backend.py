@@ -81,8 +81,9 @@ class MemoryBackend:
             return None
         return self._clock.wait_timeout(max(seconds, 0.0))
 
-    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
-        """See :meth:`~delayq.durable.backend.Backend.put`."""
+    def put(self, queue: str, requests: Sequence[PutRequest], *, outcome: bool = True) -> list[int]:
+        """See :meth:`~delayq.durable.backend.Backend.put` (``outcome`` is a hint this
+        backend does not need: it always decides before it returns)."""
         store = self._store(queue)
         with store.lock:
             kept = store.put(requests, self._now())

@@ -330,8 +330,9 @@ class PostgresBackend:
 
     # -- the operations ---------------------------------------------------------------
 
-    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
-        """See :meth:`~delayq.durable.backend.Backend.put`."""
+    def put(self, queue: str, requests: Sequence[PutRequest], *, outcome: bool = True) -> list[int]:
+        """See :meth:`~delayq.durable.backend.Backend.put` (``outcome`` is a hint this
+        backend does not need: it always decides before it returns)."""
         if len(requests) == 1 and requests[0].on_conflict == "ignore":
             request = requests[0]
             kind = put_kind(request.delay_ms, request.at_ms)

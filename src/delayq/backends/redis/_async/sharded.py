@@ -167,8 +167,11 @@ class AsyncShardedRedisBackend(ShardedBase):
             self._claim_all(queue, view, limit, lease_ms, stop), queue, stop
         )
 
-    async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
-        """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
+    async def put(
+        self, queue: str, requests: Sequence[PutRequest], *, outcome: bool = True
+    ) -> list[int]:
+        """See :meth:`Backend.put <delayq.durable.backend.Backend.put>` (``outcome`` is a hint this
+        backend does not need: it always decides before it returns)."""
         taken = None
         if self.shards > 1:
             taken = await self._run(self._ops[0].take_seqs(queue, len(requests)))

@@ -134,8 +134,9 @@ class RedisBackend:
             logger.warning("could not release %d claimed messages: %s", len(records), exc)
         self._bump(queue)
 
-    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
-        """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
+    def put(self, queue: str, requests: Sequence[PutRequest], *, outcome: bool = True) -> list[int]:
+        """See :meth:`Backend.put <delayq.durable.backend.Backend.put>` (``outcome`` is a hint this
+        backend does not need: it always decides before it returns)."""
         woke, kept = self._run(self._ops.put(queue, requests))
         if woke:
             self._bump(queue)

@@ -169,8 +169,9 @@ class ShardedRedisBackend(ShardedBase):
             self._claim_all(queue, view, limit, lease_ms, stop), queue, stop
         )
 
-    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
-        """See :meth:`Backend.put <delayq.durable.backend.Backend.put>`."""
+    def put(self, queue: str, requests: Sequence[PutRequest], *, outcome: bool = True) -> list[int]:
+        """See :meth:`Backend.put <delayq.durable.backend.Backend.put>` (``outcome`` is a hint this
+        backend does not need: it always decides before it returns)."""
         taken = None
         if self.shards > 1:
             taken = self._run(self._ops[0].take_seqs(queue, len(requests)))

@@ -51,8 +51,11 @@ class AsyncSQLiteBackend:
         """The absolute path of the database file."""
         return self._core.pool.path
 
-    async def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
-        """See :meth:`~delayq.durable.backend.AsyncBackend.put`."""
+    async def put(
+        self, queue: str, requests: Sequence[PutRequest], *, outcome: bool = True
+    ) -> list[int]:
+        """See :meth:`~delayq.durable.backend.AsyncBackend.put` (``outcome`` is a hint this
+        backend does not need: it always decides before it returns)."""
         return await self._runner.call(self._core.put, queue, requests)
 
     async def reserve(

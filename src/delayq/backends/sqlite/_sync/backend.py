@@ -53,8 +53,9 @@ class SQLiteBackend:
         """The absolute path of the database file."""
         return self._core.pool.path
 
-    def put(self, queue: str, requests: Sequence[PutRequest]) -> list[int]:
-        """See :meth:`~delayq.durable.backend.Backend.put`."""
+    def put(self, queue: str, requests: Sequence[PutRequest], *, outcome: bool = True) -> list[int]:
+        """See :meth:`~delayq.durable.backend.Backend.put` (``outcome`` is a hint this
+        backend does not need: it always decides before it returns)."""
         return self._runner.call(self._core.put, queue, requests)
 
     def reserve(self, queue: str, *, limit: int, lease_ms: int, wait: float | None) -> list[Record]:

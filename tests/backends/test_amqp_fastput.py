@@ -1,0 +1,231 @@
+"""``amqp://``'s fast put (docs/rabbitmq.md, "Fast put"): ``put()`` with
+``on_conflict="ignore"`` appends to the intake stream itself and returns on its confirm;
+the scheduler folds it. Checked here: the fast and the plain path both match the
+conformance suite's model, the same backend object reads its own writes at once
+(scheduler in another process), a scheduler killed with puts in the intake that it has
+not folded (and one put appended twice) loses and doubles nothing, a fast put made while
+no scheduler runs is kept and delivered later, and puts past the live bytes' limit turn
+the clients back to the plain path, which refuses them.
+
+The tests use the shared RabbitMQ under a namespace (``prefix``) of their own, deleted
+afterwards; the schedulers are ``delayq scheduler`` processes of the test's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from backends.test_amqp_checkpoint import stream_messages
+from backends.test_amqp_coalesce import scheduler_process
+from conformance.conftest import amqp_url
+from conformance.test_model import QueueModel
+from delayq.backends._replicated import _scheduler as scheduler_module
+from delayq.durable import Queue
+
+pika = pytest.importorskip("pika")
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> Iterator[str]:
+    with contextlib.closing(amqp_url(tmp_path)) as namespace:
+        yield next(namespace)
+
+
+def client(url: str) -> str:
+    """``url`` for a pure client (never a scheduler)."""
+    return url.replace("scheduler=on", "scheduler=off")
+
+
+def intake(url: str) -> list[tuple[bytes, Any]]:
+    """``(body, the request ids of its puts)`` of every put message of the intake (not
+    the markers of new schedulers, which look for its end)."""
+    return [
+        (body, [put[0] for put in msgpack.unpackb(body)[4]])
+        for kind, body in stream_messages(url, "intake")
+        if kind == "puts"
+    ]
+
+
+def append_to_intake(url: str, body: bytes) -> None:
+    prefix = url.split("prefix=", 1)[1].split("&", 1)[0]
+    connection = pika.BlockingConnection(pika.URLParameters(url.split("?", 1)[0]))
+    try:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.basic_publish("", f"{prefix}.intake", body, pika.BasicProperties(delivery_mode=2))
+    finally:
+        connection.close()
+
+
+@contextlib.contextmanager
+def scheduler(url: str) -> Iterator[Any]:
+    process = scheduler_process(url)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(30)
+
+
+@pytest.mark.parametrize("fast_put", ["on", "off"])
+def test_fast_and_plain_puts_match_the_model(url: str, fast_put: str) -> None:
+    """The conformance suite's state machine, on each path: the same observable results
+    (what every call returns, stats at every step, get() of every id at the end)."""
+    with scheduler(url):
+        run_state_machine_as_test(
+            lambda: QueueModel(
+                Queue(f"{client(url)}&fast_put={fast_put}", name="model", max_payload=None),
+                False,
+            ),
+            settings=settings(
+                max_examples=25,
+                stateful_step_count=30,
+                deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+            ),
+        )
+    if fast_put == "on":
+        assert intake(url)  # the model's puts went through the intake
+    else:
+        assert intake(url) == []
+
+
+def test_the_same_queue_reads_its_own_fast_puts(url: str) -> None:
+    """Put, then get and cancel by id at once, from a client whose scheduler runs in
+    another process: every later call of the same object sees the put."""
+    with scheduler(url), Queue(client(url), name="jobs") as queue:
+        queue.stats()  # the scheduler is elected
+        for i in range(100):
+            id = queue.put(i, id=f"m{i}", delay=60)
+            message = queue.get(id)
+            assert message is not None
+            assert message.payload == i
+            if i % 2:
+                assert queue.cancel(id) is True
+            else:
+                assert queue.put_outcome("again", id=id).created is False
+        assert queue.stats().scheduled == 50
+        assert sum(len(ids) for _, ids in intake(url)) == 100
+        queue.purge()
+
+
+def test_a_scheduler_killed_with_puts_it_has_not_folded_loses_and_doubles_nothing(
+    url: str,
+) -> None:
+    """A scheduler frozen (SIGSTOP) while a client puts, then killed (SIGKILL): the
+    puts confirmed by the intake and never folded by it are folded by its successor,
+    with those it folded before and one intake message appended twice, each once."""
+    first = scheduler_process(url)
+    try:
+        with Queue(client(url), name="jobs", request_timeout=30) as queue:
+            queue.stats()  # the first process is elected
+            acked = [queue.put(i) for i in range(200)]
+            assert queue.stats().ready == 200  # folded (the request waited for them)
+            first.send_signal(signal.SIGSTOP)
+            started = time.monotonic()
+            acked += [queue.put(i) for i in range(200, 500)]
+            put_seconds = time.monotonic() - started
+            first.send_signal(signal.SIGKILL)
+            assert first.wait(10) == -signal.SIGKILL
+            body, _ = intake(url)[-1]
+            append_to_intake(url, body)  # as a client resending an unconfirmed append
+            with scheduler(url):
+                messages = queue.reserve(wait=5, max=1000)
+                seen = [message.id for message in messages]
+                while len(seen) < 500:
+                    more = queue.reserve(wait=2, max=1000)
+                    if not more:
+                        break
+                    seen += [message.id for message in more]
+                    messages += more
+                queue.ack_many(messages)
+                assert queue.stats().ready == 0
+    finally:
+        if first.poll() is None:
+            first.send_signal(signal.SIGKILL)
+            first.wait(10)
+    assert put_seconds < 25  # the puts did not wait for the frozen scheduler
+    assert len(seen) == len(set(seen)) == 500
+    assert set(seen) == set(acked)
+
+
+def test_a_fast_put_while_no_scheduler_runs_is_kept_and_delivered_later(url: str) -> None:
+    with Queue(client(url), name="jobs", request_timeout=30) as queue:
+        started = time.monotonic()
+        ids = [queue.put(i, delay=0.2) for i in range(20)]
+        assert time.monotonic() - started < 10  # no scheduler to wait for
+        with scheduler(url), Queue(client(url), name="jobs") as other:
+            got = queue.reserve(wait=10, max=100)
+            while len(got) < 20:
+                more = queue.reserve(wait=5, max=100)
+                assert more
+                got += more
+            assert sorted(message.id for message in got) == sorted(ids)
+            assert [message.payload for message in got] == list(range(20))
+            queue.ack_many(got)
+            assert other.stats().ready == other.stats().active == 0
+
+
+def test_fast_puts_past_the_limit_turn_clients_to_the_plain_path(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fast put cannot be refused once the intake confirmed it: the scheduler takes
+    it past the live bytes' limit (a quarter of the retention) and tells the clients,
+    whose next puts take the plain path and get LogFull; once there is room again, a
+    plain put is taken and the fast path comes back."""
+    small = f"{url}&retention_bytes=1000000"
+    with Queue(small, name="jobs") as queue:
+        stored = 0
+        refused: OSError | None = None
+        for _ in range(200):
+            try:
+                queue.put("z" * 10_000)
+            except OSError as exc:
+                refused = exc
+                break
+            stored += 1
+        assert refused is not None
+        assert "quarter of the log's retention" in str(refused)
+        assert 20 <= stored < 200
+        assert queue.stats().ready == stored  # every put that returned is kept
+        assert any(r.getMessage().startswith("put_over_limit") for r in caplog.records)
+        before = len(intake(url))
+        queue.purge()
+        queue.put("z" * 10_000)  # the plain path (the client was told) takes it
+        queue.put("z" * 10_000)  # and the next one is fast again
+        assert len(intake(url)) == before + 1
+        assert queue.stats().ready == 2
+        queue.purge()
+
+
+def test_a_client_the_scheduler_forgot_is_not_held_forever(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request waits behind its client's fast puts; a scheduler that no longer knows
+    the client (it remembers CLIENTS_KEPT of them, here 1) appends a marker to the
+    intake and releases the request once it reads it back."""
+    monkeypatch.setattr(scheduler_module, "CLIENTS_KEPT", 1)
+    with Queue(url, name="jobs") as scheduling:
+        scheduling.stats()  # this process is elected
+        with (
+            Queue(client(url), name="jobs", request_timeout=5) as first,
+            Queue(client(url), name="jobs", request_timeout=5) as second,
+        ):
+            first.put(1, id="first")
+            second.put(2, id="second")
+            assert second.get("second") is not None  # folded: the first is forgotten
+            message = first.get("first")  # waits behind a marker, not forever
+            assert message is not None
+            assert message.payload == 1
+        scheduling.purge()
