@@ -6,7 +6,9 @@ An entry of the log is a msgpack array of operations, each
 ``[op, queue, request_id, now_floor, last_seq, images, deletes, reply_kind, reply]``:
 the records the operation wrote (whole), the ids it deleted, the queue's last sequence
 number, and the reply it earned (so that a request resent after a failover is answered
-from the log, not applied twice). Replay is a fold with no clock and no decision.
+from the log, not applied twice); a request id with no reply kind takes back the
+request's logged reply (a held one dropped before it left). Replay is a fold with no
+clock and no decision.
 
 Checkpoints (docs/rabbitmq.md, "Checkpoints and retention") roll the live records
 forward so that the log can drop its old segments: a ``checkpoint-begin`` operation
@@ -84,6 +86,11 @@ _HOLD_MARGIN = 1e-4
 #: The operations of a checkpoint (their request id field carries the entry's mark).
 _BEGIN, _IMAGES, _END = "checkpoint-begin", "checkpoint", "checkpoint-end"
 _CHECKPOINT_OPS = frozenset({_BEGIN, _IMAGES, _END})
+#: Operations that see a message by its id, and those that see the whole queue: a
+#: message claimed ahead whose held reply has not left is given back before them
+#: (_retract), so that they find it as if it had not been claimed.
+_BY_ID = frozenset({"cancel", "reschedule", "get", "put"})
+_WHOLE_QUEUE = frozenset({"stats", "peek", "purge", "due_counts"})
 
 
 def _fault() -> tuple[int, int, Path] | None:
@@ -410,7 +417,10 @@ class Scheduler:
         self._store(queue).restore(images, deletes, last_seq)
         self._last_now = max(self._last_now, floor)
         if request_id and name != _IMAGES:
-            self._remember(request_id, kind, reply)
+            if kind:
+                self._remember(request_id, kind, reply)
+            else:  # a held reply dropped before it left (_drop_ahead): not an answer
+                self._dedup.pop(request_id, None)
 
     def stop(self) -> None:
         """Stop serving: timers, the renewal and pending replies are dropped (the
@@ -507,6 +517,7 @@ class Scheduler:
         if op == "configure":
             self._configure_request(queue, args[1], request_id, reply_to, now)
             return
+        retracted = self._retract(store, queue, op, args, now)
         try:
             if op == "put" and self._max_live:
                 self._weigh(queue, args[1])
@@ -516,6 +527,8 @@ class Scheduler:
             self._decided(
                 store, op, queue, "", now=now, reply=_Reply(reply_to, request_id, kind, pack(body))
             )
+            if retracted:
+                self._service(queue)
             return
         if op == "reserve" and not outcome:
             limit, lease_ms, wait = args[1:4]
@@ -535,8 +548,31 @@ class Scheduler:
             claimed=outcome if op == "reserve" else None,
         )
         self._decided(store, op, queue, request_id, now=now, reply=reply)
-        if store.records and (self._parked.get(queue) or queue in self._targets):
+        if retracted or (store.records and (self._parked.get(queue) or queue in self._targets)):
             self._service(queue)
+
+    def _retract(self, store: _Journal, queue: str, op: str, args: list[Any], now: Now) -> bool:
+        """Before ``op``: give back the messages claimed ahead for a parked reserve whose
+        held reply has not left yet (_drop_ahead: due time and place kept, no attempt
+        charged, logged with ``op``) when ``op`` sees them (by id: cancel, reschedule,
+        get, a put that replaces; or the whole queue: stats, peek, purge, due counts),
+        so that it finds them as if they had not been claimed. The reserve stays parked
+        and may claim ahead again (_service, after ``op``). True when it gave any back."""
+        parked = self._parked.get(queue)
+        if not parked or (op not in _BY_ID and op not in _WHOLE_QUEUE):
+            return False
+        ids: set[str] | None = None
+        if op == "put":
+            ids = {request[0] for request in args[1] if request[7] == "replace"}
+        elif op in _BY_ID:
+            ids = {args[1]}
+        retracted = False
+        for waiter in parked.values():
+            claimed = waiter.ahead.claimed if waiter.ahead is not None else None
+            if claimed and (ids is None or any(record.id in ids for record in claimed)):
+                self._drop_ahead(store, waiter, now)
+                retracted = True
+        return retracted
 
     def _live_bytes(self) -> int:
         return sum(store.size for store in self._queues.values())
@@ -896,6 +932,12 @@ class Scheduler:
         for record in reply.claimed or []:
             with contextlib.suppress(LeaseLost):
                 store.release(record.id, record.lease or "", now)
+        # Nor is it the request's answer any more: a resend (here, or to the next
+        # scheduler, which replays this entry) is served afresh, never with messages
+        # given back (and perhaps cancelled since) from the dedup table.
+        self._dedup.pop(reply.request_id, None)
+        forgotten = ["release", reply.queue, reply.request_id, now.floor, store.last_seq]
+        self._commit([*forgotten, [], [], "", b""], None)
 
     def _service(self, queue: str) -> None:
         """Serve the parked reserves of ``queue`` in arrival order with what is due, answer
