@@ -31,6 +31,7 @@ from conformance.conftest import amqp_url
 from delayq.backends._replicated import _scheduler
 from delayq.backends._replicated._codec import encode_outcome, pack
 from delayq.backends.amqp import NOT_GUARANTEED, NoScheduler
+from delayq.durable._records import Records
 
 from ._redis_server import free_port
 
@@ -305,23 +306,35 @@ def test_a_waiting_reserve_cancelled_on_its_way_claims_nothing(url: str) -> None
 
 
 @pytest.fixture
-def wide_fire_ahead(monkeypatch: pytest.MonkeyPatch) -> int:
+def wide_fire_ahead(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The scheduler claims for a waiting reserve up to 2 s ahead (10 ms in use), so
-    that a test sees the hold without racing it."""
+    that a test sees the hold without racing it; the ids it claims ahead, as it claims
+    them (a claim ahead is not visible to a user: get, stats and the rest give it back
+    first)."""
     monkeypatch.setattr(_scheduler, "FIRE_AHEAD_MS", 2000)
-    return 2000
+    ids: list[str] = []
+    claim_ahead = Records.claim_ahead
+
+    def spy(self: Records, now: Any, horizon: int, limit: int, lease_ms: int) -> list[Any]:
+        claimed = claim_ahead(self, now, horizon, limit, lease_ms)
+        ids.extend(record.id for record in claimed)
+        return claimed
+
+    monkeypatch.setattr(Records, "claim_ahead", spy)
+    return ids
 
 
 async def _park_then_put(
-    q: AsyncQueue, other: AsyncQueue, id: str, delay: float, lease: float = 60
-) -> tuple[asyncio.Future[list[Message]], Message]:
+    q: AsyncQueue, other: AsyncQueue, claims: list[str], id: str, delay: float, lease: float = 60
+) -> asyncio.Future[list[Message]]:
     """``q`` elected, a reserve of ``q`` parked, then ``id`` put by ``other`` with
-    ``delay``: the reserve, and the message once claimed ahead for it."""
+    ``delay``: the reserve, once ``id`` is claimed ahead for it."""
     await q.stats()
     waiting = asyncio.ensure_future(q.reserve(wait=10, lease=lease))
     await asyncio.sleep(0.2)  # parked
     await other.put(id, id=id, delay=delay)
-    return waiting, await _claimed_ahead(other, id)
+    await _claimed_ahead(claims, id)
+    return waiting
 
 
 async def _back_then_on_time(q: AsyncQueue, id: str) -> Message:
@@ -337,47 +350,51 @@ async def _back_then_on_time(q: AsyncQueue, id: str) -> Message:
     return message
 
 
-async def _claimed_ahead(q: AsyncQueue, id: str) -> Message:
-    """The message ``id`` once it is in flight (claimed for a waiting reserve)."""
+async def _claimed_ahead(claims: list[str], id: str) -> None:
+    """Once the message ``id`` is claimed ahead for a waiting reserve."""
     deadline = time.monotonic() + 5
-    while (held := await q.get(id)) is None or held.state is not State.ACTIVE:
+    while id not in claims:
         assert time.monotonic() < deadline, "not claimed ahead"
         await asyncio.sleep(0.01)
-    return held
 
 
 def test_a_message_claimed_ahead_reaches_its_caller_at_its_due_time(
-    url: str, wide_fire_ahead: int
+    url: str, wide_fire_ahead: list[str]
 ) -> None:
     """A waiting reserve is answered before the message is due (its lease logged, the
     reply on its way), and the client holds it until the due time: never early, and
-    its lease runs from the due time, whole."""
+    its lease runs from the due time, whole. Until its reply leaves, the message is
+    seen as if it had not been claimed."""
 
     async def main() -> None:
         async with AsyncQueue(url, name="jobs") as q, AsyncQueue(url, name="jobs") as other:
             started = time.time()
-            waiting, held = await _park_then_put(q, other, "x", 1.0, lease=30)
+            waiting = await _park_then_put(q, other, wide_fire_ahead, "x", 1.0, lease=30)
             assert not waiting.done()  # claimed for it, held until its due time
-            assert held.attempts == 1
-            assert held.lease_expires_at == held.due_at + 30_000
-            assert not await other.cancel("x")  # in flight meanwhile
+            seen = await other.get("x")
+            assert seen is not None
+            assert (seen.state, seen.attempts) == (State.SCHEDULED, 0)
+            stats = await other.stats()
+            assert (stats.scheduled, stats.active) == (1, 0)
             [message] = await asyncio.wait_for(waiting, 10)
             assert time.time() * 1000 >= message.due_at
             assert time.time() - started >= 1.0
+            assert message.attempts == 1
+            assert message.lease_expires_at == message.due_at + 30_000
             await q.ack(message)
 
     asyncio.run(main())
 
 
 def test_a_reserve_cancelled_while_it_holds_messages_gives_them_back(
-    url: str, wide_fire_ahead: int
+    url: str, wide_fire_ahead: list[str]
 ) -> None:
     """A caller that gives up while its link holds messages claimed ahead for it: they
     are given back (no attempt charged) and reach the next reserve at their time."""
 
     async def main() -> None:
         async with AsyncQueue(url, name="jobs") as q, AsyncQueue(url, name="jobs") as other:
-            waiting, _ = await _park_then_put(q, other, "x", 1.5)
+            waiting = await _park_then_put(q, other, wide_fire_ahead, "x", 1.5)
             waiting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await waiting
@@ -391,7 +408,7 @@ def test_a_reserve_cancelled_while_it_holds_messages_gives_them_back(
 
 
 def test_a_reserve_whose_wait_ends_before_the_due_time_claims_nothing_ahead(
-    url: str, wide_fire_ahead: int
+    url: str, wide_fire_ahead: list[str]
 ) -> None:
     """Claiming ahead never takes a message due after the reserve's wait ends: the
     reserve returns empty and the message stays scheduled, unclaimed."""
@@ -405,7 +422,7 @@ def test_a_reserve_whose_wait_ends_before_the_due_time_claims_nothing_ahead(
 
 
 def test_the_sync_face_holds_a_message_claimed_ahead_until_its_due_time(
-    url: str, wide_fire_ahead: int
+    url: str, wide_fire_ahead: list[str]
 ) -> None:
     """The same through the sync face, which holds it in the calling thread."""
     with Queue(url, name="jobs") as q, Queue(url, name="jobs") as other:
@@ -421,7 +438,7 @@ def test_the_sync_face_holds_a_message_claimed_ahead_until_its_due_time(
         time.sleep(0.2)  # parked
         other.put("x", id="x", delay=1.0)
         deadline = time.monotonic() + 5
-        while (held := other.get("x")) is not None and held.state is not State.ACTIVE:
+        while "x" not in wide_fire_ahead:
             assert time.monotonic() < deadline, "not claimed ahead"
             time.sleep(0.01)
         assert waiting.is_alive()  # held until its due time
@@ -432,7 +449,7 @@ def test_the_sync_face_holds_a_message_claimed_ahead_until_its_due_time(
 
 
 def test_a_message_due_now_is_not_kept_waiting_behind_one_claimed_ahead(
-    url: str, wide_fire_ahead: int
+    url: str, wide_fire_ahead: list[str]
 ) -> None:
     """A waiting reserve whose message was claimed ahead but not yet sent takes a
     message that falls due meanwhile instead: the one claimed ahead goes back (its due
@@ -440,10 +457,93 @@ def test_a_message_due_now_is_not_kept_waiting_behind_one_claimed_ahead(
 
     async def main() -> None:
         async with AsyncQueue(url, name="jobs") as q, AsyncQueue(url, name="jobs") as other:
-            waiting, _ = await _park_then_put(q, other, "later", 1.5)
+            waiting = await _park_then_put(q, other, wide_fire_ahead, "later", 1.5)
             await other.put("now", id="now")
             [first] = await asyncio.wait_for(waiting, 1.0)  # not held until "later" is due
             assert first.id == "now"
             await q.ack_many([first, await _back_then_on_time(q, "later")])
 
     asyncio.run(main())
+
+
+def test_a_message_claimed_ahead_can_be_cancelled_until_its_reply_leaves(
+    url: str, wide_fire_ahead: list[str]
+) -> None:
+    """A cancel that comes while a message is claimed ahead and its reply has not left
+    succeeds as for any scheduled message: the message is never delivered, and the
+    waiting reserve stays parked for the next one."""
+
+    async def main() -> None:
+        async with AsyncQueue(url, name="jobs") as q, AsyncQueue(url, name="jobs") as other:
+            waiting = await _park_then_put(q, other, wide_fire_ahead, "x", 1.0)
+            assert await other.cancel("x")
+            assert await other.get("x") is None
+            await asyncio.sleep(1.2)  # past its due time
+            assert not waiting.done()
+            await other.put("y", id="y", delay=0.2)
+            [message] = await asyncio.wait_for(waiting, 10)
+            assert message.id == "y"
+            await q.ack(message)
+            assert await other.get("x") is None
+
+    asyncio.run(main())
+
+
+def test_a_message_claimed_ahead_can_be_rescheduled_or_replaced_until_its_reply_leaves(
+    url: str, wide_fire_ahead: list[str]
+) -> None:
+    """A reschedule, or a put that replaces it, while a message is claimed ahead and
+    its reply has not left: it moves (or changes) as a scheduled message would, and
+    reaches the waiting reserve at its new time, with what the put stored."""
+
+    async def main() -> None:
+        async with AsyncQueue(url, name="jobs") as q, AsyncQueue(url, name="jobs") as other:
+            waiting = await _park_then_put(q, other, wide_fire_ahead, "x", 0.8)
+            first = await other.get("x")
+            assert first is not None
+            assert await other.reschedule("x", delay=1.5)
+            # Each gave it back, then claimed it ahead again for the reserve still parked.
+            assert wide_fire_ahead.count("x") == 3
+            assert await other.put("new", id="x", delay=1.2, on_conflict="replace") == "x"
+            [message] = await asyncio.wait_for(waiting, 10)
+            assert message.id == "x"
+            assert message.payload == "new"
+            assert message.due_at > first.due_at
+            assert time.time() * 1000 >= message.due_at
+            assert message.attempts == 1
+            assert wide_fire_ahead.count("x") == 4
+            await q.ack(message)
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_claim_ahead_is_not_the_answer_to_a_reserve_resent_after_a_failover(
+    url: str, wide_fire_ahead: list[str]
+) -> None:
+    """A message claimed ahead for a waiting reserve, then cancelled before its reply
+    left: the reply it would have carried is not that reserve's answer any more, in the
+    log either, so the reserve, resent to the next scheduler, waits again and never
+    gets the cancelled message."""
+    client = url.replace("scheduler=on", "scheduler=off")
+
+    async def main() -> list[str]:
+        async with AsyncQueue(client, name="jobs") as q:
+            first = AsyncQueue(url, name="jobs")
+            await first.stats()  # elected
+            waiting = asyncio.ensure_future(q.reserve(wait=20))
+            await asyncio.sleep(0.2)  # parked
+            await first.put("x", id="x", delay=1.5)
+            await _claimed_ahead(wide_fire_ahead, "x")
+            assert await first.cancel("x")
+            async with AsyncQueue(url, name="jobs") as second:
+                await second.stats()  # stands; elected once first closes
+                await first.close()
+                assert await second.get("x") is None  # second serves now
+                await asyncio.sleep(2.0)  # past x's due time
+                assert not waiting.done()
+                await second.put("y", id="y", delay=0.2)
+                messages = await asyncio.wait_for(waiting, 15)
+                await q.ack_many(messages)
+                return [m.id for m in messages]
+
+    assert asyncio.run(main()) == ["y"]

@@ -6,7 +6,9 @@ An entry of the log is a msgpack array of operations, each
 ``[op, queue, request_id, now_floor, last_seq, images, deletes, reply_kind, reply]``:
 the records the operation wrote (whole), the ids it deleted, the queue's last sequence
 number, and the reply it earned (so that a request resent after a failover is answered
-from the log, not applied twice). Replay is a fold with no clock and no decision.
+from the log, not applied twice); a request id with no reply kind takes back the
+request's logged reply (a held one dropped before it left). Replay is a fold with no
+clock and no decision.
 
 Checkpoints (docs/rabbitmq.md, "Checkpoints and retention") roll the live records
 forward so that the log can drop its old segments: a ``checkpoint-begin`` operation
@@ -97,6 +99,11 @@ _BEGIN, _IMAGES, _END = "checkpoint-begin", "checkpoint", "checkpoint-end"
 #: The operation that notes how far the intake is folded.
 _INTAKE = "intake"
 _CHECKPOINT_OPS = frozenset({_BEGIN, _IMAGES, _END})
+#: Operations that see a message by its id, and those that see the whole queue: a
+#: message claimed ahead whose held reply has not left is given back before them
+#: (_retract), so that they find it as if it had not been claimed.
+_BY_ID = frozenset({"cancel", "reschedule", "get", "put"})
+_WHOLE_QUEUE = frozenset({"stats", "peek", "purge", "due_counts"})
 
 
 def _fault() -> tuple[int, int, Path] | None:
@@ -445,7 +452,10 @@ class Scheduler:
         self._store(queue).restore(images, deletes, last_seq)
         self._last_now = max(self._last_now, floor)
         if request_id and name != _IMAGES:
-            self._remember(request_id, kind, reply)
+            if kind:
+                self._remember(request_id, kind, reply)
+            else:  # a held reply dropped before it left (_drop_ahead): not an answer
+                self._dedup.pop(request_id, None)
 
     def stop(self) -> None:
         """Stop serving: timers, the renewal and pending replies are dropped (the
@@ -544,6 +554,7 @@ class Scheduler:
         if op == "configure":
             self._configure_request(queue, args[1], request_id, reply_to, now)
             return
+        retracted = self._retract(store, queue, op, args, now)
         try:
             if op == "put" and self._max_live:
                 self._weigh(queue, args[1])
@@ -553,6 +564,8 @@ class Scheduler:
             self._decided(
                 store, op, queue, "", now=now, reply=_Reply(reply_to, request_id, kind, pack(body))
             )
+            if retracted:
+                self._service(queue)
             return
         if op == "reserve" and not outcome:
             limit, lease_ms, wait = args[1:4]
@@ -572,7 +585,7 @@ class Scheduler:
             claimed=outcome if op == "reserve" else None,
         )
         self._decided(store, op, queue, request_id, now=now, reply=reply)
-        if store.records and (self._parked.get(queue) or queue in self._targets):
+        if retracted or (store.records and (self._parked.get(queue) or queue in self._targets)):
             self._service(queue)
 
     def _take_parts(self, reply_to: str, parts: list[Any]) -> None:
@@ -692,6 +705,29 @@ class Scheduler:
             why = f"a fast put was taken past the limit (its client had its confirm): {why}"
             log_event(logging.WARNING, "put_over_limit", reign=self._reign, queue=queue, why=why)
             self._spawn(self._transport.warn_full())
+
+    def _retract(self, store: _Journal, queue: str, op: str, args: list[Any], now: Now) -> bool:
+        """Before ``op``: give back the messages claimed ahead for a parked reserve whose
+        held reply has not left yet (_drop_ahead: due time and place kept, no attempt
+        charged, logged with ``op``) when ``op`` sees them (by id: cancel, reschedule,
+        get, a put that replaces; or the whole queue: stats, peek, purge, due counts),
+        so that it finds them as if they had not been claimed. The reserve stays parked
+        and may claim ahead again (_service, after ``op``). True when it gave any back."""
+        parked = self._parked.get(queue)
+        if not parked or (op not in _BY_ID and op not in _WHOLE_QUEUE):
+            return False
+        ids: set[str] | None = None
+        if op == "put":
+            ids = {request[0] for request in args[1] if request[7] == "replace"}
+        elif op in _BY_ID:
+            ids = {args[1]}
+        retracted = False
+        for waiter in parked.values():
+            claimed = waiter.ahead.claimed if waiter.ahead is not None else None
+            if claimed and (ids is None or any(record.id in ids for record in claimed)):
+                self._drop_ahead(store, waiter, now)
+                retracted = True
+        return retracted
 
     def _live_bytes(self) -> int:
         return sum(store.size for store in self._queues.values())
@@ -1059,6 +1095,12 @@ class Scheduler:
         for record in reply.claimed or []:
             with contextlib.suppress(LeaseLost):
                 store.release(record.id, record.lease or "", now)
+        # Nor is it the request's answer any more: a resend (here, or to the next
+        # scheduler, which replays this entry) is served afresh, never with messages
+        # given back (and perhaps cancelled since) from the dedup table.
+        self._dedup.pop(reply.request_id, None)
+        forgotten = ["release", reply.queue, reply.request_id, now.floor, store.last_seq]
+        self._commit([*forgotten, [], [], "", b""], None)
 
     def _service(self, queue: str) -> None:
         """Serve the parked reserves of ``queue`` in arrival order with what is due, answer
