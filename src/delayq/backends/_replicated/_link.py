@@ -531,18 +531,13 @@ class LoopLink:
                     if item.request_id in self._pending:
                         self._barriers.setdefault(item.request_id, after)
                 try:
-                    if after:
-                        parts = [["after", "", pack([self._client, after])]]
-                        parts += [[item.op, item.request_id, item.body] for item in batch]
-                        await first.transport.request(
-                            "batch", uuid.uuid4().hex, pack(parts), first.ttl
-                        )
-                    elif len(batch) == 1:
+                    if len(batch) == 1 and not after:
                         await first.transport.request(
                             first.op, first.request_id, first.body, first.ttl
                         )
                     else:
-                        parts = [[item.op, item.request_id, item.body] for item in batch]
+                        parts = [["after", "", pack([self._client, after])]] if after else []
+                        parts += [[item.op, item.request_id, item.body] for item in batch]
                         await first.transport.request(
                             "batch", uuid.uuid4().hex, pack(parts), first.ttl
                         )
@@ -602,11 +597,10 @@ class LoopLink:
         ReplyLost when it was sent and not confirmed (it may be in the intake)."""
         if self._closed:
             raise QueueClosed("the queue is closed")
-        if self._deliver is not None and queue not in self._configured:
-            try:
-                await self._configure(queue)  # a request: it needs a scheduler
-            except Refused as exc:
-                raise exc.reason from None
+        try:
+            await self._configure(queue)  # a request, if any: it needs a scheduler
+        except Refused as exc:
+            raise exc.reason from None
         appended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         size = sum(len(request[1]) for request in requests)  # the payloads
         put = _FastPut(uuid.uuid4().hex, queue, requests, size, appended)

@@ -682,11 +682,11 @@ class Scheduler:
                     error=repr(exc),
                 )
                 continue
-            images, deletes = store.take_changes()
             reply = pack(encode_outcome("put", kept))
-            self._remember(request_id, "ok", reply)
-            entry = ["put", queue, request_id, now.floor, store.last_seq, images, deletes]
-            self._commit([*entry, "ok", reply], None)
+            entry = self._entry(
+                store, "put", queue, request_id, now=now, kind="ok", body=reply, always=True
+            )
+            self._commit(entry, None)
             if self._parked.get(queue) or queue in self._targets:
                 self._service(queue)
         self._folded(offset, client, seq)
@@ -805,15 +805,34 @@ class Scheduler:
     ) -> None:
         """Log what ``op`` changed (nothing: no entry), then send ``reply`` once it is
         in the log. A request id is logged only with a write, with its reply."""
-        images, deletes = store.take_changes()
-        entry: Op | None = None
-        if images or deletes:
-            kind, body = ("", b"") if reply is None else (reply.kind, reply.body)
-            logged_id = request_id if reply is not None else ""
-            entry = [op, queue, logged_id, now.floor, store.last_seq, images, deletes, kind, body]
-            if logged_id:
-                self._remember(logged_id, kind, body)
+        if reply is None:
+            entry = self._entry(store, op, queue, "", now=now, kind="", body=b"")
+        else:
+            entry = self._entry(
+                store, op, queue, request_id, now=now, kind=reply.kind, body=reply.body
+            )
         self._commit(entry, reply)
+
+    def _entry(
+        self,
+        store: _Journal,
+        op: str,
+        queue: str,
+        request_id: str,
+        *,
+        now: Now,
+        kind: str,
+        body: bytes,
+        always: bool = False,
+    ) -> Op | None:
+        """The log entry of what ``op`` changed in ``store`` (None when nothing, unless
+        ``always``), its request id remembered with its reply (``kind``, ``body``)."""
+        images, deletes = store.take_changes()
+        if not (images or deletes or always):
+            return None
+        if request_id:
+            self._remember(request_id, kind, body)
+        return [op, queue, request_id, now.floor, store.last_seq, images, deletes, kind, body]
 
     # -- group commit ----------------------------------------------------------------
 
