@@ -145,7 +145,7 @@ class Worker:
     (default: 4 x ``concurrency``, up to 16 x when every handler is sync and quick,
     as long as those waiting stand for at most 50 ms of their work; 0: none) are
     reserved ahead, waiting for a handler to end; ``lease`` (seconds) is each
-    reservation's lease, renewed until the message is settled (waiting ones
+    reservation's lease, renewed until its handler ends (waiting ones
     included); ``grace`` is how long running handlers may finish after a stop;
     ``timeout`` (seconds) is the default limit of one run (a task's own ``timeout``
     wins). ``clock`` (default: the app's ``clock=`` option, else the system clock)
@@ -215,7 +215,6 @@ class Worker:
         self._slots: Slots | None = None
         self._gate: Gate | None = None
         self._lane: SyncLane | None = None
-        self._prefetch_now = prefetch  # the default one adapts to a lane's calls
         self._adaptive = False  # whether it does (a lane, the default prefetch)
         self._outcomes = 0  # the lane's, up to the next look at the prefetch
         self._held: dict[_Held, None] = {}
@@ -510,8 +509,7 @@ class Worker:
         most = WORKER_PREFETCH_MAX_PER_HANDLER * concurrency
         ahead = most if mean <= 0 else int(concurrency * WORKER_PREFETCH_AHEAD / mean)
         prefetch = max(self.prefetch, min(most, ahead))
-        if prefetch != self._prefetch_now:
-            self._prefetch_now = prefetch
+        if prefetch != slots.total - concurrency:  # the prefetch now
             slots.resize(concurrency + prefetch, batch=prefetch // 2)
             lane.batch = prefetch // 2
 
