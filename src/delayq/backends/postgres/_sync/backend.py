@@ -12,15 +12,19 @@ transaction), or one transaction of a few (a put mixing ``replace``/``error`` wi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
+from psycopg import generators
+from psycopg.errors import error_from_result
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...._log import LOGGER_NAME
@@ -41,7 +45,7 @@ from .._outcome import QUICK_FAILURE, raise_lost
 from .._runner import Lock, guarded
 from .._url import SAFETY_INTERVAL, parse_url
 from .._wakeup import Wakeup
-from ..statements import Statements, put_kind
+from ..statements import Prepared, Statements, put_kind
 
 __all__ = ["PostgresBackend", "open_backend", "put_on", "upgrade"]
 
@@ -59,6 +63,8 @@ _MAX_PAUSE = 2.0
 _OUTAGE = (psycopg.OperationalError, PoolTimeout)
 
 _IDLE = psycopg.pq.TransactionStatus.IDLE
+_TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
+_COMMAND_OK = psycopg.pq.ExecStatus.COMMAND_OK
 
 _log = logging.getLogger(LOGGER_NAME)
 
@@ -102,6 +108,14 @@ def _requests(queue: str, requests: Sequence[PutRequest]) -> dict[str, Any]:
         "maxes": [r.max_attempts for r in requests],
         "headers": [_headers(r.headers) for r in requests],
     }
+
+
+def _result(results: list[psycopg.pq.abc.PGresult], codec: str) -> psycopg.pq.abc.PGresult:
+    """The one result of a statement run through libpq, or the error it reports."""
+    result = results[-1]
+    if result.status not in (_TUPLES_OK, _COMMAND_OK):
+        raise error_from_result(result, encoding=codec)
+    return result
 
 
 def _earliest(*times: int | None) -> int | None:
@@ -243,6 +257,10 @@ class PostgresBackend:
         # thread's lock on both faces, only ever tried (a task never waits for it).
         self._kept: psycopg.Connection[Any] | None = None
         self._kept_lock = threading.Lock()
+        # Per connection: its client encoding and the Prepared names it has.
+        self._prepared: weakref.WeakKeyDictionary[
+            psycopg.Connection[Any], tuple[str, set[bytes]]
+        ] = weakref.WeakKeyDictionary()
 
     @property
     def schema(self) -> str:
@@ -265,7 +283,9 @@ class PostgresBackend:
                 upgrade(conn, self._settings.schema)
             self._ready = True
 
-    def _fetch(self, statement: str, params: Params, change: str | None = None) -> list[Row]:
+    def _fetch(
+        self, statement: str | Prepared, params: Params, change: str | None = None
+    ) -> list[Row]:
         """Run one statement that returns rows (its own transaction) and return them;
         for a ``change`` (the operation's name), a connection that broke once it was
         sent raises :class:`~delayq.errors.OutcomeUnknown`."""
@@ -277,9 +297,10 @@ class PostgresBackend:
         return (self._execute(statement, params, change, rows=False))[1]
 
     def _execute(
-        self, statement: str, params: Params, change: str | None, *, rows: bool
+        self, statement: str | Prepared, params: Params, change: str | None, *, rows: bool
     ) -> tuple[list[Row], int]:
-        """:meth:`_fetch` (``rows``) and :meth:`_count`: the rows and the row count."""
+        """:meth:`_fetch` (``rows``) and :meth:`_count`: the rows and the row count (a
+        :class:`~..statements.Prepared` statement: its rows, see :meth:`_run_prepared`)."""
         self._open()
         # A caller alone (no other call of this object in flight) runs on the
         # connection the last one left, without the pool's checkout and return (a
@@ -294,6 +315,9 @@ class PostgresBackend:
             conn = self._pool.getconn()
         broken = False
         try:
+            if isinstance(statement, Prepared):
+                found = self._run_prepared(conn, statement, params)
+                return found, len(found)
             cursor = conn.execute(statement, params)
             return (cursor.fetchall() if rows else []), cursor.rowcount
         except psycopg.OperationalError as exc:
@@ -311,6 +335,41 @@ class PostgresBackend:
                 self._kept_lock.release()
                 if not keep:
                     self._pool.putconn(conn)
+
+    def _run_prepared(
+        self, conn: psycopg.Connection[Any], statement: Prepared, params: Params
+    ) -> list[Row]:
+        """Run ``statement`` on ``conn`` through libpq, preparing it there first if it
+        is not yet: parameters in order (bytes in binary, None as NULL, anything else
+        as its text), rows of one column read as integers (or None)."""
+        pgconn = conn.pgconn
+        known = self._prepared.get(conn)
+        if known is None:
+            known = self._prepared[conn] = (conn.info.encoding, set())
+        codec, names = known
+        values = [v if v is None or isinstance(v, bytes) else str(v).encode(codec) for v in params]
+        formats = [1 if isinstance(v, bytes) else 0 for v in params]
+        for attempt in range(2):
+            if statement.name not in names:
+                pgconn.send_prepare(statement.name, statement.sql)
+                # Already there: prepared by a call cut short before it saw the reply.
+                with contextlib.suppress(psycopg.errors.DuplicatePreparedStatement):
+                    _result(conn.wait(generators.execute(pgconn)), codec)
+                names.add(statement.name)
+            pgconn.send_query_prepared(statement.name, values, formats)
+            try:
+                result = _result(conn.wait(generators.execute(pgconn)), codec)
+            except psycopg.errors.InvalidSqlStatementName:
+                # Deallocated behind our back (DISCARD ALL): prepare it again, once.
+                names.discard(statement.name)
+                if attempt:
+                    raise
+                continue
+            return [
+                (None if (value := result.get_value(i, 0)) is None else int(value),)
+                for i in range(result.ntuples)
+            ]
+        raise AssertionError("unreachable")
 
     def _read(
         self, statement: str, params: Mapping[str, Any], change: str | None = None
