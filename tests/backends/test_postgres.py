@@ -675,14 +675,17 @@ def test_a_put_of_one_stores_what_a_batch_put_stores(schema: str) -> None:
 def test_a_put_prepares_its_statement_again_when_the_server_forgot_it(schema: str) -> None:
     """A prepared statement the connection lost (``DEALLOCATE ALL``, or ``DISCARD ALL``
     by a pooler) is prepared again by the next put, which stores its message; on both
-    faces."""
+    faces. One the backend did not know it had prepared (a call cut short before the
+    reply) is used as it is."""
     with Queue(url_of(schema), name="p") as q:
         q.put("before")
         kept = q.backend._kept  # type: ignore[attr-defined]
         assert kept is not None
         kept.execute("DEALLOCATE ALL")
         q.put("after")
-        assert [m.payload for m in q.reserve(max=10, wait=0)] == ["before", "after"]
+        q.backend._prepared.clear()  # type: ignore[attr-defined]
+        q.put("unknown")
+        assert [m.payload for m in q.reserve(max=10, wait=0)] == ["before", "after", "unknown"]
 
     async def async_face() -> None:
         async with AsyncQueue(url_of(schema), name="a") as aq:
