@@ -699,6 +699,34 @@ def test_a_put_prepares_its_statement_again_when_the_server_forgot_it(schema: st
     asyncio.run(async_face())
 
 
+def test_an_async_put_cancelled_while_the_server_holds_it_leaves_the_backend_usable(
+    schema: str,
+) -> None:
+    """The put of one message waits for libpq's reply on the loop. Cancelled while the
+    server holds it (another session locks the table), it leaves its connection in the
+    middle of the command: that connection is never used again, and the next put, which
+    another connection serves, stores its message. The cancelled put may or may not be
+    stored (the server runs it once the lock goes); nothing else is lost."""
+
+    async def main() -> None:
+        async with AsyncQueue(url_of(schema), name="c") as aq:
+            await aq.put("first")
+            with psycopg.connect(BASE) as locker:
+                locker.execute(f'LOCK TABLE "{schema}".messages IN EXCLUSIVE MODE')
+                held = asyncio.ensure_future(aq.put("held"))
+                await asyncio.sleep(0.3)
+                assert not held.done()
+                held.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await held
+                locker.rollback()
+            await aq.put("next")
+            payloads = sorted(m.payload for m in await aq.reserve(max=10, wait=1))
+            assert payloads in (["first", "next"], ["first", "held", "next"])
+
+    asyncio.run(main())
+
+
 # -- a put inside the caller's transaction ------------------------------------------------
 
 

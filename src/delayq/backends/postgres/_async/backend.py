@@ -21,8 +21,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
-from psycopg import generators
-from psycopg.errors import error_from_result
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ...._log import LOGGER_NAME
@@ -39,8 +37,9 @@ from ....durable.message import (
 )
 from ....errors import DuplicateId, LeaseLost, QueueClosed
 from .. import _schema
+from .._libpq import checked, exchange
 from .._outcome import QUICK_FAILURE, raise_lost
-from .._runner import AsyncLock, guarded_async
+from .._runner import AsyncLock, drive_async, guarded_async
 from .._url import SAFETY_INTERVAL, parse_url
 from .._wakeup import Wakeup
 from ..statements import Prepared, Statements, put_kind
@@ -61,8 +60,6 @@ _MAX_PAUSE = 2.0
 _OUTAGE = (psycopg.OperationalError, PoolTimeout)
 
 _IDLE = psycopg.pq.TransactionStatus.IDLE
-_TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
-_COMMAND_OK = psycopg.pq.ExecStatus.COMMAND_OK
 
 _log = logging.getLogger(LOGGER_NAME)
 
@@ -106,14 +103,6 @@ def _requests(queue: str, requests: Sequence[PutRequest]) -> dict[str, Any]:
         "maxes": [r.max_attempts for r in requests],
         "headers": [_headers(r.headers) for r in requests],
     }
-
-
-def _result(results: list[psycopg.pq.abc.PGresult], codec: str) -> psycopg.pq.abc.PGresult:
-    """The one result of a statement run through libpq, or the error it reports."""
-    result = results[-1]
-    if result.status not in (_TUPLES_OK, _COMMAND_OK):
-        raise error_from_result(result, encoding=codec)
-    return result
 
 
 def _earliest(*times: int | None) -> int | None:
@@ -352,11 +341,11 @@ class AsyncPostgresBackend:
                 pgconn.send_prepare(statement.name, statement.sql)
                 # Already there: prepared by a call cut short before it saw the reply.
                 with contextlib.suppress(psycopg.errors.DuplicatePreparedStatement):
-                    _result(await conn.wait(generators.execute(pgconn)), codec)
+                    checked(await drive_async(exchange(pgconn)), codec)
                 names.add(statement.name)
             pgconn.send_query_prepared(statement.name, values, formats)
             try:
-                result = _result(await conn.wait(generators.execute(pgconn)), codec)
+                result = checked(await drive_async(exchange(pgconn)), codec)
             except psycopg.errors.InvalidSqlStatementName:
                 # Deallocated behind our back (DISCARD ALL): prepare it again, once.
                 names.discard(statement.name)
