@@ -85,6 +85,7 @@ RULES: dict[str, str] = {
     "AsyncConnection": "Connection",
     "AsyncLock": "Lock",
     "guarded_async": "guarded",
+    "drive_async": "drive",
     "enqueue_async": "enqueue",
     # the replicated backends (amqp://): their faces, and the link each face calls
     "AsyncReplicatedBackend": "ReplicatedBackend",

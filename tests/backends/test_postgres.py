@@ -643,6 +643,90 @@ def test_a_put_of_a_drawn_id_already_stored_keeps_the_stored_message(schema: str
         assert q.put_outcome("drawn").created
 
 
+def test_a_put_of_one_stores_what_a_batch_put_stores(schema: str) -> None:
+    """The put of one message runs as a statement prepared on its connection and sent
+    through libpq with its parameters as bytes; a batch goes through psycopg. Both
+    store the same message: text beyond ASCII, headers, max_attempts, a stored id kept,
+    and each way of giving the due time."""
+    import datetime  # noqa: PLC0415
+
+    at = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=2)
+    items: list[dict[str, Any]] = [
+        {"payload": {"t": "é☃\u0000", "n": [1, 2]}, "id": "é-☃-1", "headers": {"k": "ü"},
+         "max_attempts": 7},
+        {"payload": "later", "id": "two", "delay": 3600},
+        {"payload": [None, 1.5], "id": "three", "at": at},
+        {"payload": "again", "id": "two"},  # kept: the stored one stays
+    ]  # fmt: skip
+    with Queue(url_of(schema), name="one") as one, Queue(url_of(schema), name="many") as many:
+        assert [one.put(**item) for item in items] == ["é-☃-1", "two", "three", "two"]
+        assert many.put_many(items) == ["é-☃-1", "two", "three", "two"]
+        for id in ("é-☃-1", "two", "three"):
+            a, b = one.get(id), many.get(id)
+            assert a is not None
+            assert b is not None
+            assert (a.payload, a.headers, a.max_attempts, a.attempts, a.state) == (
+                b.payload, b.headers, b.max_attempts, b.attempts, b.state,
+            )  # fmt: skip
+            assert abs(a.due_at - b.due_at) < 60_000
+        assert one.stats().total == many.stats().total == 3
+
+
+def test_a_put_prepares_its_statement_again_when_the_server_forgot_it(schema: str) -> None:
+    """A prepared statement the connection lost (``DEALLOCATE ALL``, or ``DISCARD ALL``
+    by a pooler) is prepared again by the next put, which stores its message; on both
+    faces. One the backend did not know it had prepared (a call cut short before the
+    reply) is used as it is."""
+    with Queue(url_of(schema), name="p") as q:
+        q.put("before")
+        kept = q.backend._kept  # type: ignore[attr-defined]
+        assert kept is not None
+        kept.execute("DEALLOCATE ALL")
+        q.put("after")
+        q.backend._prepared.clear()  # type: ignore[attr-defined]
+        q.put("unknown")
+        assert [m.payload for m in q.reserve(max=10, wait=0)] == ["before", "after", "unknown"]
+
+    async def async_face() -> None:
+        async with AsyncQueue(url_of(schema), name="a") as aq:
+            await aq.put("before")
+            kept = aq.backend._kept  # type: ignore[attr-defined]
+            assert kept is not None
+            await kept.execute("DISCARD ALL")
+            await aq.put("after")
+            assert [m.payload for m in await aq.reserve(max=10, wait=0)] == ["before", "after"]
+
+    asyncio.run(async_face())
+
+
+def test_an_async_put_cancelled_while_the_server_holds_it_leaves_the_backend_usable(
+    schema: str,
+) -> None:
+    """The put of one message waits for libpq's reply on the loop. Cancelled while the
+    server holds it (another session locks the table), it leaves its connection in the
+    middle of the command: that connection is never used again, and the next put, which
+    another connection serves, stores its message. The cancelled put may or may not be
+    stored (the server runs it once the lock goes); nothing else is lost."""
+
+    async def main() -> None:
+        async with AsyncQueue(url_of(schema), name="c") as aq:
+            await aq.put("first")
+            with psycopg.connect(BASE) as locker:
+                locker.execute(f'LOCK TABLE "{schema}".messages IN EXCLUSIVE MODE')
+                held = asyncio.ensure_future(aq.put("held"))
+                await asyncio.sleep(0.3)
+                assert not held.done()
+                held.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await held
+                locker.rollback()
+            await aq.put("next")
+            payloads = sorted(m.payload for m in await aq.reserve(max=10, wait=1))
+            assert payloads in (["first", "next"], ["first", "held", "next"])
+
+    asyncio.run(main())
+
+
 # -- a put inside the caller's transaction ------------------------------------------------
 
 

@@ -13,7 +13,9 @@ Options (keyword arguments of ``Queue``/``AsyncQueue``, or URL query parameters)
 * ``notify`` (``on`` by default): waiting consumers are woken by LISTEN/NOTIFY, one
   listening connection per backend object while a consumer waits. ``off`` (for a
   PgBouncer in transaction mode, where LISTEN does not work): they look again every
-  ``poll_interval`` instead.
+  ``poll_interval`` instead. The put of one message is a prepared statement, as
+  psycopg makes of any statement run five times on a connection: behind a PgBouncer
+  in transaction mode, use 1.21 or later with ``max_prepared_statements`` set.
 * ``poll_interval`` (seconds, default 0.5): how often a waiting consumer looks with
   ``notify=off``.
 * ``pool_size`` (default 16): the most connections of a backend object's pool, opened

@@ -1,15 +1,21 @@
 """The hand-written I/O pairs behind the face written once in :mod:`._async.backend`:
-the lock of its first use, and how a claim is kept from being lost when the task
-awaiting it is cancelled (the sync face cannot be cancelled mid-call)."""
+the lock of its first use, how a claim is kept from being lost when the task
+awaiting it is cancelled (the sync face cannot be cancelled mid-call), and the
+waiting that drives a libpq exchange (:mod:`._libpq`)."""
 
 from __future__ import annotations
 
 import asyncio
+import select
 import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-__all__ = ["AsyncLock", "Lock", "guarded", "guarded_async"]
+from psycopg import pq
+
+from ._libpq import READ, WRITE, Exchange
+
+__all__ = ["AsyncLock", "Lock", "drive", "drive_async", "guarded", "guarded_async"]
 
 T = TypeVar("T")
 
@@ -45,3 +51,66 @@ async def guarded_async(
 
         task.add_done_callback(done)
         raise
+
+
+def drive(exchange: Exchange) -> list[pq.abc.PGresult]:
+    """Run ``exchange`` to its end, blocking this thread while it waits."""
+    try:
+        fd, wanted = next(exchange)
+        while True:
+            fd, wanted = exchange.send(_ready(fd, wanted))
+    except StopIteration as end:
+        results: list[pq.abc.PGresult] = end.value
+        return results
+
+
+def _ready(fd: int, wanted: int) -> int:
+    """Block until ``fd`` is ready for some of ``wanted``; what it is ready for (an
+    error or a hang-up counts as readable: the read that follows reports it)."""
+    if not hasattr(select, "poll"):  # Windows
+        readable, writable, _ = select.select(
+            [fd] if wanted & READ else [], [fd] if wanted & WRITE else [], []
+        )
+        return (READ if readable else 0) | (WRITE if writable else 0)
+    poller = select.poll()
+    poller.register(
+        fd, (select.POLLIN if wanted & READ else 0) | (select.POLLOUT if wanted & WRITE else 0)
+    )
+    events = 0
+    for _, event in poller.poll():
+        events |= event
+    ready = WRITE if events & select.POLLOUT else 0
+    if events & ~select.POLLOUT:
+        ready |= READ
+    return ready
+
+
+async def drive_async(exchange: Exchange) -> list[pq.abc.PGresult]:
+    """Run ``exchange`` to its end on the running loop. Cancelled, it leaves the
+    connection in the middle of the command: the caller must not use it again (the
+    backend gives it back to its pool, which closes a connection left busy)."""
+    loop = asyncio.get_running_loop()
+    try:
+        fd, wanted = next(exchange)
+        while True:
+            ready: asyncio.Future[int] = loop.create_future()
+
+            def on(flag: int, ready: asyncio.Future[int] = ready) -> None:
+                if not ready.done():
+                    ready.set_result(flag)
+
+            if wanted & READ:
+                loop.add_reader(fd, on, READ)
+            if wanted & WRITE:
+                loop.add_writer(fd, on, WRITE)
+            try:
+                flag = await ready
+            finally:
+                if wanted & READ:
+                    loop.remove_reader(fd)
+                if wanted & WRITE:
+                    loop.remove_writer(fd)
+            fd, wanted = exchange.send(flag)
+    except StopIteration as end:
+        results: list[pq.abc.PGresult] = end.value
+        return results

@@ -10,11 +10,13 @@ transaction), or one transaction of a few (a put mixing ``replace``/``error`` wi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,11 +37,12 @@ from ....durable.message import (
 )
 from ....errors import DuplicateId, LeaseLost, QueueClosed
 from .. import _schema
+from .._libpq import checked, exchange
 from .._outcome import QUICK_FAILURE, raise_lost
-from .._runner import AsyncLock, guarded_async
+from .._runner import AsyncLock, drive_async, guarded_async
 from .._url import SAFETY_INTERVAL, parse_url
 from .._wakeup import Wakeup
-from ..statements import Statements, put_kind
+from ..statements import Prepared, Statements, put_kind
 
 __all__ = ["AsyncPostgresBackend", "open_async_backend", "put_on", "upgrade"]
 
@@ -241,6 +244,10 @@ class AsyncPostgresBackend:
         # thread's lock on both faces, only ever tried (a task never waits for it).
         self._kept: psycopg.AsyncConnection[Any] | None = None
         self._kept_lock = threading.Lock()
+        # Per connection: its client encoding and the Prepared names it has.
+        self._prepared: weakref.WeakKeyDictionary[
+            psycopg.AsyncConnection[Any], tuple[str, set[bytes]]
+        ] = weakref.WeakKeyDictionary()
 
     @property
     def schema(self) -> str:
@@ -263,7 +270,9 @@ class AsyncPostgresBackend:
                 await upgrade(conn, self._settings.schema)
             self._ready = True
 
-    async def _fetch(self, statement: str, params: Params, change: str | None = None) -> list[Row]:
+    async def _fetch(
+        self, statement: str | Prepared, params: Params, change: str | None = None
+    ) -> list[Row]:
         """Run one statement that returns rows (its own transaction) and return them;
         for a ``change`` (the operation's name), a connection that broke once it was
         sent raises :class:`~delayq.errors.OutcomeUnknown`."""
@@ -275,9 +284,10 @@ class AsyncPostgresBackend:
         return (await self._execute(statement, params, change, rows=False))[1]
 
     async def _execute(
-        self, statement: str, params: Params, change: str | None, *, rows: bool
+        self, statement: str | Prepared, params: Params, change: str | None, *, rows: bool
     ) -> tuple[list[Row], int]:
-        """:meth:`_fetch` (``rows``) and :meth:`_count`: the rows and the row count."""
+        """:meth:`_fetch` (``rows``) and :meth:`_count`: the rows and the row count (a
+        :class:`~..statements.Prepared` statement: its rows, see :meth:`_run_prepared`)."""
         await self._open()
         # A caller alone (no other call of this object in flight) runs on the
         # connection the last one left, without the pool's checkout and return (a
@@ -292,6 +302,9 @@ class AsyncPostgresBackend:
             conn = await self._pool.getconn()
         broken = False
         try:
+            if isinstance(statement, Prepared):
+                found = await self._run_prepared(conn, statement, params)
+                return found, len(found)
             cursor = await conn.execute(statement, params)
             return (await cursor.fetchall() if rows else []), cursor.rowcount
         except psycopg.OperationalError as exc:
@@ -309,6 +322,41 @@ class AsyncPostgresBackend:
                 self._kept_lock.release()
                 if not keep:
                     await self._pool.putconn(conn)
+
+    async def _run_prepared(
+        self, conn: psycopg.AsyncConnection[Any], statement: Prepared, params: Params
+    ) -> list[Row]:
+        """Run ``statement`` on ``conn`` through libpq, preparing it there first if it
+        is not yet: parameters in order (bytes in binary, None as NULL, anything else
+        as its text), rows of one column read as integers (or None)."""
+        pgconn = conn.pgconn
+        known = self._prepared.get(conn)
+        if known is None:
+            known = self._prepared[conn] = (conn.info.encoding, set())
+        codec, names = known
+        values = [v if v is None or isinstance(v, bytes) else str(v).encode(codec) for v in params]
+        formats = [1 if isinstance(v, bytes) else 0 for v in params]
+        for attempt in range(2):
+            if statement.name not in names:
+                pgconn.send_prepare(statement.name, statement.sql)
+                # Already there: prepared by a call cut short before it saw the reply.
+                with contextlib.suppress(psycopg.errors.DuplicatePreparedStatement):
+                    checked(await drive_async(exchange(pgconn)), codec)
+                names.add(statement.name)
+            pgconn.send_query_prepared(statement.name, values, formats)
+            try:
+                result = checked(await drive_async(exchange(pgconn)), codec)
+            except psycopg.errors.InvalidSqlStatementName:
+                # Deallocated behind our back (DISCARD ALL): prepare it again, once.
+                names.discard(statement.name)
+                if attempt:
+                    raise
+                continue
+            return [
+                (None if (value := result.get_value(i, 0)) is None else int(value),)
+                for i in range(result.ntuples)
+            ]
+        raise AssertionError("unreachable")
 
     async def _read(
         self, statement: str, params: Mapping[str, Any], change: str | None = None

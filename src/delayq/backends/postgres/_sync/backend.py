@@ -12,11 +12,13 @@ transaction), or one transaction of a few (a put mixing ``replace``/``error`` wi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,11 +39,12 @@ from ....durable.message import (
 )
 from ....errors import DuplicateId, LeaseLost, QueueClosed
 from .. import _schema
+from .._libpq import checked, exchange
 from .._outcome import QUICK_FAILURE, raise_lost
-from .._runner import Lock, guarded
+from .._runner import Lock, drive, guarded
 from .._url import SAFETY_INTERVAL, parse_url
 from .._wakeup import Wakeup
-from ..statements import Statements, put_kind
+from ..statements import Prepared, Statements, put_kind
 
 __all__ = ["PostgresBackend", "open_backend", "put_on", "upgrade"]
 
@@ -243,6 +246,10 @@ class PostgresBackend:
         # thread's lock on both faces, only ever tried (a task never waits for it).
         self._kept: psycopg.Connection[Any] | None = None
         self._kept_lock = threading.Lock()
+        # Per connection: its client encoding and the Prepared names it has.
+        self._prepared: weakref.WeakKeyDictionary[
+            psycopg.Connection[Any], tuple[str, set[bytes]]
+        ] = weakref.WeakKeyDictionary()
 
     @property
     def schema(self) -> str:
@@ -265,7 +272,9 @@ class PostgresBackend:
                 upgrade(conn, self._settings.schema)
             self._ready = True
 
-    def _fetch(self, statement: str, params: Params, change: str | None = None) -> list[Row]:
+    def _fetch(
+        self, statement: str | Prepared, params: Params, change: str | None = None
+    ) -> list[Row]:
         """Run one statement that returns rows (its own transaction) and return them;
         for a ``change`` (the operation's name), a connection that broke once it was
         sent raises :class:`~delayq.errors.OutcomeUnknown`."""
@@ -277,9 +286,10 @@ class PostgresBackend:
         return (self._execute(statement, params, change, rows=False))[1]
 
     def _execute(
-        self, statement: str, params: Params, change: str | None, *, rows: bool
+        self, statement: str | Prepared, params: Params, change: str | None, *, rows: bool
     ) -> tuple[list[Row], int]:
-        """:meth:`_fetch` (``rows``) and :meth:`_count`: the rows and the row count."""
+        """:meth:`_fetch` (``rows``) and :meth:`_count`: the rows and the row count (a
+        :class:`~..statements.Prepared` statement: its rows, see :meth:`_run_prepared`)."""
         self._open()
         # A caller alone (no other call of this object in flight) runs on the
         # connection the last one left, without the pool's checkout and return (a
@@ -294,6 +304,9 @@ class PostgresBackend:
             conn = self._pool.getconn()
         broken = False
         try:
+            if isinstance(statement, Prepared):
+                found = self._run_prepared(conn, statement, params)
+                return found, len(found)
             cursor = conn.execute(statement, params)
             return (cursor.fetchall() if rows else []), cursor.rowcount
         except psycopg.OperationalError as exc:
@@ -311,6 +324,41 @@ class PostgresBackend:
                 self._kept_lock.release()
                 if not keep:
                     self._pool.putconn(conn)
+
+    def _run_prepared(
+        self, conn: psycopg.Connection[Any], statement: Prepared, params: Params
+    ) -> list[Row]:
+        """Run ``statement`` on ``conn`` through libpq, preparing it there first if it
+        is not yet: parameters in order (bytes in binary, None as NULL, anything else
+        as its text), rows of one column read as integers (or None)."""
+        pgconn = conn.pgconn
+        known = self._prepared.get(conn)
+        if known is None:
+            known = self._prepared[conn] = (conn.info.encoding, set())
+        codec, names = known
+        values = [v if v is None or isinstance(v, bytes) else str(v).encode(codec) for v in params]
+        formats = [1 if isinstance(v, bytes) else 0 for v in params]
+        for attempt in range(2):
+            if statement.name not in names:
+                pgconn.send_prepare(statement.name, statement.sql)
+                # Already there: prepared by a call cut short before it saw the reply.
+                with contextlib.suppress(psycopg.errors.DuplicatePreparedStatement):
+                    checked(drive(exchange(pgconn)), codec)
+                names.add(statement.name)
+            pgconn.send_query_prepared(statement.name, values, formats)
+            try:
+                result = checked(drive(exchange(pgconn)), codec)
+            except psycopg.errors.InvalidSqlStatementName:
+                # Deallocated behind our back (DISCARD ALL): prepare it again, once.
+                names.discard(statement.name)
+                if attempt:
+                    raise
+                continue
+            return [
+                (None if (value := result.get_value(i, 0)) is None else int(value),)
+                for i in range(result.ntuples)
+            ]
+        raise AssertionError("unreachable")
 
     def _read(
         self, statement: str, params: Mapping[str, Any], change: str | None = None
