@@ -21,7 +21,7 @@ import ssl
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
 import aiormq
 from aiormq.abc import AbstractChannel, AbstractConnection, DeliveredMessage
@@ -383,11 +383,17 @@ class AmqpTransport:
         await self._sent("intake append", self._publish_intake(body))
 
     async def _publish_intake(self, body: bytes) -> None:
-        channel = await self._confirm_channel("intake")
+        # aiormq's Channel (what a connection opens) takes ``wait``; its abstract one
+        # does not say so.
+        channel = cast("aiormq.Channel", await self._confirm_channel("intake"))
+        # wait=False: awaits the confirm only, not also the writer's turn that puts the
+        # frames on the socket first (one loop turn less a put; the write queue keeps
+        # the order, and a write that fails fails the confirm).
         await channel.basic_publish(
             body,
             routing_key=self._names.intake,
             properties=Basic.Properties(delivery_mode=2, message_type="puts"),
+            wait=False,
         )
 
     async def tail_intake(
