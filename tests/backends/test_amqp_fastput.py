@@ -4,8 +4,9 @@ the scheduler folds it. Checked here: the fast and the plain path both match the
 conformance suite's model, the same backend object reads its own writes at once
 (scheduler in another process), a scheduler killed with puts in the intake that it has
 not folded (and one put appended twice) loses and doubles nothing, a fast put made while
-no scheduler runs is kept and delivered later, and puts past the live bytes' limit turn
-the clients back to the plain path, which refuses them.
+no scheduler runs is kept and delivered later, puts past the live bytes' limit turn
+the clients back to the plain path, which refuses them, and puts the intake's retention
+dropped before a scheduler folded them are said lost.
 
 The tests use the shared RabbitMQ under a namespace (``prefix``) of their own, deleted
 afterwards; the schedulers are ``delayq scheduler`` processes of the test's own.
@@ -14,6 +15,7 @@ afterwards; the schedulers are ``delayq scheduler`` processes of the test's own.
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import time
 from collections.abc import Iterator
@@ -25,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from backends.test_amqp_checkpoint import stream_messages
+from backends.test_amqp_checkpoint import events, stream_messages
 from backends.test_amqp_coalesce import scheduler_process
 from conformance.conftest import amqp_url
 from conformance.test_model import QueueModel
@@ -56,13 +58,16 @@ def intake(url: str) -> list[tuple[bytes, Any]]:
     ]
 
 
-def append_to_intake(url: str, body: bytes) -> None:
+def append_to_intake(url: str, *bodies: bytes, kind: str | None = None) -> None:
+    """Append ``bodies`` to the intake, as messages of type ``kind`` (None: puts)."""
     prefix = url.split("prefix=", 1)[1].split("&", 1)[0]
     connection = pika.BlockingConnection(pika.URLParameters(url.split("?", 1)[0]))
     try:
         channel = connection.channel()
         channel.confirm_delivery()
-        channel.basic_publish("", f"{prefix}.intake", body, pika.BasicProperties(delivery_mode=2))
+        properties = pika.BasicProperties(delivery_mode=2, type=kind)
+        for body in bodies:
+            channel.basic_publish("", f"{prefix}.intake", body, properties)
     finally:
         connection.close()
 
@@ -229,3 +234,31 @@ def test_a_client_the_scheduler_forgot_is_not_held_forever(
             assert message is not None
             assert message.payload == 1
         scheduling.purge()
+
+
+def test_fast_puts_the_intake_dropped_before_they_were_folded_are_said_lost(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No scheduler runs while the intake outgrows its retention: the stream drops its
+    oldest segments, with puts nobody folded. The next scheduler says so (an error,
+    ``intake_lost``, and the count in ``scheduler_elected``) and folds what is left."""
+    caplog.set_level(logging.INFO, logger="delayq")
+    small = f"{url}&retention_bytes=1000000"  # segments of 125 kB
+    with Queue(small, name="jobs") as queue:
+        queue.put("kept", id="kept")
+        assert queue.get("kept") is not None  # folded: the log says up to where
+    with Queue(client(small), name="jobs", request_timeout=5) as producer:
+        producer.put("lost", id="lost")  # confirmed by the intake, not folded
+    # 2.5 MB of markers (nothing to fold) after it: the retention drops its segment.
+    append_to_intake(url, *[b"\x00" * 100_000] * 25, kind="marker")
+    assert all("lost" not in str(body) for body, _ in intake(url))  # dropped
+    assert not events(caplog, "intake_lost")
+    with Queue(small, name="jobs") as queue:
+        queue.put("after", id="after")
+        assert queue.get("after") is not None
+        assert queue.get("kept") is not None
+        assert queue.get("lost") is None
+        [lost] = events(caplog, "intake_lost")
+        assert lost["offsets"] > 1
+        assert events(caplog, "scheduler_elected")[-1]["intake_lost"] == lost["offsets"]
+        queue.purge()

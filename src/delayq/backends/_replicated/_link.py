@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import os
 import threading
@@ -830,10 +831,36 @@ class ThreadLink:
         return self._link
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop thread and block until its outcome. One wake-up
+        each way: the coroutine's own task releases a plain lock as it ends (no
+        concurrent future, no done callback a loop turn later), and the caller holds
+        the task, so a pending one is not collected."""
         if self._loop.is_closed():
             coro.close()
             raise QueueClosed("the queue is closed")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        done = threading.Lock()
+        done.acquire()
+        outcome: list[tuple[bool, Any]] = []  # (raised, its result or exception)
+
+        async def hop() -> None:
+            try:
+                outcome.append((False, await coro))
+            except BaseException as exc:
+                # A cancelled call raises as a cancelled concurrent future did.
+                cancelled = isinstance(exc, asyncio.CancelledError)
+                outcome.append((True, concurrent.futures.CancelledError() if cancelled else exc))
+                if not isinstance(exc, Exception):
+                    raise  # a cancellation, or a KeyboardInterrupt of the loop thread
+            finally:
+                done.release()
+
+        tasks: list[asyncio.Task[None]] = []
+        self._loop.call_soon_threadsafe(lambda: tasks.append(self._loop.create_task(hop())))
+        done.acquire()
+        raised, value = outcome[0]
+        if raised:
+            raise value
+        return value  # type: ignore[no-any-return]
 
     def _after_fork(self) -> None:
         with _after_fork_lock:

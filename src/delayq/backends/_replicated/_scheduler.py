@@ -282,6 +282,8 @@ class Scheduler:
         self._clients: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._held: dict[str, collections.deque[tuple[int, str, list[Any]]]] = {}
         self._full_told = -FULL_EVERY
+        # Intake offsets its retention dropped before this reign folded them.
+        self._intake_lost = 0
         # Clients waiting for a sweep of the intake (_sweep), and those of the one on
         # its way (None: none is).
         self._unknown: set[str] = set()
@@ -298,7 +300,9 @@ class Scheduler:
         await log.aclose()  # type: ignore[attr-defined]
         # The puts confirmed by the intake before this election are folded before any
         # request is served (a put that returned is seen by every request after it).
-        await self._transport.tail_intake(self._intake_next, self._on_intake, self._on_marker)
+        await self._transport.tail_intake(
+            self._intake_next, self._on_intake, self._on_marker, self._on_intake_gap
+        )
         await self._transport.serve(self._on_request)
         self._serving = True
         await self._transport.announce(self._reign)
@@ -313,6 +317,7 @@ class Scheduler:
             reign=self._reign,
             start=start,
             entries=entries,
+            intake_lost=self._intake_lost,
             seconds=round(time.monotonic() - started, 3),
         )
         self._maybe_checkpoint()
@@ -651,6 +656,23 @@ class Scheduler:
         self._clients[client] = max(seq, self._clients.pop(client, 0))
         if len(self._clients) > CLIENTS_KEPT:
             self._clients.popitem(last=False)
+
+    def _on_intake_gap(self, expected: int, found: int) -> None:
+        """The intake's retention dropped its messages from offset ``expected`` before
+        they were folded (no scheduler ran for that long): the puts they held are lost.
+        Said loudly; the fold goes on from ``found``."""
+        self._intake_lost += found - expected
+        log_event(
+            logging.ERROR,
+            "intake_lost",
+            reign=self._reign,
+            expected=expected,
+            found=found,
+            offsets=found - expected,
+            intake_lost=self._intake_lost,
+            why="the intake's retention dropped fast puts no scheduler had folded "
+            "(each offset at most one intake message, of one put or more): they are lost",
+        )
 
     def _on_intake(self, offset: int, body: bytes) -> None:
         """Fold an intake message: each put as if it had come as a request (dedup by its

@@ -122,12 +122,19 @@ class Transport(Protocol):
         error when it was not."""
 
     async def tail_intake(
-        self, start: int | None, on_put: OnIntake, on_marker: Callable[[bytes], None]
+        self,
+        start: int | None,
+        on_put: OnIntake,
+        on_marker: Callable[[bytes], None],
+        on_gap: Callable[[int, int], None],
     ) -> None:
         """Deliver every intake message from offset ``start`` on (None: the intake's
         first), and each new one as it is appended, to ``on_put``, until the connection
-        closes; the body of each marker :meth:`mark_intake` appended, to ``on_marker``.
-        Returns once every message appended before the call was delivered."""
+        closes; the body of each marker :meth:`mark_intake` appended, to ``on_marker``;
+        ``on_gap(expected, found)`` when the intake no longer holds the messages from
+        offset ``expected`` (its retention dropped them before they were read) and goes
+        on at ``found``. Returns once every message appended before the call was
+        delivered."""
 
     async def mark_intake(self, body: bytes) -> None:
         """Append a marker to the intake (confirmed), read back by :meth:`tail_intake`."""

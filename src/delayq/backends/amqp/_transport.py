@@ -21,7 +21,7 @@ import ssl
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
 import aiormq
 from aiormq.abc import AbstractChannel, AbstractConnection, DeliveredMessage
@@ -383,11 +383,17 @@ class AmqpTransport:
         await self._sent("intake append", self._publish_intake(body))
 
     async def _publish_intake(self, body: bytes) -> None:
-        channel = await self._confirm_channel("intake")
+        # aiormq's Channel (what a connection opens) takes ``wait``; its abstract one
+        # does not say so.
+        channel = cast("aiormq.Channel", await self._confirm_channel("intake"))
+        # wait=False: awaits the confirm only, not also the writer's turn that puts the
+        # frames on the socket first (one loop turn less a put; the write queue keeps
+        # the order, and a write that fails fails the confirm).
         await channel.basic_publish(
             body,
             routing_key=self._names.intake,
             properties=Basic.Properties(delivery_mode=2, message_type="puts"),
+            wait=False,
         )
 
     async def tail_intake(
@@ -395,21 +401,39 @@ class AmqpTransport:
         start: int | None,
         on_put: Callable[[int, bytes], None],
         on_marker: Callable[[bytes], None],
+        on_gap: Callable[[int, int], None],
     ) -> None:
         """See :meth:`~.._replicated.Transport.tail_intake`: a stream consumer on a
         channel of its own, acked every half prefetch (a stream consumer must ack to
         get more; it never redelivers). A stream says nothing of where it ends, so a
-        marker is appended and the call returns once it is read."""
+        marker is appended and the call returns once it is read.
+
+        Offsets run on by one a message, and by two where a segment opens (an entry
+        of the broker's own): a longer step is what the retention dropped. Asked for
+        an offset it dropped, RabbitMQ starts further on than its first message, so
+        the intake's first offset is looked up first and read from there."""
+        marker = uuid.uuid4().hex.encode()
+        await self.mark_intake(marker)  # so the intake is not empty
         offset: int | str = "first" if start is None else start
+        if start is not None:
+            first = await self._first_offset(self._names.intake)
+            if first > start + 1:
+                on_gap(start, first)
+                offset = first
         channel = await self._open_channel("tail", confirms=False)
         await channel.basic_qos(prefetch_count=LOG_PREFETCH)
-        marker = uuid.uuid4().hex.encode()
         reached: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         unacked = 0
+        expected = offset if isinstance(offset, int) else None  # the next offset
 
         async def deliver(message: DeliveredMessage) -> None:
-            nonlocal unacked
+            nonlocal unacked, expected
             properties = message.header.properties
+            headers: dict[str, Any] = dict(properties.headers or {})
+            at = int(headers.get("x-stream-offset", -1))
+            if expected is not None and at > expected + 1:
+                on_gap(expected, at)  # dropped while this consumer was behind
+            expected = max(at + 1, expected or 0)
             if properties.message_type == "marker":
                 if message.body == marker:
                     if not reached.done():
@@ -417,8 +441,7 @@ class AmqpTransport:
                 else:
                     on_marker(message.body)
             else:
-                headers: dict[str, Any] = dict(properties.headers or {})
-                on_put(int(headers.get("x-stream-offset", -1)), message.body)
+                on_put(at, message.body)
             unacked += 1
             if unacked >= LOG_PREFETCH // 2:
                 unacked = 0
@@ -428,7 +451,6 @@ class AmqpTransport:
             await channel.basic_consume(
                 self._names.intake, deliver, arguments={"x-stream-offset": offset}
             )
-            await self.mark_intake(marker)
             # However long the backlog (a scheduler down for hours), until the channel
             # closes.
             either: set[asyncio.Future[Any]] = {reached, channel.closing}
@@ -437,6 +459,18 @@ class AmqpTransport:
             raise ConnectionError(f"could not read the intake to its end: {exc!r}") from exc
         if not reached.done():
             raise ConnectionError("the connection closed while the intake was read")
+
+    async def _first_offset(self, stream: str) -> int:
+        """The offset of the first message ``stream`` holds (it holds one at least)."""
+        channel, arrived = await self._subscribe(stream, "first", "peek", 1)
+        try:
+            message = await asyncio.wait_for(arrived.get(), DEFAULT_REQUEST_TIMEOUT)
+        except asyncio.TimeoutError:
+            raise ConnectionError(f"no message read from {stream} in time") from None
+        finally:
+            await self._unsubscribe("peek", channel)
+        headers: dict[str, Any] = dict(message.header.properties.headers or {})
+        return int(headers.get("x-stream-offset", -1))
 
     async def mark_intake(self, body: bytes) -> None:
         """See :meth:`~.._replicated.Transport.mark_intake`."""
