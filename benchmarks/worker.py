@@ -36,7 +36,15 @@ c. Lateness: 2000 jobs due one every 5 ms over 10 s, put ahead of time, handler 
    so the table shows what the Worker adds over what the queue's wake-up costs.
 d. Processes: the cpu handler drained by ``delayq worker --processes N`` (a
    subprocess) for N = 1 and 2; "n/a" when this tree's ``delayq worker`` has no
-   ``--processes`` option. jobs/s from the first job gone from the queue to the last.
+   ``--processes`` option. jobs/s from the first job gone from the queue to the last,
+   and over the middle 80% of the jobs (no start-up, no tail of one process ending
+   its prefetched jobs while the other is done). Its floor, in the same run: the
+   same handler in a bare loop (no queue, no worker) in 1 process, then in 2
+   processes at once sharing the jobs, while this process polls the queue's stats as
+   it does during a drain; jobs/s from the first process's start to the last one's
+   end. The floor's "2 processes / 1 process" is what this machine allows the
+   Worker's ratio (its cores also run Redis and the other servers); with
+   ``--repeat N`` the floor and the drain alternate N times, the best of each shown.
 
 It prints a table (measure, target, PASS/MISS) and writes JSON to
 ``benchmarks/results/worker[-<scheme>][-quick].json``. It never asserts.
@@ -557,7 +565,7 @@ def has_processes_option() -> bool:
     return "--processes" in out.stdout
 
 
-def section_processes(url: str, sizes: Sizes, loops: int) -> list[Measure]:
+def section_processes(url: str, sizes: Sizes, loops: int, repeat: int) -> list[Measure]:
     if not has_processes_option():
         note = "n/a: this tree's delayq worker has no --processes option"
         return [
@@ -566,16 +574,120 @@ def section_processes(url: str, sizes: Sizes, loops: int) -> list[Measure]:
             Measure("d", "--processes 2 / --processes 1", float("nan"), "x", ">= 1.80x", None,
                     note="n/a"),
         ]  # fmt: skip
-    rates = {n: _processes_rate(url, n, sizes.processes_jobs, loops) for n in (1, 2)}
-    ratio = rates[2] / rates[1] if rates[1] else 0.0
+    jobs = sizes.processes_jobs
+    bare: dict[int, list[float]] = {1: [], 2: []}
+    runs: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
+    for _ in range(repeat):  # alternated: a load that comes and goes hits both
+        for n in (1, 2):
+            bare[n].append(_bare_processes_rate(url, n, jobs, loops))
+            runs[n].append(_processes_rate(url, n, jobs, loops))
+    floor_ratio, floor_pairs = _ratio(bare[1], bare[2])
+    whole = {n: [run[0] for run in runs[n]] for n in runs}
+    steady = {n: [run[1] for run in runs[n]] for n in runs}
+    ratio, pairs = _ratio(whole[1], whole[2])
+    steady_ratio, steady_pairs = _ratio(steady[1], steady[2])
+    share = f"{STEADY - (1 - STEADY):.0%}"
     return [
-        Measure("d", "cpu, --processes 1", rates[1], "items/s", note="concurrency 8 each"),
-        Measure("d", "cpu, --processes 2", rates[2], "items/s", note="concurrency 8 each"),
-        Measure("d", "--processes 2 / --processes 1", ratio, "x", ">= 1.80x", ratio >= 1.8),
+        Measure("d", "floor cpu, 1 process (bare loop)", max(bare[1]), "items/s",
+                note="no queue, no worker", extra={"all": bare[1]}),
+        Measure("d", "floor cpu, 2 processes (bare loop)", max(bare[2]), "items/s",
+                note="at once, sharing the jobs", extra={"all": bare[2]}),
+        Measure("d", "floor 2 processes / 1 process", floor_ratio, "x",
+                note="what this machine allows; pairs " + floor_pairs),
+        Measure("d", "cpu, --processes 1", max(whole[1]), "items/s",
+                note=f"concurrency 8; the middle {share} of the jobs: {max(steady[1]):,.0f}/s",
+                extra={"all": runs[1]}),
+        Measure("d", "cpu, --processes 2", max(whole[2]), "items/s",
+                note=f"concurrency 8 each; the middle {share}: {max(steady[2]):,.0f}/s",
+                extra={"all": runs[2]}),
+        Measure("d", "--processes 2 / --processes 1", ratio, "x", ">= 1.80x", ratio >= 1.8,
+                note="first reserve to last ack; pairs " + pairs),
+        Measure("d", f"the same, middle {share} of the jobs", steady_ratio, "x",
+                note="pairs " + steady_pairs),
+    ]  # fmt: skip
+
+
+def _ratio(one: list[float], two: list[float]) -> tuple[float, str]:
+    """The best of ``two`` over the best of ``one``, and the ratio of each pair."""
+    pairs = ", ".join(f"{b / a:.2f}x" for a, b in zip(one, two, strict=True) if a)
+    return (max(two) / max(one) if max(one) else 0.0), pairs
+
+
+#: Section d's floor: the cpu handler's loop in a process of its own, started by a line
+#: on stdin; it prints when it started and ended (time.monotonic(), system-wide).
+BARE_CPU = """
+import sys, time
+
+loops, each = int(sys.argv[1]), int(sys.argv[2])
+
+
+def burn(loops):
+    total = 0
+    for i in range(loops):
+        total += i
+    return total
+
+
+print("ready", flush=True)
+sys.stdin.readline()
+started = time.monotonic()
+for _ in range(each):
+    burn(loops)
+print(started, time.monotonic(), flush=True)
+"""
+
+
+def _bare_processes_rate(url: str, processes: int, jobs: int, loops: int) -> float:
+    """``jobs`` calls of the cpu handler shared by ``processes`` bare loops started at
+    once, while this process polls a queue's stats as :func:`_processes_rate` does."""
+    each = jobs // processes
+    app = App(url)
+    handle = app.queue(f"delayq-bench-worker-proc-{uuid.uuid4().hex[:8]}")
+    command = [sys.executable, "-c", BARE_CPU, str(loops), str(each)]
+    children = [
+        subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(processes)
     ]
+    try:
+        for child in children:
+            assert child.stdout is not None
+            child.stdout.readline()  # "ready"
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.close()
+        while any(child.poll() is None for child in children):
+            handle.stats()  # as during a drain: the same work for Redis and this process
+            time.sleep(0.02)
+        spans = []
+        for child in children:
+            assert child.stdout is not None
+            started, ended = (float(word) for word in child.stdout.read().split())
+            spans.append((started, ended))
+        seconds = max(end for _, end in spans) - min(start for start, _ in spans)
+        return each * processes / seconds if seconds > 0 else 0.0
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+        app.close()
 
 
-def _processes_rate(url: str, processes: int, jobs: int, loops: int) -> float:
+#: Section d's steady rate: from this share of the jobs left to 1 - this share.
+STEADY = 0.9
+
+
+def _rate(seen: list[tuple[float, int]]) -> float:
+    """Jobs/s between the first and the last of ``seen`` (when, jobs left)."""
+    if len(seen) < 2 or seen[-1][0] <= seen[0][0]:
+        return 0.0
+    return (seen[0][1] - seen[-1][1]) / (seen[-1][0] - seen[0][0])
+
+
+def _processes_rate(url: str, processes: int, jobs: int, loops: int) -> tuple[float, float]:
+    """``jobs`` calls of the cpu task drained by ``delayq worker --processes N``: jobs/s
+    from the first reserve to the last ack, and in the steady part (see :data:`STEADY`)."""
     queue = f"delayq-bench-worker-proc-{uuid.uuid4().hex[:8]}"
     app = App(url)
 
@@ -596,22 +708,22 @@ def _processes_rate(url: str, processes: int, jobs: int, loops: int) -> float:
                  str(processes), "--log-level", "warning"],
                 env=env, cwd=tmp,
             )  # fmt: skip
-            first: tuple[float, int] | None = None
+            seen: list[tuple[float, int]] = []  # (when, jobs left) from the first reserve on
             deadline = time.monotonic() + jobs * 0.01 + 60
             while time.monotonic() < deadline and child.poll() is None:
                 stats = handle.stats()
                 left = stats.ready + stats.scheduled + stats.active
-                now = time.perf_counter()
-                if first is None and stats.ready + stats.scheduled < jobs:
-                    first = (now, left)
+                if seen or stats.ready + stats.scheduled < jobs:
+                    seen.append((time.perf_counter(), left))
                 if left == 0:
                     break
                 time.sleep(0.02)
             else:
-                return 0.0
-            if first is None or now <= first[0]:
-                return 0.0
-            return first[1] / (now - first[0])
+                return 0.0, 0.0
+            middle = [
+                (when, left) for when, left in seen if (1 - STEADY) * jobs <= left <= STEADY * jobs
+            ]
+            return _rate(seen), _rate(middle)
         finally:
             if child is not None:
                 child.send_signal(signal.SIGTERM)
@@ -670,7 +782,7 @@ def main(argv: list[str] | None = None) -> int:
                         measure.target, measure.passed = "", None
             if "d" in chosen and is_redis:
                 console.print(f"{scheme}: d. processes ...", style="dim")
-                found += section_processes(url, sizes, loops)
+                found += section_processes(url, sizes, loops, args.repeat)
             for measure in found:
                 measure.section = f"{measure.section} {scheme}"
             measures.extend(found)

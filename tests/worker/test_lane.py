@@ -199,3 +199,36 @@ def test_run_with_a_timeout_returns_an_outcome_held_for_a_batch() -> None:
     finally:
         first.set()
         second.set()
+
+
+def test_submit_many_runs_every_call_in_order_and_a_closed_lane_starts_none() -> None:
+    """submit_many (a claim's sync calls in one hand-over) runs them in the order
+    given, across the lane's threads, each outcome to its own ``done``; on a closed
+    lane each ``done`` gets NotStarted at once."""
+    seen: list[int] = []
+    outcomes: dict[int, tuple[BaseException | None, Any]] = {}
+
+    def call(i: int) -> Callable[[], int]:
+        def run() -> int:
+            seen.append(i)
+            return i * i
+
+        return run
+
+    def done_of(i: int) -> _pool.Ran:
+        def done(error: BaseException | None, result: Any, started: float | None) -> None:
+            outcomes[i] = (error, result)
+
+        return done
+
+    async def main() -> None:
+        lane = SyncLane(1, batch=1)
+        lane.submit_many([(call(i), done_of(i)) for i in range(20)])
+        await wait_for(lambda: len(outcomes) == 20)
+        lane.close()
+        lane.submit_many([(call(i), done_of(i)) for i in range(20, 23)])
+
+    asyncio.run(main())
+    assert seen == list(range(20))
+    assert all(outcomes[i] == (None, i * i) for i in range(20))
+    assert all(isinstance(outcomes[i][0], NotStarted) for i in range(20, 23))

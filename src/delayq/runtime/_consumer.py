@@ -30,8 +30,9 @@ from ._pool import Slots
 __all__ = ["LeaseRenewer", "check_prefetch", "extend_lease", "prefetch_slots", "reserve_loop"]
 
 Job = Callable[[AsyncQueue, Message], Coroutine[Any, Any, None]]
-#: Takes a reserved message on without a task of its own (True), or leaves it to a job.
-Start = Callable[[AsyncQueue, Message], bool]
+#: Takes reserved messages on without a task of their own; returns those it leaves to
+#: jobs, in order.
+Start = Callable[[AsyncQueue, list[Message]], list[Message]]
 
 
 def check_prefetch(prefetch: object, concurrency: int, name: str = "prefetch") -> int:
@@ -79,8 +80,9 @@ async def reserve_loop(
     how long to pause: a backend that does not answer is retried with a growing pause
     and a line per step, not a line per try.
 
-    ``start(queue, msg)``, when given, is offered each message first: True means it
-    took the message on, and gives its slot back itself once the message is settled.
+    ``start(queue, msgs)``, when given, is offered each claim's messages first: it
+    returns those it leaves to jobs, and gives the slot of each one it took on back
+    itself once that message is settled.
     """
     finished = functools.partial(_finished, running, slots, f"{event_prefix}.job_crashed")
     while True:
@@ -105,9 +107,9 @@ async def reserve_loop(
             await asyncio.sleep(outage.failed(exc, failed_event=failed, queue=queue.name))
             continue
         slots.give(taken - len(msgs))
+        if start is not None:
+            msgs = start(queue, msgs)
         for msg in msgs:
-            if start is not None and start(queue, msg):
-                continue
             task = asyncio.create_task(job(queue, msg))
             running[task] = msg
             task.add_done_callback(finished)

@@ -9,7 +9,7 @@ import asyncio
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from queue import SimpleQueue
@@ -210,6 +210,11 @@ class _Run:
     abandoned: bool = False  # timed out: its thread ends when it returns
 
 
+#: A call a lane thread ended: the call, what it raised (or None), what it returned,
+#: and how long it ran (seconds).
+_Ended = tuple[_Run, BaseException | None, Any, float]
+
+
 class SyncLane:
     """``threads`` daemon threads that run sync calls in the order they came, from one
     shared inbox: a thread that ends a call takes the next waiting one itself, with no
@@ -299,14 +304,20 @@ class SyncLane:
     def submit(self, fn: Callable[[], Any], done: Ran) -> None:
         """Run ``fn()`` on a lane thread once one is free, then ``done(error, result,
         started)`` on the loop: no future, no task (the worker's plain sync jobs)."""
-        if self._closed:
-            done(NotStarted("the lane is closed"), None, None)
-            return
-        self._queue(_Run(fn, None, done))
+        self.submit_many([(fn, done)])
 
-    def _queue(self, run: _Run) -> None:
+    def submit_many(self, calls: Iterable[tuple[Callable[[], Any], Ran]]) -> None:
+        """:meth:`submit` each of ``calls`` (``(fn, done)`` pairs), in order, under one
+        take of the lock."""
+        if self._closed:
+            for _, done in calls:
+                done(NotStarted("the lane is closed"), None, None)
+            return
+        self._queue(*(_Run(fn, None, done) for fn, done in calls))
+
+    def _queue(self, *runs: _Run) -> None:
         with self._lock:
-            self._runs.append(run)
+            self._runs.extend(runs)
             ring = self._ring()
         if ring:
             self._bell.put(None)
@@ -328,35 +339,73 @@ class SyncLane:
             self._spawn()  # its thread runs on: another one takes its place
         return True
 
-    def _next(self) -> _Run | None:
-        """On a lane thread: the next call to run (marked started), None once closed."""
+    def _next(self, ended: _Ended | None) -> _Run | None:
+        """On a lane thread: hand over the outcome of the call it ``ended`` (if any),
+        then the next call to run (marked started); None once closed, or when the call
+        it ended was abandoned (its thread ends). One lock section for both: a thread
+        that blocks on the lock gives the GIL away."""
+        wake = ring = False
         woken = False
         while True:
             with self._lock:
+                abandoned = False
+                if ended is not None:
+                    wake, abandoned = self._ended_locked(ended)
+                    ended = None
                 if woken:
                     self._ringing = False
                 run = None
-                while self._runs and run is None:
-                    run = self._runs.popleft()
-                    if run.dropped:
-                        run = None
+                if not abandoned:
+                    while self._runs and run is None:
+                        run = self._runs.popleft()
+                        if run.dropped:
+                            run = None
                 if run is not None:
                     run.started = time.monotonic()
                     ring = self._ring()
-                elif self._closed:
-                    return None
+                elif self._closed or abandoned:
+                    pass
                 else:
                     self._sleeping += 1
+            if wake:
+                wake = False
+                try:
+                    self._loop.call_soon_threadsafe(self._deliver)
+                except RuntimeError:  # the loop is closed: nobody waits any more
+                    return None
             if run is not None:
                 if ring:
                     self._bell.put(None)
                 return run
+            if self._closed or abandoned:
+                return None
             self._bell.get()
             woken = True
 
+    def _ended_locked(self, ended: _Ended) -> tuple[bool, bool]:
+        """Under the lock: note a call's outcome; whether to wake the loop for the
+        outcomes held, and whether the call was abandoned (timed out)."""
+        run, error, result, took = ended
+        mean = self.mean_call
+        self.mean_call = took if mean is None else mean + (took - mean) / 16
+        run.finished = True
+        held = self._ended
+        held.append((run, error, result))
+        wake = not self._waking and (
+            len(held) >= self.batch
+            or len(self._runs) < self._round
+            or took >= LONG_CALL
+            or self._closed
+        )
+        if wake:
+            self._waking = True
+        return wake, run.abandoned
+
     def _serve(self) -> None:
+        ended: _Ended | None = None
         while True:
-            run = self._next()
+            run = self._next(ended)
+            del ended
             if run is None:
                 return
             error: BaseException | None = None
@@ -366,30 +415,8 @@ class SyncLane:
             except BaseException as exc:
                 error = exc
             assert run.started is not None
-            took = time.monotonic() - run.started
-            with self._lock:
-                mean = self.mean_call
-                self.mean_call = took if mean is None else mean + (took - mean) / 16
-                run.finished = True
-                abandoned = run.abandoned
-                ended = self._ended
-                ended.append((run, error, result))
-                wake = not self._waking and (
-                    len(ended) >= self.batch
-                    or len(self._runs) < self._round
-                    or took >= LONG_CALL
-                    or self._closed
-                )
-                if wake:
-                    self._waking = True
-            del run, error, result, ended
-            if wake:
-                try:
-                    self._loop.call_soon_threadsafe(self._deliver)
-                except RuntimeError:  # the loop is closed: nobody waits any more
-                    return
-            if abandoned:
-                return
+            ended = (run, error, result, time.monotonic() - run.started)
+            del run, error, result
 
     def deliver(self) -> None:
         """On the loop: hand over now the outcomes held back for a batch, if any."""

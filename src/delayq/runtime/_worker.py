@@ -408,41 +408,52 @@ class Worker:
         )
 
     # -- the fast path: plain calls, no job (task) of their own per message ----------
-    def _start(self, queue: AsyncQueue, msg: Message) -> bool:
-        """Take a plain call (no cron tick, no timeout) on the fast path: a sync one
-        straight to the lane, an async one to a bare task that waits at the gate; both
-        renewed by :meth:`_renew_held` and acked with :meth:`AckBatcher.ack_soon`. False
-        leaves the message to a job of its own (:meth:`_job`)."""
+    def _start(self, queue: AsyncQueue, msgs: list[Message]) -> list[Message]:
+        """Take the plain calls (no cron tick, no timeout) of a claim on the fast path:
+        the sync ones straight to the lane (in one hand-over), an async one to a bare
+        task that waits at the gate; all renewed by :meth:`_renew_held` and acked with
+        :meth:`AckBatcher.ack_soon`. Returns the messages left to a job of their own
+        (:meth:`_job`)."""
         lane = self._lane
         if lane is not None and lane.closed:
-            return False
-        try:
-            call = self._resolve(msg)
-        except Exception:  # an unknown task: its job sends it to dead
-            return False
-        if call.cron is not None or call.timeout is not None:
-            return False
-        if not call.is_async and lane is None:  # a sync call of a mixed app: the pool
-            return False
+            return msgs
         loop = asyncio.get_running_loop()
-        every = self.lease / WORKER_EXTEND_DIVISOR
-        held = _Held(queue, msg, call, renew_at=loop.time() + every)
-        self._held[held] = None
-        assert self._held_empty is not None
-        self._held_empty.clear()
-        if _log_enabled(_DEBUG):
-            log_event(_DEBUG, "job.reserved", queue=queue.name, id=msg.id, attempt=msg.attempts)
-        if call.is_async:
-            task = loop.create_task(self._run_async(held))
-            self._running[task] = msg  # awaited by a graceful stop, cancelled past grace
-            task.add_done_callback(self._async_ended)
-            return True
-        assert lane is not None
-        context = contextvars.copy_context()
-        context.run(_current.set, msg)
-        run = functools.partial(context.run, call.fn, *call.args, **call.kwargs)
-        lane.submit(run, functools.partial(self._ran, held))
-        return True
+        renew_at = loop.time() + self.lease / WORKER_EXTEND_DIVISOR
+        debug = _log_enabled(_DEBUG)
+        left: list[Message] = []
+        calls = []
+        for msg in msgs:
+            try:
+                call = self._resolve(msg)
+            except Exception:  # an unknown task: its job sends it to dead
+                left.append(msg)
+                continue
+            if call.cron is not None or call.timeout is not None:
+                left.append(msg)
+                continue
+            if not call.is_async and lane is None:  # a sync call of a mixed app: the pool
+                left.append(msg)
+                continue
+            held = _Held(queue, msg, call, renew_at=renew_at)
+            self._held[held] = None
+            if debug:
+                log_event(_DEBUG, "job.reserved", queue=queue.name, id=msg.id, attempt=msg.attempts)
+            if call.is_async:
+                task = loop.create_task(self._run_async(held))
+                self._running[task] = msg  # awaited by a graceful stop, cancelled past grace
+                task.add_done_callback(self._async_ended)
+                continue
+            context = contextvars.copy_context()
+            context.run(_current.set, msg)
+            run = functools.partial(context.run, call.fn, *call.args, **call.kwargs)
+            calls.append((run, functools.partial(self._ran, held)))
+        if self._held:
+            assert self._held_empty is not None
+            self._held_empty.clear()
+        if calls:
+            assert lane is not None
+            lane.submit_many(calls)
+        return left
 
     async def _run_async(self, held: _Held) -> None:
         """An async call of the fast path: wait for a place at the gate, run it, and
