@@ -262,3 +262,40 @@ def test_fast_puts_the_intake_dropped_before_they_were_folded_are_said_lost(
         assert lost["offsets"] > 1
         assert events(caplog, "scheduler_elected")[-1]["intake_lost"] == lost["offsets"]
         queue.purge()
+
+
+def publish_request(url: str, kind: str, body: bytes) -> None:
+    """Publish ``body`` to the scheduler's request exchange as a request ``kind``."""
+    prefix = url.split("prefix=", 1)[1].split("&", 1)[0]
+    connection = pika.BlockingConnection(pika.URLParameters(url.split("?", 1)[0]))
+    try:
+        channel = connection.channel()
+        properties = pika.BasicProperties(type=kind, correlation_id="bad", reply_to="nobody")
+        channel.basic_publish(f"{prefix}.rpc", "rpc", body, properties)
+    finally:
+        connection.close()
+
+
+def test_bytes_that_are_no_put_or_request_are_said_and_skipped(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Anyone who may publish to the namespace can append bytes to the intake, or send
+    the scheduler a request, that delayq never wrote. The scheduler logs each
+    (``intake_bad``, ``fast_put_dropped``, ``request_bad``) and goes on folding puts and
+    serving requests."""
+    caplog.set_level(logging.INFO, logger="delayq")
+    with Queue(url, name="jobs") as queue:
+        queue.put("before", id="before")
+        assert queue.get("before") is not None
+        append_to_intake(url, b"\xc1 not msgpack", msgpack.packb([1, 2]))
+        append_to_intake(url, msgpack.packb(["c", 1, 0, 0, [["r", "jobs", "no"]]]))
+        publish_request(url, "put", b"\xc1 not msgpack")
+        publish_request(url, "batch", msgpack.packb([["put", 1]]))
+        publish_request(url, "cancel", msgpack.packb([]))
+        with Queue(client(url), name="jobs") as producer:
+            producer.put("after", id="after")  # folded after the bad ones (close waits)
+        assert queue.get("after") is not None
+        assert [m.payload for m in queue.reserve(max=10, wait=1)] == ["before", "after"]
+        assert len(events(caplog, "intake_bad")) == 2
+        assert len(events(caplog, "fast_put_dropped")) == 1  # a message, its put bad
+        assert len(events(caplog, "request_bad")) == 3

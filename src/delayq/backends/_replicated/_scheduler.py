@@ -130,6 +130,29 @@ def _record_bytes(record: Record) -> int:
     return image_bytes(record.id, record.payload, record.headers, record.last_error)
 
 
+def _intake_message(body: bytes) -> tuple[str, int, int, int, list[list[Any]]]:
+    """An intake message's ``client, seq, floor, ceil, puts``, each put a ``[request id,
+    queue, requests]``; ValueError when ``body`` is not one."""
+    message = unpack(body)
+    if not isinstance(message, list) or len(message) != 5:
+        raise ValueError("not an intake message")
+    client, seq, floor, ceil, puts = message
+    if not (
+        isinstance(client, str)
+        and all(isinstance(n, int) for n in (seq, floor, ceil))
+        and isinstance(puts, list)
+        and all(
+            isinstance(put, list)
+            and len(put) == 3
+            and isinstance(put[0], str)
+            and isinstance(put[1], str)
+            for put in puts
+        )
+    ):
+        raise ValueError("not an intake message")
+    return client, seq, floor, ceil, puts
+
+
 class _Journal(Records):
     """One queue's records that note every change, for the log, and the bytes their
     images take."""
@@ -525,6 +548,21 @@ class Scheduler:
     def _on_request(self, delivery: Delivery) -> None:
         if self._stopped:
             return
+        try:
+            self._take_request(delivery)
+        except Exception as exc:
+            # Bytes no client of delayq sends (anyone who may publish to the namespace
+            # can send them): said, and the scheduler goes on serving.
+            log_event(
+                logging.ERROR,
+                "request_bad",
+                reign=self._reign,
+                op=delivery.op,
+                request_id=delivery.request_id,
+                error=repr(exc),
+            )
+
+    def _take_request(self, delivery: Delivery) -> None:
         op, request_id, reply_to = delivery.op, delivery.request_id, delivery.reply_to
         if op == "batch":
             # Requests of one client coalesced (its outbox): each is taken as if it had
@@ -572,6 +610,13 @@ class Scheduler:
             if retracted:
                 self._service(queue)
             return
+        except Exception:
+            # Arguments no client sends: what was changed before they failed (a
+            # retraction, say) is logged all the same, so the state stays the log's.
+            self._decided(store, op, queue, "", now=now, reply=None)
+            if retracted:
+                self._service(queue)
+            raise
         if op == "reserve" and not outcome:
             limit, lease_ms, wait = args[1:4]
             if wait is None or wait > 0:
@@ -679,7 +724,13 @@ class Scheduler:
         id), then the ``intake`` operation; then the requests its client's waited."""
         if self._stopped:
             return
-        client, seq, floor, ceil, puts = unpack(body)
+        try:
+            client, seq, floor, ceil, puts = _intake_message(body)
+        except Exception as exc:  # bytes no client of delayq appends: said and skipped
+            log_event(
+                logging.ERROR, "intake_bad", reign=self._reign, offset=offset, error=repr(exc)
+            )
+            return
         for request_id, queue, requests in puts:
             if request_id in self._dedup:
                 continue  # appended twice, or folded by a scheduler before
@@ -689,9 +740,9 @@ class Scheduler:
                 # Decided as of its call (its delay counts from there, as the plain
                 # put's from its arrival), never later than now: the client's clock.
                 now = Now(floor, ceil)
-            if self._max_live:
-                self._weigh_fast(queue, requests)
             try:
+                if self._max_live:
+                    self._weigh_fast(queue, requests)
                 kept = store.put(decode_requests(requests), now)
             except Exception as exc:  # not a put a client could send: dropped, and said
                 store.take_changes()
