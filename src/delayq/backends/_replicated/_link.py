@@ -36,7 +36,13 @@ from ..._fork import generation
 from ...durable.message import Now
 from ...errors import QueueClosed
 from ._codec import decode_outcome, decode_record, pack, raise_error, unpack
-from ._constants import CLOSE_SETTLE, MAX_GROUP_BYTES, REJOIN_FIRST_PAUSE, REJOIN_MAX_PAUSE
+from ._constants import (
+    CLOSE_SETTLE,
+    FIRE_AHEAD_MS,
+    MAX_GROUP_BYTES,
+    REJOIN_FIRST_PAUSE,
+    REJOIN_MAX_PAUSE,
+)
 from ._scheduler import Scheduler
 from ._transport import NoScheduler, Refused, ReplyLost, Transport
 
@@ -62,6 +68,7 @@ class _FastPut(NamedTuple):
     queue: str
     requests: list[Any]  # encoded PutRequests
     size: int  # their payloads' bytes
+    soon: bool  # some fall due within FIRE_AHEAD_MS: the scheduler gets a copy at once
     appended: asyncio.Future[None]
 
 
@@ -74,6 +81,23 @@ class _Outgoing(NamedTuple):
     body: bytes
     ttl: int | None
     sent: asyncio.Future[None]  # resolved once published (an exception: it was not)
+
+
+def _soon(requests: list[Any]) -> bool:
+    """Whether a put of ``requests`` (encoded) makes a message due within
+    FIRE_AHEAD_MS: one a waiting consumer may want before the intake's tail reaches it."""
+    horizon: float | None = None
+    for request in requests:
+        delay_ms, at_ms = request[5], request[6]
+        if at_ms is None:
+            if (delay_ms or 0) <= FIRE_AHEAD_MS:
+                return True
+            continue
+        if horizon is None:
+            horizon = time.time() * 1000.0 + FIRE_AHEAD_MS
+        if at_ms <= horizon:
+            return True
+    return False
 
 
 def _remember(table: collections.OrderedDict[str, T], key: str, value: T) -> None:
@@ -603,7 +627,7 @@ class LoopLink:
             raise exc.reason from None
         appended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         size = sum(len(request[1]) for request in requests)  # the payloads
-        put = _FastPut(uuid.uuid4().hex, queue, requests, size, appended)
+        put = _FastPut(uuid.uuid4().hex, queue, requests, size, _soon(requests), appended)
         if self._appending:  # an append is on its way: this put leaves with the next
             self._intake.append(put)
         else:
@@ -649,7 +673,7 @@ class LoopLink:
         seq = self._intake_seq
         parts = [[p.request_id, p.queue, p.requests] for p in puts]
         try:
-            await self._append(seq, parts)
+            await self._append(seq, parts, nudge=any(p.soon for p in puts))
         except BaseException as exc:
             for put in puts:
                 if not put.appended.done():
@@ -685,11 +709,12 @@ class LoopLink:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._call("sync", [], 0.0), until - loop.time())
 
-    async def _append(self, seq: int, parts: list[Any]) -> None:
+    async def _append(self, seq: int, parts: list[Any], *, nudge: bool) -> None:
         """Append the intake message ``seq`` of ``parts`` (puts), on a new connection
         when one goes, for up to the request timeout (the same puts: the scheduler folds
         each once). The message carries the moment it is sent (as the put's arrival is
-        for a plain put): the scheduler decides its puts as of then."""
+        for a plain put): the scheduler decides its puts as of then. With ``nudge``, the
+        broker hands the scheduler a copy at once too (docs/rabbitmq.md, "Fast put")."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._request_timeout
         may_have_run = False
@@ -700,7 +725,7 @@ class LoopLink:
                 may_have_run = True
                 now = Now.of_seconds(time.time())
                 body = pack([self._client, seq, now.floor, now.ceil, parts])
-                await self._append_by(deadline, transport, body)
+                await self._append_by(deadline, transport, body, nudge)
                 return
             except (ConnectionError, OSError) as exc:
                 if isinstance(exc, NoScheduler):
@@ -711,7 +736,9 @@ class LoopLink:
                     raise QueueClosed("the queue was closed") from None
                 await asyncio.sleep(min(deadline - loop.time(), 0.1))
 
-    async def _append_by(self, deadline: float, transport: Transport, body: bytes) -> None:
+    async def _append_by(
+        self, deadline: float, transport: Transport, body: bytes, nudge: bool
+    ) -> None:
         """``transport.append_intake(body)``, or ReplyLost at ``deadline`` (the loop's
         time), the connection then given up (it may be dead without a reset). Bounded by
         a timer that cancels this task, not by wait_for (a task per put)."""
@@ -728,7 +755,7 @@ class LoopLink:
 
         timer = loop.call_at(deadline, expire)
         try:
-            await transport.append_intake(body)
+            await transport.append_intake(body, nudge=nudge)
         except asyncio.CancelledError:
             if not expired:
                 raise

@@ -526,6 +526,9 @@ class Scheduler:
             # come alone, in order; their replies leave together (_send).
             self._take_parts(reply_to, unpack(delivery.body))
             return
+        if op == "puts":  # a copy of an intake message (append_intake's nudge)
+            self._on_nudge(delivery.body)
+            return
         known = self._dedup.get(request_id)
         if known is not None:
             if known[0] == "held":
@@ -658,9 +661,30 @@ class Scheduler:
         if self._stopped:
             return
         client, seq, floor, ceil, puts = unpack(body)
+        self._fold_puts(puts, floor, ceil)
+        self._folded(offset, client, seq)
+        note = pack([offset, client, seq])
+        self._commit([_INTAKE, "", "", self._last_now, 0, [], [], "", note], None)
+        self._release(client)
+
+    def _on_nudge(self, body: bytes) -> None:
+        """A copy of an intake message that puts something due within FIRE_AHEAD_MS,
+        routed here by the publish that appended it: it comes before the intake's tail
+        brings the message, by up to a few ms. Its puts are folded now, once every
+        earlier message of that client is folded (their order kept), and logged as
+        the intake's would be; the intake's copy then finds them in the dedup table
+        and only notes its ``intake`` operation (the log stays replay's only input)."""
+        client, seq, floor, ceil, puts = unpack(body)
+        if self._clients.get(client, 0) != seq - 1:
+            return  # an earlier message is not folded yet, or this one already is
+        self._fold_puts(puts, floor, ceil)
+
+    def _fold_puts(self, puts: list[Any], floor: int, ceil: int) -> None:
+        """Decide the puts of an intake message (sent at ``floor``/``ceil`` by its
+        client's clock), each once (its request id in the dedup table)."""
         for request_id, queue, requests in puts:
             if request_id in self._dedup:
-                continue  # appended twice, or folded by a scheduler before
+                continue  # appended twice, nudged, or folded by a scheduler before
             store = self._store(queue)
             now = self._now()
             if floor < now.floor:
@@ -689,10 +713,6 @@ class Scheduler:
             self._commit(entry, None)
             if self._parked.get(queue) or queue in self._targets:
                 self._service(queue)
-        self._folded(offset, client, seq)
-        note = pack([offset, client, seq])
-        self._commit([_INTAKE, "", "", self._last_now, 0, [], [], "", note], None)
-        self._release(client)
 
     def _weigh_fast(self, queue: str, requests: list[list[Any]]) -> None:
         """A fast put cannot be refused (its client has its confirm): past the limit it
