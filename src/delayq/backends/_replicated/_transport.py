@@ -146,7 +146,8 @@ class Transport(Protocol):
         """Publish a checkpoint pointer, returning once the broker confirmed it."""
 
     async def serve(self, on_request: Callable[[Delivery], None]) -> None:
-        """Take the namespace's requests from now on."""
+        """Take the namespace's requests from now on, and the copies of the intake
+        messages appended with ``nudge`` (op ``puts``, no request id nor reply)."""
 
     async def reply(
         self, reply_to: str, request_id: str, kind: str, body: bytes, *, confirm: bool
