@@ -54,6 +54,9 @@ T = TypeVar("T")
 Candidacy = Literal["auto", "on", "off"]
 #: Seconds a close waits for the connections given up before it.
 _CLOSE_WAIT = 3.0
+#: Seconds a reserve sent ahead keeps what it claimed for its caller's next reserve
+#: (given back after: the caller is doing something else).
+_AHEAD_KEPT = 0.05
 #: How many answered (and abandoned) reserves a link remembers, for a late answer.
 _REMEMBERED = 1024
 #: The operations that change nothing: one that got no reply just failed (NoScheduler);
@@ -149,6 +152,12 @@ class LoopLink:
         self._answered: collections.OrderedDict[str, tuple[str, frozenset[str]]] = (
             collections.OrderedDict()
         )
+        #: A sequential consumer's loop (docs/rabbitmq.md, "A reserve sent with the
+        #: acks"): per queue, the ``(limit, lease_ms, wait)`` of the last call, when it
+        #: was a waiting reserve that got messages; and the reserve sent ahead with the
+        #: ``ack_many`` that followed it, until the caller's next call takes or drops it.
+        self._reserving: dict[str, tuple[int, int, float | None]] = {}
+        self._ahead: dict[str, tuple[int, int, asyncio.Task[tuple[Any, float | None]]]] = {}
         self._turn: asyncio.Future[None] | None = None
         self._candidate = False
         self._scheduler: Scheduler | None = None
@@ -350,7 +359,7 @@ class LoopLink:
 
     async def _quiet(self, op: str, args: list[Any]) -> None:
         with contextlib.suppress(Exception):
-            await self.call(op, args)
+            await self._call(op, args, 0.0)  # the link's own: not its caller's next call
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -375,9 +384,17 @@ class LoopLink:
         caller must hold them (None: none to hold); a caller that gives up before then
         hands them to :meth:`give_back`."""
         try:
-            if args:
-                await self._configure(args[0])
-            return await self._call(op, args, wait)
+            taken = await self._take_ahead(op, args, wait) if self._ahead else None
+            if taken is None:
+                if args:
+                    await self._configure(args[0])
+                if op == "ack_many" and self._reserving.get(args[0]) and not self._pending:
+                    self._send_ahead(args[0])
+                taken = await self._call(op, args, wait)
+            self._reserving.clear()
+            if op == "reserve" and taken[0] and wait != 0 and not self._pending:
+                self._reserving[args[0]] = (args[1], args[2], wait)
+            return taken
         except Refused as exc:
             raise exc.reason from None
 
@@ -491,6 +508,87 @@ class LoopLink:
         # (the reply says how long, counted from when it left: it came later).
         rest, items = unpack(body)
         return self._answer(op, args, request_id, items), arrived + rest
+
+    # -- a reserve sent with the acks -------------------------------------------------
+
+    def _send_ahead(self, queue: str) -> None:
+        """With a sequential caller's ``ack_many`` (its last call was a waiting reserve
+        of ``queue`` that got messages), send that reserve again in the same batch, so
+        that a message falling due during the ack's round trip finds a reserve waiting
+        at the scheduler; the caller's next matching reserve takes its answer."""
+        limit, lease_ms, wait = self._reserving[queue]
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self._call("reserve", [queue, limit, lease_ms], wait))
+        self._ahead[queue] = (limit, lease_ms, task)
+        task.add_done_callback(lambda done: self._ahead_answered(queue, done))
+
+    def _ahead_answered(self, queue: str, task: asyncio.Task[tuple[Any, float | None]]) -> None:
+        ahead = self._ahead.get(queue)
+        if ahead is None or ahead[2] is not task:
+            return
+        if task.cancelled() or task.exception() is not None or not task.result()[0]:
+            return  # nothing was claimed: the caller's reserve goes as usual
+        # Claimed, and not taken yet: given back unless the caller takes it soon.
+        loop = asyncio.get_running_loop()
+        loop.call_later(_AHEAD_KEPT, self._expire_ahead, queue, task)
+
+    def _expire_ahead(self, queue: str, task: asyncio.Task[tuple[Any, float | None]]) -> None:
+        ahead = self._ahead.get(queue)
+        if ahead is not None and ahead[2] is task and not self._closed:
+            del self._ahead[queue]
+            self._spawn(self._give_up(queue, task))
+
+    async def _take_ahead(
+        self, op: str, args: list[Any], wait: float | None
+    ) -> tuple[Any, float | None] | None:
+        """The answer of the reserve sent ahead, when this call is the reserve it
+        stands for (same queue, limit and lease); else None, once every reserve sent
+        ahead is given up (what it claimed released, logged before this call goes)."""
+        queue = args[0] if args else ""
+        ahead = self._ahead.get(queue) if op == "reserve" else None
+        if ahead is None or ahead[:2] != (args[1], args[2]) or wait == 0:
+            await self._drop_ahead()
+            return None
+        del self._ahead[queue]
+        task = ahead[2]
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), wait)
+        except asyncio.TimeoutError:
+            await self._give_up(queue, task)
+            return [], None
+        except asyncio.CancelledError:
+            await asyncio.shield(self._give_up(queue, task))
+            raise
+        except Exception:
+            return None  # it failed: the caller's own reserve goes as usual
+        outcome, until = task.result()
+        if outcome:
+            return outcome, until
+        left = None if wait is None else wait - (loop.time() - started)
+        if left is not None and left <= 0:
+            return [], None
+        return await self._call("reserve", args, left)
+
+    async def _drop_ahead(self) -> None:
+        ahead, self._ahead = self._ahead, {}
+        for queue, (_, _, task) in ahead.items():
+            await self._give_up(queue, task)
+
+    async def _give_up(self, queue: str, task: asyncio.Task[tuple[Any, float | None]]) -> None:
+        """Give up a reserve sent ahead: cancelled if unanswered (it sends ``forget``,
+        which at the scheduler also releases what an answer on its way claimed), or
+        what it got released, in both cases before the caller's next request."""
+        if not task.done():
+            task.cancel()
+            await asyncio.wait([task])
+            return
+        if task.cancelled() or task.exception() is not None:
+            return
+        outcome = task.result()[0]
+        releases = [self._call("release", [queue, r.id, r.lease], 0.0) for r in outcome]
+        await asyncio.gather(*releases, return_exceptions=True)
 
     def _answer(self, op: str, args: list[Any], request_id: str, body: Any) -> Any:
         """The decoded outcome of a call; that of a reserve is remembered with its
@@ -782,6 +880,9 @@ class LoopLink:
         scheduler so hands over to the next candidate)."""
         if self._closed:
             return
+        if self._ahead:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._drop_ahead(), self._request_timeout)
         if self._intake or self._confirmed_seq > self._folded_seq:
             await self._settle()
         self._closed = True

@@ -1114,15 +1114,34 @@ class Scheduler:
         self._arm(queue)
 
     def _forget(self, queue: str, request_id: str) -> None:
+        """A reserve its caller gave up: dropped if parked (what was claimed ahead for
+        it goes back); if it was answered, what it claimed goes back too, so that the
+        client's next request finds those messages as if never claimed (the late
+        answer's own releases then find them released)."""
         parked = self._parked.get(queue)
-        if parked is not None:
-            waiter = parked.pop(request_id, None)
-            if waiter is not None and waiter.ahead is not None:
+        waiter = None if parked is None else parked.pop(request_id, None)
+        if waiter is not None:
+            if waiter.ahead is not None:
                 store = self._store(queue)
                 now = self._now()
                 self._drop_ahead(store, waiter, now)
                 self._decided(store, "release", queue, "", now=now, reply=None)
                 self._service(queue)
+            return
+        known = self._dedup.get(request_id)
+        if known is None or known[0] not in ("ok", "held"):
+            return
+        items = unpack(known[1]) if known[0] == "ok" else unpack(known[1])[1]
+        if not isinstance(items, list) or not items:
+            return
+        store = self._store(queue)
+        now = self._now()
+        for item in items:
+            record = decode_record(item)
+            with contextlib.suppress(LeaseLost):
+                store.release(record.id, record.lease or "", now)
+        self._decided(store, "release", queue, "", now=now, reply=None)
+        self._service(queue)
 
     def _drop_ahead(self, store: _Journal, waiter: _Parked, now: Now) -> None:
         """Give back what was claimed ahead for ``waiter`` (its reply not sent: it is
