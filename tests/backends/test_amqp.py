@@ -547,3 +547,67 @@ def test_a_cancelled_claim_ahead_is_not_the_answer_to_a_reserve_resent_after_a_f
                 return [m.id for m in messages]
 
     assert asyncio.run(main()) == ["y"]
+
+
+@pytest.fixture
+def requests_seen(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The operations the scheduler of this process receives, in order (a batch's
+    parts each)."""
+    seen: list[str] = []
+    on_request = _scheduler.Scheduler._on_request
+
+    def spy(self: Any, delivery: Any) -> None:
+        seen.append(delivery.op)
+        on_request(self, delivery)
+
+    monkeypatch.setattr(_scheduler.Scheduler, "_on_request", spy)
+    return seen
+
+
+def test_a_consumer_loop_has_a_reserve_waiting_while_it_acks(
+    url: str, requests_seen: list[str]
+) -> None:
+    """reserve, then ack_many of what it got: the link sends the next reserve with the
+    acks, so that a message falling due during their round trip finds a reserve at
+    the scheduler; the caller's next reserve takes its answer."""
+    with Queue(url, name="jobs") as q:
+        q.put("a", id="a")
+        first = q.reserve(wait=5, max=10)
+        assert [m.id for m in first] == ["a"]
+        q.put("b", id="b", delay=0.3)
+        del requests_seen[:]
+        q.ack_many(first)
+        assert requests_seen.count("reserve") == 1  # sent ahead, before the caller asks
+        second = q.reserve(wait=5, max=10)
+        assert [(m.id, m.attempts) for m in second] == [("b", 1)]
+        assert requests_seen.count("reserve") == 1  # the caller's took its answer
+        q.ack_many(second)
+        assert q.stats().active == q.stats().ready == q.stats().scheduled == 0
+
+
+def test_what_the_reserve_sent_with_the_acks_claimed_is_given_back_before_any_other_call(
+    url: str,
+) -> None:
+    """A call other than the matching reserve (here cancel) finds the message the
+    reserve sent ahead claimed as if it had never been claimed; so does another
+    consumer once the caller is busy elsewhere, and after a close."""
+    with Queue(url, name="jobs") as q, Queue(url, name="jobs") as other:
+        for round in range(3):
+            q.put("a", id="a")
+            first = q.reserve(wait=5, max=10)
+            q.put("b", id="b")  # due now: the reserve sent ahead claims it at once
+            q.ack_many(first)
+            if round == 0:
+                assert q.cancel("b") is True
+                assert q.reserve(wait=0.3) == []
+            elif round == 1:
+                time.sleep(0.3)  # the caller does something else: given back
+                taken = other.reserve(wait=2, max=10)
+                assert [(m.id, m.attempts) for m in taken] == [("b", 1)]
+                other.ack_many(taken)
+            else:
+                break
+        q.close()  # with a reserve sent ahead and its claim: given back
+        taken = other.reserve(wait=5, max=10, lease=60)
+        assert [(m.id, m.attempts) for m in taken] == [("b", 1)]
+        other.ack_many(taken)

@@ -15,6 +15,7 @@ afterwards; the schedulers are ``delayq scheduler`` processes of the test's own.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import signal
 import time
@@ -299,3 +300,68 @@ def test_bytes_that_are_no_put_or_request_are_said_and_skipped(
         assert len(events(caplog, "intake_bad")) == 2
         assert len(events(caplog, "fast_put_dropped")) == 1  # a message, its put bad
         assert len(events(caplog, "request_bad")) == 3
+
+
+def nudge(url: str, body: bytes) -> None:
+    """Send ``body`` (an intake message) to the scheduler alone, as the copy a fast put
+    due soon routes to it (here without the intake's)."""
+    publish_request(url, "puts", body)
+
+
+def logged_puts(url: str, request_id: str) -> int:
+    """How many put operations of the log carry ``request_id``."""
+    return sum(
+        1
+        for kind, body in stream_messages(url, "log")
+        if kind == "entry"
+        for op in msgpack.unpackb(body)
+        if op[0] == "put" and op[2] == request_id
+    )
+
+
+def test_a_nudged_put_is_folded_at_once_once_and_in_its_clients_order(url: str) -> None:
+    """A client sends an intake message that puts something due now to the scheduler
+    too (a nudge): the scheduler folds it before the intake holds it, but only once
+    every earlier message of that client is folded (a nudge that would overtake one is
+    ignored: first put wins for one id); the intake's copy is then skipped by request
+    id, the put is logged once, and a successor replays the same state."""
+    with Queue(client(url), name="jobs", request_timeout=30) as queue:
+        with scheduler(url) as first:
+            queue.stats()  # the scheduler is elected
+            queue.put("template", id="template")
+            template = msgpack.unpackb(intake(url)[-1][0])
+            queue.purge()
+            _, _, floor, ceil, [[_, name, [request]]] = template
+
+            def message(seq: int, parts: list[tuple[str, str, str]]) -> bytes:
+                puts = [
+                    [rid, name, [[id, json.dumps(payload).encode(), *request[2:]]]]
+                    for rid, id, payload in parts
+                ]
+                return msgpack.packb(["nudging-client", seq, floor, ceil, puts])
+
+            one = message(1, [("r1", "x", "a")])
+            two = message(2, [("r2", "x", "b"), ("r3", "y", "c")])
+            nudge(url, two)  # message 1 is not folded: ignored
+            nudge(url, one)  # folded at once, before the intake holds it
+            deadline = time.monotonic() + 10
+            while queue.get("x") is None:
+                assert time.monotonic() < deadline, "the nudged put was not folded"
+                time.sleep(0.01)
+            assert queue.get("x").payload == "a"  # type: ignore[union-attr]
+            assert queue.get("y") is None
+            append_to_intake(url, one)
+            append_to_intake(url, two)
+            while queue.get("y") is None:
+                assert time.monotonic() < deadline, "the intake was not folded"
+                time.sleep(0.01)
+            assert queue.get("x").payload == "a"  # type: ignore[union-attr]
+            assert queue.stats().ready == 2
+            first.send_signal(signal.SIGKILL)
+            assert first.wait(10) == -signal.SIGKILL
+        assert [logged_puts(url, rid) for rid in ("r1", "r2", "r3")] == [1, 1, 1]
+        with scheduler(url):
+            messages = queue.reserve(wait=10, max=10)
+            assert sorted((m.id, m.payload) for m in messages) == [("x", "a"), ("y", "c")]
+            queue.ack_many(messages)
+            assert queue.reserve(wait=0.5, max=10) == []

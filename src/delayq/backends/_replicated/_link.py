@@ -37,7 +37,13 @@ from ..._fork import generation
 from ...durable.message import Now
 from ...errors import QueueClosed
 from ._codec import decode_outcome, decode_record, pack, raise_error, unpack
-from ._constants import CLOSE_SETTLE, MAX_GROUP_BYTES, REJOIN_FIRST_PAUSE, REJOIN_MAX_PAUSE
+from ._constants import (
+    CLOSE_SETTLE,
+    FIRE_AHEAD_MS,
+    MAX_GROUP_BYTES,
+    REJOIN_FIRST_PAUSE,
+    REJOIN_MAX_PAUSE,
+)
 from ._scheduler import Scheduler
 from ._transport import NoScheduler, Refused, ReplyLost, Transport
 
@@ -49,6 +55,9 @@ T = TypeVar("T")
 Candidacy = Literal["auto", "on", "off"]
 #: Seconds a close waits for the connections given up before it.
 _CLOSE_WAIT = 3.0
+#: Seconds a reserve sent ahead keeps what it claimed for its caller's next reserve
+#: (given back after: the caller is doing something else).
+_AHEAD_KEPT = 0.05
 #: How many answered (and abandoned) reserves a link remembers, for a late answer.
 _REMEMBERED = 1024
 #: The operations that change nothing: one that got no reply just failed (NoScheduler);
@@ -63,6 +72,7 @@ class _FastPut(NamedTuple):
     queue: str
     requests: list[Any]  # encoded PutRequests
     size: int  # their payloads' bytes
+    soon: bool  # some fall due within FIRE_AHEAD_MS: the scheduler gets a copy at once
     appended: asyncio.Future[None]
 
 
@@ -75,6 +85,23 @@ class _Outgoing(NamedTuple):
     body: bytes
     ttl: int | None
     sent: asyncio.Future[None]  # resolved once published (an exception: it was not)
+
+
+def _soon(requests: list[Any]) -> bool:
+    """Whether a put of ``requests`` (encoded) makes a message due within
+    FIRE_AHEAD_MS: one a waiting consumer may want before the intake's tail reaches it."""
+    horizon: float | None = None
+    for request in requests:
+        delay_ms, at_ms = request[5], request[6]
+        if at_ms is None:
+            if (delay_ms or 0) <= FIRE_AHEAD_MS:
+                return True
+            continue
+        if horizon is None:
+            horizon = time.time() * 1000.0 + FIRE_AHEAD_MS
+        if at_ms <= horizon:
+            return True
+    return False
 
 
 def _remember(table: collections.OrderedDict[str, T], key: str, value: T) -> None:
@@ -126,6 +153,12 @@ class LoopLink:
         self._answered: collections.OrderedDict[str, tuple[str, frozenset[str]]] = (
             collections.OrderedDict()
         )
+        #: A sequential consumer's loop (docs/rabbitmq.md, "A reserve sent with the
+        #: acks"): per queue, the ``(limit, lease_ms, wait)`` of the last call, when it
+        #: was a waiting reserve that got messages; and the reserve sent ahead with the
+        #: ``ack_many`` that followed it, until the caller's next call takes or drops it.
+        self._reserving: dict[str, tuple[int, int, float | None]] = {}
+        self._ahead: dict[str, tuple[int, int, asyncio.Task[tuple[Any, float | None]]]] = {}
         self._turn: asyncio.Future[None] | None = None
         self._candidate = False
         self._scheduler: Scheduler | None = None
@@ -327,7 +360,7 @@ class LoopLink:
 
     async def _quiet(self, op: str, args: list[Any]) -> None:
         with contextlib.suppress(Exception):
-            await self.call(op, args)
+            await self._call(op, args, 0.0)  # the link's own: not its caller's next call
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -352,9 +385,17 @@ class LoopLink:
         caller must hold them (None: none to hold); a caller that gives up before then
         hands them to :meth:`give_back`."""
         try:
-            if args:
-                await self._configure(args[0])
-            return await self._call(op, args, wait)
+            taken = await self._take_ahead(op, args, wait) if self._ahead else None
+            if taken is None:
+                if args:
+                    await self._configure(args[0])
+                if op == "ack_many" and self._reserving.get(args[0]) and not self._pending:
+                    self._send_ahead(args[0])
+                taken = await self._call(op, args, wait)
+            self._reserving.clear()
+            if op == "reserve" and taken[0] and wait != 0 and not self._pending:
+                self._reserving[args[0]] = (args[1], args[2], wait)
+            return taken
         except Refused as exc:
             raise exc.reason from None
 
@@ -468,6 +509,87 @@ class LoopLink:
         # (the reply says how long, counted from when it left: it came later).
         rest, items = unpack(body)
         return self._answer(op, args, request_id, items), arrived + rest
+
+    # -- a reserve sent with the acks -------------------------------------------------
+
+    def _send_ahead(self, queue: str) -> None:
+        """With a sequential caller's ``ack_many`` (its last call was a waiting reserve
+        of ``queue`` that got messages), send that reserve again in the same batch, so
+        that a message falling due during the ack's round trip finds a reserve waiting
+        at the scheduler; the caller's next matching reserve takes its answer."""
+        limit, lease_ms, wait = self._reserving[queue]
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self._call("reserve", [queue, limit, lease_ms], wait))
+        self._ahead[queue] = (limit, lease_ms, task)
+        task.add_done_callback(lambda done: self._ahead_answered(queue, done))
+
+    def _ahead_answered(self, queue: str, task: asyncio.Task[tuple[Any, float | None]]) -> None:
+        ahead = self._ahead.get(queue)
+        if ahead is None or ahead[2] is not task:
+            return
+        if task.cancelled() or task.exception() is not None or not task.result()[0]:
+            return  # nothing was claimed: the caller's reserve goes as usual
+        # Claimed, and not taken yet: given back unless the caller takes it soon.
+        loop = asyncio.get_running_loop()
+        loop.call_later(_AHEAD_KEPT, self._expire_ahead, queue, task)
+
+    def _expire_ahead(self, queue: str, task: asyncio.Task[tuple[Any, float | None]]) -> None:
+        ahead = self._ahead.get(queue)
+        if ahead is not None and ahead[2] is task and not self._closed:
+            del self._ahead[queue]
+            self._spawn(self._give_up(queue, task))
+
+    async def _take_ahead(
+        self, op: str, args: list[Any], wait: float | None
+    ) -> tuple[Any, float | None] | None:
+        """The answer of the reserve sent ahead, when this call is the reserve it
+        stands for (same queue, limit and lease); else None, once every reserve sent
+        ahead is given up (what it claimed released, logged before this call goes)."""
+        queue = args[0] if args else ""
+        ahead = self._ahead.get(queue) if op == "reserve" else None
+        if ahead is None or ahead[:2] != (args[1], args[2]) or wait == 0:
+            await self._drop_ahead()
+            return None
+        del self._ahead[queue]
+        task = ahead[2]
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), wait)
+        except asyncio.TimeoutError:
+            await self._give_up(queue, task)
+            return [], None
+        except asyncio.CancelledError:
+            await asyncio.shield(self._give_up(queue, task))
+            raise
+        except Exception:
+            return None  # it failed: the caller's own reserve goes as usual
+        outcome, until = task.result()
+        if outcome:
+            return outcome, until
+        left = None if wait is None else wait - (loop.time() - started)
+        if left is not None and left <= 0:
+            return [], None
+        return await self._call("reserve", args, left)
+
+    async def _drop_ahead(self) -> None:
+        ahead, self._ahead = self._ahead, {}
+        for queue, (_, _, task) in ahead.items():
+            await self._give_up(queue, task)
+
+    async def _give_up(self, queue: str, task: asyncio.Task[tuple[Any, float | None]]) -> None:
+        """Give up a reserve sent ahead: cancelled if unanswered (it sends ``forget``,
+        which at the scheduler also releases what an answer on its way claimed), or
+        what it got released, in both cases before the caller's next request."""
+        if not task.done():
+            task.cancel()
+            await asyncio.wait([task])
+            return
+        if task.cancelled() or task.exception() is not None:
+            return
+        outcome = task.result()[0]
+        releases = [self._call("release", [queue, r.id, r.lease], 0.0) for r in outcome]
+        await asyncio.gather(*releases, return_exceptions=True)
 
     def _answer(self, op: str, args: list[Any], request_id: str, body: Any) -> Any:
         """The decoded outcome of a call; that of a reserve is remembered with its
@@ -604,7 +726,7 @@ class LoopLink:
             raise exc.reason from None
         appended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         size = sum(len(request[1]) for request in requests)  # the payloads
-        put = _FastPut(uuid.uuid4().hex, queue, requests, size, appended)
+        put = _FastPut(uuid.uuid4().hex, queue, requests, size, _soon(requests), appended)
         if self._appending:  # an append is on its way: this put leaves with the next
             self._intake.append(put)
         else:
@@ -650,7 +772,7 @@ class LoopLink:
         seq = self._intake_seq
         parts = [[p.request_id, p.queue, p.requests] for p in puts]
         try:
-            await self._append(seq, parts)
+            await self._append(seq, parts, nudge=any(p.soon for p in puts))
         except BaseException as exc:
             for put in puts:
                 if not put.appended.done():
@@ -686,11 +808,12 @@ class LoopLink:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._call("sync", [], 0.0), until - loop.time())
 
-    async def _append(self, seq: int, parts: list[Any]) -> None:
+    async def _append(self, seq: int, parts: list[Any], *, nudge: bool) -> None:
         """Append the intake message ``seq`` of ``parts`` (puts), on a new connection
         when one goes, for up to the request timeout (the same puts: the scheduler folds
         each once). The message carries the moment it is sent (as the put's arrival is
-        for a plain put): the scheduler decides its puts as of then."""
+        for a plain put): the scheduler decides its puts as of then. With ``nudge``, the
+        broker hands the scheduler a copy at once too (docs/rabbitmq.md, "Fast put")."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._request_timeout
         may_have_run = False
@@ -701,7 +824,7 @@ class LoopLink:
                 may_have_run = True
                 now = Now.of_seconds(time.time())
                 body = pack([self._client, seq, now.floor, now.ceil, parts])
-                await self._append_by(deadline, transport, body)
+                await self._append_by(deadline, transport, body, nudge)
                 return
             except (ConnectionError, OSError) as exc:
                 if isinstance(exc, NoScheduler):
@@ -712,7 +835,9 @@ class LoopLink:
                     raise QueueClosed("the queue was closed") from None
                 await asyncio.sleep(min(deadline - loop.time(), 0.1))
 
-    async def _append_by(self, deadline: float, transport: Transport, body: bytes) -> None:
+    async def _append_by(
+        self, deadline: float, transport: Transport, body: bytes, nudge: bool
+    ) -> None:
         """``transport.append_intake(body)``, or ReplyLost at ``deadline`` (the loop's
         time), the connection then given up (it may be dead without a reset). Bounded by
         a timer that cancels this task, not by wait_for (a task per put)."""
@@ -729,7 +854,7 @@ class LoopLink:
 
         timer = loop.call_at(deadline, expire)
         try:
-            await transport.append_intake(body)
+            await transport.append_intake(body, nudge=nudge)
         except asyncio.CancelledError:
             if not expired:
                 raise
@@ -756,6 +881,9 @@ class LoopLink:
         scheduler so hands over to the next candidate)."""
         if self._closed:
             return
+        if self._ahead:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._drop_ahead(), self._request_timeout)
         if self._intake or self._confirmed_seq > self._folded_seq:
             await self._settle()
         self._closed = True

@@ -569,6 +569,9 @@ class Scheduler:
             # come alone, in order; their replies leave together (_send).
             self._take_parts(reply_to, unpack(delivery.body))
             return
+        if op == "puts":  # a copy of an intake message (append_intake's nudge)
+            self._on_nudge(delivery.body)
+            return
         known = self._dedup.get(request_id)
         if known is not None:
             if known[0] == "held":
@@ -731,9 +734,31 @@ class Scheduler:
                 logging.ERROR, "intake_bad", reign=self._reign, offset=offset, error=repr(exc)
             )
             return
+        self._fold_puts(puts, floor, ceil)
+        self._folded(offset, client, seq)
+        note = pack([offset, client, seq])
+        self._commit([_INTAKE, "", "", self._last_now, 0, [], [], "", note], None)
+        self._release(client)
+
+    def _on_nudge(self, body: bytes) -> None:
+        """A copy of an intake message that puts something due within FIRE_AHEAD_MS,
+        routed here by the publish that appended it: it comes before the intake's tail
+        brings the message, by up to a few ms. Its puts are folded now, once every
+        earlier message of that client is folded (their order kept), and logged as
+        the intake's would be; the intake's copy then finds them in the dedup table
+        and only notes its ``intake`` operation (the log stays replay's only input).
+        A copy that is no intake message raises (said as ``request_bad``)."""
+        client, seq, floor, ceil, puts = _intake_message(body)
+        if self._clients.get(client, 0) != seq - 1:
+            return  # an earlier message is not folded yet, or this one already is
+        self._fold_puts(puts, floor, ceil)
+
+    def _fold_puts(self, puts: list[Any], floor: int, ceil: int) -> None:
+        """Decide the puts of an intake message (sent at ``floor``/``ceil`` by its
+        client's clock), each once (its request id in the dedup table)."""
         for request_id, queue, requests in puts:
             if request_id in self._dedup:
-                continue  # appended twice, or folded by a scheduler before
+                continue  # appended twice, nudged, or folded by a scheduler before
             store = self._store(queue)
             now = self._now()
             if floor < now.floor:
@@ -762,10 +787,6 @@ class Scheduler:
             self._commit(entry, None)
             if self._parked.get(queue) or queue in self._targets:
                 self._service(queue)
-        self._folded(offset, client, seq)
-        note = pack([offset, client, seq])
-        self._commit([_INTAKE, "", "", self._last_now, 0, [], [], "", note], None)
-        self._release(client)
 
     def _weigh_fast(self, queue: str, requests: list[list[Any]]) -> None:
         """A fast put cannot be refused (its client has its confirm): past the limit it
@@ -1167,15 +1188,34 @@ class Scheduler:
         self._arm(queue)
 
     def _forget(self, queue: str, request_id: str) -> None:
+        """A reserve its caller gave up: dropped if parked (what was claimed ahead for
+        it goes back); if it was answered, what it claimed goes back too, so that the
+        client's next request finds those messages as if never claimed (the late
+        answer's own releases then find them released)."""
         parked = self._parked.get(queue)
-        if parked is not None:
-            waiter = parked.pop(request_id, None)
-            if waiter is not None and waiter.ahead is not None:
+        waiter = None if parked is None else parked.pop(request_id, None)
+        if waiter is not None:
+            if waiter.ahead is not None:
                 store = self._store(queue)
                 now = self._now()
                 self._drop_ahead(store, waiter, now)
                 self._decided(store, "release", queue, "", now=now, reply=None)
                 self._service(queue)
+            return
+        known = self._dedup.get(request_id)
+        if known is None or known[0] not in ("ok", "held"):
+            return
+        items = unpack(known[1]) if known[0] == "ok" else unpack(known[1])[1]
+        if not isinstance(items, list) or not items:
+            return
+        store = self._store(queue)
+        now = self._now()
+        for item in items:
+            record = decode_record(item)
+            with contextlib.suppress(LeaseLost):
+                store.release(record.id, record.lease or "", now)
+        self._decided(store, "release", queue, "", now=now, reply=None)
+        self._service(queue)
 
     def _drop_ahead(self, store: _Journal, waiter: _Parked, now: Now) -> None:
         """Give back what was claimed ahead for ``waiter`` (its reply not sent: it is

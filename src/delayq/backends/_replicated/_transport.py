@@ -116,10 +116,13 @@ class Transport(Protocol):
         ones at the end (the caller stops reading). ``few``: the caller reads only a
         few entries (the broker sends few ahead)."""
 
-    async def append_intake(self, body: bytes) -> None:
+    async def append_intake(self, body: bytes, *, nudge: bool = False) -> None:
         """Append a client's fast puts to the intake (a log of its own, read by the
         scheduler only), returning once the broker has confirmed it (replicated); an
-        error when it was not."""
+        error when it was not. With ``nudge`` (something falls due within
+        FIRE_AHEAD_MS), the elected scheduler, if any, also gets the message as a
+        request of op ``puts`` as soon as the broker can (a hint: the intake's copy
+        is the one that counts), by the same publish."""
 
     async def tail_intake(
         self,
@@ -150,7 +153,8 @@ class Transport(Protocol):
         """Publish a checkpoint pointer, returning once the broker confirmed it."""
 
     async def serve(self, on_request: Callable[[Delivery], None]) -> None:
-        """Take the namespace's requests from now on."""
+        """Take the namespace's requests from now on, and the copies of the intake
+        messages appended with ``nudge`` (op ``puts``, no request id nor reply)."""
 
     async def reply(
         self, reply_to: str, request_id: str, kind: str, body: bytes, *, confirm: bool

@@ -46,6 +46,9 @@ from ._url import Settings
 __all__ = ["AmqpTransport", "Hosts", "Names"]
 
 _RPC_KEY = "rpc"
+#: The routing key of a fast put that falls due soon, on the requests' exchange: bound
+#: to the intake and to the scheduler's requests, so one publish reaches both.
+_SOON_KEY = "soon"
 _TOKEN = b"token"
 
 
@@ -193,6 +196,7 @@ class AmqpTransport:
         await requests.queue_declare(
             names.intake, durable=True, arguments=intake_arguments(self._settings.retention_bytes)
         )
+        await requests.queue_bind(names.intake, names.rpc, routing_key=_SOON_KEY)
         inbox = await self._open_channel("inbox", confirms=False)
         declared = await inbox.queue_declare(
             "", exclusive=True, auto_delete=True, arguments={"x-queue-type": "classic"}
@@ -377,21 +381,25 @@ class AmqpTransport:
         with contextlib.suppress(Exception):
             await channel.close()
 
-    async def append_intake(self, body: bytes) -> None:
+    async def append_intake(self, body: bytes, *, nudge: bool = False) -> None:
         """See :meth:`~.._replicated.Transport.append_intake`: persistent, on a confirm
-        channel of its own (opened on the first fast put)."""
-        await self._sent("intake append", self._publish_intake(body))
+        channel of its own (opened on the first fast put); with ``nudge``, through the
+        requests' exchange, whose key ``soon`` routes it to the intake and to the
+        scheduler's requests (confirmed once both have it)."""
+        await self._sent("intake append", self._publish_intake(body, nudge))
 
-    async def _publish_intake(self, body: bytes) -> None:
+    async def _publish_intake(self, body: bytes, nudge: bool) -> None:
         # aiormq's Channel (what a connection opens) takes ``wait``; its abstract one
         # does not say so.
         channel = cast("aiormq.Channel", await self._confirm_channel("intake"))
+        names = self._names
         # wait=False: awaits the confirm only, not also the writer's turn that puts the
         # frames on the socket first (one loop turn less a put; the write queue keeps
         # the order, and a write that fails fails the confirm).
         await channel.basic_publish(
             body,
-            routing_key=self._names.intake,
+            exchange=names.rpc if nudge else "",
+            routing_key=_SOON_KEY if nudge else names.intake,
             properties=Basic.Properties(delivery_mode=2, message_type="puts"),
             wait=False,
         )
@@ -533,6 +541,7 @@ class AmqpTransport:
         )
         queue = declared.queue or ""
         await channel.queue_bind(queue, self._names.rpc, routing_key=_RPC_KEY)
+        await channel.queue_bind(queue, self._names.rpc, routing_key=_SOON_KEY)
 
         def take(message: DeliveredMessage) -> None:
             properties = message.header.properties
