@@ -316,11 +316,13 @@ class Prepared:
     ``execute`` (a cursor, the parameters' adaptation, its own prepared-statement
     bookkeeping) was about a sixth of a put's time. Its parameters are ``$n``."""
 
-    __slots__ = ("name", "sql")
+    __slots__ = ("formats", "name", "sql")
 
-    def __init__(self, name: str, sql: str) -> None:
+    def __init__(self, name: str, sql: str, formats: tuple[int, ...]) -> None:
         self.name = name.encode()
         self.sql = sql.encode()
+        #: libpq's format of each parameter: 1 binary (passed as bytes), 0 text.
+        self.formats = formats
 
 
 class Statements:
@@ -369,10 +371,14 @@ VALUES ($1, $2, $3, $4, $5, $6, {{due_at}}, nextval('{s}.seq'), 0, 'scheduled')
             ("delay", f"{_CEIL} + $7::bigint"),
             ("at", f"greatest($7::bigint, {_FLOOR})"),
         )
+        # The payload in binary; the due time's parameter, when there is one, in text.
+        formats = {"now": (0, 0, 1, 0, 0, 0), "delay": (0, 0, 1, 0, 0, 0, 0)}
+        formats["at"] = formats["delay"]
         self.PUT_ONE = {
             kind: Prepared(
                 f"delayq_put_one_{kind}",
                 put_one.format(due_at=due_at, conflict="ON CONFLICT (queue, id) DO NOTHING\n"),
+                formats[kind],
             )
             for kind, due_at in dues
         }
@@ -381,7 +387,9 @@ VALUES ($1, $2, $3, $4, $5, $6, {{due_at}}, nextval('{s}.seq'), 0, 'scheduled')
         #: the insert is about a tenth of a put's server work). Should one exist all
         #: the same, the insert fails on the primary key, storing nothing.
         self.PUT_NEW = {
-            kind: Prepared(f"delayq_put_new_{kind}", put_one.format(due_at=due_at, conflict=""))
+            kind: Prepared(
+                f"delayq_put_new_{kind}", put_one.format(due_at=due_at, conflict=""), formats[kind]
+            )
             for kind, due_at in dues
         }
 

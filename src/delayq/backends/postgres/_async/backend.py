@@ -248,6 +248,7 @@ class AsyncPostgresBackend:
         self._prepared: weakref.WeakKeyDictionary[
             psycopg.AsyncConnection[Any], tuple[str, set[bytes]]
         ] = weakref.WeakKeyDictionary()
+        self._last_prepared: tuple[object, str, set[bytes]] = (None, "", set())
 
     @property
     def schema(self) -> str:
@@ -288,7 +289,8 @@ class AsyncPostgresBackend:
     ) -> tuple[list[Row], int]:
         """:meth:`_fetch` (``rows``) and :meth:`_count`: the rows and the row count (a
         :class:`~..statements.Prepared` statement: its rows, see :meth:`_run_prepared`)."""
-        await self._open()
+        if self._closed or not self._ready:
+            await self._open()
         # A caller alone (no other call of this object in flight) runs on the
         # connection the last one left, without the pool's checkout and return (a
         # tenth of a put's client work); a caller beside it takes one from the pool.
@@ -327,15 +329,21 @@ class AsyncPostgresBackend:
         self, conn: psycopg.AsyncConnection[Any], statement: Prepared, params: Params
     ) -> list[Row]:
         """Run ``statement`` on ``conn`` through libpq, preparing it there first if it
-        is not yet: parameters in order (bytes in binary, None as NULL, anything else
-        as its text), rows of one column read as integers (or None)."""
+        is not yet: parameters in order (a str as text in the connection's encoding,
+        bytes as the statement's formats say, None as NULL), rows of one column read as
+        integers (or None)."""
         pgconn = conn.pgconn
-        known = self._prepared.get(conn)
-        if known is None:
-            known = self._prepared[conn] = (conn.info.encoding, set())
-        codec, names = known
-        values = [v if v is None or isinstance(v, bytes) else str(v).encode(codec) for v in params]
-        formats = [1 if isinstance(v, bytes) else 0 for v in params]
+        known = self._last_prepared
+        if known[0] is not conn:
+            # Per connection, in a weak mapping (a lookup there makes a weak reference):
+            # the last one's is kept at hand, a lone caller's every time.
+            state = self._prepared.get(conn)
+            if state is None:
+                state = self._prepared[conn] = (conn.info.encoding, set())
+            known = self._last_prepared = (conn, *state)
+        _, codec, names = known
+        values: list[bytes | None] = [v.encode(codec) if isinstance(v, str) else v for v in params]
+        formats = statement.formats
         for attempt in range(2):
             if statement.name not in names:
                 pgconn.send_prepare(statement.name, statement.sql)
@@ -352,10 +360,11 @@ class AsyncPostgresBackend:
                 if attempt:
                     raise
                 continue
-            return [
-                (None if (value := result.get_value(i, 0)) is None else int(value),)
-                for i in range(result.ntuples)
-            ]
+            rows: list[Row] = []
+            for i in range(result.ntuples):
+                value = result.get_value(i, 0)
+                rows.append((None if value is None else int(value),))
+            return rows
         raise AssertionError("unreachable")
 
     async def _read(
@@ -384,23 +393,25 @@ class AsyncPostgresBackend:
         if len(requests) == 1 and requests[0].on_conflict == "ignore":
             request = requests[0]
             kind = put_kind(request.delay_ms, request.at_ms)
-            params: tuple[Any, ...] = (
+            # In the statement's order, as libpq takes them (see _run_prepared).
+            params: list[str | bytes | None] = [
                 queue,
                 request.id,
                 request.payload,
                 request.encoding,
-                request.max_attempts,
-                _headers(request.headers),
-            )
+                str(request.max_attempts),
+                _headers(request.headers) if request.headers else None,
+            ]
             if kind != "now":
-                params += (request.at_ms if kind == "at" else request.delay_ms,)
+                params.append(str(request.at_ms if kind == "at" else request.delay_ms))
             if request.generated_id:
                 try:
-                    rows = await self._fetch(self.sql.PUT_NEW[kind], params, "put")
+                    found = await self._execute(self.sql.PUT_NEW[kind], params, "put", rows=True)
                 except psycopg.errors.UniqueViolation:
                     return [0]  # drawn before (never seen): the stored message stays
             else:
-                rows = await self._fetch(self.sql.PUT_ONE[kind], params, "put")
+                found = await self._execute(self.sql.PUT_ONE[kind], params, "put", rows=True)
+            rows = found[0]
             if not rows:
                 return [0]
             self._wake.notify(queue, rows[0][0])
