@@ -27,6 +27,7 @@ __all__ = [
     "error_reply",
     "pack",
     "raise_error",
+    "reserve_items",
     "unpack",
 ]
 
@@ -123,6 +124,13 @@ def encode_outcome(op: str, value: Any) -> Any:
     if op == "nack":
         return value.value
     return value
+
+
+def reserve_items(kind: str, body: bytes) -> Any:
+    """The encoded records a reserve's reply carries: an ``ok`` reply's body is their
+    list, a ``held`` one's ``[how long to hold them, their list]``."""
+    data = unpack(body)
+    return data if kind == "ok" else data[1]
 
 
 def decode_outcome(op: str, data: Any) -> Any:

@@ -36,7 +36,7 @@ from typing import Any, Literal, NamedTuple, TypeVar
 from ..._fork import generation
 from ...durable.message import Now
 from ...errors import QueueClosed
-from ._codec import decode_outcome, decode_record, pack, raise_error, unpack
+from ._codec import decode_outcome, decode_record, pack, raise_error, reserve_items, unpack
 from ._constants import (
     CLOSE_SETTLE,
     FIRE_AHEAD_MS,
@@ -346,7 +346,7 @@ class LoopLink:
             # A reserve abandoned by its caller was served after all, or one answered
             # was served again (its resend reached a scheduler that did not know of the
             # first answer): give back what its caller did not receive.
-            for item in unpack(body) if kind == "ok" else unpack(body)[1]:
+            for item in reserve_items(kind, body):
                 record = decode_record(item)
                 if record.lease not in received:
                     self._spawn(self._quiet("release", [queue, record.id, record.lease]))

@@ -62,6 +62,7 @@ from ._codec import (
     encode_record,
     error_reply,
     pack,
+    reserve_items,
     unpack,
 )
 from ._constants import (
@@ -151,6 +152,14 @@ def _intake_message(body: bytes) -> tuple[str, int, int, int, list[list[Any]]]:
     ):
         raise ValueError("not an intake message")
     return client, seq, floor, ceil, puts
+
+
+def _release_each(store: Records, records: list[Record], now: Now) -> None:
+    """Give back each of ``records`` under the lease it was claimed with (one settled
+    since is left as it is)."""
+    for record in records:
+        with contextlib.suppress(LeaseLost):
+            store.release(record.id, record.lease or "", now)
 
 
 class _Journal(Records):
@@ -1205,15 +1214,12 @@ class Scheduler:
         known = self._dedup.get(request_id)
         if known is None or known[0] not in ("ok", "held"):
             return
-        items = unpack(known[1]) if known[0] == "ok" else unpack(known[1])[1]
+        items = reserve_items(*known)
         if not isinstance(items, list) or not items:
             return
         store = self._store(queue)
         now = self._now()
-        for item in items:
-            record = decode_record(item)
-            with contextlib.suppress(LeaseLost):
-                store.release(record.id, record.lease or "", now)
+        _release_each(store, [decode_record(item) for item in items], now)
         self._decided(store, "release", queue, "", now=now, reply=None)
         self._service(queue)
 
@@ -1224,9 +1230,7 @@ class Scheduler:
         if reply is None:
             return
         reply.dropped = True
-        for record in reply.claimed or []:
-            with contextlib.suppress(LeaseLost):
-                store.release(record.id, record.lease or "", now)
+        _release_each(store, reply.claimed or [], now)
         # Nor is it the request's answer any more: a resend (here, or to the next
         # scheduler, which replays this entry) is served afresh, never with messages
         # given back (and perhaps cancelled since) from the dedup table.

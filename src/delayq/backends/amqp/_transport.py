@@ -52,6 +52,11 @@ _SOON_KEY = "soon"
 _TOKEN = b"token"
 
 
+def _stream_offset(headers: dict[str, Any]) -> int:
+    """The offset a stream delivered a message from (its ``x-stream-offset`` header)."""
+    return int(headers.get("x-stream-offset", -1))
+
+
 class Names:
     """The broker objects of one namespace (``<prefix>.log``...)."""
 
@@ -348,7 +353,7 @@ class AmqpTransport:
                 properties = message.header.properties
                 headers: dict[str, Any] = dict(properties.headers or {})
                 yield LogEntry(
-                    int(headers.get("x-stream-offset", -1)),
+                    _stream_offset(headers),
                     properties.message_type or "",
                     str(headers.get("reign", "")),
                     str(headers.get("mark", "")),
@@ -438,7 +443,7 @@ class AmqpTransport:
             nonlocal unacked, expected
             properties = message.header.properties
             headers: dict[str, Any] = dict(properties.headers or {})
-            at = int(headers.get("x-stream-offset", -1))
+            at = _stream_offset(headers)
             if expected is not None and at > expected + 1:
                 on_gap(expected, at)  # dropped while this consumer was behind
             expected = max(at + 1, expected or 0)
@@ -477,8 +482,7 @@ class AmqpTransport:
             raise ConnectionError(f"no message read from {stream} in time") from None
         finally:
             await self._unsubscribe("peek", channel)
-        headers: dict[str, Any] = dict(message.header.properties.headers or {})
-        return int(headers.get("x-stream-offset", -1))
+        return _stream_offset(dict(message.header.properties.headers or {}))
 
     async def mark_intake(self, body: bytes) -> None:
         """See :meth:`~.._replicated.Transport.mark_intake`."""
