@@ -14,12 +14,14 @@ afterwards; the schedulers are ``delayq scheduler`` processes of the test's own.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
 import signal
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from backends.test_amqp_checkpoint import events, stream_messages
 from backends.test_amqp_coalesce import scheduler_process
 from conformance.conftest import amqp_url
 from conformance.test_model import QueueModel
+from delayq.backends._replicated import _link as link_module
 from delayq.backends._replicated import _scheduler as scheduler_module
 from delayq.durable import Queue
 
@@ -365,3 +368,121 @@ def test_a_nudged_put_is_folded_at_once_once_and_in_its_clients_order(url: str) 
             assert sorted((m.id, m.payload) for m in messages) == [("x", "a"), ("y", "c")]
             queue.ack_many(messages)
             assert queue.reserve(wait=0.5, max=10) == []
+
+
+def logged_put_ids(url: str) -> collections.Counter[str]:
+    """How many put operations of the log carry each request id."""
+    return collections.Counter(
+        op[2]
+        for kind, body in stream_messages(url, "log")
+        if kind == "entry"
+        for op in msgpack.unpackb(body)
+        if op[0] == "put"
+    )
+
+
+def test_folded_puts_linger_but_no_caller_waits_for_them_and_a_successor_folds_them(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler (in this process) holds the log append of what it folded from the
+    intake for a while, made far longer than any call's wait here (60 s): a request
+    behind the puts is answered all the same, its append carrying them; a waiting
+    consumer gets a put due now at once; a scheduler stopped while its folds linger
+    leaves them to its successor, which folds each once."""
+    monkeypatch.setattr(scheduler_module, "LINGER_MS", 60_000)
+    with Queue(client(url), name="jobs", request_timeout=10) as queue:
+        with Queue(url, name="jobs", request_timeout=10) as elected:
+            elected.stats()  # this process's scheduler is elected
+            ids = [queue.put(i, delay=60) for i in range(20)]
+            time.sleep(0.5)  # the tail folds them; their append lingers
+            first = [rid for _, rids in intake(url) for rid in rids]
+            assert not set(first) & set(logged_put_ids(url))
+            assert queue.get(ids[-1]) is not None  # behind the puts, not behind the linger
+            assert all(logged_put_ids(url)[rid] == 1 for rid in first)
+
+            with (
+                ThreadPoolExecutor(1) as pool,
+                Queue(client(url), name="jobs", request_timeout=10) as consumer,
+            ):
+                waiting = pool.submit(consumer.reserve, wait=10)
+                time.sleep(0.3)  # parked
+                now = queue.put("now")
+                assert [m.id for m in waiting.result()] == [now]
+
+            late = [queue.put(i, delay=60) for i in range(20, 40)]
+            time.sleep(0.5)
+            lingering = [rid for _, rids in intake(url) for rid in rids if rid not in first]
+            assert len(lingering) == 21
+            assert sum(logged_put_ids(url)[rid] for rid in lingering) == 1  # "now"
+        with scheduler(url):
+            assert queue.stats().scheduled == 40
+            assert all(queue.get(id) is not None for id in ids + late)
+    logged = logged_put_ids(url)
+    assert all(logged[rid] == 1 for rid in first + lingering)
+
+
+def test_schedulers_killed_right_after_puts_one_at_a_time_lose_and_double_nothing(
+    url: str,
+) -> None:
+    """Three schedulers in turn, each killed (SIGKILL) as soon as the last of 100 puts
+    one at a time returned, with folds of them not yet appended to the log: the next
+    one folds those again; each message is stored once."""
+    acked: list[str] = []
+    with Queue(client(url), name="jobs", request_timeout=30) as queue:
+        for _ in range(3):
+            process = scheduler_process(url)
+            try:
+                queue.stats()  # elected, and what came before is folded
+                acked += [queue.put(i) for i in range(100)]
+            finally:
+                process.send_signal(signal.SIGKILL)
+                process.wait(10)
+        with scheduler(url):
+            seen: list[str] = []
+            while len(seen) < 300:
+                messages = queue.reserve(wait=5, max=1000)
+                if not messages:
+                    break
+                seen += [message.id for message in messages]
+                queue.ack_many(messages)
+            assert queue.stats().ready == 0
+    assert len(seen) == len(set(seen)) == 300
+    assert set(seen) == set(acked)
+
+
+def test_a_put_due_now_is_copied_to_the_scheduler_only_while_a_reserve_waits(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no reserve waiting, the scheduler (in this process) tells the clients
+    ``quiet`` on the first copy of a put due now (a nudge) and they stop copying: the
+    intake's tail brings their puts (all stored); once a reserve parks they copy again,
+    and the waiting consumer gets the put."""
+    nudges: list[bytes] = []
+    on_nudge = scheduler_module.Scheduler._on_nudge
+
+    def spy(self: scheduler_module.Scheduler, body: bytes) -> None:
+        nudges.append(body)
+        on_nudge(self, body)
+
+    monkeypatch.setattr(scheduler_module.Scheduler, "_on_nudge", spy)
+    monkeypatch.setattr(link_module, "QUIET_HOLD", 60.0)  # longer than the test
+    with (
+        Queue(url, name="jobs", request_timeout=10) as elected,
+        Queue(client(url), name="jobs", request_timeout=10) as queue,
+    ):
+        elected.stats()  # this process's scheduler is elected
+        queue.put("first")
+        assert queue.stats().ready == 1
+        assert len(nudges) == 1
+        time.sleep(0.5)  # ``quiet`` reaches the client
+        for i in range(20):
+            queue.put(i)
+        assert queue.stats().ready == 21
+        assert len(nudges) == 1
+        queue.purge()
+        with ThreadPoolExecutor(1) as pool, Queue(client(url), name="jobs") as consumer:
+            waiting = pool.submit(consumer.reserve, wait=10)
+            time.sleep(0.5)  # parked; ``nudge`` reaches the client
+            now = queue.put("now")
+            assert [m.id for m in waiting.result()] == [now]
+        assert len(nudges) == 2

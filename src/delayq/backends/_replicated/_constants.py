@@ -17,8 +17,13 @@ __all__ = [
     "FULL_EVERY",
     "HELD_REPLY_AHEAD_MS",
     "IMAGE_OVERHEAD",
+    "LINGER_ENTRIES",
+    "LINGER_MS",
     "LOCATE_TIMEOUT",
     "MAX_GROUP_BYTES",
+    "QUIET_AFTER",
+    "QUIET_EVERY",
+    "QUIET_HOLD",
     "REJOIN_FIRST_PAUSE",
     "REJOIN_MAX_PAUSE",
     "RENEW_EVERY",
@@ -30,6 +35,12 @@ DEDUP_SIZE = 200_000
 #: An entry of the log holds the operations decided while the previous append was in
 #: flight, up to about this many bytes (one larger operation goes alone).
 MAX_GROUP_BYTES = 1 << 20
+#: A group that holds only what was folded from the intake (durable there already, and
+#: folded again by a successor if it is lost) and no reply waits this long (ms) for
+#: more before its append, or until it holds this many operations: puts that come one
+#: at a time share an append. Anything else (a reply, a claim) sends it at once.
+LINGER_MS = 20
+LINGER_ENTRIES = 256
 #: Seconds between two renewals of the election (a held delivery must be acked before
 #: the broker's consumer timeout, 30 min by default on RabbitMQ).
 RENEW_EVERY = 300.0
@@ -42,6 +53,14 @@ FIRE_AHEAD_MS = 10
 #: lateness either. Until it leaves, the reserve stays parked: a message that falls
 #: due before takes its place (the one claimed ahead goes back, its due time kept).
 HELD_REPLY_AHEAD_MS = 2
+#: A fast put due within FIRE_AHEAD_MS is copied to the scheduler (a nudge) for a
+#: waiting consumer. Once no reserve has waited for this many seconds (and no queue is
+#: delivered to an exchange), a nudge makes the scheduler tell the clients ``quiet``
+#: (at most every QUIET_EVERY s): they send no copies for QUIET_HOLD s, or until a
+#: reserve waits again (``nudge``), so that the scheduler reads each put once.
+QUIET_AFTER = 1.0
+QUIET_EVERY = 0.1
+QUIET_HOLD = 1.0
 #: Publishes to a user's exchange with their confirms in flight, per queue.
 DELIVER_IN_FLIGHT = 1000
 #: The lease a message being published holds (a successor scheduler publishes it again

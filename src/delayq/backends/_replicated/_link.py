@@ -41,6 +41,7 @@ from ._constants import (
     CLOSE_SETTLE,
     FIRE_AHEAD_MS,
     MAX_GROUP_BYTES,
+    QUIET_HOLD,
     REJOIN_FIRST_PAUSE,
     REJOIN_MAX_PAUSE,
 )
@@ -139,6 +140,9 @@ class LoopLink:
         #: Set by the scheduler's ``full`` announcement: puts take the plain path (which
         #: may refuse them) until one of them is taken.
         self._full = False
+        #: Until when (time.monotonic()) the scheduler said ``quiet``: no reserve waits,
+        #: so a put due soon is not copied to it (the intake's tail brings it).
+        self._quiet_until = 0.0
         self._configured: set[str] = set()
         self._candidacy = scheduler
         self._request_timeout = request_timeout
@@ -312,6 +316,7 @@ class LoopLink:
                 pause = min(pause * 2, REJOIN_MAX_PAUSE)
 
     def _on_elected(self) -> None:
+        self._quiet_until = 0.0  # a new scheduler says so again if no reserve waits
         self._next_turn()
 
     def _next_turn(self) -> None:
@@ -326,8 +331,11 @@ class LoopLink:
             for part_id, part_kind, part_body in unpack(body):
                 self._on_reply(part_id, part_kind, part_body)
             return
-        if kind == "full" and not request_id:  # an announcement, not a reply
-            self._full = self._fast_put
+        if not request_id and kind in ("full", "quiet", "nudge"):  # announcements
+            if kind == "full":
+                self._full = self._fast_put
+            else:
+                self._quiet_until = time.monotonic() + QUIET_HOLD if kind == "quiet" else 0.0
             return
         future = self._pending.get(request_id)
         if future is not None:
@@ -772,7 +780,8 @@ class LoopLink:
         seq = self._intake_seq
         parts = [[p.request_id, p.queue, p.requests] for p in puts]
         try:
-            await self._append(seq, parts, nudge=any(p.soon for p in puts))
+            nudge = any(p.soon for p in puts) and time.monotonic() >= self._quiet_until
+            await self._append(seq, parts, nudge=nudge)
         except BaseException as exc:
             for put in puts:
                 if not put.appended.done():

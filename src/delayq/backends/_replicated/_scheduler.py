@@ -79,8 +79,12 @@ from ._constants import (
     FULL_EVERY,
     HELD_REPLY_AHEAD_MS,
     IMAGE_OVERHEAD,
+    LINGER_ENTRIES,
+    LINGER_MS,
     LOCATE_TIMEOUT,
     MAX_GROUP_BYTES,
+    QUIET_AFTER,
+    QUIET_EVERY,
     RENEW_EVERY,
 )
 from ._transport import Delivery, LogEntry, LogFull, Transport
@@ -288,6 +292,11 @@ class Scheduler:
         self._group_bytes = 0
         self._replies: list[_Reply] = []
         self._flushing = False
+        # The group holds more than intake folds (or replies wait): no linger. When the
+        # group's first operation came (the loop's time), and the linger's wake-up.
+        self._urgent = False
+        self._group_since = 0.0
+        self._wake: asyncio.Future[None] | None = None
         self._serving = False
         self._stopped = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -314,6 +323,11 @@ class Scheduler:
         self._clients: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._held: dict[str, collections.deque[tuple[int, str, list[Any]]]] = {}
         self._full_told = -FULL_EVERY
+        # Nudges (_weigh_nudge): when a reserve last parked, when clients were last
+        # told ``quiet`` (the loop's times), and whether they were told ``nudge`` since.
+        self._waited = -QUIET_AFTER
+        self._quiet_told = -QUIET_EVERY
+        self._nudged = True
         # Intake offsets its retention dropped before this reign folded them.
         self._intake_lost = 0
         # Clients waiting for a sweep of the intake (_sweep), and those of the one on
@@ -746,7 +760,7 @@ class Scheduler:
         self._fold_puts(puts, floor, ceil)
         self._folded(offset, client, seq)
         note = pack([offset, client, seq])
-        self._commit([_INTAKE, "", "", self._last_now, 0, [], [], "", note], None)
+        self._commit([_INTAKE, "", "", self._last_now, 0, [], [], "", note], None, folded=True)
         self._release(client)
 
     def _on_nudge(self, body: bytes) -> None:
@@ -758,9 +772,34 @@ class Scheduler:
         and only notes its ``intake`` operation (the log stays replay's only input).
         A copy that is no intake message raises (said as ``request_bad``)."""
         client, seq, floor, ceil, puts = _intake_message(body)
+        self._weigh_nudge()
         if self._clients.get(client, 0) != seq - 1:
             return  # an earlier message is not folded yet, or this one already is
         self._fold_puts(puts, floor, ceil)
+
+    def _weigh_nudge(self) -> None:
+        """A nudge came: when no reserve has waited for QUIET_AFTER s and no queue is
+        delivered to an exchange, it helped no one (the intake's tail brings its puts
+        a few ms later), so the clients are told ``quiet`` (at most every QUIET_EVERY
+        s), and copy no puts to the scheduler until a reserve parks (_wanted)."""
+        now = asyncio.get_running_loop().time()
+        if (
+            self._targets
+            or now - self._waited < QUIET_AFTER
+            or now - self._quiet_told < QUIET_EVERY
+            or any(self._parked.values())
+        ):
+            return
+        self._quiet_told = now
+        self._nudged = False
+        self._spawn(self._transport.tell_nudges(False))
+
+    def _wanted(self) -> None:
+        """A reserve parks or a queue is delivered to an exchange: nudges help again."""
+        self._waited = asyncio.get_running_loop().time()
+        if not self._nudged:
+            self._nudged = True
+            self._spawn(self._transport.tell_nudges(True))
 
     def _fold_puts(self, puts: list[Any], floor: int, ceil: int) -> None:
         """Decide the puts of an intake message (sent at ``floor``/``ceil`` by its
@@ -793,7 +832,7 @@ class Scheduler:
             entry = self._entry(
                 store, "put", queue, request_id, now=now, kind="ok", body=reply, always=True
             )
-            self._commit(entry, None)
+            self._commit(entry, None, folded=True)
             if self._parked.get(queue) or queue in self._targets:
                 self._service(queue)
 
@@ -939,8 +978,12 @@ class Scheduler:
 
     # -- group commit ----------------------------------------------------------------
 
-    def _commit(self, entry: Op | None, reply: _Reply | None) -> None:
+    def _commit(self, entry: Op | None, reply: _Reply | None, *, folded: bool = False) -> None:
+        """Add ``entry`` to the group and ``reply`` to what is sent once it is logged;
+        ``folded``: an operation folded from the intake, which may linger (LINGER_MS)."""
         if entry is not None:
+            if not self._group:
+                self._group_since = asyncio.get_running_loop().time()
             self._group.append(entry)
             size = sum(len(image[1]) + 128 for image in entry[5]) + 64
             self._group_bytes += size
@@ -950,6 +993,14 @@ class Scheduler:
             # Sent by the flush task, once the callback that decided it (a batch of
             # requests: all of them) is over, so that replies to one client leave as one.
             self._replies.append(reply)
+        if reply is not None or (entry is not None and not folded):
+            self._urgent = True
+        if self._wake is not None and (
+            self._urgent
+            or len(self._group) >= LINGER_ENTRIES
+            or self._group_bytes >= MAX_GROUP_BYTES
+        ):
+            self._end_linger()
         if not self._flushing and (self._group or self._replies):
             self._flushing = True
             self._spawn(self._flush())
@@ -957,6 +1008,8 @@ class Scheduler:
     async def _flush(self) -> None:
         try:
             while self._group or self._replies:
+                if not self._urgent:
+                    await self._linger()
                 group, replies = self._take_group()
                 if group:
                     body = pack(group)
@@ -976,12 +1029,35 @@ class Scheduler:
         finally:
             self._flushing = False
 
+    async def _linger(self) -> None:
+        """Wait until the group's first operation is LINGER_MS old, or it holds
+        LINGER_ENTRIES operations, or something that may not wait joins it (_commit):
+        only intake folds are in it, durable in the intake already (a scheduler that
+        dies meanwhile leaves their ``intake`` operation unlogged, so its successor
+        folds them again), so puts that come one at a time share an append."""
+        loop = asyncio.get_running_loop()
+        rest = self._group_since + LINGER_MS / 1000.0 - loop.time()
+        if rest <= 0 or len(self._group) >= LINGER_ENTRIES:
+            return
+        self._wake = loop.create_future()
+        timer = loop.call_later(rest, self._end_linger)
+        try:
+            await self._wake
+        finally:
+            timer.cancel()
+            self._wake = None
+
+    def _end_linger(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
     def _take_group(self) -> tuple[list[Op], list[_Reply]]:
         """Everything decided so far, up to MAX_GROUP_BYTES of entries (one larger
         operation goes alone), with the replies that were decided before the rest."""
         if self._group_bytes <= MAX_GROUP_BYTES:
             group, replies = self._group, self._replies
             self._group, self._replies, self._group_bytes = [], [], 0
+            self._urgent = False
             return group, replies
         # Too much for one entry: the first half of the operations, and the replies
         # queued before the first operation left behind stay with what follows.
@@ -1194,6 +1270,7 @@ class Scheduler:
             known.reply_to = waiter.reply_to
             return
         parked[waiter.request_id] = waiter
+        self._wanted()
         self._arm(queue)
 
     def _forget(self, queue: str, request_id: str) -> None:
@@ -1378,6 +1455,7 @@ class Scheduler:
             self._commit(None, reply)
             return
         self._configure(queue, target)
+        self._wanted()
         store = self._store(queue)
         body = pack(target)
         entry = ["configure", queue, "", now.floor, store.last_seq, [], [], "ok", body]

@@ -146,6 +146,10 @@ class Transport(Protocol):
         """Tell every client that the live images are past their limit: fast puts
         fall back to the plain path (which can refuse them with :class:`LogFull`)."""
 
+    async def tell_nudges(self, wanted: bool) -> None:
+        """Tell every client whether a fast put due soon should be copied to the
+        scheduler (``nudge``: a reserve waits) or not (``quiet``)."""
+
     async def read_pointer(self) -> bytes | None:
         """The last checkpoint pointer published (None: none found)."""
 

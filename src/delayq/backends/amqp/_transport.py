@@ -494,9 +494,17 @@ class AmqpTransport:
 
     async def warn_full(self) -> None:
         """See :meth:`~.._replicated.Transport.warn_full`."""
+        await self._tell("full")
+
+    async def _tell(self, kind: str) -> None:
+        """Publish an announcement of ``kind`` (no body) to every client's inbox."""
         await self._channel("replies").basic_publish(
-            b"", exchange=self._names.events, properties=Basic.Properties(message_type="full")
+            b"", exchange=self._names.events, properties=Basic.Properties(message_type=kind)
         )
+
+    async def tell_nudges(self, wanted: bool) -> None:
+        """See :meth:`~.._replicated.Transport.tell_nudges`."""
+        await self._tell("nudge" if wanted else "quiet")
 
     async def read_pointer(self) -> bytes | None:
         """See :meth:`~.._replicated.Transport.read_pointer`: read the meta stream from
