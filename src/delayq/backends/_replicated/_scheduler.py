@@ -841,8 +841,10 @@ class Scheduler:
         is taken and logged, and the clients are told (at most every FULL_EVERY s) to
         put through the scheduler, which refuses with LogFull, until one is taken."""
         why = self._overweight(requests)
+        if not why:
+            return
         loop = asyncio.get_running_loop()
-        if why and loop.time() - self._full_told >= FULL_EVERY:
+        if loop.time() - self._full_told >= FULL_EVERY:
             self._full_told = loop.time()
             why = f"a fast put was taken past the limit (its client had its confirm): {why}"
             log_event(logging.WARNING, "put_over_limit", reign=self._reign, queue=queue, why=why)
