@@ -14,7 +14,8 @@ Conventions:
   (:func:`~delayq.durable.message.settle`): scheduled again due at ``lease_until``, or
   dead once ``attempts >= max_attempts``. The claim function settles a queue's expired
   leases before it claims; every other statement spells the settled state out inline;
-* the literal ``state = '...'`` terms match the partial indexes (``_schema.py``);
+* the literal ``state = '...'`` terms imply the partial indexes' predicates
+  (``_schema.py``);
 * a statement that makes a message due (put, nack, release, reschedule, retry_dead)
   calls ``wake(queue, due)`` once with the earliest due time it wrote: a
   ``pg_notify``, which waiting consumers of other processes hear, only when a consumer
@@ -174,7 +175,8 @@ def wake_function(s: str) -> str:
     An SQL function of one expression, which the planner inlines into the calling
     statement: a put due at or after the hint (nobody sleeps past it: the usual case
     while no consumer sleeps) costs the lock and one read of the hint; only a put
-    due before it runs :func:`wake_sleepers_function`'s lookup of ``waiters``."""
+    due before it runs :func:`wake_sleepers_function`'s lookup of ``waiters``. An
+    unset hint (NULL) or ``due`` compares as not before: nobody to wake."""
     name = s.strip('"')
     return f"""
 CREATE OR REPLACE FUNCTION {s}.wake(q text, due bigint) RETURNS bigint
