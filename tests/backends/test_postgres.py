@@ -21,7 +21,7 @@ import pytest
 
 from conformance.conftest import unavailable
 from delayq import UnsupportedURL
-from delayq.durable import AsyncQueue, Queue
+from delayq.durable import AsyncQueue, Queue, State
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -248,9 +248,9 @@ def test_a_schema_of_version_3_is_upgraded_and_its_consumers_still_woken(
 def test_a_schema_of_version_4_is_upgraded_and_still_refuses_an_unknown_state(
     admin: Any, schema: str
 ) -> None:
-    """Version 5 checks a message's state by its type (a domain) instead of a CHECK
-    constraint: a version-4 schema keeps its messages through the column's change, and
-    a row of an unknown state is refused as before."""
+    """Version 5 checks a message's state by its type (a domain, an enum from version
+    7) instead of a CHECK constraint: a version-4 schema keeps its messages through
+    the column's changes, and a row of an unknown state is refused as before."""
     s = f'"{schema}"'
     with admin.transaction():
         _build_version(admin, s, 4)
@@ -270,7 +270,7 @@ def test_a_schema_of_version_4_is_upgraded_and_still_refuses_an_unknown_state(
         assert [m.payload for m in q.reserve(wait=0)] == ["after"]
     version = admin.execute(f"SELECT value FROM {s}.meta WHERE key = 'schema'").fetchone()
     assert version == (_schema.VERSION,)
-    with pytest.raises(psycopg.errors.CheckViolation):
+    with pytest.raises(psycopg.errors.InvalidTextRepresentation):
         admin.execute(
             f"INSERT INTO {s}.messages (queue, id, payload, encoding, due_at, seq, "
             "max_attempts, state) VALUES ('v4', 'bad', '', 'json', 0, 2, 3, 'lost')"
@@ -305,6 +305,63 @@ def test_a_schema_of_version_5_is_upgraded_and_a_consumer_asleep_through_it_stil
         (f"{s}.messages",),
     ).fetchall()
     assert collations == [("id", "C"), ("queue", "C")]
+
+
+def test_a_schema_of_version_6_is_upgraded_and_its_messages_of_every_state_behave(
+    admin: Any, schema: str
+) -> None:
+    """Version 7 makes ``state`` an enum and indexes active and dead rows in one partial
+    index: a version-6 schema keeps its messages of every state through the column's
+    change, each is seen and moved as before (a nack to dead sets the state from a text
+    expression), and a consumer that goes to sleep after it is woken by a put (the
+    queue's lock key changed with the functions)."""
+    s = f'"{schema}"'
+    rows = (
+        # id, state, due_at, seq, attempts, max_attempts, lease, lease_until, last_error
+        ("ready", "scheduled", 0, 1, 0, 3, None, None, None),
+        ("later", "scheduled", 2**50, 2, 0, 3, None, None, None),
+        ("held", "active", 0, 3, 1, 3, "tok", 2**50, None),
+        ("expired", "active", 0, 4, 1, 1, "old", 1, None),
+        ("dead", "dead", 0, 5, 3, 3, None, None, "boom"),
+    )
+    with admin.transaction():
+        _build_version(admin, s, 6)
+        for row in rows:
+            admin.execute(
+                f"INSERT INTO {s}.messages (queue, id, payload, encoding, state, due_at, seq, "
+                "attempts, max_attempts, lease, lease_until, last_error) "
+                "VALUES ('v6', %s, '\"hi\"', 'json', %s, %s, %s, %s, %s, %s, %s, %s)",
+                row,
+            )
+        admin.execute(f"SELECT setval('{s}.seq', 5)")
+    url = url_of(schema)
+    with Queue(url, name="v6") as q:
+        stats = q.stats()
+        assert (stats.scheduled, stats.ready, stats.active, stats.dead) == (1, 1, 1, 2)
+        assert [m.id for m in q.dead()] == ["expired", "dead"]
+        assert [m.id for m in q.peek("active")] == ["held"]
+        [msg] = q.reserve(wait=0)
+        assert (msg.id, msg.payload) == ("ready", "hi")
+        assert q.nack(msg, dead=True) == State.DEAD
+        assert [m.id for m in q.dead()] == ["expired", "dead", "ready"]
+        assert q.retry_dead(["dead"]) == 1
+        retried = q.get("dead")
+        assert retried is not None
+        assert retried.state == State.READY
+        assert q.cancel("later")
+    version = admin.execute(f"SELECT value FROM {s}.meta WHERE key = 'schema'").fetchone()
+    assert version == (_schema.VERSION,)
+    indexes = admin.execute(
+        "SELECT indexname FROM pg_indexes WHERE schemaname = %s ORDER BY 1", (schema,)
+    ).fetchall()
+    assert [name for (name,) in indexes if name.startswith("messages")] == [
+        "messages_due",
+        "messages_held",
+        "messages_pkey",
+    ]
+    with Queue(url, name="v6") as consumer, Queue(url, name="v6") as producer:
+        consumer.purge()
+        _woken(admin, schema, consumer, producer, "after")
 
 
 def test_a_schema_newer_than_the_code_is_refused(admin: Any, schema: str) -> None:

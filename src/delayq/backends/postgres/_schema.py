@@ -177,6 +177,43 @@ END $$""",
     ]
 
 
+def _version_7(s: str) -> list[str]:
+    """Less server work per put (issue 19): every index of the table is opened and
+    every partial index's predicate planned and checked by each statement that writes
+    a row, and a put touches all of them.
+
+    ``state`` is an enum, ``message_state`` (the domain of version 5 renamed and
+    dropped): its literals are read once, when a statement is planned, so a row's
+    state is checked by nothing per row, and compared as a number. A cast from text
+    on assignment keeps the statements that set it from a text expression (a
+    ``CASE`` of literals) as they are. The active and dead rows share one partial
+    index, ``messages_held`` ``(queue, lease_until, seq) WHERE state <> 'scheduled'``,
+    in place of ``messages_lease`` and ``messages_dead``: a dead row's ``lease_until``
+    is NULL, so the range scans of expired leases skip them, and the dead listing
+    reads the queue's held rows by ``seq``. ``wake`` and the functions that take the
+    queue's advisory lock are defined again (its key is ``hashtextextended`` of the
+    queue name with a seed of the schema's, :func:`statements.queue_lock`). The change
+    of type rewrites the table and its indexes once, under an exclusive lock."""
+    return [
+        f"ALTER DOMAIN {s}.message_state RENAME TO message_state_text",
+        f"CREATE TYPE {s}.message_state AS ENUM ('scheduled', 'active', 'dead')",
+        f"CREATE CAST (text AS {s}.message_state) WITH INOUT AS ASSIGNMENT",
+        # Built again below over the enum (a rebuild from their text would compare
+        # the state as text).
+        f"DROP INDEX {s}.messages_due, {s}.messages_lease, {s}.messages_dead",
+        f"ALTER TABLE {s}.messages ALTER COLUMN state TYPE {s}.message_state "
+        f"USING state::text::{s}.message_state",
+        f"DROP DOMAIN {s}.message_state_text",
+        f"""CREATE INDEX messages_due ON {s}.messages (queue, due_at, seq)
+WHERE state = 'scheduled'""",
+        f"""CREATE INDEX messages_held ON {s}.messages (queue, lease_until, seq)
+WHERE state <> 'scheduled'""",
+        statements.wake_sleepers_function(s),
+        statements.wake_function(s),
+        statements.claim_function(s),
+    ]
+
+
 #: The steps, in order: ``MIGRATIONS[i]`` takes a schema from version ``i`` to ``i + 1``.
 MIGRATIONS: list[Callable[[str], list[str]]] = [
     _version_1,
@@ -185,6 +222,7 @@ MIGRATIONS: list[Callable[[str], list[str]]] = [
     _version_4,
     _version_5,
     _version_6,
+    _version_7,
 ]
 #: The version this code writes and reads.
 VERSION = len(MIGRATIONS)
