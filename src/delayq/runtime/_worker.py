@@ -127,8 +127,9 @@ class _Call:
 class _Held:
     """A message on the fast path: a plain sync call run by the lane, with no task of
     its own; its lease is renewed by the worker's renewal loop until its call ends.
-    Called (on a lane thread), it runs its handler in ``context`` (a copy of the
-    loop's, made when it was reserved), where :func:`current_message` is its message."""
+    Called (on a lane thread), it runs its handler in a copy of its own of ``context``
+    (the loop's as its claim came in, one for the claim), where
+    :func:`current_message` is its message."""
 
     queue: AsyncQueue
     msg: Message
@@ -141,7 +142,7 @@ class _Held:
 
     def __call__(self) -> Any:
         assert self.context is not None
-        return self.context.run(_run_call, self.msg, self.call)
+        return self.context.copy().run(_run_call, self.msg, self.call)
 
 
 def _run_call(msg: Message, call: _Call) -> Any:
@@ -433,6 +434,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         renew_at = loop.time() + self.lease / WORKER_EXTEND_DIVISOR
         debug = _log_enabled(_DEBUG)
+        context = contextvars.copy_context()  # each call runs in a copy of its own
         left: list[Message] = []
         calls: list[_Held] = []
         for msg in msgs:
@@ -456,7 +458,7 @@ class Worker:
                 self._running[task] = msg  # awaited by a graceful stop, cancelled past grace
                 task.add_done_callback(self._async_ended)
                 continue
-            held.context = contextvars.copy_context()
+            held.context = context
             calls.append(held)
         if self._held:
             assert self._held_empty is not None
