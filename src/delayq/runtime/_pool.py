@@ -189,7 +189,11 @@ Ran = Callable[[Any, BaseException | None, Any, "float | None"], None]
 
 #: A call that ran this long (seconds) or longer has its outcome sent to the loop at
 #: once, whatever :class:`SyncLane`'s batch: one more wake-up is nothing beside it.
-LONG_CALL = 0.001
+#: A call's time counts its waits for the GIL, which busy threads stretch to about
+#: the interpreter's switch interval (5 ms by default): a quick call is not long
+#: because it waited that much (at 1 ms, one in eight 0.1 ms Redis calls of a busy
+#: lane counted as long, and sent most of the loop's wake-ups).
+LONG_CALL = 0.005
 
 
 class NotStarted(Exception):
