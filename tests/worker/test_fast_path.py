@@ -6,6 +6,7 @@ memory and redis: acked, retried, dead, given back on a stop, logged alike."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 import time
@@ -24,6 +25,7 @@ from delayq.runtime import Discard, Retry, Worker, current_message
 
 from ._helpers import serve_until
 
+_TAG: contextvars.ContextVar[str] = contextvars.ContextVar("test_fast_path_tag", default="unset")
 FAST = RetryPolicy(max_attempts=2, base=0.05, factor=1.0, jitter=0.0)
 #: A timeout no run reaches: it only sends each message down the job path.
 JOB_TIMEOUT = 60.0
@@ -149,3 +151,31 @@ def test_a_stop_gives_back_what_runs_past_the_grace_and_what_waits(
         asyncio.run(main())
     finally:
         free.set()
+
+
+@pytest.mark.parametrize("path", ["fast", "job"])
+def test_a_sync_handler_runs_in_its_own_copy_of_the_serving_context(
+    backend_url: str, path: str
+) -> None:
+    """A sync handler sees the context variables of the code that serves the worker,
+    and its message as current_message(); what one handler sets is seen by no other
+    (each runs in a copy of its own), on the fast path as in a job."""
+    seen: list[tuple[Any, str]] = []
+    timeout = JOB_TIMEOUT if path == "job" else None
+
+    def handler(msg: Message) -> None:
+        assert current_message() is msg
+        seen.append((msg.payload, _TAG.get()))
+        _TAG.set(f"set by {msg.payload}")
+
+    async def main() -> None:
+        _TAG.set("server")
+        queue = AsyncQueue(backend_url, name="q")
+        await queue.put_many([{"payload": i} for i in range(20)])
+        worker = Worker(queue, handler, concurrency=1, timeout=timeout)
+        await serve_until(worker, lambda: worker.counts["succeeded"] == 20, timeout=10)
+        await queue.close()
+
+    asyncio.run(main())
+    assert sorted(payload for payload, _ in seen) == list(range(20))
+    assert {tag for _, tag in seen} == {"server"}

@@ -28,10 +28,12 @@ class _Lane:
         self.outcomes: list[Outcome] = []
 
     def submit(self, name: str, fn: Callable[[], Any]) -> None:
-        def done(error: BaseException | None, result: Any, started: float | None) -> None:
+        def done(
+            call: Any, error: BaseException | None, result: Any, started: float | None
+        ) -> None:
             self.outcomes.append((name, error, result))
 
-        self.lane.submit(fn, done)
+        self.lane.submit_many([fn], done)
 
     def names(self) -> list[str]:
         return [outcome[0] for outcome in self.outcomes]
@@ -177,16 +179,16 @@ def test_run_with_a_timeout_returns_an_outcome_held_for_a_batch() -> None:
     behind a call that runs on."""
     first, second = threading.Event(), threading.Event()
 
-    def done(error: BaseException | None, result: Any, started: float | None) -> None:
+    def done(call: Any, error: BaseException | None, result: Any, started: float | None) -> None:
         pass
 
     async def main() -> Any:
         lane = SyncLane(1, batch=10)
-        lane.submit(_blocker(first), done)
+        lane.submit_many([_blocker(first)], done)
         run = asyncio.create_task(lane.run(lambda: "ran", timeout=0.05))
         await asyncio.sleep(0.01)  # queued behind the first
-        lane.submit(_blocker(second), done)
-        lane.submit(lambda: None, done)
+        lane.submit_many([_blocker(second)], done)
+        lane.submit_many([lambda: None], done)
         first.set()
         try:
             return await asyncio.wait_for(run, 5)  # the second still runs
@@ -203,30 +205,28 @@ def test_run_with_a_timeout_returns_an_outcome_held_for_a_batch() -> None:
 
 def test_submit_many_runs_every_call_in_order_and_a_closed_lane_starts_none() -> None:
     """submit_many (a claim's sync calls in one hand-over) runs them in the order
-    given, across the lane's threads, each outcome to its own ``done``; on a closed
-    lane each ``done`` gets NotStarted at once."""
+    given, across the lane's threads, and gives each outcome to ``done`` with its call;
+    on a closed lane ``done`` gets NotStarted for each at once."""
     seen: list[int] = []
     outcomes: dict[int, tuple[BaseException | None, Any]] = {}
 
-    def call(i: int) -> Callable[[], int]:
-        def run() -> int:
-            seen.append(i)
-            return i * i
+    class Call:
+        def __init__(self, i: int) -> None:
+            self.i = i
 
-        return run
+        def __call__(self) -> int:
+            seen.append(self.i)
+            return self.i * self.i
 
-    def done_of(i: int) -> _pool.Ran:
-        def done(error: BaseException | None, result: Any, started: float | None) -> None:
-            outcomes[i] = (error, result)
-
-        return done
+    def done(call: Call, error: BaseException | None, result: Any, started: float | None) -> None:
+        outcomes[call.i] = (error, result)
 
     async def main() -> None:
         lane = SyncLane(1, batch=1)
-        lane.submit_many([(call(i), done_of(i)) for i in range(20)])
+        lane.submit_many([Call(i) for i in range(20)], done)
         await wait_for(lambda: len(outcomes) == 20)
         lane.close()
-        lane.submit_many([(call(i), done_of(i)) for i in range(20, 23)])
+        lane.submit_many([Call(i) for i in range(20, 23)], done)
 
     asyncio.run(main())
     assert seen == list(range(20))

@@ -12,8 +12,8 @@ once. No timer holds an ack back, and nothing is acked before its job has finish
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable
+from typing import Any
 
 from ..durable._constants import MAX_ACK_MANY
 from ..durable.message import Message
@@ -24,7 +24,9 @@ __all__ = ["AckBatcher", "AckOutcome"]
 #: What an ack came to: True (acked), False (its lease was lost), the error of its
 #: batch's call, or None when the batch was cancelled (a worker stopping).
 AckOutcome = bool | Exception | None
-_Entry = tuple[Message, Callable[[AckOutcome], None]]
+#: What :meth:`AckBatcher.ack_soon` calls with an ack's outcome: ``done(token, outcome)``.
+Acked = Callable[[Any, AckOutcome], None]
+_Entry = tuple[Message, Acked, Any]
 
 
 class AckBatcher:
@@ -40,13 +42,14 @@ class AckBatcher:
         (nothing changed); any other error of the batch's call is raised. A cancelled
         caller stops waiting; the ack still goes out with its batch."""
         outcome: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self.ack_soon(msg, functools.partial(_settle, outcome))
+        self.ack_soon(msg, _settle, outcome)
         return await outcome  # cancelled, it is skipped: the ack still goes out
 
-    def ack_soon(self, msg: Message, done: Callable[[AckOutcome], None]) -> None:
-        """Ack ``msg`` with the next batch, then call ``done`` with the outcome (on the
-        loop): True, False (lease lost), the batch call's error, or None (cancelled)."""
-        self._pending.append((msg, done))
+    def ack_soon(self, msg: Message, done: Acked, token: Any) -> None:
+        """Ack ``msg`` with the next batch, then call ``done(token, outcome)`` on the
+        loop: True, False (lease lost), the batch call's error, or None (cancelled).
+        One ``done`` serves every ack: no closure per message."""
+        self._pending.append((msg, done, token))
         if self._flushing is None:
             loop = asyncio.get_running_loop()
             self._flushing = loop.create_task(self._flush(), name="delayq-ack-batch")
@@ -77,21 +80,21 @@ class AckBatcher:
             while self._pending:
                 batch = self._next_batch()
                 try:
-                    lost = set(await self._queue.ack_many([msg for msg, _ in batch]))
+                    lost = set(await self._queue.ack_many([msg for msg, _, _ in batch]))
                 except asyncio.CancelledError:
-                    for _, done in batch:
-                        done(None)
+                    for _, done, token in batch:
+                        done(token, None)
                     raise
                 except Exception as exc:
-                    for _, done in batch:
-                        done(exc)
+                    for _, done, token in batch:
+                        done(token, exc)
                     continue
-                for msg, done in batch:
-                    done(msg.id not in lost)
+                for msg, done, token in batch:
+                    done(token, msg.id not in lost)
         finally:
             self._flushing = None
-            for _, done in self._pending:  # only left when cancelled
-                done(None)
+            for _, done, token in self._pending:  # only left when cancelled
+                done(token, None)
             self._pending = []
 
 

@@ -122,7 +122,8 @@ class Slots:
         """Return ``count`` slots."""
         if count:
             self.free += count
-            if self._ready():
+            # Set already: take_all() looks again before it waits.
+            if not self._changed.is_set() and self._ready():
                 self._changed.set()
 
 
@@ -178,15 +179,21 @@ class Gate:
                 waiter.set_result(False)
 
 
-#: What :meth:`SyncLane.submit` calls on the loop once a call ended: ``done(error,
-#: result, started)``, ``error`` None when it returned, ``started`` its time.monotonic()
-#: start (None with :class:`NotStarted`: the lane closed before it started).
-Ran = Callable[[BaseException | None, Any, "float | None"], None]
+#: What :meth:`SyncLane.submit_many` calls on the loop once a call ended: ``done(fn,
+#: error, result, started)``: the call itself, ``error`` None when it returned,
+#: ``started`` its time.monotonic() start (None with :class:`NotStarted`: the lane
+#: closed before it started). One function for the many calls of a claim: no closure
+#: per call.
+Ran = Callable[[Any, BaseException | None, Any, "float | None"], None]
 
 
 #: A call that ran this long (seconds) or longer has its outcome sent to the loop at
 #: once, whatever :class:`SyncLane`'s batch: one more wake-up is nothing beside it.
-LONG_CALL = 0.001
+#: A call's time counts its waits for the GIL, which busy threads stretch to about
+#: the interpreter's switch interval (5 ms by default): a quick call is not long
+#: because it waited that much (at 1 ms, one in eight 0.1 ms Redis calls of a busy
+#: lane counted as long, and sent most of the loop's wake-ups).
+LONG_CALL = 0.005
 
 
 class NotStarted(Exception):
@@ -202,7 +209,7 @@ class _Run:
     """One call waiting in, or run by, a :class:`SyncLane`."""
 
     fn: Callable[[], Any]
-    future: asyncio.Future[Any] | None  # what run() awaits, or None: submit()'s ``done``
+    future: asyncio.Future[Any] | None  # what run() awaits, or None: submit_many's ``done``
     done: Ran | None = None
     started: float | None = None  # time.monotonic() when a thread took it
     finished: bool = False
@@ -301,19 +308,15 @@ class SyncLane:
         """How many calls wait for a thread (a glance, without the lock)."""
         return len(self._runs)
 
-    def submit(self, fn: Callable[[], Any], done: Ran) -> None:
-        """Run ``fn()`` on a lane thread once one is free, then ``done(error, result,
-        started)`` on the loop: no future, no task (the worker's plain sync jobs)."""
-        self.submit_many([(fn, done)])
-
-    def submit_many(self, calls: Iterable[tuple[Callable[[], Any], Ran]]) -> None:
-        """:meth:`submit` each of ``calls`` (``(fn, done)`` pairs), in order, under one
-        take of the lock."""
+    def submit_many(self, calls: Iterable[Callable[[], Any]], done: Ran) -> None:
+        """Run each of ``calls`` on a lane thread once one is free, in order (queued
+        under one take of the lock), then ``done(fn, error, result, started)`` on the
+        loop: no future, no task (the worker's plain sync jobs)."""
         if self._closed:
-            for _, done in calls:
-                done(NotStarted("the lane is closed"), None, None)
+            for fn in calls:
+                done(fn, NotStarted("the lane is closed"), None, None)
             return
-        self._queue(*(_Run(fn, None, done) for fn, done in calls))
+        self._queue(*(_Run(fn, None, done) for fn in calls))
 
     def _queue(self, *runs: _Run) -> None:
         with self._lock:
@@ -434,7 +437,7 @@ class SyncLane:
             if future is None:
                 assert run.done is not None
                 try:
-                    run.done(error, result, run.started)
+                    run.done(run.fn, error, result, run.started)
                 except Exception as exc:  # a bug of done(): the others still get theirs
                     self._loop.call_exception_handler(
                         {"message": "SyncLane done", "exception": exc}
@@ -462,7 +465,7 @@ class SyncLane:
             error = NotStarted("the lane closed before it started")
             if run.future is None:
                 assert run.done is not None
-                run.done(error, None, None)
+                run.done(run.fn, error, None, None)
             elif not run.future.done():
                 run.future.set_exception(error)
         for _ in range(sleeping):

@@ -126,14 +126,28 @@ class _Call:
 @dataclass(eq=False, slots=True)
 class _Held:
     """A message on the fast path: a plain sync call run by the lane, with no task of
-    its own; its lease is renewed by the worker's renewal loop until its call ends."""
+    its own; its lease is renewed by the worker's renewal loop until its call ends.
+    Called (on a lane thread), it runs its handler in a copy of its own of ``context``
+    (the loop's as its claim came in, one for the claim), where
+    :func:`current_message` is its message."""
 
     queue: AsyncQueue
     msg: Message
     call: _Call
     renew_at: float  # loop time of its next lease renewal (inf: no more)
+    context: contextvars.Context | None = None
+    started: float = 0.0  # time.monotonic() when its handler started
     busy: bool = False  # its handler ended: an ack, nack or give-back is on its way
     settled: bool = False  # done with: its slot is back
+
+    def __call__(self) -> Any:
+        assert self.context is not None
+        return self.context.copy().run(_run_call, self.msg, self.call)
+
+
+def _run_call(msg: Message, call: _Call) -> Any:
+    _current.set(msg)
+    return call.fn(*call.args, **call.kwargs)
 
 
 class Worker:
@@ -420,8 +434,9 @@ class Worker:
         loop = asyncio.get_running_loop()
         renew_at = loop.time() + self.lease / WORKER_EXTEND_DIVISOR
         debug = _log_enabled(_DEBUG)
+        context = contextvars.copy_context()  # each call runs in a copy of its own
         left: list[Message] = []
-        calls = []
+        calls: list[_Held] = []
         for msg in msgs:
             try:
                 call = self._resolve(msg)
@@ -434,7 +449,7 @@ class Worker:
             if not call.is_async and lane is None:  # a sync call of a mixed app: the pool
                 left.append(msg)
                 continue
-            held = _Held(queue, msg, call, renew_at=renew_at)
+            held = _Held(queue, msg, call, renew_at)
             self._held[held] = None
             if debug:
                 log_event(_DEBUG, "job.reserved", queue=queue.name, id=msg.id, attempt=msg.attempts)
@@ -443,16 +458,14 @@ class Worker:
                 self._running[task] = msg  # awaited by a graceful stop, cancelled past grace
                 task.add_done_callback(self._async_ended)
                 continue
-            context = contextvars.copy_context()
-            context.run(_current.set, msg)
-            run = functools.partial(context.run, call.fn, *call.args, **call.kwargs)
-            calls.append((run, functools.partial(self._ran, held)))
+            held.context = context
+            calls.append(held)
         if self._held:
             assert self._held_empty is not None
             self._held_empty.clear()
         if calls:
             assert lane is not None
-            lane.submit_many(calls)
+            lane.submit_many(calls, self._ran)
         return left
 
     async def _run_async(self, held: _Held) -> None:
@@ -502,8 +515,8 @@ class Worker:
             seconds = time.monotonic() - (started or time.monotonic())
             self._fast_task(self._fast_failed(held, error, seconds))
         else:
-            acked = functools.partial(self._acked, held, started or time.monotonic())
-            self._ackers[held.queue.name].ack_soon(held.msg, acked)
+            held.started = started or time.monotonic()
+            self._ackers[held.queue.name].ack_soon(held.msg, self._acked, held)
 
     def _adapt_prefetch(self) -> None:
         """The default prefetch of a lane of sync handlers: as many messages as stand
@@ -524,14 +537,14 @@ class Worker:
             slots.resize(concurrency + prefetch, batch=prefetch // 2)
             lane.batch = prefetch // 2
 
-    def _acked(self, held: _Held, started: float, outcome: AckOutcome) -> None:
+    def _acked(self, held: _Held, outcome: AckOutcome) -> None:
         queue, msg = held.queue, held.msg
         if outcome is True:
             self.counts["succeeded"] += 1
             if _log_enabled(_INFO):  # the fields cost more than the line when it is off
                 log_event(
                     _INFO, "job.succeeded", queue=queue.name, id=msg.id, task=held.call.label,
-                    attempt=msg.attempts, seconds=round(time.monotonic() - started, 6),
+                    attempt=msg.attempts, seconds=round(time.monotonic() - held.started, 6),
                 )  # fmt: skip
         elif outcome is False:
             self.counts["lease_lost"] += 1
