@@ -119,6 +119,7 @@ def delayq_run(url: str, quick: bool, suffix: str) -> dict[str, Any]:
     return {
         "peer": "delayq",
         "enqueue_per_second": by_name.get("put one by one"),
+        "floor_1_alternated": by_name.get("floor 1: quorum publish one by one, confirm awaited"),
         "put_many_per_second": by_name.get("put_many, batches of 1000"),
         "producers_16_per_second": by_name.get("put one by one, AsyncQueue, 16 tasks at once"),
         "drain": {"jobs_per_second": by_name.get("drain: reserve(max=100) + ack_many")},
@@ -163,6 +164,12 @@ def main() -> int:
     for floor, name in FLOORS.items():
         value = floors[floor]
         print(f"- {floor}, {name}: " + ("-" if value is None else f"{value:,.0f}/s"))
+    put, alternated = delayq["enqueue_per_second"], delayq["floor_1_alternated"]
+    if put and alternated:
+        print(
+            f"- floor 1 timed by durable.py in alternate rounds with delayq's puts one by "
+            f"one: {alternated:,.0f}/s; the puts {put / alternated:.0%} of it"
+        )
     print("load average (1/5/15 min): " + "; ".join(f"{k} {v}" for k, v in loads.items()))
     return 0
 
