@@ -171,23 +171,27 @@ def section_put(url: str, sizes: Sizes, targets: tuple[float, ...]) -> list[Meas
         chunk = sizes.puts // rounds
         put_time = floor_time = 0.0
         shares: list[float] = []
+
+        def puts(r: int) -> float:
+            started = time.perf_counter()
+            for i in range(r * chunk, (r + 1) * chunk):
+                q.put({"n": i})
+            return time.perf_counter() - started
+
         for r in range(rounds):
+            if floor is None:
+                put_time += puts(r)
+                continue
             # Alternate (floor, puts), (puts, floor), ...: the same drift on both sides.
-            order = ("floor", "puts") if r % 2 == 0 else ("puts", "floor")
-            took: dict[str, float] = {}
-            for side in order:
-                if side == "floor":
-                    if floor is not None:
-                        took[side] = floor.run(chunk)
-                    continue
-                started = time.perf_counter()
-                for i in range(r * chunk, (r + 1) * chunk):
-                    q.put({"n": i})
-                took[side] = time.perf_counter() - started
-            put_time += took["puts"]
-            if floor is not None:
-                floor_time += took["floor"]
-                shares.append(took["floor"] / took["puts"])
+            if r % 2 == 0:
+                floor_took = floor.run(chunk)
+                put_took = puts(r)
+            else:
+                put_took = puts(r)
+                floor_took = floor.run(chunk)
+            put_time += put_took
+            floor_time += floor_took
+            shares.append(floor_took / put_took)
         rate = rounds * chunk / put_time
         out.append(
             Measure(
