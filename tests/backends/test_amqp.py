@@ -28,7 +28,7 @@ from delayq.errors import OutcomeUnknown
 pytest.importorskip("aiormq")
 
 from conformance.conftest import amqp_url
-from delayq.backends._replicated import _scheduler
+from delayq.backends._replicated import _link, _scheduler
 from delayq.backends._replicated._codec import encode_outcome, pack
 from delayq.backends.amqp import NOT_GUARANTEED, NoScheduler
 from delayq.durable._records import Records
@@ -583,6 +583,38 @@ def test_a_consumer_loop_has_a_reserve_waiting_while_it_acks(
         assert requests_seen.count("reserve") == 1  # the caller's took its answer
         q.ack_many(second)
         assert q.stats().active == q.stats().ready == q.stats().scheduled == 0
+
+
+@pytest.mark.parametrize("host", ["closing", "other"])
+def test_a_close_gives_back_what_the_reserve_sent_ahead_claimed_whenever_it_comes(
+    url: str, host: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A close lands at any moment of the reserve sent with the acks: unanswered (it
+    is forgotten), answered (what it got is released), or answered and given up
+    already (its releases on their way); the scheduler may live in the closing queue
+    and go with it. In every case the message it claimed is found at once by another
+    consumer, with no attempt charged, rather than after its lease."""
+    monkeypatch.setattr(_link, "_AHEAD_KEPT", 0.0)  # given up as soon as answered
+
+    async def main() -> None:
+        for turns in range(6):  # of the loop between the acks and the close
+            async with AsyncQueue(url, name="jobs") as other:
+                if host == "other":
+                    assert await other.reserve(wait=0.05) == []  # stands: the scheduler
+                # Else the first waiting reserve elects the closing queue's scheduler.
+                q = AsyncQueue(url, name="jobs", scheduler="auto" if host == "closing" else "off")
+                await q.put("a", id="a")
+                first = await q.reserve(wait=5, max=10)
+                await q.put("b", id="b")  # due now: the reserve sent ahead claims it
+                await q.ack_many(first)
+                for _ in range(turns):
+                    await asyncio.sleep(0)
+                await q.close()
+                taken = await other.reserve(wait=5, max=10, lease=60)
+                assert [(m.id, m.attempts) for m in taken] == [("b", 1)], turns
+                await other.ack_many(taken)
+
+    asyncio.run(main())
 
 
 def test_what_the_reserve_sent_with_the_acks_claimed_is_given_back_before_any_other_call(

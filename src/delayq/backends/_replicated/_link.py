@@ -168,6 +168,9 @@ class LoopLink:
         self._scheduler: Scheduler | None = None
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: The tasks giving back what a reserve claimed for a caller that will not take
+        #: it (a subset of ``_tasks``): a close lets them finish before it cuts calls.
+        self._giving: set[asyncio.Task[Any]] = set()
         self._publishing = False
         self._outbox: list[_Outgoing] = []
         #: Connections being closed after they were given up (a close waits for them).
@@ -357,7 +360,7 @@ class LoopLink:
             for item in reserve_items(kind, body):
                 record = decode_record(item)
                 if record.lease not in received:
-                    self._spawn(self._quiet("release", [queue, record.id, record.lease]))
+                    self._spawn_giving(self._quiet("release", [queue, record.id, record.lease]))
 
     async def _forget(self, queue: str, request_id: str) -> None:
         transport = self._transport
@@ -370,10 +373,16 @@ class LoopLink:
         with contextlib.suppress(Exception):
             await self._call(op, args, 0.0)  # the link's own: not its caller's next call
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _spawn_giving(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = self._spawn(coro)
+        self._giving.add(task)
+        task.add_done_callback(self._giving.discard)
 
     # -- calls -------------------------------------------------------------------------
 
@@ -545,7 +554,7 @@ class LoopLink:
         ahead = self._ahead.get(queue)
         if ahead is not None and ahead[2] is task and not self._closed:
             del self._ahead[queue]
-            self._spawn(self._give_up(queue, task))
+            self._spawn_giving(self._give_up(queue, task))
 
     async def _take_ahead(
         self, op: str, args: list[Any], wait: float | None
@@ -626,7 +635,7 @@ class LoopLink:
         """Release ``records``, got by a reserve whose caller gave up while they were
         held (each in a task of its own; a failure leaves them to their lease)."""
         for record in records:
-            self._spawn(self._quiet("release", [queue, record.id, record.lease]))
+            self._spawn_giving(self._quiet("release", [queue, record.id, record.lease]))
 
     # -- the outbox ----------------------------------------------------------------------
 
@@ -885,14 +894,29 @@ class LoopLink:
             return ReplyLost(f"{message}: the {op} may or may not have run", op)
         return NoScheduler(message)
 
+    async def _give_back_all(self) -> None:
+        """Before a close: give back what was claimed for this link's callers and will
+        not be taken (a reserve sent ahead, a late answer, a hold given up), for up to
+        the request timeout, rather than leave it to wait out its lease. A reserve
+        still unanswered is forgotten, which needs no reply: a round trip behind it
+        makes sure the scheduler took it before this link goes (and with it perhaps
+        the scheduler itself, which would drop what it had not taken yet)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self._request_timeout
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._drop_ahead(), until - loop.time())
+            await asyncio.wait_for(self._call("sync", [], 0.0), until - loop.time())
+        while self._giving and loop.time() < until:
+            # The late answers the round trip let in give back what they claimed.
+            await asyncio.wait(set(self._giving), timeout=until - loop.time())
+
     async def close(self) -> None:
         """Fail every call in flight with QueueClosed and close the connection (a
         scheduler so hands over to the next candidate)."""
         if self._closed:
             return
-        if self._ahead:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._drop_ahead(), self._request_timeout)
+        if self._ahead or self._giving:
+            await self._give_back_all()
         if self._intake or self._confirmed_seq > self._folded_seq:
             await self._settle()
         self._closed = True
