@@ -9,8 +9,9 @@ import pytest
 
 pytest.importorskip("redis")
 
+from delayq._fork import new_id
 from delayq.backends.redis._scripts import Claim
-from delayq.backends.redis._shards import ShardView
+from delayq.backends.redis._shards import ShardView, shard_of
 
 
 def _now_ms() -> int:
@@ -65,3 +66,15 @@ def test_news_during_a_look_keeps_the_head_unknown_but_its_value_seen() -> None:
     # Shard 1 is looked at again first, and shard 0's claim stops before its message.
     view.mark(0)
     assert view.pick() in ((0, (now - 70, 3)), (1, (now - 20, 4)))
+
+
+@pytest.mark.parametrize("shards", [2, 3, 7, 16])
+def test_generated_ids_drawn_in_a_burst_spread_evenly_over_shards(shards: int) -> None:
+    """Generated ids share their leading timestamp digits within a burst; the shard
+    hashes the whole id, so a burst still spreads as random ids would."""
+    per_shard = 2000
+    counts = [0] * shards
+    for _ in range(per_shard * shards):
+        counts[shard_of(new_id(), shards)] += 1
+    # ~45 is one standard deviation here: 6 of them is never reached by chance
+    assert all(abs(count - per_shard) < 6 * 45 for count in counts), counts

@@ -180,11 +180,11 @@ class Operations:
         self, queue: str, limit: int, lease_ms: int, bound: tuple[int, int] | None = None
     ) -> Call[Claim]:
         """``reserve.lua``: one claim (``limit`` 0: only look), with a fresh random token
-        base (96 bits from the thread's id pool: no system call per claim, which on the
-        event loop's thread gives the GIL away and waits to get it back behind busy
-        handler threads); ``bound`` (due ms, seq): claim nothing after it in (due, seq)
-        order."""
-        token = new_id()[:24] + "."
+        base (a generated id but its leading 8 digits, which hold the same value for
+        days: unique, and no system call per claim, which on the event loop's thread
+        gives the GIL away and waits to get it back behind busy handler threads);
+        ``bound`` (due ms, seq): claim nothing after it in (due, seq) order."""
+        token = new_id()[8:] + "."
         args: list[Any] = [limit, lease_ms, token]
         if bound is not None:
             args += bound
