@@ -677,7 +677,7 @@ def test_a_put_notifies_only_when_it_is_due_before_what_the_sleeper_waits_for(
 
 def test_a_put_of_a_drawn_id_already_stored_keeps_the_stored_message(schema: str) -> None:
     """A put whose id the facade drew skips the conflict check (no stored message can
-    have 128 random bits); should one have it all the same, the put stores nothing and
+    have an id drawn now); should one have it all the same, the put stores nothing and
     reports the stored message kept, as ``on_conflict="ignore"`` does."""
     from delayq.backends.postgres import open_backend  # noqa: PLC0415
     from delayq.durable.message import put_request  # noqa: PLC0415
@@ -698,6 +698,37 @@ def test_a_put_of_a_drawn_id_already_stored_keeps_the_stored_message(schema: str
     with Queue(url_of(schema), name="d") as q:
         assert [m.payload for m in q.reserve(max=10, wait=0)] == ["first"]
         assert q.put_outcome("drawn").created
+
+
+def test_a_batch_of_drawn_ids_one_already_stored_keeps_it_and_stores_the_rest(
+    schema: str,
+) -> None:
+    """A batch whose ids the facade drew is one plain insert, without the conflict
+    check; should an id be stored all the same, the insert fails and the batch is put
+    as any other: the stored message stays, reported kept, and the others are stored,
+    as ``on_conflict="ignore"`` does."""
+    from delayq.backends.postgres import open_backend  # noqa: PLC0415
+    from delayq.durable.message import put_request  # noqa: PLC0415
+
+    def drawn(id: str, payload: bytes) -> Any:
+        return put_request(
+            id=id, payload=payload, encoding="json", max_attempts=3, headers={},
+            delay_ms=None, at_ms=None, on_conflict="ignore", generated_id=True,
+        )  # fmt: skip
+
+    ids = [f"{n:032x}" for n in range(5)]
+    backend = open_backend(url_of(schema))
+    try:
+        assert backend.put("d", [drawn(ids[2], b'"first"')]) == []
+        batch = [drawn(id, b'"batch %d"' % n) for n, id in enumerate(ids)]
+        assert backend.put("d", batch) == [2]
+        assert backend.put("d", [drawn(id, b'"new"') for id in ids[:2]]) == [0, 1]
+    finally:
+        backend.close()
+    with Queue(url_of(schema), name="d") as q:
+        got = {m.id: m.payload for m in q.reserve(max=10, wait=0)}
+    assert got == {ids[0]: "batch 0", ids[1]: "batch 1", ids[2]: "first",
+                   ids[3]: "batch 3", ids[4]: "batch 4"}  # fmt: skip
 
 
 def test_a_put_of_one_stores_what_a_batch_put_stores(schema: str) -> None:

@@ -313,9 +313,9 @@ ORDER BY r.ord"""
 
 _REQUESTS = """req AS MATERIALIZED (
     SELECT u.*, nextval('{s}.seq') AS seq
-    FROM unnest(%(ids)s::text[], %(payloads)s::bytea[], %(encodings)s::text[],
-                %(delays)s::bigint[], %(ats)s::bigint[], %(maxes)s::integer[],
-                %(headers)s::text[])
+    FROM unnest(%(ids)b::text[], %(payloads)b::bytea[], %(encodings)b::text[],
+                %(delays)b::bigint[], %(ats)b::bigint[], %(maxes)b::integer[],
+                %(headers)b::text[])
          WITH ORDINALITY AS u(id, payload, encoding, delay_ms, at_ms, max_attempts,
                               headers, ord)
 )"""
@@ -363,6 +363,18 @@ SELECT CASE WHEN count(*) < %(n)s THEN coalesce(array_agg(r.ord), ARRAY[]::bigin
 FROM ins JOIN req AS r ON r.seq = ins.seq"""
         self.PUT_IGNORE = put_ignore.format(wake=f"{s}.wake(%(queue)s, min(ins.due_at))")
         self.PUT_IGNORE_QUIET = put_ignore.format(wake="min(ins.due_at)")
+        #: PUT_IGNORE of a batch whose ids the facade drew (``generated_id``, all of
+        #: them): no stored message has one, so no ``ON CONFLICT`` (its probe of the
+        #: primary key and speculative insertion are about a quarter of the statement's
+        #: server time) and no join back to the requests (every one is stored). Should
+        #: one exist all the same, the statement fails on the primary key, storing
+        #: nothing, and the put runs PUT_IGNORE instead. Returns the earliest due time
+        #: written, notified.
+        self.PUT_NEW_MANY = f"""
+WITH {NOW}, {requests},
+ins AS ({insert}
+    RETURNING m.due_at)
+SELECT {s}.wake(%(queue)s, min(ins.due_at)) FROM ins"""
 
         #: apply_put(on_conflict="ignore") of one request (the default put), by how its
         #: due time is given (:func:`put_kind`): one row VALUES, no CTE and no arrays,

@@ -417,7 +417,16 @@ class AsyncPostgresBackend:
             self._wake.notify(queue, rows[0][0])
             return []
         if all(r.on_conflict == "ignore" for r in requests):
-            rows = await self._fetch(self.sql.PUT_IGNORE, _requests(queue, requests), "put")
+            batch = _requests(queue, requests)
+            if all(r.generated_id for r in requests):
+                try:
+                    rows = await self._fetch(self.sql.PUT_NEW_MANY, batch, "put")
+                except psycopg.errors.UniqueViolation:
+                    pass  # an id drawn before (never seen): the put checks every id
+                else:
+                    self._wake.notify(queue, rows[0][0])
+                    return []
+            rows = await self._fetch(self.sql.PUT_IGNORE, batch, "put")
             self._wake.notify(queue, rows[0][1])
             return _kept(rows[0][0], 0, len(requests))
         await self._open()
