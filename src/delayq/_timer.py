@@ -11,7 +11,9 @@ waiting on a condition would be as precise but costs a second wake-up (that thre
 then the loop) and a turn of the GIL; measured on a 2-vCPU VM, a 3.2 ms timer fired
 0.98 ms late (p50) with ``call_later``, 0.25 ms with such a thread.
 
-Elsewhere (no ``timerfd``, or a loop that cannot watch a file descriptor) it is
+Each pending timer holds a file descriptor, so at most :data:`MOST_TIMER_FDS` are
+armed at once in a process (a server parks many waiting reserves); beyond them, and
+elsewhere (no ``timerfd``, or a loop that cannot watch a file descriptor), it is
 ``loop.call_later``.
 """
 
@@ -22,16 +24,22 @@ import ctypes
 import ctypes.util
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-__all__ = ["Cancellable", "call_later_precisely"]
+__all__ = ["MOST_TIMER_FDS", "Cancellable", "call_later_precisely"]
 
 _CLOCK_MONOTONIC = 1
 _TFD_TIMER_ABSTIME = 1
 _TFD_NONBLOCK = os.O_NONBLOCK
 _TFD_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+#: How many timers may hold a ``timerfd`` at once in a process; later ones use
+#: ``call_later`` until some fire or are cancelled.
+MOST_TIMER_FDS = 64
+_armed = 0  # timers holding a timerfd now (on any loop of the process), under _lock
+_lock = threading.Lock()
 
 
 class Cancellable(Protocol):
@@ -80,9 +88,12 @@ class _FdTimer:
         self.loop, self.fd, self.callback, self.args = loop, fd, callback, args
 
     def _close(self) -> bool:
+        global _armed
         fd, self.fd = self.fd, -1
         if fd < 0:
             return False
+        with _lock:
+            _armed -= 1
         try:
             self.loop.remove_reader(fd)
         finally:
@@ -107,12 +118,15 @@ def call_later_precisely(
     rather than up to a millisecond after it (Linux; elsewhere ``call_later``).
     Call it on the loop's thread; cancel what it returns, or let it fire: either
     frees its file descriptor."""
-    if _LIBC is None:
-        return loop.call_later(delay, callback, *args)
+    global _armed
+    with _lock:
+        if _LIBC is None or _armed >= MOST_TIMER_FDS:
+            return loop.call_later(delay, callback, *args)
+        _armed += 1  # given back by the timer, or below when there is none
     deadline = time.monotonic() + max(delay, 0.0)
     fd = _LIBC.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
     if fd < 0:
-        return loop.call_later(delay, callback, *args)
+        return _plain(loop, delay, callback, args)
     seconds = int(deadline)
     spec = _Itimerspec()
     spec.it_value.tv_sec, spec.it_value.tv_nsec = seconds, int((deadline - seconds) * 1e9)
@@ -125,5 +139,15 @@ def call_later_precisely(
         loop.add_reader(fd, timer.fire)
     except (OSError, NotImplementedError):
         os.close(fd)
-        return loop.call_later(delay, callback, *args)
+        return _plain(loop, delay, callback, args)
     return timer
+
+
+def _plain(
+    loop: asyncio.AbstractEventLoop, delay: float, callback: Callable[..., Any], args: Any
+) -> Cancellable:
+    """``call_later``, for a timer that could not have its ``timerfd`` after all."""
+    global _armed
+    with _lock:
+        _armed -= 1
+    return loop.call_later(delay, callback, *args)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from delayq._timer import call_later_precisely
+from delayq._timer import MOST_TIMER_FDS, call_later_precisely
 
 
 def _open_fds() -> int:
@@ -68,3 +68,24 @@ def test_timers_that_ran_or_were_cancelled_hold_no_file_descriptor() -> None:
         assert _open_fds() == before
 
     asyncio.run(main())
+
+
+def test_more_pending_timers_than_may_hold_a_descriptor_all_run_once() -> None:
+    async def main() -> list[int]:
+        loop = asyncio.get_running_loop()
+        ran: list[int] = []
+        count = 3 * MOST_TIMER_FDS
+        done = loop.create_future()
+
+        def note(i: int) -> None:
+            ran.append(i)
+            if len(ran) == count:
+                done.set_result(None)
+
+        for i in range(count):
+            call_later_precisely(loop, 0.001 * (i % 20), note, i)
+        await asyncio.wait_for(done, 5.0)
+        await asyncio.sleep(0.05)
+        return ran
+
+    assert sorted(asyncio.run(main())) == list(range(3 * MOST_TIMER_FDS))
