@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from ..._timer import call_later_precisely
 from ..._waiters import LoopSleeper, resolve
 from ...durable._records import Records
 
@@ -49,7 +50,11 @@ class Store(Records):
         loop = asyncio.get_running_loop()
         sleeper = LoopSleeper(loop)
         self.sleepers.add(sleeper)
-        timer = None if seconds is None else loop.call_later(seconds, resolve, sleeper.future)
+        timer = (
+            None
+            if seconds is None
+            else call_later_precisely(loop, seconds, resolve, sleeper.future)
+        )
         self.lock.release()
         try:
             await sleeper.future

@@ -41,6 +41,7 @@ import time
 import psycopg
 
 from ..._log import LOGGER_NAME
+from ..._timer import call_later_precisely
 from ..._waiters import LoopSleeper, resolve
 
 __all__ = ["Waiter", "Wakeup"]
@@ -189,7 +190,11 @@ class Wakeup:
             if waiter.woken:
                 return
             sleeper = waiter.sleeper = LoopSleeper(loop)
-        timer = None if timeout is None else loop.call_later(timeout, resolve, sleeper.future)
+        timer = (
+            None
+            if timeout is None
+            else call_later_precisely(loop, timeout, resolve, sleeper.future)
+        )
         try:
             await sleeper.future
         finally:

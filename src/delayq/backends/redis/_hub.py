@@ -9,6 +9,8 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
+from ..._timer import call_later_precisely
+from ..._waiters import resolve
 from ._listen import AsyncListener, Listener
 from ._shards import ShardView
 
@@ -108,12 +110,15 @@ class AsyncHub:
         """Sleep up to ``timeout`` s unless news came after ``generation`` or closed."""
         if self._closed or self._generation != generation:
             return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
         self._futures.add(future)
+        timer = None if timeout is None else call_later_precisely(loop, timeout, resolve, future)
         try:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(future), timeout)
+            await future
         finally:
+            if timer is not None:
+                timer.cancel()
             self._futures.discard(future)
 
     async def close(self) -> None:

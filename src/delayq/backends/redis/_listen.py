@@ -2,7 +2,8 @@
 
 A waiting ``reserve`` sleeps in the process, on a condition (threads) or a future
 (asyncio), until the next due time or lease expiry the reserve script reported, measured
-from the server's clock, so it wakes within a millisecond of it. Changes made elsewhere
+from the server's clock, so it wakes on time (asyncio: :mod:`delayq._timer`, not
+``epoll``'s whole milliseconds). Changes made elsewhere
 reach it through the queue's wake-up marker: every script that makes something due
 earlier pushes one element to the ``wake`` list (put, nack, reschedule, retry_dead,
 release, a claim that leaves work or new leases behind, a lease expiry). The listener
@@ -35,6 +36,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from ..._log import LOGGER_NAME
+from ..._timer import call_later_precisely
 from ...errors import QueueClosed
 from ._settings import REDIS_LISTEN_TIMEOUT, REDIS_RECONNECT_FIRST, REDIS_RECONNECT_MAX
 from ._transport import CONNECTION_ERRORS, LISTEN_ERRORS
@@ -284,7 +286,7 @@ class AsyncListener:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         self._futures.add(future)
-        timer = None if timeout is None else loop.call_later(timeout, _resolve, future)
+        timer = None if timeout is None else call_later_precisely(loop, timeout, _resolve, future)
         try:
             await future
         finally:

@@ -1,0 +1,91 @@
+"""The event loop timers a waiting reserve sleeps on (``delayq._timer``): they run their
+callback once, in deadline order, never before the deadline; a cancelled one never runs;
+none leaves a file descriptor behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+
+import pytest
+
+from delayq._timer import MOST_TIMER_FDS, call_later_precisely
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_callbacks_run_once_in_deadline_order_and_never_early() -> None:
+    async def main() -> list[tuple[str, float, float]]:
+        loop = asyncio.get_running_loop()
+        ran: list[tuple[str, float, float]] = []
+        done = loop.create_future()
+
+        def note(name: str, deadline: float) -> None:
+            ran.append((name, deadline, time.monotonic()))
+            if len(ran) == 3:
+                done.set_result(None)
+
+        now = time.monotonic()
+        for name, delay in (("late", 0.030), ("first", 0.0032), ("now", 0.0)):
+            call_later_precisely(loop, delay, note, name, now + delay)
+        await asyncio.wait_for(done, 5.0)
+        await asyncio.sleep(0.05)  # nothing runs twice
+        return ran
+
+    ran = asyncio.run(main())
+    assert [name for name, _, _ in ran] == ["now", "first", "late"]
+    assert all(at >= deadline for _, deadline, at in ran)
+
+
+def test_a_cancelled_callback_never_runs() -> None:
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        ran: list[str] = []
+        dropped = call_later_precisely(loop, 0.01, ran.append, "dropped")
+        kept = call_later_precisely(loop, 0.02, ran.append, "kept")
+        dropped.cancel()
+        await asyncio.sleep(0.1)
+        kept.cancel()  # after it ran: nothing happens
+        dropped.cancel()
+        return ran
+
+    assert asyncio.run(main()) == ["kept"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts /proc/self/fd")
+def test_timers_that_ran_or_were_cancelled_hold_no_file_descriptor() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        before = _open_fds()
+        for _ in range(200):
+            call_later_precisely(loop, 0.0, lambda: None)
+            call_later_precisely(loop, 60.0, lambda: None).cancel()
+        await asyncio.sleep(0.05)
+        assert _open_fds() == before
+
+    asyncio.run(main())
+
+
+def test_more_pending_timers_than_may_hold_a_descriptor_all_run_once() -> None:
+    async def main() -> list[int]:
+        loop = asyncio.get_running_loop()
+        ran: list[int] = []
+        count = 3 * MOST_TIMER_FDS
+        done = loop.create_future()
+
+        def note(i: int) -> None:
+            ran.append(i)
+            if len(ran) == count:
+                done.set_result(None)
+
+        for i in range(count):
+            call_later_precisely(loop, 0.001 * (i % 20), note, i)
+        await asyncio.wait_for(done, 5.0)
+        await asyncio.sleep(0.05)
+        return ran
+
+    assert sorted(asyncio.run(main())) == list(range(3 * MOST_TIMER_FDS))
