@@ -151,3 +151,16 @@ def _plain(
     with _lock:
         _armed -= 1
     return loop.call_later(delay, callback, *args)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child runs none of its parent's loops: their timers are not its own
+    to count (their descriptors go with the child's exit), and the lock may have
+    been held by another thread of the parent at the fork."""
+    global _armed, _lock
+    _armed = 0
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -89,3 +89,36 @@ def test_more_pending_timers_than_may_hold_a_descriptor_all_run_once() -> None:
         return ran
 
     assert sorted(asyncio.run(main())) == list(range(3 * MOST_TIMER_FDS))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_child_has_its_own_timers_whatever_its_parent_holds() -> None:
+    """The parent holds every timer it may (a server's parked reserves) when it forks:
+    the child's loop still gets timers of its own, which fire."""
+
+    async def child() -> int:
+        loop = asyncio.get_running_loop()
+        before = _open_fds()
+        fired = loop.create_future()
+        timer = call_later_precisely(loop, 0.001, fired.set_result, None)
+        held = _open_fds() - before  # a descriptor of its own, not call_later
+        await asyncio.wait_for(fired, 5.0)
+        timer.cancel()
+        return held
+
+    async def parent() -> None:
+        loop = asyncio.get_running_loop()
+        timers = [call_later_precisely(loop, 60.0, lambda: None) for _ in range(MOST_TIMER_FDS)]
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = 0 if asyncio.run(child()) == 1 else 3
+            finally:
+                os._exit(code)
+        for timer in timers:
+            timer.cancel()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+
+    asyncio.run(parent())
