@@ -315,7 +315,11 @@ class Scheduler:
         # come between), which is where a pointer sends a replay to look for its begin.
         self._reign_offset = 0
         self._appended = 0
-        self._begins: dict[str, int] = {}  # checkpoint id -> offset of its begin entry
+        # Checkpoint id -> how many appends of this reign its begin entry came after
+        # (its offset is at least the reign entry's, _reign_offset, plus that).
+        self._begins: dict[str, int] = {}
+        # One checkpoint's pointer published at a time, in the checkpoints' order.
+        self._pointing = asyncio.Lock()
         # The intake: the next offset to fold (None: its first), each client's last
         # folded message, the requests held until a client's message is folded
         # (client -> [(its seq, reply_to, the request's parts)]), the last ``full``.
@@ -1018,7 +1022,7 @@ class Scheduler:
                     mark = next((op[2] for op in group if op[0] in (_BEGIN, _END)), "")
                     self._appended += 1
                     if mark.startswith("begin:"):
-                        self._begins[mark[6:]] = self._reign_offset + self._appended
+                        self._begins[mark[6:]] = self._appended
                     await self._transport.append("entry", self._reign, body, mark)
                     if any(op[0] not in _CHECKPOINT_OPS for op in group):
                         self._grown_entries += 1
@@ -1223,9 +1227,15 @@ class Scheduler:
                     await asyncio.get_running_loop().create_future()  # forever (tests)
         floor = self._now().floor
         await self._logged([_END, "", f"end:{checkpoint}", floor, 0, [], [], "", b""])
-        offset = await self._locate(self._begins.pop(checkpoint), f"begin:{checkpoint}")
-        await self._transport.point(pack([self._reign, offset, checkpoint]))
-        self._checkpointing = False
+        # Complete in the log: the next checkpoint may start while this one's pointer
+        # is found (up to LOCATE_TIMEOUT). The log must never outgrow its retention
+        # with no complete checkpoint in it, and a backlog of fast puts folds that
+        # fast (tests/backends/test_amqp_checkpoint.py).
+        async with self._pointing:
+            self._checkpointing = False
+            self._maybe_checkpoint()
+            offset = await self._locate(self._begins.pop(checkpoint), f"begin:{checkpoint}")
+            await self._transport.point(pack([self._reign, offset, checkpoint]))
         log_event(
             logging.INFO,
             "checkpoint_written",
@@ -1234,13 +1244,15 @@ class Scheduler:
             operations=chunks,
             seconds=round(time.monotonic() - started, 3),
         )
-        self._maybe_checkpoint()
 
-    async def _locate(self, lower: int, mark: str) -> int:
-        """The offset of this reign's entry marked ``mark``, at or after ``lower``
-        (a stream's offsets have gaps: a segment opens with an entry of the broker's
+    async def _locate(self, appended: int, mark: str) -> int:
+        """The offset of this reign's entry marked ``mark``, its ``appended``-th append
+        of the reign: at or after the reign entry's offset plus ``appended`` (a
+        stream's offsets have gaps: a segment opens with an entry of the broker's
         own), read from there; the predictions that follow start from what it finds.
-        ``lower`` itself when it cannot be read in time (still a valid pointer)."""
+        That lower bound itself when it cannot be read in time (still a valid
+        pointer)."""
+        lower = self._reign_offset + appended
         log = self._transport.read_log(lower, few=True)
 
         async def find() -> int:
@@ -1257,7 +1269,8 @@ class Scheduler:
             found = lower
         finally:
             await log.aclose()  # type: ignore[attr-defined]
-        self._reign_offset += found - lower
+        # Whatever was found for a later append meanwhile: the gaps only add up.
+        self._reign_offset = max(self._reign_offset, found - appended)
         return found
 
     # -- waiting reserves and timers ---------------------------------------------------
