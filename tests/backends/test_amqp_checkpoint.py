@@ -199,6 +199,9 @@ def test_a_log_several_times_its_retention_loses_no_live_message(
         )
     assert first_log_offset(url) > 0  # retention dropped the log's first segments
     if pointer == "lost":
+        # Stopped first: a scheduler publishes a checkpoint's pointer once it has
+        # found its offset, which may be after the last put returned.
+        first.close()
         delete_meta(url)
     with Queue(url, name="jobs") as second:
         second.stats()
