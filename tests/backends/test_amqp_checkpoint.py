@@ -26,6 +26,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from delayq.backends._replicated import _scheduler
 from delayq.durable import Message, Queue, State
 
 pika = pytest.importorskip("pika")
@@ -219,6 +220,58 @@ def test_a_log_several_times_its_retention_loses_no_live_message(
         assert events(caplog, "scheduler_elected")[-1]["start"] > 0
         assert bool(events(caplog, "checkpoint_gone")) == (pointer == "lost")
         second.purge()
+
+
+def open_channels(url: str) -> int:
+    """How many channels the namespace's connections hold open, as the broker counts
+    them (read with ``rabbitmqctl``; delayq names each connection ``delayq <prefix>``)."""
+    prefix = url.split("prefix=", 1)[1].split("&", 1)[0]
+    listed = subprocess.run(
+        ["rabbitmqctl", "list_connections", "client_properties", "channels", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    named = f'{{"connection_name","delayq {prefix}"}}'
+    return sum(int(line.rsplit("\t", 1)[1]) for line in listed.splitlines() if named in line)
+
+
+def test_a_read_of_the_log_given_up_leaves_no_channel_open(
+    base: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A checkpoint's pointer whose offset is not read in time (a slow broker) is
+    published at its lower bound, and the read given up at any step (opening its
+    channel, subscribing, reading) leaves no channel open: each would hold a consumer
+    on the log for as long as the scheduler runs, up to the connection's limit."""
+
+    caplog.set_level(logging.INFO, logger="delayq")
+    url = f"{base}&retention_bytes={SMALL}"
+    churn = [f"churn-{n}" for n in range(100)]
+
+    def rounds(count: int) -> None:
+        for round in range(count):  # a checkpoint every ~62 KB of log
+            queue.put_many(
+                [
+                    {"id": id, "payload": f"{round} " + "y" * 1000, "on_conflict": "replace"}
+                    for id in churn
+                ]
+            )
+
+    with Queue(url, name="jobs") as queue:
+        rounds(5)  # every channel a put and a checkpoint use is open
+        before = open_channels(url)
+        written = len(events(caplog, "checkpoint_written"))
+        monkeypatch.setattr(_scheduler, "LOCATE_TIMEOUT", 0.002)
+        rounds(30)
+        assert len(events(caplog, "checkpoint_written")) >= written + 10
+        deadline = time.monotonic() + 10  # the last locate may still be reading
+        while open_channels(url) != before and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert open_channels(url) == before
+        assert queue.stats().ready == 100
+        assert [queue.get(id).payload for id in churn] == ["29 " + "y" * 1000] * 100  # type: ignore[union-attr]
+        queue.purge()
 
 
 def test_a_put_that_would_outgrow_a_quarter_of_the_retention_is_refused(

@@ -105,11 +105,13 @@ def _final(exc: BaseException) -> BaseException | None:
 class Hosts:
     """The brokers of one backend object (the URL's list of hosts), tried in turn from
     the last one that took a connection: a node that is down costs a failed connect,
-    not the backend."""
+    not the backend. Each connection is named ``delayq <prefix>`` (what RabbitMQ's
+    tools list as its ``connection_name``)."""
 
-    def __init__(self, urls: tuple[str, ...]) -> None:
+    def __init__(self, urls: tuple[str, ...], prefix: str) -> None:
         self._urls = urls
         self._first = 0
+        self._properties: FieldTable = {"connection_name": f"delayq {prefix}"}
 
     async def connect(self) -> AbstractConnection:
         """A connection to the first host that takes one; the last host's error when
@@ -118,7 +120,9 @@ class Hosts:
         for step in range(len(self._urls)):
             index = (self._first + step) % len(self._urls)
             try:
-                connection = await aiormq.connect(self._urls[index])
+                connection = await aiormq.connect(
+                    self._urls[index], client_properties=self._properties
+                )
             except (aiormq.exceptions.AMQPConnectionError, OSError) as exc:
                 if _final(exc) is not None:
                     raise
@@ -142,6 +146,8 @@ class AmqpTransport:
         self._inbox = ""
         self._lock_tag: int | None = None
         self._reopening = asyncio.Lock()
+        # Channels being closed (_unsubscribe_soon): held until they are.
+        self._closing: set[asyncio.Task[None]] = set()
 
     def _channel(self, name: str) -> AbstractChannel:
         channel = self._channels.get(name)
@@ -342,7 +348,6 @@ class AmqpTransport:
         prefetch = LOG_PREFETCH_FEW if few else LOG_PREFETCH
         channel, arrived = await self._subscribe(self._names.log, offset, "reader", prefetch)
         unacked = 0
-        cancelled = False
         try:
             while True:
                 message = await arrived.get()
@@ -359,30 +364,52 @@ class AmqpTransport:
                     str(headers.get("mark", "")),
                     message.body,
                 )
-        except asyncio.CancelledError:
-            cancelled = True  # its scheduler stopped: the connection goes with it
-            raise
         finally:
-            if cancelled:
-                if self._channels.get("reader") is channel:
-                    del self._channels["reader"]
-            else:
-                await self._unsubscribe("reader", channel)
+            # Closed in a task of its own: a read cancelled (a timed-out locate, its
+            # scheduler stopping) must not await, and its consumer must not stay on
+            # the stream, taking deliveries no one reads.
+            self._unsubscribe_soon("reader", channel)
 
     async def _subscribe(
         self, queue: str, offset: int | str, name: str, prefetch: int
     ) -> tuple[AbstractChannel, asyncio.Queue[DeliveredMessage]]:
         """Consume the stream ``queue`` from ``offset`` on a channel of its own (acked
-        by the reader: a stream consumer must ack to get more)."""
+        by the reader: a stream consumer must ack to get more). Shielded: a caller that
+        gives up (a timed-out locate) leaves it to finish and be closed, as a channel
+        cut between its calls could stay open with no one to close it."""
+        subscribing = asyncio.ensure_future(self._consume(queue, offset, name, prefetch))
+        try:
+            return await asyncio.shield(subscribing)
+        except asyncio.CancelledError:
+            subscribing.add_done_callback(lambda done: self._abandoned(name, done))
+            raise
+
+    def _abandoned(
+        self,
+        name: str,
+        done: asyncio.Future[tuple[AbstractChannel, asyncio.Queue[DeliveredMessage]]],
+    ) -> None:
+        if not done.cancelled() and done.exception() is None:
+            self._unsubscribe_soon(name, done.result()[0])
+
+    async def _consume(
+        self, queue: str, offset: int | str, name: str, prefetch: int
+    ) -> tuple[AbstractChannel, asyncio.Queue[DeliveredMessage]]:
         channel = await self._open_channel(name, confirms=False)
         arrived: asyncio.Queue[DeliveredMessage] = asyncio.Queue()
         await channel.basic_qos(prefetch_count=prefetch)
         await channel.basic_consume(queue, arrived.put, arguments={"x-stream-offset": offset})
         return channel, arrived
 
-    async def _unsubscribe(self, name: str, channel: AbstractChannel) -> None:
+    def _unsubscribe_soon(self, name: str, channel: AbstractChannel) -> None:
         if self._channels.get(name) is channel:
             del self._channels[name]
+        task = asyncio.get_running_loop().create_task(self._close_channel(channel))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    @staticmethod
+    async def _close_channel(channel: AbstractChannel) -> None:
         with contextlib.suppress(Exception):
             await channel.close()
 
@@ -481,7 +508,7 @@ class AmqpTransport:
         except asyncio.TimeoutError:
             raise ConnectionError(f"no message read from {stream} in time") from None
         finally:
-            await self._unsubscribe("peek", channel)
+            self._unsubscribe_soon("peek", channel)
         return _stream_offset(dict(message.header.properties.headers or {}))
 
     async def mark_intake(self, body: bytes) -> None:
@@ -532,7 +559,7 @@ class AmqpTransport:
         except (aiormq.exceptions.AMQPError, asyncio.TimeoutError) as exc:
             raise ConnectionError(f"could not read the checkpoint pointer: {exc!r}") from exc
         finally:
-            await self._unsubscribe("meta", channel)
+            self._unsubscribe_soon("meta", channel)
 
     async def point(self, body: bytes) -> None:
         """See :meth:`~.._replicated.Transport.point`."""

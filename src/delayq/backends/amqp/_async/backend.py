@@ -19,7 +19,7 @@ class AsyncAmqpBackend(AsyncReplicatedBackend):
 
     def __init__(self, url: str, **options: Any) -> None:
         settings = parse(url, options)
-        hosts = Hosts(settings.broker_urls)
+        hosts = Hosts(settings.broker_urls, settings.prefix)
         super().__init__(
             LoopLink(
                 lambda: AmqpTransport(settings, hosts),

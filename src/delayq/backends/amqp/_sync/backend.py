@@ -21,7 +21,7 @@ class AmqpBackend(ReplicatedBackend):
 
     def __init__(self, url: str, **options: Any) -> None:
         settings = parse(url, options)
-        hosts = Hosts(settings.broker_urls)
+        hosts = Hosts(settings.broker_urls, settings.prefix)
         super().__init__(
             ThreadLink(
                 lambda: AmqpTransport(settings, hosts),
