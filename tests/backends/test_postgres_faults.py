@@ -1,6 +1,7 @@
 """``postgresql://`` under server faults, on a private server started for this module
 (tests/backends/_postgres_server.py): a SIGKILL of the server in the middle of a stream
-of puts and acks, and a restart under a waiting consumer on each face.
+of puts and acks, one right after a reserve, and a restart under a waiting consumer on
+each face.
 
 Skipped without the PostgreSQL binaries, or failed when ``$DELAYQ_REQUIRE`` lists
 postgres.
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from conformance.conftest import unavailable
+from delayq import LeaseLost
 from delayq.durable import AsyncQueue, Queue
 
 pytest.importorskip("psycopg")
@@ -154,3 +156,48 @@ def test_a_restart_under_a_waiting_async_consumer(server: PrivatePostgres) -> No
             return [m.payload for m in await waiting]
 
     assert asyncio.run(main()) == ["after"]
+
+
+def test_kill_9_after_a_reserve_its_message_comes_back_and_no_acked_one_does() -> None:
+    """A claim commits without waiting for the disk (``statements.claim_function``): a
+    kill -9 of the server right after a reserve may lose it. Either way its message
+    is delivered again, no later than at its lease's end (at once, its attempt not
+    counted, when the claim was lost; at the lease's end, attempt 2, when it was
+    not), and the lease from before the crash acks nothing any more. A claim
+    followed by a synchronous commit (here an ack) is durable with it: that message
+    stays held until its lease ends. A message acked never comes back. The server's
+    WAL writer waits 10 s between flushes, so the last claim is usually lost."""
+    try:
+        server = PrivatePostgres(settings={"wal_writer_delay": "10s"})
+    except PostgresUnavailable as exc:
+        unavailable("postgres", f"no private server: {exc}")
+    lease = 3.0
+    try:
+        url = f"{server.url}?schema=claims"
+        with Queue(url, name="c") as q:
+            q.put_many([{"payload": i, "id": f"m{i}"} for i in range(3)])
+            acked, kept = q.reserve(max=2, lease=lease)
+            q.ack(acked)  # a synchronous commit: the claim before it is on disk too
+            (last,) = q.reserve(max=1, lease=lease)
+            server.kill()
+        server.start()
+        with Queue(url, name="c") as q:
+            back: dict[str, Any] = {}
+            deadline = time.monotonic() + lease + 10.0
+            while len(back) < 2 and time.monotonic() < deadline:
+                for msg in q.reserve(max=10, lease=30, wait=1.0):
+                    back[msg.id] = msg
+            assert sorted(back) == sorted([kept.id, last.id])
+            assert q.get(acked.id) is None
+            again = back[kept.id]
+            assert (again.attempts, again.last_error) == (2, "lease expired")
+            assert again.due_at == kept.lease_expires_at
+            lost = back[last.id]
+            claim_lost = (lost.attempts, lost.last_error, lost.due_at) == (1, None, last.due_at)
+            lease_ended = (lost.attempts, lost.last_error) == (2, "lease expired")
+            assert claim_lost or lease_ended, lost
+            for old in (kept, last):
+                with pytest.raises(LeaseLost):
+                    q.ack(old)
+    finally:
+        server.stop()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 
 __all__ = [
+    "CLAIM_COMMIT",
     "CLAIM_PICK",
     "WAITER_STALE_MS",
     "Prepared",
@@ -82,6 +83,13 @@ WHERE d.queue = {q} AND d.state = 'scheduled' AND d.due_at <= {f}
 ORDER BY d.due_at, d.seq
 LIMIT {n}
 FOR UPDATE SKIP LOCKED"""
+
+
+#: The first statement of the claim function: its transaction alone commits without
+#: waiting for a WAL flush (see :func:`claim_function`). ``set_config(..., true)`` is
+#: ``SET LOCAL``: it lasts to the end of the transaction, past the function's return
+#: (a function's ``SET`` clause would be undone at its return, before the commit).
+CLAIM_COMMIT = "PERFORM set_config('synchronous_commit', 'off', true);"
 
 
 def put_kind(delay_ms: int | None, at_ms: int | None) -> str:
@@ -229,7 +237,19 @@ def claim_function(s: str) -> str:
     registers it again, sees the message. A claim that finds messages marks the
     waiter's row awake (``until`` = now): its backend object reuses the token for its
     next sleep, so the row is updated in place rather than deleted and inserted
-    again."""
+    again.
+
+    The claim's transaction commits without waiting for its WAL to reach the disk
+    (``synchronous_commit`` off for it alone, :data:`CLAIM_COMMIT`): what it writes, a
+    lease and its attempt, expired leases settled, may be redone. A crash of the
+    server (or its machine) within the moment before the WAL writer flushes it loses
+    the claim: the message is scheduled again as before it, its attempt not counted,
+    and delivered again while its first consumer may still hold it (whose ack or
+    extend then finds its lease lost), as at-least-once delivery allows. Any later
+    synchronous commit of the server (an ack, a put, a nack of any session) flushes
+    the WAL up to its own record, past the claim's: a message acked is never
+    claimed back, and a claim whose message was acked, nacked or extended is
+    durable."""
     name = s.strip('"')
     return f"""
 CREATE OR REPLACE FUNCTION {s}.claim(
@@ -248,6 +268,7 @@ DECLARE
     next_lease bigint;
     sleeps_until bigint;
 BEGIN
+    {CLAIM_COMMIT}
     UPDATE {s}.messages AS m
     SET state = CASE WHEN m.attempts >= m.max_attempts THEN 'dead' ELSE 'scheduled' END,
         due_at = CASE WHEN m.attempts >= m.max_attempts THEN m.due_at ELSE m.lease_until END,
