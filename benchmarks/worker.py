@@ -23,8 +23,11 @@ b. Floor, in the same run: the same handler in a bare loop without any queue, at
    floor and the drain alternate N times and the best of each is shown. Also the
    sync-rpush handler from a lone thread, the queue alone (reserve 100 + ack_many, no
    handler) and the two added up: where both are CPU-bound (one process, the GIL),
-   a worker cannot beat that sum. The floor's CPU/job is its process's CPU time per
-   call. "CPU bound / floor" is 1 / (the worker's CPU/job) over the floor's rate: the
+   a worker cannot beat that sum. And the worker alone: the same drain with a
+   handler that does nothing (sync at concurrency 8, async at 32), whose CPU/job is
+   the Worker's own cost per job, the queue's included (the least noisy measure of
+   it: no handler threads contend for the GIL). The floor's CPU/job is its process's
+   CPU time per call. "CPU bound / floor" is 1 / (the worker's CPU/job) over the floor's rate: the
    most the worker could reach with a whole CPU to itself (one process runs its
    Python one thread at a time), so a worker whose CPU/job is above 1 / (0.70 x
    floor) cannot reach 0.70x, whatever the load.
@@ -201,6 +204,20 @@ def _drain(
             ends.append(time.perf_counter())
 
         task = sync_job
+    elif kind == "sync-noop":
+
+        @app.task(name="job", queue=queue, max_attempts=1)
+        def sync_noop() -> None:
+            ends.append(time.perf_counter())
+
+        task = sync_noop
+    elif kind == "async-noop":
+
+        @app.task(name="job", queue=queue, max_attempts=1)
+        async def async_noop() -> None:
+            ends.append(time.perf_counter())
+
+        task = async_noop
     else:
 
         @app.task(name="job", queue=queue, max_attempts=1)
@@ -381,17 +398,26 @@ def section_drain(
 
 def section_bound(url: str, sizes: Sizes) -> list[Measure]:
     """What one process can do at best with a sync rpush handler: the lone-thread
-    floor, the queue alone (reserve 100 + ack_many, no handler), and both added up."""
+    floor, the queue alone (reserve 100 + ack_many, no handler), and both added up;
+    and the worker alone (a handler that does nothing): the Worker's own CPU/job."""
     lone, lone_cpu = floor("sync-rpush", 1, sizes.jobs, 0)
     raw = asyncio.run(_queue_alone(url, sizes.jobs))
     both = 1.0 / (1.0 / lone + 1.0 / raw) if lone and raw else 0.0
-    return [
+    measures = [
         Measure("b", "floor sync-rpush c1 (a lone thread)", lone, "items/s",
                 cpu_per_job=lone_cpu),
         Measure("b", "queue alone: reserve 100 + ack_many", raw, "items/s", note="no handler"),
         Measure("b", "both, one after the other", both, "items/s",
                 note="1 / (1/lone thread + 1/queue alone): one process, one CPU's worth"),
     ]  # fmt: skip
+    for kind, concurrency in (("sync-noop", 8), ("async-noop", 32)):
+        run = drain(url, kind, concurrency, sizes.jobs, 0)
+        measures.append(
+            Measure("b", f"worker alone: {kind} c{concurrency}", run["rate"], "items/s",
+                    note=f"no handler work: the Worker's own CPU/job (loop thread "
+                    f"{run['loop_cpu_us']:.1f} us)", extra=run, cpu_per_job=run["cpu_us"])
+        )  # fmt: skip
+    return measures
 
 
 async def _queue_alone(url: str, jobs: int) -> float:

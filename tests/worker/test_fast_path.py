@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import sys
 import threading
 import time
 from collections import Counter
@@ -153,25 +154,32 @@ def test_a_stop_gives_back_what_runs_past_the_grace_and_what_waits(
         free.set()
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
 @pytest.mark.parametrize("path", ["fast", "job"])
-def test_a_sync_handler_runs_in_its_own_copy_of_the_serving_context(
-    backend_url: str, path: str
+def test_a_handler_runs_in_its_own_copy_of_the_serving_context(
+    backend_url: str, kind: str, path: str
 ) -> None:
-    """A sync handler sees the context variables of the code that serves the worker,
-    and its message as current_message(); what one handler sets is seen by no other
-    (each runs in a copy of its own), on the fast path as in a job."""
+    """A handler, sync or async, sees the context variables of the code that serves
+    the worker, and its message as current_message(); what one handler sets is seen
+    by no other (each runs in a copy of its own), on the fast path as in a job."""
     seen: list[tuple[Any, str]] = []
     timeout = JOB_TIMEOUT if path == "job" else None
 
-    def handler(msg: Message) -> None:
+    def sync_handler(msg: Message) -> None:
         assert current_message() is msg
         seen.append((msg.payload, _TAG.get()))
-        _TAG.set(f"set by {msg.payload}")
+        if msg.payload % 2:  # every other one leaves its context as it found it
+            _TAG.set(f"set by {msg.payload}")
+
+    async def async_handler(msg: Message) -> None:
+        await asyncio.sleep(0)
+        sync_handler(msg)
 
     async def main() -> None:
         _TAG.set("server")
         queue = AsyncQueue(backend_url, name="q")
         await queue.put_many([{"payload": i} for i in range(20)])
+        handler = sync_handler if kind == "sync" else async_handler
         worker = Worker(queue, handler, concurrency=1, timeout=timeout)
         await serve_until(worker, lambda: worker.counts["succeeded"] == 20, timeout=10)
         await queue.close()
@@ -179,3 +187,72 @@ def test_a_sync_handler_runs_in_its_own_copy_of_the_serving_context(
     asyncio.run(main())
     assert sorted(payload for payload, _ in seen) == list(range(20))
     assert {tag for _, tag in seen} == {"server"}
+
+
+def test_an_async_handler_that_raises_cancelled_error_is_given_back_and_the_rest_run(
+    backend_url: str,
+) -> None:
+    """An async handler that raises CancelledError of its own (not a stop) has its
+    message given back, attempt not charged, and the worker goes on running the
+    others, that one again included (one handler at a time)."""
+    ran: list[Any] = []
+
+    async def handler(msg: Message) -> None:
+        ran.append(msg.payload)
+        if msg.payload == "cancel" and ran.count("cancel") == 1:
+            raise asyncio.CancelledError
+
+    async def main() -> dict[str, int]:
+        queue = AsyncQueue(backend_url, name="q")
+        await queue.put("cancel", id="cancel")
+        await queue.put_many([{"payload": i} for i in range(10)])
+        worker = Worker(queue, handler, concurrency=1)
+        await serve_until(worker, lambda: worker.counts["succeeded"] == 11, timeout=10)
+        await queue.close()
+        return dict(worker.counts)
+
+    counts = asyncio.run(main())
+    assert counts == {"succeeded": 11, "released": 1}
+    assert sorted(map(str, ran)) == sorted(["cancel", "cancel", *map(str, range(10))])
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout is 3.11's")
+def test_a_cancel_an_async_handler_swallowed_does_not_reach_the_next_call(
+    backend_url: str,
+) -> None:
+    """An async handler that cancels its own task and swallows the CancelledError
+    leaves nothing pending for the next handler (one at a time): that one starts
+    with no cancel asked of its task, and its ``asyncio.timeout`` raises TimeoutError."""
+    outcomes: list[str] = []
+
+    async def handler(msg: Message) -> None:
+        if msg.payload == "swallow":
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                outcomes.append("swallowed")
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        outcomes.append(f"cancelling {task.cancelling()}")  # type: ignore[attr-defined,unused-ignore]
+        try:
+            async with asyncio.timeout(0.01):  # type: ignore[attr-defined,unused-ignore]
+                await asyncio.sleep(1)
+        except TimeoutError:
+            outcomes.append("timed out")
+
+    async def main() -> dict[str, int]:
+        queue = AsyncQueue(backend_url, name="q")
+        await queue.put("swallow")
+        await queue.put_many([{"payload": i} for i in range(3)])
+        worker = Worker(queue, handler, concurrency=1)
+        await serve_until(worker, lambda: len(outcomes) == 7, timeout=10)
+        await queue.close()
+        return dict(worker.counts)
+
+    counts = asyncio.run(main())
+    assert outcomes == ["swallowed", *["cancelling 0", "timed out"] * 3]
+    assert counts == {"succeeded": 4}

@@ -35,8 +35,9 @@ import inspect
 import logging
 import math
 import signal
+import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -150,6 +151,13 @@ def _run_call(msg: Message, call: _Call) -> Any:
     return call.fn(*call.args, **call.kwargs)
 
 
+def _cancelling(task: asyncio.Task[Any]) -> bool:
+    """Whether ``task`` was asked to cancel and has not given that up (Python 3.11+:
+    a cancel caught and swallowed by the code it reached still counts; before 3.11 a
+    cancel, once delivered, is gone)."""
+    return sys.version_info >= (3, 11) and task.cancelling() > 0
+
+
 class Worker:
     """Runs the tasks of an :class:`~delayq.App` (every queue it uses, or those in
     ``queues``), or ``handler(msg)`` for the messages of one
@@ -234,6 +242,11 @@ class Worker:
         self._held: dict[_Held, None] = {}
         self._held_empty: asyncio.Event | None = None
         self._fast_tasks: set[asyncio.Task[None]] = set()
+        self._inbox: deque[_Held] = deque()  # async plain calls waiting for a runner
+        self._idle: deque[asyncio.Future[None]] = deque()  # runners waiting for a call
+        self._runners: set[asyncio.Task[None]] = set()
+        self._inbox_closed = False
+        self._runner_context: contextvars.Context | None = None
         self._outage: Outage | None = None
 
     # -- running ----------------------------------------------------------------------
@@ -294,6 +307,9 @@ class Worker:
             self._adaptive = self._prefetch_auto
         else:
             self._gate = gate = Gate(self.concurrency)
+            self._runner_context = contextvars.copy_context()
+            for _ in range(self.concurrency):
+                self._spawn_runner()
         self._slots = prefetch_slots(self.concurrency, self.prefetch, self._waiting)
         self._held_empty = asyncio.Event()
         self._held_empty.set()
@@ -319,12 +335,13 @@ class Worker:
         try:
             await self._stopped.wait()
         finally:
-            running = len(self._running) + len(self._held)
+            running = len(self._running.keys() - self._runners) + len(self._held)
             log_event(_INFO, "worker.stopping", running=running, grace=self.grace)
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             gate.close()  # the prefetched ones go back now
+            self._close_inbox()
             if self._lane is not None:
                 self._lane.close()
             await self._drain()
@@ -380,7 +397,7 @@ class Worker:
         held_empty = asyncio.create_task(self._held_empty.wait())
         try:
             while True:
-                left: set[asyncio.Future[Any]] = {t for t in self._running if not t.done()}
+                left: set[asyncio.Future[Any]] = {t for t in self._tasks() if not t.done()}
                 remaining = deadline - loop.time()
                 if (not left and not self._held) or forced.done() or remaining <= 0:
                     break
@@ -392,7 +409,7 @@ class Worker:
         finally:
             forced.cancel()
             held_empty.cancel()
-        left = {task for task in self._running if not task.done()}
+        left = {task for task in self._tasks() if not task.done()}
         running = [held for held in self._held if not held.busy]
         if left or running:
             log_event(_WARNING, "worker.releasing", running=len(left) + len(running))
@@ -403,6 +420,10 @@ class Worker:
                 held.busy = True
                 self._fast_task(self._fast_give_back(held))
             await asyncio.gather(*left, *self._fast_tasks, return_exceptions=True)
+
+    def _tasks(self) -> list[asyncio.Task[None]]:
+        """The jobs and the runners of async calls: what a stop waits for."""
+        return [*self._running.keys() - self._runners, *self._runners]
 
     # -- reserving --------------------------------------------------------------------
     def _reserve_loop(self, queue: AsyncQueue) -> Coroutine[Any, Any, None]:
@@ -424,8 +445,8 @@ class Worker:
     # -- the fast path: plain calls, no job (task) of their own per message ----------
     def _start(self, queue: AsyncQueue, msgs: list[Message]) -> list[Message]:
         """Take the plain calls (no cron tick, no timeout) of a claim on the fast path:
-        the sync ones straight to the lane (in one hand-over), an async one to a bare
-        task that waits at the gate; all renewed by :meth:`_renew_held` and acked with
+        the sync ones straight to the lane (in one hand-over), the async ones to the
+        runners' inbox (:meth:`_runner`); all renewed by :meth:`_renew_held` and acked with
         :meth:`AckBatcher.ack_soon`. Returns the messages left to a job of their own
         (:meth:`_job`)."""
         lane = self._lane
@@ -449,14 +470,15 @@ class Worker:
             if not call.is_async and lane is None:  # a sync call of a mixed app: the pool
                 left.append(msg)
                 continue
+            if call.is_async and self._inbox_closed:  # stopping: its job gives it back
+                left.append(msg)
+                continue
             held = _Held(queue, msg, call, renew_at)
             self._held[held] = None
             if debug:
                 log_event(_DEBUG, "job.reserved", queue=queue.name, id=msg.id, attempt=msg.attempts)
             if call.is_async:
-                task = loop.create_task(self._run_async(held))
-                self._running[task] = msg  # awaited by a graceful stop, cancelled past grace
-                task.add_done_callback(self._async_ended)
+                self._inbox.append(held)
                 continue
             held.context = context
             calls.append(held)
@@ -466,36 +488,102 @@ class Worker:
         if calls:
             assert lane is not None
             lane.submit_many(calls, self._ran)
+        idle = self._idle
+        for _ in range(min(len(self._inbox), len(idle))):
+            waiter = idle.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
         return left
 
-    async def _run_async(self, held: _Held) -> None:
-        """An async call of the fast path: wait for a place at the gate, run it, and
-        give its outcome to :meth:`_ran` as the lane gives a sync call's."""
-        gate = self._gate
-        assert gate is not None
-        if not await gate.enter():  # stopping before it ran: give it back
-            if not (held.busy or held.settled):
-                held.busy = True
-                await self._fast_give_back(held)
-            return
-        _current.set(held.msg)  # this task's own context (create_task copied it)
-        call = held.call
-        started = time.monotonic()
-        error: BaseException | None = None
-        try:
-            await call.fn(*call.args, **call.kwargs)
-        except asyncio.CancelledError as exc:  # given back past the grace (held.busy)
-            error = NotStarted("cancelled") if not held.busy else exc
-        except BaseException as exc:  # as a job: any failure is the message's
-            error = exc
-        finally:
-            gate.leave()
-        self._ran(held, error, None, started)
+    def _spawn_runner(self) -> None:
+        assert self._runner_context is not None
+        loop = asyncio.get_running_loop()
+        # made in a copy of the serving context: the task runs in a copy of that copy
+        task = self._runner_context.run(loop.create_task, self._runner())
+        self._runners.add(task)
+        task.add_done_callback(self._runner_ended)
 
-    def _async_ended(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
+    async def _runner(self) -> None:
+        """One of ``concurrency`` tasks that run the fast path's async calls in turn,
+        from the inbox, each once it has a place at the gate; the outcome goes to
+        :meth:`_ran`, as the lane's. Each call starts in the context the runner was
+        made with (a copy of the serving one, :func:`current_message` its message): a
+        call that leaves the context changed ends its runner, and a new one takes its
+        place. A task per call would cost its making and its first turn of the loop.
+        A stop (:meth:`_close_inbox`) ends the idle runners, and the others once their
+        call ended; past the grace a running one is cancelled (its message given back
+        by the stop)."""
+        gate, inbox, idle, running = self._gate, self._inbox, self._idle, self._running
+        assert gate is not None
+        loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
+        assert me is not None
+        while True:
+            if not inbox:
+                if self._inbox_closed:
+                    return
+                waiter: asyncio.Future[None] = loop.create_future()
+                idle.append(waiter)
+                try:
+                    await waiter
+                finally:
+                    waiter.cancel()  # cancelled while waiting: not woken again
+                continue
+            held = inbox.popleft()
+            if held.busy or held.settled:  # given back by a stop meanwhile
+                continue
+            if not await gate.enter():  # stopping before it ran: give it back
+                if not (held.busy or held.settled):
+                    held.busy = True
+                    await self._fast_give_back(held)
+                continue
+            _current.set(held.msg)
+            before = contextvars.copy_context()
+            call = held.call
+            running[me] = held.msg
+            started = time.monotonic()
+            error: BaseException | None = None
+            cancelled = False
+            try:
+                await call.fn(*call.args, **call.kwargs)
+            except asyncio.CancelledError as exc:  # given back past the grace (held.busy)
+                error = NotStarted("cancelled") if not held.busy else exc
+                cancelled = True
+            except BaseException as exc:  # as a job: any failure is the message's
+                error = exc
+            finally:
+                gate.leave()
+                running.pop(me, None)
+            self._ran(held, error, None, started)
+            # Cancelled (by a stop past the grace, or by its handler's own doing, even
+            # if the handler swallowed it: a cancel still pending would reach the next
+            # call), or its context changed: a new runner takes its place unless
+            # stopping.
+            if cancelled or _cancelling(me) or contextvars.copy_context() != before:
+                if not self._inbox_closed:
+                    self._spawn_runner()
+                return
+
+    def _runner_ended(self, task: asyncio.Task[None]) -> None:
+        self._runners.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log_event(_ERROR, "worker.job_crashed", error=repr(task.exception()))
+            if not self._inbox_closed:
+                self._spawn_runner()
+
+    def _close_inbox(self) -> None:
+        """On a stop: the async calls waiting in the inbox go back at once; idle
+        runners end (the others once their call ended)."""
+        self._inbox_closed = True
+        while self._inbox:
+            held = self._inbox.popleft()
+            if not (held.busy or held.settled):
+                held.busy = True
+                self._fast_task(self._fast_give_back(held))
+        while self._idle:
+            waiter = self._idle.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _ran(
         self, held: _Held, error: BaseException | None, result: object, started: float | None
