@@ -64,6 +64,11 @@ def state_of(queue: Queue, ids: list[str]) -> tuple[Any, ...]:
     )
 
 
+def prefix_of(url: str) -> str:
+    """The namespace (``prefix``) of a test URL."""
+    return url.split("prefix=", 1)[1].split("&", 1)[0]
+
+
 def meta_messages(url: str) -> list[tuple[str, bytes]]:
     """``(type, body)`` of every message of the namespace's meta stream."""
     return stream_messages(url, "meta")
@@ -71,7 +76,7 @@ def meta_messages(url: str) -> list[tuple[str, bytes]]:
 
 def stream_messages(url: str, stream: str) -> list[tuple[str, bytes]]:
     """``(type, body)`` of every message of the namespace's stream ``stream``."""
-    prefix = url.split("prefix=", 1)[1].split("&", 1)[0]
+    prefix = prefix_of(url)
     base = url.split("?", 1)[0]
     connection = pika.BlockingConnection(pika.URLParameters(base))
     try:
@@ -92,7 +97,7 @@ def stream_messages(url: str, stream: str) -> list[tuple[str, bytes]]:
 
 
 def first_log_offset(url: str) -> int:
-    prefix = url.split("prefix=", 1)[1].split("&", 1)[0]
+    prefix = prefix_of(url)
     connection = pika.BlockingConnection(pika.URLParameters(url.split("?", 1)[0]))
     try:
         channel = connection.channel()
@@ -169,7 +174,7 @@ def test_a_new_scheduler_replays_from_the_pointer_and_rebuilds_the_same_state(
 
 
 def delete_meta(url: str) -> None:
-    prefix = url.split("prefix=", 1)[1].split("&", 1)[0]
+    prefix = prefix_of(url)
     connection = pika.BlockingConnection(pika.URLParameters(url.split("?", 1)[0]))
     try:
         connection.channel().queue_delete(f"{prefix}.meta")
@@ -225,7 +230,7 @@ def test_a_log_several_times_its_retention_loses_no_live_message(
 def open_channels(url: str) -> int:
     """How many channels the namespace's connections hold open, as the broker counts
     them (read with ``rabbitmqctl``; delayq names each connection ``delayq <prefix>``)."""
-    prefix = url.split("prefix=", 1)[1].split("&", 1)[0]
+    prefix = prefix_of(url)
     listed = subprocess.run(
         ["rabbitmqctl", "list_connections", "client_properties", "channels", "--quiet"],
         capture_output=True,

@@ -557,19 +557,21 @@ class Worker:
             self._ran(held, error, None, started)
             # Cancelled (by a stop past the grace, or by its handler's own doing, even
             # if the handler swallowed it: a cancel still pending would reach the next
-            # call), or its context changed: a new runner takes its place unless
-            # stopping.
+            # call), or its context changed: it ends, and _runner_ended puts a new
+            # runner in its place unless stopping.
             if cancelled or _cancelling(me) or contextvars.copy_context() != before:
-                if not self._inbox_closed:
-                    self._spawn_runner()
                 return
 
     def _runner_ended(self, task: asyncio.Task[None]) -> None:
+        """A runner ended (replaced, crashed, or the inbox closed): a new one takes its
+        place unless stopping."""
         self._runners.discard(task)
-        if not task.cancelled() and task.exception() is not None:
+        if task.cancelled():
+            return
+        if task.exception() is not None:
             log_event(_ERROR, "worker.job_crashed", error=repr(task.exception()))
-            if not self._inbox_closed:
-                self._spawn_runner()
+        if not self._inbox_closed:
+            self._spawn_runner()
 
     def _close_inbox(self) -> None:
         """On a stop: the async calls waiting in the inbox go back at once; idle
