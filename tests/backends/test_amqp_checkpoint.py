@@ -227,19 +227,24 @@ def test_a_log_several_times_its_retention_loses_no_live_message(
         second.purge()
 
 
-def open_channels(url: str) -> int:
-    """How many channels the namespace's connections hold open, as the broker counts
-    them (read with ``rabbitmqctl``; delayq names each connection ``delayq <prefix>``)."""
-    prefix = prefix_of(url)
+def connections(*columns: str) -> list[str]:
+    """The broker's connections, a line of ``columns`` each (``rabbitmqctl``)."""
     listed = subprocess.run(
-        ["rabbitmqctl", "list_connections", "client_properties", "channels", "--quiet"],
+        ["rabbitmqctl", "list_connections", *columns, "--quiet"],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     ).stdout
-    named = f'{{"connection_name","delayq {prefix}"}}'
-    return sum(int(line.rsplit("\t", 1)[1]) for line in listed.splitlines() if named in line)
+    return listed.splitlines()
+
+
+def open_channels(url: str) -> int:
+    """How many channels the namespace's connections hold open, as the broker counts
+    them (delayq names each connection ``delayq <prefix>``)."""
+    named = f'{{"connection_name","delayq {prefix_of(url)}"}}'
+    listed = connections("client_properties", "channels")
+    return sum(int(line.rsplit("\t", 1)[1]) for line in listed if named in line)
 
 
 def test_a_read_of_the_log_given_up_leaves_no_channel_open(

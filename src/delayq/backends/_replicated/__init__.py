@@ -8,6 +8,7 @@ from ._async.backend import AsyncReplicatedBackend
 from ._link import Candidacy, LoopLink, ThreadLink
 from ._sync.backend import ReplicatedBackend
 from ._transport import (
+    BlockingIntake,
     Delivery,
     LogEntry,
     LogFull,
@@ -19,6 +20,7 @@ from ._transport import (
 
 __all__ = [
     "AsyncReplicatedBackend",
+    "BlockingIntake",
     "Candidacy",
     "Delivery",
     "LogEntry",

@@ -46,7 +46,7 @@ from ._constants import (
     REJOIN_MAX_PAUSE,
 )
 from ._scheduler import Scheduler
-from ._transport import NoScheduler, Refused, ReplyLost, Transport
+from ._transport import BlockingIntake, NoScheduler, Refused, ReplyLost, Transport
 
 __all__ = ["Candidacy", "LoopLink", "ThreadLink"]
 
@@ -144,6 +144,9 @@ class LoopLink:
         #: so a put due soon is not copied to it (the intake's tail brings it).
         self._quiet_until = 0.0
         self._configured: set[str] = set()
+        #: Whether a connection of this link opened once (the namespace's objects are
+        #: declared: a ThreadLink may append from its callers' threads).
+        self._declared = False
         self._candidacy = scheduler
         self._request_timeout = request_timeout
         self._transport: Transport | None = None
@@ -215,6 +218,7 @@ class LoopLink:
                     f"no connection to the broker in {self._request_timeout:g} s"
                 ) from None
             self._transport = transport
+            self._declared = True
             if self._candidacy == "on":
                 await self._campaign(transport)
         except BaseException:
@@ -785,11 +789,9 @@ class LoopLink:
     async def _send_intake(self, puts: list[_FastPut]) -> None:
         """Append ``puts`` as the link's next intake message and settle their futures
         (an error of the append: each put's; a cancellation is raised too)."""
-        self._intake_seq += 1
-        seq = self._intake_seq
+        seq, nudge = self.next_intake(any(p.soon for p in puts))
         parts = [[p.request_id, p.queue, p.requests] for p in puts]
         try:
-            nudge = any(p.soon for p in puts) and time.monotonic() >= self._quiet_until
             await self._append(seq, parts, nudge=nudge)
         except BaseException as exc:
             for put in puts:
@@ -800,7 +802,7 @@ class LoopLink:
             if not isinstance(exc, Exception):
                 raise
             return
-        self._confirmed_seq = seq
+        self.intake_confirmed(seq)
         for put in puts:
             if not put.appended.done():
                 put.appended.set_result(None)
@@ -811,6 +813,65 @@ class LoopLink:
         for put in left:
             if not put.appended.done():
                 put.appended.set_exception(QueueClosed("the queue was closed"))
+
+    # -- fast puts appended from a ThreadLink's callers' threads ---------------------------
+    # The ThreadLink numbers and appends them itself (BlockingIntake), one at a time, so
+    # this link appends none of its own: each number is this link's and the scheduler
+    # sees them in order, as it does this link's own.
+
+    def blocking_intake(self) -> BlockingIntake | None:
+        """A publisher of the intake for a caller's thread, on a connection of its own
+        (None: the transport has none)."""
+        return self._make_transport().blocking_intake()
+
+    def intake_ready(self, queues: list[str]) -> bool:
+        """Whether a fast put into ``queues`` may be appended from a caller's thread
+        (a connection opened once and each queue configured): else
+        :meth:`prepare_intake` first."""
+        return self._declared and (
+            self._deliver is None or all(queue in self._configured for queue in queues)
+        )
+
+    async def prepare_intake(self, queues: list[str]) -> None:
+        """Open a connection (declaring the namespace) and configure ``queues``, with
+        the errors a fast put on this loop would raise."""
+        if self._closed:
+            raise QueueClosed("the queue is closed")
+        try:
+            for queue in queues:
+                await self._configure(queue)
+            await self._connected_within(self._request_timeout)
+        except Refused as exc:
+            raise exc.reason from None
+        except NoScheduler:
+            raise
+        except (ConnectionError, OSError) as exc:
+            raise self._no_reply("put", False, "no intake append") from exc
+
+    def next_intake(self, soon: bool) -> tuple[int, bool]:
+        """Number the next intake message; and whether the scheduler gets a copy at
+        once (``soon``: some fall due within FIRE_AHEAD_MS, and no ``quiet`` holds)."""
+        self._intake_seq += 1
+        return self._intake_seq, soon and time.monotonic() >= self._quiet_until
+
+    def intake_body(self, seq: int, parts: list[Any]) -> bytes:
+        """The intake message ``seq`` of ``parts`` (``[request id, queue, encoded
+        requests]`` each), stamped with the moment it is sent."""
+        now = Now.of_seconds(time.time())
+        return pack([self._client, seq, now.floor, now.ceil, parts])
+
+    def intake_confirmed(self, seq: int) -> None:
+        """The broker confirmed intake message ``seq``: this link's next requests wait
+        for it at the scheduler."""
+        self._confirmed_seq = max(self._confirmed_seq, seq)
+
+    @property
+    def request_timeout(self) -> float:
+        return self._request_timeout
+
+    def no_reply(self, op: str, may_have_run: bool, what: str) -> NoScheduler:
+        """See :meth:`_no_reply`."""
+        return self._no_reply(op, may_have_run, what)
 
     async def _settle(self) -> None:
         """Before a close: wait, for up to CLOSE_SETTLE s, until this link's fast puts
@@ -840,8 +901,7 @@ class LoopLink:
             try:
                 transport = self._transport or await self._connected_within(left)
                 may_have_run = True
-                now = Now.of_seconds(time.time())
-                body = pack([self._client, seq, now.floor, now.ceil, parts])
+                body = self.intake_body(seq, parts)
                 await self._append_by(deadline, transport, body, nudge)
                 return
             except (ConnectionError, OSError) as exc:
@@ -943,9 +1003,28 @@ class LoopLink:
             task.cancel()
 
 
+class _Waiting:
+    """A sync fast put waiting for its turn in the intake (:meth:`ThreadLink.put_fast`)."""
+
+    __slots__ = ("error", "lead", "part", "queue", "requests", "size", "soon", "woken")
+
+    def __init__(self, queue: str, requests: list[Any]) -> None:
+        self.queue = queue
+        self.requests = requests
+        self.part: list[Any] = [uuid.uuid4().hex, queue, requests]
+        self.size = sum(len(request[1]) for request in requests)  # the payloads
+        self.soon = _soon(requests)
+        #: Released once its outcome is known, or once its thread is to lead.
+        self.woken = threading.Lock()
+        self.woken.acquire()
+        self.lead = False
+        self.error: BaseException | None = None
+
+
 class ThreadLink:
     """A :class:`LoopLink` on a private event loop thread, for the sync face: each call
-    blocks its thread until the loop has its outcome.
+    blocks its thread until the loop has its outcome; a fast put is appended from its
+    caller's thread instead, when the transport offers a :class:`BlockingIntake`.
 
     A forked child has no such thread (only the forking thread survives a fork), and
     the connection it would find is its parent's. Its first call starts afresh: a new
@@ -981,6 +1060,15 @@ class ThreadLink:
         )
         self._thread.start()
         self._fork = generation()
+        # Fast puts (put_fast): those waiting, whether a thread leads (appends the next
+        # message of them), the publisher it appends with (made on the first; None
+        # after the transport offered none: they go through the loop).
+        self._intake_lock = threading.Lock()
+        self._waiting: collections.deque[_Waiting] = collections.deque()
+        self._leading = False
+        self._closing = False
+        self._blocking: BlockingIntake | None = None
+        self._by_loop = False
 
     @property
     def closed(self) -> bool:
@@ -1058,16 +1146,121 @@ class ThreadLink:
         return self._current().fast
 
     def put_fast(self, queue: str, requests: list[Any]) -> None:
-        """See :meth:`LoopLink.put_fast`."""
+        """See :meth:`LoopLink.put_fast`: the same outcome and errors, the put appended
+        from this thread (docs/rabbitmq.md, "Fast put from a thread"). The puts of
+        several threads at once are appended a message at a time, in order: the thread
+        whose turn it is (the lead) appends every put waiting then, up to
+        MAX_GROUP_BYTES, wakes their threads, and hands the lead to the next put still
+        waiting. No thread appends puts that came after its own."""
         link = self._current()
-        self._run(link.put_fast(queue, requests))
+        if self._by_loop:
+            self._run(link.put_fast(queue, requests))
+            return
+        put = _Waiting(queue, requests)
+        with self._intake_lock:
+            if self._closing or link.closed:
+                raise QueueClosed("the queue is closed")
+            self._waiting.append(put)
+            put.lead = not self._leading
+            self._leading = True
+        if not put.lead:
+            try:
+                put.woken.acquire()
+            except BaseException:
+                self._leave(put)
+                raise
+        if put.lead:
+            self._lead(link)
+        if put.error is not None:
+            raise put.error
+
+    def _leave(self, put: _Waiting) -> None:
+        """``put``'s caller gave up before its outcome (an interrupt): it leaves, and
+        the lead, if it was given it, goes on."""
+        with self._intake_lock:
+            if put in self._waiting:
+                self._waiting.remove(put)
+            handed = put.lead
+        if handed:
+            self._hand_on()
+
+    def _lead(self, link: LoopLink) -> None:
+        """Append the puts waiting (this thread's first), wake their threads, and hand
+        the lead on."""
+        with self._intake_lock:
+            batch: list[_Waiting] = []
+            size = 0
+            while self._waiting and (not batch or size + self._waiting[0].size <= MAX_GROUP_BYTES):
+                put = self._waiting.popleft()
+                batch.append(put)
+                size += put.size
+        try:
+            self._append(link, batch)
+        except BaseException as exc:
+            for put in batch:
+                put.error = exc if isinstance(exc, Exception) else QueueClosed("closed")
+            raise
+        finally:
+            for put in batch[1:]:
+                put.woken.release()
+            self._hand_on()
+            if link.closed and self._blocking is not None:
+                self._blocking.close()  # reopened by a retry that raced the close
+
+    def _hand_on(self) -> None:
+        with self._intake_lock:
+            if self._waiting:
+                following = self._waiting[0]
+                following.lead = True
+                following.woken.release()
+            else:
+                self._leading = False
+
+    def _append(self, link: LoopLink, batch: list[_Waiting]) -> None:
+        """Append ``batch`` as this link's next intake message, on a new connection when
+        one fails, for up to the request timeout (as :meth:`LoopLink._append` does)."""
+        queues = sorted({put.queue for put in batch})
+        if not link.intake_ready(queues):
+            self._run(link.prepare_intake(queues))
+        if self._blocking is None:
+            self._blocking = link.blocking_intake()
+            if self._blocking is None:  # none offered: through the loop from now on
+                self._by_loop = True
+                for put in batch:
+                    self._run(link.put_fast(put.queue, put.requests))
+                return
+        seq, nudge = link.next_intake(any(put.soon for put in batch))
+        parts = [put.part for put in batch]
+        deadline = time.monotonic() + link.request_timeout
+        may_have_run = False
+        while True:
+            try:
+                self._blocking.connect(deadline)
+                may_have_run = True
+                self._blocking.append(link.intake_body(seq, parts), nudge=nudge, deadline=deadline)
+                break
+            except (ConnectionError, OSError) as exc:
+                if time.monotonic() >= deadline:
+                    raise link.no_reply("put", may_have_run, "no intake append") from exc
+                if link.closed:
+                    raise QueueClosed("the queue was closed") from None
+                time.sleep(min(max(deadline - time.monotonic(), 0.0), 0.1))
+        link.intake_confirmed(seq)
 
     def close(self) -> None:
-        """See :meth:`LoopLink.close`; then the loop thread ends."""
+        """See :meth:`LoopLink.close`, once the fast puts of this link's threads are
+        appended (for up to CLOSE_SETTLE s); then the loop thread ends."""
         link = self._current()
         with self._lock:
             if self._loop.is_closed():
                 return
+            with self._intake_lock:
+                self._closing = True
+            until = time.monotonic() + min(CLOSE_SETTLE, link.request_timeout)
+            while self._leading and time.monotonic() < until:
+                time.sleep(0.005)
+            if self._blocking is not None:
+                self._blocking.close()
             self._run(link.close())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)

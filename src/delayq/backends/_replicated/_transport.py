@@ -79,6 +79,25 @@ OnReply = Callable[[str, str, bytes], None]
 OnIntake = Callable[[int, bytes], None]
 
 
+class BlockingIntake(Protocol):
+    """The intake's publisher for one thread at a time that blocks on it (the sync
+    face's fast put, :class:`~._link.ThreadLink`): a connection of its own, opened on
+    the first append. Appends only once the transport that made it has opened (the
+    namespace's objects are declared)."""
+
+    def connect(self, deadline: float) -> None:
+        """Open the connection unless it is open; ConnectionError or OSError
+        (TimeoutError past ``deadline``, a ``time.monotonic()``) when it cannot."""
+
+    def append(self, body: bytes, *, nudge: bool, deadline: float) -> None:
+        """As :meth:`Transport.append_intake`, blocking until the broker confirmed it;
+        ConnectionError or OSError (TimeoutError past ``deadline``) when it was not,
+        the connection then dropped (the next append opens another)."""
+
+    def close(self) -> None:
+        """Drop the connection, if any."""
+
+
 class Transport(Protocol):
     """One connection to the broker, shared by a process's client and, when elected,
     its scheduler. Every coroutine runs on the loop that called :meth:`open`."""
@@ -123,6 +142,11 @@ class Transport(Protocol):
         FIRE_AHEAD_MS), the elected scheduler, if any, also gets the message as a
         request of op ``puts`` as soon as the broker can (a hint: the intake's copy
         is the one that counts), by the same publish."""
+
+    def blocking_intake(self) -> BlockingIntake | None:
+        """A publisher of the intake for a thread that blocks (a connection of its
+        own), or None when the broker offers none: the sync face then appends on the
+        loop thread."""
 
     async def tail_intake(
         self,

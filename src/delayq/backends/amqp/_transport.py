@@ -30,6 +30,7 @@ from pamqp.common import FieldTable
 
 from ...durable.message import Record
 from .._replicated import Delivery, LogEntry, Refused
+from ._blocking import BlockingIntake
 from ._constants import (
     CONTENT_TYPES,
     DEFAULT_REQUEST_TIMEOUT,
@@ -435,6 +436,11 @@ class AmqpTransport:
             properties=Basic.Properties(delivery_mode=2, message_type="puts"),
             wait=False,
         )
+
+    def blocking_intake(self) -> BlockingIntake:
+        """See :meth:`~.._replicated.Transport.blocking_intake`."""
+        names = self._names
+        return BlockingIntake(self._settings, names.intake, names.rpc, _SOON_KEY)
 
     async def tail_intake(
         self,
