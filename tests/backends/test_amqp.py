@@ -643,3 +643,54 @@ def test_what_the_reserve_sent_with_the_acks_claimed_is_given_back_before_any_ot
         taken = other.reserve(wait=5, max=10, lease=60)
         assert [(m.id, m.attempts) for m in taken] == [("b", 1)]
         other.ack_many(taken)
+
+
+def test_a_close_fails_a_call_waiting_for_a_connection_before_its_cleanup(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reserve waits while the first connection opens; the queue is closed meanwhile:
+    the reserve raises QueueClosed at once, while the opening the close gave up is still
+    cleaning up (here its transport's close is held until the reserve has raised; a
+    busy broker takes seconds over one)."""
+    from delayq import QueueClosed  # noqa: PLC0415
+    from delayq.backends.amqp._transport import AmqpTransport  # noqa: PLC0415
+
+    opening = threading.Event()
+    released = threading.Event()
+    open_transport, close_transport = AmqpTransport.open, AmqpTransport.close
+
+    async def slow_open(self: AmqpTransport, *args: Any) -> None:
+        opening.set()
+        await asyncio.sleep(30)  # cancelled by the close
+        await open_transport(self, *args)
+
+    async def held_close(self: AmqpTransport) -> None:
+        while not released.is_set():
+            await asyncio.sleep(0.01)
+        await close_transport(self)
+
+    monkeypatch.setattr(AmqpTransport, "open", slow_open)
+    monkeypatch.setattr(AmqpTransport, "close", held_close)
+    queue = Queue(url, name="jobs", request_timeout=60)  # not what ends the wait
+    outcome: list[BaseException] = []
+
+    def reserve() -> None:
+        try:
+            queue.reserve(wait=30)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    waiting = threading.Thread(target=reserve)
+    waiting.start()
+    assert opening.wait(10)
+    closing = threading.Thread(target=queue.close)
+    closing.start()
+    try:
+        waiting.join(10)
+        assert not waiting.is_alive()
+        assert [type(exc) for exc in outcome] == [QueueClosed]
+        assert closing.is_alive()  # the opening's cleanup still holds the close
+    finally:
+        released.set()
+        closing.join(10)
+    assert not closing.is_alive()

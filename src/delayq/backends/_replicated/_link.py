@@ -151,6 +151,8 @@ class LoopLink:
         self._request_timeout = request_timeout
         self._transport: Transport | None = None
         self._opening: asyncio.Task[Transport] | None = None
+        #: Done once this link is closed (made on its loop by the first connect).
+        self._closed_signal: asyncio.Future[None] | None = None
         #: Request id -> the future of its reply: kind, body and the loop's time it came.
         self._pending: dict[str, asyncio.Future[tuple[str, bytes, float]]] = {}
         #: Request id -> queue, of reserves their callers abandoned; and -> queue and the
@@ -197,11 +199,22 @@ class LoopLink:
             return self._transport
         # Opened by a task of its own, which a caller's cancellation does not cut short
         # (a connection half open, or a campaign half made, would hold the election).
+        loop = asyncio.get_running_loop()
         if self._opening is None or self._opening.done():
-            self._opening = asyncio.get_running_loop().create_task(self._open())
+            self._opening = loop.create_task(self._open())
             # Seen here too: the calls that awaited it may all have timed out.
             self._opening.add_done_callback(lambda task: task.cancelled() or task.exception())
-        return await asyncio.shield(self._opening)
+        if self._closed_signal is None:
+            self._closed_signal = loop.create_future()
+        # Until it opens, or this link closes: a close fails the callers at once, not
+        # once the opening it cancels has cleaned up (a connection's close may take
+        # seconds on a busy broker). A caller's cancellation leaves the opening be.
+        opening = self._opening
+        either: set[asyncio.Future[Any]] = {opening, self._closed_signal}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not opening.done():
+            raise QueueClosed("the queue was closed")
+        return opening.result()
 
     async def _open(self) -> Transport:
         transport = self._make_transport()
@@ -980,6 +993,8 @@ class LoopLink:
         if self._intake or self._confirmed_seq > self._folded_seq:
             await self._settle()
         self._closed = True
+        if self._closed_signal is not None and not self._closed_signal.done():
+            self._closed_signal.set_result(None)
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(QueueClosed("the queue was closed"))
