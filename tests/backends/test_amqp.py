@@ -27,6 +27,7 @@ from delayq.errors import OutcomeUnknown
 
 pytest.importorskip("aiormq")
 
+from conformance._helpers import in_thread
 from conformance.conftest import amqp_url
 from delayq.backends._replicated import _link, _scheduler
 from delayq.backends._replicated._codec import encode_outcome, pack
@@ -672,23 +673,13 @@ def test_a_close_fails_a_call_waiting_for_a_connection_before_its_cleanup(
     monkeypatch.setattr(AmqpTransport, "open", slow_open)
     monkeypatch.setattr(AmqpTransport, "close", held_close)
     queue = Queue(url, name="jobs", request_timeout=60)  # not what ends the wait
-    outcome: list[BaseException] = []
-
-    def reserve() -> None:
-        try:
-            queue.reserve(wait=30)
-        except BaseException as exc:
-            outcome.append(exc)
-
-    waiting = threading.Thread(target=reserve)
-    waiting.start()
+    waiting = in_thread(queue.reserve, wait=30)
     assert opening.wait(10)
     closing = threading.Thread(target=queue.close)
     closing.start()
     try:
-        waiting.join(10)
-        assert not waiting.is_alive()
-        assert [type(exc) for exc in outcome] == [QueueClosed]
+        with pytest.raises(QueueClosed):
+            waiting.result(10)
         assert closing.is_alive()  # the opening's cleanup still holds the close
     finally:
         released.set()
