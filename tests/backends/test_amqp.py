@@ -685,3 +685,14 @@ def test_a_close_fails_a_call_waiting_for_a_connection_before_its_cleanup(
         released.set()
         closing.join(10)
     assert not closing.is_alive()
+
+
+def test_a_call_no_scheduler_answers_says_how_to_run_one(url: str) -> None:
+    """A pure client on a namespace where no scheduler runs: its call fails after the
+    request timeout with NoScheduler, whose message says how to run a scheduler."""
+    client = url.replace("scheduler=on", "scheduler=off")
+    with (
+        Queue(client, name="jobs", request_timeout=0.5) as queue,
+        pytest.raises(NoScheduler, match="delayq scheduler"),
+    ):
+        queue.stats()

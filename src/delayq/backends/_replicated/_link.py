@@ -66,6 +66,14 @@ _REMEMBERED = 1024
 _READS = frozenset({"get", "stats", "peek", "dead", "queues", "due_counts", "sync"})
 
 
+#: What a call that got no reply says when its process does not stand for election: the
+#: likeliest cause is that nothing does (a producer's first hour).
+_NO_REPLY_HINT = (
+    "no reply from a scheduler (none may run for this namespace: `delayq scheduler`, "
+    "`delayq worker` or a queue opened with scheduler=on runs one)"
+)
+
+
 class _FastPut(NamedTuple):
     """A fast put waiting for the link's intake append."""
 
@@ -506,7 +514,8 @@ class LoopLink:
                         # later) gives back what it claimed; one that reaches the
                         # closed inbox is returned to the scheduler, which releases it.
                         _remember(self._forgotten, request_id, args[0])
-                    raise self._no_reply(op, may_have_run, "no reply", timeout)
+                    what = "no reply" if self._candidate else _NO_REPLY_HINT
+                    raise self._no_reply(op, may_have_run, what, timeout)
                 unanswered_since = loop.time()
         except asyncio.CancelledError:
             if parked:
