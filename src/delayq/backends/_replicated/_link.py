@@ -1030,12 +1030,12 @@ class LoopLink:
 class _Waiting:
     """A sync fast put waiting for its turn in the intake (:meth:`ThreadLink.put_fast`)."""
 
-    __slots__ = ("error", "lead", "part", "queue", "requests", "size", "soon", "woken")
+    __slots__ = ("error", "lead", "queue", "request_id", "requests", "size", "soon", "woken")
 
     def __init__(self, queue: str, requests: list[Any]) -> None:
+        self.request_id = uuid.uuid4().hex
         self.queue = queue
         self.requests = requests
-        self.part: list[Any] = [uuid.uuid4().hex, queue, requests]
         self.size = sum(len(request[1]) for request in requests)  # the payloads
         self.soon = _soon(requests)
         #: Released once its outcome is known, or once its thread is to lead.
@@ -1243,7 +1243,7 @@ class ThreadLink:
     def _append(self, link: LoopLink, batch: list[_Waiting]) -> None:
         """Append ``batch`` as this link's next intake message, on a new connection when
         one fails, for up to the request timeout (as :meth:`LoopLink._append` does)."""
-        queues = sorted({put.queue for put in batch})
+        queues = [put.queue for put in batch]
         if not link.intake_ready(queues):
             self._run(link.prepare_intake(queues))
         if self._blocking is None:
@@ -1254,7 +1254,7 @@ class ThreadLink:
                     self._run(link.put_fast(put.queue, put.requests))
                 return
         seq, nudge = link.next_intake(any(put.soon for put in batch))
-        parts = [put.part for put in batch]
+        parts = [[put.request_id, put.queue, put.requests] for put in batch]
         deadline = time.monotonic() + link.request_timeout
         may_have_run = False
         while True:
