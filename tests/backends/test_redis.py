@@ -589,6 +589,12 @@ def test_a_full_redis_refuses_puts_but_its_consumers_still_drain_it(
     client.close()
 
 
+#: New connections allowed over a test's 20 rounds: the listener may retire and come
+#: back once or twice when the machine stalls a round past its lingering; the fault it
+#: guards against is a new connection per message (20).
+FEW_RECONNECTS = 3
+
+
 def _connections(client: Any) -> int:
     return int(client.info("stats")["total_connections_received"])
 
@@ -614,7 +620,7 @@ def test_a_consumer_reserving_again_and_again_keeps_its_listener_connection(
                 got.append(msg.payload)
                 if n == 0:
                     before = _connections(client)
-        assert _connections(client) - before <= 1
+        assert _connections(client) - before <= FEW_RECONNECTS
         return got
 
     async def async_rounds(producer: Queue) -> list[Any]:
@@ -628,7 +634,7 @@ def test_a_consumer_reserving_again_and_again_keeps_its_listener_connection(
                 got.append(msg.payload)
                 if n == 0:
                     before = _connections(client)
-        assert _connections(client) - before <= 1
+        assert _connections(client) - before <= FEW_RECONNECTS
         return got
 
     with Queue(private.url, name="loop") as producer:
