@@ -12,6 +12,7 @@ import asyncio
 import os
 import queue
 import random
+import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ import pytest
 from conformance.conftest import unavailable
 from delayq import UnsupportedURL
 from delayq.durable import AsyncQueue, Queue, State
+from delayq.errors import QueueClosed
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -551,6 +553,69 @@ def test_a_closed_backend_object_leaves_no_waiter_rows(admin: Any, schema: str) 
         rows = admin.execute(f'SELECT queue FROM "{schema}".waiters').fetchall()
         assert rows == [("w",)]
     assert admin.execute(f'SELECT count(*) FROM "{schema}".waiters').fetchone() == (0,)
+
+
+@pytest.fixture
+def silent_server() -> Iterator[tuple[str, socket.socket]]:
+    """The URL of a server that takes the TCP connection and never answers (a first
+    connection stays in libpq's startup until its ``connect_timeout``), and its
+    listening socket: closing it ends those connections at once."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        yield f"postgresql://postgres@127.0.0.1:{port}/test?connect_timeout=60", listener
+
+
+@pytest.mark.parametrize("call", ["reserve", "put"])
+def test_a_close_under_a_call_waiting_for_its_first_connection_raises_queue_closed(
+    silent_server: tuple[str, socket.socket], call: str
+) -> None:
+    """The pool is still opening its first connection when the queue closes: the call
+    waiting for it gets QueueClosed, as any call after a close does, not the pool's own
+    error (the flake of test_close_wakes_a_waiting_reserve[postgres-sync] in a CI run).
+    The pool fails its waiting callers once its connecting worker has stopped: the
+    server goes away with the close, so that the test does not wait for the pool's
+    close timeout (5 s)."""
+    url, listener = silent_server
+    q = Queue(url, name="c")
+    outcome: queue.Queue[BaseException | None] = queue.Queue()
+
+    def run() -> None:
+        try:
+            q.reserve(wait=30) if call == "reserve" else q.put("x")
+        except BaseException as exc:
+            outcome.put(exc)
+        else:
+            outcome.put(None)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    threading.Event().wait(0.3)  # waiting for the pool's first connection
+    threading.Thread(target=q.close, daemon=True).start()
+    listener.close()
+    assert isinstance(outcome.get(timeout=10), QueueClosed)
+
+
+def test_an_async_close_under_a_reserve_waiting_for_its_first_connection(
+    silent_server: tuple[str, socket.socket],
+) -> None:
+    """The asyncio face of the test above."""
+    url, listener = silent_server
+
+    async def main() -> None:
+        q = AsyncQueue(url, name="c")
+        waiting = asyncio.create_task(q.reserve(wait=30))
+        await asyncio.sleep(0.3)
+        closing = asyncio.create_task(q.close())
+        await asyncio.sleep(0)
+        listener.close()
+        with pytest.raises(QueueClosed):
+            await asyncio.wait_for(waiting, 10)
+        closing.cancel()
+        await asyncio.gather(closing, return_exceptions=True)
+
+    asyncio.run(main())
 
 
 def test_two_reserves_of_one_backend_object_sleep_under_two_tokens(admin: Any, schema: str) -> None:

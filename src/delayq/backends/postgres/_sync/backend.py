@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from ...._log import LOGGER_NAME
 from ....durable.inspection import bucket_width, select_peek
@@ -268,10 +268,19 @@ class PostgresBackend:
         with self._ready_lock:
             if self._ready:
                 return
-            self._pool.open(wait=False)
-            with self._pool.connection() as conn:
-                upgrade(conn, self._settings.schema)
+            try:
+                self._pool.open(wait=False)
+                with self._pool.connection() as conn:
+                    upgrade(conn, self._settings.schema)
+            except PoolClosed as exc:
+                raise self._closed_under(exc) from exc
             self._ready = True
+
+    def _closed_under(self, exc: PoolClosed) -> Exception:
+        """What a call meets when the pool closed under it: QueueClosed when this
+        object's close() closed it (a call still waiting for a connection), else
+        ``exc``."""
+        return QueueClosed("the queue is closed") if self._closed else exc
 
     def _fetch(
         self, statement: str | Prepared, params: Params, change: str | None = None
@@ -303,7 +312,14 @@ class PostgresBackend:
         alone = self._kept_lock.acquire(blocking=False)
         conn = self._kept if alone else None
         if conn is None:
-            conn = self._pool.getconn()
+            try:
+                conn = self._pool.getconn()
+            except BaseException as exc:
+                if alone:  # none to keep: the next caller alone takes one from the pool
+                    self._kept_lock.release()
+                if isinstance(exc, PoolClosed):
+                    raise self._closed_under(exc) from exc
+                raise
         broken = False
         try:
             if isinstance(statement, Prepared):
@@ -430,11 +446,14 @@ class PostgresBackend:
             self._wake.notify(queue, rows[0][1])
             return _kept(rows[0][0], 0, len(requests))
         self._open()
-        with self._pool.connection() as conn:
-            try:
-                kept, earliest = put_on(conn, self.sql, queue, requests)
-            except psycopg.OperationalError as exc:
-                raise_lost(conn, exc, "put")
+        try:
+            with self._pool.connection() as conn:
+                try:
+                    kept, earliest = put_on(conn, self.sql, queue, requests)
+                except psycopg.OperationalError as exc:
+                    raise_lost(conn, exc, "put")
+        except PoolClosed as exc:
+            raise self._closed_under(exc) from exc
         self._wake.notify(queue, earliest)
         return kept
 
@@ -473,8 +492,10 @@ class PostgresBackend:
                         lambda rows: self._give_back(queue, rows),
                     )
                 except _OUTAGE as exc:
+                    if self._closed:
+                        raise QueueClosed("the queue is closed") from exc
                     left = None if give_up is None else give_up - time.monotonic()
-                    if self._closed or (left is not None and left <= 0.0):
+                    if left is not None and left <= 0.0:
                         raise
                     if pause == _FIRST_PAUSE:
                         _log.warning("delayq: a waiting reserve lost PostgreSQL: %s", exc)
