@@ -74,6 +74,7 @@ RULES: dict[str, str] = {
     "AsyncShardedRedisBackend": "ShardedRedisBackend",
     "_link_async": "_link",
     "async_client": "sync_client",
+    "AsyncListenerClients": "ListenerClients",
     "async_connection_settings": "connection_settings",
     "async_tracked_client": "tracked_client",
     "call_async": "call",

@@ -26,7 +26,7 @@ from ...._log import LOGGER_NAME
 from ....durable.inspection import merge_peek
 from ....durable.message import Position, PutRequest, Record, State, Stats
 from .._claims import AsyncClaims
-from .._clients import async_client
+from .._clients import AsyncListenerClients, async_client
 from .._functions import AsyncFunctions
 from .._hub import AsyncHub
 from .._listen import AsyncListener, log_lost, next_backoff
@@ -62,6 +62,7 @@ class AsyncShardedRedisBackend(ShardedBase):
         self._hubs: dict[str, AsyncHub] = {}
         self._lock = threading.Lock()  # never held across an await
         self._claims = AsyncClaims(self._give_back)
+        self._listen_clients = AsyncListenerClients(self._settings)
         #: The cluster's map is loaded (a later reload is redis-py's own, with a default
         #: node to route by meanwhile); a single node needs none.
         self._mapped = not self._settings.cluster
@@ -114,7 +115,7 @@ class AsyncShardedRedisBackend(ShardedBase):
                     for ops in self._ops:
                         hub.listeners.append(
                             AsyncListener(
-                                functools.partial(async_client, self._settings, listener=True),
+                                self._listen_clients,
                                 ops.wake_key(queue),
                                 functools.partial(self._run, ops.wake(queue)),
                                 functools.partial(hub.news, ops.shard),
@@ -358,5 +359,6 @@ class AsyncShardedRedisBackend(ShardedBase):
             hubs = list(self._hubs.values())
         for hub in hubs:
             await hub.close()
+        await self._listen_clients.aclose()
         with contextlib.suppress(*CONNECTION_ERRORS):
             await self._client.aclose()

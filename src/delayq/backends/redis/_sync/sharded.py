@@ -28,7 +28,7 @@ from ...._log import LOGGER_NAME
 from ....durable.inspection import merge_peek
 from ....durable.message import Position, PutRequest, Record, State, Stats
 from .._claims import Claims
-from .._clients import sync_client
+from .._clients import ListenerClients, sync_client
 from .._functions import Functions
 from .._hub import Hub
 from .._listen import Listener, log_lost, next_backoff
@@ -64,6 +64,7 @@ class ShardedRedisBackend(ShardedBase):
         self._hubs: dict[str, Hub] = {}
         self._lock = threading.Lock()  # never held across an await
         self._claims = Claims(self._give_back)
+        self._listen_clients = ListenerClients(self._settings)
         #: The cluster's map is loaded (a later reload is redis-py's own, with a default
         #: node to route by meanwhile); a single node needs none.
         self._mapped = not self._settings.cluster
@@ -116,7 +117,7 @@ class ShardedRedisBackend(ShardedBase):
                     for ops in self._ops:
                         hub.listeners.append(
                             Listener(
-                                functools.partial(sync_client, self._settings, listener=True),
+                                self._listen_clients,
                                 ops.wake_key(queue),
                                 functools.partial(self._run, ops.wake(queue)),
                                 functools.partial(hub.news, ops.shard),
@@ -352,5 +353,6 @@ class ShardedRedisBackend(ShardedBase):
             hubs = list(self._hubs.values())
         for hub in hubs:
             hub.close()
+        self._listen_clients.close()
         with contextlib.suppress(*CONNECTION_ERRORS):
             self._client.close()
