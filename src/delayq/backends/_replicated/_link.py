@@ -979,12 +979,13 @@ class LoopLink:
     async def _give_back_all(self) -> None:
         """Before a close: give back what was claimed for this link's callers and will
         not be taken (a reserve sent ahead, a late answer, a hold given up), for up to
-        the request timeout, rather than leave it to wait out its lease. A reserve
+        CLOSE_SETTLE s (as the settle of its puts: a close waits no longer for a
+        scheduler that is gone), rather than leave it to wait out its lease. A reserve
         still unanswered is forgotten, which needs no reply: a round trip behind it
         makes sure the scheduler took it before this link goes (and with it perhaps
         the scheduler itself, which would drop what it had not taken yet)."""
         loop = asyncio.get_running_loop()
-        until = loop.time() + self._request_timeout
+        until = loop.time() + min(CLOSE_SETTLE, self._request_timeout)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._drop_ahead(), until - loop.time())
             await asyncio.wait_for(self._call("sync", [], 0.0), until - loop.time())
