@@ -355,14 +355,13 @@ def test_tasks_starting_at_once_on_a_new_async_client_all_succeed(
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("face", ["sync", "async"])
-def test_the_listeners_of_a_queue_read_the_cluster_map_once(
-    cluster: Cluster, cluster_client: Any, prefix: str, face: str
+def test_the_listeners_of_an_async_queue_read_the_cluster_map_once(
+    cluster: Cluster, cluster_client: Any, prefix: str
 ) -> None:
-    """Waiting reserves on a queue of four shards start a listener per shard; they
-    share one client, which reads the cluster's map once (a client each read it four
-    times, ~10 ms of CPU each, at every consumer's first wait and again whenever a
-    listener came back after its lingering: on the event loop, for the asyncio face)."""
+    """A waiting reserve on an asyncio queue of four shards starts a listener per shard;
+    they share one client, which reads the cluster's map once, on the event loop (a
+    client each read it four times, ~10 ms of the loop's CPU each, at every consumer's
+    first wait and again whenever a listener came back after its lingering)."""
     url = f"{cluster.url}?prefix={prefix}&shards=4"
 
     def map_reads() -> int:
@@ -371,23 +370,15 @@ def test_the_listeners_of_a_queue_read_the_cluster_map_once(
             for node in cluster_client.get_primaries()
         )
 
-    def sync_waits() -> int:
-        with Queue(url, name="maps") as q:
-            q.stats()  # the queue's own client has read the map
-            before = map_reads()
-            for _ in range(3):
-                assert q.reserve(wait=0.2) == []
-            return map_reads() - before
-
-    async def async_waits() -> int:
+    async def main() -> int:
         async with AsyncQueue(url, name="maps") as q:
-            await q.stats()
+            await q.stats()  # the queue's own client has read the map
             before = map_reads()
             for _ in range(3):
                 assert await q.reserve(wait=0.2) == []
             return map_reads() - before
 
-    assert (sync_waits() if face == "sync" else asyncio.run(async_waits())) == 1
+    assert asyncio.run(main()) == 1
 
 
 @pytest.mark.parametrize("face", ["sync", "async"])

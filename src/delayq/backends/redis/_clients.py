@@ -143,58 +143,44 @@ def async_client(settings: Settings, *, listener: bool) -> Any:
 
 
 class ListenerClients:
-    """Where the listeners of a backend object get their clients. On a cluster they
-    share one client, each BLPOP on a connection of its own from the node's pool: a
-    new ``RedisCluster`` reads the slots map (~10 ms of CPU, with the GIL held; on the
-    event loop for :class:`AsyncListenerClients`), which a client per shard's listener
-    did four times at a consumer's first wait, and again, with new connections,
-    whenever a listener started after its lingering. A listener that retires leaves the
-    shared client open; the backend object closes it after its listeners, which breaks
-    their BLPOPs. A single node's client costs nothing to make: one each, which its
-    listener closes (a close breaks its BLPOP)."""
+    """Where the listeners of a sync backend object get their clients: one each, made
+    and closed by its thread (a cluster's reads the slots in that thread). Not one
+    shared, as the asyncio face's: redis-py 6.2's sync cluster client is not safe to
+    (re)read its map from several threads at once (under a cluster restart a listener
+    died of "cannot be connected ... None" while another thread read it)."""
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._shared: Any = None
-        self._closed = False
-        self._lock = threading.Lock()
 
     def __call__(self) -> Any:
-        with self._lock:
-            if not self._settings.cluster or self._closed:
-                return sync_client(self._settings, listener=True)  # its listener's own
-            if self._shared is None:
-                self._shared = sync_client(self._settings, listener=True)
-            return _Borrowed(self._shared)
+        return sync_client(self._settings, listener=True)
 
     def close(self) -> None:
-        """Close the shared client (after the listeners were told to stop)."""
-        with self._lock:
-            self._closed = True
-            shared, self._shared = self._shared, None
-        if shared is not None:
-            with contextlib.suppress(Exception):
-                shared.close()
+        """Nothing to close: each listener closes its own."""
 
 
 class AsyncListenerClients:
-    """:class:`ListenerClients` for asyncio."""
+    """:class:`ListenerClients` for asyncio. On a cluster the listeners of a backend
+    object share one client (each BLPOP on a connection of its own, from the node's
+    pool): a new ``RedisCluster`` reads the slots map on the event loop, ~10 ms of CPU,
+    which a client per shard's listener, made again each time a listener starts after
+    its lingering, took from every coroutine of the loop at a consumer's first wait
+    (a loop stalled for a whole second on a loaded machine). A single node's client
+    costs nothing to make: one each, as the sync face."""
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._shared: Any = None
-        self._closed = False
 
     def __call__(self) -> Any:
-        if not self._settings.cluster or self._closed:
-            return async_client(self._settings, listener=True)  # its listener's own
+        if not self._settings.cluster:
+            return async_client(self._settings, listener=True)
         if self._shared is None:
             self._shared = async_client(self._settings, listener=True)
-        return _AsyncBorrowed(self._shared)
+        return _Borrowed(self._shared)
 
     async def aclose(self) -> None:
         """Close the shared client (after the listeners stopped)."""
-        self._closed = True
         shared, self._shared = self._shared, None
         if shared is not None:
             with contextlib.suppress(Exception):
@@ -203,21 +189,7 @@ class AsyncListenerClients:
 
 class _Borrowed:
     """A listener's hold on the shared client: its BLPOP, and a close that leaves the
-    client to its owner."""
-
-    def __init__(self, client: Any) -> None:
-        self._client = client
-
-    def blpop(self, keys: list[bytes], timeout: float) -> Any:
-        return self._client.blpop(keys, timeout=timeout)
-
-    def close(self) -> None:
-        """The client stays open for the other listeners."""
-
-
-class _AsyncBorrowed:
-    """:class:`_Borrowed` for asyncio (redis-py drops a connection whose BLPOP is
-    cancelled, so none goes back to the pool with a reply still to come)."""
+    client to its owner (a cancelled BLPOP's connection is dropped by redis-py)."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
