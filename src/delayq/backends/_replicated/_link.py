@@ -891,6 +891,12 @@ class LoopLink:
     def request_timeout(self) -> float:
         return self._request_timeout
 
+    @property
+    def close_settle(self) -> float:
+        """How long each step of a close waits for the broker (CLOSE_SETTLE, or the
+        request timeout if shorter)."""
+        return min(CLOSE_SETTLE, self._request_timeout)
+
     def no_reply(self, op: str, may_have_run: bool, what: str) -> NoScheduler:
         """See :meth:`_no_reply`."""
         return self._no_reply(op, may_have_run, what)
@@ -901,7 +907,7 @@ class LoopLink:
         the next one), by a request that waits behind them. With no scheduler running
         they stay in the intake, folded once one is elected."""
         loop = asyncio.get_running_loop()
-        until = loop.time() + min(CLOSE_SETTLE, self._request_timeout)
+        until = loop.time() + self.close_settle
         with contextlib.suppress(Exception):
             while self._intake and loop.time() < until:
                 await asyncio.sleep(0.005)
@@ -985,7 +991,7 @@ class LoopLink:
         makes sure the scheduler took it before this link goes (and with it perhaps
         the scheduler itself, which would drop what it had not taken yet)."""
         loop = asyncio.get_running_loop()
-        until = loop.time() + min(CLOSE_SETTLE, self._request_timeout)
+        until = loop.time() + self.close_settle
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._drop_ahead(), until - loop.time())
             await asyncio.wait_for(self._call("sync", [], 0.0), until - loop.time())
@@ -1281,7 +1287,7 @@ class ThreadLink:
                 return
             with self._intake_lock:
                 self._closing = True
-            until = time.monotonic() + min(CLOSE_SETTLE, link.request_timeout)
+            until = time.monotonic() + link.close_settle
             while self._leading and time.monotonic() < until:
                 time.sleep(0.005)
             if self._blocking is not None:

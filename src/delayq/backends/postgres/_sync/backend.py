@@ -20,7 +20,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
@@ -273,14 +273,16 @@ class PostgresBackend:
                 with self._pool.connection() as conn:
                     upgrade(conn, self._settings.schema)
             except PoolClosed as exc:
-                raise self._closed_under(exc) from exc
+                self._pool_closed(exc)
             self._ready = True
 
-    def _closed_under(self, exc: PoolClosed) -> Exception:
-        """What a call meets when the pool closed under it: QueueClosed when this
-        object's close() closed it (a call still waiting for a connection), else
-        ``exc``."""
-        return QueueClosed("the queue is closed") if self._closed else exc
+    def _pool_closed(self, exc: PoolClosed) -> NoReturn:
+        """Raise what a call meets when the pool closed under it: QueueClosed when this
+        object's close() closed it (a call still waiting for a connection), else the
+        pool's own error."""
+        if self._closed:
+            raise QueueClosed("the queue is closed") from exc
+        raise exc
 
     def _fetch(
         self, statement: str | Prepared, params: Params, change: str | None = None
@@ -318,7 +320,7 @@ class PostgresBackend:
                 if alone:  # none to keep: the next caller alone takes one from the pool
                     self._kept_lock.release()
                 if isinstance(exc, PoolClosed):
-                    raise self._closed_under(exc) from exc
+                    self._pool_closed(exc)
                 raise
         broken = False
         try:
@@ -453,7 +455,7 @@ class PostgresBackend:
                 except psycopg.OperationalError as exc:
                     raise_lost(conn, exc, "put")
         except PoolClosed as exc:
-            raise self._closed_under(exc) from exc
+            self._pool_closed(exc)
         self._wake.notify(queue, earliest)
         return kept
 
