@@ -45,3 +45,17 @@ def test_serve_help_tells_the_port_rule_and_the_private_flag() -> None:
     assert result.exit_code == 0, result.output
     assert "--allow-private-callbacks" in result.output
     assert ":* for any" in result.output
+
+
+def test_put_refuses_a_listed_ipv4_address_followed_by_a_zone(make_client: Any) -> None:
+    client = make_client(callback_hosts=("93.184.216.34", "[fe80::1]"))
+    for url in (
+        "http://93.184.216.34%.attacker.example/hook",
+        "http://93.184.216.34%25.attacker.example/hook",
+    ):
+        refused = put_callback(client, url)
+        assert error_of(refused, 422) == "callback_host_not_allowed", url
+    assert stats(client, "callbacks")["ready"] == 0
+    put(client, "callbacks", callback={"url": "http://93.184.216.34/hook"})
+    put(client, "callbacks", callback={"url": "http://[fe80::1%25eth0]/hook"})  # a real zone
+    assert stats(client, "callbacks")["ready"] == 2

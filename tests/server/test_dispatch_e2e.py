@@ -928,3 +928,89 @@ def test_a_dispatcher_starts_once() -> None:
     asyncio.run(scenario())
     with pytest.raises(ValueError, match="grace"):
         Dispatcher(ServerState(serve_config("memory://x")), grace=-1)
+
+
+# -- names judged loopback, and zones --------------------------------------------------------
+
+PUBLIC_ADDRESS = "93.184.216.34"  # what a hostile resolver answers for a .localhost name
+
+
+@pytest.mark.timeout(30)
+def test_a_localhost_name_goes_to_loopback_never_to_the_resolver(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With --allow-loopback-callbacks, ``evil.localhost`` passes as loopback; the
+    system resolver (a stub here) says it is a public address. The dispatcher must
+    not ask it: the request goes to the loopback receiver, Host as in the URL."""
+    real_getaddrinfo = socket.getaddrinfo
+    asked: list[str] = []
+
+    def stub_resolver(host: Any, *args: Any, **kwargs: Any) -> Any:
+        name = host.decode() if isinstance(host, bytes) else str(host)
+        if name.endswith("localhost"):
+            asked.append(name)
+            return real_getaddrinfo(PUBLIC_ADDRESS, *args, **kwargs)
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", stub_resolver)
+
+    async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
+        ids = [
+            await put(state, Callback(f"http://evil.localhost:{receiver.port}/hook", timeout=2)),
+            await put(state, Callback(f"http://localhost:{receiver.port}/hook", timeout=2)),
+        ]
+        await wait_until(lambda: all(receiver.per_id[id] == 1 for id in ids))
+        hosts = sorted(arrival.headers["host"] for arrival in receiver.arrivals)
+        assert hosts == [f"evil.localhost:{receiver.port}", f"localhost:{receiver.port}"]
+        assert asked == []
+
+    run_memory(body)
+
+
+@pytest.mark.timeout(30)
+def test_the_guard_connects_a_localhost_name_to_loopback_whatever_the_resolver_says() -> None:
+    async def scenario() -> None:
+        receiver = Receiver()
+        await receiver.start()
+        try:
+            resolver = FixedResolver(PUBLIC_ADDRESS)
+            config = serve_config("memory://guard")
+            network = _GuardedNetwork(config, resolver)
+            for name in ("evil.localhost", "a.b.LOCALHOST.", "localhost"):
+                stream = await network.connect_tcp(name, receiver.port, timeout=5.0)
+                try:
+                    assert stream.get_extra_info("server_addr") == ("127.0.0.1", receiver.port)
+                finally:
+                    await stream.aclose()
+            assert resolver.asked == []
+            # Without the flag, such a name is refused before anything else.
+            closed = serve_config("memory://guard", allow_loopback_callbacks=False)
+            reason = await guarded_attempt(closed, "evil.localhost", receiver.port, resolver)
+            assert "--allow-loopback-callbacks" in (reason or "")
+            assert resolver.asked == []
+        finally:
+            await receiver.stop()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        f"{PUBLIC_ADDRESS}%.attacker.example",
+        f"{PUBLIC_ADDRESS}%eth0",
+        "2606:2800:220:1::%.attacker.example",
+        "2606:2800:220:1::%eth0",  # a zone means something on link-local only
+    ],
+)
+@pytest.mark.timeout(30)
+def test_a_zone_makes_no_listed_ip_of_a_name(host: str) -> None:
+    """An IP literal followed by ``%zone`` is a name (which the system resolver would
+    look up), not the listed IP: refused by the allowlist, never resolved."""
+    resolver = FixedResolver(PUBLIC_ADDRESS)
+    listed = (PUBLIC_ADDRESS, "[2606:2800:220:1::]")
+    config = serve_config("memory://guard", callback_hosts=listed)
+    reason = asyncio.run(guarded_attempt(config, host, 80, resolver))
+    assert reason is not None
+    assert "allowlist" in reason
+    assert resolver.asked == []

@@ -18,11 +18,14 @@ client connects to: a non-ASCII name is encoded by IDNA 2008 as httpx encodes it
 ``api.business.com``), and so are non-ASCII patterns.
 
 Addresses (IP literals, and every address a name resolves to when the request is
-sent):
+sent; a ``%zone`` belongs to an IPv6 link-local literal only, any other text with one
+is a name):
 
-* loopback (``localhost``, ``127.0.0.0/8``, ``::1``): allowed when, and only when,
-  ``allow_loopback_callbacks`` is set, on any port and without being listed (the flag
-  is meant for a receiver on the same machine, typically on a port of its own);
+* loopback (``localhost`` and the names below it, ``127.0.0.0/8``, ``::1``): allowed
+  when, and only when, ``allow_loopback_callbacks`` is set, on any port and without
+  being listed (the flag is meant for a receiver on the same machine, typically on a
+  port of its own); a ``localhost`` name is never resolved but connected to the
+  loopback addresses (:func:`fixed_addresses`);
 * link-local (``169.254.0.0/16``, cloud metadata), unspecified and multicast: refused
   unless that very IP literal is listed;
 * every other address that is not public: private (``10/8``, ``172.16/12``,
@@ -74,6 +77,7 @@ __all__ = [
     "check_host",
     "check_message_id",
     "connection_refusal",
+    "fixed_addresses",
     "host_allowed",
     "message_id_from_header",
     "message_id_header",
@@ -284,10 +288,19 @@ def _ascii_host(host: str) -> str:
 _Address: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
+# What a zone (``%eth0``) of an IPv6 link-local literal may be: an interface name or
+# index. A zone anywhere else is not an address: ``93.184.216.34%.attacker.example``
+# is a name, and would be resolved through DNS.
+_ZONE = re.compile(r"[0-9A-Za-z_-]{1,15}")  # used with fullmatch
+
+
 def _ip(host: str) -> _Address | None:
+    text, zoned, zone = host.partition("%")
     try:
-        address = ipaddress.ip_address(host.split("%", 1)[0])
+        address = ipaddress.ip_address(text)
     except ValueError:
+        return None
+    if zoned and not (address.version == 6 and address.is_link_local and _ZONE.fullmatch(zone)):
         return None
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped
@@ -458,6 +471,23 @@ def connection_refusal(host: str, port: int, config: ServeConfig) -> str | None:
     except CallbackError as exc:
         return exc.message
     return _target_refusal(name, port, tuple(_DEFAULT_PORTS.values()), config)
+
+
+#: The addresses a ``localhost`` name connects to, in the order tried.
+LOOPBACK_ADDRESSES = ("127.0.0.1", "::1")
+
+
+def fixed_addresses(host: str) -> tuple[str, ...] | None:
+    """The addresses a connection to ``host`` goes to without asking a resolver: an IP
+    literal's own, and the loopback addresses for ``localhost`` and every name below
+    it (RFC 6761 6.3: such names are loopback and never sent to DNS, which could
+    answer a public address for ``evil.localhost``); None for any other name."""
+    literal = _ip(host)
+    if literal is not None:
+        return (host,)
+    if is_loopback_host(host):
+        return LOOPBACK_ADDRESSES
+    return None
 
 
 def host_allowed(url: str, config: ServeConfig) -> bool:

@@ -29,7 +29,10 @@ host httpx connects to (its own IDNA encoding of the name, whatever the URL look
 like) and the port must match the allowlist, then the name is resolved there and the
 connection goes only to allowed addresses, so a name that resolves to loopback,
 link-local or a private range is refused even if it looked harmless at put (DNS
-rebinding). Redirects are not followed; proxies from the environment are ignored.
+rebinding). ``localhost`` and the names below it (``app.localhost``) are not
+resolved: they go to 127.0.0.1, then ::1 (RFC 6761 6.3), so DNS cannot send a name
+the loopback flag admitted to another address. Redirects are not followed; proxies
+from the environment are ignored.
 
 The lease of a reservation is the longest callback timeout plus a margin, so a
 request normally never needs it renewed; a message still held a third of the lease
@@ -78,6 +81,7 @@ from ._callbacks import (
     address_refusal,
     check_host,
     connection_refusal,
+    fixed_addresses,
     message_id_header,
     sign,
 )
@@ -120,7 +124,8 @@ class _GuardedNetwork(httpcore.AsyncNetworkBackend):
     connects to, and its port, must pass the allowlist (:func:`connection_refusal`)
     before the name is resolved; then it is resolved here (by ``resolve``, the system
     resolver by default) and the connection goes to a checked address, so the name
-    cannot resolve differently between the check and the connect."""
+    cannot resolve differently between the check and the connect. ``localhost`` and
+    the names below it go to the loopback addresses, never to a resolver."""
 
     def __init__(self, config: ServeConfig, resolve: Resolve = _getaddrinfo) -> None:
         self._config = config
@@ -135,14 +140,16 @@ class _GuardedNetwork(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        """Refuse ``host``:``port`` unless the allowlist has it; resolve ``host``,
+        """Refuse ``host``:``port`` unless the allowlist has it; resolve ``host`` (a
+        ``localhost`` name or an IP literal is not resolved: :func:`fixed_addresses`),
         refuse it if any address is refused, connect to the first address that
         answers."""
         reason = connection_refusal(host, port, self._config)
         if reason is not None:
             raise CallbackRefused(f"connection to {host}:{port} refused: {reason}")
+        fixed = fixed_addresses(host)
         try:
-            addresses = await self._resolve(host, port)
+            addresses = list(fixed) if fixed is not None else await self._resolve(host, port)
         except OSError as exc:
             raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
         for address in addresses:
