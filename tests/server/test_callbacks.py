@@ -9,7 +9,10 @@ import time
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from delayq.server import verify as public_verify
 from delayq.server._callbacks import (
     Callback,
     CallbackError,
@@ -472,6 +475,49 @@ def test_verify_refuses_stale_and_future_timestamps() -> None:
 @pytest.mark.parametrize("header", ["", "garbage", "t=abc,v1=00", "v1=00", "t=1000", "t=1000,v1="])
 def test_verify_refuses_malformed_headers(header: str) -> None:
     assert not verify("k", header, b"x", now=1000)
+
+
+@pytest.mark.parametrize("digits", [400, 5000, 20_000])
+@pytest.mark.parametrize("now", [None, 1000.0])
+def test_verify_says_false_for_a_timestamp_of_many_digits(digits: int, now: float | None) -> None:
+    """400 digits overflowed the float of the clock (OverflowError), 5,000 exceeded
+    int()'s limit (ValueError): a receiver written as ``if not verify(...)`` answered
+    500."""
+    body = b"x"
+    for header in (
+        f"t={'9' * digits},v1={'0' * 64}",
+        f"t={'1' * digits},v2={'0' * 64}",
+        f"v1=00,t={'0' * (digits - 4)}1000",  # a real timestamp in many digits
+    ):
+        assert public_verify("k", header, body, now=now) is False
+        assert public_verify("k", header, body, now=now, **REQUEST) is False
+
+
+# Header text of every kind, and text shaped like a header: t= (any digits, up to
+# thousands of them) and entries of any key with any value.
+_DIGITS = st.text("0123456789", min_size=1, max_size=20) | st.integers(300, 6000).flatmap(
+    lambda n: st.text("0123456789", min_size=n, max_size=n)
+)
+_ENTRY = st.tuples(
+    st.sampled_from(["t", "v1", "v2", "v3", "T", " t", "t ", ""]) | st.text(max_size=4),
+    st.text(max_size=80) | _DIGITS,
+).map("=".join)
+_HEADERS = (
+    st.text()
+    | st.lists(_ENTRY, max_size=6).map(",".join)
+    | st.tuples(_DIGITS, st.lists(_ENTRY, max_size=3)).map(
+        lambda parts: ",".join([f"t={parts[0]}", *parts[1], "v1=00", "v2=00", "v3=00"])
+    )
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(header=_HEADERS, now=st.none() | st.floats(allow_nan=False) | st.integers(0, 2**40))
+def test_verify_says_false_for_any_header_that_is_not_a_signature(
+    header: str, now: float | None
+) -> None:
+    assert public_verify("k", header, b"body", now=now) is False
+    assert public_verify("k", header, b"body", now=now, **REQUEST) is False
 
 
 def test_verify_accepts_any_of_several_signatures() -> None:
