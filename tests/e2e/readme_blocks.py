@@ -13,9 +13,9 @@ How each language runs, as written:
 - ``python``: a fresh interpreter. A block whose first line is a comment naming a
   file (``# myapp.py: ...``) is saved under that name and run as ``python myapp.py``,
   so that later blocks (and ``delayq worker myapp:app``) import it. A block that
-  defines ``verified(secret, header, method, url, message_id, body)`` is also run with
+  defines ``verified(secret, method, url, headers, body)`` is also run with
   a few lines added that call it on a request signed by :func:`delayq.server.sign`, and
-  on one whose body, URL or message id was changed.
+  on copies with one signed part changed (body, URL, method, each signed header).
 - ``js``: ``node -e``, then, for a block that defines ``verified``, the same check.
 - ``sh``: each command (a line, with its ``\\``-continuations and quoted newlines) by
   ``bash -c``. A command that runs until stopped (``delayq serve``, ``delayq worker``,
@@ -251,20 +251,65 @@ def _run(line: int, what: str, argv: list[str], cwd: Path, env: dict[str, str]) 
     return Step(line, what, done.returncode, done.stdout, done.stderr)
 
 
+#: The request each ``verified`` block is checked on (signed by delayq.server.sign),
+#: then the changes it must refuse, one at a time, as :func:`_changes` lists them.
+SIGNED_URL = "https://api.example.com/orders/42/expire?k=1"
+SIGNED_HEADERS = {
+    "x-delayq-message-id": "order-42",
+    "x-delayq-queue": "callbacks",
+    "x-delayq-attempt": "1",
+    "content-type": "application/json",
+}
+
+
+def _changes() -> list[dict[str, Any]]:
+    """The requests a ``verified`` block is asked about: the signed one first, then
+    one per signed part changed (body, URL, method, each signed header, the header
+    removed) and one with the signature stripped of its v3."""
+    signed: dict[str, Any] = {
+        "method": "POST",
+        "url": SIGNED_URL,
+        "headers": {},
+        "body": SIGNED_BODY,
+    }
+    changes = [
+        signed,
+        {**signed, "body": CHANGED_BODY},
+        {**signed, "url": SIGNED_URL + "x"},
+        {**signed, "method": "PUT"},
+    ]
+    for name, value in SIGNED_HEADERS.items():
+        changes.append({**signed, "headers": {name: value + "x"}})
+        changes.append({**signed, "headers": {name: ""}})
+    changes.append({**signed, "headers": {"x-delayq-signature": "v2-only"}})
+    return changes
+
+
+#: What a ``verified`` block must answer about :func:`_changes`, in order.
+VERIFIED_ANSWERS = [True] + [False] * (len(_changes()) - 1)
+
+
+def _check_cases(header: str) -> str:
+    """:func:`_changes` as JSON for the added lines: each with its full headers."""
+    v2_only = header.rsplit(",v3=", 1)[0]
+    cases = []
+    for change in _changes():
+        headers = {**SIGNED_HEADERS, "x-delayq-signature": header, **change["headers"]}
+        if headers["x-delayq-signature"] == "v2-only":
+            headers["x-delayq-signature"] = v2_only
+        headers = {name: value for name, value in headers.items() if value != ""}
+        cases.append({**change, "headers": headers, "body": change["body"].hex()})
+    return json.dumps(cases)
+
+
 def _python_check() -> str:
-    """Lines added after a python ``verified`` block: its answers as JSON (the signed
-    request, then one whose body, URL or message id differs)."""
+    """Lines added after a python ``verified`` block: its answers as JSON."""
     return (
         "\nimport json as _json, os as _os\n"
         "_e = _os.environ\n"
-        "_body = bytes.fromhex(_e['README_BODY'])\n"
-        "_changed = bytes.fromhex(_e['README_CHANGED_BODY'])\n"
-        "_s, _h, _m, _u, _i = (_e['README_SECRET'], _e['README_HEADER'], 'POST',"
-        " _e['README_URL'], _e['README_ID'])\n"
-        "print(_json.dumps([verified(_s, _h, _m, _u, _i, _body),"
-        " verified(_s, _h, _m, _u, _i, _changed),"
-        " verified(_s, _h, _m, _u + 'x', _i, _body),"
-        " verified(_s, _h, _m, _u, _i + 'x', _body)]))\n"
+        "print(_json.dumps([verified(_e['README_SECRET'], _c['method'], _c['url'],"
+        " _c['headers'], bytes.fromhex(_c['body']))"
+        " for _c in _json.loads(_e['README_CASES'])]))\n"
     )
 
 
@@ -272,17 +317,10 @@ def _js_check() -> str:
     """Lines added after a js ``verified`` block: its answers as JSON (as for python)."""
     return (
         "\n{ const e = process.env;\n"
-        "  const body = Buffer.from(e.README_BODY, 'hex');\n"
-        "  const changed = Buffer.from(e.README_CHANGED_BODY, 'hex');\n"
-        "  const [s, h, u, i] = [e.README_SECRET, e.README_HEADER, e.README_URL, e.README_ID];\n"
-        "  console.log(JSON.stringify([verified(s, h, 'POST', u, i, body),\n"
-        "    verified(s, h, 'POST', u, i, changed), verified(s, h, 'POST', u + 'x', i, body),\n"
-        "    verified(s, h, 'POST', u, i + 'x', body)])); }\n"
+        "  const body = (c) => Buffer.from(c.body, 'hex');\n"
+        "  console.log(JSON.stringify(JSON.parse(e.README_CASES).map((c) =>\n"
+        "    verified(e.README_SECRET, c.method, c.url, c.headers, body(c))))); }\n"
     )
-
-
-SIGNED_URL = "https://api.example.com/orders/42/expire?k=1"
-SIGNED_ID = "order-42"
 
 
 def _signature_env(env: dict[str, str]) -> dict[str, str]:
@@ -294,17 +332,12 @@ def _signature_env(env: dict[str, str]) -> dict[str, str]:
         SIGNED_BODY,
         method="POST",
         url=SIGNED_URL,
-        message_id=SIGNED_ID,
+        message_id=SIGNED_HEADERS["x-delayq-message-id"],
+        queue=SIGNED_HEADERS["x-delayq-queue"],
+        attempt=SIGNED_HEADERS["x-delayq-attempt"],
+        content_type=SIGNED_HEADERS["content-type"],
     )
-    return {
-        **env,
-        "README_SECRET": SIGNING_SECRET,
-        "README_HEADER": header,
-        "README_URL": SIGNED_URL,
-        "README_ID": SIGNED_ID,
-        "README_BODY": SIGNED_BODY.hex(),
-        "README_CHANGED_BODY": CHANGED_BODY.hex(),
-    }
+    return {**env, "README_SECRET": SIGNING_SECRET, "README_CASES": _check_cases(header)}
 
 
 def _start_redis(cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:

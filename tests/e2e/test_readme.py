@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from readme_blocks import LANGUAGES, SIGNING_SECRET, Block, read_blocks, tools_needed
+from readme_blocks import (
+    LANGUAGES,
+    SIGNING_SECRET,
+    VERIFIED_ANSWERS,
+    Block,
+    read_blocks,
+    tools_needed,
+)
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 RUNNER = Path(__file__).resolve().with_name("readme_blocks.py")
@@ -226,9 +233,9 @@ def check_step(step: dict[str, Any]) -> None:
     if what.startswith(("python", "node")):
         assert not step["stderr"], _show(step)  # no traceback, no warning
     if what.endswith("verified()"):
-        # a body signed by delayq.server.sign verifies; the same header on a changed
-        # body does not
-        assert json.loads(step["stdout"]) == [True, False, False, False], _show(step)
+        # a request signed by delayq.server.sign verifies; a copy with one signed part
+        # changed (body, URL, method, a signed header, v3 stripped) does not
+        assert json.loads(step["stdout"]) == VERIFIED_ANSWERS, _show(step)
     elif what.startswith("curl "):
         answer = json.loads(step["stdout"])  # every API answer is JSON
         if any(placeholder in what for placeholder in PLACEHOLDERS):

@@ -615,6 +615,98 @@ def test_sign_v2_checks_its_arguments() -> None:
     assert not verify("k", "t=1,v2=00", b"", now=1, method="GET\n", url="u", message_id="a")
 
 
+# -- signing, v3: queue, attempt and content type too ------------------------------------------
+
+DELIVERY = {"queue": "orders", "attempt": "2", "content_type": "application/json"}
+V3 = {**REQUEST, **DELIVERY}
+
+
+def v3_by_hand(secret: str, t: int, parts: dict[str, str], body: bytes) -> str:
+    """The v3 digest as the README tells a receiver to compute it."""
+    lines = ["v3", str(t), *(parts[k] for k in ("method", "url", "message_id")),
+             *(parts[k] for k in ("queue", "attempt", "content_type"))]  # fmt: skip
+    signed = "".join(f"{line}\n" for line in lines).encode() + body
+    return hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+
+
+def test_sign_v3_format() -> None:
+    header = sign("s3cret", 1000, b"{}", **V3)
+    fields = dict(part.split("=", 1) for part in header.split(","))
+    assert list(fields) == ["t", "v1", "v2", "v3"]
+    assert header.rsplit(",v3=", 1)[0] == sign("s3cret", 1000, b"{}", **REQUEST)  # v1, v2 as before
+    assert fields["v3"] == v3_by_hand("s3cret", 1000, V3, b"{}")
+    assert sign("s3cret", 1000, b"{}", **{**V3, "attempt": 2}) == header  # an int attempt
+    no_type = sign("s3cret", 1000, b"", **{**V3, "content_type": ""})
+    assert no_type.split("v3=")[1] == v3_by_hand("s3cret", 1000, {**V3, "content_type": ""}, b"")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"method": "PUT"},
+        {"url": "https://api.example.com/orders/43?k=1"},
+        {"message_id": "m-2"},
+        {"queue": "orders2"},
+        {"attempt": "3"},
+        {"attempt": "02"},
+        {"content_type": "text/plain"},
+        {"content_type": ""},
+    ],
+)
+def test_v3_covers_every_signed_header(change: dict[str, str]) -> None:
+    header = sign("k", 1000, b"{}", **V3)
+    assert verify("k", header, b"{}", now=1000, **V3)
+    assert verify("k", header, b"{}", now=1000, **V3, require_v3=True)
+    assert not verify("k", header, b"{}", now=1000, **{**V3, **change})
+    assert not verify("k", header, b"{}", now=1000, **{**V3, **change}, require_v3=True)
+
+
+def test_given_the_v3_parts_v3_counts_when_present() -> None:
+    header = sign("k", 1000, b"{}", **V3)
+    assert not verify("k", header, b"{} ", now=1000, **V3)  # the body too
+    # A header whose v3 does not match fails even though its v2 does.
+    forged = sign("k", 1000, b"{}", **{**V3, "queue": "other"})
+    assert not verify("k", forged, b"{}", now=1000, **V3)
+    # An older server's header (v1 and v2 only) passes on v2 unless v3 is required,
+    # and so does a header stripped of its v3.
+    older = sign("k", 1000, b"{}", **REQUEST)
+    stripped = header.rsplit(",v3=", 1)[0]
+    for v2_only in (older, stripped):
+        assert verify("k", v2_only, b"{}", now=1000, **V3)
+        assert not verify("k", v2_only, b"{}", now=1000, **V3, require_v3=True)
+    # The v2 and v1 calls of receivers written before v3 still verify the new header.
+    assert verify("k", header, b"{}", now=1000, **REQUEST)
+    assert verify("k", header, b"{}", now=1000)
+    # No v2 signature passes for a v3 entry (v3's text starts with a line of its own),
+    # not even over a body that begins with the lines v3 adds.
+    prefix = b"orders\n2\napplication/json\n"
+    v2 = sign("k", 1000, prefix + b"{}", **REQUEST).split("v2=")[1]
+    assert not verify("k", f"t=1000,v3={v2}", b"{}", now=1000, **V3)
+
+
+def test_sign_and_verify_v3_check_their_arguments() -> None:
+    with pytest.raises(ValueError, match="together"):
+        sign("k", 1, b"", **REQUEST, queue="q", attempt="1")
+    with pytest.raises(ValueError, match="together"):
+        sign("k", 1, b"", **DELIVERY)  # without method, url and message_id
+    with pytest.raises(ValueError, match="together"):
+        verify("k", "t=1,v3=00", b"", now=1, **DELIVERY)
+    with pytest.raises(ValueError, match="together"):
+        verify("k", "t=1,v3=00", b"", now=1, **REQUEST, content_type="")
+    with pytest.raises(ValueError, match="require_v3"):
+        verify("k", "t=1,v3=00", b"", now=1, **REQUEST, require_v3=True)
+    for bad in (
+        {"queue": "a\nb"}, {"queue": ""}, {"queue": " q"}, {"queue": "café"},
+        {"attempt": "x"}, {"attempt": "1\n"}, {"attempt": -1}, {"attempt": True},
+        {"content_type": "text/plain\n"}, {"content_type": "text/plain "},
+    ):  # fmt: skip
+        with pytest.raises(ValueError, match=r"queue|attempt|content_type"):
+            sign("k", 1, b"", **{**V3, **bad})  # type: ignore[arg-type]
+        # verify() says False, never raises, for such values (no signature covers them)
+        assert verify("k", "t=1,v3=00", b"", now=1, **{**V3, **bad}) is False  # type: ignore[arg-type]
+    assert sign("k", 1, b"", **{**V3, "content_type": "text/plain;\tq=1"})  # a tab inside
+
+
 # -- the message id header -----------------------------------------------------------------
 
 

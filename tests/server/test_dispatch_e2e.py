@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import json
+import os
 import pickle
 import re
 import shutil
@@ -354,62 +355,165 @@ def readme_block(language: str, marker: str) -> str:
     return str(blocks[0])
 
 
+SIGNED_HEADERS = ("x-delayq-message-id", "x-delayq-queue", "x-delayq-attempt", "content-type")
+
+
+def forgeries(
+    arrival: Arrival, other: Arrival
+) -> dict[str, tuple[str, str, dict[str, str], bytes]]:
+    """``arrival``'s request (method, url, headers, body) with one signed part changed
+    at a time, by name: each must fail verification."""
+    method, url, headers, body = (
+        arrival.method,
+        received_url(arrival),
+        arrival.headers,
+        arrival.body,
+    )
+    signature = headers[CALLBACK_SIGNATURE_HEADER.lower()]
+    changed = {
+        "method": ("PATCH" if method != "PATCH" else "PUT", url, headers, body),
+        "url": (method, received_url(other), headers, body),
+        "body": (method, url, headers, body + b" "),
+        "no v3": (
+            method, url,
+            {**headers, CALLBACK_SIGNATURE_HEADER.lower(): signature.rsplit(",v3=", 1)[0]},
+            body,
+        ),
+    }  # fmt: skip
+    for name in SIGNED_HEADERS:
+        value = headers.get(name, "")
+        theirs = other.headers.get(name, "")
+        forged = theirs if theirs != value else f"{value}9"  # attempt 1 -> 19
+        changed[name] = (method, url, {**headers, name: forged}, body)
+    changed["no content-type" if "content-type" in headers else "a content-type"] = (
+        method,
+        url,
+        {k: v for k, v in headers.items() if k != "content-type"}
+        if "content-type" in headers
+        else {**headers, "content-type": "application/json"},
+        body,
+    )
+    return changed
+
+
 def readme_cases(receiver: Receiver) -> list[dict[str, Any]]:
-    """What each arrival asks a receiver to check, and a forged copy of each (the
-    signature of one request given with another's message id)."""
+    """What each arrival asks a receiver to check, and forged copies of each (one
+    signed part changed at a time, :func:`forgeries`)."""
     cases = []
     arrivals = receiver.arrivals
     for arrival, other in zip(arrivals, arrivals[1:] + arrivals[:1], strict=True):
-        case = {
-            "header": arrival.headers[CALLBACK_SIGNATURE_HEADER.lower()],
-            "method": arrival.method,
-            "url": received_url(arrival),
-            "id": arrival.id,
-            "body": base64.b64encode(arrival.body).decode(),
-        }
-        cases += [{**case, "valid": True}, {**case, "id": other.id, "valid": False}]
+        request = (arrival.method, received_url(arrival), arrival.headers, arrival.body)
+        for what, (method, url, headers, body) in [
+            ("sent", request),
+            *forgeries(arrival, other).items(),
+        ]:
+            cases.append(
+                {
+                    "what": what,
+                    "method": method,
+                    "url": url,
+                    "headers": headers,
+                    "body": base64.b64encode(body).decode(),
+                    "valid": what == "sent",
+                }
+            )
     return cases
 
 
 def run_readme_receivers(check: Callable[[Receiver], None]) -> None:
-    """Three callbacks (a bodyless GET, a POST, one whose id is sent encoded)
-    delivered, then `check(receiver)`."""
+    """Five callbacks (a bodyless GET, a POST, one whose id is sent encoded, bytes
+    sent by PUT, one whose callback sets its Content-Type) delivered, then
+    `check(receiver)`."""
 
     async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
         await put(state, Callback(receiver.url("/a?k=1"), method="GET"))
         await put(state, Callback(receiver.url("/b"), method="POST"), {"n": "é"})
         await put(state, Callback(receiver.url("/c")), {"n": 3}, id="注文-42")
-        await wait_until(lambda: len(receiver.arrivals) == 3)
+        await put(state, Callback(receiver.url("/d"), method="PUT"), b"\x00raw")
+        typed = Callback(receiver.url("/e"), headers={"Content-Type": "text/plain; charset=utf-8"})
+        await put(state, typed, "text")
+        await wait_until(lambda: len(receiver.arrivals) == 5)
         assert "UTF-8''%E6%B3%A8%E6%96%87-42" in receiver.per_id
+        types = {a.path: a.headers.get("content-type") for a in receiver.arrivals}
+        assert types == {
+            "/a?k=1": None,
+            "/b": "application/json",
+            "/c": "application/json",
+            "/d": "application/octet-stream",
+            "/e": "text/plain; charset=utf-8",
+        }
         check(receiver)
 
     run_memory(body)
 
 
-@pytest.mark.timeout(30)
-def test_the_readme_python_receiver_verifies_v2() -> None:
-    namespace: dict[str, Any] = {}
-    exec(readme_block("python", '"v2"'), namespace)
-    verified = namespace["verified"]
+def test_v3_signs_every_header_a_receiver_is_told_to_trust() -> None:
+    """Through the dispatcher: ``verify`` with the request's v3 parts passes the
+    request as sent and fails it with any one signed part changed (or v3 stripped,
+    when v3 is required); the v3 digest is the README's, computed by hand."""
 
     def check(receiver: Receiver) -> None:
         for case in readme_cases(receiver):
+            headers = case["headers"]
+            header = headers[CALLBACK_SIGNATURE_HEADER.lower()]
+            request = {
+                "method": case["method"],
+                "url": case["url"],
+                "message_id": headers["x-delayq-message-id"],
+                "queue": headers["x-delayq-queue"],
+                "attempt": headers["x-delayq-attempt"],
+                "content_type": headers.get("content-type", ""),
+            }
             body = base64.b64decode(case["body"])
-            args = (SECRET, case["header"], case["method"], case["url"], case["id"], body)
-            assert verified(*args) is case["valid"], case
+            valid = verify(SECRET, header, body, **request, require_v3=True)
+            assert valid is case["valid"], case["what"]
+            if case["what"] == "no v3":  # an older server's header: v2 checked
+                assert verify(SECRET, header, body, **request)
+        for arrival in receiver.arrivals:
+            fields = signature_fields(arrival)
+            lines = [
+                "v3", fields["t"], arrival.method, received_url(arrival),
+                *(arrival.headers.get(name, "") for name in SIGNED_HEADERS),
+            ]  # fmt: skip
+            signed = "".join(f"{line}\n" for line in lines).encode() + arrival.body
+            expected = hmac.new(SECRET.encode(), signed, hashlib.sha256).hexdigest()
+            assert fields["v3"] == expected
 
     run_readme_receivers(check)
 
 
 @pytest.mark.timeout(30)
-def test_the_readme_node_receiver_verifies_v2() -> None:
+def test_the_readme_python_receiver_verifies_v3() -> None:
+    namespace: dict[str, Any] = {}
+    exec(readme_block("python", '"v3"'), namespace)
+    verified = namespace["verified"]
+
+    def check(receiver: Receiver) -> None:
+        for case in readme_cases(receiver):
+            body = base64.b64decode(case["body"])
+            args = (SECRET, case["method"], case["url"], case["headers"], body)
+            assert verified(*args) is case["valid"], case["what"]
+
+    run_readme_receivers(check)
+
+
+def node_or_skip() -> str:
+    """The path of ``node``; a skip without it, a failure when ``$CI`` is set."""
     node = shutil.which("node")
     if node is None:
+        if os.environ.get("CI"):
+            pytest.fail("the README's Node receiver is tested on CI: node is not installed")
         pytest.skip("node is not installed")
-    code = readme_block("js", "fields.v2") + (
+    return node
+
+
+@pytest.mark.timeout(30)
+def test_the_readme_node_receiver_verifies_v3() -> None:
+    node = node_or_skip()
+    code = readme_block("js", "fields.v3") + (
         "\nconst cases = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
         "\nconsole.log(JSON.stringify(cases.map((c) => verified("
-        "c.secret, c.header, c.method, c.url, c.id, Buffer.from(c.body, 'base64')))));"
+        "c.secret, c.method, c.url, c.headers, Buffer.from(c.body, 'base64')))));"
     )
 
     def check(receiver: Receiver) -> None:
@@ -418,7 +522,10 @@ def test_the_readme_node_receiver_verifies_v2() -> None:
             [node, "-e", code], input=json.dumps(cases), capture_output=True, text=True,
             timeout=20, check=True,
         )  # fmt: skip
-        assert json.loads(result.stdout) == [case["valid"] for case in cases]
+        answers = json.loads(result.stdout)
+        assert len(answers) == len(cases)
+        got = [(c["what"], c["url"], answer) for c, answer in zip(cases, answers, strict=True)]
+        assert got == [(c["what"], c["url"], c["valid"]) for c in cases]
 
     run_readme_receivers(check)
 

@@ -5,8 +5,9 @@ JSON API (put, get, cancel, reschedule, reserve with long-poll, ack/nack/extend,
 stats, dead letters), ``/healthz``, ``/metrics``, the callback dispatcher and the
 dashboard. Needs the ``serve`` extra (``pip install 'delayq[serve]'``).
 :func:`verify` checks a callback request's ``X-Delayq-Signature`` (for a Python
-receiver: v2, over the method, URL, message id and body, when given the request's
-``method``, ``url`` and ``message_id``; else v1, over the body); :func:`sign` makes
+receiver: v3, over the method, URL, message id, queue, attempt, content type and
+body, when given all of them; v2, without the queue, attempt and content type; else
+v1, over the body); :func:`sign` makes
 one; :func:`message_id_from_header` turns an ``X-Delayq-Message-Id`` header back into
 the message id (an id a header cannot carry as it is arrives encoded).
 """

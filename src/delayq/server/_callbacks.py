@@ -577,6 +577,20 @@ def _digest_v2(secret: str, timestamp: int, request: tuple[str, str, str], body:
     return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
 
+def _digest_v3(
+    secret: str,
+    timestamp: int,
+    request: tuple[str, str, str],
+    delivery: tuple[str, str, str],
+    body: bytes,
+) -> str:
+    # The leading "v3" line keeps a v3 text from ever equalling a v2 one (those start
+    # with the timestamp), so no v2 signature passes for a v3 entry.
+    lines = ("v3", str(timestamp), *request, *delivery)
+    message = "".join(f"{line}\n" for line in lines).encode() + body
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
 def _request_of(
     method: str | None, url: str | None, message_id: str | None
 ) -> tuple[str, str, str] | None:
@@ -594,6 +608,43 @@ def _request_of(
     return method, url, check_message_id(message_id)
 
 
+# A header value as a receiver reads it: printable ASCII, tabs and spaces inside only
+# (a parser strips them at either end).
+_FIELD_VALUE = re.compile(r"[!-~](?:[ \t!-~]*[!-~])?")  # used with fullmatch
+
+
+def _delivery_of(
+    request: tuple[str, str, str] | None,
+    queue: str | None,
+    attempt: str | int | None,
+    content_type: str | None,
+) -> tuple[str, str, str] | None:
+    """``(queue, attempt, content_type)`` checked for v3, or None when none is given.
+    ``ValueError`` when only some are given, without the v2 three, or when one is not
+    a header value as received (``content_type`` may be ``""``: no such header)."""
+    if queue is None and attempt is None and content_type is None:
+        return None
+    if queue is None or attempt is None or content_type is None or request is None:
+        raise ValueError(
+            "queue, attempt and content_type go together, with method, url and message_id "
+            "(they make the v3 signature)"
+        )
+    if type(attempt) is int and attempt >= 0:
+        attempt = str(attempt)
+    if not isinstance(attempt, str) or not attempt.isascii() or not attempt.isdigit():
+        raise ValueError(f"attempt must be the X-Delayq-Attempt header (digits): {attempt!r:.40}")
+    if not isinstance(queue, str) or not _FIELD_VALUE.fullmatch(queue):
+        raise ValueError(f"queue must be the X-Delayq-Queue header as sent: {queue!r:.100}")
+    if not isinstance(content_type, str) or not (
+        content_type == "" or _FIELD_VALUE.fullmatch(content_type)
+    ):
+        raise ValueError(
+            f"content_type must be the Content-Type header as sent, or '' for none: "
+            f"{content_type!r:.100}"
+        )
+    return queue, attempt, content_type
+
+
 def sign(
     secret: str,
     timestamp: int,
@@ -602,6 +653,9 @@ def sign(
     method: str | None = None,
     url: str | None = None,
     message_id: str | None = None,
+    queue: str | None = None,
+    attempt: str | int | None = None,
+    content_type: str | None = None,
 ) -> str:
     """The signature header value of a request.
 
@@ -613,18 +667,27 @@ def sign(
     body. ``url`` is the URL as sent: the scheme, ``://``, the ``Host`` header, then
     the request target (path and query as on the request line); ``message_id`` the
     ``X-Delayq-Message-Id`` header as sent (:func:`message_id_header` of the id:
-    the id itself, or its encoded form for an id a header cannot carry). The dispatcher
-    sends v1 and v2 together while receivers move to v2.
+    the id itself, or its encoded form for an id a header cannot carry).
+
+    Given also ``queue``, ``attempt`` and ``content_type`` (the ``X-Delayq-Queue``,
+    ``X-Delayq-Attempt`` and ``Content-Type`` headers as sent, ``""`` for a request
+    without ``Content-Type``), ``,v3=<hex>`` follows: HMAC-SHA256 of eight lines,
+    ``v3``, then ``t``, ``method``, ``url``, ``message_id``, ``queue``, ``attempt``,
+    ``content_type``, each ended by a newline, then the raw body. The dispatcher sends
+    v1, v2 and v3 together, so receivers written for v1 or v2 still verify.
     """
     if not isinstance(secret, str) or not secret:
         raise ValueError("the signing secret must be a non-empty str")
     if type(timestamp) is not int or timestamp < 0:
         raise ValueError(f"timestamp must be unix seconds (an int >= 0), got {timestamp!r}")
     request = _request_of(method, url, message_id)
+    delivery = _delivery_of(request, queue, attempt, content_type)
     data = bytes(body)
     header = f"t={timestamp},v1={_digest(secret, timestamp, data)}"
     if request is not None:
         header += f",v2={_digest_v2(secret, timestamp, request, data)}"
+    if request is not None and delivery is not None:
+        header += f",v3={_digest_v3(secret, timestamp, request, delivery, data)}"
     return header
 
 
@@ -638,37 +701,61 @@ def verify(
     method: str | None = None,
     url: str | None = None,
     message_id: str | None = None,
+    queue: str | None = None,
+    attempt: str | int | None = None,
+    content_type: str | None = None,
+    require_v3: bool = False,
 ) -> bool:
     """True if ``header_value`` (from :data:`CALLBACK_SIGNATURE_HEADER`) signs this
     request with ``secret`` and its timestamp is within ``tolerance`` seconds of
     ``now`` (default: the current time).
 
-    Given the request's ``method``, ``url`` (as :func:`sign` describes it) and
-    ``message_id`` (the ``X-Delayq-Message-Id`` header as received, encoded or not),
-    only a ``v2=`` entry may
-    match, so a header stripped of its v2 does not pass for another request; without
-    them, a ``v1=`` entry (``body`` only, as before v2). Several entries of a kind are
-    allowed (e.g. while a secret is rotated); the comparison takes constant time.
-    Whatever ``header_value`` holds, the answer is True or False (a timestamp of
-    more than 15 digits is not one), never an exception. ``ValueError`` if only some
-    of ``method``, ``url`` and ``message_id`` are given."""
+    Which entry must match depends on what is given (as :func:`sign` describes them):
+
+    * ``method``, ``url``, ``message_id``, ``queue``, ``attempt`` and
+      ``content_type`` (the headers as received; ``""`` when there is no
+      ``Content-Type``): a ``v3=`` entry when the header has one; when it has none
+      (a server from before v3), a ``v2=`` entry, unless ``require_v3`` is True, when
+      such a header is refused. Without ``require_v3`` a header stripped of its v3
+      passes on v2, which covers neither queue, attempt nor content type: set it once
+      every server that calls you sends v3;
+    * ``method``, ``url`` and ``message_id`` only: a ``v2=`` entry, so a header
+      stripped of its v2 does not pass for another request;
+    * none of them: a ``v1=`` entry (``body`` only, as before v2).
+
+    Several entries of a kind are allowed (e.g. while a secret is rotated); the
+    comparison takes constant time. Whatever ``header_value`` holds, the answer is
+    True or False (a timestamp of more than 15 digits is not one), never an
+    exception. ``ValueError`` if only some of the v2 three, or of the v3 three, are
+    given, or ``require_v3`` without the v3 three."""
     try:
         request = _request_of(method, url, message_id)
+        delivery = _delivery_of(request, queue, attempt, content_type)
     except ValueError:
-        if method is None or url is None or message_id is None:
-            raise
+        v2_given = _given(method, url, message_id)
+        v3_given = _given(queue, attempt, content_type)
+        if v2_given is None or v3_given is None or (v3_given and not v2_given):
+            raise  # called wrongly
         return False  # a value no signature covers
+    if require_v3 and delivery is None:
+        raise ValueError("require_v3 needs the request's queue, attempt and content_type")
     if not isinstance(secret, str) or not secret or not isinstance(header_value, str):
         return False
-    scheme = "v1" if request is None else "v2"
     timestamp: int | None = None
-    candidates: list[str] = []
+    entries: dict[str, list[str]] = {"v1": [], "v2": [], "v3": []}
     for part in header_value.split(","):
         key, _, value = part.strip().partition("=")
         if key == "t" and timestamp is None and _TIMESTAMP.fullmatch(value):
             timestamp = int(value)
-        elif key == scheme and value:
-            candidates.append(value)
+        elif key in entries and value:
+            entries[key].append(value)
+    if request is None:
+        scheme = "v1"
+    elif delivery is not None and (entries["v3"] or require_v3):
+        scheme = "v3"
+    else:
+        scheme = "v2"
+    candidates = entries[scheme]
     if timestamp is None or not candidates:
         return False
     current = time.time() if now is None else now
@@ -676,10 +763,19 @@ def verify(
         return False
     data = bytes(body)
     if request is None:
-        expected = _digest(secret, timestamp, data).encode()
+        expected = _digest(secret, timestamp, data)
+    elif scheme == "v2" or delivery is None:
+        expected = _digest_v2(secret, timestamp, request, data)
     else:
-        expected = _digest_v2(secret, timestamp, request, data).encode()
+        expected = _digest_v3(secret, timestamp, request, delivery, data)
     matched = False
     for candidate in candidates:
-        matched |= hmac.compare_digest(expected, candidate.encode("ascii", "replace"))
+        matched |= hmac.compare_digest(expected.encode(), candidate.encode("ascii", "replace"))
     return matched
+
+
+def _given(*values: object) -> bool | None:
+    """True when all ``values`` are given (not None), False when none is, None when
+    some are."""
+    given = {value is not None for value in values}
+    return given.pop() if len(given) == 1 else None

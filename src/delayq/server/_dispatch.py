@@ -22,7 +22,7 @@ milliseconds of its due time. Each message is one request:
 ``X-Delayq-Message-Id`` carries the id as it is when a header can (printable ASCII,
 no space at either end), else encoded (``UTF-8''`` then the percent-encoded UTF-8
 bytes: :func:`~delayq.server._callbacks.message_id_header`); v2 signs the header's
-value as sent.
+value as sent, and v3 the queue, attempt and content type headers too.
 
 Each connection is checked when it is opened, by a network backend under httpx: the
 host httpx connects to (its own IDNA encoding of the name, whatever the URL looked
@@ -560,9 +560,10 @@ class Dispatcher:
         *,
         message_id: str,
     ) -> httpx.Request:
-        """The request of ``callback`` for ``msg``, signed (v1 and v2) when the server
-        has a secret: v2 signs the method, URL and ``X-Delayq-Message-Id`` as they are
-        sent (``message_id``: :func:`message_id_header` of the id)."""
+        """The request of ``callback`` for ``msg``, signed (v1, v2 and v3) when the
+        server has a secret: v2 signs the method, URL and ``X-Delayq-Message-Id`` as
+        they are sent (``message_id``: :func:`message_id_header` of the id), v3 those
+        and ``X-Delayq-Queue``, ``X-Delayq-Attempt`` and ``Content-Type`` too."""
         assert self._client is not None
         headers = httpx.Headers(
             {
@@ -580,6 +581,7 @@ class Dispatcher:
         )
         secret = self.config.signing_secret
         if secret:
+            sent = request.headers
             request.headers[CALLBACK_SIGNATURE_HEADER] = sign(
                 secret,
                 int(time.time()),
@@ -587,6 +589,10 @@ class Dispatcher:
                 method=request.method,
                 url=_sent_url(request.url),
                 message_id=message_id,
+                queue=sent["X-Delayq-Queue"],
+                attempt=sent["X-Delayq-Attempt"],
+                # as a receiver's parser reads it: without spaces at either end
+                content_type=sent.get("Content-Type", "").strip(" \t"),
             )
         return request
 
