@@ -24,8 +24,10 @@ CALLBACK_HEADER = "delayq-callback"
 CALLBACK_DEFAULT_TIMEOUT = 10.0
 CALLBACK_MAX_TIMEOUT = 300.0
 
-#: The request header with ``t=<unix seconds>,v1=<hex>,v2=<hex>``: v1 the HMAC-SHA256 of
-#: ``"<t>." + body``, v2 of ``"<t>\n<method>\n<url>\n<message id>\n" + body``.
+#: The request header with ``t=<unix seconds>,v1=<hex>,v2=<hex>,v3=<hex>``: v1 the
+#: HMAC-SHA256 of ``"<t>." + body``, v2 of ``"<t>\n<method>\n<url>\n<message id>\n" + body``,
+#: v3 of the lines ``v3``, t, method, url, message id, queue, attempt, content type,
+#: each ended by ``\n``, then the body (see :func:`~._callbacks.sign`).
 CALLBACK_SIGNATURE_HEADER = "X-Delayq-Signature"
 
 #: How often the dashboard's pages fetch fresh numbers (ms), and how many rows they list.
