@@ -1121,3 +1121,29 @@ def test_a_zone_makes_no_listed_ip_of_a_name(host: str) -> None:
     assert reason is not None
     assert "allowlist" in reason
     assert resolver.asked == []
+
+
+@pytest.mark.timeout(30)
+def test_a_localhost_name_reaches_a_receiver_on_ipv6_loopback_only() -> None:
+    """127.0.0.1 is tried first, then ::1: a receiver listening on ::1 alone is
+    reached too (no resolver asked)."""
+
+    async def scenario() -> None:
+        receiver = Receiver(host="::1")
+        try:
+            await receiver.start()
+        except OSError:
+            pytest.skip("no IPv6 loopback here")
+        try:
+            resolver = FixedResolver(PUBLIC_ADDRESS)
+            network = _GuardedNetwork(serve_config("memory://guard"), resolver)
+            stream = await network.connect_tcp("app.localhost", receiver.port, timeout=5.0)
+            try:
+                assert stream.get_extra_info("server_addr")[:2] == ("::1", receiver.port)
+            finally:
+                await stream.aclose()
+            assert resolver.asked == []
+        finally:
+            await receiver.stop()
+
+    asyncio.run(scenario())
