@@ -656,9 +656,9 @@ def test_sign_v3_format() -> None:
 def test_v3_covers_every_signed_header(change: dict[str, str]) -> None:
     header = sign("k", 1000, b"{}", **V3)
     assert verify("k", header, b"{}", now=1000, **V3)
-    assert verify("k", header, b"{}", now=1000, **V3, require_v3=True)
+    assert verify("k", header, b"{}", now=1000, **V3, accept_v2=True)
     assert not verify("k", header, b"{}", now=1000, **{**V3, **change})
-    assert not verify("k", header, b"{}", now=1000, **{**V3, **change}, require_v3=True)
+    assert not verify("k", header, b"{}", now=1000, **{**V3, **change}, accept_v2=True)
 
 
 def test_given_the_v3_parts_v3_counts_when_present() -> None:
@@ -667,13 +667,13 @@ def test_given_the_v3_parts_v3_counts_when_present() -> None:
     # A header whose v3 does not match fails even though its v2 does.
     forged = sign("k", 1000, b"{}", **{**V3, "queue": "other"})
     assert not verify("k", forged, b"{}", now=1000, **V3)
-    # An older server's header (v1 and v2 only) passes on v2 unless v3 is required,
-    # and so does a header stripped of its v3.
+    # An older server's header (v1 and v2 only) is refused, and so is a header
+    # stripped of its v3, unless the receiver accepts v2.
     older = sign("k", 1000, b"{}", **REQUEST)
     stripped = header.rsplit(",v3=", 1)[0]
     for v2_only in (older, stripped):
-        assert verify("k", v2_only, b"{}", now=1000, **V3)
-        assert not verify("k", v2_only, b"{}", now=1000, **V3, require_v3=True)
+        assert not verify("k", v2_only, b"{}", now=1000, **V3)
+        assert verify("k", v2_only, b"{}", now=1000, **V3, accept_v2=True)
     # The v2 and v1 calls of receivers written before v3 still verify the new header.
     assert verify("k", header, b"{}", now=1000, **REQUEST)
     assert verify("k", header, b"{}", now=1000)
@@ -693,8 +693,8 @@ def test_sign_and_verify_v3_check_their_arguments() -> None:
         verify("k", "t=1,v3=00", b"", now=1, **DELIVERY)
     with pytest.raises(ValueError, match="together"):
         verify("k", "t=1,v3=00", b"", now=1, **REQUEST, content_type="")
-    with pytest.raises(ValueError, match="require_v3"):
-        verify("k", "t=1,v3=00", b"", now=1, **REQUEST, require_v3=True)
+    with pytest.raises(ValueError, match="accept_v2"):
+        verify("k", "t=1,v3=00", b"", now=1, **REQUEST, accept_v2=True)
     for bad in (
         {"queue": "a\nb"}, {"queue": ""}, {"queue": " q"}, {"queue": "café"},
         {"attempt": "x"}, {"attempt": "1\n"}, {"attempt": -1}, {"attempt": True},

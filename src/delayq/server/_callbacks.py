@@ -704,7 +704,7 @@ def verify(
     queue: str | None = None,
     attempt: str | int | None = None,
     content_type: str | None = None,
-    require_v3: bool = False,
+    accept_v2: bool = False,
 ) -> bool:
     """True if ``header_value`` (from :data:`CALLBACK_SIGNATURE_HEADER`) signs this
     request with ``secret`` and its timestamp is within ``tolerance`` seconds of
@@ -714,11 +714,10 @@ def verify(
 
     * ``method``, ``url``, ``message_id``, ``queue``, ``attempt`` and
       ``content_type`` (the headers as received; ``""`` when there is no
-      ``Content-Type``): a ``v3=`` entry when the header has one; when it has none
-      (a server from before v3), a ``v2=`` entry, unless ``require_v3`` is True, when
-      such a header is refused. Without ``require_v3`` a header stripped of its v3
-      passes on v2, which covers neither queue, attempt nor content type: set it once
-      every server that calls you sends v3;
+      ``Content-Type``): a ``v3=`` entry, so that none of those headers can be
+      changed; with ``accept_v2`` (a receiver that servers from before v3 still
+      call), a header with no ``v3=`` entry passes on its ``v2=`` entry, which
+      covers neither queue, attempt nor content type;
     * ``method``, ``url`` and ``message_id`` only: a ``v2=`` entry, so a header
       stripped of its v2 does not pass for another request;
     * none of them: a ``v1=`` entry (``body`` only, as before v2).
@@ -727,7 +726,7 @@ def verify(
     comparison takes constant time. Whatever ``header_value`` holds, the answer is
     True or False (a timestamp of more than 15 digits is not one), never an
     exception. ``ValueError`` if only some of the v2 three, or of the v3 three, are
-    given, or ``require_v3`` without the v3 three."""
+    given, or ``accept_v2`` without the v3 three."""
     try:
         request = _request_of(method, url, message_id)
         delivery = _delivery_of(request, queue, attempt, content_type)
@@ -737,8 +736,8 @@ def verify(
         if v2_given is None or v3_given is None or (v3_given and not v2_given):
             raise  # called wrongly
         return False  # a value no signature covers
-    if require_v3 and delivery is None:
-        raise ValueError("require_v3 needs the request's queue, attempt and content_type")
+    if accept_v2 and delivery is None:
+        raise ValueError("accept_v2 goes with the request's queue, attempt and content_type")
     if not isinstance(secret, str) or not secret or not isinstance(header_value, str):
         return False
     timestamp: int | None = None
@@ -751,7 +750,7 @@ def verify(
             entries[key].append(value)
     if request is None:
         scheme = "v1"
-    elif delivery is not None and (entries["v3"] or require_v3):
+    elif delivery is not None and (entries["v3"] or not accept_v2):
         scheme = "v3"
     else:
         scheme = "v2"
