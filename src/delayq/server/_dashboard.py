@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import jinja2
 from fastapi import APIRouter, FastAPI, Request
@@ -549,6 +549,12 @@ async def login_form(request: Request, next: str = "/") -> Response:
     return _render(request, "login.html", next=target, error=None)
 
 
+# The login form's fields (``token``, ``next``), with room for what a browser or a
+# password manager may add; a form of more is refused.
+_LOGIN_FIELDS = 8
+_TOO_MANY_FIELDS = "The form has too many fields: send the token and where to go next."
+
+
 @router.post("/login", response_class=HTMLResponse)
 async def login(request: Request) -> Response:
     """Check the posted token (constant time); on success start a session."""
@@ -561,11 +567,17 @@ async def login(request: Request) -> Response:
         body += chunk
         if len(body) > DASHBOARD_MAX_LOGIN_BODY:
             return _render(request, "login.html", 413, next="/", error="The form is too large.")
-    fields = parse_qs(body.decode("utf-8", "replace"), max_num_fields=8)
-    given = fields.get("token", [""])[0]
-    target = safe_next(fields.get("next", ["/"])[0])
+    # The body is capped above, so reading every field is bounded; the form has two.
+    pairs = parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
+    fields: dict[str, str] = {}
+    for name, value in pairs:
+        fields.setdefault(name, value)
+    target = safe_next(fields.get("next", "/"))
     throttle: AttemptThrottle = request.app.state.delayq_throttle
     client = client_key(request.scope)
+    if len(pairs) > _LOGIN_FIELDS and "token" not in fields:
+        return _render(request, "login.html", 400, next=target, error=_TOO_MANY_FIELDS)
+    # From here on the form presents a token: it is an attempt, throttled and counted.
     wait = throttle.retry_after(client)
     if wait > 0:
         page = _render(
@@ -573,7 +585,10 @@ async def login(request: Request) -> Response:
         )
         page.headers["Retry-After"] = str(max(1, int(wait + 0.999)))
         return page
-    if not token_matches(given, token):
+    if len(pairs) > _LOGIN_FIELDS:
+        throttle.failed(client, via="login", path="/login")
+        return _render(request, "login.html", 400, next=target, error=_TOO_MANY_FIELDS)
+    if not token_matches(fields.get("token", ""), token):
         throttle.failed(client, via="login", path="/login")
         return _render(request, "login.html", 401, next=target, error="Wrong token.")
     response = RedirectResponse(_base(request) + target, status_code=303)
