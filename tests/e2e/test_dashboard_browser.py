@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
@@ -22,6 +23,7 @@ import uvicorn
 
 from delayq import Queue
 from delayq.server import ServeConfig, create_app
+from delayq.server._auth import SESSION_HEADER, Sessions
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -104,10 +106,19 @@ def page(browser: sync_api.Browser) -> Iterator[sync_api.Page]:
     assert not problems, problems
 
 
-def put(base: str, queue: str, message_id: str, payload: object, **extra: object) -> None:
+def put(
+    base: str,
+    queue: str,
+    message_id: str,
+    payload: object,
+    headers: dict[str, str] | None = None,
+    **extra: object,
+) -> None:
     """Put one message through the HTTP API."""
     body = {"id": message_id, "payload": payload, **extra}
-    response = httpx.post(f"{base}/v1/queues/{queue}/messages", json=body, timeout=10)
+    response = httpx.post(
+        f"{base}/v1/queues/{queue}/messages", json=body, headers=headers, timeout=10
+    )
     assert response.status_code == 201, response.text
 
 
@@ -191,13 +202,8 @@ def test_login_then_overview(tmp_path: Path, page: sync_api.Page) -> None:
     expect = sync_api.expect
     config = ServeConfig(url=f"sqlite:///{tmp_path / 'login.db'}", token=TOKEN, dispatch=False)
     with serving(config) as base:
-        response = httpx.post(
-            f"{base}/v1/queues/invoices/messages",
-            json={"id": "inv-1", "payload": {"amount": 10}, "delay": "1h"},
-            headers={"Authorization": f"Bearer {TOKEN}"},
-            timeout=10,
-        )
-        assert response.status_code == 201, response.text
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        put(base, "invoices", "inv-1", {"amount": 10}, delay="1h", headers=bearer)
 
         page.goto(base + "/")
         page.wait_for_url(f"{base}/login**")
@@ -210,12 +216,155 @@ def test_login_then_overview(tmp_path: Path, page: sync_api.Page) -> None:
         page.wait_for_url(f"{base}/")
         row = page.locator('#queue-rows tr[data-queue="invoices"]')
         expect(row).to_be_visible()
-        # The auto-refresh reaches the API with the session cookie.
+        # The auto-refresh reaches the API with the session (the script sends it).
         expect(page.locator("#refresh-status")).to_contain_text("updated")
         page.screenshot(path=str(tmp_path / "signed-in.png"), full_page=True)
 
+        # Links, reloads and the buttons work on the session too.
+        row.get_by_role("link", name="invoices").click()
+        page.wait_for_url(f"{base}/queues/invoices")
+        waiting = page.locator('#waiting-rows tr[data-id="inv-1"]')
+        expect(waiting).to_be_visible()
+        put(base, "invoices", "inv-2", {"amount": 20}, delay="2h", headers=bearer)
+        expect(page.locator("#waiting-rows tr[data-id]")).to_have_count(2)  # refreshed
+        waiting.get_by_role("button", name="Cancel").click()
+        expect(waiting).to_have_count(0)
+        gone = httpx.get(f"{base}/v1/queues/invoices/messages/inv-1", headers=bearer)
+        assert gone.status_code == 404
+        page.reload()
+        page.wait_for_url(f"{base}/queues/invoices")
+        expect(page.locator('[data-stat="scheduled"]')).to_have_text("1")
+        page.goto(f"{base}/find?queue=invoices&id=inv-2")
+        page.wait_for_url(f"{base}/queues/invoices/messages/inv-2")
+        expect(page.locator("#message-state")).to_have_text("scheduled")
+        assert page.context.cookies() == []
+
         page.get_by_role("button", name="Sign out").click()
         page.wait_for_url(f"{base}/login**")
+        expect(page.get_by_label("Token")).to_be_visible()
+
+
+#: Where the dashboard's script keeps the session (this origin's localStorage).
+SESSION_KEY = "delayq.session"
+
+
+def sign_in(page: sync_api.Page, base: str, token: str = TOKEN) -> None:
+    """Sign in through the login form, as a user does, and land on the overview."""
+    page.goto(base + "/")
+    page.wait_for_url(f"{base}/login**")
+    page.get_by_label("Token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(f"{base}/")
+    sync_api.expect(page.get_by_role("heading", name="Queues")).to_be_visible()
+
+
+def kept_session(page: sync_api.Page) -> str | None:
+    """The session the dashboard's script keeps for the origin of ``page``."""
+    session = page.evaluate(f"localStorage.getItem({SESSION_KEY!r})")
+    assert session is None or isinstance(session, str)
+    return session
+
+
+@contextmanager
+def harvester() -> Iterator[tuple[str, dict[str, dict[str, str]]]]:
+    """Another server on another port of 127.0.0.1 (a page any local user can run):
+    it records the headers of every request it gets. Yields its base URL and the
+    headers by path."""
+    seen: dict[str, dict[str, str]] = {}
+
+    class Record(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen[self.path] = dict(self.headers.items())
+            body = b"<!doctype html><title>another server</title><h1>Another server</h1>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    listener = ThreadingHTTPServer(("127.0.0.1", 0), Record)
+    thread = threading.Thread(target=listener.serve_forever, name="harvester", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.server_address[1]}", seen
+    finally:
+        listener.shutdown()
+        listener.server_close()
+        thread.join(timeout=10)
+
+
+def test_another_port_of_the_host_gets_no_session(tmp_path: Path, page: sync_api.Page) -> None:
+    """Issue 33, point 3: a browser sends a host's cookies to every port of it (RFC
+    6265 8.5). Signed in on the server's port, the user then opens a page of another
+    server on another port of 127.0.0.1: what that server receives, replayed to the
+    queue server with every header it likes, reads nothing and changes nothing."""
+    config = ServeConfig(url=f"sqlite:///{tmp_path / 'harvest.db'}", token=TOKEN, dispatch=False)
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    with serving(config) as base, harvester() as (other, seen):
+        put(base, "orders", "order-1", {"n": 1}, delay="1h", headers=bearer)
+        sign_in(page, base)
+        page.goto(other + "/welcome")
+        sync_api.expect(page.get_by_role("heading", name="Another server")).to_be_visible()
+        received = seen["/welcome"]
+        replay = {name: value for name, value in received.items() if name.lower() != "host"}
+        replay["Host"] = urlsplit(base).netloc
+        with httpx.Client(base_url=base, timeout=10) as http:
+            listed = http.get("/v1/queues", headers=replay)
+            assert listed.status_code == 401, listed.text
+            dashboard = http.get("/queues/orders", headers=replay)
+            assert dashboard.status_code == 303, dashboard.text
+            assert urlsplit(dashboard.headers["location"]).path == "/login"
+            write = {**replay, "X-Requested-With": "delayq-dashboard"}
+            purged = http.post("/v1/queues/orders/purge", json={}, headers=write)
+            assert purged.status_code == 401, purged.text
+            # The other origin's page cannot read the server's storage either.
+            assert kept_session(page) is None
+            # The session is kept where only the server's origin reads it, and works.
+            page.goto(base + "/")
+            session = kept_session(page)
+            assert session
+            for headers in seen.values():  # the page and whatever else the browser asked
+                assert session not in " ".join(headers.values())
+            kept = http.get("/v1/queues/orders/stats", headers={SESSION_HEADER: session})
+            assert kept.status_code == 200
+            assert kept.json()["scheduled"] == 1
+
+
+def test_the_session_ends_at_sign_out_and_when_it_expires(
+    tmp_path: Path, page: sync_api.Page
+) -> None:
+    expect = sync_api.expect
+    config = ServeConfig(url=f"sqlite:///{tmp_path / 'ends.db'}", token=TOKEN, dispatch=False)
+    with serving(config) as base, httpx.Client(base_url=base, timeout=10) as http:
+        sign_in(page, base)
+        copied = kept_session(page)
+        assert copied
+        assert http.get("/v1/queues", headers={SESSION_HEADER: copied}).status_code == 200
+        page.get_by_role("button", name="Sign out").click()
+        page.wait_for_url(f"{base}/login**")
+        expect(page.get_by_label("Token")).to_be_visible()
+        assert kept_session(page) is None
+        # A copy taken before the sign-out stops working: it ended on the server.
+        assert http.get("/v1/queues", headers={SESSION_HEADER: copied}).status_code == 401
+
+        # A session signed by this server that has expired (its key derives from the
+        # token): refused, and the login page forgets it and shows the form.
+        expired = Sessions(TOKEN, ttl=60, clock=lambda: time.time() - 3600).start()
+        assert http.get("/v1/queues", headers={SESSION_HEADER: expired}).status_code == 401
+        page.evaluate(f"localStorage.setItem({SESSION_KEY!r}, {expired!r})")
+        page.goto(f"{base}/queues/orders")
+        page.wait_for_url(f"{base}/login**")
+        expect(page.get_by_label("Token")).to_be_visible()
+        assert kept_session(page) is None
+        # One that is still live opens the page a navigation asked for.
+        live = Sessions(TOKEN, ttl=60, clock=lambda: time.time() - 30).start()
+        page.evaluate(f"localStorage.setItem({SESSION_KEY!r}, {live!r})")
+        page.goto(f"{base}/queues/orders")
+        page.wait_for_url(f"{base}/queues/orders")
+        expect(page.locator("#queue-empty")).to_be_visible()
 
 
 def local_only(context: sync_api.BrowserContext) -> list[str]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi.testclient import TestClient
 
-from delayq.server._config import SESSION_COOKIE
+from delayq.server._auth import SESSION_HEADER
 
 #: A token long enough for ServeConfig.
 TOKEN = "s3cret-token-for-tests"
@@ -40,13 +41,20 @@ def error_of(response: Any, status: int) -> str:
     return str(body["error"]["code"])
 
 
+def session_of(page: str) -> str:
+    """The session value the login's answer hands to the dashboard's script."""
+    found = re.search(r'data-session="([^"]+)"', page)
+    assert found is not None, page
+    return found.group(1)
+
+
 def signed_in(client: TestClient, token: str = TOKEN) -> dict[str, str]:
-    """Log in through the dashboard's form; the Cookie header of the session."""
+    """Log in through the dashboard's form; the header of the session, as the
+    dashboard's script sends it."""
     response = client.post("/login", data={"token": token, "next": "/"}, follow_redirects=False)
-    assert response.status_code == 303, response.text
-    value = response.cookies[SESSION_COOKIE]
-    client.cookies.clear()
-    return {"Cookie": f"{SESSION_COOKIE}={value}"}
+    assert response.status_code == 200, response.text
+    assert "set-cookie" not in response.headers
+    return {SESSION_HEADER: session_of(response.text)}
 
 
 #: The header of a POST without a body (the API takes only JSON requests).

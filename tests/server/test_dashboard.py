@@ -26,7 +26,7 @@ from backends._redis_server import RedisProcess
 from conformance._helpers import stored_request
 from delayq import Queue
 from delayq.server import ServeConfig, create_app
-from delayq.server._config import SESSION_COOKIE
+from delayq.server._auth import SESSION_HEADER
 from delayq.server._constants import CALLBACK_HEADER
 from delayq.server._dashboard import (
     PREVIEW_CHARS,
@@ -41,6 +41,8 @@ from delayq.server._dashboard import (
     reachable_by_api,
     safe_next,
 )
+
+from ._helpers import session_of
 
 TOKEN = "dashboard-test-token"
 HOSTILE = "\"'><script>alert(1)</script>"
@@ -350,34 +352,51 @@ def test_with_a_token_pages_need_the_login(url: str) -> None:
         assert location.path == "/login"
         assert location.params["next"] == "/queues/orders"
 
+        # The page asked for is kept as sent, query included: the login page's script
+        # fetches it with the session.
+        for asked in ("/find?queue=orders&id=a%2Fb", "/queues/a%3Fb/messages/x%2Fy"):
+            sent = await client.get(asked, headers={"accept": "text/html"})
+            assert sent.status_code == 303
+            assert httpx.URL(sent.headers["location"]).params["next"] == asked
+
         form = await client.get("/login", params={"next": "/queues/orders"})
         assert form.status_code == 200
         assert 'name="next" value="/queues/orders"' in form.text
+        assert 'data-next="/queues/orders"' in form.text
 
         wrong = await client.post("/login", data={"token": "not-the-token", "next": "/"})
         assert wrong.status_code == 401
         assert "Wrong token" in wrong.text
-        assert SESSION_COOKIE not in client.cookies
+        assert "data-session" not in wrong.text
 
         right = await client.post("/login", data={"token": TOKEN, "next": "/queues/orders"})
-        assert right.status_code == 303
-        assert right.headers["location"] == "/queues/orders"
-        cookie = right.headers["set-cookie"]
-        assert cookie.startswith(f"{SESSION_COOKIE}=")
-        assert "Max-Age=" in cookie
-        assert "HttpOnly" in cookie
-        assert "SameSite=strict" in cookie
-        assert "Path=/" in cookie
-        assert TOKEN not in cookie
+        # The session is handed to the page's script, never set as a cookie.
+        assert right.status_code == 200
+        assert "set-cookie" not in right.headers
+        assert not client.cookies
+        assert right.headers["cache-control"] == "no-store"
+        assert 'data-next="/queues/orders"' in right.text
+        session = {SESSION_HEADER: session_of(right.text)}
+        assert TOKEN not in right.text
+        for page in (form, right):  # the same policy: no inline script
+            policy = page.headers["content-security-policy"]
+            assert "script-src 'self';" in policy
+            assert "<script>" not in page.text
 
-        assert (await client.get("/")).status_code == 200
-        assert (await client.get("/v1/queues")).status_code == 200  # the API takes the cookie
+        # A navigation carries no session: the page still sends the browser to login.
+        assert (await client.get("/", headers={"accept": "text/html"})).status_code == 303
+        assert (await client.get("/", headers=session)).status_code == 200
+        assert (await client.get("/v1/queues", headers=session)).status_code == 200
+        # The login form with the session (as the login page's script asks) goes on.
+        on = await client.get("/login", params={"next": "/queues/orders"}, headers=session)
+        assert on.status_code == 303
+        assert on.headers["location"] == "/queues/orders"
 
-        out = await client.post("/logout")
+        out = await client.post("/logout", headers=session)
         assert out.status_code == 303
         assert out.headers["location"] == "/login"
-        assert SESSION_COOKIE not in client.cookies
-        assert (await client.get("/", headers={"accept": "text/html"})).status_code == 303
+        assert (await client.get("/", headers=session)).status_code == 401
+        assert (await client.get("/v1/queues", headers=session)).status_code == 401
 
     visit(config, scenario)
 
@@ -409,11 +428,18 @@ def test_login_never_redirects_off_site(url: str, target: str) -> None:
 
     async def scenario(client: httpx.AsyncClient) -> None:
         response = await client.post("/login", data={"token": TOKEN, "next": target})
-        assert response.status_code == 303
-        location = response.headers["location"]
-        assert location == "/" or location == target, location
-        assert location.startswith("/")
-        assert not location.startswith(("//", "/\\"))
+        assert response.status_code == 200
+        # Where the page's script goes on to, and where the login form sends a
+        # signed-in browser.
+        found = re.search(r'data-next="([^"]*)"', response.text)
+        assert found is not None
+        session = {SESSION_HEADER: session_of(response.text)}
+        again = await client.get("/login", params={"next": target}, headers=session)
+        assert again.status_code == 303
+        for location in (html_unescape(found.group(1)), again.headers["location"]):
+            assert location == "/" or location == target, location
+            assert location.startswith("/")
+            assert not location.startswith(("//", "/\\"))
 
     visit(config, scenario)
 
@@ -476,7 +502,7 @@ def test_templates_and_static_files_ship_in_the_package() -> None:
 
     package = files("delayq.server")
     for name in ("base.html", "overview.html", "queue.html", "message.html", "login.html",
-                 "error.html", "missing.html"):  # fmt: skip
+                 "error.html", "missing.html", "signed_in.html"):  # fmt: skip
         assert (package / "templates" / name).is_file(), name
     for name in ("dashboard.js", "dashboard.css", "favicon.svg"):
         assert (package / "static" / name).is_file(), name

@@ -19,10 +19,9 @@ from starlette.websockets import WebSocketDisconnect
 
 from delayq._log import log_event
 from delayq.server import ServeConfig, create_app
-from delayq.server._auth import AttemptThrottle, Sessions, cookie_value
-from delayq.server._config import SESSION_COOKIE
+from delayq.server._auth import SESSION_HEADER, AttemptThrottle, Sessions, cookie_value
 
-from ._helpers import JSON_TYPE, TOKEN, error_of, put, signed_in, stats
+from ._helpers import JSON_TYPE, TOKEN, error_of, put, session_of, signed_in, stats
 from .conftest import MakeClient
 
 EVIL = "https://evil.example"
@@ -136,9 +135,9 @@ def test_a_hostile_cookie_is_read_in_linear_time() -> None:
     """The standard library's cookie parser is quadratic on backslashes (CVE-2024-7592:
     20 KB took 3.6 s); a megabyte would take hours. This one reads it at once."""
     hostile = '"' + "\\" * 1_000_000 + '"'
-    scope = {"headers": [(b"cookie", f"a={hostile}; {SESSION_COOKIE}=v1".encode())]}
-    assert cookie_value(scope, SESSION_COOKIE) == "v1"
-    assert cookie_value({"headers": [(b"cookie", hostile.encode())]}, SESSION_COOKIE) is None
+    scope = {"headers": [(b"cookie", f"a={hostile}; sid=v1".encode())]}
+    assert cookie_value(scope, "sid") == "v1"
+    assert cookie_value({"headers": [(b"cookie", hostile.encode())]}, "sid") is None
 
 
 def test_a_hostile_cookie_does_not_hold_up_the_server(make_client: MakeClient) -> None:
@@ -286,8 +285,11 @@ def test_logout_ends_a_copied_session(make_client: MakeClient) -> None:
     out = locked.post("/logout", headers=copied, follow_redirects=False)
     assert out.status_code == 303
     assert error_of(locked.get("/v1/queues", headers=copied), 401) == "unauthorized"
+    # A page fetched with it (as the login page's script does) too: the script then
+    # forgets it and shows the form.
     page = locked.get("/", headers={**copied, "Accept": "text/html"}, follow_redirects=False)
-    assert page.status_code == 303
+    assert error_of(page, 401) == "unauthorized"
+    assert "ended or expired" in page.json()["error"]["message"]
     # A new login is a new session.
     assert locked.get("/v1/queues", headers=signed_in(locked)).status_code == 200
 
@@ -310,16 +312,22 @@ def test_a_session_expires() -> None:
     assert not sessions.live("a.b.c.d")
 
 
-def test_the_cookie_has_an_expiry_and_is_secure_over_https(make_client: MakeClient) -> None:
+def test_the_session_is_no_cookie(make_client: MakeClient) -> None:
+    """A cookie goes to every port of the host (RFC 6265 8.5): the session is handed
+    to the page's script instead, and a cookie holding it is no credential."""
     locked = make_client(token=TOKEN, session_ttl=600)
-    plain = locked.post("/login", data={"token": TOKEN}, follow_redirects=False)
-    header = plain.headers["set-cookie"]
-    assert "Max-Age=600" in header
-    assert "Secure" not in header
-    locked.base_url = httpx.URL("https://localhost")
-    tls = locked.post("/login", data={"token": TOKEN}, follow_redirects=False)
-    assert tls.status_code == 303
-    assert "Secure" in tls.headers["set-cookie"]
+    login = locked.post("/login", data={"token": TOKEN}, follow_redirects=False)
+    assert login.status_code == 200
+    assert "set-cookie" not in login.headers
+    assert login.headers["cache-control"] == "no-store"
+    value = session_of(login.text)
+    assert 599 <= int(value.split(".")[0]) - time.time() <= 601
+    for name in ("delayq_session", "session", SESSION_HEADER):
+        cookie = {"Cookie": f"{name}={value}"}
+        assert error_of(locked.get("/v1/queues", headers=cookie), 401) == "unauthorized"
+        page = locked.get("/", headers={**cookie, "Accept": "text/html"}, follow_redirects=False)
+        assert page.status_code == 303
+    assert locked.get("/v1/queues", headers={SESSION_HEADER: value}).status_code == 200
 
 
 # -- 7. and 8. what is logged and shown ------------------------------------------------

@@ -207,7 +207,7 @@ def test_415_says_what_was_sent_and_what_to_send(client: TestClient) -> None:
     assert "Content-Type: application/json" in message
 
 
-def test_a_write_on_the_cookie_alone_says_what_is_missing(make_client: MakeClient) -> None:
+def test_a_write_on_the_session_alone_says_what_is_missing(make_client: MakeClient) -> None:
     locked = make_client(token=TOKEN)
     cookie = signed_in(locked)
     response = locked.post("/v1/queues/q/messages", json={"payload": 1}, headers=cookie)

@@ -2,23 +2,28 @@
 sessions and the throttle of failed token attempts.
 
 With a token configured, a request passes with ``Authorization: Bearer <token>`` or
-with a live dashboard session (the :data:`~._config.SESSION_COOKIE` cookie that
-``/login`` sets: see :class:`Sessions`); secrets are compared in constant time.
-``/healthz``, ``/openapi.json`` (the API's description, no data: so that clients can
-be generated from a protected server), the dashboard's ``/login`` and ``/logout`` and
-``/static/`` files are open. An API call that changes something (not GET/HEAD) on
-the strength of the cookie alone must also send ``X-Requested-With`` (as the
-dashboard's script does), which a cross-site form cannot. A refused API request is a 401 with
-``WWW-Authenticate: Bearer``; a browser asking for a dashboard page (``GET``
-accepting HTML, outside the API) is sent to ``/login`` instead.
+with a live dashboard session in :data:`SESSION_HEADER` (see :class:`Sessions`);
+secrets are compared in constant time. ``/healthz``, ``/openapi.json`` (the API's
+description, no data: so that clients can be generated from a protected server), the
+dashboard's ``/login`` and ``/logout`` and ``/static/`` files are open. An API call
+that changes something (not GET/HEAD) on the strength of the session alone must also
+send ``X-Requested-With`` (as the dashboard's script does). A refused API request is a
+401 with ``WWW-Authenticate: Bearer``; a browser asking for a dashboard page (``GET``
+accepting HTML, outside the API, with no credential) is sent to ``/login``, whose
+script fetches the page again with the session it keeps.
+
+The session is never a cookie: a browser sends a cookie to every port of its host
+(RFC 6265 8.5), so any other server on the machine would receive it on one visit. The
+dashboard's script keeps the session in the origin's ``localStorage`` (scheme, host
+and port) and sends it only in its own requests.
 
 A wrong token, as a bearer or in the login form, is logged (``auth.failed``) and
 counted against the client's address (:class:`AttemptThrottle`): past a burst, that
-address's token attempts are a 429 until the throttle refills. Live sessions are
-not throttled: their cookie cannot be guessed.
+address's token attempts are a 429 until the throttle refills. Sessions are not
+throttled: they cannot be guessed.
 
-The Cookie header is read by :func:`cookie_value`, which takes linear time whatever
-the header holds (the standard library's parser is quadratic on some inputs).
+:func:`cookie_value` reads one cookie in linear time whatever the header holds (the
+standard library's parser is quadratic on some inputs).
 """
 
 from __future__ import annotations
@@ -32,13 +37,12 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._log import log_event
-from ._config import SESSION_COOKIE
 from ._constants import (
     SERVE_AUTH_FAILURE_BURST,
     SERVE_AUTH_FAILURE_REFILL,
@@ -49,6 +53,7 @@ from ._errors import error_response
 __all__ = [
     "OPEN_PATHS",
     "OPEN_PREFIXES",
+    "SESSION_HEADER",
     "AttemptThrottle",
     "Sessions",
     "TokenAuth",
@@ -58,6 +63,8 @@ __all__ = [
     "token_matches",
 ]
 
+#: The request header that carries a dashboard session (lowercase, as in an ASGI scope).
+SESSION_HEADER = "x-delayq-session"
 #: Paths served without a token.
 OPEN_PATHS = frozenset(("/healthz", "/openapi.json", "/login", "/logout"))
 #: Path prefixes served without a token.
@@ -66,8 +73,21 @@ _SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS"))
 _API_PREFIX = "/v1/"
 # Paths a browser is never redirected from: machines read them.
 _MACHINE_PREFIXES = ("/v1/", "/metrics", "/openapi.json", "/docs")
-# A session cookie longer than this is not one of ours (and is not looked at further).
+# A session value longer than this is not one of ours (and is not looked at further).
 _MAX_SESSION_VALUE = 128
+_SESSION_HEADER_KEY = SESSION_HEADER.encode()
+# What a path keeps unencoded in the login page's ``next``.
+_PATH_SAFE = "/:@!$&'()*+,;=-._~"
+_NO_TOKEN = "missing or wrong token: send 'Authorization: Bearer <token>'"
+_SESSION_OVER = (
+    "the dashboard session has ended or expired: sign in again, or send "
+    "'Authorization: Bearer <token>'"
+)
+# The CSRF guard of a write on the session alone.
+_SESSION_WRITE = (
+    "the dashboard session alone cannot change anything: send 'X-Requested-With' "
+    "with it, or 'Authorization: Bearer <token>'"
+)
 
 
 def header(scope: Scope, name: bytes) -> str | None:
@@ -113,12 +133,12 @@ def client_key(scope: Scope) -> str:
 
 
 class Sessions:
-    """The dashboard's sessions: signed cookie values that expire, and can be ended.
+    """The dashboard's sessions: signed values that expire, and can be ended.
 
     A value is ``<expires>.<nonce>.<mac>``: the unix second it ends, 16 random bytes,
     and an HMAC-SHA256 of both under a key derived from the token (a new token ends
     every session). :meth:`end` (``/logout``) remembers the nonce until it would
-    have expired, so a copied cookie stops working at logout. Ended sessions are kept
+    have expired, so a copied value stops working at logout. Ended sessions are kept
     in this process: another replica of the server honours a session until it
     expires.
     """
@@ -134,7 +154,7 @@ class Sessions:
         return hmac.new(self._key, message, hashlib.sha256).hexdigest()
 
     def start(self) -> str:
-        """A new session's cookie value."""
+        """A new session's value."""
         expires = str(math.ceil(self._clock() + self.ttl))
         nonce = secrets.token_urlsafe(16)
         return f"{expires}.{nonce}.{self._mac(expires, nonce)}"
@@ -266,38 +286,44 @@ class TokenAuth:
                     await self.app(scope, receive, send)
                     return
                 self._throttle.failed(client, via="bearer", path=path)
-                await self._refuse(scope, receive, send, signed_in=False)
+                await self._refuse(scope, receive, send, message=_NO_TOKEN, may_redirect=True)
                 return
-        signed_in = self._sessions is not None and self._sessions.live(
-            cookie_value(scope, SESSION_COOKIE)
-        )
-        if signed_in and (
+        session = header(scope, _SESSION_HEADER_KEY)
+        if session is None:
+            await self._refuse(scope, receive, send, message=_NO_TOKEN, may_redirect=True)
+            return
+        if self._sessions is None or not self._sessions.live(session):
+            # A session was sent and is over: the script signs in again, no redirect.
+            await self._refuse(scope, receive, send, message=_SESSION_OVER, may_redirect=False)
+            return
+        if (
             scope["method"] in _SAFE_METHODS
             or not path.startswith(_API_PREFIX)
             or header(scope, b"x-requested-with") is not None
         ):
             await self.app(scope, receive, send)
             return
-        await self._refuse(scope, receive, send, signed_in=signed_in)
+        await self._refuse(scope, receive, send, message=_SESSION_WRITE, may_redirect=False)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send, *, signed_in: bool) -> None:
+    async def _refuse(
+        self, scope: Scope, receive: Receive, send: Send, *, message: str, may_redirect: bool
+    ) -> None:
         path: str = scope["path"]
         accept = header(scope, b"accept") or ""
         if (
-            scope["method"] == "GET"
+            may_redirect
+            and scope["method"] == "GET"
             and "text/html" in accept
             and not path.startswith(_MACHINE_PREFIXES)
         ):
-            target = f"/login?next={quote(path, safe='/')}"
+            # As sent (an id may hold an encoded "/" or "?"), for the login page to fetch.
+            raw = scope.get("raw_path")
+            here = bytes(raw).decode("latin-1") if raw else quote(path, safe=_PATH_SAFE)
+            if scope.get("query_string"):
+                here += "?" + bytes(scope["query_string"]).decode("latin-1")
+            target = "/login?" + urlencode({"next": here})
             await RedirectResponse(target, status_code=303)(scope, receive, send)
             return
-        message = "missing or wrong token: send 'Authorization: Bearer <token>'"
-        if signed_in:
-            # Signed in, but a write on the cookie alone (the CSRF guard): say so.
-            message = (
-                "the dashboard session cookie alone cannot change anything: send "
-                "'X-Requested-With' with it, or 'Authorization: Bearer <token>'"
-            )
         response = error_response(
             401,
             "unauthorized",

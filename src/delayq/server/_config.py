@@ -43,8 +43,10 @@ __all__ = [
     "split_callback_host",
 ]
 
-#: The dashboard's login cookie (see :class:`~._auth.Sessions`).
-SESSION_COOKIE = "delayq_session"
+#: The cookie delayq reads: none. The dashboard's session travels in a header its
+#: script sends (:data:`~._auth.SESSION_HEADER`), because a browser sends a cookie to
+#: every port of its host.
+SESSION_COOKIE: str | None = None
 
 
 def check_queue_name(name: str) -> str:

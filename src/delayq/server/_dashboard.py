@@ -1,15 +1,21 @@
 """The dashboard of ``delayq serve``: server-rendered pages plus a little JavaScript.
 
 Every page is complete HTML rendered here from :class:`ServerState` (Jinja2 with
-autoescaping on), so reading works without JavaScript and without the ``/v1`` API.
+autoescaping on), so without a token reading works without JavaScript and without
+the ``/v1`` API.
 ``static/dashboard.js`` then keeps the numbers fresh from the API and drives the
 buttons (cancel, reschedule, retry), sending ``X-Requested-With: delayq-dashboard``.
 
-When the server has a token, every page needs a live session (the cookie the login
-form sets: a signed value that expires and that ``POST /logout`` ends; see
-:class:`~._auth.Sessions`) or an ``Authorization: Bearer`` header; without either a
-page redirects to ``/login``. Wrong tokens in the login form count against the
-client's address like wrong bearer tokens (429 past the burst).
+When the server has a token, every page needs a live session (a signed value that
+expires and that ``POST /logout`` ends; see :class:`~._auth.Sessions`) in the
+:data:`~._auth.SESSION_HEADER` header, or an ``Authorization: Bearer`` header. The
+session is no cookie (a browser sends cookies to every port of the host): the login
+answers a page that hands it to the script, which keeps it in the origin's
+``localStorage`` and sends it with its own requests. A page navigated to carries no
+header, so it redirects to ``/login``; the login page's script then fetches the page
+with the session and shows it in place (or shows the form when there is none). Wrong
+tokens in the login form count against the client's address like wrong bearer tokens
+(429 past the burst).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import jinja2
 from fastapi import APIRouter, FastAPI, Request
@@ -37,8 +43,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .._log import log_event, log_raised
 from ..durable import AsyncQueue
 from ..errors import QueueClosed
-from ._auth import AttemptThrottle, Sessions, client_key, cookie_value, token_matches
-from ._config import SESSION_COOKIE, check_queue_name
+from ._auth import SESSION_HEADER, AttemptThrottle, Sessions, client_key, token_matches
+from ._config import check_queue_name
 from ._constants import (
     DASHBOARD_CHART_BUCKETS,
     DASHBOARD_CHART_HORIZON,
@@ -336,13 +342,14 @@ def _sessions(request: Request) -> Sessions | None:
 
 
 def is_signed_in(request: Request) -> bool:
-    """True when the server has no token, or the request carries a live session or
-    ``Authorization: Bearer <token>`` (compared in constant time)."""
+    """True when the server has no token, or the request carries a live session (in
+    :data:`~._auth.SESSION_HEADER`) or ``Authorization: Bearer <token>`` (compared in
+    constant time)."""
     token = server_state(request).config.token
     if token is None:
         return True
     sessions = _sessions(request)
-    if sessions is not None and sessions.live(cookie_value(request.scope, SESSION_COOKIE)):
+    if sessions is not None and sessions.live(request.headers.get(SESSION_HEADER)):
         return True
     scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
     return scheme.lower() == "bearer" and token_matches(credentials.strip(), token)
@@ -549,9 +556,16 @@ async def login_form(request: Request, next: str = "/") -> Response:
     return _render(request, "login.html", next=target, error=None)
 
 
+# The login form's fields (``token``, ``next``), with room for what a browser or a
+# password manager may add; a form of more is refused.
+_LOGIN_FIELDS = 8
+_TOO_MANY_FIELDS = "The form has too many fields: send the token and where to go next."
+
+
 @router.post("/login", response_class=HTMLResponse)
 async def login(request: Request) -> Response:
-    """Check the posted token (constant time); on success start a session."""
+    """Check the posted token (constant time); on success start a session, handed to
+    the script by the page it answers."""
     token = server_state(request).config.token
     sessions = _sessions(request)
     if token is None or sessions is None:
@@ -561,11 +575,17 @@ async def login(request: Request) -> Response:
         body += chunk
         if len(body) > DASHBOARD_MAX_LOGIN_BODY:
             return _render(request, "login.html", 413, next="/", error="The form is too large.")
-    fields = parse_qs(body.decode("utf-8", "replace"), max_num_fields=8)
-    given = fields.get("token", [""])[0]
-    target = safe_next(fields.get("next", ["/"])[0])
+    # The body is capped above, so reading every field is bounded; the form has two.
+    pairs = parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
+    fields: dict[str, str] = {}
+    for name, value in pairs:
+        fields.setdefault(name, value)
+    target = safe_next(fields.get("next", "/"))
     throttle: AttemptThrottle = request.app.state.delayq_throttle
     client = client_key(request.scope)
+    if len(pairs) > _LOGIN_FIELDS and "token" not in fields:
+        return _render(request, "login.html", 400, next=target, error=_TOO_MANY_FIELDS)
+    # From here on the form presents a token: it is an attempt, throttled and counted.
     wait = throttle.retry_after(client)
     if wait > 0:
         page = _render(
@@ -573,39 +593,26 @@ async def login(request: Request) -> Response:
         )
         page.headers["Retry-After"] = str(max(1, int(wait + 0.999)))
         return page
-    if not token_matches(given, token):
+    if len(pairs) > _LOGIN_FIELDS:
+        throttle.failed(client, via="login", path="/login")
+        return _render(request, "login.html", 400, next=target, error=_TOO_MANY_FIELDS)
+    if not token_matches(fields.get("token", ""), token):
         throttle.failed(client, via="login", path="/login")
         return _render(request, "login.html", 401, next=target, error="Wrong token.")
-    response = RedirectResponse(_base(request) + target, status_code=303)
-    response.set_cookie(
-        SESSION_COOKIE,
-        sessions.start(),
-        max_age=int(sessions.ttl),
-        httponly=True,
-        samesite="strict",
-        path="/",
-        secure=request.url.scheme == "https",
-    )
-    return response
+    # No cookie: the page hands the session to the script, which keeps it in this
+    # origin's storage and goes on to ``target`` (the page is no-store).
+    return _render(request, "signed_in.html", session=sessions.start(), next=target)
 
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
-    """End the session (its cookie stops working, even a copy of it), back to the
-    login form."""
+    """End the session sent in :data:`~._auth.SESSION_HEADER` (it stops working,
+    even a copy of it), back to the login form. The script forgets it too."""
     sessions = _sessions(request)
     if sessions is not None:
-        sessions.end(cookie_value(request.scope, SESSION_COOKIE))
+        sessions.end(request.headers.get(SESSION_HEADER))
     target = f"{_base(request)}/login" if sessions is not None else f"{_base(request)}/"
-    response = RedirectResponse(target, status_code=303)
-    response.delete_cookie(
-        SESSION_COOKIE,
-        path="/",
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-    )
-    return response
+    return RedirectResponse(target, status_code=303)
 
 
 _STATIC_VERSION = _static_version()

@@ -1,6 +1,10 @@
 // The delayq dashboard: keeps the server-rendered pages fresh from the /v1 API and
 // drives their buttons. No framework, no build step. Data from the API only ever
 // reaches the page as text nodes or attribute values, never as HTML.
+//
+// With a token, it also carries the session: kept in this origin's localStorage
+// (scheme, host and port), sent only in its own requests (X-Delayq-Session), never a
+// cookie, which the browser would send to every port of the host.
 "use strict";
 
 (() => {
@@ -146,13 +150,123 @@
     status.classList.toggle("failed", Boolean(problem));
   }
 
+  // -- the session -----------------------------------------------------------------------
+
+  const SESSION_KEY = "delayq.session";
+  const SESSION_HEADER = "X-Delayq-Session";
+
+  function storedSession() {
+    try {
+      return localStorage.getItem(SESSION_KEY);
+    } catch (_) {
+      return null;
+    }
+  }
+
+  function keepSession(value) {
+    try {
+      localStorage.setItem(SESSION_KEY, value);
+      return true;
+    } catch (_) {
+      return false;
+    }
+  }
+
+  function forgetSession() {
+    try {
+      localStorage.removeItem(SESSION_KEY);
+    } catch (_) {
+      // No storage: nothing was kept.
+    }
+  }
+
+  function withSession(headers) {
+    const session = storedSession();
+    if (session) headers[SESSION_HEADER] = session;
+    return headers;
+  }
+
+  // A page navigated to carries no session: fetch it with the session and show it in
+  // place of this one (same URL, same policy). False when the session is over.
+  async function openWithSession(url) {
+    const target = new URL(url, location.href);
+    if (target.origin !== location.origin) return false;
+    const response = await fetch(target, {
+      headers: withSession({ Accept: "text/html" }),
+      credentials: "same-origin",
+      cache: "no-store",
+    });
+    if (response.status === 401) {
+      forgetSession();
+      return false;
+    }
+    if (!(response.headers.get("Content-Type") || "").startsWith("text/html")) {
+      location.replace(response.url);
+      return true;
+    }
+    const html = await response.text();
+    history.replaceState(null, "", response.url);
+    document.open();
+    document.write(html);
+    document.close();
+    return true;
+  }
+
+  // The login page: straight on with a live session, else the form.
+  async function startLogin() {
+    const form = document.getElementById("login-form");
+    const reveal = () => {
+      form.hidden = false;
+      form.elements.token.focus();
+    };
+    if (body.dataset.error || !storedSession()) {
+      reveal();
+      return;
+    }
+    try {
+      if (!(await openWithSession(body.dataset.next))) reveal();
+    } catch (error) {
+      reveal();
+      showError(`The server did not answer: ${error.message}`);
+    }
+  }
+
+  // The answer of a good token: keep its session, then on to the page asked for.
+  async function startSignedIn() {
+    if (!keepSession(body.dataset.session)) {
+      showError("This browser keeps no storage for this site, so the dashboard cannot keep its session.");
+      return;
+    }
+    try {
+      if (!(await openWithSession(body.dataset.next))) location.replace(`${base}/login`);
+    } catch (error) {
+      showError(`The server did not answer: ${error.message}`);
+    }
+  }
+
+  // Ends the session on the server (a copy of it stops working) and here.
+  async function signOut(action) {
+    try {
+      await fetch(action, {
+        method: "POST",
+        headers: withSession({ "X-Requested-With": "delayq-dashboard" }),
+        credentials: "same-origin",
+      });
+    } catch (_) {
+      // Forgotten here all the same; it expires on the server.
+    } finally {
+      forgetSession();
+      location.replace(`${base}/login`);
+    }
+  }
+
   // -- the API ---------------------------------------------------------------------------
 
   async function api(method, path, payload) {
     const init = {
       method,
       credentials: "same-origin",
-      headers: { "X-Requested-With": "delayq-dashboard", Accept: "application/json" },
+      headers: withSession({ "X-Requested-With": "delayq-dashboard", Accept: "application/json" }),
     };
     if (payload !== undefined) {
       init.headers["Content-Type"] = "application/json";
@@ -160,6 +274,7 @@
     }
     const response = await fetch(base + path, init);
     if (response.status === 401) {
+      forgetSession();
       const next = location.pathname + location.search;
       location.assign(`${base}/login?next=${urlPart(next)}`);
       throw new Error("Signed out: sign in again.");
@@ -433,6 +548,12 @@
   });
 
   document.addEventListener("submit", (event) => {
+    const logout = event.target.closest("form[data-action='logout']");
+    if (logout) {
+      event.preventDefault();
+      signOut(logout.action);
+      return;
+    }
     const form = event.target.closest("form[data-action='reschedule']");
     if (!form) return;
     event.preventDefault();
@@ -444,6 +565,14 @@
 
   // -- start -----------------------------------------------------------------------------
 
+  if (page === "signed_in") {
+    startSignedIn();
+    return;
+  }
+  if (page === "login") {
+    startLogin();
+    return;
+  }
   setInterval(tickTimes, 1000);
   // A message the API cannot name is not refreshed: its page stays as rendered.
   const tasks = { overview: refreshOverview, queue: refreshQueue };
