@@ -12,7 +12,7 @@ CONTRACT_STAMP := $(CONTRACT)/node_modules/.delayq-installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: run test test-redis-low lint bench mutate clean contract-deps
+.PHONY: run test test-redis-low test-serve-low lint bench mutate clean contract-deps
 
 $(BIN)/python:
 	@echo "make: creating $(VENV) (first run only)"
@@ -69,6 +69,24 @@ $(LOW_STAMP): pyproject.toml
 test-redis-low: $(LOW_STAMP)
 	DELAYQ_REQUIRE=redis $(LOW_VENV)/bin/python -m pytest -q -n $(TEST_JOBS) --dist loadfile \
 	  tests/conformance -k redis tests/backends/test_redis*.py $(PYTEST_ARGS)
+
+# The server's suites against the lowest FastAPI, Starlette, uvicorn and httptools of
+# pyproject.toml's ranges (the server subclasses and calls into their internals), in a
+# venv of their own inside .venv (made once, again when pyproject.toml changes).
+SERVE_LOW       := fastapi==0.110.1 starlette==0.37.2 uvicorn==0.29.0 httptools==0.6.0
+SERVE_LOW_VENV  := $(VENV)/serve-low
+SERVE_LOW_STAMP := $(SERVE_LOW_VENV)/.installed
+
+$(SERVE_LOW_STAMP): pyproject.toml Makefile
+	@echo "make: installing delayq with $(SERVE_LOW) into $(SERVE_LOW_VENV)"
+	$(PYTHON) -m venv $(SERVE_LOW_VENV)
+	$(SERVE_LOW_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(SERVE_LOW_VENV)/bin/python -m pip install --progress-bar off -e '.[dev]' $(SERVE_LOW)
+	touch $(SERVE_LOW_STAMP)
+
+test-serve-low: $(SERVE_LOW_STAMP)
+	$(SERVE_LOW_VENV)/bin/python -m pytest -q -n $(TEST_JOBS) --dist loadfile \
+	  tests/server tests/cli/test_serve*.py tests/e2e/test_dashboard_browser.py $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples scripts
