@@ -7,8 +7,10 @@ seconds (``"90"``, ``"1.5"``) or numbers with units, largest unit first (``"250m
 around it. A deadline (``at=``) is an aware :class:`datetime.datetime` or epoch
 seconds. A negative delay, or a deadline in the past, means "due now" (what a delay
 computed as ``deadline - now`` needs once the deadline has passed). NaN, infinities,
-naive datetimes and unknown strings raise :class:`ValueError`; ``bool`` and other
-types raise :class:`TypeError`. Every message names the argument (``kind``).
+naive datetimes and unknown strings raise :class:`ValueError` (a
+:class:`DurationError`, which also names the argument in ``argument``, for a face that
+names it its own way); ``bool`` and other types raise :class:`TypeError`. Every
+message names the argument (``kind``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from datetime import datetime, timedelta
 __all__ = [
     "AtLike",
     "DelayLike",
+    "DurationError",
     "at_to_epoch",
     "bounded_seconds",
     "deadline_from",
@@ -39,11 +42,21 @@ _SECONDS = re.compile(r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 _INF = math.inf
 
 
-def _unknown(text: str, kind: str) -> ValueError:
-    return ValueError(
+class DurationError(ValueError):
+    """A delay or deadline that cannot be used; ``argument`` is the name of the
+    argument it was given as (``"delay"``, ``"at"``), when known."""
+
+    def __init__(self, message: str, argument: str | None = None) -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
+def _unknown(text: str, kind: str) -> DurationError:
+    return DurationError(
         f'unknown duration {text!r} for {kind}: use seconds (90, "90", "-5") or numbers '
         'with units (us, ms, s, m, h, d), largest unit first, e.g. "250ms", "90s", '
-        '"1.5h", "1h30m"'
+        '"1.5h", "1h30m"',
+        kind,
     )
 
 
@@ -61,16 +74,17 @@ def _parse_duration_string(text: str, kind: str) -> float:
         for match in _PART.finditer(body):
             rank = _UNIT_RANK[match.group(2)]
             if rank <= last_rank:
-                raise ValueError(
+                raise DurationError(
                     f"unknown duration {text!r} for {kind}: each unit at most once, "
-                    "largest first (e.g. '1h30m')"
+                    "largest first (e.g. '1h30m')",
+                    kind,
                 )
             last_rank = rank
             total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
     else:
         raise _unknown(text, kind)
     if not total < _INF:
-        raise ValueError(f"{kind} {text!r} is too large")
+        raise DurationError(f"{kind} {text!r} is too large", kind)
     return sign * total
 
 
@@ -84,8 +98,8 @@ def delay_to_seconds(delay: object, kind: str = "delay") -> float:
         try:
             seconds = float(delay)  # type: ignore[arg-type]
         except OverflowError:
-            raise ValueError(
-                f"{kind} must be finite, got an int of {len(str(delay))} digits"
+            raise DurationError(
+                f"{kind} must be finite, got an int of {len(str(delay))} digits", kind
             ) from None
     elif value_type is bool:
         raise TypeError(f"a bool is not a duration ({kind})")
@@ -97,14 +111,14 @@ def delay_to_seconds(delay: object, kind: str = "delay") -> float:
         try:
             seconds = float(delay)
         except OverflowError:
-            raise ValueError(f"{kind} must be finite") from None
+            raise DurationError(f"{kind} must be finite", kind) from None
     else:
         raise TypeError(
             f"{kind} must be seconds (int/float), a timedelta or a string like '30m', "
             f"not {value_type.__name__}"
         )
     if not -_INF < seconds < _INF:
-        raise ValueError(f"{kind} must be finite, got {delay!r}")
+        raise DurationError(f"{kind} must be finite, got {delay!r}", kind)
     return seconds
 
 
@@ -122,7 +136,7 @@ def at_to_epoch(at: object) -> float:
     if isinstance(at, (int, float)):
         epoch = float(at)
         if not -_INF < epoch < _INF:
-            raise ValueError(f"at= must be finite epoch seconds, got {at!r}")
+            raise DurationError(f"at= must be finite epoch seconds, got {at!r}", "at")
         return epoch
     raise TypeError(f"at= must be an aware datetime or epoch seconds, not {type(at).__name__}")
 

@@ -13,7 +13,7 @@ import traceback
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
-from .._duration import at_to_epoch, delay_to_seconds, seconds_to_ms
+from .._duration import DurationError, at_to_epoch, delay_to_seconds, seconds_to_ms
 from .._fork import new_id
 from .._names import (
     MESSAGE_ID,
@@ -151,7 +151,9 @@ def check_seconds(kind: str, value: object, *, positive: bool) -> float:
     """Seconds (a number, timedelta or duration string), > 0 or >= 0."""
     seconds = delay_to_seconds(value, kind)
     if seconds < 0 or (positive and seconds == 0):
-        raise ValueError(f"{kind} must be {'> 0' if positive else '>= 0'} seconds, got {value!r}")
+        raise DurationError(
+            f"{kind} must be {'> 0' if positive else '>= 0'} seconds, got {value!r}", kind
+        )
     return seconds
 
 
@@ -163,7 +165,9 @@ def to_ms(seconds: float, kind: str = "delay") -> int:
     caller reads a negative as "now")."""
     product = seconds * 1000.0
     if not product <= MAX_DUE_MS:  # NaN included
-        raise ValueError(f"{kind} of {seconds!r} seconds is out of range (past the year 9999)")
+        raise DurationError(
+            f"{kind} of {seconds!r} seconds is out of range (past the year 9999)", kind
+        )
     if product < -MAX_DUE_MS:
         return -MAX_DUE_MS
     return seconds_to_ms(seconds)
@@ -175,7 +179,7 @@ def epoch_of(at: object) -> float:
     try:
         return at_to_epoch(at)
     except OverflowError:
-        raise ValueError(f"at= is out of range: an int of {len(str(at))} digits") from None
+        raise DurationError(f"at= is out of range: an int of {len(str(at))} digits", "at") from None
 
 
 def due_arguments(delay: object, at: object) -> tuple[int | None, int | None]:

@@ -24,6 +24,7 @@ from .._names import MAX_ID_LENGTH
 from ..durable import AsyncQueue, Message, State
 from ._convert import due_time, put_arguments
 from ._errors import ApiError, facade_errors
+from ._limits import JsonRoute
 from ._models import (
     AckRequest,
     AckResponse,
@@ -179,7 +180,11 @@ async def known_query(request: Request) -> None:
 KNOWN_QUERY = [Depends(known_query)]
 
 router = APIRouter(
-    prefix="/v1", tags=["messages"], responses=error_docs(), dependencies=KNOWN_QUERY
+    prefix="/v1",
+    tags=["messages"],
+    responses=error_docs(),
+    dependencies=KNOWN_QUERY,
+    route_class=JsonRoute,
 )
 
 

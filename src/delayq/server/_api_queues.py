@@ -28,6 +28,7 @@ from ._constants import (
     SERVE_MAX_LIMIT,
 )
 from ._errors import ApiError, error_response, facade_errors
+from ._limits import JsonRoute
 from ._models import (
     LIMIT_DEFAULT,
     DeadRetryRequest,
@@ -50,7 +51,11 @@ __all__ = ["ops_router", "queues_router"]
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 queues_router = APIRouter(
-    prefix="/v1", tags=["queues"], responses=error_docs(), dependencies=KNOWN_QUERY
+    prefix="/v1",
+    tags=["queues"],
+    responses=error_docs(),
+    dependencies=KNOWN_QUERY,
+    route_class=JsonRoute,
 )
 # Not /v1: uptime checkers and scrapers may add parameters of their own.
 ops_router = APIRouter(tags=["operations"])

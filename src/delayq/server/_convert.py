@@ -36,6 +36,7 @@ def to_at(value: int | float | str | None) -> int | float | datetime | None:
                 "invalid_request",
                 f"at is epoch seconds, and {value!r:.40} seconds is past the year 9999: "
                 "for epoch milliseconds (what due_at and Date.now() give) send at_ms",
+                field="at",
             )
         return value
     text = value.strip()
@@ -52,10 +53,14 @@ def to_at(value: int | float | str | None) -> int | float | datetime | None:
             422,
             "invalid_request",
             f"at must be an RFC 3339 time with offset or epoch seconds, got {value!r:.80}",
+            field="at",
         ) from None
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ApiError(
-            422, "invalid_request", f"at needs a time zone offset (e.g. Z or +01:00): {value!r:.80}"
+            422,
+            "invalid_request",
+            f"at needs a time zone offset (e.g. Z or +01:00): {value!r:.80}",
+            field="at",
         )
     return moment
 
@@ -86,6 +91,7 @@ def due_time(at: int | float | str | None, at_ms: int | None) -> int | float | d
             422,
             "invalid_request",
             f"at_ms of {at_ms!r} milliseconds is out of range (past the year 9999)",
+            field="at_ms",
         )
     return _seconds_of_ms(at_ms)
 

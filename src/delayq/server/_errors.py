@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
+from .._duration import DurationError
 from .._log import log_event, log_raised
 from .._names import InvalidName
 from ..durable.message import HeadersTooLarge
@@ -98,6 +99,8 @@ _HTTP_CODES = {
     413: "body_too_large",
     415: "unsupported_media_type",
 }
+# The fields of a request body that the facade's time parsers name as they are.
+_BODY_TIMES = frozenset(("delay", "at"))
 # Longest message built from pydantic's errors.
 _MAX_MESSAGE = 1000
 # What a union's branch is called in pydantic's error locations, said for people.
@@ -118,7 +121,9 @@ _RETRY_AFTER = "1"
 
 
 class ApiError(Exception):
-    """An error answer: ``status``, a stable machine-readable ``code``, a message."""
+    """An error answer: ``status``, a stable machine-readable ``code``, a message;
+    ``field``, the request body's field it is about, is said in front of the message
+    in the answer (``body.at: ...``, as for the fields pydantic checks)."""
 
     def __init__(
         self,
@@ -126,6 +131,8 @@ class ApiError(Exception):
         code: str,
         message: str,
         headers: Mapping[str, str] | None = None,
+        *,
+        field: str | None = None,
     ) -> None:
         super().__init__(message)
         check_code(status, code)
@@ -133,6 +140,11 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.headers = dict(headers or {})
+        self.field = field
+
+    def answer(self) -> str:
+        """The message as answered: with ``body.<field>: `` in front when ``field``."""
+        return self.message if self.field is None else f"body.{self.field}: {self.message}"
 
 
 def check_code(status: int, code: str) -> None:
@@ -172,6 +184,11 @@ def facade_errors() -> Iterator[None]:
     except InvalidName as exc:
         code = exc.code if exc.code in ("invalid_queue", "invalid_id") else "invalid_request"
         raise ApiError(422, code, str(exc)) from None
+    except DurationError as exc:
+        # Only these body fields reach the facade under their own name (lease_seconds
+        # is "lease" there, horizon a query parameter).
+        field = exc.argument if exc.argument in _BODY_TIMES else None
+        raise ApiError(422, "invalid_request", str(exc), field=field) from None
     except (TypeError, ValueError) as exc:
         raise ApiError(422, "invalid_request", str(exc)) from None
 
@@ -215,14 +232,17 @@ def _validation_message(errors: list[dict[str, Any]]) -> str:
 
 async def _on_api_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.code, exc.message, exc.headers)
+    return error_response(exc.status, exc.code, exc.answer(), exc.headers)
 
 
 async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = list(exc.errors())
-    if any(error.get("type") == "json_invalid" for error in errors):
-        return error_response(400, "malformed_json", "the request body is not valid JSON")
+    for error in errors:
+        if error.get("type") == "json_invalid":
+            reason = str(error.get("ctx", {}).get("error", ""))[:200]
+            message = "the request body is not valid JSON" + (f": {reason}" if reason else "")
+            return error_response(400, "malformed_json", message)
     return error_response(422, "invalid_request", _validation_message(errors))
 
 

@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._names import MAX_ID_LENGTH
 from ._api import put_one, put_status, queue_named
-from ._limits import replaying
+from ._limits import loads, replaying
 from ._models import PutRequestBody
 
 __all__ = ["FastPut"]
@@ -112,7 +112,7 @@ class FastPut:
             return  # nobody to answer
         try:
             state = scope["app"].state.delayq
-            request = PutRequestBody.model_validate(json.loads(body))
+            request = PutRequestBody.model_validate(loads(body))
             queue = queue_named(state, name)
         except Exception:  # the route finds the fault again and answers it
             await self.app(scope, replaying(body, receive), send)

@@ -9,6 +9,10 @@ and the per-client bound on waiting reserves.
   already cuts them off as they arrive; this holds under any other ASGI server);
 * the ``Host`` must be one the server answers to (:meth:`ServeConfig.host_allowed`),
   else 400: a page whose name was rebound to this machine's address gets nothing;
+* a queue name or message id in an API path must be UTF-8 once percent-decoded
+  (``a%FFb`` is not): else 422 ``invalid_queue`` or ``invalid_id``, as for any name
+  that breaks the rule, not a lookup of a name with U+FFFD in it (the server decodes
+  the path with replacement characters);
 * a request that may change something (any method but GET, HEAD, OPTIONS) must not
   come from another site: a ``Sec-Fetch-Site`` other than ``same-origin`` or ``none``,
   or an ``Origin`` that is not this server, is a 403;
@@ -38,7 +42,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from urllib.parse import urlsplit
+from urllib.parse import unquote_to_bytes, urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -101,6 +105,34 @@ def _same_origin(origin: str, host: str | None, config: ServeConfig) -> bool:
         if host_name(text) == name and host_port in ("", port):
             return True
     return config.listed_host(name)
+
+
+def _undecodable_name(scope: Scope) -> ApiError | None:
+    """The 422 of an API path whose queue name or message id is not UTF-8 once
+    percent-decoded, or None. Only a path the server decoded with a replacement
+    character (U+FFFD) is looked at again."""
+    path: str = scope["path"]
+    raw = scope.get("raw_path")
+    if "\ufffd" not in path or not raw or not path.startswith(_API_PREFIX):
+        return None
+    # /v1/queues/{queue}/messages/{id...}: the id may hold "/", so it is the rest.
+    segments = bytes(raw).split(b"?", 1)[0].split(b"/")
+    if segments[2:3] != [b"queues"]:
+        return None
+    named = [("invalid_queue", "queue name", b"/".join(segments[3:4]))]
+    if segments[4:5] == [b"messages"]:
+        named.append(("invalid_id", "message id", b"/".join(segments[5:])))
+    for code, what, text in named:
+        try:
+            unquote_to_bytes(text).decode("utf-8")
+        except UnicodeDecodeError:
+            shown = text.decode("latin-1")
+            return ApiError(
+                422,
+                code,
+                f"the {what} {shown!r:.100} of the path is not UTF-8 once percent-decoded",
+            )
+    return None
 
 
 def _body_may_follow(scope: Scope) -> bool:
@@ -196,6 +228,9 @@ class RequestGuard:
                 f"this server does not answer to the host {shown!r:.100}: "
                 "start it with --allowed-host NAME to reach it by that name",
             )
+        undecodable = _undecodable_name(scope)
+        if undecodable is not None:
+            return undecodable
         method: str = scope["method"]
         if method in _SAFE_METHODS:
             return None

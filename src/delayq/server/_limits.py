@@ -10,17 +10,31 @@ business (:mod:`._protocol`). The route then reads the buffered body; later
 ``receive`` calls reach the client connection, so a route can still learn that the
 client went away. (That the API's bodies are JSON is :class:`~._guard.RequestGuard`'s
 rule.)
+
+:func:`loads` reads a body as JSON the way RFC 8259 has it: the standard library's
+parser also takes ``NaN``, ``Infinity`` and ``-Infinity``, and reads a number past a
+double's range (``1e400``) as infinity; here each is a :class:`json.JSONDecodeError`,
+so the API answers 400 ``malformed_json`` as for any other body that is not JSON. The
+API's routes read their bodies with it (:class:`JsonRoute`), and so does the fast
+path of puts.
 """
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._auth import header
 from ._constants import SERVE_MAX_PAGE_BODY
 from ._errors import error_response
 
-__all__ = ["BodyLimit", "replaying"]
+__all__ = ["BodyLimit", "JsonRoute", "loads", "replaying"]
 
 _API_PREFIX = "/v1/"
 
@@ -84,3 +98,48 @@ def replaying(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replay
+
+
+def _no_constant(text: str) -> Any:
+    raise json.JSONDecodeError(f"{text} is not a JSON number", text, 0)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise json.JSONDecodeError(f"the number {text:.40} is past a double's range", text, 0)
+    return value
+
+
+# One decoder for every body (json.loads with hooks would build one per call).
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
+
+
+def loads(body: bytes | str) -> Any:
+    """``body`` parsed as JSON; :class:`json.JSONDecodeError` (a ``ValueError``) for
+    what RFC 8259 does not take, ``NaN``, infinities and numbers past a double's range
+    included. Bytes are decoded as :func:`json.loads` decodes them."""
+    if isinstance(body, bytes):
+        body = body.decode(json.detect_encoding(body), "surrogatepass")
+    return _DECODER.decode(body)
+
+
+class _JsonRequest(Request):
+    async def json(self) -> Any:
+        """The body, read by :func:`loads`."""
+        if not hasattr(self, "_json"):
+            self._json = loads(await self.body())
+        return self._json
+
+
+class JsonRoute(APIRoute):
+    """An API route: its JSON body is read by :func:`loads`."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """The route's handler, given the request as a :class:`_JsonRequest`."""
+        handler = super().get_route_handler()
+
+        async def json_handler(request: Request) -> Response:
+            return await handler(_JsonRequest(request.scope, request.receive))
+
+        return json_handler

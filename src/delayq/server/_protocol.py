@@ -12,6 +12,10 @@ limits it lacks, applied to the bytes as they arrive.
   the last, and the whole within :data:`SERVE_BODY_TIMEOUT`; past either, a 408 and
   the connection is closed. The app has not answered by then: it reads a whole body
   before it answers (:class:`~._limits.BodyLimit`).
+* **Unreadable requests.** What httptools cannot parse (a malformed
+  ``Content-Length``, request line or header) is a 400 ``bad_request`` in the API's
+  JSON shape, not uvicorn's plain-text one (:meth:`send_400_response`, which uvicorn
+  calls for each), and the connection is closed.
 
 A connection idle between requests is closed by uvicorn's keep-alive timeout. The
 deadlines cost nothing to a request that arrives in one piece: a timer is set only
@@ -131,6 +135,17 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             loop = asyncio.get_running_loop()
             left = self._delayq_body_deadline - loop.time()
             self._delayq_arm(max(0.0, min(self.body_timeout, left)))
+
+    def send_400_response(self, msg: str) -> None:
+        """Answer a request httptools cannot parse with a JSON 400 and close."""
+        self._delayq_disarm()
+        _reply(
+            self.transport,
+            b"400 Bad Request",
+            "bad_request",
+            "the request cannot be read as HTTP/1.1 (a malformed request line, header or "
+            "Content-Length)",
+        )
 
     def on_headers_complete(self) -> None:
         """The head is complete: its limits end, the body's begin."""
