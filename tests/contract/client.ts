@@ -263,6 +263,18 @@ const url = (path: string) => new URL(path, base);
 const bare = await fetch(url(`/v1/queues/${queue.queue}/purge`), { method: "POST", headers: authorization });
 const bareError = (await bare.json()) as components["schemas"]["ErrorResponse"];
 expect(bare.status === 415 && bareError.error.code === "unsupported_media_type", `purge without a body: 415, got ${bare.status}`);
+// NaN is not JSON (JSON.stringify cannot even send it): the error of a body that is not.
+const notJson = await fetch(url(`/v1/queues/${queue.queue}/messages`), {
+  method: "POST",
+  headers: { ...authorization, "Content-Type": "application/json" },
+  body: '{"payload": NaN}',
+});
+const notJsonError = (await notJson.json()) as components["schemas"]["ErrorResponse"];
+expect(
+  notJson.status === 400 && notJsonError.error.code === "malformed_json" &&
+    "400" in (moved.paths["/v1/queues/{queue}/messages"]?.post?.responses ?? {}),
+  `put {"payload": NaN}: a listed 400 malformed_json, got ${notJson.status} ${JSON.stringify(notJsonError)}`,
+);
 
 // -- what a client without the token, or asking for the methods, gets ----------------
 const anonymous = createClient<paths>({ baseUrl: base });
