@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from delayq.server import queue_from_header as public_queue_from_header
 from delayq.server import verify as public_verify
 from delayq.server._callbacks import (
     Callback,
@@ -22,6 +23,8 @@ from delayq.server._callbacks import (
     message_id_from_header,
     message_id_header,
     parse_callback,
+    queue_from_header,
+    queue_header,
     sign,
     verify,
 )
@@ -751,6 +754,28 @@ def test_message_id_from_header_refuses_bad_encodings(value: str, fragment: str)
         message_id_from_header(value)
     assert fragment in str(info.value)
     assert repr(value)[:20] in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("queue", "header"),
+    [
+        ("callbacks", "callbacks"),
+        ("wébhooks", "UTF-8''w%C3%A9bhooks"),
+        ("🪝hooks", "UTF-8''%F0%9F%AA%9Dhooks"),
+        ("注文", "UTF-8''%E6%B3%A8%E6%96%87"),
+        ("UTF-8''q", "UTF-8''UTF-8%27%27q"),
+        ("a b", "a b"),
+    ],
+)
+def test_queue_header_round_trips_as_the_message_id_header(queue: str, header: str) -> None:
+    assert queue_header(queue) == header
+    assert queue_from_header(header) == queue
+    assert public_queue_from_header(header) == queue
+    assert message_id_header(queue) == header  # one encoding for both headers
+    with pytest.raises(ValueError, match=r"lone surrogate.*X-Delayq-Queue"):
+        queue_header("q\ud800")
+    with pytest.raises(ValueError, match=r"^not a percent-encoded queue name"):
+        queue_from_header("UTF-8''%C3")
 
 
 def test_message_id_from_header_leaves_a_plain_value_alone() -> None:
