@@ -69,6 +69,7 @@ from ._constants import (
 )
 
 __all__ = [
+    "BODILESS_METHODS",
     "CALLBACK_METHODS",
     "ENCODED_PREFIX",
     "Callback",
@@ -89,6 +90,8 @@ __all__ = [
 
 #: The HTTP methods a callback may use.
 CALLBACK_METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
+#: Those of them sent without a body (the payload must be null).
+BODILESS_METHODS = ("GET",)
 
 ErrorCode = Literal["invalid_callback", "callback_host_not_allowed"]
 
@@ -178,12 +181,16 @@ class Callback:
         return _from_mapping(raw, default_timeout=None)
 
 
-def parse_callback(raw: object, config: ServeConfig) -> Callback:
+def parse_callback(raw: object, config: ServeConfig, *, with_body: bool = False) -> Callback:
     """Validate a callback given to the API: ``{"url": ..., "method": "POST",
-    "headers": {...}, "timeout": seconds}`` (only ``url`` required) or a URL string.
+    "headers": {...}, "timeout": seconds}`` (only ``url`` required) or a URL string,
+    for a message whose payload makes a request body (``with_body``) or not (a null
+    payload, empty bytes).
 
     The timeout defaults to ``config.callback_timeout``, which is also its upper
-    bound. Raises :class:`CallbackError` (``invalid_callback`` or
+    bound. Header values must be ASCII (HTTP clients and servers read other bytes as
+    Latin-1, so ``café`` would arrive as ``cafÃ©``), and a GET, which is sent without
+    a body, takes no payload. Raises :class:`CallbackError` (``invalid_callback`` or
     ``callback_host_not_allowed``) and does no I/O.
     """
     if isinstance(raw, str):
@@ -192,6 +199,19 @@ def parse_callback(raw: object, config: ServeConfig) -> Callback:
     if callback.timeout > config.callback_timeout:
         raise _invalid(
             f"callback timeout must be <= {config.callback_timeout:g} s (the server's limit)"
+        )
+    for name, value in callback.headers.items():
+        at = next((i for i, ch in enumerate(value) if not ch.isascii()), None)
+        if at is not None:
+            raise _invalid(
+                f"callback header {name!r} must have an ASCII value, got {value[at]!r} at "
+                f"{at}: a receiver would read other text garbled (percent-encode it, or "
+                "put it in the payload)"
+            )
+    if with_body and callback.method in BODILESS_METHODS:
+        raise _invalid(
+            f"callback method {callback.method} is sent without a body, so the payload "
+            "must be null: put what the receiver needs in the URL, or use POST"
         )
     check_host(callback.url, config)
     return callback

@@ -24,7 +24,8 @@ they are when a header can (printable ASCII, no space at either end), else encod
 (``UTF-8''`` then the percent-encoded UTF-8 bytes:
 :func:`~delayq.server._callbacks.message_id_header`,
 :func:`~delayq.server._callbacks.queue_header`); v2 signs the id's header value as
-sent, and v3 the queue, attempt and content type headers too.
+sent, and v3 the queue, attempt and content type headers too. A GET is sent without a
+body (a put refuses a payload with one).
 
 Each connection is checked when it is opened, by a network backend under httpx: the
 host httpx connects to (its own IDNA encoding of the name, whatever the URL looked
@@ -78,6 +79,7 @@ from ..runtime._consumer import LeaseRenewer, check_prefetch, prefetch_slots, re
 from ..runtime._outage import Outage
 from ..runtime._pool import Gate, Slots
 from ._callbacks import (
+    BODILESS_METHODS,
     Callback,
     CallbackError,
     address_refusal,
@@ -528,8 +530,8 @@ class Dispatcher:
         """One request: ``(outcome, error)`` with an outcome of CALLBACK_OUTCOMES."""
         assert self._client is not None
         timeout = min(callback.timeout, self.config.callback_timeout)
-        if callback.method == "GET":
-            body = b""
+        if callback.method in BODILESS_METHODS:
+            body = b""  # a put refuses a payload; one stored before that is dropped
         try:
             request = self._build(msg, callback, body, content_type, timeout, names=names)
         except (httpx.InvalidURL, ValueError) as exc:  # a header value httpx cannot send
@@ -578,7 +580,7 @@ class Dispatcher:
                 "X-Delayq-Attempt": str(msg.attempts),
             }
         )
-        if body or callback.method != "GET":
+        if body or callback.method not in BODILESS_METHODS:
             headers["Content-Type"] = content_type
         for name, value in callback.headers.items():
             headers[name] = value

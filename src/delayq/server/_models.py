@@ -152,7 +152,7 @@ class CallbackSpec(_Request):
     url: StrictStr = Field(description="http(s) URL; its host must be on the allowlist.")
     method: StrictStr = Field(default="POST", description="HTTP method of the callback request.")
     headers: dict[StrictStr, StrictStr] | None = Field(
-        default=None, description="Extra request headers."
+        default=None, description="Extra request headers; their values ASCII only (else 422)."
     )
     timeout: Number | None = Field(
         default=None,
