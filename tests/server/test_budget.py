@@ -18,8 +18,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from conformance._helpers import stored_request
 from delayq.durable import Queue
-from delayq.durable.message import put_request
 
 from ._helpers import error_of, put, stats
 from .conftest import MakeClient
@@ -57,20 +57,7 @@ def _store(url: str, payload: str, count: int, prefix: str) -> list[str]:
     """``count`` messages of the JSON ``payload`` written below the queue's checks
     (as a message stored before the limits, or by another writer)."""
     ids = [f"{prefix}-{index}" for index in range(count)]
-    requests = [
-        put_request(
-            id=message_id,
-            payload=payload.encode(),
-            encoding="json",
-            max_attempts=5,
-            headers={},
-            delay_ms=None,
-            at_ms=None,
-            on_conflict="ignore",
-            generated_id=False,
-        )
-        for message_id in ids
-    ]
+    requests = [stored_request(message_id, payload.encode()) for message_id in ids]
     with Queue(url, name="q") as queue:
         queue.backend.put("q", requests)
     return ids
