@@ -408,7 +408,7 @@ async def reserve(
     ``max``, and claims no more than it returns."""
     body = body or ReserveRequest()
     size = per_message(state)
-    page = Page([], [], False, [])
+    page = Page([], [], False)
     count = chunk(page, body.max, size, SERVE_ANSWER_BUDGET)
     with facade_errors():
         if body.wait > 0:
@@ -417,7 +417,7 @@ async def reserve(
         else:
             batch = await queue.reserve(wait=0, lease=body.lease_seconds, max=count)
         # Claimed a budget's worth at a time: more only while the answer has room.
-        while not take(page, batch, await encode_messages(batch), SERVE_ANSWER_BUDGET):
+        while not take(page, batch, await encode_messages(batch, page.used), SERVE_ANSWER_BUDGET):
             if len(batch) < count or len(page.messages) >= body.max:
                 break
             count = chunk(page, body.max, size, SERVE_ANSWER_BUDGET)

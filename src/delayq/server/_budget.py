@@ -1,15 +1,15 @@
 """What one answer may cost: messages are fetched a few at a time, as many as the
 answer's byte budget (:data:`~._constants.SERVE_ANSWER_BUDGET`) leaves room for at
-the queue's largest payload, and encoded in a worker thread, so that a list or a
-reserve of large messages neither reads nor holds much more than it sends, and never
-holds up the event loop while it encodes.
+the queue's largest payload, and an answer past its first 256 KiB is encoded in a
+worker thread, so that a list or a reserve of large messages neither reads nor holds
+much more than it sends, and never holds up the event loop while it encodes.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio.to_thread
@@ -34,6 +34,10 @@ __all__ = [
 ]
 
 _MESSAGE_OUT: TypeAdapter[MessageOut] = TypeAdapter(MessageOut)
+#: Bytes of an answer encoded on the event loop, past which it is encoded in a worker
+#: thread: what the loop spends on one answer is this and one message at most
+#: (milliseconds: a put's limits bound a message to 1 MiB and 100,000 values).
+_ON_LOOP = 256 * 1024
 
 #: ``fetch(count, after)``: up to ``count`` messages after ``after`` (None: the first).
 Fetch = Callable[[int, Message | None], Awaitable[list[Message]]]
@@ -63,12 +67,18 @@ def _encode(messages: list[Message]) -> list[bytes]:
     ]
 
 
-async def encode_messages(messages: list[Message]) -> list[bytes]:
-    """Each message as the API shows it (``MessageOut`` JSON), encoded in a worker
-    thread."""
-    if not messages:
-        return []
-    return await anyio.to_thread.run_sync(_encode, messages)
+async def encode_messages(messages: list[Message], done: int) -> list[bytes]:
+    """Each message as the API shows it (``MessageOut`` JSON). ``done`` is how many
+    bytes of the answer are encoded already: the first :data:`_ON_LOOP` of an answer
+    are encoded on the event loop (a thread's hand-off would cost small answers more
+    than their encoding), the rest in a worker thread."""
+    parts: list[bytes] = []
+    for index, message in enumerate(messages):
+        if done >= _ON_LOOP:
+            return parts + await anyio.to_thread.run_sync(_encode, messages[index:])
+        parts += _encode([message])
+        done += len(parts[-1])
+    return parts
 
 
 @dataclass
@@ -80,29 +90,29 @@ class Page:
     parts: list[bytes]
     cut: bool
     #: Messages fetched (or claimed) that the answer leaves out.
-    left: list[Message]
+    left: list[Message] = field(default_factory=list)
+    #: Bytes of the answer so far (the messages' JSON and their commas).
+    used: int = 0
 
 
 def take(page: Page, batch: list[Message], parts: list[bytes], budget: int) -> bool:
     """Add ``batch`` to ``page`` until the next message would pass ``budget`` (the
     first always fits); True when the budget is spent."""
-    used = sum(len(part) + 1 for part in page.parts)
     for index, (message, part) in enumerate(zip(batch, parts, strict=True)):
-        if page.messages and used + len(part) > budget:
+        if page.messages and page.used + len(part) > budget:
             page.cut = True
             page.left.extend(batch[index:])
             return True
         page.messages.append(message)
         page.parts.append(part)
-        used += len(part) + 1
-    return used >= budget
+        page.used += len(part) + 1
+    return page.used >= budget
 
 
 def chunk(page: Page, limit: int, size: int, budget: int) -> int:
     """How many messages the next fetch may ask for: no more than the limit leaves,
     nor than the budget leaves room for at ``size`` bytes each (at least one)."""
-    used = sum(len(part) + 1 for part in page.parts)
-    return max(1, min(limit - len(page.messages), (budget - used) // size))
+    return max(1, min(limit - len(page.messages), (budget - page.used) // size))
 
 
 async def fetch_page(
@@ -110,12 +120,12 @@ async def fetch_page(
 ) -> Page:
     """Up to ``limit`` messages from ``fetch``, as many as fit ``budget`` bytes of
     JSON (at least one), fetched ``chunk`` at a time."""
-    page = Page([], [], False, [])
+    page = Page([], [], False)
     last: Message | None = None
     while len(page.messages) < limit:
         count = chunk(page, limit, size, budget)
         batch = await fetch(count, last)
-        if take(page, batch, await encode_messages(batch), budget):
+        if take(page, batch, await encode_messages(batch, page.used), budget):
             page.cut = page.cut or len(page.messages) < limit
             break
         if len(batch) < count:
