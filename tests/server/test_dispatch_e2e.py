@@ -769,6 +769,27 @@ def test_a_callback_whose_payload_cannot_be_read_goes_dead_unsent() -> None:
     run_memory(body)
 
 
+@pytest.mark.timeout(30)
+def test_a_callback_whose_headers_cannot_be_read_goes_dead_unsent() -> None:
+    """Headers written to the store below a put's checks (nested 100,000 deep, not
+    strings) are not read as a callback: the message goes dead at once, saying why
+    (issue 33, point 8)."""
+
+    async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
+        nested: Any = "x"
+        for _ in range(100_000):
+            nested = {"a": nested}
+        headers = {CALLBACK_HEADER: Callback(receiver.url()).to_header(), "h": nested}
+        request = stored_request("deep", b"1", headers=headers)
+        await state.queue(QUEUE).backend.put(QUEUE, [request])
+        msg = await dead_message(state, "deep")
+        assert msg.attempts == 1
+        assert msg.last_error.startswith("callback refused: its headers cannot be read")
+        assert receiver.arrivals == []
+
+    run_memory(body)
+
+
 # -- failures of other kinds (backend-independent: memory://) --------------------------------
 
 

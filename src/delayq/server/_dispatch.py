@@ -472,6 +472,8 @@ class Dispatcher:
     async def _deliver(self, queue: AsyncQueue, msg: Message) -> None:
         text = msg.headers.get(CALLBACK_HEADER)
         try:
+            if msg.headers_error is not None:
+                raise ValueError(f"its headers cannot be read: {msg.headers_error}")
             if text is None:
                 raise CallbackError("invalid_callback", "the message has no callback header")
             callback = Callback.from_header(text)
@@ -481,7 +483,7 @@ class Dispatcher:
             if msg.payload_error is not None:
                 raise ValueError(f"its payload cannot be read: {msg.payload_error}")
             body, content_type = _body_of(msg)
-        except (CallbackError, TypeError, ValueError) as exc:
+        except (CallbackError, TypeError, ValueError, RecursionError) as exc:
             await self._refuse(queue, msg, f"callback refused: {exc}")
             return
         gate = self._gate

@@ -238,6 +238,11 @@ class MessageOut(BaseModel):
     attempts: int
     max_attempts: int
     headers: dict[str, str]
+    headers_error: str | None = Field(
+        default=None,
+        description="Why the headers cannot be shown (they are then empty, and callback "
+        "null): written to the store below a put's checks.",
+    )
     last_error: str | None = None
     callback: CallbackSpec | None = Field(
         default=None, description="Where the server delivers it (callback queues)."
