@@ -5,6 +5,7 @@ event loop is not held up while such an answer is made."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import statistics
 import threading
@@ -19,7 +20,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from conformance._helpers import stored_request
-from delayq.durable import Queue
+from delayq.durable import Message, Queue, State
+from delayq.server._budget import fetch_page
 
 from ._helpers import error_of, put, stats
 from .conftest import MakeClient
@@ -197,7 +199,49 @@ def test_a_large_list_does_not_hold_up_healthz(tmp_path: Path) -> None:
         while lister.is_alive():
             busy += _health_times(server.base, 1)
         lister.join()
-    print(f"healthz quiet median {statistics.median(quiet):.4f}s, during lists max "
-          f"{max(busy):.4f}s over {len(busy)}; lists {lists}")  # fmt: skip
+    print(
+        f"healthz quiet median {statistics.median(quiet):.4f}s, during lists max "
+        f"{max(busy):.4f}s over {len(busy)}; lists {lists}"
+    )
     # A /healthz during the lists may wait for a slice of one, never for a whole list.
     assert max(busy) < max(50 * statistics.median(quiet), 0.5 * statistics.median(lists))
+
+
+def _fetches_for(sizes: list[int], limit: int) -> tuple[int, int, int]:
+    """Page ``limit`` messages of these JSON sizes through ``fetch_page``: the fetches
+    made, the messages the page holds and the most messages one fetch asked for."""
+    messages = [
+        Message(
+            id=f"{index:04d}",
+            queue="q",
+            payload="x" * size,
+            due_at=index,
+            attempts=0,
+            max_attempts=1,
+            state=State.SCHEDULED,
+        )
+        for index, size in enumerate(sizes)
+    ]
+    asked: list[int] = []
+
+    async def fetch(count: int, last: Message | None) -> list[Message]:
+        asked.append(count)
+        start = 0 if last is None else messages.index(last) + 1
+        return messages[start : start + count]
+
+    page = asyncio.run(fetch_page(fetch, limit, 1024 * 1024))
+    return len(asked), len(page.messages), max(asked)
+
+
+def test_a_page_of_small_messages_takes_a_few_fetches_and_large_ones_stay_bounded() -> None:
+    """A fetch a message (or a few) would make a 1,000-message list or reserve several
+    times slower; a chunk grown on small messages must still not read a budget's worth
+    of large ones many times over."""
+    fetches, held, _ = _fetches_for([100] * 1000, 1000)
+    assert held == 1000
+    assert fetches <= 6
+    # Four small messages, then large ones: the page ends near its budget, and no
+    # fetch asks for more than the budget holds at the smallest size counted.
+    fetches, held, most = _fetches_for([100] * 4 + [512 * 1024] * 996, 1000)
+    assert 4 < held <= 4 + SERVE_ANSWER_BUDGET // (512 * 1024) + 1
+    assert most <= SERVE_ANSWER_BUDGET // (16 * 1024)

@@ -1,8 +1,14 @@
-"""What one answer may cost: messages are fetched a few at a time, as many as the
-answer's byte budget (:data:`~._constants.SERVE_ANSWER_BUDGET`) leaves room for at
-the queue's largest payload, and an answer past its first 256 KiB is encoded in a
-worker thread, so that a list or a reserve of large messages neither reads nor holds
-much more than it sends, and never holds up the event loop while it encodes.
+"""What one answer may cost: messages are fetched a chunk at a time, as many as the
+answer's byte budget (:data:`~._constants.SERVE_ANSWER_BUDGET`) leaves room for, and
+an answer past its first 256 KiB is encoded in a worker thread, so that a list or a
+reserve of large messages neither reads nor holds much more than it sends, and never
+holds up the event loop while it encodes.
+
+A chunk is sized by what the answer has seen: the first at the largest payload a put
+may store (4 messages at 1 MiB), the next ones at the largest message seen so far in
+this answer, but never below :data:`_SMALLEST` bytes each. So a page of small messages
+takes a few fetches (a fetch each would make a 1,000-message list or reserve several
+times slower), and a fetch reads at most ``budget / _SMALLEST`` messages.
 """
 
 from __future__ import annotations
@@ -38,6 +44,9 @@ _MESSAGE_OUT: TypeAdapter[MessageOut] = TypeAdapter(MessageOut)
 #: thread: what the loop spends on one answer is this and one message at most
 #: (milliseconds: a put's limits bound a message to 1 MiB and 100,000 values).
 _ON_LOOP = 256 * 1024
+#: The least a message is counted at when a chunk is sized by the messages seen (the
+#: first chunk is sized by the largest payload a put may store).
+_SMALLEST = 16 * 1024
 
 #: ``fetch(count, after)``: up to ``count`` messages after ``after`` (None: the first).
 Fetch = Callable[[int, Message | None], Awaitable[list[Message]]]
@@ -93,11 +102,14 @@ class Page:
     left: list[Message] = field(default_factory=list)
     #: Bytes of the answer so far (the messages' JSON and their commas).
     used: int = 0
+    #: The largest message's JSON seen so far (0: none yet).
+    largest: int = 0
 
 
 def take(page: Page, batch: list[Message], parts: list[bytes], budget: int) -> bool:
     """Add ``batch`` to ``page`` until the next message would pass ``budget`` (the
     first always fits); True when the budget is spent."""
+    page.largest = max(page.largest, *map(len, parts), 0)
     for index, (message, part) in enumerate(zip(batch, parts, strict=True)):
         if page.messages and page.used + len(part) > budget:
             page.cut = True
@@ -111,8 +123,10 @@ def take(page: Page, batch: list[Message], parts: list[bytes], budget: int) -> b
 
 def chunk(page: Page, limit: int, size: int, budget: int) -> int:
     """How many messages the next fetch may ask for: no more than the limit leaves,
-    nor than the budget leaves room for at ``size`` bytes each (at least one)."""
-    return max(1, min(limit - len(page.messages), (budget - page.used) // size))
+    nor than the budget leaves room for (at least one), each counted at ``size``
+    bytes before any is seen, then at the largest seen (at least :data:`_SMALLEST`)."""
+    each = size if not page.largest else max(_SMALLEST, min(size, page.largest))
+    return max(1, min(limit - len(page.messages), (budget - page.used) // each))
 
 
 async def fetch_page(
