@@ -3,13 +3,14 @@ tools nobody here wrote, from the npm packages of package-lock.json in this fold
 (``npm ci``: ``make test`` and ``.ci/run`` install them):
 
 * Redocly's linter finds no problem in ``/openapi.json``, error or warning (the rules
-  of ``redocly.yaml``), served by a server with a token and by one without;
+  of ``redocly.yaml``), served by a server with a token and by one without, and the
+  two serve the same document;
 * openapi-typescript turns it into types that ``client.ts`` (put, get, reschedule,
   cancel, batch, reserve, ack, nack, extend, dead, stats) and the README's TypeScript
   block compile against with ``tsc --strict``;
-* both run against a live ``delayq serve``; ``client.ts`` checks every answer against
-  the document (status listed, required headers sent, body valid under ajv in strict
-  mode) and exits 1 on any mismatch.
+* both run, unchanged, against a live ``delayq serve`` with a token and one without;
+  ``client.ts`` checks every answer against the document (status listed, required
+  headers sent, body valid under ajv in strict mode) and exits 1 on any mismatch.
 
 Without node, npm or the packages the test is skipped, and fails when ``$CI`` is set.
 """
@@ -70,13 +71,22 @@ def _environ() -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def server(tools: None, tmp_path: Path) -> Iterator[str]:
-    """``delayq serve`` with a token, on a free port (the memory backend): its base URL."""
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN, encoding="utf-8")
-    with serving(tmp_path, "--token-file", str(token_file), url="memory://contract") as served:
+@pytest.fixture(params=["token", "no-token"])
+def server(request: pytest.FixtureRequest, tools: None, tmp_path: Path) -> Iterator[str]:
+    """``delayq serve`` with a token or without, on a free port (the memory backend):
+    its base URL."""
+    args: list[str] = []
+    if request.param == "token":
+        token_file = tmp_path / "token"
+        token_file.write_text(TOKEN, encoding="utf-8")
+        args = ["--token-file", str(token_file)]
+    with serving(tmp_path, *args, url="memory://contract") as served:
         yield served.base.rstrip("/")
+
+
+def _token(request: pytest.FixtureRequest) -> str:
+    """The token the test's server was started with ("" for none)."""
+    return TOKEN if request.node.callspec.params["server"] == "token" else ""
 
 
 def _run(argv: list[str], *, env: dict[str, str] | None = None) -> str:
@@ -119,8 +129,9 @@ def _readme_client(base: str) -> str:
 
 
 def test_typescript_clients_compile_and_every_answer_matches_the_document(
-    server: str,
+    server: str, request: pytest.FixtureRequest
 ) -> None:
+    token = _token(request)
     generated = HERE / "generated"
     shutil.rmtree(generated, ignore_errors=True)
     shutil.rmtree(HERE / "build", ignore_errors=True)
@@ -130,13 +141,13 @@ def test_typescript_clients_compile_and_every_answer_matches_the_document(
     served = generated / "openapi.json"
     served.write_text(json.dumps(document), encoding="utf-8")
     _lint(served)
-    # The same server without a token describes its operations as taking none.
+    # A server started with the other flags serves the same document.
     from delayq.server import ServeConfig, create_app  # noqa: PLC0415
 
-    open_app = create_app(ServeConfig(url="memory://contract-open", dispatch=False))
-    tokenless = generated / "openapi-no-token.json"
-    tokenless.write_text(json.dumps(open_app.openapi()), encoding="utf-8")
-    _lint(tokenless)
+    other = create_app(
+        ServeConfig(url="memory://contract-other", dispatch=False, token=None if token else TOKEN)
+    )
+    assert other.openapi() == document
 
     _run([str(BIN / "openapi-typescript"), str(served), "--output", "generated/delayq.d.ts"])
     (generated / "readme.ts").write_text(_readme_client(server), encoding="utf-8")
@@ -145,7 +156,10 @@ def test_typescript_clients_compile_and_every_answer_matches_the_document(
          "--outDir", "build", "client.ts", "node-globals.d.ts", "generated/readme.ts"]
     )  # fmt: skip
 
-    output = _run(["node", "build/client.js", server, TOKEN])
+    output = _run(["node", "build/client.js", server, token])
     assert re.search(r"contract: \d+ answers checked \(\d+ bodies\), 0 failures", output), output
-    readme = _run(["node", "build/generated/readme.js"], env={**_environ(), "DELAYQ_TOKEN": TOKEN})
+    environ = _environ()
+    if token:
+        environ["DELAYQ_TOKEN"] = token
+    readme = _run(["node", "build/generated/readme.js"], env=environ)
     assert "acked" in readme, readme

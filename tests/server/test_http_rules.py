@@ -53,14 +53,60 @@ def test_healthz_needs_no_token(locked: TestClient) -> None:
 
 def test_the_api_description_needs_no_token(locked: TestClient) -> None:
     """Clients are generated from /openapi.json, protected server or not: it holds no
-    data, and it says which operations need the token."""
+    data, and it says which operations take the token."""
     document = locked.get("/openapi.json").json()
     assert document["components"]["securitySchemes"]["bearerToken"]["scheme"] == "bearer"
     put = document["paths"]["/v1/queues/{queue}/messages"]["post"]
-    assert put["security"] == [{"bearerToken": []}]
+    assert put["security"] == [{"bearerToken": []}, {}]
     assert "WWW-Authenticate" in put["responses"]["401"]["headers"]
     assert document["paths"]["/healthz"]["get"]["security"] == []
     assert error_of(locked.get("/docs"), 401) == "unauthorized"
+
+
+def test_one_document_whatever_the_flags(client: TestClient, locked: TestClient) -> None:
+    """A client generated from a server without a token knows the 401 and 429 of one
+    with a token, and no OPTIONS operation (generators would make a function of
+    each); every operation lists what the guard and the connection may answer."""
+    document = client.get("/openapi.json").json()
+    assert locked.get("/openapi.json").json() == document
+    for path, operations in document["paths"].items():
+        assert "options" not in operations, path
+        for method, operation in operations.items():
+            where = f"{method.upper()} {path}"
+            answers = operation["responses"]
+            assert {"400", "408", "431"} <= answers.keys(), where
+            if method != "get":
+                assert "403" in answers, where
+            if "requestBody" in operation:
+                assert operation["requestBody"]["required"] is True, where
+                assert {"413", "415"} <= answers.keys(), where
+            if path == "/healthz":
+                continue
+            assert operation["security"] == [{"bearerToken": []}, {}], where
+            assert {"401", "429"} <= answers.keys(), where
+            assert answers["429"]["headers"]["Retry-After"]["required"] is True, where
+    options = client.options("/v1/queues/q/purge")
+    assert options.status_code == 204
+    assert options.headers["allow"] == "OPTIONS, POST"
+
+
+@pytest.mark.parametrize("action", ["reserve", "dead/retry", "purge"])
+def test_a_write_without_content_type_is_415_with_a_token_or_without(
+    client: TestClient, locked: TestClient, action: str
+) -> None:
+    """The operations whose fields all have defaults: the document requires their
+    body, and a request without one (or without Content-Type) is refused alike by a
+    server without a token, sent or not, and by one with it: a bearer token exempts
+    nothing, so code written against one server works against the other."""
+    for round_, (app, headers) in enumerate(((client, {}), (client, BEARER), (locked, BEARER))):
+        queue = f"q{round_}"
+        app.post(f"/v1/queues/{queue}/messages", json={"payload": 1}, headers=headers)
+        path = f"/v1/queues/{queue}/{action}"
+        response = app.post(path, headers=headers)
+        assert error_of(response, 415) == "unsupported_media_type", headers
+        counts = app.get(f"/v1/queues/{queue}/stats", headers=headers).json()
+        assert counts["ready"] == 1, headers  # nothing reserved, nothing purged
+        assert app.post(path, json={}, headers=headers).status_code == 200, headers
 
 
 def test_session_header_passes(locked: TestClient) -> None:

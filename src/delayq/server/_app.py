@@ -39,13 +39,13 @@ __all__ = ["create_app", "request_stop"]
 _DESCRIPTION = """\
 A durable delay queue over HTTP: put messages due later, cancel or reschedule them by
 id, consume them with reserve (long-poll) and ack/nack, or let the server deliver them
-to a URL (callbacks). Errors are `{"error": {"code": ..., "message": ...}}`. With a
-token configured, send `Authorization: Bearer <token>` (this document and `/healthz` are
-served without it). Each operation lists the answers a client that follows this
-document can get; any request may also be refused before it reaches an operation: 400
-for a Host the server does not answer to, 403 for a write from another web site, 405
-(with `Allow`) for a method a path does not take, 408 for a body that is too slow, 413
-for a body on an operation that takes none, 431 for oversized headers.
+to a URL (callbacks). Errors are `{"error": {"code": ..., "message": ...}}`. A server
+started with a token needs `Authorization: Bearer <token>` on every operation but
+`getHealth` (this document is served without it too); one started without a token
+needs none and ignores one sent: this document is the same for both. A POST sends
+JSON (`Content-Type: application/json`), `{}` for a body of defaults. Each
+operation lists every answer it can give; a method a path does not take is a 405 with
+`Allow`, and `OPTIONS` answers 204 with `Allow`.
 """
 
 
@@ -141,7 +141,7 @@ def create_app(config: ServeConfig, *, state: ServerState | None = None) -> Fast
         license_info={"name": "MIT", "identifier": "MIT"},
         generate_unique_id_function=operation_id,
     )
-    install_openapi(app, token=config.token is not None)
+    install_openapi(app)
     app.state.delayq_stopper = stopper
     sessions = None if config.token is None else Sessions(config.token, config.session_ttl)
     throttle = AttemptThrottle()

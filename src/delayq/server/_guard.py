@@ -12,10 +12,13 @@ and the per-client bound on waiting reserves.
 * a request that may change something (any method but GET, HEAD, OPTIONS) must not
   come from another site: a ``Sec-Fetch-Site`` other than ``same-origin`` or ``none``,
   or an ``Origin`` that is not this server, is a 403;
-* a POST, PUT or PATCH to the API must be JSON, whatever its body, or carry a header
-  no cross-site form or simple request can (``Authorization`` or
-  ``X-Requested-With``) with an empty body; else 415. Browsers send a cross-site
-  JSON request only after a preflight, which this server never grants.
+* a POST, PUT or PATCH to the API must be JSON, whatever its body, or carry
+  ``X-Requested-With`` (a header no cross-site form or simple request can send: the
+  dashboard's script does) with an empty body; else 415. Browsers send a cross-site
+  JSON request only after a preflight, which this server never grants. A bearer
+  token does not exempt a request: the same call gets the same answer from a server
+  with a token and one without (``/openapi.json`` requires every body, so generated
+  clients send JSON).
 
 The request it passes on carries only the cookies delayq reads (:data:`_COOKIES_READ`,
 none while :data:`~._config.SESSION_COOKIE` is None), found by
@@ -51,11 +54,9 @@ _SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS"))
 _METHODS_WITH_BODY = frozenset(("POST", "PUT", "PATCH"))
 _SAME_SITE = frozenset(("same-origin", "none"))
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
-# The headers the guard reads (``authorization`` and ``x-requested-with``: a header no
-# cross-site form can send).
-_WATCHED = frozenset(
-    (b"host", b"content-type", b"origin", b"sec-fetch-site", b"authorization", b"x-requested-with")
-)
+# The headers the guard reads (``x-requested-with``: a header no cross-site form can
+# send).
+_WATCHED = frozenset((b"host", b"content-type", b"origin", b"sec-fetch-site", b"x-requested-with"))
 # The cookies the app reads: the guard passes on these alone.
 _COOKIES_READ = tuple(name for name in (SESSION_COOKIE,) if name)
 # What a value of theirs may hold (RFC 3986's unreserved characters: no quote, no
