@@ -156,6 +156,18 @@ def test_an_unreachable_server_does_not_show_the_password() -> None:
     assert PASSWORD not in f"{raised.value} {raised.value!r}"
 
 
+def test_the_serve_config_does_not_show_its_secrets() -> None:
+    from delayq.server import ServeConfig  # noqa: PLC0415  (the serve extra)
+
+    config = ServeConfig(
+        url=f"redis://:{PASSWORD}@h/0", token=f"t-{PASSWORD}", signing_secret=f"s-{PASSWORD}"
+    )
+    assert PASSWORD not in repr(config)
+    assert "url='redis://:***@h/0'" in repr(config)
+    assert "token='***'" in repr(config)
+    assert "port=8080" in repr(config)
+
+
 def test_redaction_needs_no_parse() -> None:
     assert redact_url(f"redis://:{PASSWORD}@[::1:6379/9") == "redis://:***@[::1:6379/9"
     assert redact_url(f"redis://:a/{PASSWORD}@h/0") == "redis://:***@h/0"
