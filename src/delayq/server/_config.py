@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 import idna
@@ -23,6 +23,7 @@ from .._constants import (
 )
 from .._names import QUEUE_NAME, check_stored
 from .._names import check_queue_name as check_writable_queue_name
+from ..durable.registry import redact_url
 from ..runtime._consumer import check_prefetch
 from ._constants import (
     CALLBACK_DEFAULT_TIMEOUT,
@@ -266,6 +267,15 @@ class ServeConfig:
         for address in self.forwarded_allow_ips:
             if not isinstance(address, str) or not address.strip():
                 raise ValueError(f"forwarded_allow_ips: not an address, {address!r}")
+
+    def __repr__(self) -> str:
+        # A config is printed in tracebacks and logs: its secrets are not.
+        shown = {item.name: getattr(self, item.name) for item in fields(self)}
+        shown["url"] = redact_url(self.url)
+        for secret in ("token", "signing_secret"):
+            if shown[secret] is not None:
+                shown[secret] = "***"
+        return f"ServeConfig({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
 
     def listed_host(self, name: str) -> bool:
         """True when the host ``name`` matches an entry of ``allowed_hosts`` by name
