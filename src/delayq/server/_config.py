@@ -69,6 +69,16 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
+def _binds_loopback(host: str) -> bool:
+    """True when binding ``host`` listens on loopback only: ``localhost`` or a loopback
+    address. A name under ``.localhost`` is not: the bind resolves it, and a resolver
+    may send it out and answer any address."""
+    name = host.strip("[]").lower().rstrip(".")
+    return name == "localhost" or (
+        name != "" and is_loopback_host(name) and name[0] in "0123456789:"
+    )
+
+
 def host_name(value: str) -> str:
     """The host of a ``Host`` header or an ``--allowed-host`` entry: lowercase, without
     brackets, port or trailing dot (``"[::1]:8080"`` -> ``"::1"``)."""
@@ -223,10 +233,11 @@ class ServeConfig:
             raise ValueError(f"port must be 0 to 65535, got {self.port!r}")
         if self.token is not None and (not isinstance(self.token, str) or len(self.token) < 8):
             raise ValueError("token must be a str of at least 8 characters")
-        if self.token is None and not is_loopback_host(self.host):
+        if self.token is None and not _binds_loopback(self.host):
             raise ValueError(
-                f"refusing to serve on {self.host!r} without a token: a non-loopback "
-                "bind needs --token (or DELAYQ_TOKEN)"
+                f"refusing to serve on {self.host!r} without a token: a bind to another "
+                "address than localhost, 127.0.0.0/8 or ::1 needs --token-file FILE (or "
+                "DELAYQ_TOKEN)"
             )
         # Tuples of their own: a list the caller edits later cannot change what was
         # checked here (an unchecked callback host would allow every host).
