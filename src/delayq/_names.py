@@ -9,18 +9,26 @@ paste, which forms (the dashboard's search) trim. A queue name is one segment of
 path, so it may not hold ``/``, nor ``{`` or ``}`` (Redis keys put the name inside a
 ``{...}`` hash tag). A message id may hold ``/`` (ids are often made of keys and URLs:
 ``hook:https://example.com/x``): the HTTP routes take the rest of the path as the id,
-``%2F`` or ``/`` alike. Letters of any script are welcome.
+``%2F`` or ``/`` alike. Letters of any script are welcome; a queue name must be in
+Unicode's NFC form (``café`` of 4 code points, not ``cafe`` and a combining accent; ``K``,
+not the Kelvin sign), so two names that look the same are one queue; the refusal names
+the NFC form. Message ids are compared as given (they are often made elsewhere: a file
+name on macOS is NFD). NFC does not make look-alikes of different scripts one (Latin
+``a`` and Cyrillic ``\u0430``), nor compatibility forms (fullwidth ``\uff2b``, ligatures).
 
 What a read may address (:func:`check_stored`): anything a backend can hold, 1 to 255
 characters without NUL. Everything but ``put`` and ``put_many`` (opening a queue, get,
 cancel, reschedule, reserve, stats, purge...) takes that, so a queue or message stored
 under a name or id that an older delayq accepted stays readable, cancellable and
-drainable; nothing new can be written under one.
+drainable; nothing new can be written under one. A read is not normalized: it
+addresses the name exactly as given, so a queue an older delayq made under an NFD name
+is read, drained and purged under that name, and its NFC twin is another queue.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 #: Longest message id and queue name, in characters.
 MAX_ID_LENGTH = 255
@@ -110,7 +118,11 @@ def _problem(kind: str, value: str, bad: re.Pattern[str], forbidden: str) -> str
 
 def queue_name_problem(name: str) -> str | None:
     """Why a put may not write to the queue ``name`` (a str), or None."""
-    return _problem(QUEUE_NAME, name, _QUEUE_NAME_BAD, "'/', '{' or '}'")
+    problem = _problem(QUEUE_NAME, name, _QUEUE_NAME_BAD, "'/', '{' or '}'")
+    if problem is None and not unicodedata.is_normalized("NFC", name):
+        nfc = unicodedata.normalize("NFC", name)
+        problem = f"{QUEUE_NAME} must be in Unicode NFC form ({nfc!r:.80}), got {name!a:.80}"
+    return problem
 
 
 def check_queue_name(name: object) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._redact import redact_text
+
 __all__ = [
     "DelayqError",
     "DuplicateId",
@@ -58,4 +60,9 @@ class PayloadTooLarge(DelayqError, ValueError):
 
 
 class UnsupportedURL(DelayqError, ValueError):
-    """The queue URL is malformed or names a backend delayq does not have."""
+    """The queue URL is malformed or names a backend delayq does not have. Its
+    message shows the URL with its password and secret parameters hidden
+    (:func:`~delayq.durable.registry.redact_url`), whoever raised it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact_text(str(message)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from click.testing import CliRunner, Result
 
 from delayq.cli import main
+from delayq.durable.registry import redact_url
 
 
 class Cli:
@@ -15,6 +16,9 @@ class Cli:
         self.runner = CliRunner()
 
     def __call__(self, *args: str, input: str | None = None, url: bool = True) -> Result:
+        if url and redact_url(self.url) != self.url:
+            # As the warning of a password in --url advises (amqp://guest:guest@...).
+            return self.runner.invoke(main, list(args), input=input, env={"DELAYQ_URL": self.url})
         argv = [*args, "--url", self.url] if url else list(args)
         return self.runner.invoke(main, argv, input=input)
 

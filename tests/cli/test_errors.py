@@ -117,9 +117,10 @@ def test_a_server_that_is_down_exits_1() -> None:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("redis") is None, reason="needs redis-py")
-def test_an_error_does_not_print_the_urls_password() -> None:
+def test_an_error_does_not_print_the_urls_password(monkeypatch: pytest.MonkeyPatch) -> None:
     port = closed_port()
-    result = Cli(f"redis://:hunter2@127.0.0.1:{port}/0")("stats", "q")
+    monkeypatch.setenv("DELAYQ_URL", f"redis://:hunter2@127.0.0.1:{port}/0")
+    result = Cli("")("stats", "q", url=False)
     assert result.exit_code == 1
     line = one_error_line(result)
     assert "hunter2" not in result.output

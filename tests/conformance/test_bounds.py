@@ -13,7 +13,7 @@ import pytest
 
 from delayq.durable import State
 from delayq.durable.message import HeadersTooLarge
-from delayq.durable.serializer import PayloadTooDeep
+from delayq.durable.serializer import PayloadTooDeep, PayloadTooManyValues
 
 from ._helpers import total
 
@@ -153,3 +153,23 @@ def test_headers_at_the_limits_are_stored(q: Any) -> None:
     wide = {"a": "é" * (LIMIT_BYTES // 2 - 1), "b": ""}  # exactly the limit
     ids = [q.put("x", headers=headers) for headers in (many, large, wide)]
     assert [dict(q.get(msg_id).headers) for msg_id in ids] == [many, large, wide]
+
+
+# -- payloads of too many values (issue 33, point 2) ------------------------------------
+
+
+def test_a_payload_of_too_many_values_is_a_value_error(q: Any) -> None:
+    hostile: list[Any] = [[] for _ in range(340_000)]  # 1 MB of JSON, 25 MB decoded
+    for payload in (hostile, {"k": [0] * 100_000}, [{"a": 1}] * 50_000):
+        with pytest.raises(PayloadTooManyValues, match="more than 100000 values"):
+            q.put(payload)
+        with pytest.raises(ValueError, match=r"item 1: .*more than 100000 values"):
+            q.put_many([{"payload": "fine"}, {"payload": payload}])
+    assert total(q) == 0
+
+
+def test_a_payload_at_the_value_limit_round_trips(q: Any) -> None:
+    at_limit = [0] * 99_999  # the list and its 99,999 numbers: 100,000 values
+    commas = ["a,b,c,[{"] * 20_000  # commas and brackets in strings count once each
+    assert q.get(q.put(at_limit)).payload == at_limit
+    assert q.get(q.put(commas)).payload == commas

@@ -256,7 +256,7 @@ def _run(line: int, what: str, argv: list[str], cwd: Path, env: dict[str, str]) 
 SIGNED_URL = "https://api.example.com/orders/42/expire?k=1"
 SIGNED_HEADERS = {
     "x-delayq-message-id": "order-42",
-    "x-delayq-queue": "callbacks",
+    "x-delayq-queue": "UTF-8''w%C3%A9bhooks",  # a queue named wébhooks, as sent
     "x-delayq-attempt": "1",
     "content-type": "application/json",
 }

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import http.server
 import json
 import os
 import pickle
@@ -14,17 +15,20 @@ import re
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import warnings
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
 
 from conformance._helpers import stored_request
 from conformance.conftest import memory_url, redis_url, sqlite_url
@@ -32,6 +36,7 @@ from delayq import __version__
 from delayq._duration import seconds_to_ms
 from delayq.durable import AsyncQueue, State
 from delayq.durable.retry import RetryPolicy
+from delayq.server import create_app, queue_from_header
 from delayq.server._callbacks import (
     Callback,
     is_loopback_host,
@@ -396,11 +401,10 @@ def forgeries(
     return changed
 
 
-def readme_cases(receiver: Receiver) -> list[dict[str, Any]]:
+def readme_cases(arrivals: list[Arrival]) -> list[dict[str, Any]]:
     """What each arrival asks a receiver to check, and forged copies of each (one
     signed part changed at a time, :func:`forgeries`)."""
     cases = []
-    arrivals = receiver.arrivals
     for arrival, other in zip(arrivals, arrivals[1:] + arrivals[:1], strict=True):
         request = (arrival.method, received_url(arrival), arrival.headers, arrival.body)
         for what, (method, url, headers, body) in [
@@ -453,7 +457,7 @@ def test_v3_signs_every_header_a_receiver_is_told_to_trust() -> None:
     unless v2 is accepted); the v3 digest is the README's, computed by hand."""
 
     def check(receiver: Receiver) -> None:
-        for case in readme_cases(receiver):
+        for case in readme_cases(receiver.arrivals):
             headers = case["headers"]
             header = headers[CALLBACK_SIGNATURE_HEADER.lower()]
             request = {
@@ -489,7 +493,7 @@ def test_the_readme_python_receiver_verifies_v3() -> None:
     verified = namespace["verified"]
 
     def check(receiver: Receiver) -> None:
-        for case in readme_cases(receiver):
+        for case in readme_cases(receiver.arrivals):
             body = base64.b64decode(case["body"])
             args = (SECRET, case["method"], case["url"], case["headers"], body)
             assert verified(*args) is case["valid"], case["what"]
@@ -507,27 +511,155 @@ def node_or_skip() -> str:
     return node
 
 
-@pytest.mark.timeout(30)
-def test_the_readme_node_receiver_verifies_v3() -> None:
+def node_receiver(cases: list[dict[str, Any]], values: list[str]) -> tuple[list[Any], list[Any]]:
+    """What the README's Node receiver answers: ``verified()`` of each case, and
+    ``decoded()`` of each header value."""
     node = node_or_skip()
     code = readme_block("js", "fields.v3") + (
-        "\nconst cases = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
-        "\nconsole.log(JSON.stringify(cases.map((c) => verified("
-        "c.secret, c.method, c.url, c.headers, Buffer.from(c.body, 'base64')))));"
+        "\nconst asked = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+        "\nconsole.log(JSON.stringify([asked.cases.map((c) => verified("
+        "c.secret, c.method, c.url, c.headers, Buffer.from(c.body, 'base64'))),"
+        " asked.values.map(decoded)]));"
     )
+    asked = {"cases": [{**case, "secret": SECRET} for case in cases], "values": values}
+    result = subprocess.run(
+        [node, "-e", code], input=json.dumps(asked), capture_output=True, text=True,
+        timeout=20, check=True,
+    )  # fmt: skip
+    verified, decoded = json.loads(result.stdout)
+    assert len(verified) == len(cases)
+    assert len(decoded) == len(values)
+    return verified, decoded
+
+
+@pytest.mark.timeout(30)
+def test_the_readme_node_receiver_verifies_v3() -> None:
+    node_or_skip()
 
     def check(receiver: Receiver) -> None:
-        cases = [{**case, "secret": SECRET} for case in readme_cases(receiver)]
-        result = subprocess.run(
-            [node, "-e", code], input=json.dumps(cases), capture_output=True, text=True,
-            timeout=20, check=True,
-        )  # fmt: skip
-        answers = json.loads(result.stdout)
-        assert len(answers) == len(cases)
+        cases = readme_cases(receiver.arrivals)
+        answers, _ = node_receiver(cases, [])
         got = [(c["what"], c["url"], answer) for c, answer in zip(cases, answers, strict=True)]
         assert got == [(c["what"], c["url"], c["valid"]) for c in cases]
 
     run_readme_receivers(check)
+
+
+# -- queues of any name (issue 35, point 1) -------------------------------------------------
+
+# Queue names a header cannot carry as they are, with the header each is sent in.
+NAMED_QUEUES = {
+    "wébhooks": "UTF-8''w%C3%A9bhooks",
+    "🪝 hooks": "UTF-8''%F0%9F%AA%9D%20hooks",
+}
+
+
+@contextmanager
+def recording_receiver() -> Iterator[tuple[int, list[Arrival]]]:
+    """A threaded HTTP receiver on a free loopback port that answers 200 and records
+    every request (headers by lowercase name, as received): its port and arrivals."""
+    arrivals: list[Arrival] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def record(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length", "0")))
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            arrivals.append(Arrival(self.command, self.path, headers, body, time.time() * 1e3))
+            self.send_response(200)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        do_GET = do_POST = do_PUT = record  # noqa: N815 (http.server's names)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1], arrivals
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.timeout(90)
+def test_a_callback_queue_of_any_name_delivers_and_the_readme_receivers_decode_it(
+    backend_url: str,
+) -> None:
+    """Issue 35, point 1: with ``--callback-queue 'wébhooks'`` every message went dead
+    unsent (``'ascii' codec can't encode character``): X-Delayq-Queue was sent raw.
+    Through the app (put over HTTP, the app's own dispatcher): each message arrives
+    once, X-Delayq-Queue encoded as the id is, v3 signing it as received, and the
+    README's receivers verify every request (and no forged copy) and decode the queue
+    name and the id."""
+    config = ServeConfig(
+        url=backend_url,
+        dispatch=True,
+        callback_queues=tuple(NAMED_QUEUES),
+        allow_loopback_callbacks=True,
+        signing_secret=SECRET,
+        backend_options={"retry": RetryPolicy(max_attempts=1)},
+    )
+    with (
+        recording_receiver() as (port, arrivals),
+        TestClient(create_app(config), base_url="http://localhost") as client,
+    ):
+        sent: dict[str, str] = {}  # id -> queue
+        for queue in NAMED_QUEUES:
+            path = f"/v1/queues/{quote(queue, safe='')}/messages"
+            for id, callback, payload in [
+                (f"注文-{queue}", {"url": f"http://127.0.0.1:{port}/hook?k=1"}, {"n": "é"}),
+                (f"plain-{len(sent)}", {"url": f"http://127.0.0.1:{port}/get", "method": "GET"},
+                 None),
+            ]:  # fmt: skip
+                body = {"payload": payload, "callback": callback, "id": id}
+                answer = client.post(path, json=body)
+                assert answer.status_code == 201, answer.text
+                sent[id] = queue
+        deadline = time.monotonic() + 30
+        for id, queue in sent.items():
+            url = f"/v1/queues/{quote(queue, safe='')}/messages/{quote(id, safe='')}"
+            while (answer := client.get(url)).status_code != 404:  # acked: gone
+                message = answer.json()
+                assert message["state"] != "dead", message["last_error"]
+                assert time.monotonic() < deadline, f"{id} was not delivered: {message}"
+                time.sleep(0.02)
+    assert len(arrivals) == len(sent)
+    readme: dict[str, Any] = {}
+    exec(readme_block("python", '"v3"'), readme)
+    for arrival in arrivals:
+        header = arrival.headers["x-delayq-queue"]
+        id = message_id_from_header(arrival.id)
+        assert header == NAMED_QUEUES[sent[id]]
+        assert queue_from_header(header) == sent[id]
+        assert readme["decoded"](header) == sent[id]
+        assert readme["decoded"](arrival.id) == id
+        request = {
+            "method": arrival.method,
+            "url": received_url(arrival),
+            "message_id": arrival.id,
+            "queue": header,
+            "attempt": arrival.headers["x-delayq-attempt"],
+            "content_type": arrival.headers.get("content-type", ""),
+        }
+        signature = arrival.headers[CALLBACK_SIGNATURE_HEADER.lower()]
+        assert verify(SECRET, signature, arrival.body, **request, tolerance=600)
+        decoded_queue = {**request, "queue": sent[id]}  # the name is not what was signed
+        assert not verify(SECRET, signature, arrival.body, **decoded_queue, tolerance=600)
+    cases = readme_cases(arrivals)
+    for case in cases:
+        args = (SECRET, case["method"], case["url"], case["headers"])
+        assert readme["verified"](*args, base64.b64decode(case["body"])) is case["valid"]
+    if shutil.which("node") is not None or os.environ.get("CI"):
+        values = [a.headers[name] for a in arrivals for name in SIGNED_HEADERS[:2]]
+        answers, decoded = node_receiver(cases, values)
+        assert answers == [case["valid"] for case in cases]
+        assert decoded == [message_id_from_header(value) for value in values]
+        assert set(decoded) == set(sent) | set(NAMED_QUEUES)
 
 
 # Ids a header cannot carry as they are (non-ASCII, spaces at an end, a control
@@ -632,6 +764,27 @@ def test_a_callback_whose_payload_cannot_be_read_goes_dead_unsent() -> None:
         msg = await dead_message(state, id)
         assert msg.attempts == 1
         assert msg.last_error.startswith("callback refused: its payload cannot be read")
+        assert receiver.arrivals == []
+
+    run_memory(body)
+
+
+@pytest.mark.timeout(30)
+def test_a_callback_whose_headers_cannot_be_read_goes_dead_unsent() -> None:
+    """Headers written to the store below a put's checks (nested 100,000 deep, not
+    strings) are not read as a callback: the message goes dead at once, saying why
+    (issue 33, point 8)."""
+
+    async def body(state: ServerState, dispatcher: Dispatcher, receiver: Receiver) -> None:
+        nested: Any = "x"
+        for _ in range(100_000):
+            nested = {"a": nested}
+        headers = {CALLBACK_HEADER: Callback(receiver.url()).to_header(), "h": nested}
+        request = stored_request("deep", b"1", headers=headers)
+        await state.queue(QUEUE).backend.put(QUEUE, [request])
+        msg = await dead_message(state, "deep")
+        assert msg.attempts == 1
+        assert msg.last_error.startswith("callback refused: its headers cannot be read")
         assert receiver.arrivals == []
 
     run_memory(body)

@@ -44,10 +44,13 @@ def _serve(url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _refused(result: subprocess.CompletedProcess[str], shown_url: str) -> str:
-    """The one line of a start refused for its backend (nothing else printed)."""
+    """The one line of a start refused for its backend (nothing else printed but the
+    warning of a password in --url)."""
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
+    if "***" in shown_url:
+        assert lines.pop(0).startswith("warning: a password in --url"), result.stderr
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"error: cannot use the queue at {shown_url}: "), lines[0]
     return lines[0]

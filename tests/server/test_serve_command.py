@@ -149,12 +149,16 @@ def test_sigterm_ends_a_waiting_long_poll(
     assert process.wait(20) == 0
 
 
-def test_non_loopback_bind_without_token_is_one_line_exit_2(tmp_path: Path) -> None:
-    result = serve_once(tmp_path, "--host", "0.0.0.0")
+@pytest.mark.parametrize("host", ["0.0.0.0", "evil.localhost"])
+def test_non_loopback_bind_without_token_is_one_line_exit_2(tmp_path: Path, host: str) -> None:
+    """A name under ``.localhost`` is no loopback bind: the resolver that binds it may
+    answer any address."""
+    result = serve_once(tmp_path, "--host", host)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
     assert "without a token" in lines[0]
+    assert "--token-file" in lines[0]
     assert not (tmp_path / "s.db").exists()
 
 

@@ -31,6 +31,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from ..durable.registry import redact_url
 from ..runtime import App, Worker
 from ._common import (
     CliError,
@@ -178,7 +179,7 @@ def run_one(
         seconds = counts.last - counts.first
     rate = (succeeded - 1) / seconds if succeeded > 1 and seconds > 0 else 0.0
     return BenchRun(
-        url=url,
+        url=redact_url(url),
         queue=queue,
         concurrency=concurrency,
         jobs=jobs,
@@ -259,7 +260,7 @@ def bench(*, jobs: int, concurrencies: list[int], as_json: bool, url: str | None
     failed = [run for run in runs if run.failed]
     if as_json:
         data: dict[str, Any] = {
-            "url": target,
+            "url": redact_url(target),
             "task": "async no-op",
             "jobs": jobs,
             "runs": [asdict(run) for run in runs],

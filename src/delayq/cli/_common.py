@@ -25,11 +25,13 @@ from rich.console import Console
 from rich.text import Text
 
 from .._duration import delay_to_seconds
+from .._redact import redact_text
 from ..durable.queue import Queue
 from ..durable.registry import (
     consumer_options,
     database_file,
     default_url,
+    outage_errors,
     redact_url,
     scheme_of,
 )
@@ -54,6 +56,7 @@ __all__ = [
     "resolve_url",
     "translate_errors",
     "url_option",
+    "warn_visible",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -79,7 +82,7 @@ def _one_line(text: str) -> str:
 def show_error(exc: click.ClickException) -> None:
     """Print ``exc`` as one red ``error: ...`` line on stderr; usage errors name the
     command whose ``--help`` explains it."""
-    message = _one_line(exc.format_message())
+    message = redact_text(_one_line(exc.format_message()))
     if isinstance(exc, click.UsageError) and exc.ctx is not None:
         message += f" (see '{exc.ctx.command_path} --help')"
     err_console().print(Text(f"error: {message}", style="bold red"))
@@ -118,9 +121,14 @@ class OneLineGroup(click.Group):
 # -- errors from the queue -------------------------------------------------------------
 
 
-def _is_connection_error(exc: BaseException) -> bool:
+def _is_connection_error(exc: BaseException, url: str) -> bool:
     if isinstance(exc, (OSError, sqlite3.Error)):
         return True
+    try:
+        if isinstance(exc, outage_errors(url)):  # a backend's own (psycopg_pool's timeout)
+            return True
+    except (UnsupportedURL, ImportError):
+        pass
     redis = sys.modules.get("redis.exceptions")
     base = getattr(redis, "RedisError", None)
     return base is not None and isinstance(exc, base)
@@ -144,7 +152,7 @@ def translate_errors(url: str) -> Iterator[None]:
     except (ValueError, TypeError) as exc:  # the facade's argument checks
         raise click.UsageError(str(exc)) from None
     except Exception as exc:
-        if _is_connection_error(exc):
+        if _is_connection_error(exc, url):
             shown = redact_url(url)
             raise CliError(f"cannot use the queue at {shown}: {_one_line(str(exc))}") from None
         raise
@@ -153,9 +161,23 @@ def translate_errors(url: str) -> Iterator[None]:
 # -- --url -------------------------------------------------------------------------------
 
 
+def warn_visible(option: str, instead: str) -> None:
+    """Warn on stderr that ``option``, given on the command line, shows a secret to
+    every user of the machine (``ps``, ``/proc/PID/cmdline``); ``instead`` says what
+    does not."""
+    click.echo(
+        f"warning: {option} on the command line can be read by other users of this "
+        f"machine (ps): use {instead}",
+        err=True,
+    )
+
+
 def check_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """Refuse a queue URL of a scheme delayq cannot serve (exit status 2)."""
+    """Refuse a queue URL of a scheme delayq cannot serve (exit status 2); warn when
+    it holds a password (or a secret parameter), which ``ps`` shows."""
     if value is not None:
+        if redact_url(value) != value:
+            warn_visible("a password in --url", "$DELAYQ_URL")
         try:
             scheme_of(value)
         except UnsupportedURL as exc:

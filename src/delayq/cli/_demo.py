@@ -18,7 +18,6 @@ import math
 import os
 import queue
 import random
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -27,13 +26,15 @@ from typing import NamedTuple
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from ..durable.queue import Queue
-from ..errors import DelayqError
+from ..durable.registry import redact_url
 from ..inproc.heap import HeapStore
 from ..inproc.scheduler import Scheduler, Timer
 from ..inproc.store import TimerStore
 from ..inproc.wheel import WheelStore
+from ._common import translate_errors
 
 __all__ = ["PAID_SHARE", "RESCHEDULE_SHARE", "run_durable", "run_inproc"]
 
@@ -355,19 +356,16 @@ def run_durable(console: Console, *, url: str, orders: int, window: float, seed:
     name = f"demo-{os.getpid()}-{int(time.time())}"
     console.print(
         f"[bold]delayq demo[/]: {orders} orders, payment windows up to {window:g} s, "
-        f"engine=durable, url={url}, queue={name}, seed={seed}",
+        f"engine=durable, url={escape(redact_url(url))}, queue={name}, seed={seed}",
         soft_wrap=True,
     )
     plan = _plan(random.Random(seed), orders, window, RESCHEDULE_SHARE)
-    try:
-        with Queue(url, name=name) as q:
-            run = _DurableRun(q, plan, window)
-            try:
-                tally = run.run(console)
-            finally:
-                q.purge()
-    except (DelayqError, OSError, sqlite3.Error) as exc:  # no queue at this URL
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    with translate_errors(url), Queue(url, name=name) as q:  # one line if it cannot be used
+        run = _DurableRun(q, plan, window)
+        try:
+            tally = run.run(console)
+        finally:
+            q.purge()
     elapsed = time.monotonic() - run.start
 
     fired, cancelled = len(tally.lateness), len(tally.cancelled)

@@ -34,6 +34,7 @@ from ..durable._constants import (
 )
 from ..durable.message import Message, PutResult, State, Stats
 from ..durable.queue import Queue
+from ..durable.registry import redact_url
 from ._common import (
     CliError,
     at_option,
@@ -671,7 +672,7 @@ def purge(*, queue: str, state: str | None, yes: bool, url: str | None) -> None:
             which = "" if chosen is None else f"{chosen.value} "
             try:
                 confirmed = click.confirm(
-                    f"remove {count} {which}message(s) of queue {queue!r} at {target}?",
+                    f"remove {count} {which}message(s) of queue {queue!r} at {redact_url(target)}?",
                     err=True,
                 )
             except click.Abort:  # no answer (end of input)

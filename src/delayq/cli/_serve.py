@@ -29,7 +29,14 @@ from .._constants import (
 from .._log import LOGGER_NAME
 from ..durable._constants import DEFAULT_QUEUE_NAME
 from ..durable.registry import redact_url
-from ._common import CliError, check_backend, freeze_startup_heap, resolve_url, url_option
+from ._common import (
+    CliError,
+    check_backend,
+    freeze_startup_heap,
+    resolve_url,
+    url_option,
+    warn_visible,
+)
 from ._constants import SERVE_SHUTDOWN_GRACE, STARTUP_CHECK_TIMEOUT
 
 if TYPE_CHECKING:
@@ -288,13 +295,14 @@ def serve(
     if token_file is not None:
         token = _first_line(token_file, "--token-file")
     elif token and context.get_parameter_source("token") is ParameterSource.COMMANDLINE:
-        click.echo(
-            "warning: --token on the command line can be read by other users of this "
-            "machine (ps): use --token-file or $DELAYQ_TOKEN",
-            err=True,
-        )
+        warn_visible("--token", "--token-file or $DELAYQ_TOKEN")
     if signing_secret_file is not None:
         signing_secret = _first_line(signing_secret_file, "--signing-secret-file")
+    elif (
+        signing_secret
+        and context.get_parameter_source("signing_secret") is ParameterSource.COMMANDLINE
+    ):
+        warn_visible("--signing-secret", "--signing-secret-file or $DELAYQ_SIGNING_SECRET")
     generated = not signing_secret
     secret = secrets.token_urlsafe(32) if generated else signing_secret
     try:

@@ -36,6 +36,16 @@ DEFAULT_DEAD_LIMIT = 100
 #: clients' readers past 64): 64 is read back by all of them.
 MAX_PAYLOAD_DEPTH = 64
 
+#: Most values a payload may hold: every container and every scalar in it, the payload
+#: itself included (``[1, 2]`` holds 3; dict keys do not count). Decoded, a value costs
+#: up to about 70 bytes of memory for the 2 or 3 bytes it takes in JSON (``[]``), so
+#: 1 MiB of empty lists is 25 MB once read: this bounds what one message costs the
+#: reader, whatever its size. More is refused at put (PayloadTooManyValues, a
+#: ValueError), and read back with ``payload_error`` set. 100,000 values in the default
+#: 1 MiB is an average of 10 bytes each: records of named fields stay far below it;
+#: only long arrays of small numbers come near, and those belong in a bytes payload.
+MAX_PAYLOAD_VALUES = 100_000
+
 #: Most headers of one message, and most bytes of their names and values together
 #: (UTF-8): a message's headers are shown whole wherever it is (the API, the dashboard),
 #: so they are bounded apart from the payload. More raises HeadersTooLarge (a ValueError).

@@ -44,6 +44,7 @@ from .message import (
     State,
     new_message,
     put_request,
+    read_headers,
 )
 from .registry import default_url, redact_url, scheme_of
 from .retry import RetryPolicy
@@ -489,6 +490,7 @@ class QueueBase:
 
     def _message(self, record: Record) -> Message:
         payload, payload_error = self._codec.read(record.payload, record.encoding)
+        headers, headers_error = read_headers(record.headers)
         return new_message(
             id=record.id,
             queue=self._name,
@@ -497,7 +499,8 @@ class QueueBase:
             attempts=record.attempts,
             max_attempts=record.max_attempts,
             state=record.state,
-            headers=dict(record.headers),
+            headers=headers,
+            headers_error=headers_error,
             last_error=record.last_error,
             lease=record.lease,
             lease_expires_at=record.lease_until,

@@ -31,6 +31,7 @@ starts from a settled record.
 from __future__ import annotations
 
 import enum
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -51,6 +52,7 @@ __all__ = [
     "Record",
     "State",
     "Stats",
+    "UnreadableHeaders",
     "apply_ack",
     "apply_ack_many",
     "apply_extend",
@@ -64,11 +66,13 @@ __all__ = [
     "compute_stats",
     "is_due",
     "lag_of",
+    "load_headers",
     "matches_state",
     "new_message",
     "new_record",
     "observe",
     "put_request",
+    "read_headers",
     "resolve_due",
     "settle",
 ]
@@ -85,6 +89,47 @@ Position = tuple[int, ...]
 class HeadersTooLarge(ValueError):
     """A message's headers are too many or too large (``MAX_MESSAGE_HEADERS``,
     ``MAX_MESSAGE_HEADER_BYTES``); nothing was stored."""
+
+
+class UnreadableHeaders(dict[str, str]):
+    """A record's headers that could not be decoded from what the store holds: empty,
+    with ``error`` saying why (see :func:`load_headers`)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+def load_headers(text: str | bytes | None) -> Mapping[str, str]:
+    """A record's headers from the JSON a backend stores them as. Never raises: JSON
+    it cannot decode (malformed, or nested deeper than the reader recurses) gives
+    :class:`UnreadableHeaders`, so that one record spoils nothing but itself; what
+    is not names and values is left to :func:`read_headers`."""
+    if not text:
+        return {}
+    try:
+        headers: Mapping[str, str] = json.loads(text)
+    except RecursionError:
+        return UnreadableHeaders("the headers nest too deep to be decoded: they cannot be shown")
+    except ValueError as exc:
+        return UnreadableHeaders(f"the headers cannot be decoded: {str(exc)[:200]}")
+    return headers
+
+
+def read_headers(headers: object) -> tuple[dict[str, str], str | None]:
+    """``(headers, None)`` for a record's headers, or ``({}, why)`` when they cannot
+    be given back: undecodable (:class:`UnreadableHeaders`), or not names and values
+    that are strings (written below the checks of a put). Never raises, and never
+    looks inside a value that is not a string."""
+    if isinstance(headers, UnreadableHeaders):
+        return {}, headers.error
+    if isinstance(headers, Mapping) and all(
+        type(key) is str and type(value) is str for key, value in headers.items()
+    ):
+        return dict(headers), None
+    return {}, "the headers are not names and values that are strings: they cannot be shown"
 
 
 class State(str, enum.Enum):
@@ -117,6 +162,8 @@ class Message:
     nacked or cancelled like any other; it never fails the call that returns it.
     ``seq`` is its place in the queue's order (put order, renewed when it is
     rescheduled, nacked or retried): ``dead(after_seq=...)`` pages by it.
+    ``headers_error``, like ``payload_error``, says why the stored headers cannot be
+    given back (``headers`` is then empty): they were written below a put's checks.
     """
 
     id: str
@@ -132,6 +179,7 @@ class Message:
     lease_expires_at: int | None = None
     payload_error: str | None = None
     seq: int | None = None
+    headers_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
-import re
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
+from .._redact import redact_url
 from ..errors import UnsupportedURL
 from ._constants import DEFAULT_QUEUE_URL, QUEUE_URL_ENV
 
@@ -51,37 +51,6 @@ SCHEMES: dict[str, str] = {
 }
 
 
-# A query parameter whose value is a secret (redis-py takes password=..., TLS key
-# passphrases and the like).
-_SECRET_PARAMETER = re.compile(
-    r"(?i)([?&](?:password|passwd|pass|pwd|secret|token|ssl_password|api_key)=)[^&#]*"
-)
-
-
-def redact_url(url: str) -> str:
-    """``url`` fit to print or log: its password (``user:***@``) and secret query
-    parameters (``password=***``) hidden, the rest kept as given."""
-    if not isinstance(url, str):
-        return repr(url)
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return _SECRET_PARAMETER.sub(r"\1***", url)
-    authority_end = len(rest)
-    for mark in "/?#":
-        found = rest.find(mark)
-        if found != -1:
-            authority_end = min(authority_end, found)
-    authority, tail = rest[:authority_end], rest[authority_end:]
-    if "@" in authority:
-        userinfo, _, host = authority.rpartition("@")
-        user, colon, _password = userinfo.partition(":")
-        authority = f"{user}:***@{host}" if colon else f"{user}@{host}"
-        if not colon and user and scheme.startswith("redis"):
-            # redis://secret@host: redis-py reads a lone userinfo as the password.
-            authority = f"***@{host}"
-    return f"{scheme}://{authority}" + _SECRET_PARAMETER.sub(r"\1***", tail)
-
-
 def register_scheme(scheme: str, module: str) -> None:
     """Serve ``scheme://`` URLs with ``module`` (``"sqlite"`` means
     ``delayq.backends.sqlite``; a dotted name is imported as is)."""
@@ -104,21 +73,38 @@ def scheme_of(url: object) -> str:
         raise UnsupportedURL(f"a queue URL is a str, not {type(url).__name__}")
     if "://" not in url:
         raise UnsupportedURL(
-            f"malformed queue URL {url!r}: expected scheme://..., "
+            f"malformed queue URL {redact_url(url)!r}: expected scheme://..., "
             f"one of the supported schemes: {_supported()}"
         )
+    failure = None
     try:
         parts = urlsplit(url)
         if "," not in parts.netloc:  # a host list (cluster) is checked by its backend
             _ = parts.port  # raises ValueError on a bad port
     except ValueError as exc:
-        raise UnsupportedURL(f"malformed queue URL {url!r}: {exc}") from None
+        failure = _parse_failure(exc)
+    if failure is not None:  # raised here, so that urllib's error is not its context
+        raise UnsupportedURL(f"malformed queue URL {redact_url(url)!r}: {failure}")
     scheme = parts.scheme.lower()
     if not scheme or scheme not in SCHEMES:
         raise UnsupportedURL(
-            f"unsupported queue URL {url!r}: the supported schemes are {_supported()}"
+            f"unsupported queue URL {redact_url(url)!r}: the supported schemes are {_supported()}"
         )
     return scheme
+
+
+def _parse_failure(exc: ValueError) -> str:
+    """What urllib found wrong, in words that quote no part of the URL: its messages
+    quote the port or the host as it split them, which, when a password holds ``/``,
+    ``#`` or ``?``, is a piece of the password."""
+    text = str(exc)
+    if text.startswith("Port out of range"):
+        return "its port is not in 0-65535"
+    if text.startswith("Port could not be cast"):
+        return "its port is not a number (a '/', '?' or '#' in a password must be %-escaped)"
+    if "IPv6" in text or "IPv4" in text:
+        return "its bracketed host is not an IPv6 address, or a bracket is not closed"
+    return "it does not parse as scheme://[user:password@]host[:port]/..."
 
 
 def _module(url: str) -> Any:

@@ -4,33 +4,38 @@ A payload given as bytes (or bytearray/memoryview) is stored untouched and comes
 back as ``bytes``, whatever the serializer. Everything else goes through the
 serializer; a payload it cannot encode raises :class:`TypeError` before anything
 is stored, one that nests more than ``MAX_PAYLOAD_DEPTH`` (64) containers raises
-:class:`PayloadTooDeep` (a ``ValueError``), and an encoded payload above the queue's
-limit raises :class:`~delayq.PayloadTooLarge`. Reading never raises for one record:
-a payload that cannot be decoded (written with another serializer) or that nests
-too deep (stored before the limit) is reported as its error instead
-(:meth:`Codec.read`). Pickle is never the default: passing the :mod:`pickle` module
-works but warns, since unpickling runs arbitrary code.
+:class:`PayloadTooDeep`, one that holds more than ``MAX_PAYLOAD_VALUES`` (100,000)
+values raises :class:`PayloadTooManyValues` (both ``ValueError``), and an encoded
+payload above the queue's limit raises :class:`~delayq.PayloadTooLarge`. Reading
+never raises for one record: a payload that cannot be decoded (written with another
+serializer), or that nests too deep or holds too many values (stored before the
+limits) is reported as its error instead (:meth:`Codec.read`). Pickle is never the
+default: passing the :mod:`pickle` module works but warns, since unpickling runs
+arbitrary code.
 """
 
 from __future__ import annotations
 
 import json
 import pickle
+import re
 import threading
 import warnings
 from json import encoder as json_encoder
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import PayloadTooLarge
-from ._constants import MAX_PAYLOAD_DEPTH
+from ._constants import MAX_PAYLOAD_DEPTH, MAX_PAYLOAD_VALUES
 
 __all__ = [
     "RAW_ENCODING",
     "Codec",
     "JSONSerializer",
     "PayloadTooDeep",
+    "PayloadTooManyValues",
     "Serializer",
     "too_deep",
+    "too_many_values",
 ]
 
 #: The ``encoding`` of a payload given as bytes and stored untouched.
@@ -40,6 +45,11 @@ RAW_ENCODING = "bytes"
 class PayloadTooDeep(ValueError):
     """The payload nests more containers than ``MAX_PAYLOAD_DEPTH``: no JSON reader
     (the HTTP API's answers included) could be relied on to read it back."""
+
+
+class PayloadTooManyValues(ValueError):
+    """The payload holds more values (containers and scalars) than
+    ``MAX_PAYLOAD_VALUES``: decoded, it would cost its readers many times its size."""
 
 
 _CONTAINERS = (dict, list, tuple)
@@ -64,10 +74,50 @@ def too_deep(payload: object, limit: int = MAX_PAYLOAD_DEPTH) -> bool:
     return False
 
 
+def too_many_values(payload: object, limit: int = MAX_PAYLOAD_VALUES) -> bool:
+    """True when ``payload`` holds more than ``limit`` values: itself, and every
+    container and scalar inside it (dict keys aside). Iterative; it stops counting
+    past the limit."""
+    count = 1
+    stack: list[Any] = [payload]
+    pop, push = stack.pop, stack.append
+    while stack:
+        container = pop()
+        if not isinstance(container, _CONTAINERS):
+            continue
+        children = container.values() if isinstance(container, dict) else container
+        count += len(children)
+        if count > limit:
+            return True
+        for child in children:
+            if isinstance(child, _CONTAINERS):
+                push(child)
+    return False
+
+
 def _json_fits(text: bytes) -> bool:
     """True when JSON ``text`` surely nests at most MAX_PAYLOAD_DEPTH containers: it
     opens no more than that many (brackets inside strings only count too many)."""
     return text.count(b"[") + text.count(b"{") <= MAX_PAYLOAD_DEPTH
+
+
+def _json_few(text: bytes) -> bool:
+    """True when JSON ``text`` surely holds at most MAX_PAYLOAD_VALUES values: every
+    value but the whole is the first in its container or follows a comma (brackets
+    and commas inside strings only count too many)."""
+    return 1 + text.count(b"[") + text.count(b"{") + text.count(b",") <= MAX_PAYLOAD_VALUES
+
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+
+
+def _json_values(text: bytes) -> int:
+    """How many values JSON ``text`` holds, counted on the text without decoding it
+    (what a reader checks before it builds them): outside strings, every value but
+    the whole is the first in a container that is not empty, or follows a comma."""
+    bare = _STRING.sub(b"", text).translate(None, b" \t\n\r")
+    opened = bare.count(b"[") + bare.count(b"{")
+    return 1 + opened - bare.count(b"[]") - bare.count(b"{}") + bare.count(b",")
 
 
 @runtime_checkable
@@ -202,8 +252,8 @@ class Codec:
         self._json = type(serializer) is JSONSerializer
 
     def encode(self, payload: object) -> tuple[bytes, str]:
-        """``(data, encoding)`` for ``payload``; TypeError, PayloadTooDeep or
-        PayloadTooLarge if it cannot be stored."""
+        """``(data, encoding)`` for ``payload``; TypeError, PayloadTooDeep,
+        PayloadTooManyValues or PayloadTooLarge if it cannot be stored."""
         if isinstance(payload, (bytes, bytearray, memoryview)):
             data, encoding = bytes(payload), RAW_ENCODING
         else:
@@ -223,6 +273,12 @@ class Codec:
             data, encoding = encoded, self.encoding
             if not (self._json and _json_fits(data)) and too_deep(payload):
                 raise self._too_deep(payload)
+            if not (self._json and _json_few(data)) and too_many_values(payload):
+                raise PayloadTooManyValues(
+                    f"payload of type {type(payload).__name__} holds more than "
+                    f"{MAX_PAYLOAD_VALUES} values (containers and scalars): split it, or "
+                    "send it as bytes"
+                )
         if self.max_payload is not None and len(data) > self.max_payload:
             raise PayloadTooLarge(
                 f"payload is {len(data)} bytes serialized, the limit is {self.max_payload}"
@@ -246,10 +302,12 @@ class Codec:
         """``(payload, None)`` for a stored payload, or ``(None, why)`` when it cannot
         be given back: this serializer fails on it (it was written with another one,
         ``encoding`` names which), or it nests more than MAX_PAYLOAD_DEPTH containers
-        (stored before that limit). Never raises, so one such record spoils nothing
-        but itself."""
+        or holds more than MAX_PAYLOAD_VALUES values (stored before those limits).
+        Never raises, so one such record spoils nothing but itself."""
         if encoding == RAW_ENCODING:
             return bytes(data), None
+        if self._json and not _json_few(data) and _json_values(data) > MAX_PAYLOAD_VALUES:
+            return None, self._too_many_to_show()
         try:
             payload = self.serializer.loads(data)
         except Exception as exc:  # whatever a serializer raises on bytes it cannot read
@@ -263,4 +321,13 @@ class Codec:
                 f"the payload nests more than {MAX_PAYLOAD_DEPTH} dicts/lists one inside "
                 "the other: it cannot be shown"
             )
+        if not self._json and too_many_values(payload):
+            return None, self._too_many_to_show()
         return payload, None
+
+    @staticmethod
+    def _too_many_to_show() -> str:
+        return (
+            f"the payload holds more than {MAX_PAYLOAD_VALUES} values (containers and "
+            "scalars): it cannot be shown"
+        )

@@ -22,6 +22,8 @@ from starlette.convertors import Convertor, register_url_convertor
 
 from .._names import MAX_ID_LENGTH
 from ..durable import AsyncQueue, Message, State
+from ._budget import Page, chunk, encode_messages, messages_answer, per_message, take
+from ._constants import SERVE_ANSWER_BUDGET
 from ._convert import due_time, put_arguments
 from ._errors import ApiError, facade_errors
 from ._limits import JsonRoute
@@ -360,11 +362,13 @@ async def _client_gone(request: Request) -> None:
             return
 
 
-async def _long_poll(queue: AsyncQueue, request: Request, body: ReserveRequest) -> list[Message]:
-    """``reserve`` that waits on the event loop and ends early, with nothing, when the
-    client goes away or the server stops."""
+async def _long_poll(
+    queue: AsyncQueue, request: Request, body: ReserveRequest, count: int
+) -> list[Message]:
+    """``reserve`` of up to ``count`` that waits on the event loop and ends early, with
+    nothing, when the client goes away or the server stops."""
     claim = asyncio.ensure_future(
-        queue.reserve(wait=body.wait, lease=body.lease_seconds, max=body.max)
+        queue.reserve(wait=body.wait, lease=body.lease_seconds, max=count)
     )
     gone = asyncio.ensure_future(_client_gone(request))
     stop = asyncio.ensure_future(_stopping(request).wait())
@@ -400,22 +404,36 @@ async def reserve(
     state: StateDep,
     request: Request,
     body: Annotated[ReserveRequest | None, Body()] = None,
-) -> dict[str, Any]:
+) -> Response:
     """Claim up to ``max`` due messages, earliest due first, each under a lease of
     ``lease_seconds`` (``lease``, its former name, is still accepted); wait up to
     ``wait`` seconds (long-poll) for one to fall due. ``{"messages": []}`` when none
-    came. Ack, nack, extend or release each with its ``lease`` token."""
+    came. Ack, nack, extend or release each with its ``lease`` token. An answer holds
+    at most 4 MiB of messages (at least one): past that it returns fewer than
+    ``max``, and claims no more than it returns."""
     body = body or ReserveRequest()
+    size = per_message(state)
+    page = Page([], [], False)
+    count = chunk(page, body.max, size, SERVE_ANSWER_BUDGET)
     with facade_errors():
         if body.wait > 0:
             with request.app.state.delayq_long_polls.slot(request.scope):
-                messages = await _long_poll(queue, request, body)
+                batch = await _long_poll(queue, request, body, count)
         else:
-            messages = await queue.reserve(wait=0, lease=body.lease_seconds, max=body.max)
+            batch = await queue.reserve(wait=0, lease=body.lease_seconds, max=count)
+        # Claimed a budget's worth at a time: more only while the answer has room.
+        while not take(page, batch, await encode_messages(batch, page.used), SERVE_ANSWER_BUDGET):
+            if len(batch) < count or len(page.messages) >= body.max:
+                break
+            count = chunk(page, body.max, size, SERVE_ANSWER_BUDGET)
+            batch = await queue.reserve(wait=0, lease=body.lease_seconds, max=count)
+    for message in page.left:  # claimed, but past the budget: back at once, uncharged
+        with contextlib.suppress(Exception):
+            await queue.release(message)
     now_ms = time.time() * 1000.0
-    for message in messages:
+    for message in page.messages:
         state.metrics.observe_lateness(queue.name, message.due_at, now_ms)
-    return {"messages": [message_to_json(message) for message in messages]}
+    return messages_answer(page.parts)
 
 
 def _held(

@@ -20,7 +20,8 @@ from .._log import log_event
 from ..durable import AsyncQueue, Message, State, Stats
 from ..durable._constants import DEFAULT_QUEUE_NAME
 from ..runtime._outage import error_kind
-from ._api import KNOWN_QUERY, QueueDep, StateDep, error_docs
+from ._api import KNOWN_QUERY, QueueDep, StateDep, error_docs, state_of
+from ._budget import Page, fetch_page, messages_answer, per_message, position
 from ._constants import (
     SERVE_HEALTH_TIMEOUT,
     SERVE_MAX_DUE_BUCKETS,
@@ -43,7 +44,7 @@ from ._models import (
     RetriedResponse,
     StateName,
 )
-from ._state import ServerState, message_to_json
+from ._state import ServerState
 
 __all__ = ["ops_router", "queues_router"]
 
@@ -73,21 +74,13 @@ Cursor = Annotated[
 _ORDER = {None: "due", "ready": "due", "scheduled": "due", "active": "active", "dead": "dead"}
 
 
-def _position(kind: str, message: Message) -> tuple[int, ...]:
-    """The place of ``message`` in the order of the list ``kind``."""
-    if kind == "dead":
-        return (message.seq or 0,)
-    if kind == "active":
-        return (message.lease_expires_at or 0, message.seq or 0)
-    return (message.due_at, message.seq or 0)
-
-
-def _next_cursor(kind: str, messages: list[Message], limit: int) -> str | None:
-    """The cursor after the last of ``messages``, or None when the page was not full
-    (the list ended)."""
-    if len(messages) < limit:
+def _next_cursor(kind: str, page: Page, limit: int) -> str | None:
+    """The cursor after the last message of ``page``, or None when the page is not
+    full (the list ended) and its byte budget did not cut it."""
+    messages = page.messages
+    if len(messages) < limit and not page.cut:
         return None
-    text = json.dumps([kind, *_position(kind, messages[-1])], separators=(",", ":"))
+    text = json.dumps([kind, *position(kind, messages[-1])], separators=(",", ":"))
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
@@ -157,25 +150,28 @@ async def queue_stats(queue: QueueDep) -> dict[str, Any]:
 @queues_router.get("/queues/{queue}/messages", response_model=MessageList)
 async def peek_messages(
     queue: QueueDep,
+    request: Request,
     state: Annotated[StateName | None, Query(description="Only messages in this state.")] = None,
     limit: Limit = LIMIT_DEFAULT,
     cursor: Cursor = None,
-) -> dict[str, Any]:
+) -> Response:
     """Messages of the queue without claiming them, a page at a time: waiting ones
     (no ``state``), ``ready`` or ``scheduled`` ones by due time then put order,
     ``active`` ones by lease expiry, ``dead`` ones as the dead list. A message moved
     (rescheduled, nacked, retried) may be seen again at its new place; one put
-    before the cursor's place is not seen."""
+    before the cursor's place is not seen. A page holds at most 4 MiB of messages
+    (at least one): past that it ends early, with its ``next_cursor``."""
     kind = _ORDER[state]
-    after = _after(kind, cursor)
+    start = _after(kind, cursor)
+    chosen = None if state is None else State(state)
+
+    async def fetch(count: int, last: Message | None) -> list[Message]:
+        after = start if last is None else position(kind, last)
+        return await queue.peek(state=chosen, limit=count, after=after)
+
     with facade_errors():
-        messages = await queue.peek(
-            state=None if state is None else State(state), limit=limit, after=after
-        )
-    return {
-        "messages": [message_to_json(message) for message in messages],
-        "next_cursor": _next_cursor(kind, messages, limit),
-    }
+        page = await fetch_page(fetch, limit, per_message(state_of(request)))
+    return messages_answer(page.parts, next_cursor=_next_cursor(kind, page, limit))
 
 
 @queues_router.get("/queues/{queue}/due", response_model=DueResponse)
@@ -197,17 +193,21 @@ async def due_counts(
 
 @queues_router.get("/queues/{queue}/dead", response_model=MessageList)
 async def dead_messages(
-    queue: QueueDep, limit: Limit = LIMIT_DEFAULT, cursor: Cursor = None
-) -> dict[str, Any]:
+    queue: QueueDep, request: Request, limit: Limit = LIMIT_DEFAULT, cursor: Cursor = None
+) -> Response:
     """Dead messages (out of attempts, or nacked dead), oldest first, a page at a
-    time (the same order and cursors as peek with ``state=dead``)."""
-    after = _after("dead", cursor)
+    time (the same order and cursors as peek with ``state=dead``). A page holds at
+    most 4 MiB of messages (at least one): past that it ends early, with its
+    ``next_cursor``."""
+    start = _after("dead", cursor)
+
+    async def fetch(count: int, last: Message | None) -> list[Message]:
+        after = start if last is None else position("dead", last)
+        return await queue.dead(count, after_seq=None if after is None else after[0])
+
     with facade_errors():
-        messages = await queue.dead(limit, after_seq=None if after is None else after[0])
-    return {
-        "messages": [message_to_json(message) for message in messages],
-        "next_cursor": _next_cursor("dead", messages, limit),
-    }
+        page = await fetch_page(fetch, limit, per_message(state_of(request)))
+    return messages_answer(page.parts, next_cursor=_next_cursor("dead", page, limit))
 
 
 @queues_router.post("/queues/{queue}/dead/retry", response_model=RetriedResponse)

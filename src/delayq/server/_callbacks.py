@@ -69,8 +69,9 @@ from ._constants import (
 )
 
 __all__ = [
+    "BODILESS_METHODS",
     "CALLBACK_METHODS",
-    "MESSAGE_ID_ENCODED_PREFIX",
+    "ENCODED_PREFIX",
     "Callback",
     "CallbackError",
     "address_refusal",
@@ -81,12 +82,16 @@ __all__ = [
     "host_allowed",
     "message_id_from_header",
     "message_id_header",
+    "queue_from_header",
+    "queue_header",
     "sign",
     "verify",
 ]
 
 #: The HTTP methods a callback may use.
 CALLBACK_METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
+#: Those of them sent without a body (the payload must be null).
+BODILESS_METHODS = ("GET",)
 
 ErrorCode = Literal["invalid_callback", "callback_host_not_allowed"]
 
@@ -176,12 +181,16 @@ class Callback:
         return _from_mapping(raw, default_timeout=None)
 
 
-def parse_callback(raw: object, config: ServeConfig) -> Callback:
+def parse_callback(raw: object, config: ServeConfig, *, with_body: bool = False) -> Callback:
     """Validate a callback given to the API: ``{"url": ..., "method": "POST",
-    "headers": {...}, "timeout": seconds}`` (only ``url`` required) or a URL string.
+    "headers": {...}, "timeout": seconds}`` (only ``url`` required) or a URL string,
+    for a message whose payload makes a request body (``with_body``) or not (a null
+    payload, empty bytes).
 
     The timeout defaults to ``config.callback_timeout``, which is also its upper
-    bound. Raises :class:`CallbackError` (``invalid_callback`` or
+    bound. Header values must be ASCII (HTTP clients and servers read other bytes as
+    Latin-1, so ``café`` would arrive as ``cafÃ©``), and a GET, which is sent without
+    a body, takes no payload. Raises :class:`CallbackError` (``invalid_callback`` or
     ``callback_host_not_allowed``) and does no I/O.
     """
     if isinstance(raw, str):
@@ -190,6 +199,19 @@ def parse_callback(raw: object, config: ServeConfig) -> Callback:
     if callback.timeout > config.callback_timeout:
         raise _invalid(
             f"callback timeout must be <= {config.callback_timeout:g} s (the server's limit)"
+        )
+    for name, value in callback.headers.items():
+        at = next((i for i, ch in enumerate(value) if not ch.isascii()), None)
+        if at is not None:
+            raise _invalid(
+                f"callback header {name!r} must have an ASCII value, got {value[at]!r} at "
+                f"{at}: a receiver would read other text garbled (percent-encode it, or "
+                "put it in the payload)"
+            )
+    if with_body and callback.method in BODILESS_METHODS:
+        raise _invalid(
+            f"callback method {callback.method} is sent without a body, so the payload "
+            "must be null: put what the receiver needs in the URL, or use POST"
         )
     check_host(callback.url, config)
     return callback
@@ -519,46 +541,74 @@ def check_message_id(message_id: str) -> str:
     return message_id
 
 
-#: What starts an encoded ``X-Delayq-Message-Id`` (as in an RFC 8187 ext-value).
-MESSAGE_ID_ENCODED_PREFIX = "UTF-8''"
+#: What starts an encoded ``X-Delayq-Message-Id`` or ``X-Delayq-Queue`` (as in an
+#: RFC 8187 ext-value).
+ENCODED_PREFIX = "UTF-8''"
 # RFC 8187 attr-char, less the letters and digits (kept by quote in any case).
 _ATTR_CHARS = "!#$&+-.^_`|~"
+_ENCODED = re.compile(r"(?:[0-9A-Za-z!#$&+\-.^_`|~]|%[0-9A-Fa-f]{2})*")  # used with fullmatch
+
+
+def _text_header(text: str, what: str, header: str) -> str:
+    """The value of ``header`` that carries ``text`` (a ``what``): ``text`` itself when
+    a header carries it unchanged (printable ASCII, no space at either end, not
+    starting with ``UTF-8''``), else ``UTF-8''`` and its UTF-8 bytes percent-encoded
+    (every byte but RFC 8187's attr-chars), so that any text can be sent and two texts
+    never share a value. ``ValueError`` for a str that is not Unicode text."""
+    if not isinstance(text, str):
+        raise ValueError(f"a {what} is a str, not {type(text).__name__}")
+    if _HEADER_SAFE.fullmatch(text) and not text.startswith(ENCODED_PREFIX):
+        return text
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"{what} {text!r:.80} is not Unicode text (it holds a lone surrogate), so "
+            f"the {header} header cannot carry it"
+        ) from None
+    return ENCODED_PREFIX + quote(data, safe=_ATTR_CHARS)
+
+
+def _text_from_header(value: str, what: str) -> str:
+    """The text that ``value`` (made by :func:`_text_header`) stands for."""
+    if not value.startswith(ENCODED_PREFIX):
+        return value
+    encoded = value[len(ENCODED_PREFIX) :]
+    if not _ENCODED.fullmatch(encoded):
+        raise ValueError(f"not a percent-encoded {what}: {value!r:.80}")
+    try:
+        return unquote_to_bytes(encoded).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"not a percent-encoded {what} (not UTF-8): {value!r:.80}") from None
 
 
 def message_id_header(message_id: str) -> str:
     """The ``X-Delayq-Message-Id`` value of ``message_id``: the id itself when a
-    header carries it unchanged (printable ASCII, no space at either end, not
-    starting with ``UTF-8''``), else ``UTF-8''`` and the id's UTF-8 bytes
-    percent-encoded (every byte but RFC 8187's attr-chars), so that every id can be
-    sent and two ids never share a value. ``ValueError`` for a str that is not
-    Unicode text (a lone surrogate cannot be UTF-8)."""
-    if not isinstance(message_id, str):
-        raise ValueError(f"a message id is a str, not {type(message_id).__name__}")
-    if _HEADER_SAFE.fullmatch(message_id) and not message_id.startswith(MESSAGE_ID_ENCODED_PREFIX):
-        return message_id
-    try:
-        data = message_id.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(
-            f"message id {message_id!r:.80} is not Unicode text (it holds a lone "
-            "surrogate), so the X-Delayq-Message-Id header cannot carry it"
-        ) from None
-    return MESSAGE_ID_ENCODED_PREFIX + quote(data, safe=_ATTR_CHARS)
+    header carries it unchanged, else ``UTF-8''`` and its percent-encoded UTF-8
+    bytes (:func:`_text_header`), so that every id can be sent and two ids never share
+    a value. ``ValueError`` for a str that is not Unicode text (a lone surrogate)."""
+    return _text_header(message_id, "message id", "X-Delayq-Message-Id")
 
 
 def message_id_from_header(value: str) -> str:
     """The message id that ``value`` (an ``X-Delayq-Message-Id`` header) stands for:
     the inverse of :func:`message_id_header`. ``ValueError`` when an encoded value
     is not percent-encoded UTF-8."""
-    if not value.startswith(MESSAGE_ID_ENCODED_PREFIX):
-        return value
-    encoded = value[len(MESSAGE_ID_ENCODED_PREFIX) :]
-    if not re.fullmatch(r"(?:[0-9A-Za-z!#$&+\-.^_`|~]|%[0-9A-Fa-f]{2})*", encoded):
-        raise ValueError(f"not a percent-encoded message id: {value!r:.80}")
-    try:
-        return unquote_to_bytes(encoded).decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"not a percent-encoded message id (not UTF-8): {value!r:.80}") from None
+    return _text_from_header(value, "message id")
+
+
+def queue_header(queue: str) -> str:
+    """The ``X-Delayq-Queue`` value of the queue name ``queue``, encoded as
+    :func:`message_id_header` encodes an id (``wébhooks`` is
+    ``UTF-8''w%C3%A9bhooks``)."""
+    return _text_header(queue, "queue name", "X-Delayq-Queue")
+
+
+def queue_from_header(value: str) -> str:
+    """The queue name that ``value`` (an ``X-Delayq-Queue`` header) stands for: the
+    inverse of :func:`queue_header`. ``ValueError`` when an encoded value is not
+    percent-encoded UTF-8."""
+    return _text_from_header(value, "queue name")
 
 
 # A timestamp a header may carry: ASCII digits, few enough that int() takes them and
@@ -670,11 +720,12 @@ def sign(
     the id itself, or its encoded form for an id a header cannot carry).
 
     Given also ``queue``, ``attempt`` and ``content_type`` (the ``X-Delayq-Queue``,
-    ``X-Delayq-Attempt`` and ``Content-Type`` headers as sent, ``""`` for a request
-    without ``Content-Type``), ``,v3=<hex>`` follows: HMAC-SHA256 of eight lines,
-    ``v3``, then ``t``, ``method``, ``url``, ``message_id``, ``queue``, ``attempt``,
-    ``content_type``, each ended by a newline, then the raw body. The dispatcher sends
-    v1, v2 and v3 together, so receivers written for v1 or v2 still verify.
+    ``X-Delayq-Attempt`` and ``Content-Type`` headers as sent: :func:`queue_header`
+    of the queue name, ``""`` for a request without ``Content-Type``), ``,v3=<hex>``
+    follows: HMAC-SHA256 of eight lines, ``v3``, then ``t``, ``method``, ``url``,
+    ``message_id``, ``queue``, ``attempt``, ``content_type``, each ended by a newline,
+    then the raw body. The dispatcher sends v1, v2 and v3 together, so receivers
+    written for v1 or v2 still verify.
     """
     if not isinstance(secret, str) or not secret:
         raise ValueError("the signing secret must be a non-empty str")

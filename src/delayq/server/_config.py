@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 import idna
@@ -23,6 +23,7 @@ from .._constants import (
 )
 from .._names import QUEUE_NAME, check_stored
 from .._names import check_queue_name as check_writable_queue_name
+from ..durable.registry import redact_url
 from ..runtime._consumer import check_prefetch
 from ._constants import (
     CALLBACK_DEFAULT_TIMEOUT,
@@ -66,6 +67,16 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False
+
+
+def _binds_loopback(host: str) -> bool:
+    """True when binding ``host`` listens on loopback only: ``localhost`` or a loopback
+    address. A name under ``.localhost`` is not: the bind resolves it, and a resolver
+    may send it out and answer any address."""
+    name = host.strip("[]").lower().rstrip(".")
+    return name == "localhost" or (
+        name != "" and is_loopback_host(name) and name[0] in "0123456789:"
+    )
 
 
 def host_name(value: str) -> str:
@@ -222,10 +233,11 @@ class ServeConfig:
             raise ValueError(f"port must be 0 to 65535, got {self.port!r}")
         if self.token is not None and (not isinstance(self.token, str) or len(self.token) < 8):
             raise ValueError("token must be a str of at least 8 characters")
-        if self.token is None and not is_loopback_host(self.host):
+        if self.token is None and not _binds_loopback(self.host):
             raise ValueError(
-                f"refusing to serve on {self.host!r} without a token: a non-loopback "
-                "bind needs --token (or DELAYQ_TOKEN)"
+                f"refusing to serve on {self.host!r} without a token: a bind to another "
+                "address than localhost, 127.0.0.0/8 or ::1 needs --token-file FILE (or "
+                "DELAYQ_TOKEN)"
             )
         # Tuples of their own: a list the caller edits later cannot change what was
         # checked here (an unchecked callback host would allow every host).
@@ -266,6 +278,15 @@ class ServeConfig:
         for address in self.forwarded_allow_ips:
             if not isinstance(address, str) or not address.strip():
                 raise ValueError(f"forwarded_allow_ips: not an address, {address!r}")
+
+    def __repr__(self) -> str:
+        # A config is printed in tracebacks and logs: its secrets are not.
+        shown = {item.name: getattr(self, item.name) for item in fields(self)}
+        shown["url"] = redact_url(self.url)
+        for secret in ("token", "signing_secret"):
+            if shown[secret] is not None:
+                shown[secret] = "***"
+        return f"ServeConfig({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
 
     def listed_host(self, name: str) -> bool:
         """True when the host ``name`` matches an entry of ``allowed_hosts`` by name

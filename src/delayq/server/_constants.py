@@ -104,3 +104,10 @@ SERVE_AUTH_FAILURE_REFILL = 3.0
 
 #: Client addresses the attempt throttle remembers at once.
 SERVE_AUTH_TRACKED_CLIENTS = 10_000
+
+#: Most bytes of messages one answer holds: a page of a list (the API's and each list
+#: of the dashboard's queue page) or a reserve ends before the message that would pass
+#: it (with a cursor to the rest; a reserve claims no more than it returns), but always
+#: holds one. Messages are fetched a few at a time so that what is read from the
+#: backend stays near it too, and encoded off the event loop.
+SERVE_ANSWER_BUDGET = 4 * 1024 * 1024

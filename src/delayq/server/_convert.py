@@ -122,7 +122,8 @@ def _callback_header(body: PutRequestBody, queue: str, config: ServeConfig) -> s
         )
     raw = body.callback.model_dump(exclude_none=True)
     try:
-        callback = parse_callback(raw, config)
+        with_body = body.payload is not None or bool(body.payload_base64)
+        callback = parse_callback(raw, config, with_body=with_body)
     except ValueError as exc:
         code = getattr(exc, "code", None)
         raise ApiError(

@@ -41,9 +41,10 @@ from markupsafe import Markup
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._log import log_event, log_raised
-from ..durable import AsyncQueue
+from ..durable import AsyncQueue, Message, State
 from ..errors import QueueClosed
 from ._auth import SESSION_HEADER, AttemptThrottle, Sessions, client_key, token_matches
+from ._budget import fetch_page, per_message, position
 from ._config import check_queue_name
 from ._constants import (
     DASHBOARD_CHART_BUCKETS,
@@ -51,6 +52,7 @@ from ._constants import (
     DASHBOARD_LIST_LIMIT,
     DASHBOARD_MAX_LOGIN_BODY,
     DASHBOARD_REFRESH_MS,
+    SERVE_ANSWER_BUDGET,
 )
 from ._state import ServerState, message_to_json
 
@@ -469,6 +471,18 @@ async def find_message(request: Request, queue: str = "", id: str = "") -> Respo
     return RedirectResponse(message_href(_base(request), queue, message_id), status_code=303)
 
 
+async def _list(handle: AsyncQueue, state: State | None, size: int) -> list[Message]:
+    """The first messages of one list of the queue page: :data:`DASHBOARD_LIST_LIMIT`,
+    or fewer when their JSON passes a third of the answer budget."""
+
+    async def fetch(count: int, last: Message | None) -> list[Message]:
+        after = None if last is None else position(state.value if state else "due", last)
+        return await handle.peek(state=state, limit=count, after=after)
+
+    page = await fetch_page(fetch, DASHBOARD_LIST_LIMIT, size, SERVE_ANSWER_BUDGET // 3)
+    return page.messages
+
+
 @router.get("/queues/{queue}", response_class=HTMLResponse)
 async def queue_page(request: Request, queue: str) -> Response:
     """One queue: counts, the due-time chart, waiting messages, messages in flight
@@ -478,11 +492,12 @@ async def queue_page(request: Request, queue: str) -> Response:
     handle = _servable_queue(request, queue)
     if handle is None:
         return _not_a_queue(request, queue)
+    size = per_message(server_state(request))
     stats, waiting, active, dead, (start_ms, counts) = await asyncio.gather(
         handle.stats(),
-        handle.peek(limit=DASHBOARD_LIST_LIMIT),
-        handle.peek(state="active", limit=DASHBOARD_LIST_LIMIT),
-        handle.peek(state="dead", limit=DASHBOARD_LIST_LIMIT),
+        _list(handle, None, size),
+        _list(handle, State.ACTIVE, size),
+        _list(handle, State.DEAD, size),
         handle.due_counts(horizon=DASHBOARD_CHART_HORIZON, buckets=DASHBOARD_CHART_BUCKETS),
     )
     bucket_ms = int(DASHBOARD_CHART_HORIZON * 1000) // DASHBOARD_CHART_BUCKETS

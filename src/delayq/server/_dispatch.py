@@ -19,10 +19,13 @@ milliseconds of its due time. Each message is one request:
   the allowlist refuses now (the configuration may have changed since the put): dead
   at once.
 
-``X-Delayq-Message-Id`` carries the id as it is when a header can (printable ASCII,
-no space at either end), else encoded (``UTF-8''`` then the percent-encoded UTF-8
-bytes: :func:`~delayq.server._callbacks.message_id_header`); v2 signs the header's
-value as sent, and v3 the queue, attempt and content type headers too.
+``X-Delayq-Message-Id`` and ``X-Delayq-Queue`` carry the id and the queue name as
+they are when a header can (printable ASCII, no space at either end), else encoded
+(``UTF-8''`` then the percent-encoded UTF-8 bytes:
+:func:`~delayq.server._callbacks.message_id_header`,
+:func:`~delayq.server._callbacks.queue_header`); v2 signs the id's header value as
+sent, and v3 the queue, attempt and content type headers too. A GET is sent without a
+body (a put refuses a payload with one).
 
 Each connection is checked when it is opened, by a network backend under httpx: the
 host httpx connects to (its own IDNA encoding of the name, whatever the URL looked
@@ -76,6 +79,7 @@ from ..runtime._consumer import LeaseRenewer, check_prefetch, prefetch_slots, re
 from ..runtime._outage import Outage
 from ..runtime._pool import Gate, Slots
 from ._callbacks import (
+    BODILESS_METHODS,
     Callback,
     CallbackError,
     address_refusal,
@@ -83,6 +87,7 @@ from ._callbacks import (
     connection_refusal,
     fixed_addresses,
     message_id_header,
+    queue_header,
     sign,
 )
 from ._config import ServeConfig
@@ -467,15 +472,18 @@ class Dispatcher:
     async def _deliver(self, queue: AsyncQueue, msg: Message) -> None:
         text = msg.headers.get(CALLBACK_HEADER)
         try:
+            if msg.headers_error is not None:
+                raise ValueError(f"its headers cannot be read: {msg.headers_error}")
             if text is None:
                 raise CallbackError("invalid_callback", "the message has no callback header")
             callback = Callback.from_header(text)
             check_host(callback.url, self.config)
             message_id = message_id_header(msg.id)
+            queue_value = queue_header(msg.queue)
             if msg.payload_error is not None:
                 raise ValueError(f"its payload cannot be read: {msg.payload_error}")
             body, content_type = _body_of(msg)
-        except (CallbackError, TypeError, ValueError) as exc:
+        except (CallbackError, TypeError, ValueError, RecursionError) as exc:
             await self._refuse(queue, msg, f"callback refused: {exc}")
             return
         gate = self._gate
@@ -492,7 +500,7 @@ class Dispatcher:
                 return
             try:
                 outcome, error = await self._send(
-                    queue, msg, callback, body, content_type, message_id=message_id
+                    queue, msg, callback, body, content_type, names=(message_id, queue_value)
                 )
             finally:
                 gate.leave()
@@ -519,15 +527,15 @@ class Dispatcher:
         body: bytes,
         content_type: str,
         *,
-        message_id: str,
+        names: tuple[str, str],
     ) -> tuple[str, str | None]:
         """One request: ``(outcome, error)`` with an outcome of CALLBACK_OUTCOMES."""
         assert self._client is not None
         timeout = min(callback.timeout, self.config.callback_timeout)
-        if callback.method == "GET":
-            body = b""
+        if callback.method in BODILESS_METHODS:
+            body = b""  # a put refuses a payload; one stored before that is dropped
         try:
-            request = self._build(msg, callback, body, content_type, timeout, message_id=message_id)
+            request = self._build(msg, callback, body, content_type, timeout, names=names)
         except (httpx.InvalidURL, ValueError) as exc:  # a header value httpx cannot send
             return "refused", f"callback refused: the request cannot be made: {exc}"
         shown = _shown_url(callback.url)
@@ -558,21 +566,23 @@ class Dispatcher:
         content_type: str,
         timeout: float,
         *,
-        message_id: str,
+        names: tuple[str, str],
     ) -> httpx.Request:
         """The request of ``callback`` for ``msg``, signed (v1, v2 and v3) when the
         server has a secret: v2 signs the method, URL and ``X-Delayq-Message-Id`` as
-        they are sent (``message_id``: :func:`message_id_header` of the id), v3 those
-        and ``X-Delayq-Queue``, ``X-Delayq-Attempt`` and ``Content-Type`` too."""
+        they are sent, v3 those and ``X-Delayq-Queue``, ``X-Delayq-Attempt`` and
+        ``Content-Type`` too. ``names`` are the values of the first two headers
+        (:func:`message_id_header` of the id, :func:`queue_header` of the queue)."""
         assert self._client is not None
+        message_id, queue_value = names
         headers = httpx.Headers(
             {
                 "X-Delayq-Message-Id": message_id,
-                "X-Delayq-Queue": msg.queue,
+                "X-Delayq-Queue": queue_value,
                 "X-Delayq-Attempt": str(msg.attempts),
             }
         )
-        if body or callback.method != "GET":
+        if body or callback.method not in BODILESS_METHODS:
             headers["Content-Type"] = content_type
         for name, value in callback.headers.items():
             headers[name] = value

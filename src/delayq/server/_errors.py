@@ -26,7 +26,7 @@ from .._duration import DurationError
 from .._log import log_event, log_raised
 from .._names import InvalidName
 from ..durable.message import HeadersTooLarge
-from ..durable.serializer import PayloadTooDeep
+from ..durable.serializer import PayloadTooDeep, PayloadTooManyValues
 from ..errors import DuplicateId, LeaseLost, PayloadTooLarge, QueueClosed
 
 __all__ = [
@@ -74,6 +74,7 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "payload_conflict": (422, "Both payload and payload_base64 were given."),
     "invalid_base64": (422, "payload_base64 is not base64."),
     "payload_too_deep": (422, "The payload nests deeper than the limit."),
+    "payload_too_many_values": (422, "The payload holds more values than the limit."),
     "message_headers_too_large": (422, "The message's headers are larger than the limit."),
     "reserved_header": (422, "A message header the server sets itself (delayq-callback)."),
     "invalid_callback": (422, "The callback is not valid (URL, method, headers, timeout)."),
@@ -179,6 +180,8 @@ def facade_errors() -> Iterator[None]:
         raise ApiError(409, "lease_lost", str(exc) or "the lease is no longer held") from None
     except PayloadTooDeep as exc:
         raise ApiError(422, "payload_too_deep", str(exc)) from None
+    except PayloadTooManyValues as exc:
+        raise ApiError(422, "payload_too_many_values", str(exc)) from None
     except HeadersTooLarge as exc:
         raise ApiError(422, "message_headers_too_large", str(exc)) from None
     except InvalidName as exc:

@@ -152,7 +152,7 @@ class CallbackSpec(_Request):
     url: StrictStr = Field(description="http(s) URL; its host must be on the allowlist.")
     method: StrictStr = Field(default="POST", description="HTTP method of the callback request.")
     headers: dict[StrictStr, StrictStr] | None = Field(
-        default=None, description="Extra request headers."
+        default=None, description="Extra request headers; their values ASCII only (else 422)."
     )
     timeout: Number | None = Field(
         default=None,
@@ -238,6 +238,11 @@ class MessageOut(BaseModel):
     attempts: int
     max_attempts: int
     headers: dict[str, str]
+    headers_error: str | None = Field(
+        default=None,
+        description="Why the headers cannot be shown (they are then empty, and callback "
+        "null): written to the store below a put's checks.",
+    )
     last_error: str | None = None
     callback: CallbackSpec | None = Field(
         default=None, description="Where the server delivers it (callback queues)."

@@ -11,11 +11,14 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from pydantic import ValidationError
+
 from ..durable import AsyncQueue, Message
 from ._coalesce import PutCoalescer
 from ._config import ServeConfig, check_queue_name
 from ._constants import CALLBACK_HEADER, SERVE_COALESCE_MAX_BATCH, SERVE_QUEUE_CACHE
 from ._metrics import Metrics
+from ._models import CallbackSpec
 
 __all__ = ["ServerState", "message_to_json"]
 
@@ -30,6 +33,23 @@ def _iso(epoch_ms: int | None) -> str | None:
     )
 
 
+def _callback(text: str | None) -> dict[str, Any] | str | None:
+    """The callback a message's header holds (None without one), or why it cannot be
+    shown: JSON the server did not write (put below its checks) may be anything."""
+    if not text:
+        return None
+    try:
+        callback = json.loads(text)
+    except (RecursionError, ValueError):
+        return "the callback header is not JSON the server can read: it cannot be shown"
+    try:
+        CallbackSpec.model_validate(callback)
+    except ValidationError:
+        return "the callback header is not a callback: it cannot be shown"
+    result: dict[str, Any] = callback
+    return result
+
+
 def message_to_json(msg: Message) -> dict[str, Any]:
     """A message as the HTTP API and the dashboard show it.
 
@@ -37,12 +57,16 @@ def message_to_json(msg: Message) -> dict[str, Any]:
     then null); any other payload is the JSON value itself. A payload the server
     cannot give back (written with another serializer, or nested deeper than the
     limit before there was one) is null with ``payload_error`` saying why: that one
-    message, never the answer around it. ``callback`` is the message's callback (or
-    null); ``lease`` (the token) only on messages from ``reserve``, ``lease_expires_at``
+    message, never the answer around it; so are headers it cannot give back
+    (``headers`` empty and ``headers_error``). ``callback`` is the message's callback
+    (or null); ``lease`` (the token) only on messages from ``reserve``, ``lease_expires_at``
     on every message in flight.
     """
     headers = dict(msg.headers)
-    callback_text = headers.pop(CALLBACK_HEADER, None)
+    headers_error = msg.headers_error
+    callback = _callback(headers.pop(CALLBACK_HEADER, None))
+    if isinstance(callback, str):
+        headers_error, callback = callback, None
     body: dict[str, Any] = {
         "id": msg.id,
         "queue": msg.queue,
@@ -53,8 +77,10 @@ def message_to_json(msg: Message) -> dict[str, Any]:
         "max_attempts": msg.max_attempts,
         "headers": headers,
         "last_error": msg.last_error,
-        "callback": json.loads(callback_text) if callback_text else None,
+        "callback": callback,
     }
+    if headers_error is not None:
+        body["headers_error"] = headers_error
     if msg.payload_error is not None:
         body["payload"] = None
         body["payload_error"] = msg.payload_error

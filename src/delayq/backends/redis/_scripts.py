@@ -28,6 +28,7 @@ from ...durable.message import (
     State,
     Stats,
     lag_of,
+    load_headers,
     new_record,
 )
 from ...durable.serializer import RAW_ENCODING
@@ -369,7 +370,7 @@ def _text(value: bytes | None) -> str | None:
 
 def decode_record(row: Sequence[Any]) -> Record:
     """A record from ``reply()`` of ``lib.lua``."""
-    headers: Mapping[str, str] = json.loads(row[8]) if row[8] else {}
+    headers = load_headers(row[8])
     encoding = row[2].decode() if row[2] else _DEFAULT_ENCODING
     return new_record(
         id=unpack_id(row[0]),

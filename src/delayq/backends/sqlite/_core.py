@@ -23,6 +23,7 @@ from ...durable.message import (
     State,
     Stats,
     lag_of,
+    load_headers,
     observe,
     resolve_due,
 )
@@ -54,7 +55,7 @@ def _record(row: Sequence[Any]) -> Record:
         attempts=row[5],
         max_attempts=row[6],
         state=_STATES[row[7]],
-        headers=json.loads(headers) if headers else {},
+        headers=load_headers(headers),
         last_error=row[9],
         lease=row[10],
         lease_until=row[11],

@@ -35,6 +35,7 @@ from ....durable.message import (
     State,
     Stats,
     lag_of,
+    load_headers,
     observe,
 )
 from ....errors import DuplicateId, LeaseLost, QueueClosed
@@ -81,7 +82,7 @@ def _record(row: Row) -> Record:
         attempts=row[5],
         max_attempts=row[6],
         state=_STATES[row[7]],
-        headers=json.loads(headers) if headers else {},
+        headers=load_headers(headers),
         last_error=row[9],
         lease=row[10],
         lease_until=row[11],
