@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from delayq import DuplicateId, QueueClosed, UnsupportedURL
-from delayq.backends.sqlite import AsyncSQLiteBackend, SQLiteBackend
+from delayq.backends.sqlite import AsyncSQLiteBackend, SQLiteBackend, _wakeup
 from delayq.backends.sqlite import statements as sql
 from delayq.backends.sqlite._url import parse_url
 from delayq.durable import AsyncBackend, AsyncQueue, Backend, PutRequest, Queue, State
@@ -347,6 +347,57 @@ def test_a_waiting_thread_wakes_for_a_put_through_another_queue_object(url: str)
         waiter.join(PROMPTLY)
         assert not waiter.is_alive()
         assert [m.payload for m in got] == ["via the file"]
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_commit_before_the_watchers_first_reading_wakes_the_waiting_reserve(
+    url: str, face: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watcher that a waiting reserve starts is held before its first reading of
+    ``data_version`` while another queue object commits a put: that reading already
+    counts the commit, so only the wake-up that follows it brings the message. The
+    reserve must return well within its wait (a quarter of it) once the watcher
+    goes on, not at its end."""
+    read = _wakeup._data_version
+    reading, go_on = threading.Event(), threading.Event()
+
+    def held_first_reading(conn: sqlite3.Connection) -> int:
+        if not reading.is_set():
+            reading.set()
+            go_on.wait(10)
+        return read(conn)
+
+    monkeypatch.setattr(_wakeup, "_data_version", held_first_reading)
+    wait = 12.0
+    got: list[Any] = []
+    ended: list[float] = []
+    with Queue(url, name="w") as waiting, Queue(url, name="w") as other:
+        waiting.stats()  # the schema is in place
+
+        def consume() -> None:
+            if face == "sync":
+                got.extend(waiting.reserve(wait=wait))
+            else:
+
+                async def main() -> list[Any]:
+                    async with AsyncQueue(url, name="w") as q:
+                        return await q.reserve(wait=wait)
+
+                got.extend(asyncio.run(main()))
+            ended.append(time.monotonic())
+
+        waiter = threading.Thread(target=consume, daemon=True)
+        waiter.start()
+        try:
+            assert reading.wait(10), "no watcher started"
+            other.put("x", id="x")
+            released = time.monotonic()
+        finally:
+            go_on.set()
+        waiter.join(wait + 10)
+        assert [m.id for m in got] == ["x"]
+        took = ended[0] - released
+        assert took < wait / 4, f"woken {took:.2f} s after the watcher's first reading"
 
 
 def test_close_wakes_a_waiting_reserve(url: str) -> None:
