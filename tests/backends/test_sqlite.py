@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from backends._window import woken_after_the_window
 from delayq import DuplicateId, QueueClosed, UnsupportedURL
 from delayq.backends.sqlite import AsyncSQLiteBackend, SQLiteBackend, _wakeup
 from delayq.backends.sqlite import statements as sql
@@ -368,36 +369,30 @@ def test_a_commit_before_the_watchers_first_reading_wakes_the_waiting_reserve(
         return read(conn)
 
     monkeypatch.setattr(_wakeup, "_data_version", held_first_reading)
-    wait = 12.0
-    got: list[Any] = []
-    ended: list[float] = []
+
+    def reserve(wait: float) -> list[Any]:
+        if face == "sync":
+            return waiting.reserve(wait=wait)
+
+        async def main() -> list[Any]:
+            async with AsyncQueue(url, name="w") as q:
+                return await q.reserve(wait=wait)
+
+        return asyncio.run(main())
+
+    def held() -> None:
+        assert reading.wait(10), "no watcher started"
+
     with Queue(url, name="w") as waiting, Queue(url, name="w") as other:
         waiting.stats()  # the schema is in place
-
-        def consume() -> None:
-            if face == "sync":
-                got.extend(waiting.reserve(wait=wait))
-            else:
-
-                async def main() -> list[Any]:
-                    async with AsyncQueue(url, name="w") as q:
-                        return await q.reserve(wait=wait)
-
-                got.extend(asyncio.run(main()))
-            ended.append(time.monotonic())
-
-        waiter = threading.Thread(target=consume, daemon=True)
-        waiter.start()
-        try:
-            assert reading.wait(10), "no watcher started"
-            other.put("x", id="x")
-            released = time.monotonic()
-        finally:
-            go_on.set()
-        waiter.join(wait + 10)
-        assert [m.id for m in got] == ["x"]
-        took = ended[0] - released
-        assert took < wait / 4, f"woken {took:.2f} s after the watcher's first reading"
+        woken_after_the_window(
+            reserve,
+            12.0,
+            held,
+            lambda: other.put("x", id="x"),
+            go_on.set,
+            "the watcher's first reading",
+        )
 
 
 def test_close_wakes_a_waiting_reserve(url: str) -> None:
