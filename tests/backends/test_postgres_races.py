@@ -247,13 +247,13 @@ def listener_pid(admin: Any, schema: str) -> int:
 
 
 def until_asleep(admin: Any, schema: str, queue: str) -> None:
-    """Wait (10 s at most) until a consumer of ``queue`` is registered asleep: a put
-    due now notifies then."""
+    """Wait (10 s at most) until a consumer of ``queue`` is registered asleep for more
+    than a second (not a short sleep before it): a put due now notifies then."""
     deadline = time.monotonic() + 10
     while True:
         row = admin.execute(
             f'SELECT count(*) FROM "{schema}".waiters WHERE queue = %s '
-            "AND until > floor(extract(epoch FROM clock_timestamp()) * 1000)",
+            "AND until > floor(extract(epoch FROM clock_timestamp()) * 1000) + 1000",
             (queue,),
         ).fetchone()
         if row is not None and row[0] > 0:
