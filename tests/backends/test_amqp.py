@@ -244,22 +244,28 @@ def test_a_waiting_reserve_whose_answer_is_lost_ends_after_its_wait_and_the_time
     its wait and the request timeout after it was sent, as a reserve whose reply was
     lost (an OutcomeUnknown and a NoScheduler), instead of waiting for ever."""
     client = url.replace("scheduler=on", "scheduler=off")
+    wait, timeout = 1.0, 1.0
 
     async def main() -> None:
-        async with AsyncQueue(client, name="jobs", request_timeout=1) as q:
+        async with AsyncQueue(client, name="jobs", request_timeout=timeout) as q:
             scheduler = AsyncQueue(url, name="jobs")
             try:
                 await scheduler.stats()  # elected
-                waiting = asyncio.ensure_future(q.reserve(wait=1))
+                waiting = asyncio.ensure_future(q.reserve(wait=wait))
                 link = q._backend._link  # type: ignore[attr-defined]
                 while not link._pending:  # the reserve is on its way
-                    await asyncio.sleep(0.01)
+                    await asyncio.sleep(0.005)
+                sent = time.monotonic()
                 [request_id] = link._pending
                 await asyncio.sleep(0.3)  # parked at the scheduler
             finally:
                 await scheduler.close()  # stops serving: the parked reserve is dropped
             with pytest.raises(OutcomeUnknown) as raised:
                 await asyncio.wait_for(waiting, 30)
+            took = time.monotonic() - sent
+            # Its wait and the timeout, not much less (then a slow answer would be
+            # taken for a lost one) nor much more (a caller held past what it asked).
+            assert wait + timeout * 0.75 <= took < (wait + timeout) * 1.5, took
             assert isinstance(raised.value, NoScheduler)
             assert raised.value.operation == "reserve"
             # An answer that still comes (on the connection being given up) gives back

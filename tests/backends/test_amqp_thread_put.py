@@ -14,6 +14,7 @@ afterwards; the schedulers are ``delayq scheduler`` processes of the test's own.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import signal
 import subprocess
@@ -26,7 +27,13 @@ from typing import Any
 import pytest
 
 from backends.test_amqp_checkpoint import connections, prefix_of
-from backends.test_amqp_fastput import client, intake, scheduler
+from backends.test_amqp_fastput import (
+    append_to_intake,
+    client,
+    intake,
+    logged_put_ids,
+    scheduler,
+)
 from conformance.conftest import amqp_url
 from delayq import QueueClosed
 from delayq.backends.amqp import _blocking
@@ -86,7 +93,9 @@ def intake_connections(url: str) -> list[str]:
 
 def test_an_intake_connection_closed_under_puts_loses_and_doubles_nothing(url: str) -> None:
     """The broker closes the intake connection three times while four threads put:
-    every put returns (appended again on a new connection), each stored once."""
+    every put returns (appended again on a new connection), each stored once, and
+    folded once (counted in the log), even the puts of an intake message appended
+    twice (as a client does that saw no confirm before its connection closed)."""
     with scheduler(url), Queue(client(url), name="jobs", request_timeout=30) as queue:
         queue.stats()
         stop = threading.Event()
@@ -125,9 +134,20 @@ def test_an_intake_connection_closed_under_puts_loses_and_doubles_nothing(url: s
             thread.join()
         assert errors == []
         assert len(acked) == len(set(acked))
-        assert queue.stats().scheduled == len(acked)
+        entries = intake(url)
+        body, _ = entries[-1]
+        append_to_intake(url, body)  # as a client resending an append it saw no confirm of
+        queue.put("last", id="last", delay=60)  # folded after that copy
+        assert queue.get("last") is not None  # behind the folds: they are logged
+        assert queue.stats().scheduled == len(acked) + 1
         for id in acked[:: max(1, len(acked) // 50)]:
             assert queue.get(id) is not None
+    # Each put folded once, whether its client appended it twice (a confirm lost with
+    # its connection) or not.
+    appended = collections.Counter(rid for _, rids in entries for rid in rids)
+    assert len(appended) == len(acked)  # one request id per put, however often appended
+    folded = logged_put_ids(url)
+    assert {rid: folded[rid] for rid in appended} == dict.fromkeys(appended, 1)
 
 
 def test_a_put_given_up_while_it_waits_is_not_appended_and_the_next_ones_are(

@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
+from backends._window import woken_after_the_window
 from delayq import DuplicateId, QueueClosed, UnsupportedURL
-from delayq.backends.sqlite import AsyncSQLiteBackend, SQLiteBackend
+from delayq.backends.sqlite import AsyncSQLiteBackend, SQLiteBackend, _wakeup
 from delayq.backends.sqlite import statements as sql
 from delayq.backends.sqlite._url import parse_url
 from delayq.durable import AsyncBackend, AsyncQueue, Backend, PutRequest, Queue, State
@@ -347,6 +348,51 @@ def test_a_waiting_thread_wakes_for_a_put_through_another_queue_object(url: str)
         waiter.join(PROMPTLY)
         assert not waiter.is_alive()
         assert [m.payload for m in got] == ["via the file"]
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_commit_before_the_watchers_first_reading_wakes_the_waiting_reserve(
+    url: str, face: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watcher that a waiting reserve starts is held before its first reading of
+    ``data_version`` while another queue object commits a put: that reading already
+    counts the commit, so only the wake-up that follows it brings the message. The
+    reserve must return well within its wait (a quarter of it) once the watcher
+    goes on, not at its end."""
+    read = _wakeup._data_version
+    reading, go_on = threading.Event(), threading.Event()
+
+    def held_first_reading(conn: sqlite3.Connection) -> int:
+        if not reading.is_set():
+            reading.set()
+            go_on.wait(10)
+        return read(conn)
+
+    monkeypatch.setattr(_wakeup, "_data_version", held_first_reading)
+
+    def reserve(wait: float) -> list[Any]:
+        if face == "sync":
+            return waiting.reserve(wait=wait)
+
+        async def main() -> list[Any]:
+            async with AsyncQueue(url, name="w") as q:
+                return await q.reserve(wait=wait)
+
+        return asyncio.run(main())
+
+    def held() -> None:
+        assert reading.wait(10), "no watcher started"
+
+    with Queue(url, name="w") as waiting, Queue(url, name="w") as other:
+        waiting.stats()  # the schema is in place
+        woken_after_the_window(
+            reserve,
+            12.0,
+            held,
+            lambda: other.put("x", id="x"),
+            go_on.set,
+            "the watcher's first reading",
+        )
 
 
 def test_close_wakes_a_waiting_reserve(url: str) -> None:
