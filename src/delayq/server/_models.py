@@ -477,12 +477,12 @@ class QueueStats(_Answer):
     dead: int = Field(description=f"{_COUNT} Dead messages.")
     next_due_at: int | None = Field(
         default=None,
-        description="When the next scheduled message falls due, epoch milliseconds; null "
-        "when none is scheduled.",
+        description="The earliest due time of a message waiting to be reserved (ready "
+        "ones included), epoch milliseconds; null when none is waiting.",
     )
     lag: float = Field(
-        description="How long the oldest ready message has waited since it fell due, in "
-        "seconds (a duration, not a time: the one number of an answer in seconds)."
+        description="How long the oldest ready message is overdue, in seconds (0 when "
+        "none is ready): a duration, not a time."
     )
 
 
