@@ -258,6 +258,58 @@ export function bodiesAreRequired(): unknown[] {
     client.OPTIONS("/v1/queues/{queue}/messages", { params: { path: queue } }),
   ];
 }
+// Nor do these: the document says what a body needs and what a field takes, as the
+// server does (each is a 422). Never called.
+export function typesAgreeWithTheServer(): unknown[] {
+  const path = { path: { ...queue, id: "order-42" } };
+  return [
+    // @ts-expect-error a put needs payload or payload_base64 (else 422 missing_payload)
+    client.POST("/v1/queues/{queue}/messages", { params: { path: queue }, body: {} }),
+    // @ts-expect-error a reschedule needs delay, at or at_ms
+    client.POST("/v1/queues/{queue}/messages/{id}/reschedule", { params: path, body: {} }),
+    // @ts-expect-error null is not a time (omit delay instead)
+    client.POST("/v1/queues/{queue}/messages", { params: { path: queue }, body: { payload: 1, delay: null } }),
+    // @ts-expect-error nor for at_ms
+    client.POST("/v1/queues/{queue}/messages/{id}/reschedule", { params: path, body: { at_ms: null } }),
+    client.POST("/v1/queues/{queue}/messages", {
+      params: { path: queue },
+      // @ts-expect-error a callback's method is one of five
+      body: { payload: null, callback: { url: "http://example.com/", method: "FETCH" } },
+    }),
+  ];
+}
+// Every field of an answer is there: null, never undefined, where there is nothing.
+const fields = { queue: `${queue.queue}-fields` };
+await client.POST("/v1/queues/{queue}/messages", {
+  params: { path: fields },
+  body: { payload: "all fields", delay: 3600, id: "fields" },
+});
+const checkedOut = await client.GET("/v1/queues/{queue}/messages/{id}", {
+  params: { path: { ...fields, id: "fields" } },
+});
+expect(checkedOut.data !== undefined, "getMessage: the message put");
+if (checkedOut.data) {
+  const message: components["schemas"]["MessageOut"] = checkedOut.data;
+  const lease: string | null = message.lease;
+  const leaseEnds: number | null = message.lease_expires_at;
+  const failed: string | null = message.last_error;
+  const iso: string = message.due_at_iso;
+  const where: components["schemas"]["CallbackSpec"] | null = message.callback;
+  const bytes: string | null = message.payload_base64;
+  expect(lease === null && leaseEnds === null && failed === null && where === null && bytes === null, "getMessage: null fields are null");
+  expect(new Date(iso).getTime() === message.due_at, "getMessage: due_at_iso is due_at (epoch ms)");
+}
+const statsNow = await client.GET("/v1/queues/{queue}/stats", { params: { path: fields } });
+if (statsNow.data) {
+  const nextDue: number | null = statsNow.data.next_due_at;
+  const lagSeconds: number = statsNow.data.lag;
+  expect(nextDue === checkedOut.data?.due_at, "queueStats: next_due_at is the due_at (epoch ms)");
+  expect(lagSeconds >= 0, "queueStats: lag in seconds");
+}
+const page = await client.GET("/v1/queues/{queue}/messages", { params: { path: fields, query: { limit: 1 } } });
+const nextCursor: string | null = page.data ? page.data.next_cursor : null;
+expect(page.data?.messages.length === 1 && page.data.messages[0]?.lease === null, `peekMessages: lease null, cursor ${nextCursor}`);
+await client.POST("/v1/queues/{queue}/purge", { params: { path: fields }, body: {} });
 // The same request without a body or Content-Type gets the same 415, token or not.
 const url = (path: string) => new URL(path, base);
 const bare = await fetch(url(`/v1/queues/${queue.queue}/purge`), { method: "POST", headers: authorization });

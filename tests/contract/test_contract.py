@@ -7,7 +7,8 @@ tools nobody here wrote, from the npm packages of package-lock.json in this fold
   two serve the same document;
 * openapi-typescript turns it into types that ``client.ts`` (put, get, reschedule,
   cancel, batch, reserve, ack, nack, extend, dead, stats) and the README's TypeScript
-  block compile against with ``tsc --strict``;
+  block compile against with ``tsc --strict``: types as tight as the server (a body it
+  refuses does not compile, a field every answer carries is never undefined);
 * both run, unchanged, against a live ``delayq serve`` with a token and one without;
   ``client.ts`` checks every answer against the document (status listed, required
   headers sent, body valid under ajv in strict mode) and exits 1 on any mismatch.

@@ -61,7 +61,9 @@ queues_router = APIRouter(
 # Not /v1: uptime checkers and scrapers may add parameters of their own.
 ops_router = APIRouter(tags=["operations"])
 
-Limit = Annotated[int, Query(ge=1, le=SERVE_MAX_LIMIT, description="At most this many.")]
+Limit = Annotated[
+    int, Query(ge=1, le=SERVE_MAX_LIMIT, description="A count: at most this many messages.")
+]
 Cursor = Annotated[
     str | None,
     Query(
@@ -178,9 +180,13 @@ async def peek_messages(
 async def due_counts(
     queue: QueueDep,
     horizon: Annotated[
-        float, Query(gt=0, le=SERVE_MAX_DUE_HORIZON, description="Seconds ahead.")
+        float,
+        Query(gt=0, le=SERVE_MAX_DUE_HORIZON, description="How far ahead to count, in seconds."),
     ] = 3600.0,
-    buckets: Annotated[int, Query(ge=1, le=SERVE_MAX_DUE_BUCKETS)] = 60,
+    buckets: Annotated[
+        int,
+        Query(ge=1, le=SERVE_MAX_DUE_BUCKETS, description="A count: the slices of the horizon."),
+    ] = 60,
 ) -> dict[str, Any]:
     """How many scheduled messages fall due in each of ``buckets`` slices of
     ``bucket_ms`` from ``start`` (the backend's now, epoch ms) over the next
