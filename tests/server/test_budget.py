@@ -156,9 +156,11 @@ def test_hostile_stored_messages_cost_no_more_than_plain_ones(
         answers[name + " page"] = (len(page.content), page_peak)
     print(answers)
     assert answers["hostile"][0] <= SERVE_ANSWER_BUDGET + 1024
-    # Each hostile message decodes to 25 MB: the answer must not hold them.
-    assert answers["hostile"][1] < 2 * answers["plain"][1]
-    assert answers["hostile page"][1] < 2 * answers["plain page"][1]
+    # Each hostile message decodes to 25 MB: the answer must not hold them (unbounded,
+    # the hostile list held 12 times what the plain one did; the margin leaves room
+    # for what the test client's threads allocate meanwhile on a loaded machine).
+    assert answers["hostile"][1] < 4 * answers["plain"][1]
+    assert answers["hostile page"][1] < 4 * answers["plain page"][1]
     listed = hostile.get("/v1/queues/q/messages", params={"limit": 10}).json()["messages"]
     assert {message["payload_error"] is not None for message in listed} == {True}
     reserved = hostile.post("/v1/queues/q/reserve", json={"max": 10}).json()["messages"]
@@ -203,8 +205,14 @@ def test_a_large_list_does_not_hold_up_healthz(tmp_path: Path) -> None:
         f"healthz quiet median {statistics.median(quiet):.4f}s, during lists max "
         f"{max(busy):.4f}s over {len(busy)}; lists {lists}"
     )
-    # A /healthz during the lists may wait for a slice of one, never for a whole list.
-    assert max(busy) < max(50 * statistics.median(quiet), 0.5 * statistics.median(lists))
+    # A /healthz during the lists may wait for a slice of one, never for a whole list:
+    # when a list is encoded on the loop, each /healthz sent meanwhile waits for the
+    # rest of it (a few samples, each most of a list). The median, not the maximum: a
+    # loaded machine may hold up any one request.
+    assert len(busy) >= 3
+    assert statistics.median(busy) < max(
+        20 * statistics.median(quiet), 0.2 * statistics.median(lists)
+    )
 
 
 def _fetches_for(sizes: list[int], limit: int) -> tuple[int, int, int]:
