@@ -116,3 +116,33 @@ def test_each_command_says_it_in_one_line(backend: str, command: str, tmp_path: 
     assert run.returncode == 1, run.stderr
     assert lines == [f"error: {_line(url, missing[0], extra)}"], run.stderr
     assert run.stdout == ""
+
+
+def test_delayq_scheduler_says_it_in_one_line(tmp_path: Path) -> None:
+    url, missing, extra = BACKENDS["amqp"]
+    run = _run(missing, _CLI.format(args=["scheduler", "--url", url]), tmp_path)
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert run.returncode == 1, run.stderr
+    assert lines[-1:] == [f"error: {_line(url, missing[0], extra)}"], run.stderr
+    assert len(lines) == 2, run.stderr  # and the warning of a password in --url
+
+
+def test_a_python_without_sqlite3_is_told_so(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    code = """
+    from delayq import BackendNotInstalled, Queue
+
+    try:
+        Queue({url!r})
+    except BackendNotInstalled as exc:
+        assert isinstance(exc.__cause__, ModuleNotFoundError)
+        assert exc.extra is None
+        print(exc)
+    """
+    run = _run(("sqlite3",), code.format(url=url), tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert (
+        run.stdout
+        == "sqlite:// needs sqlite3, which is not installed: use a Python that has sqlite3\n"
+    )
+    assert not (tmp_path / "q.db").exists()
