@@ -42,7 +42,7 @@ class BackendDriver:
     errors: tuple[type[Exception], ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one object per backend, hashed by identity
 class BackendDescriptor:
     """One backend, as every face of delayq sees it.
 

@@ -58,8 +58,8 @@ BACKENDS: tuple[str, ...] = (
 
 #: scheme -> its backend, built at the first look-up (None until then).
 _by_scheme: dict[str, BackendDescriptor] | None = None
-#: backend name -> its loaded driver.
-_drivers: dict[str, BackendDriver] = {}
+#: backend -> its loaded driver.
+_drivers: dict[BackendDescriptor, BackendDriver] = {}
 
 
 def _import_descriptor(module: str) -> BackendDescriptor:
@@ -94,8 +94,9 @@ def register_backend(module: str) -> BackendDescriptor:
 
 
 def register_scheme(scheme: str, module: str) -> None:
-    """Serve ``scheme://`` URLs too with the backend of ``module`` (``"sqlite"`` means
-    ``delayq.backends.sqlite``; a dotted name is imported as is)."""
+    """Serve ``scheme://`` URLs too with the backend package ``module``, which exports
+    ``DESCRIPTOR`` (``"sqlite"`` means ``delayq.backends.sqlite``; a dotted name is
+    imported as is)."""
     global _by_scheme
     found = _import_descriptor(module if "." in module else f"delayq.backends.{module}")
     _by_scheme = {**_table(), scheme.lower(): found}
@@ -166,9 +167,9 @@ def driver(url: object) -> BackendDriver:
     on the first call); :class:`BackendNotInstalled` when that library is missing."""
     scheme = scheme_of(url)
     found = _table()[scheme]
-    loaded = _drivers.get(found.name)
+    loaded = _drivers.get(found)
     if loaded is None:
-        loaded = _drivers[found.name] = _load(found, scheme)
+        loaded = _drivers[found] = _load(found, scheme)
     return loaded
 
 
