@@ -93,6 +93,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks examples scripts
 	$(BIN)/python scripts/unasync.py --check
 	$(BIN)/python scripts/private_access.py
+	$(BIN)/python scripts/backend_names.py
 	$(BIN)/mypy --strict src
 	$(BIN)/lint-imports
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         Stats,
     )
     from .errors import (
+        BackendNotInstalled,
         DelayqError,
         DuplicateId,
         LeaseLost,
@@ -62,6 +63,7 @@ _HOMES = {
     "Serializer": ".durable",
     "State": ".durable",
     "Stats": ".durable",
+    "BackendNotInstalled": ".errors",
     "DelayqError": ".errors",
     "DuplicateId": ".errors",
     "LeaseLost": ".errors",
@@ -94,6 +96,7 @@ __all__ = [
     "App",
     "AsyncDelayQueue",
     "AsyncQueue",
+    "BackendNotInstalled",
     "Clock",
     "DelayQueue",
     "DelayqError",

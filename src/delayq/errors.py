@@ -5,6 +5,7 @@ from __future__ import annotations
 from ._redact import redact_text
 
 __all__ = [
+    "BackendNotInstalled",
     "DelayqError",
     "DuplicateId",
     "LeaseLost",
@@ -66,3 +67,13 @@ class UnsupportedURL(DelayqError, ValueError):
 
     def __init__(self, message: str) -> None:
         super().__init__(redact_text(str(message)))
+
+
+class BackendNotInstalled(DelayqError):
+    """The client library of the URL's backend is not installed. The message says which
+    extra installs it (``pip install 'delayq[redis]'``); the ``ModuleNotFoundError`` is
+    its ``__cause__``. ``extra`` is that extra (None for a module Python lacks)."""
+
+    def __init__(self, message: str, extra: str | None = None) -> None:
+        super().__init__(redact_text(str(message)))
+        self.extra = extra

@@ -6,8 +6,8 @@ it up afterwards). When its server is unreachable it calls :func:`unavailable`,
 which skips the backend locally but fails the run when the backend is listed in
 ``$DELAYQ_REQUIRE`` (``DELAYQ_REQUIRE=redis,postgres``; ``all`` requires every one).
 
-A guarantee of the contract that a backend cannot give is declared by its module in
-``NOT_GUARANTEED`` (name -> reason); a test that needs one is marked
+A guarantee of the contract that a backend cannot give is declared by its descriptor
+(``not_guaranteed``, name -> reason); a test that needs one is marked
 ``@pytest.mark.guarantee("<name>")`` and is skipped, with that reason, on such a
 backend (``amqp://`` declares ``server-clock``: AMQP exposes no server time).
 
@@ -18,7 +18,6 @@ event loop in a helper thread, so each test is written once against the sync API
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import itertools
 import os
@@ -32,7 +31,7 @@ from typing import Any, NoReturn, TypeVar
 import pytest
 
 from delayq.durable import AsyncQueue, Queue
-from delayq.durable.registry import SCHEMES, scheme_of
+from delayq.durable.registry import descriptor
 
 T = TypeVar("T")
 
@@ -237,8 +236,7 @@ def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]
 
 def not_guaranteed(url: str) -> dict[str, str]:
     """What the backend of ``url`` declares it cannot guarantee, with the reasons."""
-    module = importlib.import_module(f"delayq.backends.{SCHEMES[scheme_of(url)]}")
-    return dict(getattr(module, "NOT_GUARANTEED", {}))
+    return dict(descriptor(url).not_guaranteed)
 
 
 @pytest.fixture(autouse=True)

@@ -62,7 +62,7 @@ def test_a_backend_delayq_does_not_have_is_an_unsupported_scheme(url: str) -> No
 
 
 def test_register_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry, "SCHEMES", dict(registry.SCHEMES))
+    monkeypatch.setattr(registry, "_by_scheme", dict(registry._table()))
     with pytest.raises(UnsupportedURL, match="unsupported queue URL"):
         Queue("mem2://")
     register_scheme("mem2", "delayq.backends.memory")

@@ -4,7 +4,8 @@ Starlette's TestClient (requests go through the real ASGI stack, middleware incl
 ``client`` serves a fresh ``memory://`` namespace; ``any_client`` runs the test once
 per backend (memory, sqlite in ``tmp_path``, redis under a key prefix of its own,
 postgres in a schema of its own; a server that is unreachable is skipped unless
-``$DELAYQ_REQUIRE`` lists it).
+``$DELAYQ_REQUIRE`` lists it). A test marked ``guarantee(name)`` is skipped on a
+backend whose descriptor says it cannot give it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,16 @@ from typing import Any
 
 import pytest
 
-from conformance.conftest import amqp_url, memory_url, postgres_url, redis_url, sqlite_url
+# _declared_guarantees (autouse): a test marked guarantee(name) is skipped, with the
+# reason, on a backend whose descriptor declares it cannot give that guarantee.
+from conformance.conftest import (
+    _declared_guarantees,  # noqa: F401
+    amqp_url,
+    memory_url,
+    postgres_url,
+    redis_url,
+    sqlite_url,
+)
 from delayq.server import ServeConfig, create_app
 
 with warnings.catch_warnings():  # starlette's note about httpx, at import

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gc
 import os
-import sqlite3
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -26,16 +25,23 @@ from rich.text import Text
 
 from .._duration import delay_to_seconds
 from .._redact import redact_text
+from ..durable._constants import DEFAULT_QUEUE_URL
 from ..durable.queue import Queue
 from ..durable.registry import (
+    client_errors,
     consumer_options,
     database_file,
     default_url,
-    outage_errors,
     redact_url,
     scheme_of,
 )
-from ..errors import DelayqError, DuplicateId, PayloadTooLarge, UnsupportedURL
+from ..errors import (
+    BackendNotInstalled,
+    DelayqError,
+    DuplicateId,
+    PayloadTooLarge,
+    UnsupportedURL,
+)
 
 __all__ = [
     "CliError",
@@ -122,16 +128,12 @@ class OneLineGroup(click.Group):
 
 
 def _is_connection_error(exc: BaseException, url: str) -> bool:
-    if isinstance(exc, (OSError, sqlite3.Error)):
+    if isinstance(exc, OSError):
         return True
     try:
-        if isinstance(exc, outage_errors(url)):  # a backend's own (psycopg_pool's timeout)
-            return True
-    except (UnsupportedURL, ImportError):
-        pass
-    redis = sys.modules.get("redis.exceptions")
-    base = getattr(redis, "RedisError", None)
-    return base is not None and isinstance(exc, base)
+        return isinstance(exc, client_errors(url))  # the backend's (psycopg_pool's timeout)
+    except (UnsupportedURL, BackendNotInstalled):
+        return False
 
 
 @contextmanager
@@ -192,7 +194,7 @@ def url_option(help: str | None = None) -> Callable[[F], F]:
         metavar="URL",
         default=None,
         callback=check_url,
-        help=help or "The queue URL (default: $DELAYQ_URL, else sqlite:///delayq.db).",
+        help=help or f"The queue URL (default: $DELAYQ_URL, else {DEFAULT_QUEUE_URL}).",
     )
 
 

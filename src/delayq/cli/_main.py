@@ -25,6 +25,7 @@ import click
 from rich.console import Console
 
 from .. import __version__
+from ..durable._constants import DEFAULT_QUEUE_URL
 from ..durable.registry import default_url, scheme_of
 from ..errors import UnsupportedURL
 from ._bench import bench
@@ -68,7 +69,7 @@ def main() -> None:
     metavar="URL",
     default=None,
     callback=check_url,
-    help="Durable engine: the queue URL (default: $DELAYQ_URL, else sqlite:///delayq.db).",
+    help=f"Durable engine: the queue URL (default: $DELAYQ_URL, else {DEFAULT_QUEUE_URL}).",
 )
 @click.option(
     "--store",

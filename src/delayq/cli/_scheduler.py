@@ -15,30 +15,36 @@ import threading
 import click
 
 from ..durable.queue import Queue
-from ..durable.registry import redact_url, scheme_of
+from ..durable.registry import consumer_options, descriptor, descriptors, redact_url
 from ._common import CliError, freeze_startup_heap, resolve_url, translate_errors, url_option
 from ._worker import configure_logging, log_level_option
 
 __all__ = ["scheduler"]
 
-#: The schemes whose backends have an elected scheduler.
-_REPLICATED = frozenset({"amqp", "amqps"})
+
+def _replicated_schemes() -> str:
+    """The schemes of the backends that have an elected scheduler, as a sentence lists
+    them: ``amqp:// and amqps://``."""
+    names = [f"{s}://" for found in descriptors() if found.replicated for s in found.schemes]
+    return " and ".join([", ".join(names[:-1]), *names[-1:]] if len(names) > 1 else names)
 
 
-@click.command(short_help="Be the scheduler of an amqp:// namespace until SIGTERM/SIGINT.")
+@click.command(
+    short_help="Be the scheduler of a replicated backend's namespace until SIGTERM/SIGINT."
+)
 @log_level_option
-@url_option("The queue URL, amqp:// or amqps:// (default: $DELAYQ_URL).")
+@url_option("The queue URL, of a replicated backend (default: $DELAYQ_URL).")
 def scheduler(*, log_level: str, url: str | None) -> None:
     """Stand for election as the scheduler of the URL's namespace (its prefix) and
     run it while elected; exit 0 on SIGTERM or SIGINT, handing over to the next
     candidate."""
     url = resolve_url(url)
     with translate_errors(url):
-        if scheme_of(url) not in _REPLICATED:
+        if not descriptor(url).replicated:
             raise click.UsageError(
-                f"{redact_url(url)}: only amqp:// and amqps:// have an elected scheduler"
+                f"{redact_url(url)}: only {_replicated_schemes()} have an elected scheduler"
             )
-        queue = Queue(url, scheduler="on")
+        queue = Queue(url, **consumer_options(url))
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

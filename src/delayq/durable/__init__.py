@@ -8,7 +8,7 @@ failures are retried.
 from .backend import AsyncBackend, Backend
 from .message import Message, Now, PutRequest, PutResult, Record, State, Stats
 from .queue import AsyncQueue, Queue
-from .registry import register_scheme
+from .registry import register_backend, register_scheme
 from .retry import RetryPolicy
 from .serializer import JSONSerializer, Serializer
 
@@ -27,5 +27,6 @@ __all__ = [
     "Serializer",
     "State",
     "Stats",
+    "register_backend",
     "register_scheme",
 ]

@@ -59,8 +59,9 @@ never validates user input (the facade did); it must guarantee:
 * **Isolation.** Queues are namespaces: ``queue`` is part of every key. The same
   id may exist in two queues.
 
-A backend module (``delayq.backends.<name>``) exposes two openers, found through
-the scheme registry of :mod:`delayq.durable.registry`::
+A backend package (``delayq.backends.<name>``) exports its ``DESCRIPTOR``
+(:mod:`delayq.durable.descriptor`), whose driver holds two openers, found through
+the registry of :mod:`delayq.durable.registry`::
 
     def open_backend(url: str, **options: Any) -> Backend: ...
     def open_async_backend(url: str, **options: Any) -> AsyncBackend: ...

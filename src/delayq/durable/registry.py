@@ -1,10 +1,14 @@
-"""Queue URLs: which backend module serves which scheme, imported only when used.
+"""Queue URLs: which backend serves which scheme, found through its descriptor.
 
-``open_backend(url)`` / ``open_async_backend(url)`` find the scheme in
-:data:`SCHEMES`, import ``delayq.backends.<module>`` and call its opener of the
-same name (see :mod:`delayq.durable.backend`). :func:`outage_errors` says which
-exceptions mean "the backend of a URL does not answer": the network's and timeouts,
-and those its module lists as ``OUTAGE_ERRORS``.
+Each backend is a package that exports ``DESCRIPTOR``, a
+:class:`~delayq.durable.descriptor.BackendDescriptor`; :data:`BACKENDS` lists
+delayq's own. Their packages import no client library: the registry imports them (by
+module path, as the layers want) the first time a URL is looked up, and a backend's
+client the first time a URL of its scheme is opened (:func:`driver`), once per process.
+A client that is not installed is :class:`~delayq.errors.BackendNotInstalled`, whose
+one line names the extra to install. Every face asks here, not a backend: the schemes
+(:func:`scheme_of`), the openers, :func:`outage_errors`, :func:`consumer_options`,
+:func:`database_file`.
 """
 
 from __future__ import annotations
@@ -12,49 +16,95 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from .._redact import redact_url
-from ..errors import UnsupportedURL
+from ..errors import BackendNotInstalled, UnsupportedURL
 from ._constants import DEFAULT_QUEUE_URL, QUEUE_URL_ENV
+from .descriptor import BackendDescriptor, BackendDriver
 
 if TYPE_CHECKING:  # for annotations only: the queue faces import the registry
     from .backend import AsyncBackend, Backend
 
 __all__ = [
+    "BACKENDS",
     "BASE_OUTAGE_ERRORS",
-    "SCHEMES",
+    "client_errors",
     "consumer_options",
     "database_file",
     "default_url",
+    "descriptor",
+    "descriptors",
+    "driver",
     "open_async_backend",
     "open_backend",
     "outage_errors",
     "redact_url",
+    "register_backend",
     "register_scheme",
     "scheme_of",
 ]
 
-#: URL scheme -> module (under ``delayq.backends`` unless it contains a dot).
-SCHEMES: dict[str, str] = {
-    "memory": "memory",
-    "sqlite": "sqlite",
-    "redis": "redis",
-    "rediss": "redis",
-    "redis+cluster": "redis",
-    "redis+unix": "redis",
-    "postgresql": "postgres",
-    "postgres": "postgres",
-    "amqp": "amqp",
-    "amqps": "amqp",
-}
+#: The packages of delayq's backends, each exporting ``DESCRIPTOR``: a new backend is
+#: one package and one line here (docs/backends.md).
+BACKENDS: tuple[str, ...] = (
+    "delayq.backends.memory",
+    "delayq.backends.sqlite",
+    "delayq.backends.redis",
+    "delayq.backends.postgres",
+    "delayq.backends.amqp",
+)
+
+#: scheme -> its backend, built at the first look-up (None until then).
+_by_scheme: dict[str, BackendDescriptor] | None = None
+#: backend -> its loaded driver.
+_drivers: dict[BackendDescriptor, BackendDriver] = {}
+
+
+def _import_descriptor(module: str) -> BackendDescriptor:
+    found = getattr(importlib.import_module(module), "DESCRIPTOR", None)
+    if not isinstance(found, BackendDescriptor):
+        raise TypeError(
+            f"{module} exports no DESCRIPTOR (a delayq.durable.descriptor.BackendDescriptor)"
+        )
+    return found
+
+
+def _table() -> dict[str, BackendDescriptor]:
+    global _by_scheme
+    table = _by_scheme
+    if table is None:
+        table = {}
+        for module in BACKENDS:
+            found = _import_descriptor(module)
+            for scheme in found.schemes:
+                table.setdefault(scheme, found)
+        _by_scheme = table
+    return table
+
+
+def register_backend(module: str) -> BackendDescriptor:
+    """Serve the schemes of the backend package ``module`` (a dotted name that exports
+    ``DESCRIPTOR``), before delayq's own backends of the same schemes; its descriptor."""
+    global _by_scheme
+    found = _import_descriptor(module)
+    _by_scheme = {**_table(), **dict.fromkeys(found.schemes, found)}
+    return found
 
 
 def register_scheme(scheme: str, module: str) -> None:
-    """Serve ``scheme://`` URLs with ``module`` (``"sqlite"`` means
-    ``delayq.backends.sqlite``; a dotted name is imported as is)."""
-    SCHEMES[scheme.lower()] = module
+    """Serve ``scheme://`` URLs too with the backend package ``module``, which exports
+    ``DESCRIPTOR`` (``"sqlite"`` means ``delayq.backends.sqlite``; a dotted name is
+    imported as is)."""
+    global _by_scheme
+    found = _import_descriptor(module if "." in module else f"delayq.backends.{module}")
+    _by_scheme = {**_table(), scheme.lower(): found}
+
+
+def descriptors() -> tuple[BackendDescriptor, ...]:
+    """Every backend a URL may name, each once, in :data:`BACKENDS` order."""
+    return tuple({id(found): found for found in _table().values()}.values())
 
 
 def default_url() -> str:
@@ -63,7 +113,7 @@ def default_url() -> str:
 
 
 def _supported() -> str:
-    return ", ".join(f"{scheme}://" for scheme in SCHEMES)
+    return ", ".join(f"{scheme}://" for scheme in _table())
 
 
 def scheme_of(url: object) -> str:
@@ -86,7 +136,7 @@ def scheme_of(url: object) -> str:
     if failure is not None:  # raised here, so that urllib's error is not its context
         raise UnsupportedURL(f"malformed queue URL {redact_url(url)!r}: {failure}")
     scheme = parts.scheme.lower()
-    if not scheme or scheme not in SCHEMES:
+    if not scheme or scheme not in _table():
         raise UnsupportedURL(
             f"unsupported queue URL {redact_url(url)!r}: the supported schemes are {_supported()}"
         )
@@ -107,19 +157,43 @@ def _parse_failure(exc: ValueError) -> str:
     return "it does not parse as scheme://[user:password@]host[:port]/..."
 
 
-def _module(url: str) -> Any:
-    name = SCHEMES[scheme_of(url)]
-    return importlib.import_module(name if "." in name else f"delayq.backends.{name}")
+def descriptor(url: object) -> BackendDescriptor:
+    """The backend that serves ``url``; :class:`UnsupportedURL` as :func:`scheme_of`."""
+    return _table()[scheme_of(url)]
+
+
+def driver(url: object) -> BackendDriver:
+    """The loaded part of the backend that serves ``url`` (its client library imported
+    on the first call); :class:`BackendNotInstalled` when that library is missing."""
+    scheme = scheme_of(url)
+    found = _table()[scheme]
+    loaded = _drivers.get(found)
+    if loaded is None:
+        loaded = _drivers[found] = _load(found, scheme)
+    return loaded
+
+
+def _load(found: BackendDescriptor, scheme: str) -> BackendDriver:
+    try:
+        return found.load()
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in found.client:
+            raise
+        raise BackendNotInstalled(
+            f"{scheme}:// needs {missing}, which is not installed: {found.install_hint}",
+            found.extra,
+        ) from exc
 
 
 def open_backend(url: str, **options: Any) -> Backend:
     """Open the sync backend that serves ``url``."""
-    return cast("Backend", _module(url).open_backend(url, **options))
+    return driver(url).open_backend(url, **options)
 
 
 def open_async_backend(url: str, **options: Any) -> AsyncBackend:
     """Open the async backend that serves ``url``."""
-    return cast("AsyncBackend", _module(url).open_async_backend(url, **options))
+    return driver(url).open_async_backend(url, **options)
 
 
 #: What any backend raises when it does not answer: the network's errors and timeouts.
@@ -133,23 +207,30 @@ BASE_OUTAGE_ERRORS: tuple[type[Exception], ...] = (
 def outage_errors(url: str) -> tuple[type[Exception], ...]:
     """The exceptions that mean "the backend of ``url`` does not answer" (Redis down, a
     SQLite file locked or gone), not a bug of delayq: an outage to wait out, or a 503
-    over HTTP, never a 500. :data:`BASE_OUTAGE_ERRORS` and the ``OUTAGE_ERRORS`` of the
-    backend's module (imported for it; a module without that attribute adds none)."""
-    own: tuple[type[Exception], ...] = getattr(_module(url), "OUTAGE_ERRORS", ())
-    return BASE_OUTAGE_ERRORS + own
+    over HTTP, never a 500. :data:`BASE_OUTAGE_ERRORS` and the backend's own (its
+    driver loaded for them)."""
+    return BASE_OUTAGE_ERRORS + driver(url).outage_errors
+
+
+def client_errors(url: str) -> tuple[type[Exception], ...]:
+    """The exceptions that mean "the store of ``url`` refused or cannot be used" (a
+    wrong password, a file that is not a database), outages included: a user's
+    mistake or the environment's, shown as one line, not a bug of delayq."""
+    loaded = driver(url)
+    return BASE_OUTAGE_ERRORS + loaded.outage_errors + loaded.errors
 
 
 def consumer_options(url: str) -> dict[str, Any]:
     """Options with which a long-running consumer process (``delayq worker``, ``delayq
-    serve``) opens the queues of ``url``, its startup check included: the backend
-    module's ``CONSUMER_OPTIONS`` (``amqp://``: stand for the namespace's scheduler at
-    once); none for a module without it."""
-    return dict(getattr(_module(url), "CONSUMER_OPTIONS", {}))
+    serve``, ``delayq scheduler``) opens the queues of ``url``, its startup check
+    included: the backend's ``consumer_options`` (a replicated backend: stand for its
+    scheduler at once)."""
+    return dict(descriptor(url).consumer_options)
 
 
 def database_file(url: str) -> str | None:
-    """The absolute path of the local file that holds the queues of ``url`` (the
-    backend module's own ``database_file``: ``sqlite:///``), None for a backend that
-    keeps no file; :class:`UnsupportedURL` for a malformed URL."""
-    find = getattr(_module(url), "database_file", None)
-    return None if find is None else cast(str, find(url))
+    """The absolute path of the local file that holds the queues of ``url`` (asked of
+    its backend), None for a backend that keeps no file; :class:`UnsupportedURL` for a
+    malformed URL."""
+    find = descriptor(url).database_file
+    return None if find is None else find(url)

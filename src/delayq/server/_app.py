@@ -20,7 +20,7 @@ from fastapi import FastAPI
 
 from .. import __version__
 from ..durable.registry import BASE_OUTAGE_ERRORS, outage_errors
-from ..errors import UnsupportedURL
+from ..errors import BackendNotInstalled, UnsupportedURL
 from ._api import router as api_router
 from ._api_queues import ops_router, queues_router
 from ._auth import AttemptThrottle, Sessions, TokenAuth
@@ -94,7 +94,7 @@ def _outages(url: str) -> tuple[type[Exception], ...]:
     """What the backend at ``url`` raises when it does not answer (a 503, never a 500)."""
     try:
         return outage_errors(url)
-    except UnsupportedURL:  # the lifespan refuses the URL when it opens the backend
+    except (UnsupportedURL, BackendNotInstalled):  # the lifespan refuses it when it opens
         return BASE_OUTAGE_ERRORS
 
 

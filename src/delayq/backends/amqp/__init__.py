@@ -22,14 +22,19 @@ event loop thread carries its calls): :mod:`._sync.backend`; the broker's part:
 :mod:`._transport`; the generic scheduler: :mod:`delayq.backends._replicated`.
 """
 
-import aiormq as _aiormq
+from typing import TYPE_CHECKING
 
-from .._replicated import LogFull, NoScheduler
-from ._async.backend import AsyncAmqpBackend, open_async_backend
-from ._sync.backend import AmqpBackend, open_backend
+from ..._lazy import lazy_names
+from ...durable.descriptor import BackendDescriptor, BackendDriver
+
+if TYPE_CHECKING:
+    from .._replicated import LogFull, NoScheduler
+    from ._async.backend import AsyncAmqpBackend, open_async_backend
+    from ._driver import OUTAGE_ERRORS
+    from ._sync.backend import AmqpBackend, open_backend
 
 __all__ = [
-    "CONSUMER_OPTIONS",
+    "DESCRIPTOR",
     "NOT_GUARANTEED",
     "OUTAGE_ERRORS",
     "AmqpBackend",
@@ -40,19 +45,19 @@ __all__ = [
     "open_backend",
 ]
 
-#: The errors of amqp:// that mean "the broker or the scheduler does not answer".
-OUTAGE_ERRORS: tuple[type[Exception], ...] = (
-    NoScheduler,
-    LogFull,
-    ConnectionError,
-    _aiormq.exceptions.AMQPConnectionError,
-    _aiormq.exceptions.ChannelInvalidStateError,
+__getattr__, __dir__ = lazy_names(
+    __name__,
+    {
+        "LogFull": ".._replicated",
+        "NoScheduler": ".._replicated",
+        "AsyncAmqpBackend": "._async.backend",
+        "open_async_backend": "._async.backend",
+        "AmqpBackend": "._sync.backend",
+        "open_backend": "._sync.backend",
+        "OUTAGE_ERRORS": "._driver",
+    },
+    globals(),
 )
-
-#: How ``delayq worker`` and ``delayq serve`` open their queues, their startup check
-#: included: a candidate at once (a consumer stands anyway once it waits; the check
-#: must not fail on a namespace whose first scheduler it is about to be).
-CONSUMER_OPTIONS: dict[str, str] = {"scheduler": "on"}
 
 #: Guarantees of the contract this backend cannot give, each with the reason (the
 #: conformance suite skips a test marked with one, and says why).
@@ -67,3 +72,25 @@ NOT_GUARANTEED: dict[str, str] = {
         "earlier, as its at= puts are."
     ),
 }
+
+
+def _load() -> BackendDriver:
+    from ._driver import DRIVER  # noqa: PLC0415
+
+    return DRIVER
+
+
+#: amqp:// as delayq's faces see it (see delayq.durable.descriptor). Its operations are
+#: answered by the namespace's elected scheduler; a long-running consumer stands for
+#: election at once (a consumer stands anyway once it waits, and its startup check
+#: must not fail on a namespace whose first scheduler it is about to be).
+DESCRIPTOR = BackendDescriptor(
+    name="amqp",
+    schemes=("amqp", "amqps"),
+    load=_load,
+    client=("aiormq", "pamqp", "msgpack"),
+    extra="amqp",
+    consumer_options={"scheduler": "on"},
+    not_guaranteed=NOT_GUARANTEED,
+    replicated=True,
+)

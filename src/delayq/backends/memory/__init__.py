@@ -14,10 +14,40 @@ The store: :mod:`._store`; the asyncio face, written by hand: :mod:`._async.back
 the sync face, generated from it by ``scripts/unasync.py``: :mod:`._sync.backend`.
 """
 
-from ._async.backend import AsyncMemoryBackend, open_async_backend
-from ._sync.backend import MemoryBackend, open_backend
+from typing import TYPE_CHECKING
 
-__all__ = ["AsyncMemoryBackend", "MemoryBackend", "open_async_backend", "open_backend"]
+from ..._lazy import lazy_names
+from ...durable.descriptor import BackendDescriptor, BackendDriver
 
-#: No error of memory:// means "the backend does not answer" (see delayq.durable.registry).
-OUTAGE_ERRORS: tuple[type[Exception], ...] = ()
+if TYPE_CHECKING:
+    from ._async.backend import AsyncMemoryBackend, open_async_backend
+    from ._sync.backend import MemoryBackend, open_backend
+
+__all__ = [
+    "DESCRIPTOR",
+    "AsyncMemoryBackend",
+    "MemoryBackend",
+    "open_async_backend",
+    "open_backend",
+]
+
+__getattr__, __dir__ = lazy_names(
+    __name__,
+    {
+        "AsyncMemoryBackend": "._async.backend",
+        "open_async_backend": "._async.backend",
+        "MemoryBackend": "._sync.backend",
+        "open_backend": "._sync.backend",
+    },
+    globals(),
+)
+
+
+def _load() -> BackendDriver:
+    from ._driver import DRIVER  # noqa: PLC0415
+
+    return DRIVER
+
+
+#: memory:// as delayq's faces see it (see delayq.durable.descriptor).
+DESCRIPTOR = BackendDescriptor(name="memory", schemes=("memory",), load=_load)

@@ -42,15 +42,20 @@ partial index. Waiting: :mod:`._wakeup`. :func:`enqueue` (:func:`enqueue_async` 
 connection, so it exists only if that transaction commits.
 """
 
-import psycopg
-import psycopg_pool
+from typing import TYPE_CHECKING
 
-from ._async.backend import AsyncPostgresBackend, open_async_backend
-from ._async.enqueue import enqueue_async
-from ._sync.backend import PostgresBackend, open_backend
-from ._sync.enqueue import enqueue
+from ..._lazy import lazy_names
+from ...durable.descriptor import BackendDescriptor, BackendDriver
+
+if TYPE_CHECKING:
+    from ._async.backend import AsyncPostgresBackend, open_async_backend
+    from ._async.enqueue import enqueue_async
+    from ._driver import OUTAGE_ERRORS
+    from ._sync.backend import PostgresBackend, open_backend
+    from ._sync.enqueue import enqueue
 
 __all__ = [
+    "DESCRIPTOR",
     "OUTAGE_ERRORS",
     "AsyncPostgresBackend",
     "PostgresBackend",
@@ -60,9 +65,32 @@ __all__ = [
     "open_backend",
 ]
 
-#: The server does not answer: a lost or refused connection, a pool that found no
-#: connection in time (see delayq.durable.registry).
-OUTAGE_ERRORS: tuple[type[Exception], ...] = (
-    psycopg.OperationalError,
-    psycopg_pool.PoolTimeout,
+__getattr__, __dir__ = lazy_names(
+    __name__,
+    {
+        "AsyncPostgresBackend": "._async.backend",
+        "open_async_backend": "._async.backend",
+        "enqueue_async": "._async.enqueue",
+        "PostgresBackend": "._sync.backend",
+        "open_backend": "._sync.backend",
+        "enqueue": "._sync.enqueue",
+        "OUTAGE_ERRORS": "._driver",
+    },
+    globals(),
+)
+
+
+def _load() -> BackendDriver:
+    from ._driver import DRIVER  # noqa: PLC0415
+
+    return DRIVER
+
+
+#: postgresql:// as delayq's faces see it (see delayq.durable.descriptor).
+DESCRIPTOR = BackendDescriptor(
+    name="postgres",
+    schemes=("postgresql", "postgres"),
+    load=_load,
+    client=("psycopg", "psycopg_pool"),
+    extra="postgres",
 )

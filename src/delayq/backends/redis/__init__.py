@@ -1,21 +1,49 @@
 """``redis://host:port/db`` and ``rediss://``: the durable backend on Redis (see
 :mod:`.backend`; sharded queues and ``redis+cluster://``: :mod:`.sharded`)."""
 
-from redis import exceptions as _errors
+from typing import TYPE_CHECKING
 
-from ._open import open_async_backend, open_backend
-from .backend import AsyncRedisBackend, RedisBackend
+from ..._lazy import lazy_names
+from ...durable.descriptor import BackendDescriptor, BackendDriver
 
-__all__ = ["AsyncRedisBackend", "RedisBackend", "open_async_backend", "open_backend"]
+if TYPE_CHECKING:
+    from ._driver import OUTAGE_ERRORS
+    from ._open import open_async_backend, open_backend
+    from .backend import AsyncRedisBackend, RedisBackend
 
-#: Redis down, loading, read-only or failing over: "the backend does not answer"
-#: (see delayq.durable.registry).
-OUTAGE_ERRORS: tuple[type[Exception], ...] = (
-    _errors.ConnectionError,
-    _errors.TimeoutError,
-    _errors.BusyLoadingError,
-    _errors.ReadOnlyError,
-    _errors.ClusterDownError,
-    _errors.TryAgainError,
-    _errors.MasterDownError,
+__all__ = [
+    "DESCRIPTOR",
+    "OUTAGE_ERRORS",
+    "AsyncRedisBackend",
+    "RedisBackend",
+    "open_async_backend",
+    "open_backend",
+]
+
+__getattr__, __dir__ = lazy_names(
+    __name__,
+    {
+        "AsyncRedisBackend": ".backend",
+        "RedisBackend": ".backend",
+        "open_async_backend": "._open",
+        "open_backend": "._open",
+        "OUTAGE_ERRORS": "._driver",
+    },
+    globals(),
+)
+
+
+def _load() -> BackendDriver:
+    from ._driver import DRIVER  # noqa: PLC0415
+
+    return DRIVER
+
+
+#: redis:// as delayq's faces see it (see delayq.durable.descriptor).
+DESCRIPTOR = BackendDescriptor(
+    name="redis",
+    schemes=("redis", "rediss", "redis+cluster", "redis+unix"),
+    load=_load,
+    client=("redis",),
+    extra="redis",
 )

@@ -34,13 +34,19 @@ into :mod:`._sync.backend`; they differ only in their runner (:mod:`._runner`: a
 pool, or the calling thread) and in how a waiting ``reserve`` sleeps.
 """
 
-import sqlite3
+from typing import TYPE_CHECKING
 
-from ._async.backend import AsyncSQLiteBackend, open_async_backend
-from ._sync.backend import SQLiteBackend, open_backend
+from ..._lazy import lazy_names
+from ...durable.descriptor import BackendDescriptor, BackendDriver
 from ._url import parse_url
 
+if TYPE_CHECKING:
+    from ._async.backend import AsyncSQLiteBackend, open_async_backend
+    from ._driver import OUTAGE_ERRORS
+    from ._sync.backend import SQLiteBackend, open_backend
+
 __all__ = [
+    "DESCRIPTOR",
     "OUTAGE_ERRORS",
     "AsyncSQLiteBackend",
     "SQLiteBackend",
@@ -49,8 +55,17 @@ __all__ = [
     "open_backend",
 ]
 
-#: A database locked or gone: "the backend does not answer" (see delayq.durable.registry).
-OUTAGE_ERRORS: tuple[type[Exception], ...] = (sqlite3.OperationalError,)
+__getattr__, __dir__ = lazy_names(
+    __name__,
+    {
+        "AsyncSQLiteBackend": "._async.backend",
+        "open_async_backend": "._async.backend",
+        "SQLiteBackend": "._sync.backend",
+        "open_backend": "._sync.backend",
+        "OUTAGE_ERRORS": "._driver",
+    },
+    globals(),
+)
 
 
 def database_file(url: str) -> str:
@@ -58,3 +73,19 @@ def database_file(url: str) -> str:
     file, which the CLI names in its messages); :class:`~delayq.errors.UnsupportedURL`
     for a malformed one."""
     return parse_url(url)[0]
+
+
+def _load() -> BackendDriver:
+    from ._driver import DRIVER  # noqa: PLC0415
+
+    return DRIVER
+
+
+#: sqlite:/// as delayq's faces see it (see delayq.durable.descriptor).
+DESCRIPTOR = BackendDescriptor(
+    name="sqlite",
+    schemes=("sqlite",),
+    load=_load,
+    client=("sqlite3",),
+    database_file=database_file,
+)
