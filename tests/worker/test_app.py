@@ -10,7 +10,7 @@ import delayq.runtime._worker as worker_module
 from delayq import FakeClock
 from delayq.durable.message import State
 from delayq.durable.retry import RetryPolicy
-from delayq.runtime import App, TaskMessage, Worker, current_message
+from delayq.runtime import App, BadArguments, TaskMessage, Worker, current_message
 
 from ._helpers import memory_url, serve_until, wait_for
 
@@ -43,8 +43,12 @@ def test_arguments_are_checked_at_send() -> None:
     def add(a: int, b: int) -> int:
         return a + b
 
-    with pytest.raises(TypeError, match="task 'add'"):
+    with pytest.raises(BadArguments, match=r"^task 'add': missing a required argument: 'b'$"):
         add.send(1)
+    with pytest.raises(BadArguments, match=r"^task 'add': too many positional arguments$"):
+        asyncio.run(add.send_async(1, 2, 3))
+    with pytest.raises(BadArguments, match=r"^task 'add': got an unexpected keyword argument"):
+        add.message(1, 2, c=3)
     with pytest.raises(TypeError, match="cannot be serialized"):
         add.send(1, object())
     assert app.queue().stats().total == 0
@@ -132,6 +136,45 @@ def test_an_unknown_task_goes_to_dead_at_once_with_a_clear_error() -> None:
     assert "unknown task 'renamed_task'" in dead["u"].last_error
     assert "known" in dead["u"].last_error
     assert "not a task message" in (dead["v"].last_error or "")
+
+
+def test_arguments_that_do_not_fit_the_task_go_to_dead_at_once_with_the_reason() -> None:
+    """Put by an older version, or before the task changed: no attempt can succeed,
+    so the message is not retried; the task is never called. Sync tasks (the fast
+    path of a claim) and async ones alike."""
+    app = App(memory_url())
+    ran: list[object] = []
+
+    @app.task
+    def cancel_if_unpaid(order_id: int) -> None:
+        ran.append(order_id)
+
+    @app.task
+    async def remind(order_id: int, *, channel: str = "mail") -> None:
+        ran.append(channel)
+
+    put = app.queue().put
+    put({"task": "cancel_if_unpaid", "args": [1, 2, 3], "kwargs": {}}, id="many")
+    put({"task": "cancel_if_unpaid", "args": [], "kwargs": {}}, id="none")
+    put({"task": "remind", "args": [1], "kwargs": {"chanel": "sms"}}, id="typo")
+    put({"task": "cancel_if_unpaid", "args": [7], "kwargs": {}}, id="fits")
+
+    async def main() -> None:
+        worker = Worker(app)
+        settled = ("dead", "retried", "succeeded")
+        await serve_until(worker, lambda: sum(worker.counts[k] for k in settled) == 4)
+        assert (worker.counts["dead"], worker.counts["retried"]) == (3, 0)
+
+    asyncio.run(main())
+    assert ran == [7]
+    dead = {m.id: m for m in app.queue().dead()}
+    assert {key: (m.attempts, m.last_error) for key, m in dead.items()} == {
+        "many": (1, "BadArguments: task 'cancel_if_unpaid': too many positional arguments"),
+        "none": (1, "BadArguments: task 'cancel_if_unpaid': missing a required argument: "
+                 "'order_id'"),
+        "typo": (1, "BadArguments: task 'remind': got an unexpected keyword argument 'chanel'"),
+    }  # fmt: skip
+    app.close()
 
 
 def test_task_backoff_and_timeout_apply() -> None:

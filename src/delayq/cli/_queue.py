@@ -288,6 +288,7 @@ def send(
     """Put the message that runs TASK(*ARGS, **kw) on a worker: the task envelope
     {"task": TASK, "args": [...], "kwargs": {...}} that App workers run. Each ARG is
     JSON when it parses as JSON (42, true, "quoted text", [1, 2]), else plain text.
+    With --app, arguments the task's function cannot take are refused (exit 1).
     Print the message id; sending the same --id twice runs the task once (the second
     send keeps the first message, and stderr says so)."""
     due = _due(delay, at, required=False)
@@ -297,16 +298,22 @@ def send(
         if not sep or not name.isidentifier():
             raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint="'--kw'")
         kwargs[name] = _argument_value(value)
+    values = [_argument_value(a) for a in args]
     max_attempts = None
     if app_spec is not None:
+        from ..runtime import BadArguments  # noqa: PLC0415
         from ._worker import load_app  # noqa: PLC0415
 
         defined = load_app(app_spec).tasks.get(task)
         if defined is None:
             raise click.UsageError(f"{app_spec} has no task {task!r}")
+        try:
+            defined.check_arguments(tuple(values), kwargs)
+        except BadArguments as exc:
+            raise CliError(str(exc)) from None
         queue = queue or defined.queue
         max_attempts = defined.max_attempts
-    payload = {"task": task, "args": [_argument_value(a) for a in args], "kwargs": kwargs}
+    payload = {"task": task, "args": values, "kwargs": kwargs}
     name = queue or DEFAULT_QUEUE_NAME
     with open_queue(resolve_url(url), name, create=True) as q:
         result = q.put_outcome(payload, id=message_id, max_attempts=max_attempts, **due)

@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_names
 
 if TYPE_CHECKING:
-    from ._app import App, Task, TaskMessage
+    from ._app import App, BadArguments, Task, TaskMessage
     from ._supervisor import Supervisor
     from ._worker import Discard, Handler, HandlerTimeout, Retry, Worker, current_message
 
 _HOMES = {
     "App": "._app",
+    "BadArguments": "._app",
     "Task": "._app",
     "TaskMessage": "._app",
     "Discard": "._worker",
@@ -34,6 +35,7 @@ __getattr__, __dir__ = lazy_names(__name__, _HOMES, globals())
 
 __all__ = [
     "App",
+    "BadArguments",
     "Discard",
     "Handler",
     "HandlerTimeout",

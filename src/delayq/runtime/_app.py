@@ -39,7 +39,15 @@ from ..durable.retry import RetryPolicy
 from ._constants import CRON_TICK_HEADER
 from ._cron import CronSchedule, EverySchedule, Schedule, tick_id
 
-__all__ = ["App", "CronJob", "Task", "TaskMessage", "UnknownTask", "decode_envelope"]
+__all__ = [
+    "App",
+    "BadArguments",
+    "CronJob",
+    "Task",
+    "TaskMessage",
+    "UnknownTask",
+    "decode_envelope",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -50,6 +58,12 @@ SEND_OPTIONS = frozenset(("delay", "at", "id", "on_conflict", "headers"))
 
 class UnknownTask(LookupError):
     """A message names a task this app does not have, or is not a task envelope."""
+
+
+class BadArguments(TypeError):
+    """The arguments of a task call do not fit its function's signature: the send is
+    refused, and a worker sends such a message (put by an older version, or before the
+    task changed) to dead at once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +129,16 @@ class Task(Generic[P, R]):
         """Call the function now, in this process."""
         return self.fn(*args, **kwargs)
 
+    def check_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        """Raise :class:`BadArguments` unless ``fn(*args, **kwargs)`` binds to the
+        function's signature (a function without one takes anything)."""
+        if self._signature is None:
+            return
+        try:
+            self._signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise BadArguments(f"task {self.name!r}: {exc}") from None
+
     def message(
         self,
         *args: Any,
@@ -127,11 +151,7 @@ class Task(Generic[P, R]):
     ) -> TaskMessage:
         """A call of this task to send later (see :meth:`App.send_many`). The
         arguments are checked against the function's signature now."""
-        if self._signature is not None:
-            try:
-                self._signature.bind(*args, **kwargs)
-            except TypeError as exc:
-                raise TypeError(f"task {self.name!r}: {exc}") from None
+        self.check_arguments(args, kwargs)
         return TaskMessage(self, args, kwargs, delay, at, id, on_conflict, headers)
 
     def send(

@@ -13,7 +13,8 @@ its worker is alive. Outcomes:
 * returned: ``ack`` (the acks of jobs finishing close together go out as one
   ``ack_many``, see :mod:`delayq.runtime._ack_batch`);
 * raised :class:`Retry`: ``nack`` after the asked delay (the attempt counts);
-* raised :class:`Discard`, or an unknown task: dead at once (``nack(dead=True)``);
+* raised :class:`Discard`, an unknown task, or arguments its task's function cannot
+  take: dead at once (``nack(dead=True)``);
 * raised anything else, or ran past its timeout: ``nack`` with the task's backoff,
   dead once its attempts are used up.
 
@@ -52,7 +53,7 @@ from ..durable.queue import AsyncQueue
 from ..durable.retry import RetryPolicy
 from ..errors import LeaseLost, QueueClosed
 from ._ack_batch import AckBatcher, AckOutcome
-from ._app import App, CronJob, UnknownTask, decode_envelope
+from ._app import App, BadArguments, CronJob, UnknownTask, decode_envelope
 from ._constants import (
     CRON_ACK_GUARD,
     CRON_PRODUCER_MAX_SLEEP,
@@ -756,7 +757,8 @@ class Worker:
         )
 
     def _resolve(self, msg: Message) -> _Call:
-        """What to run for ``msg``; :class:`UnknownTask` sends it to dead."""
+        """What to run for ``msg``; :class:`UnknownTask` and :class:`BadArguments`
+        send it to dead."""
         if self._app is None:
             assert self._handler is not None
             assert self._queue is not None
@@ -772,6 +774,7 @@ class Worker:
             raise UnknownTask(
                 f"unknown task {name!r}: this app has no task of that name (known: {known})"
             )
+        task.check_arguments(tuple(args), kwargs)
         timeout = task.timeout if task.timeout is not None else self.timeout
         call = _Call(task.fn, tuple(args), kwargs, task.is_async, name, timeout, task.backoff)
         job = self._app.crons.get(name)
@@ -840,7 +843,11 @@ class Worker:
         label = call.label if call else None
         fields: dict[str, object] = {"queue": queue.name, "id": msg.id, "task": label}
         try:
-            if isinstance(exc, (Discard, UnknownTask)):
+            # BadArguments from the task's own body (a send of another task) is a
+            # failure like any other: only the message's own arguments are dead at once.
+            if isinstance(exc, (Discard, UnknownTask)) or (
+                call is None and isinstance(exc, BadArguments)
+            ):
                 reason = exc.reason if isinstance(exc, Discard) else str(exc)
                 error = f"{type(exc).__name__}: {reason}"
                 state = await queue.nack(msg, error=error, dead=True)
