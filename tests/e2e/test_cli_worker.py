@@ -174,6 +174,32 @@ def test_worker_with_a_bad_app_path_says_so_in_one_line(project: Project) -> Non
     ]
 
 
+@pytest.mark.parametrize(
+    ("files", "spec", "place"),
+    [
+        ({"shop.py": "from delayq import App\napp = App()\ndef f(:\n"}, "shop:app", "shop.py:3"),
+        (
+            {"shop/__init__.py": "from .tasks import app\n", "shop/tasks.py": "app = (\n"},
+            "shop:app",
+            "shop/tasks.py:1",
+        ),
+    ],
+    ids=["module", "package"],
+)
+def test_a_syntax_error_in_the_app_is_one_line_with_its_file_and_line(
+    project: Project, files: dict[str, str], spec: str, place: str
+) -> None:
+    for name, text in files.items():
+        (project.root / name).parent.mkdir(exist_ok=True)
+        (project.root / name).write_text(text)
+    result = project.delayq("worker", spec)
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: importing 'shop' failed: SyntaxError: "), line
+    assert line.endswith(f" ({place})"), line
+    assert "frozen" not in line
+
+
 def test_worker_sets_its_start_up_heap_aside(project: Project) -> None:
     """The objects alive once the worker is set up (redis-py's and the app's imports,
     tens of thousands) are frozen: a full collection, which would scan them all and stop

@@ -46,12 +46,28 @@ _LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def _where(exc: BaseException) -> str:
-    """`` (file.py:12)``: where ``exc`` was raised, for a one-line report."""
-    frames = traceback.extract_tb(exc.__traceback__)
+    """`` (file.py:12)``: where ``exc`` was raised, for a one-line report: the file
+    and line a SyntaxError names (not ``<string>``: a compile() of the module's own),
+    else the last frame outside the import machinery."""
+    if isinstance(exc, SyntaxError) and exc.filename and not exc.filename.startswith("<"):
+        line = "" if exc.lineno is None else f":{exc.lineno}"
+        return f" ({_shown_path(exc.filename)}{line})"
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if not frame.filename.startswith("<frozen ")
+    ]
     if not frames:
         return ""
     last = frames[-1]
-    return f" ({os.path.basename(last.filename)}:{last.lineno})"
+    return f" ({_shown_path(last.filename)}:{last.lineno})"
+
+
+def _shown_path(filename: str) -> str:
+    """``filename`` relative to the current directory when it is below it (``shop/tasks.py``),
+    else as it is."""
+    relative = os.path.relpath(filename)
+    return filename if relative.startswith(os.pardir) else relative
 
 
 def _import(module_name: str) -> object:
@@ -66,7 +82,9 @@ def _import(module_name: str) -> object:
             ) from None
         raise CliError(f"importing {module_name!r} failed: {exc}{_where(exc)}") from None
     except Exception as exc:
-        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        # A SyntaxError's text ends with "(file.py, line 3)": its place is said once, below.
+        text = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+        detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
         raise CliError(f"importing {module_name!r} failed: {detail}{_where(exc)}") from None
 
 
