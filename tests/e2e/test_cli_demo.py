@@ -15,8 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from delayq import Queue
+from delayq.cli import main
+from delayq.cli._demo import PAID_SHARE
 
 SUMMARY = re.compile(
     r"^fired=(?P<fired>\d+) cancelled=(?P<cancelled>\d+) p50=(?P<p50>[\d.]+)ms "
@@ -192,3 +195,12 @@ def test_help_lists_the_demo() -> None:
     )
     assert result.returncode == 0
     assert "demo" in result.stdout
+
+
+def test_the_help_and_the_readme_give_the_paid_share_the_demo_uses() -> None:
+    shown = f"about {PAID_SHARE:.0%}"
+    result = CliRunner().invoke(main, ["demo", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert f"{shown} of the orders are paid in time" in " ".join(result.output.split())
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert f"pays {shown} of them in time" in " ".join(readme.split())

@@ -1,8 +1,8 @@
 """The order-timeout scenarios behind ``delayq demo``.
 
 Every order gets a "cancel it if unpaid" timeout at the end of its payment window;
-about a third of the orders are paid in time, which cancels their timeout; every
-firing is printed with its lateness, and a summary line ends the run.
+about 30% of the orders (:data:`PAID_SHARE`) are paid in time, which cancels their
+timeout; every firing is printed with its lateness, and a summary line ends the run.
 
 * :func:`run_durable` (the default engine) puts the timeouts on a durable
   :class:`~delayq.Queue` with ``put_many``; a producer thread pays orders

@@ -89,7 +89,7 @@ def demo(
     """Order timeouts: cancel every order that is not paid within its window.
 
     Each order gets a timeout message (its id is the order id) due somewhere in the
-    window; about a third of the orders are paid in time, which cancels it, and on
+    window; about 30% of the orders are paid in time, which cancels it, and on
     the durable queue a few customers get more time (a reschedule). Every firing is
     printed with its lateness; the last line sums up. The durable demo uses a queue
     of its own, purged at the end; the database file stays.

@@ -348,7 +348,10 @@ def serve(
         raise
     console = Console(highlight=False, soft_wrap=True)
     console.print(f"delayq serve: {redact_url(url)}", markup=False)
-    if generated and config.dispatch:
+    # A callback can go only to a listed host, or to loopback with the flag (at put and
+    # again at send, see delayq.server._callbacks): with neither, nothing is signed.
+    sends = config.dispatch and (config.callback_hosts or config.allow_loopback_callbacks)
+    if generated and sends:
         console.print(
             "callbacks are signed with a secret made for this run, not shown: give one "
             "with --signing-secret-file or $DELAYQ_SIGNING_SECRET for receivers to verify",
