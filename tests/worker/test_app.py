@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 
 import pytest
 
@@ -136,6 +137,34 @@ def test_an_unknown_task_goes_to_dead_at_once_with_a_clear_error() -> None:
     assert "unknown task 'renamed_task'" in dead["u"].last_error
     assert "known" in dead["u"].last_error
     assert "not a task message" in (dead["v"].last_error or "")
+
+
+def test_the_argument_check_agrees_with_the_signature_on_every_shape() -> None:
+    """The quick check of positional calls answers as Signature.bind does."""
+    app = App(memory_url())
+
+    def both(x, y=1, /, z=2, *, k=3): ...  # type: ignore[no-untyped-def]
+    def rest(*args, k): ...  # type: ignore[no-untyped-def]
+    def anything(x, *rest, **kw): ...  # type: ignore[no-untyped-def]
+    def nothing(): ...  # type: ignore[no-untyped-def]
+    def plain(x, y, z=0): ...  # type: ignore[no-untyped-def]
+
+    for fn in (both, rest, anything, nothing, plain):
+        task, signature = app.task(fn), inspect.signature(fn)
+        for count in range(6):
+            for kwargs in ({}, {"k": 1}, {"z": 1}, {"x": 1}, {"other": 1}):
+                args = tuple(range(count))
+                try:
+                    signature.bind(*args, **kwargs)
+                    expected = None
+                except TypeError as exc:
+                    expected = f"task {fn.__name__!r}: {exc}"
+                try:
+                    task.check_arguments(args, kwargs)
+                    got = None
+                except BadArguments as exc:
+                    got = str(exc)
+                assert got == expected, (fn.__name__, args, kwargs)
 
 
 def test_arguments_that_do_not_fit_the_task_go_to_dead_at_once_with_the_reason() -> None:

@@ -123,6 +123,7 @@ class Task(Generic[P, R]):
         self.timeout = timeout
         self.is_async = inspect.iscoroutinefunction(fn)
         self._signature = _signature(fn)
+        self._positional = _positional_range(self._signature)
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -134,6 +135,12 @@ class Task(Generic[P, R]):
         function's signature (a function without one takes anything)."""
         if self._signature is None:
             return
+        # A worker checks every message: the common call (positional arguments only)
+        # is a comparison, a tenth of Signature.bind's cost.
+        if not kwargs and self._positional is not None:
+            low, high = self._positional
+            if low <= len(args) <= high:
+                return
         try:
             self._signature.bind(*args, **kwargs)
         except TypeError as exc:
@@ -239,6 +246,25 @@ def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
         return inspect.signature(fn)
     except (TypeError, ValueError):
         return None
+
+
+def _positional_range(signature: inspect.Signature | None) -> tuple[int, float] | None:
+    """How many positional arguments, without keywords, bind to ``signature``: the
+    least and the most; None when a keyword-only parameter must be given."""
+    if signature is None:
+        return None
+    low, high = 0, 0.0
+    for parameter in signature.parameters.values():
+        kind, required = parameter.kind, parameter.default is inspect.Parameter.empty
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            high = float("inf")
+        elif kind is inspect.Parameter.KEYWORD_ONLY:
+            if required:
+                return None
+        elif kind is not inspect.Parameter.VAR_KEYWORD:
+            low += required
+            high += 1
+    return low, high
 
 
 def decode_envelope(payload: object) -> tuple[str, list[Any], dict[str, Any]]:
