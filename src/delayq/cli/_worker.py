@@ -66,7 +66,10 @@ def _where(exc: BaseException) -> str:
 def _shown_path(filename: str) -> str:
     """``filename`` relative to the current directory when it is below it (``shop/tasks.py``),
     else as it is."""
-    relative = os.path.relpath(filename)
+    try:
+        relative = os.path.relpath(filename)
+    except ValueError:  # another drive (Windows)
+        return filename
     return filename if relative.startswith(os.pardir) else relative
 
 
