@@ -12,8 +12,9 @@ a test failed::
 
 Each entry ends as ``caught`` (a selected test failed), ``SURVIVED`` (they all passed),
 ``stale`` (its text does not occur exactly once: the code moved, mend the entry),
-``timeout``, ``no-tests`` (the selection ran nothing, or only skips) or ``error``
-(pytest could not run). The table goes to stdout and the records to
+``timeout``, ``no-tests`` (the selection ran nothing, or only skips), ``error``
+(pytest could not run) or, with ``--baseline``, ``baseline-fails`` (the tests fail
+without the mutation: flaky, or the selection is wrong). The table goes to stdout and the records to
 ``benchmarks/results/mutants.json``. The exit status is 0 whatever the outcomes: the
 bank reports, it does not gate. Standard library only (Python 3.11: tomllib).
 """
@@ -32,6 +33,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -149,34 +151,39 @@ def staleness(entry: Entry, src: Path) -> str | None:
     return None if count == 1 else f"the text occurs {count} times in {entry.file}"
 
 
-def run_entry(entry: Entry, default_timeout: float, pytest_args: list[str]) -> Outcome:
-    """Apply ``entry`` to a copy of ``src/``, run its tests, and say what happened."""
+def run_entry(
+    entry: Entry, default_timeout: float, pytest_args: list[str], *, baseline: bool = False
+) -> Outcome:
+    """Apply ``entry`` to a copy of ``src/``, run its tests, and say what happened;
+    with ``baseline``, run them on the unchanged copy first (they must pass there)."""
     start = time.monotonic()
+    limit = entry.timeout or default_timeout
 
-    def done(status: str, **kw: object) -> Outcome:
-        return Outcome(entry.id, entry.models, status, round(time.monotonic() - start, 1), **kw)  # type: ignore[arg-type]
+    def done(status: str, **kw: Any) -> Outcome:
+        return Outcome(entry.id, entry.models, status, round(time.monotonic() - start, 1), **kw)
 
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:randomly"]
+    cmd += ["-p", "no:cacheprovider", "-rfE", *pytest_args, *entry.tests]
+    if entry.k:
+        cmd += ["-k", entry.k]
     with tempfile.TemporaryDirectory(prefix=f"mutant-{entry.id}-") as tmp:
         src = _copy_sources(Path(tmp))
         stale = staleness(entry, src)
         if stale is not None:
             return done("stale", detail=[stale])
+        if baseline:
+            code, out = _run(cmd, _env(src), limit)
+            if code != 0:
+                first, summary, tail = _read(out)
+                return done("baseline-fails", first_failure=first, summary=summary, detail=tail)
         target = src / entry.file.removeprefix("src/")
         text = target.read_text()
         target.write_text(text.replace(entry.find, entry.replace))
         where = imported_from(src)
         if not where.startswith(str(src)):
             return done("error", detail=[f"delayq imported from {where}, not the copy"])
-        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:randomly"]
-        cmd += ["-p", "no:cacheprovider", "-rfE", *pytest_args, *entry.tests]
-        if entry.k:
-            cmd += ["-k", entry.k]
-        code, out = _run(cmd, _env(src), entry.timeout or default_timeout)
-    summaries = _SUMMARY.findall(out)
-    summary = summaries[-1] if summaries else ""
-    failures = _FAILED.findall(out)
-    first = failures[0] if failures else ""
-    tail = out.strip().splitlines()[-15:]
+        code, out = _run(cmd, _env(src), limit)
+    first, summary, tail = _read(out)
     if code is None:
         return done("timeout", summary=summary, detail=tail)
     if code == 1:
@@ -189,6 +196,14 @@ def run_entry(entry: Entry, default_timeout: float, pytest_args: list[str]) -> O
     if code == 5:
         return done("no-tests", summary=summary, detail=tail)
     return done("error", first_failure=first, summary=summary, detail=tail)
+
+
+def _read(out: str) -> tuple[str, str, list[str]]:
+    """The first failing test, the summary line and the last lines of pytest's output."""
+    summaries = _SUMMARY.findall(out)
+    failures = _FAILED.findall(out)
+    tail = out.strip().splitlines()[-15:]
+    return (failures[0] if failures else "", summaries[-1] if summaries else "", tail)
 
 
 def table(outcomes: list[Outcome]) -> str:
@@ -215,6 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the entries and stop")
     parser.add_argument("--check", action="store_true", help="report stale entries and stop")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per entry")
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="run each entry's tests on unchanged sources first (twice the time)",
+    )
     parser.add_argument("--json", type=Path, default=RESULTS)
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments, after --")
     args = parser.parse_args(argv)
@@ -241,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     outcomes: list[Outcome] = []
     for entry in entries:
-        outcome = run_entry(entry, args.timeout, args.pytest_args)
+        outcome = run_entry(entry, args.timeout, args.pytest_args, baseline=args.baseline)
         outcomes.append(outcome)
         print(
             f"{outcome.id}: {outcome.status} in {outcome.seconds:.0f} s"
