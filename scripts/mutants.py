@@ -42,7 +42,10 @@ ROOT = Path(__file__).resolve().parent.parent
 BANK = ROOT / "tests" / "mutations" / "bank.toml"
 RESULTS = ROOT / "benchmarks" / "results" / "mutants.json"
 _FAILED = re.compile(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", re.MULTILINE)
-_SUMMARY = re.compile(r"^=+ (.*(?:passed|failed|skipped|error|no tests ran).*) =+$", re.MULTILINE)
+# pytest's last line, bare under -q ("3 passed, 1 skipped in 2.01s"), else between "="s.
+_SUMMARY = re.compile(
+    r"^=* ?((?:\d+ \w+|no tests ran)(?:, \d+ \w+)*(?: in [\d.]+s)?.*?) ?=*$", re.MULTILINE
+)
 _PASSED = re.compile(r"(\d+) passed")
 
 
