@@ -41,7 +41,8 @@ if sys.version_info >= (3, 11):
 ROOT = Path(__file__).resolve().parent.parent
 BANK = ROOT / "tests" / "mutations" / "bank.toml"
 RESULTS = ROOT / "benchmarks" / "results" / "mutants.json"
-_FAILED = re.compile(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", re.MULTILINE)
+# A node id ("FAILED tests/x.py::test[a b] - why"), not a captured "ERROR ..." log line.
+_FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+\.py(?:::.+?)?)(?: - .*)?$", re.MULTILINE)
 # pytest's last line, bare under -q ("3 passed, 1 skipped in 2.01s"), else between "="s.
 _SUMMARY = re.compile(
     r"^=* ?((?:\d+ \w+|no tests ran)(?:, \d+ \w+)*(?: in [\d.]+s)?.*?) ?=*$", re.MULTILINE

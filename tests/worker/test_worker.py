@@ -299,6 +299,34 @@ def test_a_job_that_lost_its_lease_is_not_released() -> None:
     asyncio.run(main())
 
 
+def test_a_lost_lease_is_renewed_no_more() -> None:
+    """Once a renewal finds the lease lost (the message purged under its job), the
+    worker stops renewing it: one loss counted at that renewal and one at the ack, not
+    one per beat (a third of the lease) for the rest of the job."""
+    url = memory_url()
+    started = asyncio.Event()
+
+    async def main() -> None:
+        queue = AsyncQueue(url, name="q")
+        await queue.put("x", id="m")
+
+        async def handler(msg: Message) -> None:
+            started.set()
+            await asyncio.sleep(1.5)  # 15 beats of a 0.3 s lease
+
+        worker = Worker(queue, handler, lease=0.3)
+        task = asyncio.create_task(worker.serve())
+        await asyncio.wait_for(started.wait(), 5)
+        await queue.purge()  # the held lease is gone
+        await asyncio.sleep(2.0)  # the job ends meanwhile
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+        await queue.close()
+        assert 1 <= worker.counts["lease_lost"] <= 2, worker.counts
+
+    asyncio.run(main())
+
+
 def test_stop_from_another_thread_and_run_blocks_until_drained() -> None:
     url = memory_url()
     with Queue(url, name="q") as sync_queue:
