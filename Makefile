@@ -111,7 +111,7 @@ mutate: $(STAMP)
 
 # The bank of hand-written mutations of the I/O code (tests/mutations/bank.toml,
 # docs/testing.md): each applied to a copy of src/, its tests run, one at a time. Not
-# part of .ci/run (about half an hour). MUTANTS_ARGS="--only ID" runs one entry.
+# part of .ci/run (about six minutes on two cores). MUTANTS_ARGS="--only ID" runs one entry.
 mutants: $(STAMP)
 	$(BIN)/python scripts/mutants.py $(MUTANTS_ARGS)
 
