@@ -12,7 +12,7 @@ CONTRACT_STAMP := $(CONTRACT)/node_modules/.delayq-installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: run test test-redis-low test-serve-low lint bench mutate clean contract-deps
+.PHONY: run test test-redis-low test-serve-low lint bench mutate mutants clean contract-deps
 
 $(BIN)/python:
 	@echo "make: creating $(VENV) (first run only)"
@@ -108,6 +108,12 @@ bench: $(STAMP)
 mutate: $(STAMP)
 	DELAYQ_HYPOTHESIS_EXAMPLES=30 $(BIN)/mutmut run --max-children $(or $(MUTATE_JOBS),2)
 	$(BIN)/mutmut results
+
+# The bank of hand-written mutations of the I/O code (tests/mutations/bank.toml,
+# docs/testing.md): each applied to a copy of src/, its tests run, one at a time. Not
+# part of .ci/run (about six minutes on two cores). MUTANTS_ARGS="--only ID" runs one entry.
+mutants: $(STAMP)
+	$(BIN)/python scripts/mutants.py $(MUTANTS_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache mutants $(CONTRACT)/node_modules \

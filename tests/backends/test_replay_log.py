@@ -435,6 +435,30 @@ def test_a_held_reply_taken_back_is_not_an_answer_after_replay() -> None:
     check_replay(log, second, {"soon"}, resend)
 
 
+# -- the time of the log -------------------------------------------------------------------
+
+
+def test_a_scheduler_whose_clock_is_behind_the_log_goes_on_from_the_logs_last_time() -> None:
+    """A failover to a host whose clock is an hour behind: the new scheduler's now never
+    goes back past a time the log holds, so a message that was due then is due now
+    (not an hour later, when its own clock catches up)."""
+    log = Log()
+    first = Lineage(log)
+    later = Now(T0 + HOUR, T0 + HOUR)
+    first.write(first.op("put", "q", ["a", 0], now=later))
+
+    async def main() -> None:
+        replayed = await replay(log)  # its clock reads NOW, an hour before ``later``
+        try:
+            kind, claimed = await replayed.ask("reserve", ["q", 1, LEASE, 0])
+        finally:
+            replayed.scheduler.stop()
+        assert kind == "ok", claimed
+        assert [record.id for record in claimed] == ["a"]
+
+    asyncio.run(main())
+
+
 # -- checkpoints ----------------------------------------------------------------------------
 
 

@@ -127,6 +127,18 @@ def test_retry_dead_revives_messages_in_the_order_they_died(q: Any, backend_url:
         assert revived == [third, first, second]
 
 
+def test_retry_dead_revives_a_message_whose_last_lease_ran_out_unseen(q: Any) -> None:
+    """Its lease ran out on its last attempt and nothing has looked since: it is dead
+    already, and retry_dead (the first call that sees it) revives it."""
+    msg_id = q.put("x", max_attempts=1)
+    q.reserve(wait=0, lease=0.05)
+    time.sleep(0.15)
+    assert q.retry_dead([msg_id]) == 1
+    seen = q.get(msg_id)
+    assert seen.state is State.READY
+    assert seen.attempts == 0
+
+
 def test_retry_dead_ignores_messages_that_are_not_dead(q: Any) -> None:
     msg_id = q.put("x")
     assert q.retry_dead([msg_id]) == 0

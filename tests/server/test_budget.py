@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 
 from conformance._helpers import stored_request
 from delayq.durable import Message, Queue, State
-from delayq.server._budget import fetch_page
+from delayq.server._budget import encode_messages, fetch_page
 
 from ._helpers import error_of, put, stats
 from .conftest import MakeClient
@@ -253,3 +253,33 @@ def test_a_page_of_small_messages_takes_a_few_fetches_and_large_ones_stay_bounde
     fetches, held, most = _fetches_for([100] * 4 + [512 * 1024] * 996, 1000)
     assert 4 < held <= 4 + SERVE_ANSWER_BUDGET // (512 * 1024) + 1
     assert most <= SERVE_ANSWER_BUDGET // (16 * 1024)
+
+
+def test_a_page_holds_what_fits_its_budget_commas_counted_and_always_its_first() -> None:
+    """The budget counts each message's JSON and the comma between two: what a page
+    holds, joined, never passes it, and the next message would have; a message larger
+    than the whole budget is still listed, alone (an empty page would never pass it)."""
+    messages = [
+        Message(
+            id=f"{index:04d}",
+            queue="q",
+            payload="x" * 500,
+            due_at=index,
+            attempts=0,
+            max_attempts=1,
+            state=State.SCHEDULED,
+        )
+        for index in range(10)
+    ]
+
+    async def fetch(count: int, last: Message | None) -> list[Message]:
+        start = 0 if last is None else messages.index(last) + 1
+        return messages[start : start + count]
+
+    one = len(asyncio.run(encode_messages(messages[:1], 0))[0])
+    for budget in (3 * one + 1, 3 * one + 2, 5 * one + 3):
+        page = asyncio.run(fetch_page(fetch, 10, one, budget))
+        joined = len(b",".join(page.parts))
+        assert joined <= budget < joined + 1 + one, (budget, len(page.parts))
+    page = asyncio.run(fetch_page(fetch, 10, one, one // 2))
+    assert [message.id for message in page.messages] == ["0000"]

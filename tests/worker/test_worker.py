@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -275,26 +276,48 @@ def test_past_the_grace_period_messages_are_given_back(
     assert "has no release" not in caplog.text  # no fallback any more
 
 
-def test_a_job_that_lost_its_lease_is_not_released() -> None:
-    url = memory_url()
+async def _purge_under_a_job(job: float, then: float, **options: Any) -> tuple[AsyncQueue, Worker]:
+    """A worker on a queue of one message whose job runs ``job`` seconds: the queue is
+    purged once the job started (its lease is gone), the worker stopped ``then``
+    seconds later."""
+    queue = AsyncQueue(memory_url(), name="q")
+    await queue.put("x", id="m")
     started = asyncio.Event()
 
+    async def handler(msg: Message) -> None:
+        started.set()
+        await asyncio.sleep(job)
+
+    worker = Worker(queue, handler, **options)
+    task = asyncio.create_task(worker.serve())
+    await asyncio.wait_for(started.wait(), 5)
+    await queue.purge()
+    if then:
+        await asyncio.sleep(then)
+    worker.stop()
+    await asyncio.wait_for(task, 10)
+    return queue, worker
+
+
+def test_a_job_that_lost_its_lease_is_not_released() -> None:
     async def main() -> None:
-        queue = AsyncQueue(url, name="q")
-        await queue.put("x", id="m")
-
-        async def handler(msg: Message) -> None:
-            started.set()
-            await asyncio.sleep(10)
-
-        worker = Worker(queue, handler, grace=0.05)
-        task = asyncio.create_task(worker.serve())
-        await asyncio.wait_for(started.wait(), 5)
-        await queue.purge()  # the held lease is gone
-        worker.stop()
-        await asyncio.wait_for(task, 10)
+        queue, worker = await _purge_under_a_job(10, 0, grace=0.05)
         assert worker.counts["released"] == 0
         assert await queue.get("m") is None
+
+    asyncio.run(main())
+
+
+def test_a_lost_lease_is_renewed_no_more() -> None:
+    """Once a renewal finds the lease lost (the message purged under its job), the
+    worker stops renewing it: one loss counted at that renewal and one at the ack, not
+    one per beat (a third of the lease) for the rest of the job."""
+
+    async def main() -> None:
+        # A job of 15 beats of a 0.3 s lease, over before the worker stops.
+        queue, worker = await _purge_under_a_job(1.5, 2.0, lease=0.3)
+        await queue.close()
+        assert 1 <= worker.counts["lease_lost"] <= 2, worker.counts
 
     asyncio.run(main())
 
