@@ -375,9 +375,12 @@ def forgeries(
         arrival.body,
     )
     signature = headers[CALLBACK_SIGNATURE_HEADER.lower()]
+    other_url = received_url(other)
+    if other_url == url:  # two arrivals at one URL (in whatever order they came)
+        other_url = f"{url}{'&' if '?' in url else '?'}forged=1"
     changed = {
         "method": ("PATCH" if method != "PATCH" else "PUT", url, headers, body),
-        "url": (method, received_url(other), headers, body),
+        "url": (method, other_url, headers, body),
         "body": (method, url, headers, body + b" "),
         "no v3": (
             method, url,

@@ -14,8 +14,12 @@ import uuid
 from typing import Any
 
 import pytest
-from fastapi.routing import iter_route_contexts
-from starlette.routing import Mount
+from starlette.routing import BaseRoute, Mount, Route
+
+try:  # FastAPI of late keeps an included router whole: this walks into it
+    from fastapi.routing import iter_route_contexts
+except ImportError:  # FastAPI before it flattens included routers into app.routes
+    iter_route_contexts = None
 
 from delayq.server import ServeConfig, create_app
 from delayq.server._auth import OPEN_PATHS, OPEN_PREFIXES, SESSION_HEADER
@@ -47,13 +51,29 @@ def _app_paths() -> dict[str, frozenset[str]]:
     path gets a file name under it, and no method)."""
     app = create_app(ServeConfig(url=f"memory://routes-{uuid.uuid4().hex}"))
     paths: dict[str, set[str]] = {}
-    for context in iter_route_contexts(app.routes):
-        template = context.path
-        assert template, context
-        if isinstance(context.original_route, Mount):
-            paths.setdefault(template.rstrip("/") + "/any-file", set())
-            continue
-        paths.setdefault(_concrete(template), set()).update(context.methods or ())
+
+    def walk(routes: list[BaseRoute], prefix: str) -> None:
+        # Starlette's public route types, so the walk holds on every FastAPI the
+        # server supports (FastAPI flattens included routers into app.routes).
+        for route in routes:
+            if isinstance(route, Mount):
+                inner = route.routes
+                if inner:
+                    walk(list(inner), prefix + route.path)
+                else:
+                    paths.setdefault(prefix + route.path.rstrip("/") + "/any-file", set())
+            elif isinstance(route, Route):
+                template = prefix + route.path
+                paths.setdefault(_concrete(template), set()).update(route.methods or ())
+
+    if iter_route_contexts is None:
+        walk(list(app.routes), "")
+    else:
+        for context in iter_route_contexts(app.routes):
+            if isinstance(context.original_route, Mount):
+                paths.setdefault(context.path.rstrip("/") + "/any-file", set())
+            else:
+                paths.setdefault(_concrete(context.path), set()).update(context.methods or ())
     return {path: frozenset(methods) for path, methods in paths.items()}
 
 
