@@ -64,8 +64,18 @@ __all__ = [
 _STATES = [state.value for state in State]
 
 
+#: The width of output that is not for a terminal: wide enough that no table line
+#: wraps, and tables (which do not expand) take only the width their cells need.
+_PIPED_WIDTH = 100_000
+
+
 def _console() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+    """A rich console on stdout; when stdout is not a terminal (a pipe, a file) its
+    lines are not wrapped at 80 columns."""
+    console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console = Console(highlight=False, soft_wrap=True, width=_PIPED_WIDTH)
+    return console
 
 
 def _now_ms() -> int:
@@ -148,6 +158,7 @@ def stats_data(name: str, snapshot: Stats) -> dict[str, Any]:
     """One queue's :class:`Stats` as JSON-ready data."""
     due = snapshot.next_due_at
     return {
+        "name": name,  # the HTTP API's field
         "queue": name,
         "scheduled": snapshot.scheduled,
         "ready": snapshot.ready,
@@ -494,8 +505,10 @@ def stats(
             _stats_json(snapshot, watch, interval)
         elif not watch:
             console.print(_stats_table(snapshot(), _now_ms(), note, None))
-        else:
+        elif console.is_terminal:
             _stats_live(console, snapshot, interval, note)
+        else:
+            _stats_lines(console, snapshot, interval, note)
 
 
 Snapshot = Callable[[], list[tuple[str, Stats]]]
@@ -532,11 +545,31 @@ def _stats_live(console: Console, snapshot: Snapshot, interval: float, note: str
             pass
 
 
+def _stats_lines(console: Console, snapshot: Snapshot, interval: float, note: str | None) -> None:
+    """``stats --watch`` on a pipe or a file: print the table again every
+    ``interval`` (a redraw in place needs a terminal) until Ctrl-C; a failed refresh
+    prints its error and the watch goes on."""
+    try:
+        while True:
+            try:
+                console.print(_stats_table(snapshot(), _now_ms(), note, None))
+            except CliError as exc:
+                console.print(Text(f"error: {exc.format_message()}", style="bold red"))
+            console.file.flush()
+            _pause(interval)
+    except KeyboardInterrupt:
+        pass
+
+
 # -- ls, dead, purge ----------------------------------------------------------------------
 
 
 def _short(value: Any, width: int = 60) -> str:
-    text = repr(value) if isinstance(value, bytes) else json.dumps(value, default=str)
+    text = (
+        repr(value)
+        if isinstance(value, bytes)
+        else json.dumps(value, ensure_ascii=False, default=str)
+    )
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
