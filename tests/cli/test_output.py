@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -142,3 +144,17 @@ def test_stats_watch_on_a_pipe_prints_the_table_per_interval(
     printed = _watch_lines(url, tmp_path, lines=40)
     titles = [line for line in printed if line.startswith("delayq queues at")]
     assert len(titles) >= 3, printed
+
+
+def test_a_payload_that_cannot_be_read_is_said_so_as_over_http(cli: Cli, url: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pickle's warning
+        with Queue(url, name="jobs", serializer=pickle) as pickled:
+            pickled.put({"made": "by pickle"}, id="foreign")
+    data = json.loads(cli("get", "jobs", "foreign", "--json").stdout)
+    assert data["payload"] is None
+    assert "pickle" in data["payload_error"]
+    for args in (("ls", "jobs"), ("get", "jobs", "foreign")):
+        result = cli(*args)
+        assert result.exit_code == 0, result.output
+        assert "cannot be shown" in result.stdout, (args, result.stdout)

@@ -147,11 +147,23 @@ def message_data(msg: Message) -> dict[str, Any]:
         "last_error": msg.last_error,
         "lease_expires_at": msg.lease_expires_at,
     }
-    if isinstance(msg.payload, bytes):
+    if msg.headers_error is not None:
+        data["headers_error"] = msg.headers_error
+    if msg.payload_error is not None:
+        data["payload"] = None
+        data["payload_error"] = msg.payload_error
+    elif isinstance(msg.payload, bytes):
         data["payload_base64"] = base64.b64encode(msg.payload).decode("ascii")
     else:
         data["payload"] = msg.payload
     return data
+
+
+def _unreadable(msg: Message) -> Text | None:
+    """What ``ls``, ``dead`` and ``get`` show for a payload that cannot be given back."""
+    if msg.payload_error is None:
+        return None
+    return Text(f"(cannot be shown: {msg.payload_error})", style="red")
 
 
 def stats_data(name: str, snapshot: Stats) -> dict[str, Any]:
@@ -384,9 +396,10 @@ def _message_panel(msg: Message) -> Panel:
         grid.add_row(f"header {key}", value)
     if msg.last_error is not None:
         grid.add_row("last error", Text(msg.last_error, style="red"))
-    if isinstance(msg.payload, bytes):
-        body: Any = Text(f"{len(msg.payload)} raw bytes: {msg.payload[:200]!r}")
-    else:
+    body: Any = _unreadable(msg)
+    if body is None and isinstance(msg.payload, bytes):
+        body = Text(f"{len(msg.payload)} raw bytes: {msg.payload[:200]!r}")
+    elif body is None:
         body = JSON.from_data(msg.payload, default=str)
     return Panel(
         Group(grid, Text("payload", style="bold"), body),
@@ -617,7 +630,7 @@ def ls(*, queue: str, state: str | None, limit: int, as_json: bool, url: str | N
             f"{relative(msg.due_at, now)} ({format_ms(msg.due_at)})",
             f"{msg.attempts}/{msg.max_attempts}",
             "" if lease is None else format_ms(lease),
-            _short(msg.payload),
+            _unreadable(msg) or _short(msg.payload),
         )
     table.caption = f"{len(messages)} shown of {total} {which}"
     _console().print(table)
@@ -667,7 +680,7 @@ def dead(
             msg.id,
             f"{msg.attempts}/{msg.max_attempts}",
             Text(msg.last_error or "", style="red"),
-            _short(msg.payload),
+            _unreadable(msg) or _short(msg.payload),
         )
     table.caption = f"{len(messages)} shown of {total} dead"
     _console().print(table)
