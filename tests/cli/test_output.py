@@ -87,12 +87,12 @@ def test_json_of_every_reading_command_has_the_http_field_names(cli: Cli, queue:
     assert (row["name"], row["scheduled"], row["dead"]) == ("jobs", 1, 1)
 
 
-def _watch_lines(url: str, tmp_path: Path, *args: str, lines: int) -> list[str]:
-    """Run ``delayq stats --watch ARGS`` with stdout on a pipe until it has printed
-    ``lines`` lines (or 20 s passed), interrupt it, and return what it printed."""
+def _start_watch(url: str, tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    """``delayq stats jobs --watch ARGS`` in a process of its own, stdout and stderr
+    on pipes."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "DELAYQ_URL")}
     command = [sys.executable, "-m", "delayq.cli", "stats", "jobs", "--watch", "--interval", "0.05"]
-    process = subprocess.Popen(
+    return subprocess.Popen(
         [*command, *args, "--url", url],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -100,6 +100,12 @@ def _watch_lines(url: str, tmp_path: Path, *args: str, lines: int) -> list[str]:
         env=env,
         cwd=tmp_path,
     )
+
+
+def _watch_lines(url: str, tmp_path: Path, *args: str, lines: int) -> list[str]:
+    """Run ``delayq stats --watch ARGS`` with stdout on a pipe until it has printed
+    ``lines`` lines (or 20 s passed), interrupt it, and return what it printed."""
+    process = _start_watch(url, tmp_path, *args)
     assert process.stdout is not None
     stdout = process.stdout
     printed: list[str] = []
@@ -158,3 +164,21 @@ def test_a_payload_that_cannot_be_read_is_said_so_as_over_http(cli: Cli, url: st
         result = cli(*args)
         assert result.exit_code == 0, result.output
         assert "cannot be shown" in result.stdout, (args, result.stdout)
+
+
+def test_stats_watch_ends_quietly_when_its_reader_leaves(
+    url: str, queue: Queue, tmp_path: Path
+) -> None:
+    for extra in (["--json"], []):
+        process = _start_watch(url, tmp_path, *extra)
+        assert process.stdout is not None
+        assert process.stderr is not None
+        process.stdout.readline()
+        process.stdout.close()  # as `| head -1` does
+        try:
+            process.wait(timeout=20)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        assert process.stderr.read() == "", extra  # no "cannot use the queue" line
+        assert process.returncode == 1, extra  # as rich ends the table's watch

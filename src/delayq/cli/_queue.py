@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -515,13 +516,28 @@ def stats(
                 return [(q.name, q.stats()) for q in opened]
 
         if as_json:
-            _stats_json(snapshot, watch, interval)
+            _until_reader_leaves(lambda: _stats_json(snapshot, watch, interval))
         elif not watch:
             console.print(_stats_table(snapshot(), _now_ms(), note, None))
         elif console.is_terminal:
             _stats_live(console, snapshot, interval, note)
         else:
-            _stats_lines(console, snapshot, interval, note)
+            _until_reader_leaves(lambda: _stats_lines(console, snapshot, interval, note))
+
+
+def _until_reader_leaves(watch: Callable[[], None]) -> None:
+    """Run ``watch``, which writes to stdout until Ctrl-C; a reader that goes away
+    (``| head -3``) ends it with status 1 and nothing on stderr, as rich does for the
+    table, rather than as an error of the queue (the open queue takes any OSError for
+    one)."""
+    try:
+        watch()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that the
+        # flush of what is left cannot fail a second time.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(1) from None
 
 
 Snapshot = Callable[[], list[tuple[str, Stats]]]
