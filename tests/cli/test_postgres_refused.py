@@ -5,6 +5,7 @@ database, ``sslmode=require`` on a server without SSL): ``delayq stats``, ``put`
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +43,7 @@ def test_each_command_says_why_in_one_line(mistake: str, command: str, tmp_path:
         timeout=60,
         cwd=tmp_path,
         check=False,
-        env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1"},
+        env={**os.environ, "NO_COLOR": "1"},
     )
     lines = [text for text in run.stderr.splitlines() if text.strip()]
     lines = [text for text in lines if not text.startswith("warning: a password in --url")]
