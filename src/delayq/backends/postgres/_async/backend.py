@@ -277,6 +277,8 @@ class AsyncPostgresBackend:
             try:
                 conn = await psycopg.AsyncConnection.connect(settings.conninfo, autocommit=True)
             except psycopg.OperationalError as exc:
+                if self._closed:  # close() ran while it was connecting
+                    raise QueueClosed("the queue is closed") from exc
                 raise refused(self._url, settings.conninfo, exc) from exc
             async with conn:
                 await upgrade(conn, settings.schema)

@@ -279,6 +279,8 @@ class PostgresBackend:
             try:
                 conn = psycopg.Connection.connect(settings.conninfo, autocommit=True)
             except psycopg.OperationalError as exc:
+                if self._closed:  # close() ran while it was connecting
+                    raise QueueClosed("the queue is closed") from exc
                 raise refused(self._url, settings.conninfo, exc) from exc
             with conn:
                 upgrade(conn, settings.schema)
