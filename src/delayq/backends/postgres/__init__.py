@@ -31,6 +31,12 @@ call to a server that stops answering fails in about 10 s (docs/durability.md,
 :class:`~delayq.errors.OutcomeUnknown` (also a ``psycopg.OperationalError``) and is
 not sent again; a waiting ``reserve`` rides an outage out.
 
+A first use whose connection fails raises :class:`ServerRefused` (a
+:class:`~delayq.errors.DelayqError`, also a ``psycopg.OperationalError``) within
+``connect_timeout``, with one line that names the URL (its password hidden) and the
+cause: the server is not answering at host:port, role "x" does not exist, database "x"
+does not exist, the server does not support SSL.
+
 How it works: one row per message in ``<schema>.messages``; every operation is one
 statement of :mod:`.statements` (each the mirror of a pure transition of
 :mod:`delayq.durable.message`), run in autocommit, or one transaction of a few. "Now"
@@ -50,6 +56,7 @@ from ...durable.descriptor import BackendDescriptor, BackendDriver
 if TYPE_CHECKING:
     from ._async.backend import AsyncPostgresBackend, open_async_backend
     from ._async.enqueue import enqueue_async
+    from ._connect import ServerRefused
     from ._driver import OUTAGE_ERRORS
     from ._sync.backend import PostgresBackend, open_backend
     from ._sync.enqueue import enqueue
@@ -59,6 +66,7 @@ __all__ = [
     "OUTAGE_ERRORS",
     "AsyncPostgresBackend",
     "PostgresBackend",
+    "ServerRefused",
     "enqueue",
     "enqueue_async",
     "open_async_backend",
@@ -75,6 +83,7 @@ __getattr__, __dir__ = lazy_names(
         "open_backend": "._sync.backend",
         "enqueue": "._sync.enqueue",
         "OUTAGE_ERRORS": "._driver",
+        "ServerRefused": "._connect",
     },
     globals(),
 )

@@ -38,6 +38,7 @@ from ....durable.message import (
 )
 from ....errors import DuplicateId, LeaseLost, QueueClosed
 from .. import _schema
+from .._connect import refused
 from .._libpq import checked, exchange
 from .._outcome import QUICK_FAILURE, raise_lost
 from .._runner import AsyncLock, drive_async, guarded_async
@@ -215,6 +216,7 @@ class AsyncPostgresBackend:
 
     def __init__(self, url: str, **options: Any) -> None:
         settings = parse_url(url, **options)
+        self._url = url
         self._settings = settings
         self.sql = Statements(settings.schema)
         # min_size=0: connections open only as calls need them. With 1, the first
@@ -267,10 +269,21 @@ class AsyncPostgresBackend:
         async with self._ready_lock:
             if self._ready:
                 return
+            # The first connection is made here, not by the pool: a server that refuses
+            # it (down, an unknown role or database, no SSL) is then one error that
+            # says why, within libpq's connect_timeout, where the pool would log a
+            # warning per retry and raise PoolTimeout, with no cause, after pool_timeout.
+            settings = self._settings
+            try:
+                conn = await psycopg.AsyncConnection.connect(settings.conninfo, autocommit=True)
+            except psycopg.OperationalError as exc:
+                if self._closed:  # close() ran while it was connecting
+                    raise QueueClosed("the queue is closed") from exc
+                raise refused(self._url, settings.conninfo, exc) from exc
+            async with conn:
+                await upgrade(conn, settings.schema)
             try:
                 await self._pool.open(wait=False)
-                async with self._pool.connection() as conn:
-                    await upgrade(conn, self._settings.schema)
             except PoolClosed as exc:
                 self._pool_closed(exc)
             self._ready = True

@@ -40,6 +40,7 @@ from ....durable.message import (
 )
 from ....errors import DuplicateId, LeaseLost, QueueClosed
 from .. import _schema
+from .._connect import refused
 from .._libpq import checked, exchange
 from .._outcome import QUICK_FAILURE, raise_lost
 from .._runner import Lock, drive, guarded
@@ -217,6 +218,7 @@ class PostgresBackend:
 
     def __init__(self, url: str, **options: Any) -> None:
         settings = parse_url(url, **options)
+        self._url = url
         self._settings = settings
         self.sql = Statements(settings.schema)
         # min_size=0: connections open only as calls need them. With 1, the first
@@ -269,10 +271,21 @@ class PostgresBackend:
         with self._ready_lock:
             if self._ready:
                 return
+            # The first connection is made here, not by the pool: a server that refuses
+            # it (down, an unknown role or database, no SSL) is then one error that
+            # says why, within libpq's connect_timeout, where the pool would log a
+            # warning per retry and raise PoolTimeout, with no cause, after pool_timeout.
+            settings = self._settings
+            try:
+                conn = psycopg.Connection.connect(settings.conninfo, autocommit=True)
+            except psycopg.OperationalError as exc:
+                if self._closed:  # close() ran while it was connecting
+                    raise QueueClosed("the queue is closed") from exc
+                raise refused(self._url, settings.conninfo, exc) from exc
+            with conn:
+                upgrade(conn, settings.schema)
             try:
                 self._pool.open(wait=False)
-                with self._pool.connection() as conn:
-                    upgrade(conn, self._settings.schema)
             except PoolClosed as exc:
                 self._pool_closed(exc)
             self._ready = True
