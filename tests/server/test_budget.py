@@ -206,12 +206,14 @@ def test_a_large_list_does_not_hold_up_healthz(tmp_path: Path) -> None:
         f"{max(busy):.4f}s over {len(busy)}; lists {lists}"
     )
     # A /healthz during the lists may wait for a slice of one, never for a whole list:
-    # when a list is encoded on the loop, each /healthz sent meanwhile waits for the
-    # rest of it (a few samples, each most of a list). The median, not the maximum: a
-    # loaded machine may hold up any one request.
+    # when a list is decoded and encoded on the loop, each /healthz sent meanwhile
+    # waits for the rest of it (a few samples, each most of a list). The median, not
+    # the maximum: a loaded machine may hold up any one request. The bound is the sum
+    # of a quiet /healthz's margin and half a list: a bounded list now takes a tenth of
+    # a second, and a /healthz beside its encoding thread waits for the GIL a while.
     assert len(busy) >= 3
-    assert statistics.median(busy) < max(
-        20 * statistics.median(quiet), 0.2 * statistics.median(lists)
+    assert statistics.median(busy) < (
+        20 * statistics.median(quiet) + 0.5 * statistics.median(lists)
     )
 
 
