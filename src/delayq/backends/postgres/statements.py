@@ -233,12 +233,12 @@ $$"""
 
 def claim_function(s: str) -> str:
     """``claim(queue, n, lease_ms, expired, waiter, sleep_ms)``: settle() the queue's
-    expired leases (but those whose rows another transaction holds, which it names as
-    an event :data:`SETTLE_RETRY_MS` away), then apply_reserve() to up to ``n`` due
-    messages (earliest first, FIFO), each under a fresh random token until
-    ``c + lease_ms``; one clock reading, one transaction. Returns the claimed rows with the floor as ``now_ms``; when none
-    was due, one row whose ``id`` is NULL and whose ``lease_until`` is the next event
-    (the earliest due time or lease expiry of the queue, NULL when there is none).
+    expired leases (but those whose rows another transaction holds, which it names as an
+    event :data:`SETTLE_RETRY_MS` away), then apply_reserve() to up to ``n`` due messages
+    (earliest first, FIFO), each under a fresh random token until ``c + lease_ms``; one
+    clock reading, one transaction. Returns the claimed rows with the floor as ``now_ms``;
+    when none was due, one row whose ``id`` is NULL and whose ``lease_until`` is the next
+    event (the earliest due time or lease expiry of the queue, NULL when there is none).
 
     ``waiter`` (NULL: none) names a consumer that will sleep up to ``sleep_ms`` when
     nothing is due: then, under the queue's advisory lock in exclusive mode (see
