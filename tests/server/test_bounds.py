@@ -328,7 +328,9 @@ async def _come_and_go(client: httpx.AsyncClient, state: Any, url: str) -> None:
     for start in range(0, SERVE_QUEUE_CACHE + 100, 50):
         await asyncio.gather(*(_use_and_empty(client, i) for i in range(start, start + 50)))
     assert state.cached <= 2 * SERVE_QUEUE_CACHE
-    assert _alive(url) <= 2 * SERVE_QUEUE_CACHE + 10
+    # Past the caches: at most the last batch's 50 queues and their put batchers, which
+    # a finished request may still hold until the loop drops its task (CI saw 2,061).
+    assert _alive(url) <= 2 * SERVE_QUEUE_CACHE + 100
     for _ in range(2):  # a queue gone at two scrapes in a row loses its series
         after = (await client.get("/metrics")).text
     assert "nobody-" not in after
