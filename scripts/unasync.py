@@ -62,6 +62,10 @@ RULES: dict[str, str] = {
     "AsyncSQLiteBackend": "SQLiteBackend",
     "AsyncRunner": "Runner",
     "wait_async": "wait",
+    # the hold of a claim that fired ahead (durable/_async/hold.py), on the precise timer
+    "sleep_async": "sleep",
+    "AsyncFiresAhead": "FiresAhead",
+    "AsyncReserves": "Reserves",
     # the Redis backend's face (backends/redis/_async/) and its hand-written I/O pairs
     "aclose": "close",
     "AsyncBlocking": "Blocking",

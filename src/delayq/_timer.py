@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-__all__ = ["MOST_TIMER_FDS", "Cancellable", "call_later_precisely"]
+__all__ = ["MOST_TIMER_FDS", "Cancellable", "call_later_precisely", "sleep", "sleep_async"]
 
 _CLOCK_MONOTONIC = 1
 _TFD_TIMER_ABSTIME = 1
@@ -141,6 +141,28 @@ def call_later_precisely(
         os.close(fd)
         return _plain(loop, delay, callback, args)
     return timer
+
+
+async def sleep_async(seconds: float) -> None:
+    """``asyncio.sleep`` on :func:`call_later_precisely`: wakes within the kernel's
+    timer slack of the deadline, not up to a millisecond after it."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+    timer = call_later_precisely(loop, seconds, _wake, future)
+    try:
+        await future
+    finally:
+        timer.cancel()
+
+
+def sleep(seconds: float) -> None:
+    """The sync twin of :func:`sleep_async`: ``time.sleep``, the kernel's own timer."""
+    time.sleep(seconds)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _plain(

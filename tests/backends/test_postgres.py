@@ -14,6 +14,7 @@ import queue
 import random
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -222,6 +223,39 @@ def _build_version_with_message(admin: Any, s: str, version: int, queue: str) ->
         (queue,),
     )
     admin.execute(f"SELECT setval('{s}.seq', 1)")
+
+
+def test_a_schema_of_version_9_gets_the_claim_that_fires_ahead_and_old_calls_still_claim(
+    admin: Any, schema: str
+) -> None:
+    """Version 10 gave the claim ``ahead_ms`` (default 0) and a last column, ``now_us``:
+    the upgrade drops version 9's six-argument function (one claim function is left),
+    and a call in version 9's form, from a process not yet upgraded, still claims."""
+    s = f'"{schema}"'
+    with admin.transaction():
+        _build_version_with_message(admin, s, 9, "v9")
+        admin.execute(f"DROP FUNCTION {s}.claim(text, integer, bigint, text, text, bigint, bigint)")
+        admin.execute(
+            f"CREATE FUNCTION {s}.claim(q text, n integer, lease_ms bigint, expired text, "
+            "w_id text, sleep_ms bigint) RETURNS void LANGUAGE sql AS ''"
+        )
+    with Queue(url_of(schema), name="v9") as q:
+        q.put("soon", delay=0.05)
+        claims = admin.execute(
+            "SELECT count(*) FROM pg_proc WHERE proname = 'claim' "
+            "AND pronamespace = %s::regnamespace",
+            (s,),
+        ).fetchone()
+        assert claims == (1,)
+        row = admin.execute(
+            f"SELECT id, now_us FROM {s}.claim('v9', 1, 1000, 'lease expired', NULL, 0)"
+        ).fetchone()
+        assert row is not None
+        assert row[0] == "kept"
+        assert abs(row[1] / 1e6 - time.time()) < 60
+        [msg] = q.reserve(wait=2.0)
+        assert msg.payload == "soon"
+        assert time.time() * 1000 >= msg.due_at
 
 
 def test_a_schema_of_version_3_is_upgraded_and_its_consumers_still_woken(

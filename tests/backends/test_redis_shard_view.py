@@ -78,3 +78,27 @@ def test_generated_ids_drawn_in_a_burst_spread_evenly_over_shards(shards: int) -
         counts[shard_of(new_id(), shards)] += 1
     # ~45 is one standard deviation here: 6 of them is never reached by chance
     assert all(abs(count - per_shard) < 6 * 45 for count in counts), counts
+
+
+def test_a_claim_ahead_goes_to_the_shard_whose_due_time_comes_first_bounded_by_the_next() -> None:
+    """Fire ahead: nothing is due, the earliest head is a due time within ``ahead_ms``:
+    that shard is picked, bounded by the next head (its seq: the same due time on the
+    other shard comes after it, to the next reserve)."""
+    now = _now_ms()
+    view = ShardView(3)
+    _learn(view, 0, now + 20_000, seq=9)
+    _learn(view, 1, now + 20_000, seq=4)
+    _learn(view, 2, None)
+    assert view.pick() is None
+    assert view.pick(ahead_ms=2) is None  # 20 s away: not within 2 ms
+    assert view.pick(ahead_ms=30_000) == (1, (now + 20_000, 9))
+
+
+def test_a_lease_expiry_is_never_claimed_ahead_nor_woken_for_early() -> None:
+    """A head with no seq is a lease expiry: the message is still held until then."""
+    now = _now_ms()
+    view = ShardView(2)
+    _learn(view, 0, now + 20_000, seq=0)
+    _learn(view, 1, None)
+    assert view.pick(ahead_ms=30_000) is None
+    assert view.seconds_until_next(ahead_ms=1_000) > 1.0  # not woken a second early

@@ -113,6 +113,21 @@ class Records:
         events = [t for t in (self._head_due(), self._head_lease()) if t is not None]
         return min(events) if events else None
 
+    def next_wake(self, ahead_ms: int) -> int | None:
+        """:meth:`next_event` for a consumer that fires ahead by ``ahead_ms``: the next
+        due time less ``ahead_ms``, or the next lease expiry (None: nothing pending)."""
+        head, lease = self._head_due(), self._head_lease()
+        events = [t for t in (None if head is None else head - ahead_ms, lease) if t is not None]
+        return min(events) if events else None
+
+    def claim_soon(self, now: Now, limit: int, lease_ms: int, ahead_ms: int) -> list[Record]:
+        """:meth:`claim`; when nothing is due, :meth:`claim_ahead` of what falls due
+        within ``ahead_ms`` of ``now.floor`` (a reserve that fires ahead)."""
+        claimed = self.claim(now, limit, lease_ms)
+        if claimed or ahead_ms <= 0:
+            return claimed
+        return self.claim_ahead(now, now.floor + ahead_ms, limit, lease_ms)
+
     def next_due(self) -> int | None:
         """Epoch ms of the earliest due time of a scheduled message (None: none)."""
         return self._head_due()

@@ -54,6 +54,31 @@ never validates user input (the facade did); it must guarantee:
   or ``wait`` seconds pass; no busy polling. A put through the same backend object
   must wake a waiter at once. ``close()`` wakes every waiter of this backend
   object, which then raises :class:`~delayq.QueueClosed`.
+* **Fire ahead** (optional: :class:`AsyncFiresAhead`). A backend may let a *waiting*
+  reserve claim a message shortly before its due time, so that the claim's round trip
+  is not added to its lateness: ``reserve_ahead`` claims, when nothing is due, the
+  messages of the earliest due time if that is at most ``fire_ahead_ms`` after the
+  store's now (its floor), each leased until ``due_at + lease_ms`` (the caller's lease
+  is whole), and answers with the store's now in microseconds; its waiting claim wakes
+  ``fire_ahead_ms`` before the next due time (at a lease expiry itself). The facade
+  (:func:`delayq.durable._async.hold.reserve_held`, the one holder) then waits
+  ``due_at - store now``, counted from when the answer arrived, on the precise timer,
+  so a message still reaches the caller at or after its due time by the store's
+  clock (never early holds exactly); a caller that gives up while it holds releases
+  the messages (no attempt charged), and one that dies leaves an expired lease, due
+  again at ``due_at + lease_ms`` with the attempt counted. ``reserve(wait=0)`` never
+  fires ahead. What other callers can see: for at most ``fire_ahead_ms`` before its
+  due time, a message claimed ahead is in flight (``cancel`` and ``reschedule``
+  return False, ``get`` shows it active); before that window it is scheduled to
+  every operation. A message put (or made due) while another is held is free to any
+  reserve at once; the holder's own next reserve takes it after handing over the
+  held one, at most ``fire_ahead_ms`` after it. The window per backend: ``memory://``
+  1 ms (system clock only; none on another clock), ``redis://`` on one node 2 ms,
+  ``sqlite:///`` 2 ms, ``postgresql://`` 2 ms; ``amqp://`` 2 ms (its scheduler
+  claims 10 ms ahead but gives a message back to any operation until its held reply
+  leaves, 2 ms before: docs/rabbitmq.md); a sharded Redis queue (``shards=``,
+  Cluster) 2 ms. The conformance suite checks each of these
+  (``tests/conformance/test_fire_ahead.py``).
 * **Threads and tasks.** A sync backend is safe to call from many threads at once;
   an async backend from many tasks of one event loop, and never blocks the loop.
 * **Isolation.** Queues are namespaces: ``queue`` is part of every key. The same
@@ -71,7 +96,7 @@ arguments of ``Queue``/``AsyncQueue`` (an unknown option raises ``TypeError``).
 Opening must not block for long: async backends connect lazily on first use.
 """
 
-from ._async.backend import AsyncBackend
-from ._sync.backend import Backend
+from ._async.backend import AsyncBackend, AsyncFiresAhead
+from ._sync.backend import Backend, FiresAhead
 
-__all__ = ["AsyncBackend", "Backend"]
+__all__ = ["AsyncBackend", "AsyncFiresAhead", "Backend", "FiresAhead"]

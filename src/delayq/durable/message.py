@@ -42,6 +42,7 @@ from ._build import builder
 
 __all__ = [
     "LEASE_EXPIRED_ERROR",
+    "Claimed",
     "HeadersTooLarge",
     "Message",
     "Now",
@@ -64,6 +65,7 @@ __all__ = [
     "apply_retry_dead",
     "can_cancel",
     "compute_stats",
+    "hold_seconds",
     "is_due",
     "lag_of",
     "load_headers",
@@ -288,6 +290,27 @@ class Now(NamedTuple):
         ms = seconds * 1000.0
         floor = math.floor(ms)
         return cls(floor, floor + 1 if ms > floor else floor)
+
+
+class Claimed(NamedTuple):
+    """What a claim that fires ahead answered (``reserve_ahead`` of a backend that
+    fires ahead, :class:`~delayq.durable.backend.AsyncFiresAhead`): the records and
+    the store's clock when it claimed them, in epoch microseconds (the floor)."""
+
+    records: list[Record]
+    now_us: int
+
+
+def hold_seconds(claimed: Claimed) -> float:
+    """How long the holder of a claim waits, counted from when the answer arrived,
+    before it hands the records over: from the store's now to the latest due time
+    among them (0.0 when all are due). The answer arrives after the store read its
+    clock, so a record is never handed over before its due time by the store's clock,
+    whatever the holder's own clock says."""
+    if not claimed.records:
+        return 0.0
+    due_us = max(record.due_at for record in claimed.records) * 1000
+    return max(due_us - claimed.now_us, 0) / 1e6
 
 
 # -- helpers -----------------------------------------------------------------------

@@ -230,6 +230,16 @@ def _version_9(s: str) -> list[str]:
     return [statements.claim_function(s)]
 
 
+def _version_10(s: str) -> list[str]:
+    """A waiting claim may fire ahead (``ahead_ms``, default 0, so that a process of
+    version 9 calling it with six arguments goes on as before) and answers with the
+    clock in microseconds too (a last column, which version 9 does not read)."""
+    return [
+        f"DROP FUNCTION IF EXISTS {s}.claim(text, integer, bigint, text, text, bigint)",
+        statements.claim_function(s),
+    ]
+
+
 #: The steps, in order: ``MIGRATIONS[i]`` takes a schema from version ``i`` to ``i + 1``.
 MIGRATIONS: list[Callable[[str], list[str]]] = [
     _version_1,
@@ -241,6 +251,7 @@ MIGRATIONS: list[Callable[[str], list[str]]] = [
     _version_7,
     _version_8,
     _version_9,
+    _version_10,
 ]
 #: The version this code writes and reads.
 VERSION = len(MIGRATIONS)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 
 __all__ = [
+    "CLAIM_AHEAD_PICK",
     "CLAIM_COMMIT",
     "CLAIM_PICK",
     "SETTLE_RETRY_MS",
@@ -98,6 +99,22 @@ ORDER BY d.due_at, d.seq
 LIMIT {n}
 FOR UPDATE SKIP LOCKED"""
 
+
+#: What a claim that fires ahead takes when nothing is due (:func:`claim_function`):
+#: the messages of the queue's earliest due time, if it is at most ``f + ahead_ms``, by
+#: seq, rows another claim holds skipped. The claim function's variables as in
+#: :data:`CLAIM_PICK`.
+CLAIM_AHEAD_PICK = """
+SELECT d.id FROM {s}.messages AS d
+WHERE d.queue = q AND d.state = 'scheduled' AND d.due_at <= f + ahead_ms AND d.due_at = (
+    SELECT min(e.due_at) FROM {s}.messages AS e WHERE e.queue = q AND e.state = 'scheduled')
+ORDER BY d.seq
+LIMIT n
+FOR UPDATE SKIP LOCKED"""
+
+
+#: The server's clock now, in epoch microseconds (the floor).
+_CLOCK_US = "floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 
 #: The first statement of the claim function: its transaction alone commits without
 #: waiting for a WAL flush (see :func:`claim_function`). ``set_config(..., true)`` is
@@ -232,13 +249,19 @@ $$"""
 
 
 def claim_function(s: str) -> str:
-    """``claim(queue, n, lease_ms, expired, waiter, sleep_ms)``: settle() the queue's
-    expired leases (but those whose rows another transaction holds, which it names as an
-    event :data:`SETTLE_RETRY_MS` away), then apply_reserve() to up to ``n`` due messages
-    (earliest first, FIFO), each under a fresh random token until ``c + lease_ms``; one
-    clock reading, one transaction. Returns the claimed rows with the floor as ``now_ms``;
-    when none was due, one row whose ``id`` is NULL and whose ``lease_until`` is the next
-    event (the earliest due time or lease expiry of the queue, NULL when there is none).
+    """``claim(queue, n, lease_ms, expired, waiter, sleep_ms, ahead_ms)``: settle() the
+    queue's expired leases (but those whose rows another transaction holds, which it
+    names as an event :data:`SETTLE_RETRY_MS` away), then apply_reserve() to up to ``n``
+    due messages (earliest first, FIFO), each under a fresh random token until ``c +
+    lease_ms``; one clock reading, one transaction. With ``ahead_ms`` > 0 (a reserve
+    that fires ahead), when none is due, those of the earliest due time if it is at
+    most ``f + ahead_ms``, by seq, each leased from its due time (``due_at + lease_ms``).
+    Returns the claimed rows with the floor as ``now_ms`` and, as ``now_us``, the clock
+    in microseconds read again as each row is returned (after the claim's reading,
+    before the answer leaves: the holder counts from it, never early, and the
+    function's own run is not added to the hold); when none was claimed, one row whose
+    ``id`` is NULL and whose ``lease_until`` is the next event (the earliest due time,
+    less ``ahead_ms``, or lease expiry of the queue, NULL when there is none).
 
     ``waiter`` (NULL: none) names a consumer that will sleep up to ``sleep_ms`` when
     nothing is due: then, under the queue's advisory lock in exclusive mode (see
@@ -268,17 +291,19 @@ def claim_function(s: str) -> str:
     name = s.strip('"')
     return f"""
 CREATE OR REPLACE FUNCTION {s}.claim(
-    q text, n integer, lease_ms bigint, expired text, w_id text, sleep_ms bigint)
+    q text, n integer, lease_ms bigint, expired text, w_id text, sleep_ms bigint,
+    ahead_ms bigint DEFAULT 0)
 RETURNS TABLE (
     id text, payload bytea, encoding text, due_at bigint, seq bigint, attempts integer,
     max_attempts integer, state text, headers text, last_error text, lease text,
-    lease_until bigint, now_ms bigint)
+    lease_until bigint, now_ms bigint, now_us bigint)
 LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_column
 DECLARE
     ms numeric := extract(epoch FROM clock_timestamp()) * 1000;
     f bigint := floor(ms);
     c bigint := ceil(ms);
+    us bigint := floor(ms * 1000);
     next_due bigint;
     next_lease bigint;
     sleeps_until bigint;
@@ -302,7 +327,18 @@ BEGIN
         lease = replace(gen_random_uuid()::text, '-', ''), lease_until = c + lease_ms
     FROM pick
     WHERE m.queue = q AND m.id = pick.id
-    RETURNING {COLUMNS.replace("m.state", "m.state::text")}, f;
+    RETURNING {COLUMNS.replace("m.state", "m.state::text")}, f, {_CLOCK_US};
+    IF NOT FOUND AND ahead_ms > 0 THEN
+        RETURN QUERY
+        WITH pick AS MATERIALIZED ({CLAIM_AHEAD_PICK.format(s=s)})
+        UPDATE {s}.messages AS m
+        SET state = 'active', attempts = m.attempts + 1,
+            lease = replace(gen_random_uuid()::text, '-', ''),
+            lease_until = m.due_at + lease_ms
+        FROM pick
+        WHERE m.queue = q AND m.id = pick.id
+        RETURNING {COLUMNS.replace("m.state", "m.state::text")}, f, {_CLOCK_US};
+    END IF;
     IF FOUND THEN
         IF w_id IS NOT NULL THEN
             -- Awake: it sleeps until now, so no put notifies it (the row stays, for
@@ -325,7 +361,7 @@ BEGIN
     WHERE d.queue = q AND d.state = 'active';
     IF w_id IS NOT NULL AND sleep_ms > 0 THEN
         DELETE FROM {s}.waiters AS w WHERE w.queue = q AND w.until < f - {WAITER_STALE_MS};
-        sleeps_until := least(next_due, next_lease, f + sleep_ms);
+        sleeps_until := least(next_due - ahead_ms, next_lease, f + sleep_ms);
         INSERT INTO {s}.waiters AS w (queue, waiter, until)
         VALUES (q, w_id, sleeps_until)
         ON CONFLICT (queue, waiter) DO UPDATE SET until = excluded.until;
@@ -339,7 +375,7 @@ BEGIN
     END IF;
     RETURN QUERY SELECT NULL::text, NULL::bytea, NULL::text, NULL::bigint, NULL::bigint,
         NULL::integer, NULL::integer, NULL::text, NULL::text, NULL::text, NULL::text,
-        least(next_due, next_lease), f;
+        least(next_due - ahead_ms, next_lease), f, us;
 END
 $$"""
 
@@ -489,7 +525,7 @@ WHERE w.queue = t.queue AND w.waiter = t.waiter"""
         #: settle() then apply_reserve(), registering a waiter: see claim_function().
         self.CLAIM = f"""
 SELECT * FROM {s}.claim(%(queue)s, %(limit)s, %(lease_ms)s, %(expired)s, %(waiter)s,
-                        %(sleep_ms)s)"""
+                        %(sleep_ms)s, %(ahead_ms)s)"""
 
         held = "m.state = 'active' AND m.lease = {token} AND m.lease_until > now.f"
 

@@ -177,17 +177,25 @@ class Operations:
         return Call("put", self.keys(queue), [*put_args(requests), b"c"], _put_woke)
 
     def claim(
-        self, queue: str, limit: int, lease_ms: int, bound: tuple[int, int] | None = None
+        self,
+        queue: str,
+        limit: int,
+        lease_ms: int,
+        bound: tuple[int, int] | None = None,
+        ahead_ms: int = 0,
     ) -> Call[Claim]:
         """``reserve.lua``: one claim (``limit`` 0: only look), with a fresh random token
         base (a generated id but its leading 8 digits, which hold the same value for
         days: unique, and no system call per claim, which on the event loop's thread
         gives the GIL away and waits to get it back behind busy handler threads);
-        ``bound`` (due ms, seq): claim nothing after it in (due, seq) order."""
+        ``bound`` (due ms, seq): claim nothing after it in (due, seq) order; ``ahead_ms``:
+        fire ahead by that much when nothing is due."""
         token = new_id()[8:] + "."
         args: list[Any] = [limit, lease_ms, token]
         if bound is not None:
             args += bound
+        if ahead_ms > 0:
+            args += ([] if bound is not None else ["", ""]) + [ahead_ms]
         return Call("reserve", self.keys(queue), args, decode_claim)
 
     def release(self, queue: str, id: str, token: str) -> Call[None]:

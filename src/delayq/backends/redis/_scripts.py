@@ -400,11 +400,14 @@ class Claim:
     next_ms: int | None
     next_seq: int = 0
 
-    def seconds_until_next(self) -> float | None:
-        """Seconds from the server's now to the next event (None: no event)."""
+    def seconds_until_next(self, ahead_ms: int = 0) -> float | None:
+        """Seconds from the server's now to the next event (None: no event), or to
+        ``ahead_ms`` before it when it is a due time (``next_seq`` set; a lease expiry
+        is waited for itself)."""
         if self.next_ms is None:
             return None
-        return max(0.0, (self.next_ms - self.now_ms) / 1000.0 - self.now_us / 1e6)
+        until = self.next_ms - (ahead_ms if self.next_seq else 0)
+        return max(0.0, (until - self.now_ms) / 1000.0 - self.now_us / 1e6)
 
 
 def decode_claim(reply: Sequence[Any]) -> Claim:

@@ -146,12 +146,16 @@ class ShardView:
             return _EMPTY
         return time.monotonic() * 1000.0 + self._offset
 
-    def pick(self) -> tuple[int, tuple[int, int] | None] | None:
+    def pick(self, ahead_ms: int = 0) -> tuple[int, tuple[int, int] | None] | None:
         """The shard to claim from next and the latest due time to claim there (None:
-        no bound), or None when no shard has anything due."""
+        no bound), or None when no shard has anything due; with ``ahead_ms`` (a claim
+        that fires ahead, once nothing is due), the shard whose head is a due time at
+        most that far away."""
         order = sorted(range(len(self.heads)), key=lambda k: (self.heads[k], self.seqs[k]))
         first = order[0]
-        if self.heads[first] > self.server_now():
+        if ahead_ms and not self.seqs[first]:  # a lease expiry: waited for itself
+            return None
+        if self.heads[first] > self.server_now() + ahead_ms:
             return None
         # Heads change under us (news from listeners): an unknown one bounds the claim by
         # its last seen value (see the module docstring).
@@ -165,9 +169,10 @@ class ShardView:
         head, seq = min(bounds)
         return first, (int(head), seq)
 
-    def seconds_until_next(self) -> float:
-        """Seconds until the earliest head (at most :data:`REFRESH_SECONDS`)."""
-        head = min(self.heads)
+    def seconds_until_next(self, ahead_ms: int = 0) -> float:
+        """Seconds until the earliest head (at most :data:`REFRESH_SECONDS`), or until
+        ``ahead_ms`` before it when it is a due time (a reserve that fires ahead)."""
+        head = min(h - (ahead_ms if s else 0) for h, s in zip(self.heads, self.seqs, strict=True))
         if head == _EMPTY:
             return REFRESH_SECONDS
         return min(REFRESH_SECONDS, max(0.0, (head - self.server_now()) / 1000.0))

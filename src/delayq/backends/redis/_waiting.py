@@ -13,10 +13,11 @@ __all__ = ["HAIR", "expired", "sleep_for"]
 HAIR = 0.0001
 
 
-def sleep_for(claim: Claim, give_up: float | None) -> float | None:
+def sleep_for(claim: Claim, give_up: float | None, ahead_ms: int = 0) -> float | None:
     """How long a reserve that claimed nothing sleeps: until the next event (server
-    clock) or its own deadline (monotonic), whichever comes first; None: no limit."""
-    timeout = claim.seconds_until_next()
+    clock; a due time less ``ahead_ms``, for a reserve that fires ahead) or its own
+    deadline (monotonic), whichever comes first; None: no limit."""
+    timeout = claim.seconds_until_next(ahead_ms)
     if timeout is not None:
         timeout += HAIR
     if give_up is not None:

@@ -10,7 +10,9 @@ thread pool (async).
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -66,10 +68,16 @@ def _headers(headers: Mapping[str, str]) -> str | None:
     return json.dumps(dict(headers), separators=(",", ":")) if headers else None
 
 
-def _next_event(conn: sqlite3.Connection, queue: str) -> int | None:
+def _next_event(conn: sqlite3.Connection, queue: str, ahead_ms: int) -> int | None:
+    """The earliest due time (less ``ahead_ms``: a reserve that fires ahead wakes
+    then) or lease expiry; None when there is neither."""
     due, lease = conn.execute(sql.NEXT_EVENT, {"queue": queue}).fetchall()[0]
-    events = [t for t in (due, lease) if t is not None]
+    events = [t for t in (None if due is None else due - ahead_ms, lease) if t is not None]
     return min(events) if events else None
+
+
+def _now_us() -> int:
+    return math.floor(time.time() * 1e6)
 
 
 def _settle(conn: sqlite3.Connection, queue: str, now: Now) -> None:
@@ -167,17 +175,23 @@ class Core:
         return kept
 
     def claim(
-        self, queue: str, limit: int, lease_ms: int, peek: bool
-    ) -> tuple[list[Record], int | None]:
+        self, queue: str, limit: int, lease_ms: int, peek: bool, ahead_ms: int = 0
+    ) -> tuple[list[Record], int | None, int]:
         """Settle expired leases and claim up to ``limit`` due messages, in one
-        transaction. Returns what was claimed (in order) and, when nothing was, the
-        epoch ms of the next due time or lease expiry. With ``peek``, a read-only look
-        comes first and the write lock is taken only if something is due."""
+        transaction; with ``ahead_ms``, when none is due, those of the earliest due time
+        if it is at most ``ahead_ms`` away (``CLAIM_AHEAD``). Returns what was claimed
+        (in order), when nothing was the epoch ms of the next due time (less
+        ``ahead_ms``) or lease expiry, and this process's clock read after the
+        transaction (epoch us; the store's now for the holder, a bound that is never
+        early). With ``peek``, a read-only look comes first and the write lock is taken
+        only if something is due."""
         self.check_open()
         if peek:
-            next_ms, now = self.pool.read(lambda conn, now: (_next_event(conn, queue), now))
+            next_ms, now = self.pool.read(
+                lambda conn, now: (_next_event(conn, queue, ahead_ms), now)
+            )
             if next_ms is None or next_ms > now.floor:
-                return [], next_ms
+                return [], next_ms, _now_us()
 
         def work(conn: sqlite3.Connection, now: Now) -> tuple[list[Record], int | None]:
             _settle(conn, queue, now)
@@ -189,13 +203,17 @@ class Core:
                 "limit": limit,
             }
             rows = conn.execute(sql.CLAIM, params).fetchall()
+            if not rows and ahead_ms > 0:
+                params["horizon"] = now.floor + ahead_ms
+                rows = conn.execute(sql.CLAIM_AHEAD, params).fetchall()
             if not rows:
-                return [], _next_event(conn, queue)
+                return [], _next_event(conn, queue, ahead_ms)
             records = [_record(row) for row in rows]
             records.sort(key=lambda record: (record.due_at, record.seq))
             return records, None
 
-        return self.pool.write(work)
+        records, next_ms = self.pool.write(work)
+        return records, next_ms, _now_us()
 
     def release(self, queue: str, id: str, token: str) -> None:
         """See :meth:`Backend.release <delayq.durable.backend.Backend.release>`."""

@@ -22,7 +22,7 @@ __all__ = ["AsyncRunner", "Runner"]
 P = ParamSpec("P")
 T = TypeVar("T")
 
-_Claimed = tuple[list[Record], int | None]
+_Claimed = tuple[list[Record], int | None, int]
 
 
 class Runner:
@@ -39,9 +39,9 @@ class Runner:
         """``function(*args, **kwargs)``."""
         return function(*args, **kwargs)
 
-    def claim(self, queue: str, limit: int, lease_ms: int, peek: bool) -> _Claimed:
+    def claim(self, queue: str, limit: int, lease_ms: int, peek: bool, ahead_ms: int) -> _Claimed:
         """:meth:`Core.claim <._core.Core.claim>`."""
-        return self._core.claim(queue, limit, lease_ms, peek)
+        return self._core.claim(queue, limit, lease_ms, peek, ahead_ms)
 
     def close(self) -> None:
         """Close the connections."""
@@ -65,11 +65,13 @@ class AsyncRunner:
         self._core.check_open()
         return await asyncio.wrap_future(self._executor.submit(function, *args, **kwargs))
 
-    async def claim(self, queue: str, limit: int, lease_ms: int, peek: bool) -> _Claimed:
+    async def claim(
+        self, queue: str, limit: int, lease_ms: int, peek: bool, ahead_ms: int
+    ) -> _Claimed:
         """:meth:`Core.claim <._core.Core.claim>` on the pool; cancelled, it claims
         nothing: what the claim took once it finishes anyway is given back."""
         self._core.check_open()
-        future = self._executor.submit(self._core.claim, queue, limit, lease_ms, peek)
+        future = self._executor.submit(self._core.claim, queue, limit, lease_ms, peek, ahead_ms)
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:

@@ -26,6 +26,7 @@ __all__ = [
     "ACK_MANY",
     "CANCEL",
     "CLAIM",
+    "CLAIM_AHEAD",
     "COLUMNS",
     "DEAD",
     "DEAD_ROWIDS",
@@ -139,6 +140,27 @@ WHERE rowid IN (
     SELECT rowid FROM delayq_messages
     WHERE queue = :queue AND state = 'scheduled' AND due_at <= :now
     ORDER BY due_at, seq
+    LIMIT :limit
+)
+RETURNING {COLUMNS}
+"""
+
+#: A reserve that fires ahead, when CLAIM found nothing due: apply_reserve() on up to
+#: ``:limit`` messages of the earliest due time if it is at most ``:horizon`` (the floor
+#: plus the backend's ``fire_ahead_ms``), by seq, each leased from its due time
+#: (``due_at + :lease_ms``: the holder hands it over then, with its whole lease).
+CLAIM_AHEAD = f"""
+UPDATE delayq_messages
+SET state = 'active',
+    attempts = attempts + 1,
+    lease = lower(hex(randomblob(16))),
+    lease_until = due_at + :lease_ms
+WHERE rowid IN (
+    SELECT rowid FROM delayq_messages
+    WHERE queue = :queue AND state = 'scheduled' AND due_at <= :horizon AND due_at = (
+        SELECT min(due_at) FROM delayq_messages WHERE queue = :queue AND state = 'scheduled'
+    )
+    ORDER BY seq
     LIMIT :limit
 )
 RETURNING {COLUMNS}

@@ -38,7 +38,8 @@ from .._facade import (
 from ..message import Message, OnConflict, PutResult, State, Stats
 from ..registry import open_async_backend
 from ..retry import RetryPolicy
-from .backend import AsyncBackend
+from .backend import AsyncBackend, AsyncFiresAhead
+from .hold import reserve_held
 
 __all__ = ["AsyncQueue"]
 
@@ -72,6 +73,8 @@ class AsyncQueue(QueueBase):
     ) -> None:
         super().__init__(url, name, retry, serializer, max_payload)
         self._backend: AsyncBackend = open_async_backend(self._url, **options)
+        #: The backend, when a waiting reserve may fire ahead on it (see reserve).
+        self._ahead = _fires_ahead(self._backend)
 
     @property
     def backend(self) -> AsyncBackend:
@@ -170,13 +173,21 @@ class AsyncQueue(QueueBase):
 
         Blocks up to ``wait`` seconds (None: until a message is due; 0: not at all) and
         returns ``[]`` if none came. A message not acked or nacked within ``lease``
-        seconds (see :meth:`extend`) becomes ready again, its attempt counted.
+        seconds (see :meth:`extend`) becomes ready again, its attempt counted. A
+        waiting reserve may claim a message a moment before its due time and hold it
+        until then (the backend's ``fire_ahead_ms``: "Fire ahead" in
+        :mod:`delayq.durable.backend`); it never returns one before its due time.
         """
         self._check_open()
         wait_s, lease_ms, limit = self._reserve_arguments(wait, lease, max)
-        records = await self._backend.reserve(
-            self._name, limit=limit, lease_ms=lease_ms, wait=wait_s
-        )
+        if wait_s != 0 and self._ahead is not None:
+            records = await reserve_held(
+                self._ahead, self._name, limit=limit, lease_ms=lease_ms, wait=wait_s
+            )
+        else:
+            records = await self._backend.reserve(
+                self._name, limit=limit, lease_ms=lease_ms, wait=wait_s
+            )
         return [self._message(record) for record in records]
 
     async def ack(self, msg: Message) -> None:
@@ -338,3 +349,10 @@ class AsyncQueue(QueueBase):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _fires_ahead(backend: AsyncBackend) -> AsyncFiresAhead | None:
+    """``backend`` when it fires ahead (a positive ``fire_ahead_ms``), else None."""
+    if isinstance(backend, AsyncFiresAhead) and backend.fire_ahead_ms > 0:
+        return backend
+    return None

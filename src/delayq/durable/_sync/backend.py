@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from ..message import Position, PutRequest, Record, State, Stats
+from ..message import Claimed, Position, PutRequest, Record, State, Stats
 
-__all__ = ["Backend"]
+__all__ = ["Backend", "FiresAhead"]
 
 
 @runtime_checkable
@@ -199,4 +199,29 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release connections and wake waiting ``reserve`` calls (they raise
         :class:`~delayq.QueueClosed`). Idempotent; later calls raise ``QueueClosed``."""
+        ...
+
+
+@runtime_checkable
+class FiresAhead(Backend, Protocol):
+    """A backend whose waiting reserve may claim a message shortly before its due time,
+    for a holder that hands it over no earlier than that (see "Fire ahead" in
+    :mod:`delayq.durable.backend`). The facade's waiting ``reserve`` uses it when the
+    backend has it; ``reserve(wait=0)`` never does."""
+
+    #: How long before its due time, at most, a message may be claimed (0: never).
+    fire_ahead_ms: int
+
+    def reserve_ahead(
+        self, queue: str, *, limit: int, lease_ms: int, wait: float | None
+    ) -> Claimed:
+        """:meth:`Backend.reserve`, waiting, that may fire ahead: when nothing is
+        due, the messages of the earliest due time, if it is at most
+        :attr:`fire_ahead_ms` after the store's now (its floor), up to ``limit`` of them,
+        are claimed at once, each leased until ``due_at + lease_ms`` (so the caller's
+        lease is whole); a waiting claim wakes ``fire_ahead_ms`` before the next due
+        time (a lease expiry: at it). Returns the records with the store's now in
+        epoch microseconds (:class:`~delayq.durable.message.Claimed`), which the
+        holder waits out (:func:`~delayq.durable.message.hold_seconds`) before it
+        hands the records over. ``wait`` as for ``reserve`` but never 0."""
         ...

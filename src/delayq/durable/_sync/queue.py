@@ -40,7 +40,8 @@ from .._facade import (
 from ..message import Message, OnConflict, PutResult, State, Stats
 from ..registry import open_backend
 from ..retry import RetryPolicy
-from .backend import Backend
+from .backend import Backend, FiresAhead
+from .hold import reserve_held
 
 __all__ = ["Queue"]
 
@@ -74,6 +75,8 @@ class Queue(QueueBase):
     ) -> None:
         super().__init__(url, name, retry, serializer, max_payload)
         self._backend: Backend = open_backend(self._url, **options)
+        #: The backend, when a waiting reserve may fire ahead on it (see reserve).
+        self._ahead = _fires_ahead(self._backend)
 
     @property
     def backend(self) -> Backend:
@@ -172,11 +175,19 @@ class Queue(QueueBase):
 
         Blocks up to ``wait`` seconds (None: until a message is due; 0: not at all) and
         returns ``[]`` if none came. A message not acked or nacked within ``lease``
-        seconds (see :meth:`extend`) becomes ready again, its attempt counted.
+        seconds (see :meth:`extend`) becomes ready again, its attempt counted. A
+        waiting reserve may claim a message a moment before its due time and hold it
+        until then (the backend's ``fire_ahead_ms``: "Fire ahead" in
+        :mod:`delayq.durable.backend`); it never returns one before its due time.
         """
         self._check_open()
         wait_s, lease_ms, limit = self._reserve_arguments(wait, lease, max)
-        records = self._backend.reserve(self._name, limit=limit, lease_ms=lease_ms, wait=wait_s)
+        if wait_s != 0 and self._ahead is not None:
+            records = reserve_held(
+                self._ahead, self._name, limit=limit, lease_ms=lease_ms, wait=wait_s
+            )
+        else:
+            records = self._backend.reserve(self._name, limit=limit, lease_ms=lease_ms, wait=wait_s)
         return [self._message(record) for record in records]
 
     def ack(self, msg: Message) -> None:
@@ -336,3 +347,10 @@ class Queue(QueueBase):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _fires_ahead(backend: Backend) -> FiresAhead | None:
+    """``backend`` when it fires ahead (a positive ``fire_ahead_ms``), else None."""
+    if isinstance(backend, FiresAhead) and backend.fire_ahead_ms > 0:
+        return backend
+    return None

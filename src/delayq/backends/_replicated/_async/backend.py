@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from ....durable.message import Position, PutRequest, Record, State, Stats
 from ....errors import QueueClosed
 from .._codec import encode_requests
+from .._constants import HELD_REPLY_AHEAD_MS
 from .._link import LoopLink
 
 __all__ = ["AsyncReplicatedBackend"]
@@ -23,6 +24,10 @@ class AsyncReplicatedBackend:
 
     def __init__(self, link: LoopLink) -> None:
         self._link = link
+        #: How long before its due time a message may be in flight to a waiting reserve
+        #: (the held reply leaves then: docs/rabbitmq.md, "Fire ahead"); the claim and
+        #: the hold are the scheduler's and the link's, not the facade's.
+        self.fire_ahead_ms = HELD_REPLY_AHEAD_MS
 
     async def put(
         self, queue: str, requests: Sequence[PutRequest], *, outcome: bool = True

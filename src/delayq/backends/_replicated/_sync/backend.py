@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from ....durable.message import Position, PutRequest, Record, State, Stats
 from ....errors import QueueClosed
 from .._codec import encode_requests
+from .._constants import HELD_REPLY_AHEAD_MS
 from .._link import ThreadLink
 
 __all__ = ["ReplicatedBackend"]
@@ -25,6 +26,10 @@ class ReplicatedBackend:
 
     def __init__(self, link: ThreadLink) -> None:
         self._link = link
+        #: How long before its due time a message may be in flight to a waiting reserve
+        #: (the held reply leaves then: docs/rabbitmq.md, "Fire ahead"); the claim and
+        #: the hold are the scheduler's and the link's, not the facade's.
+        self.fire_ahead_ms = HELD_REPLY_AHEAD_MS
 
     def put(self, queue: str, requests: Sequence[PutRequest], *, outcome: bool = True) -> list[int]:
         """See :meth:`~delayq.durable.backend.Backend.put`. With ``outcome=False``

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from ...._log import LOGGER_NAME
+from ....durable._reserves import AsyncReserves
 from ....durable.inspection import merge_peek
-from ....durable.message import Position, PutRequest, Record, State, Stats
+from ....durable.message import Claimed, Position, PutRequest, Record, State, Stats
 from ....errors import QueueClosed
 from .._claims import AsyncClaims
 from .._functions import AsyncFunctions
@@ -25,7 +26,7 @@ from .._ops import Call, Operations
 from .._resend import async_tracked_client
 from .._scan import scan_queues_async
 from .._scripts import Claim
-from .._settings import REDIS_RECONNECT_FIRST
+from .._settings import REDIS_FIRE_AHEAD_MS, REDIS_RECONNECT_FIRST
 from .._transport import (
     CONNECTION_ERRORS,
     AsyncBlocking,
@@ -41,7 +42,7 @@ T = TypeVar("T")
 logger = logging.getLogger(LOGGER_NAME)
 
 
-class AsyncRedisBackend:
+class AsyncRedisBackend(AsyncReserves):
     """A face of ``redis://`` on one node (see :class:`~delayq.durable.backend.AsyncBackend`).
 
     Creating it does no I/O; it connects on first use. Its scripts run on a link (one
@@ -67,6 +68,8 @@ class AsyncRedisBackend:
         self._listeners: dict[str, AsyncListener] = {}
         self._lock = threading.Lock()  # never held across an await
         self._claims = AsyncClaims(self._give_back)
+        #: See delayq.durable.backend.AsyncFiresAhead.
+        self.fire_ahead_ms = REDIS_FIRE_AHEAD_MS
 
     @property
     def prefix(self) -> str:
@@ -121,9 +124,10 @@ class AsyncRedisBackend:
         if listener is not None:
             listener.bump()
 
-    async def _claim(self, queue: str, limit: int, lease_ms: int) -> Claim:
+    async def _claim(self, queue: str, limit: int, lease_ms: int, ahead_ms: int = 0) -> Claim:
         """One claim that is never lost (:mod:`.._claims`)."""
-        return await self._claims.claim(self._run(self._ops.claim(queue, limit, lease_ms)), queue)
+        claiming = self._run(self._ops.claim(queue, limit, lease_ms, ahead_ms=ahead_ms))
+        return await self._claims.claim(claiming, queue)
 
     async def _give_back(self, queue: str, records: list[Record]) -> None:
         """Give back what a cancelled claim took (``release.lua``), even while closing."""
@@ -144,12 +148,17 @@ class AsyncRedisBackend:
             self._bump(queue)
         return kept
 
-    async def reserve(
-        self, queue: str, *, limit: int, lease_ms: int, wait: float | None
-    ) -> list[Record]:
-        """See :meth:`Backend.reserve <delayq.durable.backend.Backend.reserve>`."""
+    async def _reserve(
+        self, queue: str, limit: int, lease_ms: int, wait: float | None, ahead_ms: int
+    ) -> Claimed:
+        claim = await self._claim_waiting(queue, limit, lease_ms, wait, ahead_ms)
+        return Claimed(claim.records, claim.now_ms * 1000 + claim.now_us)
+
+    async def _claim_waiting(
+        self, queue: str, limit: int, lease_ms: int, wait: float | None, ahead_ms: int
+    ) -> Claim:
         if wait == 0:
-            return (await self._claim(queue, limit, lease_ms)).records
+            return await self._claim(queue, limit, lease_ms)
         give_up = None if wait is None else time.monotonic() + wait
         listener = self._listener(queue)
         backoff = REDIS_RECONNECT_FIRST
@@ -157,7 +166,7 @@ class AsyncRedisBackend:
             while True:
                 generation = listener.generation
                 try:
-                    claim = await self._claim(queue, limit, lease_ms)
+                    claim = await self._claim(queue, limit, lease_ms, ahead_ms)
                 except CONNECTION_ERRORS as exc:
                     if expired(give_up):
                         raise
@@ -167,8 +176,8 @@ class AsyncRedisBackend:
                     continue
                 backoff = REDIS_RECONNECT_FIRST
                 if claim.records or expired(give_up):
-                    return claim.records
-                await listener.wait(generation, sleep_for(claim, give_up))
+                    return claim
+                await listener.wait(generation, sleep_for(claim, give_up, ahead_ms))
                 self._check_open()
 
     async def ack(self, queue: str, id: str, token: str) -> None:

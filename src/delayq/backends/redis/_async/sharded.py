@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from ...._log import LOGGER_NAME
+from ....durable._reserves import AsyncReserves
 from ....durable.inspection import merge_peek
-from ....durable.message import Position, PutRequest, Record, State, Stats
+from ....durable.message import Claimed, Position, PutRequest, Record, State, Stats
 from .._claims import AsyncClaims
 from .._clients import AsyncListenerClients, async_client
 from .._functions import AsyncFunctions
@@ -33,7 +34,7 @@ from .._listen import AsyncListener, log_lost, next_backoff
 from .._ops import Call
 from .._resend import call_async
 from .._scan import scan_queues_async
-from .._settings import REDIS_RECONNECT_FIRST
+from .._settings import REDIS_FIRE_AHEAD_MS, REDIS_RECONNECT_FIRST
 from .._sharded import ShardedBase
 from .._shards import (
     ShardView,
@@ -52,7 +53,7 @@ T = TypeVar("T")
 logger = logging.getLogger(LOGGER_NAME)
 
 
-class AsyncShardedRedisBackend(ShardedBase):
+class AsyncShardedRedisBackend(ShardedBase, AsyncReserves):
     """A face of a sharded queue (see :mod:`..sharded`)."""
 
     def __init__(self, url: str, **options: Any) -> None:
@@ -62,6 +63,8 @@ class AsyncShardedRedisBackend(ShardedBase):
         self._hubs: dict[str, AsyncHub] = {}
         self._lock = threading.Lock()  # never held across an await
         self._claims = AsyncClaims(self._give_back)
+        #: See delayq.durable.backend.AsyncFiresAhead.
+        self.fire_ahead_ms = REDIS_FIRE_AHEAD_MS
         self._listen_clients = AsyncListenerClients(self._settings)
         #: The cluster's map is loaded (a later reload is redis-py's own, with a default
         #: node to route by meanwhile); a single node needs none.
@@ -125,7 +128,14 @@ class AsyncShardedRedisBackend(ShardedBase):
         return hub
 
     async def _claim_all(
-        self, queue: str, view: ShardView, limit: int, lease_ms: int, stop: list[bool]
+        self,
+        queue: str,
+        view: ShardView,
+        limit: int,
+        lease_ms: int,
+        stop: list[bool],
+        *,
+        ahead_ms: int,
     ) -> list[Record]:
         records: list[Record] = []
         for _ in range(2 * self.shards + 2):
@@ -146,6 +156,18 @@ class AsyncShardedRedisBackend(ShardedBase):
             records += claim.records
             if len(records) >= limit:
                 break
+        if not records and ahead_ms and not stop[0]:
+            # Nothing due: fire ahead on the shard whose head falls due first, bounded
+            # as a claim of due messages is (the same due time on another shard, with
+            # a later seq, comes to the next reserve).
+            pick = view.pick(ahead_ms)
+            if pick is not None:
+                shard, bound = pick
+                epoch = view.epochs[shard]
+                call = self._ops[shard].claim(queue, limit, lease_ms, bound, ahead_ms)
+                claim = await self._claims.claim(self._run(call), queue)
+                view.learn(shard, claim, epoch)
+                records = claim.records
         return sort_claimed(records)
 
     async def _give_back(self, queue: str, records: list[Record]) -> None:
@@ -160,12 +182,14 @@ class AsyncShardedRedisBackend(ShardedBase):
                 logger.warning("could not release %d claimed messages: %s", len(mine), exc)
             self._news(queue, shard)
 
-    async def _claim(self, queue: str, view: ShardView, limit: int, lease_ms: int) -> list[Record]:
+    async def _claim(
+        self, queue: str, view: ShardView, limit: int, lease_ms: int, ahead_ms: int = 0
+    ) -> list[Record]:
         """Claims of several shards: a cancel during one gives back the earlier ones
         (:mod:`.._claims`)."""
         stop = [False]  # set when the caller was cancelled: send nothing more
         return await self._claims.claim_all(
-            self._claim_all(queue, view, limit, lease_ms, stop), queue, stop
+            self._claim_all(queue, view, limit, lease_ms, stop, ahead_ms=ahead_ms), queue, stop
         )
 
     async def put(
@@ -189,21 +213,24 @@ class AsyncShardedRedisBackend(ShardedBase):
         kept.sort()
         return kept
 
-    async def reserve(
-        self, queue: str, *, limit: int, lease_ms: int, wait: float | None
-    ) -> list[Record]:
-        """See :meth:`Backend.reserve <delayq.durable.backend.Backend.reserve>`."""
+    async def _reserve(
+        self, queue: str, limit: int, lease_ms: int, wait: float | None, ahead_ms: int
+    ) -> Claimed:
+        """Both reserves (:class:`~delayq.durable._async.hold.AsyncReserves`). The
+        store's now of the answer is the view's estimate of the server's clock, which
+        the last reply set and which never runs ahead of it (each reply is read after
+        the server read its clock)."""
         hub = self._hub(queue)
         hub.mark_unheard()
         if wait == 0:
-            return await self._claim(queue, hub.view, limit, lease_ms)
+            return self._claimed(hub, await self._claim(queue, hub.view, limit, lease_ms))
         give_up = None if wait is None else time.monotonic() + wait
         backoff = REDIS_RECONNECT_FIRST
         with hub.session():
             while True:
                 generation = hub.generation
                 try:
-                    records = await self._claim(queue, hub.view, limit, lease_ms)
+                    records = await self._claim(queue, hub.view, limit, lease_ms, ahead_ms)
                 except CONNECTION_ERRORS as exc:
                     if expired(give_up):
                         raise
@@ -213,12 +240,17 @@ class AsyncShardedRedisBackend(ShardedBase):
                     continue
                 backoff = REDIS_RECONNECT_FIRST
                 if records or expired(give_up):
-                    return records
-                timeout = hub.view.seconds_until_next() + HAIR
+                    return self._claimed(hub, records)
+                timeout = hub.view.seconds_until_next(ahead_ms) + HAIR
                 if give_up is not None:
                     timeout = min(timeout, max(0.0, give_up - time.monotonic()))
                 await hub.wait(generation, timeout)
                 self._check_open()
+
+    @staticmethod
+    def _claimed(hub: AsyncHub, records: list[Record]) -> Claimed:
+        # A claim's reply set the view's clock: it is known whenever records came.
+        return Claimed(records, int(hub.view.server_now() * 1000.0) if records else 0)
 
     async def ack(self, queue: str, id: str, token: str) -> None:
         """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""

@@ -25,8 +25,9 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from ...._log import LOGGER_NAME
+from ....durable._reserves import Reserves
 from ....durable.inspection import merge_peek
-from ....durable.message import Position, PutRequest, Record, State, Stats
+from ....durable.message import Claimed, Position, PutRequest, Record, State, Stats
 from .._claims import Claims
 from .._clients import ListenerClients, sync_client
 from .._functions import Functions
@@ -35,7 +36,7 @@ from .._listen import Listener, log_lost, next_backoff
 from .._ops import Call
 from .._resend import call
 from .._scan import scan_queues
-from .._settings import REDIS_RECONNECT_FIRST
+from .._settings import REDIS_FIRE_AHEAD_MS, REDIS_RECONNECT_FIRST
 from .._sharded import ShardedBase
 from .._shards import (
     ShardView,
@@ -54,7 +55,7 @@ T = TypeVar("T")
 logger = logging.getLogger(LOGGER_NAME)
 
 
-class ShardedRedisBackend(ShardedBase):
+class ShardedRedisBackend(ShardedBase, Reserves):
     """A face of a sharded queue (see :mod:`..sharded`)."""
 
     def __init__(self, url: str, **options: Any) -> None:
@@ -64,6 +65,8 @@ class ShardedRedisBackend(ShardedBase):
         self._hubs: dict[str, Hub] = {}
         self._lock = threading.Lock()  # never held across an await
         self._claims = Claims(self._give_back)
+        #: See delayq.durable.backend.FiresAhead.
+        self.fire_ahead_ms = REDIS_FIRE_AHEAD_MS
         self._listen_clients = ListenerClients(self._settings)
         #: The cluster's map is loaded (a later reload is redis-py's own, with a default
         #: node to route by meanwhile); a single node needs none.
@@ -127,7 +130,14 @@ class ShardedRedisBackend(ShardedBase):
         return hub
 
     def _claim_all(
-        self, queue: str, view: ShardView, limit: int, lease_ms: int, stop: list[bool]
+        self,
+        queue: str,
+        view: ShardView,
+        limit: int,
+        lease_ms: int,
+        stop: list[bool],
+        *,
+        ahead_ms: int,
     ) -> list[Record]:
         records: list[Record] = []
         for _ in range(2 * self.shards + 2):
@@ -148,6 +158,18 @@ class ShardedRedisBackend(ShardedBase):
             records += claim.records
             if len(records) >= limit:
                 break
+        if not records and ahead_ms and not stop[0]:
+            # Nothing due: fire ahead on the shard whose head falls due first, bounded
+            # as a claim of due messages is (the same due time on another shard, with
+            # a later seq, comes to the next reserve).
+            pick = view.pick(ahead_ms)
+            if pick is not None:
+                shard, bound = pick
+                epoch = view.epochs[shard]
+                call = self._ops[shard].claim(queue, limit, lease_ms, bound, ahead_ms)
+                claim = self._claims.claim(self._run(call), queue)
+                view.learn(shard, claim, epoch)
+                records = claim.records
         return sort_claimed(records)
 
     def _give_back(self, queue: str, records: list[Record]) -> None:
@@ -162,12 +184,14 @@ class ShardedRedisBackend(ShardedBase):
                 logger.warning("could not release %d claimed messages: %s", len(mine), exc)
             self._news(queue, shard)
 
-    def _claim(self, queue: str, view: ShardView, limit: int, lease_ms: int) -> list[Record]:
+    def _claim(
+        self, queue: str, view: ShardView, limit: int, lease_ms: int, ahead_ms: int = 0
+    ) -> list[Record]:
         """Claims of several shards: a cancel during one gives back the earlier ones
         (:mod:`.._claims`)."""
         stop = [False]  # set when the caller was cancelled: send nothing more
         return self._claims.claim_all(
-            self._claim_all(queue, view, limit, lease_ms, stop), queue, stop
+            self._claim_all(queue, view, limit, lease_ms, stop, ahead_ms=ahead_ms), queue, stop
         )
 
     def put(self, queue: str, requests: Sequence[PutRequest], *, outcome: bool = True) -> list[int]:
@@ -189,19 +213,24 @@ class ShardedRedisBackend(ShardedBase):
         kept.sort()
         return kept
 
-    def reserve(self, queue: str, *, limit: int, lease_ms: int, wait: float | None) -> list[Record]:
-        """See :meth:`Backend.reserve <delayq.durable.backend.Backend.reserve>`."""
+    def _reserve(
+        self, queue: str, limit: int, lease_ms: int, wait: float | None, ahead_ms: int
+    ) -> Claimed:
+        """Both reserves (:class:`~delayq.durable._async.hold.Reserves`). The
+        store's now of the answer is the view's estimate of the server's clock, which
+        the last reply set and which never runs ahead of it (each reply is read after
+        the server read its clock)."""
         hub = self._hub(queue)
         hub.mark_unheard()
         if wait == 0:
-            return self._claim(queue, hub.view, limit, lease_ms)
+            return self._claimed(hub, self._claim(queue, hub.view, limit, lease_ms))
         give_up = None if wait is None else time.monotonic() + wait
         backoff = REDIS_RECONNECT_FIRST
         with hub.session():
             while True:
                 generation = hub.generation
                 try:
-                    records = self._claim(queue, hub.view, limit, lease_ms)
+                    records = self._claim(queue, hub.view, limit, lease_ms, ahead_ms)
                 except CONNECTION_ERRORS as exc:
                     if expired(give_up):
                         raise
@@ -211,12 +240,17 @@ class ShardedRedisBackend(ShardedBase):
                     continue
                 backoff = REDIS_RECONNECT_FIRST
                 if records or expired(give_up):
-                    return records
-                timeout = hub.view.seconds_until_next() + HAIR
+                    return self._claimed(hub, records)
+                timeout = hub.view.seconds_until_next(ahead_ms) + HAIR
                 if give_up is not None:
                     timeout = min(timeout, max(0.0, give_up - time.monotonic()))
                 hub.wait(generation, timeout)
                 self._check_open()
+
+    @staticmethod
+    def _claimed(hub: Hub, records: list[Record]) -> Claimed:
+        # A claim's reply set the view's clock: it is known whenever records came.
+        return Claimed(records, int(hub.view.server_now() * 1000.0) if records else 0)
 
     def ack(self, queue: str, id: str, token: str) -> None:
         """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""

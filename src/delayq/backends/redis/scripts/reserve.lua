@@ -3,13 +3,20 @@
 -- KEYS: msg, due, lease, dead, seq, wake (see lib.lua).
 -- ARGV[1]: limit (0 only looks); ARGV[2]: lease_ms; ARGV[3]: a random token base (unique
 -- per call); ARGV[4], ARGV[5] (optional, sharded queues): a due time and a seq: claim only
--- messages before them in (due, seq) order.
+-- messages before them in (due, seq) order. ARGV[6] (optional, a reserve that fires
+-- ahead; ARGV[4], ARGV[5] then a bound or empty): ahead_ms: when nothing is due, the
+-- messages of the earliest due time, if it is at most ahead_ms after now (and not after
+-- the bound), are claimed (up to limit), each leased until its due + lease_ms (the
+-- holder hands it over at its due time).
 -- Returns {now_ms, now_us, next_event or false, next_seq or false, record...}: next_event
--- is the earliest due time or lease expiry (epoch ms) left after the claim, next_seq the
--- seq of the first due message when it is due at next_event (the tie-break across shards).
+-- is the earliest due time or lease expiry (epoch ms) left after the claim, now_us the
+-- microseconds past now_ms, next_seq the seq of the first due message when it is due at
+-- next_event (the tie-break across shards; false: next_event is a lease expiry, which
+-- a reserve that fires ahead waits for itself, not ahead_ms before).
 local now, ceil, us = clock()
 settle_expired(now)
 local limit, lease_ms, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local ahead = tonumber(ARGV[6] or '0') or 0
 -- The bound's seq only matters at its own due time: a bound due after now takes all due.
 local high, edge = now, nil
 if ARGV[4] and ARGV[4] ~= '' and tonumber(ARGV[4]) <= now then
@@ -21,6 +28,21 @@ for i = 1, #scored, 2 do
   local member, score = scored[i], tonumber(scored[i + 1])
   if edge and (score > high or (score == high and string.sub(member, 1, 8) > edge)) then break end
   members[#members + 1], dues[#dues + 1] = member, score
+end
+local held = false  -- claimed ahead: leased from the due time
+if #members == 0 and ahead > 0 then
+  local d = redis.call('ZRANGE', K_DUE, 0, 0, 'WITHSCORES')
+  local at, bound = tonumber(d[2] or ''), tonumber(ARGV[4] or '')
+  if at and at <= now + ahead and not (bound and bound < at) then
+    local last = nil
+    if bound == at then last = struct.pack('>I8', tonumber(ARGV[5])) end
+    scored = redis.call('ZRANGEBYSCORE', K_DUE, at, at, 'WITHSCORES', 'LIMIT', 0, limit)
+    for i = 1, #scored, 2 do
+      if last and string.sub(scored[i], 1, 8) > last then break end
+      members[#members + 1], dues[#dues + 1] = scored[i], at
+    end
+    held = true
+  end
 end
 local out = {now, us, false, false}
 local function head()
@@ -44,6 +66,7 @@ for i = 1, #ids do
   if r then  -- always: an index entry without its record is dropped (it was removed)
     r.state, r.attempts = ACTIVE, r.attempts + 1
     r.lease, r.lease_until = token .. i, ceil + lease_ms
+    if held then r.lease_until = dues[i] + lease_ms end
     claimed[#claimed + 1] = r
     out[#out + 1] = reply(r, now, true)
   end

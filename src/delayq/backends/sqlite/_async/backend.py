@@ -13,7 +13,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ....durable.message import Position, PutRequest, Record, State, Stats
+from ....durable._reserves import AsyncReserves
+from ....durable.message import Claimed, Position, PutRequest, Record, State, Stats
+from .._constants import SQLITE_FIRE_AHEAD_MS
 from .._core import Core
 from .._runner import AsyncRunner
 
@@ -31,7 +33,7 @@ def _seconds_until(next_ms: int | None, give_up: float | None) -> float | None:
     return timeout
 
 
-class AsyncSQLiteBackend:
+class AsyncSQLiteBackend(AsyncReserves):
     """A face of ``sqlite:///`` (see :class:`~delayq.durable.backend.AsyncBackend`).
 
     Each call borrows a connection of the object's pool for one transaction. The sync
@@ -45,6 +47,8 @@ class AsyncSQLiteBackend:
     def __init__(self, url: str, **options: Any) -> None:
         self._core = Core(url, **options)
         self._runner = AsyncRunner(self._core)
+        #: See delayq.durable.backend.AsyncFiresAhead.
+        self.fire_ahead_ms = SQLITE_FIRE_AHEAD_MS
 
     @property
     def path(self) -> str:
@@ -58,18 +62,19 @@ class AsyncSQLiteBackend:
         backend does not need: it always decides before it returns)."""
         return await self._runner.call(self._core.put, queue, requests)
 
-    async def reserve(
-        self, queue: str, *, limit: int, lease_ms: int, wait: float | None
-    ) -> list[Record]:
-        """See :meth:`~delayq.durable.backend.AsyncBackend.reserve`."""
+    async def _reserve(
+        self, queue: str, limit: int, lease_ms: int, wait: float | None, ahead_ms: int
+    ) -> Claimed:
         wake = self._core.wake
         give_up = None if wait is None else time.monotonic() + wait
         peek = False
         while True:
             generation = wake.generation
-            records, next_ms = await self._runner.claim(queue, limit, lease_ms, peek)
+            records, next_ms, now_us = await self._runner.claim(
+                queue, limit, lease_ms, peek, ahead_ms
+            )
             if records or (give_up is not None and time.monotonic() >= give_up):
-                return records
+                return Claimed(records, now_us)
             timeout = _seconds_until(next_ms, give_up)
             if timeout is None or timeout > 0.0:
                 await wake.wait_async(generation, timeout)

@@ -15,7 +15,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ....durable.message import Position, PutRequest, Record, State, Stats
+from ....durable._reserves import Reserves
+from ....durable.message import Claimed, Position, PutRequest, Record, State, Stats
+from .._constants import SQLITE_FIRE_AHEAD_MS
 from .._core import Core
 from .._runner import Runner
 
@@ -33,7 +35,7 @@ def _seconds_until(next_ms: int | None, give_up: float | None) -> float | None:
     return timeout
 
 
-class SQLiteBackend:
+class SQLiteBackend(Reserves):
     """A face of ``sqlite:///`` (see :class:`~delayq.durable.backend.Backend`).
 
     Each call borrows a connection of the object's pool for one transaction. The sync
@@ -47,6 +49,8 @@ class SQLiteBackend:
     def __init__(self, url: str, **options: Any) -> None:
         self._core = Core(url, **options)
         self._runner = Runner(self._core)
+        #: See delayq.durable.backend.FiresAhead.
+        self.fire_ahead_ms = SQLITE_FIRE_AHEAD_MS
 
     @property
     def path(self) -> str:
@@ -58,16 +62,17 @@ class SQLiteBackend:
         backend does not need: it always decides before it returns)."""
         return self._runner.call(self._core.put, queue, requests)
 
-    def reserve(self, queue: str, *, limit: int, lease_ms: int, wait: float | None) -> list[Record]:
-        """See :meth:`~delayq.durable.backend.Backend.reserve`."""
+    def _reserve(
+        self, queue: str, limit: int, lease_ms: int, wait: float | None, ahead_ms: int
+    ) -> Claimed:
         wake = self._core.wake
         give_up = None if wait is None else time.monotonic() + wait
         peek = False
         while True:
             generation = wake.generation
-            records, next_ms = self._runner.claim(queue, limit, lease_ms, peek)
+            records, next_ms, now_us = self._runner.claim(queue, limit, lease_ms, peek, ahead_ms)
             if records or (give_up is not None and time.monotonic() >= give_up):
-                return records
+                return Claimed(records, now_us)
             timeout = _seconds_until(next_ms, give_up)
             if timeout is None or timeout > 0.0:
                 wake.wait(generation, timeout)
