@@ -294,11 +294,15 @@ class Now(NamedTuple):
 
 class Claimed(NamedTuple):
     """What a claim that fires ahead answered (``reserve_ahead`` of a backend that
-    fires ahead, :class:`~delayq.durable.backend.AsyncFiresAhead`): the records and
-    the store's clock when it claimed them, in epoch microseconds (the floor)."""
+    fires ahead, :class:`~delayq.durable.backend.AsyncFiresAhead`): the records, the
+    store's clock when it claimed them, in epoch microseconds (the floor), and
+    ``arrived``, this process's ``time.monotonic()`` when the answer arrived, if the
+    backend noted it as the reply came in (None: the holder takes it as it gets it,
+    which may be a hop later: another thread's or task's)."""
 
     records: list[Record]
     now_us: int
+    arrived: float | None = None
 
 
 def hold_seconds(claimed: Claimed) -> float:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -399,6 +400,9 @@ class Claim:
     now_us: int
     next_ms: int | None
     next_seq: int = 0
+    #: ``time.monotonic()`` when the reply was decoded (on the link's side of any hop
+    #: to the caller's task).
+    arrived: float = 0.0
 
     def seconds_until_next(self, ahead_ms: int = 0) -> float | None:
         """Seconds from the server's now to the next event (None: no event), or to
@@ -418,6 +422,7 @@ def decode_claim(reply: Sequence[Any]) -> Claim:
         now_us=int(reply[1]),
         next_ms=None if reply[2] is None else int(reply[2]),
         next_seq=0 if reply[3] is None else int(reply[3]),
+        arrived=time.monotonic(),
     )
 
 

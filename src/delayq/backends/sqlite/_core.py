@@ -76,8 +76,9 @@ def _next_event(conn: sqlite3.Connection, queue: str, ahead_ms: int) -> int | No
     return min(events) if events else None
 
 
-def _now_us() -> int:
-    return math.floor(time.time() * 1e6)
+def _clocks() -> tuple[int, float]:
+    """The wall clock in epoch us (the floor) and ``time.monotonic()``, read together."""
+    return math.floor(time.time() * 1e6), time.monotonic()
 
 
 def _settle(conn: sqlite3.Connection, queue: str, now: Now) -> None:
@@ -176,22 +177,23 @@ class Core:
 
     def claim(
         self, queue: str, limit: int, lease_ms: int, peek: bool, ahead_ms: int = 0
-    ) -> tuple[list[Record], int | None, int]:
+    ) -> tuple[list[Record], int | None, int, float]:
         """Settle expired leases and claim up to ``limit`` due messages, in one
         transaction; with ``ahead_ms``, when none is due, those of the earliest due time
         if it is at most ``ahead_ms`` away (``CLAIM_AHEAD``). Returns what was claimed
         (in order), when nothing was the epoch ms of the next due time (less
         ``ahead_ms``) or lease expiry, and this process's clock read after the
         transaction (epoch us; the store's now for the holder, a bound that is never
-        early). With ``peek``, a read-only look comes first and the write lock is taken
-        only if something is due."""
+        early) with ``time.monotonic()`` read beside it (the answer's arrival, before
+        any hop to the caller's thread). With ``peek``, a read-only look comes first
+        and the write lock is taken only if something is due."""
         self.check_open()
         if peek:
             next_ms, now = self.pool.read(
                 lambda conn, now: (_next_event(conn, queue, ahead_ms), now)
             )
             if next_ms is None or next_ms > now.floor:
-                return [], next_ms, _now_us()
+                return [], next_ms, *_clocks()
 
         def work(conn: sqlite3.Connection, now: Now) -> tuple[list[Record], int | None]:
             _settle(conn, queue, now)
@@ -213,7 +215,7 @@ class Core:
             return records, None
 
         records, next_ms = self.pool.write(work)
-        return records, next_ms, _now_us()
+        return records, next_ms, *_clocks()
 
     def release(self, queue: str, id: str, token: str) -> None:
         """See :meth:`Backend.release <delayq.durable.backend.Backend.release>`."""

@@ -22,7 +22,7 @@ __all__ = ["AsyncRunner", "Runner"]
 P = ParamSpec("P")
 T = TypeVar("T")
 
-_Claimed = tuple[list[Record], int | None, int]
+_Claimed = tuple[list[Record], int | None, int, float]
 
 
 class Runner:

@@ -53,7 +53,7 @@ def reserve_held(
 ) -> list[Record]:
     """``backend.reserve_ahead(...)``'s records, handed over at their due time."""
     claimed = backend.reserve_ahead(queue, limit=limit, lease_ms=lease_ms, wait=wait)
-    arrived = time.monotonic()
+    arrived = time.monotonic() if claimed.arrived is None else claimed.arrived
     seconds = hold_seconds(claimed)
     if seconds > 0.0:
         try:

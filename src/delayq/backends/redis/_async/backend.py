@@ -152,7 +152,7 @@ class AsyncRedisBackend(AsyncReserves):
         self, queue: str, limit: int, lease_ms: int, wait: float | None, ahead_ms: int
     ) -> Claimed:
         claim = await self._claim_waiting(queue, limit, lease_ms, wait, ahead_ms)
-        return Claimed(claim.records, claim.now_ms * 1000 + claim.now_us)
+        return Claimed(claim.records, claim.now_ms * 1000 + claim.now_us, claim.arrived)
 
     async def _claim_waiting(
         self, queue: str, limit: int, lease_ms: int, wait: float | None, ahead_ms: int

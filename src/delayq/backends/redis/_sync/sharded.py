@@ -249,8 +249,10 @@ class ShardedRedisBackend(ShardedBase, Reserves):
 
     @staticmethod
     def _claimed(hub: Hub, records: list[Record]) -> Claimed:
-        # A claim's reply set the view's clock: it is known whenever records came.
-        return Claimed(records, int(hub.view.server_now() * 1000.0) if records else 0)
+        # A claim's reply set the view's clock: it is known whenever records came. The
+        # estimate is of the server's clock now: the hold counts from now too.
+        arrived = time.monotonic()
+        return Claimed(records, int(hub.view.server_now() * 1000.0) if records else 0, arrived)
 
     def ack(self, queue: str, id: str, token: str) -> None:
         """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""

@@ -70,9 +70,11 @@ class SQLiteBackend(Reserves):
         peek = False
         while True:
             generation = wake.generation
-            records, next_ms, now_us = self._runner.claim(queue, limit, lease_ms, peek, ahead_ms)
+            records, next_ms, now_us, arrived = self._runner.claim(
+                queue, limit, lease_ms, peek, ahead_ms
+            )
             if records or (give_up is not None and time.monotonic() >= give_up):
-                return Claimed(records, now_us)
+                return Claimed(records, now_us, arrived)
             timeout = _seconds_until(next_ms, give_up)
             if timeout is None or timeout > 0.0:
                 wake.wait(generation, timeout)
