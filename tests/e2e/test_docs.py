@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from readme_blocks import LANGUAGES, Block, read_blocks, tools_needed
-from test_readme import check_step, missing, run_section
+from readme_blocks import LANGUAGES, Block, read_blocks
+from test_readme import run_as_written
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGES = {
@@ -62,16 +62,9 @@ def test_every_code_block_runs_or_says_why_not() -> None:
 
 @pytest.mark.parametrize("page", list(RUN))
 def test_page_runs_as_written(page: str, tmp_path: Path) -> None:
-    blocks = RUN[page]
     source = f"docs/{page}"
-    missing(tools_needed(blocks), source)
-    steps = run_section(blocks, tmp_path / "work")
-    assert {step["line"] for step in steps} == {block.line for block in blocks}
-    commands = sum(len(b.commands()) if b.lang == "sh" else 1 for b in blocks)
-    assert len(steps) >= commands
-    by_line = {block.line: block for block in blocks}
-    for step in steps:
-        check_step(step, source)
+    by_line = {block.line: block for block in RUN[page]}
+    for step in run_as_written(RUN[page], tmp_path / "work", source):
         shown = [lines for key, lines in PRINTED.items() if key in by_line[step["line"]].code]
         if step["what"] == "python" and shown:
             printed = step["stdout"].splitlines()

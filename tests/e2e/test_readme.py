@@ -246,17 +246,26 @@ def check_step(step: dict[str, Any], source: str = "README.md") -> None:
             assert not (isinstance(answer, dict) and "error" in answer), _show(step, source)
 
 
-@pytest.mark.parametrize("section", list(SECTIONS), ids=[s[:30] for s in SECTIONS])
-def test_section_runs_as_written(section: str, tmp_path: Path) -> None:
-    blocks = SECTIONS[section]
-    missing(tools_needed(blocks))
-    steps = run_section(blocks, tmp_path / "work")
+def run_as_written(
+    blocks: list[Block], workdir: Path, source: str = "README.md"
+) -> list[dict[str, Any]]:
+    """Run ``blocks`` of ``source`` in ``workdir`` (skipped without the tools they need)
+    and check each step as :func:`check_step` says: the steps, in order."""
+    missing(tools_needed(blocks), "the README" if source == "README.md" else source)
+    steps = run_section(blocks, workdir)
     assert {step["line"] for step in steps} == {block.line for block in blocks}
     commands = sum(len(b.commands()) if b.lang == "sh" else 1 for b in blocks)
     assert len(steps) >= commands
-    by_line = {block.line: block for block in blocks}
     for step in steps:
-        check_step(step)
+        check_step(step, source)
+    return steps
+
+
+@pytest.mark.parametrize("section", list(SECTIONS), ids=[s[:30] for s in SECTIONS])
+def test_section_runs_as_written(section: str, tmp_path: Path) -> None:
+    blocks = SECTIONS[section]
+    by_line = {block.line: block for block in blocks}
+    for step in run_as_written(blocks, tmp_path / "work"):
         documented = documented_output(by_line[step["line"]].code)
         if step["what"] == "python" and documented is not None:
             printed = step["stdout"].splitlines()
