@@ -1,0 +1,96 @@
+"""The Harness's answers to bad input and misuse, App.configure, and Worker.burst's
+limit: each one a clear exception before anything is changed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from delayq import App, FakeClock, SystemClock, Worker
+from delayq._duration import DurationError
+from delayq.testing import Harness
+
+from . import shop
+
+
+def test_a_harness_takes_an_app_and_a_fake_clock() -> None:
+    with pytest.raises(TypeError, match="runs a delayq App, not str"):
+        Harness("memory://")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"must be a delayq\.FakeClock"):
+        Harness(shop.app, clock=SystemClock())  # type: ignore[arg-type]
+    url = shop.app.url
+    with pytest.raises(ValueError, match="concurrency"):
+        Harness(shop.app, concurrency=0).start()
+    assert shop.app.url == url  # refused before the app was touched
+
+
+def test_bad_delays_and_task_names(harness: Harness) -> None:
+    with pytest.raises(ValueError, match="delay must be seconds >= 0"):
+        harness.advance(-1)
+    with pytest.raises(DurationError):
+        harness.advance("soon")
+    with pytest.raises(ValueError, match=r"no task named 'nope'.*cancel_if_unpaid"):
+        harness.runs_of("nope")
+    other = App("memory://")
+    stranger = other.task(lambda: None, name="stranger")
+    with pytest.raises(ValueError, match="is not a task of"):
+        harness.scheduled(stranger)
+    with pytest.raises(TypeError, match="due_in takes a Message"):
+        harness.due_in("cancel:1")  # type: ignore[arg-type]
+
+
+def test_a_stopped_harness_says_so() -> None:
+    harness = Harness(shop.app)
+    with pytest.raises(RuntimeError, match="not started"):
+        harness.run_due()
+    with pytest.raises(RuntimeError, match="not started"):
+        harness.scheduled()
+    harness.close()  # idempotent, a no-op before start
+    with harness, pytest.raises(RuntimeError, match="started already"):
+        harness.start()
+
+
+def test_configure_points_an_app_at_another_backend() -> None:
+    clock = FakeClock()
+    app = App("sqlite:///never-opened.db")
+    job = app.task(lambda: None, name="job")
+    with pytest.raises(TypeError, match="url must be a str or None"):
+        app.configure(42)  # type: ignore[arg-type]
+    app.configure("memory://configure-test", clock=clock)
+    assert (app.url, app.options) == ("memory://configure-test", {"clock": clock})
+    queue = app.queue()
+    job.send(delay="1h")
+    app.configure("memory://configure-other")
+    assert queue.closed
+    assert app.queue().stats().total == 0
+
+    async def open_async() -> None:
+        await app.async_queue().stats()
+        with pytest.raises(RuntimeError, match="aclose"):
+            app.configure("memory://")
+        await app.aclose()
+        app.configure("memory://")
+
+    asyncio.run(open_async())
+
+
+def test_a_burst_ends_at_its_limit_when_a_task_sends_itself_without_delay() -> None:
+    app = App("memory://burst-limit")
+
+    @app.task
+    def again() -> None:
+        again.send()
+
+    async def main() -> None:
+        worker = Worker(app, concurrency=1)
+        with pytest.raises(ValueError, match="limit"):
+            await worker.burst(limit=0)
+        again.send()
+        with pytest.raises(RuntimeError, match=r"sends? itself again"):
+            await worker.burst(limit=5)
+        assert worker.counts["succeeded"] == 5
+
+    asyncio.run(main())
+    app.queue().purge()
+    app.close()
