@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from delayq import App, FakeClock, SystemClock, Worker
+from delayq import App, Discard, FakeClock, Retry, SystemClock, Worker, current_message
 from delayq._duration import DurationError
 from delayq.testing import Harness
 
@@ -94,3 +94,45 @@ def test_a_burst_ends_at_its_limit_when_a_task_sends_itself_without_delay() -> N
     asyncio.run(main())
     app.queue().purge()
     app.close()
+
+
+def test_cron_ticks_on_the_hour_and_one_catch_up_run_after_a_jump(
+    delayq_clock: FakeClock,
+) -> None:
+    app = App("sqlite:///never-opened.db")
+    ran: list[float] = []
+
+    @app.cron("0 * * * *")
+    def hourly() -> None:
+        ran.append(delayq_clock.time())
+
+    with Harness(app, clock=delayq_clock) as harness:
+        harness.advance("3h")
+        assert len(ran) == 3
+        assert all(t % 3600 == 0 for t in ran)
+        delayq_clock.advance(7200)  # a worker down for two hours
+        runs = harness.run_due()
+        assert [run.outcome for run in runs] == ["succeeded"]  # one catch-up, not two
+        assert len(ran) == 4
+
+
+def test_a_sync_task_asks_for_a_retry_then_discards(delayq_clock: FakeClock) -> None:
+    app = App("sqlite:///never-opened.db")
+    attempts: list[int] = []
+
+    @app.task
+    def flaky(n: int) -> None:
+        attempts.append(current_message().attempts)
+        if len(attempts) == 1:
+            raise Retry(delay="7s")
+        raise Discard("not worth it")
+
+    with Harness(app, clock=delayq_clock) as harness:
+        flaky.send(1)
+        start = delayq_clock.time()
+        runs = harness.advance("1m")
+        assert [(r.outcome, r.time - start) for r in runs] == [("retried", 0), ("dead", 7)]
+        assert isinstance(runs[1].error, Discard)
+        assert attempts == [1, 2]
+        [dead] = harness.dead(flaky)
+        assert dead.last_error == "Discard: not worth it"
