@@ -136,3 +136,22 @@ def test_a_sync_task_asks_for_a_retry_then_discards(delayq_clock: FakeClock) -> 
         assert attempts == [1, 2]
         [dead] = harness.dead(flaky)
         assert dead.last_error == "Discard: not worth it"
+
+
+def test_advance_runs_each_message_at_its_millisecond(delayq_clock: FakeClock) -> None:
+    app = App("sqlite:///never-opened.db")
+
+    @app.task
+    def tick(n: int) -> None:
+        pass
+
+    with Harness(app, clock=delayq_clock) as harness:
+        start = delayq_clock.time()
+        for ms in (123, 7, 999, 1001):
+            tick.send(ms, delay=ms / 1000)
+        runs = harness.advance("1s")
+        assert [run.args for run in runs] == [(7,), (123,), (999,)]
+        for run in runs:
+            assert abs(run.time - start - run.args[0] / 1000) < 1e-6
+        assert delayq_clock.time() == start + 1.0
+        assert [run.args for run in harness.advance("1ms")] == [(1001,)]

@@ -137,25 +137,21 @@ class Harness:
         seconds = delay_to_seconds(delay)
         if not 0.0 <= seconds < math.inf:
             raise ValueError(f"delay must be seconds >= 0 and finite, got {delay!r}")
-        end_ms = self._now_ms() + seconds * 1000.0
+        end = self.clock.time() + seconds
         runs = await self.run_due_async()
-        while (due := self._next_due_ms()) is not None and due <= end_ms:
-            self._move_to(due)
+        while (due := self._next_due_ms()) is not None and due <= end * 1000.0:
+            self._move_to(_reaching(due))
             runs += await self.run_due_async()
-        self._move_to(end_ms)
+        self._move_to(end)
         runs += await self.run_due_async()
         return runs
 
-    def _now_ms(self) -> float:
-        return self.clock.time() * 1000.0
-
-    def _move_to(self, ms: float) -> None:
-        """Advance the clock to epoch ``ms`` (a due time: the backend's floored now
-        reaches it, whatever the float's rounding)."""
-        if ms > self._now_ms():
-            self.clock.advance(ms / 1000.0 - self.clock.time())
-        while math.floor(self._now_ms()) < math.ceil(ms):
-            self.clock.advance(1e-6)
+    def _move_to(self, when: float) -> None:
+        """Advance the clock to epoch seconds ``when`` (exactly: the two are close
+        enough for the difference, and the sum, to have no rounding)."""
+        now = self.clock.time()
+        if when > now:
+            self.clock.advance(when - now)
 
     def _next_due_ms(self) -> int | None:
         """The earliest due time (epoch ms) of a waiting message of the app."""
@@ -213,7 +209,7 @@ class Harness:
         """Seconds of the clock from now until ``message`` is due (<= 0: due)."""
         if not isinstance(message, Message):
             raise TypeError(f"due_in takes a Message, not {type(message).__name__}")
-        return (message.due_at - self._now_ms()) / 1000.0
+        return (message.due_at - self.clock.time() * 1000.0) / 1000.0
 
     def assert_sent(self, task: Task[..., Any] | str, *args: Any, **kwargs: Any) -> Message:
         """The waiting message of ``task(*args, **kwargs)``, else the message of its
@@ -251,6 +247,14 @@ class Harness:
     def __repr__(self) -> str:
         state = "started" if self._saved is not None else "stopped"
         return f"<Harness {self.app!r} {state} runs={len(self.runs)}>"
+
+
+def _reaching(ms: int) -> float:
+    """The first epoch seconds at which a backend's now (floored ms) reaches ``ms``."""
+    seconds = ms / 1000.0
+    while math.floor(seconds * 1000.0) < ms:
+        seconds = math.nextafter(seconds, math.inf)
+    return seconds
 
 
 def _of_task(messages: list[Message], name: str) -> list[Message]:
