@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import time
+from collections.abc import Callable
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +16,8 @@ from delayq import FakeClock
 from delayq.testing import Harness
 
 from . import shop
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_an_unpaid_order_is_cancelled_after_30_minutes_in_milliseconds(
@@ -126,3 +131,37 @@ def test_an_async_test_awaits_the_twins() -> None:
 
     assert "cancel_if_unpaid" in asyncio.run(main())
     assert shop.orders[11] == "cancelled"
+
+
+def test_raise_errors_fails_the_step_with_the_tasks_exception(
+    harness: Harness, delayq_harness: Callable[..., Harness]
+) -> None:
+    harness.close()  # the shop's state reset; a harness that raises instead
+    harness = delayq_harness(shop.app, raise_errors=True)
+    shop.warehouse.up = False
+    shop.pay(12)
+    with pytest.raises(shop.WarehouseDown, match="order 12"):
+        harness.advance("1m")
+    assert [run.outcome for run in harness.runs_of(shop.ship)] == ["retried"]
+    assert shop.orders[12] == "paid"
+    with pytest.raises(TypeError, match="raise_errors must be a bool"):
+        Harness(shop.app, raise_errors="yes")  # type: ignore[arg-type]
+
+
+def test_the_example_app_of_the_repository(
+    delayq_harness: Callable[..., Harness], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where its sqlite:///orders.db would be
+    spec = importlib.util.spec_from_file_location("order_timeout", EXAMPLES / "order_timeout.py")
+    assert spec is not None
+    assert spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    harness = delayq_harness(example.app)
+    for order_id in (1, 2, 3):
+        example.place_order(order_id)
+    example.pay(2)
+    harness.advance(example.PAYMENT_WINDOW)
+    assert example.cancelled == [1, 3]
+    assert harness.scheduled() == []
+    assert not (tmp_path / "orders.db").exists()

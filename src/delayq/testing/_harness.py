@@ -14,7 +14,7 @@ from .._clock import FakeClock
 from .._duration import delay_to_seconds
 from ..durable._constants import MAX_PEEK_LIMIT
 from ..durable.message import Message
-from ..runtime import App, JobRun, Task, Worker
+from ..runtime import App, Discard, JobRun, Retry, Task, Worker
 
 __all__ = ["Harness"]
 
@@ -28,6 +28,10 @@ class Harness:
     new :class:`~delayq.FakeClock`) while started, and drives a real
     :class:`~delayq.Worker` of it (``worker_options``: its ``concurrency``, default 1
     so that runs happen one at a time in due order, ``timeout``, ``lease``...).
+    With ``raise_errors``, a step (:meth:`run_due`, :meth:`advance`) whose task
+    raised anything but :class:`~delayq.Retry` or :class:`~delayq.Discard` raises
+    that exception once the step ended (the message retried or dead as usual): a test
+    fails on the task's traceback, not on an assertion about its effect.
 
     ``with Harness(app) as harness:`` (``async with`` in a coroutine) points the app
     at the harness (:meth:`~delayq.App.configure`) and, at the end, back at its own
@@ -43,6 +47,7 @@ class Harness:
         *,
         clock: FakeClock | None = None,
         concurrency: int = 1,
+        raise_errors: bool = False,
         **worker_options: Any,
     ) -> None:
         if not isinstance(app, App):
@@ -56,6 +61,9 @@ class Harness:
         self.runs: list[JobRun] = []
         """Every run so far, in order: its message, task, arguments, ``outcome``
         (``"succeeded"``, ``"retried"``, ``"dead"``...), ``error`` and ``time``."""
+        if type(raise_errors) is not bool:
+            raise TypeError(f"raise_errors must be a bool, not {type(raise_errors).__name__}")
+        self.raise_errors = raise_errors
         self._options = {"concurrency": concurrency, **worker_options}
         self._worker: Worker | None = None
         self._saved: tuple[str, dict[str, Any]] | None = None
@@ -122,6 +130,10 @@ class Harness:
         """:meth:`run_due`, awaited."""
         runs = await self.worker.burst()
         self.runs.extend(runs)
+        if self.raise_errors:
+            for run in runs:
+                if run.error is not None and not isinstance(run.error, (Retry, Discard)):
+                    raise run.error
         return runs
 
     def advance(self, delay: Any) -> list[JobRun]:
