@@ -7,7 +7,17 @@ import asyncio
 
 import pytest
 
-from delayq import App, Discard, FakeClock, Retry, SystemClock, Worker, current_message
+from delayq import (
+    App,
+    AsyncQueue,
+    Discard,
+    FakeClock,
+    Message,
+    Retry,
+    SystemClock,
+    Worker,
+    current_message,
+)
 from delayq._duration import DurationError
 from delayq.testing import Harness
 
@@ -155,3 +165,29 @@ def test_advance_runs_each_message_at_its_millisecond(delayq_clock: FakeClock) -
             assert abs(run.time - start - run.args[0] / 1000) < 1e-6
         assert delayq_clock.time() == start + 1.0
         assert [run.args for run in harness.advance("1ms")] == [(1001,)]
+
+
+def test_a_burst_of_a_handlers_worker_reports_its_runs() -> None:
+    clock = FakeClock()
+
+    async def main() -> list[tuple[str | None, str, object]]:
+        queue = AsyncQueue("memory://burst-handler", name="plain", clock=clock)
+        seen: list[object] = []
+
+        async def handler(msg: Message) -> None:
+            seen.append(msg.payload)
+            if msg.payload == "bad":
+                raise ValueError("bad payload")
+
+        worker = Worker(queue, handler, concurrency=1)
+        await queue.put("ok")
+        await queue.put("bad", max_attempts=1)
+        await queue.put("later", delay=60)
+        runs = await worker.burst()
+        assert seen == ["ok", "bad"]
+        assert await queue.get(runs[0].message.id) is None  # acked
+        await queue.purge()
+        await queue.close()
+        return [(run.task, run.outcome, run.message.payload) for run in runs]
+
+    assert asyncio.run(main()) == [(None, "succeeded", "ok"), (None, "dead", "bad")]
