@@ -27,6 +27,9 @@ WORKER_EXTEND_DIVISOR = 3.0
 #: Longest single blocking ``reserve`` of an idle worker (s); it then simply reserves again.
 WORKER_IDLE_WAIT = 5.0
 
+#: Most runs of one :meth:`~delayq.Worker.burst` while messages are still due.
+WORKER_BURST_LIMIT = 10_000
+
 #: Pause (s) after a backend error in the reserve loop before trying again: the first
 #: step of the backoff, doubled at each failure in a row up to BACKEND_RETRY_MAX.
 WORKER_ERROR_BACKOFF = 1.0
