@@ -6,7 +6,8 @@ and ``get_redoc_html``, without Google's fonts) load the files the ``fastapi-off
 package ships (a dependency of the ``serve`` extra, never files copied into this
 repository), served at :data:`ASSETS_PATH`. ReDoc's bundle still names one image on
 its own CDN (the small logo of its "API docs by Redocly" link): the policy below
-keeps the browser from fetching it, and ReDoc then leaves the image out.
+keeps the browser from fetching it, and ReDoc then leaves the image out. ReDoc runs
+its search in a worker it makes from a ``blob:`` of its own script.
 
 Swagger UI starts from an inline script and styles itself inline, which the
 dashboard's policy forbids: the page has a policy of its own that allows that one
@@ -35,7 +36,8 @@ _ASSETS_DIR = Path(fastapi_offline.__file__).parent / "static"
 _INLINE_SCRIPT = re.compile(rb"<script>(.*?)</script>", re.S)
 _POLICY = (
     "default-src 'self'; script-src 'self'{scripts}; style-src 'self' 'unsafe-inline'; "
-    "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+    "img-src 'self' data:; connect-src 'self'; worker-src 'self' blob:; object-src 'none'; "
+    "base-uri 'none'; "
     "form-action 'self'; frame-ancestors 'none'"
 )
 
