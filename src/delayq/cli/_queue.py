@@ -24,6 +24,7 @@ from rich.console import Console, Group
 from rich.json import JSON
 from rich.live import Live
 from rich.panel import Panel
+from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
@@ -69,6 +70,9 @@ _STATES = [state.value for state in State]
 #: The width of output that is not for a terminal: wide enough that no table line
 #: wraps, and tables (which do not expand) take only the width their cells need.
 _PIPED_WIDTH = 100_000
+#: The width of a heading rule (wider for a long title; never wider than the console):
+#: on a pipe, a rule as wide as the console would be a line of 100,000 characters.
+_RULE_WIDTH = 80
 
 
 def _console() -> Console:
@@ -731,7 +735,9 @@ def _print_errors(messages: Sequence[Message], *, full: bool) -> None:
     its traceback, or the whole stored text with ``full``."""
     console = _console()
     for msg in messages:
-        console.rule(Text(f"{msg.id}  ({msg.attempts}/{msg.max_attempts} attempts)"), align="left")
+        title = Text(f"{msg.id}  ({msg.attempts}/{msg.max_attempts} attempts)")
+        width = min(console.width, max(_RULE_WIDTH, title.cell_len + 4))
+        console.print(Rule(title, align="left"), width=width)
         error = msg.last_error or "(no error recorded)"
         console.print(Text(error if full else user_traceback(error), style="red"), soft_wrap=True)
 
