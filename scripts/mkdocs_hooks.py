@@ -5,6 +5,12 @@ The HTTP API reference (docs/reference/http.md) is the OpenAPI document of
 marker is replaced by every operation (parameters, body, answers) and every schema,
 so the site shows what the server serves, with no script and nothing fetched.
 
+The docstrings are written for ``help()`` and Sphinx, with roles (``:meth:`put```,
+``:class:`~delayq.Retry```) that MkDocs does not know: :func:`on_page_content` turns
+each into code, linked when it names an object of the site. The command line's
+reference shows the default of an option that has none (a flag, a repeatable option)
+as click's ``Sentinel.UNSET``: it shows a dash instead.
+
 Material's offline plugin adds a script from a CDN to every page (a shim that runs
 the search from file://); :func:`on_config` takes every script that is not the
 site's own back out, so that viewing the site fetches nothing (from file:// the
@@ -13,6 +19,7 @@ search box then finds nothing; served over HTTP it works).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from mkdocs.plugins import event_priority
@@ -20,6 +27,14 @@ from mkdocs.plugins import event_priority
 MARKER = "<!-- openapi -->"
 HTTP_PAGE = "reference/http.md"
 METHODS = ("get", "head", "post", "put", "patch", "delete")
+#: A Sphinx role as Markdown renders it: ``:meth:<code>~delayq.Queue.put</code>``, or
+#: with a title of its own: ``:attr:<code>title &lt;delayq.Handle.due_at&gt;</code>``.
+ROLE = re.compile(
+    r":(?:meth|func|class|attr|exc|data|mod|obj):<code>"
+    r"(?:([^<&]+?) &lt;([\w.]+)&gt;|(~?)([\w.]+)(\(\))?)</code>"
+)
+#: An option's default cell in the command line's reference, when it has none.
+NO_DEFAULT = re.compile(r"<td>(?:<code>)?(?:Sentinel\.UNSET|None)(?:</code>)?</td>")
 
 
 @event_priority(-100)  # after the offline plugin's on_config
@@ -37,6 +52,23 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
     if MARKER not in markdown:
         raise ValueError(f"{HTTP_PAGE} lost its {MARKER} marker")
     return markdown.replace(MARKER, render(openapi_document()))
+
+
+def on_page_content(html: str, **_: Any) -> str:
+    """Sphinx roles as code (linked by autorefs when the object is on the site), and
+    a dash for an option without a default."""
+    return NO_DEFAULT.sub("<td>-</td>", ROLE.sub(_role, html))
+
+
+def _role(match: re.Match[str]) -> str:
+    title, titled, short, target, call = match.groups()
+    if titled:
+        shown, target = title, titled
+    else:
+        shown = (target.rsplit(".", 1)[-1] if short else target) + (call or "")
+    if "." not in target:  # a name relative to the docstring's object: no link
+        return f"<code>{shown}</code>"
+    return f'<autoref identifier="{target}" optional><code>{shown}</code></autoref>'
 
 
 def openapi_document() -> dict[str, Any]:

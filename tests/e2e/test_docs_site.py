@@ -1,0 +1,61 @@
+"""The documentation site as a reader gets it: built strictly (``make docs``), every
+page is read offline, and the references read as prose (no Sphinx roles, no click
+sentinels)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+#: What a page loads (not a link the reader follows).
+LOADED = re.compile(
+    r"<(?:script|link|img|iframe|source|audio|video)\b[^>]*\b(?:src|href)=\"([^\"]*)\""
+)
+#: A Sphinx role left as text (``:meth:`` before the code it names).
+ROLE_TEXT = re.compile(r":(?:meth|func|class|attr|exc|data|mod|obj):(?:<code>|`)")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    build = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)]
+    done = subprocess.run(
+        build, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def _pages(site: Path) -> dict[str, str]:
+    return {p.relative_to(site).as_posix(): p.read_text("utf-8") for p in site.glob("**/*.html")}
+
+
+def test_no_page_loads_anything_from_another_host(site: Path) -> None:
+    for name, html in _pages(site).items():
+        remote = [url for url in LOADED.findall(html) if "//" in url]
+        assert not remote, f"{name} loads {remote}"
+
+
+def test_the_python_reference_has_no_sphinx_role_left_and_links_the_names(site: Path) -> None:
+    api = (site / "reference" / "api.html").read_text("utf-8")
+    assert not ROLE_TEXT.findall(api), ROLE_TEXT.findall(api)[:5]
+    # Queue.put's ":class:`~delayq.DuplicateId`": the short name, linked to the error.
+    assert re.search(
+        r'<a [^>]*href="#delayq\.errors\.DuplicateId"[^>]*><code>DuplicateId</code>', api
+    )
+    for name, html in _pages(site).items():
+        assert not ROLE_TEXT.findall(html), name
+
+
+def test_the_command_line_reference_shows_no_click_sentinel(site: Path) -> None:
+    cli = (site / "reference" / "cli.html").read_text("utf-8")
+    assert "delayq dead" in cli
+    assert "Sentinel" not in cli
+    assert "UNSET" not in cli
