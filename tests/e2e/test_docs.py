@@ -79,3 +79,20 @@ def test_the_printed_outputs_are_on_the_pages() -> None:
     codes = [block.code for blocks in PAGES.values() for block in blocks]
     for key in PRINTED:
         assert sum(key in code for code in codes) == 1, key
+
+
+#: The pages a newcomer reads first, and the width of a code line that a code block
+#: shows whole on a 1280-pixel screen with both sidebars (longer ones scroll).
+FIRST_PAGES = ("index.md", "tutorial.md", "guide/testing.md")
+CODE_WIDTH = 80
+
+
+@pytest.mark.parametrize("page", FIRST_PAGES)
+def test_the_first_pages_code_fits_its_block(page: str) -> None:
+    wide = [
+        (block.line + number, line)
+        for block in PAGES[page]
+        for number, line in enumerate(block.code.splitlines(), start=1)
+        if len(line) > CODE_WIDTH
+    ]
+    assert not wide, f"docs/{page}: lines wider than {CODE_WIDTH}: {wide}"
