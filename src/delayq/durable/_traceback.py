@@ -11,6 +11,8 @@ another machine) is shown the same way:
 * :func:`short_error`: the summary line and the innermost frame of the user's own code
   (``at tasks.py:12 in charge``), for a table cell.
 
+:func:`user_frames` makes the first cut on a live traceback, for the worker's log line.
+
 A frame is delayq's when its file is a module of this installed delayq package (the
 path after its last ``delayq`` directory names one of them).
 """
@@ -21,8 +23,9 @@ import functools
 import re
 import sysconfig
 from pathlib import Path, PurePath
+from types import TracebackType
 
-__all__ = ["short_error", "user_traceback"]
+__all__ = ["short_error", "user_frames", "user_traceback"]
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 _HEADER = re.compile(r"^(?P<lead>[ |+]*)(?:Exception Group )?Traceback \(most recent call last\):$")
@@ -82,6 +85,14 @@ def user_traceback(text: str) -> str:
         if skip < len(lines) and _FRAME.match(lines[skip]):
             index = skip
     return "\n".join(shown)
+
+
+def user_frames(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` from its first frame that is not delayq's (``tb`` itself when all are)."""
+    frame = tb
+    while frame is not None and _is_delayq(frame.tb_frame.f_code.co_filename):
+        frame = frame.tb_next
+    return tb if frame is None else frame
 
 
 def short_error(text: str) -> str:

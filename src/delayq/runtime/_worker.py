@@ -48,6 +48,7 @@ from .._duration import delay_to_seconds
 from .._log import log_enabled as _log_enabled
 from .._log import log_event, log_raised
 from ..durable._constants import DEFAULT_LEASE
+from ..durable._traceback import user_frames
 from ..durable.message import Message, State
 from ..durable.queue import AsyncQueue
 from ..durable.retry import RetryPolicy
@@ -990,7 +991,9 @@ class Worker:
             error=f"{type(exc).__name__}: {exc}",
         )
         if event == "job.failed" and not isinstance(exc, HandlerTimeout):
-            log_raised(level, event, exc, **fields)  # the traceback: where it was raised
+            # The traceback from the handler's first frame (delayq's call of it left
+            # out, as every face shows a stored one): where it was raised.
+            log_raised(level, event, exc, frames=user_frames(exc.__traceback__), **fields)
         else:
             log_event(level, event, **fields)
 
