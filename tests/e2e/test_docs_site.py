@@ -4,6 +4,7 @@ sentinels)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import subprocess
@@ -59,3 +60,14 @@ def test_the_command_line_reference_shows_no_click_sentinel(site: Path) -> None:
     assert "delayq dead" in cli
     assert "Sentinel" not in cli
     assert "UNSET" not in cli
+
+
+@pytest.mark.parametrize("package", ["delayq", "delayq.runtime", "delayq.testing"])
+def test_every_public_name_has_an_entry_in_the_python_reference(site: Path, package: str) -> None:
+    """A name a reader imports (or meets in a signature: ``Task.message`` returns a
+    ``TaskMessage``) can be looked up."""
+    api = (site / "reference" / "api.html").read_text("utf-8")
+    entries = {anchor.rsplit(".", 1)[-1] for anchor in re.findall(r'id="delayq\.([\w.]+)"', api)}
+    names = importlib.import_module(package).__all__
+    missing = [name for name in names if not name.startswith("__") and name not in entries]
+    assert not missing, f"{package}: no entry for {missing}"

@@ -75,8 +75,8 @@ from ._pool import DaemonPool, Gate, NotStarted, RunTimedOut, Slots, SyncLane
 
 __all__ = ["Discard", "Handler", "HandlerTimeout", "JobRun", "Retry", "Worker", "current_message"]
 
-#: A handler of plain messages: ``handler(msg)``, sync or async.
 Handler = Callable[[Message], Any]
+"""A handler of plain messages: ``handler(msg)``, sync or async."""
 
 _current: contextvars.ContextVar[Message] = contextvars.ContextVar("delayq_current_message")
 
