@@ -9,7 +9,8 @@ The docstrings are written for ``help()`` and Sphinx, with roles (``:meth:`put``
 ``:class:`~delayq.Retry```) that MkDocs does not know: :func:`on_page_content` turns
 each into code, linked when it names an object of the site. The command line's
 reference shows the default of an option that has none (a flag, a repeatable option)
-as click's ``Sentinel.UNSET``: it shows a dash instead.
+as click's ``Sentinel.UNSET``: it shows a dash instead. A signature's default that is
+one of delayq's constants (``queue: str = DEFAULT_QUEUE_NAME``) shows its value.
 
 Material's offline plugin adds a script from a CDN to every page (a shim that runs
 the search from file://); :func:`on_config` takes every script that is not the
@@ -19,7 +20,9 @@ search box then finds nothing; served over HTTP it works).
 
 from __future__ import annotations
 
+import importlib
 import re
+from html import escape
 from typing import Any
 
 from mkdocs.plugins import event_priority
@@ -32,6 +35,15 @@ METHODS = ("get", "head", "post", "put", "patch", "delete")
 ROLE = re.compile(
     r":(?:meth|func|class|attr|exc|data|mod|obj):<code>"
     r"(?:([^<&]+?) &lt;([\w.]+)&gt;|(~?)([\w.]+)(\(\))?)</code>"
+)
+#: A name in a highlighted signature (Pygments' ``n`` class): a constant's, maybe.
+CONSTANT = re.compile(r'<span class="n">([A-Z][A-Z0-9_]+)</span>')
+#: The modules of delayq's constants, whose values stand for their names.
+CONSTANT_MODULES = (
+    "delayq.durable._constants",
+    "delayq.runtime._constants",
+    "delayq.inproc._constants",
+    "delayq.server._constants",
 )
 #: An option's default cell in the command line's reference, when it has none.
 NO_DEFAULT = re.compile(r"<td>(?:<code>)?(?:Sentinel\.UNSET|None)(?:</code>)?</td>")
@@ -55,9 +67,19 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
 
 
 def on_page_content(html: str, **_: Any) -> str:
-    """Sphinx roles as code (linked by autorefs when the object is on the site), and
-    a dash for an option without a default."""
-    return NO_DEFAULT.sub("<td>-</td>", ROLE.sub(_role, html))
+    """Sphinx roles as code (linked by autorefs when the object is on the site), a
+    dash for an option without a default, constants' values in signatures."""
+    return CONSTANT.sub(_constant, NO_DEFAULT.sub("<td>-</td>", ROLE.sub(_role, html)))
+
+
+def _constant(match: re.Match[str]) -> str:
+    for module in CONSTANT_MODULES:
+        value = vars(importlib.import_module(module)).get(match[1])
+        if isinstance(value, str):  # as the signatures' own literals: "ignore"
+            return f'<span class="s2">"{escape(value)}"</span>'
+        if isinstance(value, (int, float)):
+            return f'<span class="mi">{value!r}</span>'
+    return match[0]
 
 
 def _role(match: re.Match[str]) -> str:

@@ -71,3 +71,13 @@ def test_every_public_name_has_an_entry_in_the_python_reference(site: Path, pack
     names = importlib.import_module(package).__all__
     missing = [name for name in names if not name.startswith("__") and name not in entries]
     assert not missing, f"{package}: no entry for {missing}"
+
+
+def test_the_python_reference_signatures_show_default_values(site: Path) -> None:
+    """``Worker(concurrency: int = 8)``, not the name of a constant the reader cannot see."""
+    api = (site / "reference" / "api.html").read_text("utf-8")
+    signatures = " ".join(re.findall(r'<div class="doc-signature.*?</div>', api, re.DOTALL))
+    assert signatures
+    text = re.sub(r"<[^>]+>", "", signatures)
+    assert not re.findall(r"= [A-Z][A-Z0-9_]{3,}\b", text), re.findall(r"= [A-Z]\w+", text)
+    assert 'queue: str = "default"' in text.replace("&quot;", '"')
