@@ -58,8 +58,8 @@ def log_raised(
     level: int,
     event: str,
     exc: BaseException,
-    *,
     frames: TracebackType | None = None,
+    /,
     **fields: object,
 ) -> None:
     """:func:`log_event`, followed by the traceback of ``exc`` (its whole chain); its

@@ -993,7 +993,7 @@ class Worker:
         if event == "job.failed" and not isinstance(exc, HandlerTimeout):
             # The traceback from the handler's first frame (delayq's call of it left
             # out, as every face shows a stored one): where it was raised.
-            log_raised(level, event, exc, frames=user_frames(exc.__traceback__), **fields)
+            log_raised(level, event, exc, user_frames(exc.__traceback__), **fields)
         else:
             log_event(level, event, **fields)
 
