@@ -81,3 +81,13 @@ def test_the_python_reference_signatures_show_default_values(site: Path) -> None
     text = re.sub(r"<[^>]+>", "", signatures)
     assert not re.findall(r"= [A-Z][A-Z0-9_]{3,}\b", text), re.findall(r"= [A-Z]\w+", text)
     assert 'queue: str = "default"' in text.replace("&quot;", '"')
+
+
+def test_the_changelog_that_operations_points_to_is_on_the_site(site: Path) -> None:
+    operations = (site / "operations.html").read_text("utf-8")
+    assert 'href="changelog.html"' in operations
+    changelog = (site / "changelog.html").read_text("utf-8")
+    versions = re.findall(r"^## (.+)$", (ROOT / "CHANGELOG.md").read_text("utf-8"), re.M)
+    assert versions
+    shown = [re.sub(r"<[^>]+>", "", h) for h in re.findall(r"<h2[^>]*>(.*?)</h2>", changelog)]
+    assert [h.replace("&para;", "").strip() for h in shown] == [v.strip() for v in versions]
