@@ -1,21 +1,23 @@
 """The ways a first call to Redis fails for a mistake of its URL: each case's URL and the
 one line delayq says (:class:`~delayq.backends.redis.ServerRefused`).
 
-:func:`server` runs a private ``redis-server`` that needs a password (never the
-shared one's config); the shared Redis serves as a node without cluster mode and as a
-server without TLS. Each mistake is tried on one node (``redis://``), on a sharded
-queue (``?shards=2``) and, where it applies, on ``redis+cluster://``.
+:func:`server` runs a private ``redis-server`` and a private one-node cluster that
+need a password (never the shared one's config); the shared Redis serves as a node
+without cluster mode and as a server without TLS. Each mistake is tried on one node
+(``redis://``), on a sharded queue (``?shards=2``) and, where it applies, on
+``redis+cluster://``.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ._redis_server import RedisProcess, free_port
+from ._redis_server import READY_TIMEOUT, RedisProcess, free_port
 
 __all__ = ["NAMES", "PASSWORD", "VARIANTS", "line", "mistakes", "server"]
 
@@ -36,6 +38,8 @@ NAMES = (
     "no-password-sharded",
     "wrong-password",
     "wrong-password-sharded",
+    "no-password-cluster",
+    "wrong-password-cluster",
 )
 
 #: The mistakes of :data:`NAMES` that are another's on a sharded queue or a cluster: the
@@ -48,21 +52,56 @@ def line(url: str, reason: str) -> str:
     return f"cannot use the queue at {url.replace(':hunter2@', ':***@')}: {reason}"
 
 
-@contextmanager
-def server(directory: Path) -> Iterator[int]:
-    """A private ``redis-server`` whose default user needs :data:`PASSWORD`: its port."""
-    process = RedisProcess(directory, ("--save", "", "--requirepass", PASSWORD))
+def _start(directory: Path, *options: str) -> RedisProcess:
+    """A private ``redis-server`` whose default user needs :data:`PASSWORD`, started."""
+    process = RedisProcess(directory, ("--save", "", "--requirepass", PASSWORD, *options))
+    while process.port + 10000 > 65535:  # a cluster node's bus port is its port + 10000
+        process.port = free_port()
     process.url = f"redis://:{PASSWORD}@127.0.0.1:{process.port}/0"  # for its readiness
     process.start()
+    return process
+
+
+def _one_node_cluster(directory: Path) -> RedisProcess:
+    """A cluster of one node that serves every slot, with :data:`PASSWORD`."""
+    node = _start(directory, "--cluster-enabled", "yes", "--masterauth", PASSWORD)
+    client = node.client()
     try:
-        yield process.port
+        client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+        deadline = time.monotonic() + READY_TIMEOUT
+        while b"cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster did not come up:\n{node.log_tail()}")
+            time.sleep(0.02)
+    except BaseException:
+        node.stop()
+        raise
     finally:
-        process.stop()
+        client.close()
+    return node
 
 
-def mistakes(port: int) -> dict[str, tuple[str, str]]:
+@contextmanager
+def server(directory: Path) -> Iterator[tuple[int, int]]:
+    """Two private ``redis-server`` processes whose default user needs
+    :data:`PASSWORD`, one node and a one-node cluster: their ports."""
+    (directory / "node").mkdir()
+    (directory / "cluster").mkdir()
+    node = _start(directory / "node")
+    try:
+        cluster = _one_node_cluster(directory / "cluster")
+        try:
+            yield node.port, cluster.port
+        finally:
+            cluster.stop()
+    finally:
+        node.stop()
+
+
+def mistakes(ports: tuple[int, int]) -> dict[str, tuple[str, str]]:
     """mistake -> (its URL, with the password ``hunter2`` where it gives one; the cause
-    delayq names), ``port`` being :func:`server`'s."""
+    delayq names), ``ports`` being :func:`server`'s."""
+    port, cluster = ports
     closed = free_port()
     down = f"the server is not answering at 127.0.0.1:{closed}"
     tls = (
@@ -85,4 +124,6 @@ def mistakes(port: int) -> dict[str, tuple[str, str]]:
         "no-password-sharded": (f"redis://127.0.0.1:{port}/0?shards=2", needs),
         "wrong-password": (f"redis://:hunter2@127.0.0.1:{port}/0", wrong),
         "wrong-password-sharded": (f"redis://:hunter2@127.0.0.1:{port}/0?shards=2", wrong),
+        "no-password-cluster": (f"redis+cluster://127.0.0.1:{cluster}", needs),
+        "wrong-password-cluster": (f"redis+cluster://:hunter2@127.0.0.1:{cluster}", wrong),
     }

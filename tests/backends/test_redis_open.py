@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +17,7 @@ pytest.importorskip("redis")
 
 import redis
 
-from backends._redis_mistakes import NAMES, line, mistakes, server
+from backends._redis_mistakes import NAMES, PASSWORD, line, mistakes, server
 from delayq import AsyncQueue, DelayqError, Queue
 from delayq.backends.redis import ServerRefused
 
@@ -29,8 +28,8 @@ _BOUND = 2.5
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[str, str]]]:
-    with server(tmp_path_factory.mktemp("redis-password")) as port:
-        yield mistakes(port)
+    with server(tmp_path_factory.mktemp("redis-password")) as ports:
+        yield mistakes(ports)
 
 
 def _check(exc: ServerRefused, url: str, reason: str) -> None:
@@ -69,12 +68,20 @@ def test_async_queue_says_the_same(mistake: str, cases: dict[str, tuple[str, str
     assert elapsed < _BOUND, elapsed
 
 
-def test_the_password_server_takes_its_password(
-    cases: dict[str, tuple[str, str]], tmp_path: Path
+@pytest.mark.parametrize("mistake", ["no-password", "no-password-cluster"])
+def test_the_password_servers_take_their_password(
+    mistake: str, cases: dict[str, tuple[str, str]]
 ) -> None:
-    """The private server of the password mistakes serves a URL with its password
-    (so they fail for the password alone)."""
-    url = cases["no-password"][0].replace("redis://", "redis://:s3cret@")
+    """The private servers of the password mistakes serve a URL with their password (so
+    those fail for the password alone): a cluster URL's password reaches every node."""
+    url = cases[mistake][0].replace("://", f"://:{PASSWORD}@")
+
+    async def main() -> int:
+        async with AsyncQueue(url, name="jobs") as queue:
+            return (await queue.stats()).ready
+
     with Queue(url, name="jobs") as queue:
         queue.put({"n": 1})
         assert queue.stats().ready == 1
+        assert asyncio.run(main()) == 1
+        queue.purge()

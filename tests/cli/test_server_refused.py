@@ -36,8 +36,8 @@ def mistakes(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, dict[str, tuple[str, str]]]]:
     """backend -> mistake -> (its URL, the cause delayq names)."""
-    with _redis_mistakes.server(tmp_path_factory.mktemp("redis-password")) as port:
-        yield {"postgres": _postgres_mistakes.mistakes(), "redis": _redis_mistakes.mistakes(port)}
+    with _redis_mistakes.server(tmp_path_factory.mktemp("redis-password")) as ports:
+        yield {"postgres": _postgres_mistakes.mistakes(), "redis": _redis_mistakes.mistakes(ports)}
 
 
 def _args(command: str, tmp_path: Path) -> list[str]:
