@@ -5,9 +5,6 @@ database, ``sslmode=require`` on a server without SSL): ``delayq stats``, ``put`
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,37 +13,14 @@ pytest.importorskip("psycopg")
 
 from backends._postgres_mistakes import NAMES, line, mistakes
 
-
-def _args(command: str, tmp_path: Path) -> list[str]:
-    (tmp_path / "tasks.py").write_text(
-        "from delayq import App\n\napp = App('memory://')\n\n\n"
-        "@app.task\ndef noop() -> None:\n    pass\n"
-    )
-    return {
-        "stats": ["stats"],
-        "put": ["put", "jobs", "{}"],
-        "worker": ["worker", "tasks:app"],
-        "serve": ["serve", "--port", "0"],
-    }[command]
+from ._helpers import command_args, error_lines, run_delayq
 
 
 @pytest.mark.parametrize("command", ["stats", "put", "worker", "serve"])
 @pytest.mark.parametrize("mistake", NAMES)
 def test_each_command_says_why_in_one_line(mistake: str, command: str, tmp_path: Path) -> None:
     url, reason = mistakes()[mistake]
-    args = [*_args(command, tmp_path), "--url", url]
-    program = f"import sys\nfrom delayq.cli import main\nsys.argv = ['delayq', *{args!r}]\nmain()\n"
-    run = subprocess.run(
-        [sys.executable, "-c", program],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-        check=False,
-        env={**os.environ, "NO_COLOR": "1"},
-    )
-    lines = [text for text in run.stderr.splitlines() if text.strip()]
-    lines = [text for text in lines if not text.startswith("warning: a password in --url")]
+    run = run_delayq([*command_args(command, tmp_path), "--url", url], tmp_path)
     assert run.returncode == 1, run.stderr
-    assert lines == [f"error: {line(url, reason)}"], run.stderr
+    assert error_lines(run) == [f"error: {line(url, reason)}"], run.stderr
     assert run.stdout == ""
