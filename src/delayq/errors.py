@@ -9,9 +9,11 @@ __all__ = [
     "DelayqError",
     "DuplicateId",
     "LeaseLost",
+    "NoScheduler",
     "OutcomeUnknown",
     "PayloadTooLarge",
     "QueueClosed",
+    "SchedulerNotRunning",
     "UnsupportedURL",
 ]
 
@@ -77,3 +79,19 @@ class BackendNotInstalled(DelayqError):
     def __init__(self, message: str, extra: str | None = None) -> None:
         super().__init__(redact_text(str(message)))
         self.extra = extra
+
+
+class NoScheduler(DelayqError, OSError):
+    """A call to a replicated backend (``amqp://``) got no answer from its namespace's
+    elected scheduler: none is elected, or it did not answer within the request timeout
+    (an outage: a consumer rides it out). An ``OSError``, as the backend's other
+    outages are."""
+
+
+class SchedulerNotRunning(NoScheduler):
+    """A call to a replicated backend needs the answer of its namespace's elected
+    scheduler, and no delayq process stands for election there, so none would answer:
+    the call was not sent (nothing ran). Known at once, where the call would otherwise
+    wait out its request timeout. The message says how to run one (``delayq scheduler
+    --url URL``; a ``delayq worker``, or any queue that waits in a reserve, stands
+    too)."""

@@ -8,15 +8,14 @@ nothing else (no pool warnings, no traceback)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from backends import _postgres_mistakes, _redis_mistakes
+
+from ._helpers import command_args, error_lines, run_delayq
 
 #: backend -> its module of mistakes
 MODULES = {"postgres": _postgres_mistakes, "redis": _redis_mistakes}
@@ -40,19 +39,6 @@ def mistakes(
         yield {"postgres": _postgres_mistakes.mistakes(), "redis": _redis_mistakes.mistakes(ports)}
 
 
-def _args(command: str, tmp_path: Path) -> list[str]:
-    (tmp_path / "tasks.py").write_text(
-        "from delayq import App\n\napp = App('memory://')\n\n\n"
-        "@app.task\ndef noop() -> None:\n    pass\n"
-    )
-    return {
-        "stats": ["stats"],
-        "put": ["put", "jobs", "{}"],
-        "worker": ["worker", "tasks:app"],
-        "serve": ["serve", "--port", "0"],
-    }[command]
-
-
 @pytest.mark.parametrize(("backend", "mistake", "command"), CASES)
 def test_each_command_says_why_in_one_line(
     backend: str,
@@ -64,19 +50,7 @@ def test_each_command_says_why_in_one_line(
     if backend == "postgres":
         pytest.importorskip("psycopg")
     url, reason = mistakes[backend][mistake]
-    args = [*_args(command, tmp_path), "--url", url]
-    program = f"import sys\nfrom delayq.cli import main\nsys.argv = ['delayq', *{args!r}]\nmain()\n"
-    run = subprocess.run(
-        [sys.executable, "-c", program],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-        check=False,
-        env={**os.environ, "NO_COLOR": "1"},
-    )
-    lines = [text for text in run.stderr.splitlines() if text.strip()]
-    lines = [text for text in lines if not text.startswith("warning: a password in --url")]
+    run = run_delayq([*command_args(command, tmp_path), "--url", url], tmp_path)
     assert run.returncode == 1, run.stderr
-    assert lines == [f"error: {MODULES[backend].line(url, reason)}"], run.stderr
+    assert error_lines(run) == [f"error: {MODULES[backend].line(url, reason)}"], run.stderr
     assert run.stdout == ""

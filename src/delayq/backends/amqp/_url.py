@@ -63,6 +63,8 @@ class Settings:
     fast_put: bool = True
     """Whether ``put()`` appends to the intake itself (docs/rabbitmq.md, "Fast put")
     rather than asking the scheduler."""
+    url: str = ""
+    """The queue URL as given (what an error names, its password hidden)."""
 
 
 def _timeout(value: Any) -> float:
@@ -133,6 +135,7 @@ def parse(url: str, options: dict[str, Any]) -> Settings:
         _deliver(merged),
         retention,
         switch("fast_put", merged.get("fast_put", True)),
+        url=url,
     )
 
 
