@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         PayloadTooLarge,
         QueueClosed,
         SchedulerNotRunning,
+        ServerRefused,
         UnsupportedURL,
     )
     from .inproc import (
@@ -74,6 +75,7 @@ _HOMES = {
     "PayloadTooLarge": ".errors",
     "QueueClosed": ".errors",
     "SchedulerNotRunning": ".errors",
+    "ServerRefused": ".errors",
     "UnsupportedURL": ".errors",
     "AsyncDelayQueue": ".inproc",
     "DelayQueue": ".inproc",
@@ -124,6 +126,7 @@ __all__ = [
     "Scheduler",
     "SchedulerNotRunning",
     "Serializer",
+    "ServerRefused",
     "State",
     "Stats",
     "SystemClock",

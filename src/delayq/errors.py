@@ -14,6 +14,7 @@ __all__ = [
     "PayloadTooLarge",
     "QueueClosed",
     "SchedulerNotRunning",
+    "ServerRefused",
     "UnsupportedURL",
 ]
 
@@ -79,6 +80,17 @@ class BackendNotInstalled(DelayqError):
     def __init__(self, message: str, extra: str | None = None) -> None:
         super().__init__(redact_text(str(message)))
         self.extra = extra
+
+
+class ServerRefused(DelayqError):
+    """The server of a queue URL could not be used at the first call: it does not
+    answer, or it refused the connection (a wrong password, an unknown database, user
+    or virtual host, TLS on one side only, not a cluster). The message is one line that
+    names the URL (its password hidden) and the cause in plain words, the same on every
+    face; the client library's error is its ``__cause__``. Each backend raises a
+    subclass that is also its client library's connection error (a
+    ``psycopg.OperationalError``, a ``redis.ConnectionError``, a ``ConnectionError``),
+    so that code that waits out an outage (a Worker) waits this one out as well."""
 
 
 class NoScheduler(DelayqError, OSError):

@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import NamedTuple, Protocol
 
+from ... import errors
 from ...durable.message import Record
-from ...errors import DelayqError, NoScheduler, OutcomeUnknown
+from ...errors import NoScheduler, OutcomeUnknown
 
 __all__ = [
     "Delivery",
@@ -40,7 +41,7 @@ class Refused(Exception):
         self.reason = reason
 
 
-class ServerRefused(DelayqError, ConnectionError):
+class ServerRefused(errors.ServerRefused, ConnectionError):
     """The broker of a queue URL could not be used on the first connection: it does not
     answer, or it refused the connection (a wrong user name or password, a virtual host
     that does not exist). The message names the URL (its password hidden) and the cause

@@ -27,8 +27,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 import redis
 
+from ... import errors
 from ..._redact import redact_url
-from ...errors import DelayqError
 from ._settings import REDIS_CONNECT_TIMEOUT
 from ._url import Settings
 
@@ -76,7 +76,7 @@ _REASONS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
-class ServerRefused(DelayqError, redis.ConnectionError):
+class ServerRefused(errors.ServerRefused, redis.ConnectionError):
     """The Redis server of a queue URL could not be used at the first call: it does not
     answer, it needs a password or refused the one given, it is not a cluster for a
     ``redis+cluster://`` URL, or it does not speak TLS for a ``rediss://`` one. The
@@ -99,7 +99,7 @@ def refused(url: str, settings: Settings, exc: BaseException) -> ServerRefused |
     """The :class:`ServerRefused` for ``exc``, raised by the first call of a backend of
     ``url``; None when ``exc`` is no refusal (an error reply of a script, a reply lost)."""
     known = (redis.RedisError, redis.exceptions.RedisClusterException, OSError)
-    if isinstance(exc, DelayqError) or not isinstance(exc, known):
+    if isinstance(exc, errors.DelayqError) or not isinstance(exc, known):
         return None
     text = " ".join(str(exc).split())
     host = urlsplit(settings.url).hostname or ""
