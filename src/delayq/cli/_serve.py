@@ -27,7 +27,7 @@ from .._constants import (
     SERVE_SESSION_TTL,
 )
 from .._log import LOGGER_NAME
-from ..durable._constants import DEFAULT_QUEUE_NAME
+from ..durable.constants import DEFAULT_QUEUE_NAME
 from ..durable.registry import redact_url
 from ._common import (
     CliError,

@@ -25,7 +25,7 @@ from typing import Any
 import click
 
 from .._log import LOGGER_NAME
-from ..durable._constants import DEFAULT_LEASE
+from ..durable.constants import DEFAULT_LEASE
 from ..durable.registry import scheme_of
 from ..runtime import App, Supervisor, Worker
 from ..runtime._constants import DEFAULT_WORKER_CONCURRENCY, DEFAULT_WORKER_GRACE

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from .._names import check_queue_name
-from ..durable._constants import DEFAULT_QUEUE_NAME
-from ..durable._facade import check_identifier
+from ..durable.constants import DEFAULT_QUEUE_NAME
+from ..durable.facade import check_identifier
 from ..durable.message import Message, OnConflict
 from ..durable.queue import AsyncQueue, Queue
 from ..durable.registry import default_url, redact_url

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..durable._constants import TICK_HEADER
+from ..durable.constants import TICK_HEADER
 
 #: Default number of handlers one :class:`~delayq.Worker` runs at once.
 DEFAULT_WORKER_CONCURRENCY = 8

@@ -47,7 +47,7 @@ from .._clock import SYSTEM_CLOCK, Clock
 from .._duration import delay_to_seconds
 from .._log import log_enabled as _log_enabled
 from .._log import log_event, log_raised
-from ..durable._constants import DEFAULT_LEASE
+from ..durable.constants import DEFAULT_LEASE
 from ..durable.message import Message, State
 from ..durable.queue import AsyncQueue
 from ..durable.retry import RetryPolicy
