@@ -28,7 +28,7 @@ from .._log import LOGGER_NAME
 from ..durable.constants import DEFAULT_LEASE
 from ..durable.registry import scheme_of
 from ..runtime import App, Supervisor, Worker
-from ..runtime._constants import DEFAULT_WORKER_CONCURRENCY, DEFAULT_WORKER_GRACE
+from ..runtime.constants import DEFAULT_WORKER_CONCURRENCY, DEFAULT_WORKER_GRACE
 from ._common import (
     CliError,
     check_backend,

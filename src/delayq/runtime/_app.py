@@ -36,8 +36,8 @@ from ..durable.message import Message, OnConflict
 from ..durable.queue import AsyncQueue, Queue
 from ..durable.registry import default_url, redact_url
 from ..durable.retry import RetryPolicy
-from ._constants import CRON_TICK_HEADER
 from ._cron import CronSchedule, EverySchedule, Schedule, tick_id
+from .constants import CRON_TICK_HEADER
 
 __all__ = [
     "App",
