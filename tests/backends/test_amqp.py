@@ -29,10 +29,10 @@ pytest.importorskip("aiormq")
 
 from conformance._helpers import in_thread
 from conformance.conftest import amqp_url
+from delayq.backends._records import Records
 from delayq.backends._replicated import _link, _scheduler
 from delayq.backends._replicated._codec import encode_outcome, pack
 from delayq.backends.amqp import NOT_GUARANTEED, NoScheduler, ServerRefused
-from delayq.durable._records import Records
 
 from ._amqp_mistakes import mute_candidate
 from ._redis_server import free_port

@@ -52,9 +52,9 @@ from pathlib import Path
 from typing import Any
 
 from ..._log import log_event
-from ...durable._records import Records
 from ...durable.message import Now, Record, State
 from ...errors import DuplicateId, LeaseLost
+from .._records import Records
 from ._codec import (
     decode_record,
     decode_requests,
