@@ -140,15 +140,17 @@ class Notifier:
     def notify(self, queue: str) -> None:
         """Tell the listeners of other backend objects that ``queue`` changed; never
         raises."""
+        try:
+            mtime = os.stat(self._directory).st_mtime_ns
+        except OSError:  # nobody listens (the common case of a lone process)
+            if self._peers:
+                with self._lock:
+                    self._forget()
+            return
         payload = queue.encode("utf-8", "surrogatepass")
         if len(payload) > _NAME_BYTES:
             payload = b""
         with self._lock:
-            try:
-                mtime = os.stat(self._directory).st_mtime_ns
-            except OSError:
-                self._forget()
-                return
             if mtime != self._mtime or time.time_ns() - mtime < _RECENT_NS:
                 self._rescan(mtime)
             for name, (sock, wants) in list(self._peers.items()):
