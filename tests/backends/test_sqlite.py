@@ -388,6 +388,14 @@ def _put_and_time(q: Queue, consumer: subprocess.Popen[str], before: Callable[[]
     return float(received) - sent
 
 
+def _bound_a_socket(wake_dir: Path) -> None:
+    """Wait until a consumer has a socket in ``wake_dir``."""
+    deadline = time.monotonic() + PROMPTLY
+    while not (wake_dir.exists() and any(wake_dir.iterdir())):
+        assert time.monotonic() < deadline, "the consumer bound no socket"
+        time.sleep(0.01)
+
+
 def _wake_times(url: str, face: str, rounds: int, before: Callable[[], None]) -> list[float]:
     consumer = _consumer(f"{url}?poll_interval={_SLOW_POLL}", face, rounds)
     try:
@@ -415,21 +423,33 @@ def test_a_put_wakes_a_consumer_in_another_process_long_before_its_poll(
     assert sorted(p.name for p in tmp_path.iterdir() if "wake" in p.name) == []
 
 
-@pytest.mark.parametrize("lost", ["notify=off", "directory removed"])
+@pytest.mark.parametrize("lost", ["notify=off", "directory removed", "socket path too long"])
 def test_a_lost_notification_still_wakes_the_consumer_at_its_poll(
     url: str, tmp_path: Path, lost: str
 ) -> None:
-    """Without a notification (the producer has ``notify=off``, or the directory of
-    the consumer's socket was removed under it), the consumer still gets the put
-    from its poll."""
-    wake_dir = tmp_path / "q.db-wake"
+    """Without a notification (the producer has ``notify=off``, the directory of the
+    consumer's socket was removed under it, or the file's path is too long for a
+    Unix socket's), the consumer still gets the put from its poll; nothing is left
+    beside the file."""
+    if lost == "socket path too long":
+        deep = tmp_path / ("d" * 110)
+        deep.mkdir()
+        url = f"sqlite:///{deep / 'q.db'}"
+    wake_dir = Path(f"{parse_url(url)[0]}-wake")
     producer_url = f"{url}?notify=off" if lost == "notify=off" else url
+
+    def before_the_put() -> None:
+        if lost == "directory removed":
+            _bound_a_socket(wake_dir)
+            shutil.rmtree(wake_dir)
+
     consumer = _consumer(f"{url}?poll_interval=0.3")
     try:
         with Queue(producer_url, name="q0") as q:
-            took = _put_and_time(q, consumer, lambda: shutil.rmtree(wake_dir, ignore_errors=True))
+            took = _put_and_time(q, consumer, before_the_put)
         assert took < PROMPTLY
         assert consumer.wait(30) == 0
+        assert not wake_dir.exists()
     finally:
         consumer.kill()
         consumer.communicate()
@@ -445,10 +465,7 @@ def test_the_socket_of_a_killed_consumer_does_not_break_later_puts(
     try:
         assert consumer.stdout is not None
         assert consumer.stdout.readline().strip() == "waiting"
-        deadline = time.monotonic() + PROMPTLY
-        while not (wake_dir.exists() and any(wake_dir.iterdir())):
-            assert time.monotonic() < deadline, "the consumer bound no socket"
-            time.sleep(0.01)
+        _bound_a_socket(wake_dir)
     finally:
         consumer.kill()
         consumer.communicate()

@@ -83,6 +83,8 @@ class Listener:
                 raise OSError(f"cannot bind a socket in {directory!r}")
         except BaseException:
             sock.close()
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)  # if this made it, and nobody else is in it
             raise
         self._sock = sock
 
