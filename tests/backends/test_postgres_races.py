@@ -102,6 +102,42 @@ def test_two_consumers_claiming_at_once_skip_each_others_rows(admin: Any, schema
         assert [m.id for m in q.reserve(max=10, wait=0)] == ["p0"]
 
 
+def test_a_claim_skips_an_expired_lease_another_transaction_holds(admin: Any, schema: str) -> None:
+    """A message whose lease expired while another transaction holds its row: a claim
+    takes the other due messages at once; a consumer waiting meanwhile does not spin
+    on the held one (its CPU over a one-second wait stays near that of a wait on an
+    empty queue) and takes it, attempt counted, soon after the lock is gone."""
+    url = url_of(schema)
+    with Queue(url, name="expired") as q, Queue(url, name="empty") as empty:
+        q.put("first", id="m0")
+        assert [m.id for m in q.reserve(wait=0, lease=0.05)] == ["m0"]
+        time.sleep(0.15)  # m0's lease has expired: its row is active until settled
+        q.put("next", id="m1")
+        cpu = time.process_time()
+        assert empty.reserve(wait=1.0) == []
+        quiet = time.process_time() - cpu
+        waiter: list[tuple[float, list[Any]]] = []
+        with holding(schema, "expired", "m0") as holder:
+            got = while_held(holder, lambda: q.reserve(max=5, wait=0))
+            assert [m.id for m in got] == ["m1"]
+            q.ack(got[0])
+            cpu = time.process_time()
+            assert while_held(holder, lambda: q.reserve(wait=1.0)) == []
+            spent = time.process_time() - cpu
+            thread = threading.Thread(
+                target=lambda: waiter.append((time.monotonic(), q.reserve(wait=10))),
+                daemon=True,
+            )
+            thread.start()
+            time.sleep(0.3)  # it sleeps on the held row
+            released = time.monotonic()
+        thread.join(15)
+        assert spent < 10 * quiet + 0.15, f"{spent:.3f} s of CPU against {quiet:.3f} s"
+        woken, messages = waiter[0]
+        assert [(m.id, m.attempts) for m in messages] == [("m0", 2)]
+        assert woken - released < 2.0, f"taken {woken - released:.2f} s after the lock went"
+
+
 READS: dict[str, Callable[[Queue], Any]] = {
     "stats": lambda q: q.stats().ready,
     "peek": lambda q: sorted(m.id for m in q.peek()),

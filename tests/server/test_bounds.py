@@ -321,14 +321,18 @@ async def _use_and_empty(client: httpx.AsyncClient, index: int) -> None:
 
 async def _come_and_go(client: httpx.AsyncClient, state: Any, url: str) -> None:
     assert (await client.post("/v1/queues/kept/messages", json={"payload": 1})).is_success
-    [held] = (await client.post("/v1/queues/kept/reserve", json={})).json()["messages"]
+    # A lease that outlasts the test on a loaded machine (the default 30 s did not).
+    reserved = await client.post("/v1/queues/kept/reserve", json={"lease_seconds": 3600})
+    [held] = reserved.json()["messages"]
     before = (await client.get("/metrics")).text
     for start in range(0, _UNKNOWN_NAMES, 100):
         await asyncio.gather(*(_ask_about(client, i) for i in range(start, start + 100)))
     for start in range(0, SERVE_QUEUE_CACHE + 100, 50):
         await asyncio.gather(*(_use_and_empty(client, i) for i in range(start, start + 50)))
     assert state.cached <= 2 * SERVE_QUEUE_CACHE
-    assert _alive(url) <= 2 * SERVE_QUEUE_CACHE + 10
+    # Past the caches: at most the last batch's 50 queues and their put batchers, which
+    # a finished request may still hold until the loop drops its task (CI saw 2,061).
+    assert _alive(url) <= 2 * SERVE_QUEUE_CACHE + 100
     for _ in range(2):  # a queue gone at two scrapes in a row loses its series
         after = (await client.get("/metrics")).text
     assert "nobody-" not in after

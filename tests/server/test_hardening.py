@@ -19,7 +19,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from delayq._log import log_event
 from delayq.server import ServeConfig, create_app
-from delayq.server._auth import SESSION_HEADER, AttemptThrottle, Sessions, cookie_value
+from delayq.server._auth import SESSION_HEADER, AttemptThrottle, Sessions
 
 from ._helpers import JSON_TYPE, TOKEN, error_of, put, session_of, signed_in, stats
 from .conftest import MakeClient
@@ -128,16 +128,7 @@ def test_bad_allowed_hosts_are_refused(allowed: tuple[str, ...]) -> None:
         ServeConfig(url="memory://x", allowed_hosts=bad)
 
 
-# -- 2. headers: parsed in linear time, capped -----------------------------------------
-
-
-def test_a_hostile_cookie_is_read_in_linear_time() -> None:
-    """The standard library's cookie parser is quadratic on backslashes (CVE-2024-7592:
-    20 KB took 3.6 s); a megabyte would take hours. This one reads it at once."""
-    hostile = '"' + "\\" * 1_000_000 + '"'
-    scope = {"headers": [(b"cookie", f"a={hostile}; sid=v1".encode())]}
-    assert cookie_value(scope, "sid") == "v1"
-    assert cookie_value({"headers": [(b"cookie", hostile.encode())]}, "sid") is None
+# -- 2. headers: cookies dropped, sizes capped ------------------------------------------
 
 
 def test_a_hostile_cookie_changes_nothing(make_client: MakeClient) -> None:

@@ -74,3 +74,7 @@ MAX_DUE_HORIZON = 366 * 86400.0
 
 #: Most messages one ``ack_many`` call takes.
 MAX_ACK_MANY = 10_000
+
+#: The header of a cron tick (its value the tick time, epoch ms): the runtime's
+#: producers put ticks with it; the server tells a waiting tick from overdue work by it.
+TICK_HEADER = "delayq-cron-tick"

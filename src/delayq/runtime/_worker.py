@@ -60,6 +60,7 @@ from ._constants import (
     CRON_TICK_HEADER,
     DEFAULT_WORKER_CONCURRENCY,
     DEFAULT_WORKER_GRACE,
+    WORKER_BURST_LIMIT,
     WORKER_ERROR_BACKOFF,
     WORKER_EXTEND_DIVISOR,
     WORKER_IDLE_WAIT,
@@ -71,7 +72,7 @@ from ._cron import plan_tick, tick_id
 from ._outage import Outage
 from ._pool import DaemonPool, Gate, NotStarted, RunTimedOut, Slots, SyncLane
 
-__all__ = ["Discard", "Handler", "HandlerTimeout", "Retry", "Worker", "current_message"]
+__all__ = ["Discard", "Handler", "HandlerTimeout", "JobRun", "Retry", "Worker", "current_message"]
 
 #: A handler of plain messages: ``handler(msg)``, sync or async.
 Handler = Callable[[Message], Any]
@@ -108,6 +109,28 @@ class Discard(Exception):
     def __init__(self, reason: str = "discarded") -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class JobRun:
+    """How one run of a message ended, as :meth:`Worker.burst` reports it.
+
+    ``message`` is the message as reserved (``attempts`` counts this run); ``task``,
+    ``args`` and ``kwargs`` are its task call (``task`` None: not a task message);
+    ``outcome`` is ``"succeeded"``, ``"retried"`` (back to wait for its next attempt),
+    ``"dead"``, ``"skipped"`` (a cron tick not run), ``"lease_lost"`` or
+    ``"unsettled"`` (the backend did not take the outcome); ``error`` is what the run
+    raised (None when it returned); ``time`` is the worker clock's epoch seconds when
+    it ended.
+    """
+
+    message: Message
+    task: str | None
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    outcome: str
+    error: BaseException | None
+    time: float
 
 
 @dataclass(slots=True)
@@ -249,6 +272,7 @@ class Worker:
         self._inbox_closed = False
         self._runner_context: contextvars.Context | None = None
         self._outage: Outage | None = None
+        self._journal: list[JobRun] | None = None  # a burst's runs
 
     # -- running ----------------------------------------------------------------------
     def run(self) -> None:
@@ -355,6 +379,86 @@ class Worker:
             await self._close_queues()
             self._loop = None
             log_event(_INFO, "worker.stopped", **dict(self.counts))
+
+    async def burst(self, *, limit: int = WORKER_BURST_LIMIT) -> list[JobRun]:
+        """Run every message due now, and those that these runs make due by now (a
+        task sent with no delay, ``Retry(0)``), then return how each run ended, in
+        order. Nothing waits for time to pass: with a :class:`~delayq.FakeClock`, a
+        test moves the clock and runs a burst (:mod:`delayq.testing` does).
+
+        Each message takes the path it takes under :meth:`serve` for a job of its own:
+        its task looked up, its arguments bound, the handler on the loop (async) or a
+        thread (sync) with :func:`current_message`, its timeout, then ack, retry with
+        the task's backoff, or dead. Cron and interval schedules first put their next
+        tick. Up to ``concurrency`` messages of a queue run at once, taken in due
+        order. More than ``limit`` runs with messages still due is a ``RuntimeError``
+        (a task that sends itself again with no delay would never end). Not while the
+        worker serves.
+        """
+        if type(limit) is not int or limit < 1:
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        if self._loop is not None:
+            raise RuntimeError("the worker is serving or in a burst already")
+        self._loop = asyncio.get_running_loop()
+        self._gate = Gate(self.concurrency)
+        self._pool = DaemonPool()
+        journal: list[JobRun] = []
+        self._journal = journal
+        self._open_queues()
+        try:
+            now_ms = int(self._clock.time() * 1000.0)
+            for job in self._cron_jobs():  # as the producers of serve() put it
+                tick = job.tick_item(job.schedule.next_after(now_ms))
+                await self._queues[job.task.queue].put(**tick)
+            while await self._burst_round(limit - len(journal)):
+                pass
+            for acker in self._ackers.values():
+                await acker.drain()
+            return journal
+        finally:
+            self._journal = None
+            self._pool.shutdown(wait=False)
+            self._pool = DaemonPool()  # started by its first handler: serve() may follow
+            await self._close_queues()
+            self._loop = None
+
+    async def _burst_round(self, left: int) -> bool:
+        """Run what is due in each queue, up to ``concurrency`` at once: whether any ran."""
+        ran = False
+        for queue in self._queues.values():
+            if left <= 0:
+                if (await queue.stats()).ready:
+                    raise RuntimeError(
+                        "the burst ran its limit of messages and more are due: does a "
+                        "task send itself again with no delay?"
+                    )
+                continue
+            msgs = await queue.reserve(max=min(self.concurrency, left), wait=0, lease=self.lease)
+            left -= len(msgs)
+            ran = ran or bool(msgs)
+            await asyncio.gather(*(self._job(queue, msg) for msg in msgs))
+        return ran
+
+    def _note(
+        self, msg: Message, call: _Call | None, outcome: str, error: BaseException | None
+    ) -> None:
+        """Add a run to the burst's journal (none under :meth:`serve`)."""
+        if self._journal is None:
+            return
+        if call is not None and self._app is not None:
+            task: str | None = call.label
+            args, kwargs = call.args, call.kwargs
+        elif self._app is not None:
+            try:
+                task, arguments, kwargs = decode_envelope(msg.payload)
+                args = tuple(arguments)
+            except UnknownTask:
+                task, args, kwargs = None, (), {}
+        else:
+            task, args, kwargs = None, (msg,), {}
+        self._journal.append(
+            JobRun(msg, task, args, dict(kwargs), outcome, error, self._clock.time())
+        )
 
     def _waiting(self) -> int:
         """How many reserved messages wait for a handler (at the gate or the lane)."""
@@ -743,9 +847,11 @@ class Worker:
             return
         if not acked:
             self.counts["lease_lost"] += 1
+            self._note(msg, call, "lease_lost", None)
             log_event(_WARNING, "job.lease_lost", queue=queue.name, id=msg.id, at="ack")
             return
         self.counts["succeeded"] += 1
+        self._note(msg, call, "succeeded", None)
         log_event(
             _INFO,
             "job.succeeded",
@@ -799,6 +905,7 @@ class Worker:
         await queue.put(**job.tick_item(plan.next_tick))
         if not plan.run:
             self.counts["skipped"] += 1
+            self._note(msg, call, "skipped", None)
             log_event(_INFO, "cron.skipped", task=job.task.name, id=msg.id, reason=plan.reason)
             call.tick_ms = None
             return False
@@ -865,12 +972,15 @@ class Worker:
                 fields["retry_in"] = round(delay, 3) if state is State.SCHEDULED else None
         except LeaseLost:
             self.counts["lease_lost"] += 1
+            self._note(msg, call, "lease_lost", exc)
             log_event(_WARNING, "job.lease_lost", at="nack", error=repr(exc), **fields)
             return
         except Exception as failed:  # the backend did not answer, or the queue closed
+            self._note(msg, call, "unsettled", exc)
             log_event(_WARNING, "job.unsettled", error=repr(exc), nack_error=repr(failed), **fields)
             return
         self.counts["dead" if state is State.DEAD else "retried"] += 1
+        self._note(msg, call, "dead" if state is State.DEAD else "retried", exc)
         level = _ERROR if state is State.DEAD else _WARNING
         fields.update(
             state=state.value,

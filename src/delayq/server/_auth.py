@@ -21,9 +21,6 @@ A wrong token, as a bearer or in the login form, is logged (``auth.failed``) and
 counted against the client's address (:class:`AttemptThrottle`): past a burst, that
 address's token attempts are a 429 until the throttle refills. Sessions are not
 throttled: they cannot be guessed.
-
-:func:`cookie_value` reads one cookie in linear time whatever the header holds (the
-standard library's parser is quadratic on some inputs).
 """
 
 from __future__ import annotations
@@ -58,7 +55,6 @@ __all__ = [
     "Sessions",
     "TokenAuth",
     "client_key",
-    "cookie_value",
     "header",
     "token_matches",
 ]
@@ -72,7 +68,7 @@ OPEN_PREFIXES = ("/static/",)
 _SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS"))
 _API_PREFIX = "/v1/"
 # Paths a browser is never redirected from: machines read them.
-_MACHINE_PREFIXES = ("/v1/", "/metrics", "/openapi.json", "/docs")
+_MACHINE_PREFIXES = ("/v1/", "/metrics", "/openapi.json", "/docs", "/redoc")
 # A session value longer than this is not one of ours (and is not looked at further).
 _MAX_SESSION_VALUE = 128
 _SESSION_HEADER_KEY = SESSION_HEADER.encode()
@@ -95,19 +91,6 @@ def header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers", ()):
         if key == name:
             return bytes(value).decode("latin-1")
-    return None
-
-
-def cookie_value(scope: Scope, name: str) -> str | None:
-    """The value of cookie ``name`` in the request's Cookie headers, as sent (not
-    unquoted), or None. Linear in the headers' length."""
-    for key, value in scope.get("headers", ()):
-        if key != b"cookie":
-            continue
-        for part in bytes(value).decode("latin-1").split(";"):
-            found, sep, text = part.partition("=")
-            if sep and found.strip() == name:
-                return text.strip()
     return None
 
 

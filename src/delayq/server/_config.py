@@ -34,7 +34,6 @@ from ._constants import (
 )
 
 __all__ = [
-    "SESSION_COOKIE",
     "AnyPort",
     "ServeConfig",
     "check_queue_name",
@@ -43,11 +42,6 @@ __all__ = [
     "is_loopback_host",
     "split_callback_host",
 ]
-
-#: The cookie delayq reads: none. The dashboard's session travels in a header its
-#: script sends (:data:`~._auth.SESSION_HEADER`), because a browser sends a cookie to
-#: every port of its host.
-SESSION_COOKIE: str | None = None
 
 
 def check_queue_name(name: str) -> str:

@@ -24,13 +24,12 @@ and the per-client bound on waiting reserves.
   with a token and one without (``/openapi.json`` requires every body, so generated
   clients send JSON).
 
-The request it passes on carries only the cookies delayq reads (:data:`_COOKIES_READ`,
-none while :data:`~._config.SESSION_COOKIE` is None), found by
-:func:`~._auth.cookie_value`'s linear scan, and only when their value is in the small
-alphabet of a session value; every other cookie is dropped before anything else sees
-it. The framework underneath parses every request's cookies with the standard
-library's ``http.cookies._unquote``, which is quadratic on backslashes on some Pythons
-(CVE-2024-7592: 30,000 of them held the event loop 1.7 s).
+The request it passes on carries no Cookie header: delayq reads no cookie (the
+dashboard's session travels in a header its script sends, because a browser sends a
+cookie to every port of its host), and the framework underneath parses every
+request's cookies with the standard library's ``http.cookies._unquote``, which is
+quadratic on backslashes on some Pythons (CVE-2024-7592: 30,000 of them held the event
+loop 1.7 s).
 
 Together these hold for a server without a token, on loopback (``make run``), where
 no credential stands between a web page in the user's browser and the queue.
@@ -38,7 +37,6 @@ no credential stands between a web page in the user's browser and the queue.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,8 +44,8 @@ from urllib.parse import unquote_to_bytes, urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ._auth import client_key, cookie_value, header
-from ._config import SESSION_COOKIE, ServeConfig, host_name
+from ._auth import client_key, header
+from ._config import ServeConfig, host_name
 from ._constants import SERVE_MAX_HEADER_BYTES
 from ._errors import ApiError, error_response
 
@@ -61,11 +59,6 @@ _DEFAULT_PORTS = {"http": "80", "https": "443"}
 # The headers the guard reads (``x-requested-with``: a header no cross-site form can
 # send).
 _WATCHED = frozenset((b"host", b"content-type", b"origin", b"sec-fetch-site", b"x-requested-with"))
-# The cookies the app reads: the guard passes on these alone.
-_COOKIES_READ = tuple(name for name in (SESSION_COOKIE,) if name)
-# What a value of theirs may hold (RFC 3986's unreserved characters: no quote, no
-# backslash, nothing a cookie parser unquotes).
-_COOKIE_VALUE = re.compile(r"[A-Za-z0-9._~-]{1,512}")
 # Host header values whose verdict is remembered; past it the memory starts again.
 _HOSTS_REMEMBERED = 256
 
@@ -142,21 +135,12 @@ def _body_may_follow(scope: Scope) -> bool:
     return header(scope, b"transfer-encoding") is not None
 
 
-def _only_our_cookies(scope: Scope) -> Scope:
-    """``scope`` with its Cookie headers replaced by one that holds only the cookies
-    of :data:`_COOKIES_READ` whose value is safe (none when there is none)."""
+def _without_cookies(scope: Scope) -> Scope:
+    """``scope`` without its Cookie headers (the server reads none)."""
     headers = scope.get("headers", ())
     if not any(name == b"cookie" for name, _ in headers):
         return scope
-    kept = []
-    for name in _COOKIES_READ:
-        value = cookie_value(scope, name)
-        if value is not None and _COOKIE_VALUE.fullmatch(value):
-            kept.append(f"{name}={value}")
-    others = [(name, value) for name, value in headers if name != b"cookie"]
-    if kept:
-        others.append((b"cookie", "; ".join(kept).encode("latin-1")))
-    return {**scope, "headers": others}
+    return {**scope, "headers": [(name, value) for name, value in headers if name != b"cookie"]}
 
 
 class RequestGuard:
@@ -185,7 +169,7 @@ class RequestGuard:
                 scope, receive, send
             )
             return
-        await self.app(_only_our_cookies(scope), receive, send)
+        await self.app(_without_cookies(scope), receive, send)
 
     def _host_allowed(self, host: bytes | None) -> bool:
         if host is None:

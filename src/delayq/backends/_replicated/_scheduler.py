@@ -518,6 +518,10 @@ class Scheduler:
         if self._stopped:
             return
         self._stopped = True
+        if self._serving:
+            # The election goes with this process's connection: the next candidate
+            # takes over.
+            log_event(logging.INFO, "scheduler_stepped_down", reign=self._reign)
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()

@@ -223,6 +223,13 @@ def _version_8(s: str) -> list[str]:
     return [statements.claim_function(s)]
 
 
+def _version_9(s: str) -> list[str]:
+    """A claim no longer waits for an expired lease's row that another transaction
+    holds locked: it settles the others and names the held one as an event soon
+    (``statements.SETTLE_RETRY_MS``)."""
+    return [statements.claim_function(s)]
+
+
 #: The steps, in order: ``MIGRATIONS[i]`` takes a schema from version ``i`` to ``i + 1``.
 MIGRATIONS: list[Callable[[str], list[str]]] = [
     _version_1,
@@ -233,6 +240,7 @@ MIGRATIONS: list[Callable[[str], list[str]]] = [
     _version_6,
     _version_7,
     _version_8,
+    _version_9,
 ]
 #: The version this code writes and reads.
 VERSION = len(MIGRATIONS)

@@ -32,6 +32,7 @@ import hashlib
 __all__ = [
     "CLAIM_COMMIT",
     "CLAIM_PICK",
+    "SETTLE_RETRY_MS",
     "WAITER_STALE_MS",
     "Prepared",
     "Statements",
@@ -77,6 +78,19 @@ _EXPIRED_DEAD = f"{_EXPIRED} AND m.attempts >= m.max_attempts"
 #: (due_at, seq), rows another claim holds skipped. The partial index messages_due
 #: serves it (tests/backends/test_postgres.py checks the plan). ``{q}``, ``{f}`` and
 #: ``{n}`` are the queue, the floor and the limit: the claim function's variables.
+#: The expired leases a claim settles first (:func:`claim_function`): those of the
+#: queue another transaction does not hold locked. ``{s}``, ``{q}``, ``{f}`` as in
+#: :data:`CLAIM_PICK`.
+CLAIM_EXPIRED = """
+SELECT e.id FROM {s}.messages AS e
+WHERE e.queue = {q} AND e.state = 'active' AND e.lease_until <= {f}
+FOR UPDATE SKIP LOCKED"""
+
+#: How soon a claim that left an expired lease unsettled, because another transaction
+#: held its row, names as the queue's next event (ms): a consumer looks again then,
+#: rather than at once (a spin) or only when its sleep ends.
+SETTLE_RETRY_MS = 50
+
 CLAIM_PICK = """
 SELECT d.id FROM {s}.messages AS d
 WHERE d.queue = {q} AND d.state = 'scheduled' AND d.due_at <= {f}
@@ -219,11 +233,12 @@ $$"""
 
 def claim_function(s: str) -> str:
     """``claim(queue, n, lease_ms, expired, waiter, sleep_ms)``: settle() the queue's
-    expired leases, then apply_reserve() to up to ``n`` due messages (earliest first,
-    FIFO), each under a fresh random token until ``c + lease_ms``; one clock reading,
-    one transaction. Returns the claimed rows with the floor as ``now_ms``; when none
-    was due, one row whose ``id`` is NULL and whose ``lease_until`` is the next event
-    (the earliest due time or lease expiry of the queue, NULL when there is none).
+    expired leases (but those whose rows another transaction holds, which it names as an
+    event :data:`SETTLE_RETRY_MS` away), then apply_reserve() to up to ``n`` due messages
+    (earliest first, FIFO), each under a fresh random token until ``c + lease_ms``; one
+    clock reading, one transaction. Returns the claimed rows with the floor as ``now_ms``;
+    when none was due, one row whose ``id`` is NULL and whose ``lease_until`` is the next
+    event (the earliest due time or lease expiry of the queue, NULL when there is none).
 
     ``waiter`` (NULL: none) names a consumer that will sleep up to ``sleep_ms`` when
     nothing is due: then, under the queue's advisory lock in exclusive mode (see
@@ -269,11 +284,14 @@ DECLARE
     sleeps_until bigint;
 BEGIN
     {CLAIM_COMMIT}
+    -- Rows another transaction holds are left for a later claim: a claim never waits.
+    WITH gone AS MATERIALIZED ({CLAIM_EXPIRED.format(s=s, q="q", f="f")})
     UPDATE {s}.messages AS m
     SET state = CASE WHEN m.attempts >= m.max_attempts THEN 'dead' ELSE 'scheduled' END,
         due_at = CASE WHEN m.attempts >= m.max_attempts THEN m.due_at ELSE m.lease_until END,
         lease = NULL, lease_until = NULL, last_error = expired
-    WHERE m.queue = q AND m.state = 'active' AND m.lease_until <= f;
+    FROM gone
+    WHERE m.queue = q AND m.id = gone.id;
 
     -- MATERIALIZED: a pick rescanned as the inner side of a join would skip the rows it
     -- has just locked and take the next ones.
@@ -301,7 +319,9 @@ BEGIN
     END IF;
     SELECT min(d.due_at) INTO next_due FROM {s}.messages AS d
     WHERE d.queue = q AND d.state = 'scheduled';
-    SELECT min(d.lease_until) INTO next_lease FROM {s}.messages AS d
+    -- An expired lease still here is one another transaction held: look again soon.
+    SELECT min(CASE WHEN d.lease_until > f THEN d.lease_until ELSE f + {SETTLE_RETRY_MS} END)
+    INTO next_lease FROM {s}.messages AS d
     WHERE d.queue = q AND d.state = 'active';
     IF w_id IS NOT NULL AND sleep_ms > 0 THEN
         DELETE FROM {s}.waiters AS w WHERE w.queue = q AND w.until < f - {WAITER_STALE_MS};

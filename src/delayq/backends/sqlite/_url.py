@@ -8,6 +8,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ..._duration import bounded_seconds
 from ..._switch import switch
+from ...durable.descriptor import check_url_options
 from ...errors import UnsupportedURL
 from ._constants import SQLITE_BUSY_TIMEOUT, SQLITE_POLL_INTERVAL, SQLITE_SYNCHRONOUS
 
@@ -38,9 +39,7 @@ def parse_url(url: str, **options: Any) -> tuple[str, dict[str, Any]]:
             "it cannot hold a queue; use memory:// or a file path"
         )
     given: dict[str, Any] = dict(parse_qsl(parts.query, keep_blank_values=True))
-    unknown = sorted(set(given) - OPTIONS)
-    if unknown:
-        raise UnsupportedURL(f"unknown sqlite URL parameter(s) {', '.join(unknown)} in {url!r}")
+    check_url_options(url, given, OPTIONS)
     unknown = sorted(set(options) - OPTIONS)
     if unknown:
         raise TypeError(f"unknown sqlite option(s): {', '.join(unknown)}")
