@@ -40,8 +40,8 @@ ROLE = re.compile(
 CONSTANT = re.compile(r'<span class="n">([A-Z][A-Z0-9_]+)</span>')
 #: The modules of delayq's constants, whose values stand for their names.
 CONSTANT_MODULES = (
-    "delayq.durable._constants",
-    "delayq.runtime._constants",
+    "delayq.durable.constants",
+    "delayq.runtime.constants",
     "delayq.inproc._constants",
     "delayq.server._constants",
 )

@@ -25,7 +25,7 @@ import pytest
 import uvicorn
 
 from delayq import Queue
-from delayq.durable._constants import TICK_HEADER
+from delayq.durable.constants import TICK_HEADER
 from delayq.durable.queue import AsyncQueue
 from delayq.durable.retry import RetryPolicy
 from delayq.runtime import Worker

@@ -12,9 +12,9 @@ import re
 from pathlib import Path
 
 from cli._helpers import Cli
-from delayq.durable._traceback import short_error, user_traceback
 from delayq.durable.queue import AsyncQueue
 from delayq.durable.retry import RetryPolicy
+from delayq.durable.traceback import short_error, user_traceback
 from delayq.runtime import Worker
 
 from .conftest import MakeClient

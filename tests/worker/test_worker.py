@@ -14,8 +14,8 @@ import pytest
 
 import delayq
 from conformance.conftest import BACKENDS
-from delayq.durable._constants import MAX_ERROR_LENGTH
-from delayq.durable._facade import error_text
+from delayq.durable.constants import MAX_ERROR_LENGTH
+from delayq.durable.facade import error_text
 from delayq.durable.message import Message, State
 from delayq.durable.queue import AsyncQueue, Queue
 from delayq.durable.retry import RetryPolicy

@@ -28,16 +28,16 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from ..durable._constants import (
+from ..durable.constants import (
     DEFAULT_DEAD_LIMIT,
     DEFAULT_PEEK_LIMIT,
     DEFAULT_QUEUE_NAME,
     MAX_PEEK_LIMIT,
 )
-from ..durable._traceback import short_error, user_traceback
 from ..durable.message import Message, PutResult, State, Stats
 from ..durable.queue import Queue
 from ..durable.registry import redact_url
+from ..durable.traceback import short_error, user_traceback
 from ._common import (
     CliError,
     at_option,

@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from .._names import check_queue_name
-from ..durable._constants import DEFAULT_QUEUE_NAME
-from ..durable._facade import check_identifier
+from ..durable.constants import DEFAULT_QUEUE_NAME
+from ..durable.facade import check_identifier
 from ..durable.message import Message, OnConflict
 from ..durable.queue import AsyncQueue, Queue
 from ..durable.registry import default_url, redact_url
 from ..durable.retry import RetryPolicy
-from ._constants import CRON_TICK_HEADER
 from ._cron import CronSchedule, EverySchedule, Schedule, tick_id
+from .constants import CRON_TICK_HEADER
 
 __all__ = [
     "App",

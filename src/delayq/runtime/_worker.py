@@ -2,7 +2,7 @@
 
 One asyncio loop per worker. Per queue a reserver claims up to as many messages as
 there are free slots (``concurrency + prefetch``) and starts a job for each; at most
-``concurrency`` of them run their handler at once (:class:`~delayq.runtime._pool.Gate`),
+``concurrency`` of them run their handler at once (:class:`~delayq.runtime.pool.Gate`),
 the rest wait their turn (the prefetch: the next handler starts without waiting for a
 reserve round trip). Async handlers run on the loop, sync ones on a daemon thread
 each. A handler's place goes to the next message as soon as it returns, before its
@@ -11,7 +11,7 @@ third of the lease, so a waiting or long job is never handed to someone else whi
 its worker is alive. Outcomes:
 
 * returned: ``ack`` (the acks of jobs finishing close together go out as one
-  ``ack_many``, see :mod:`delayq.runtime._ack_batch`);
+  ``ack_many``, see :mod:`delayq.runtime.ack_batch`);
 * raised :class:`Retry`: ``nack`` after the asked delay (the attempt counts);
 * raised :class:`Discard`, an unknown task, or arguments its task's function cannot
   take: dead at once (``nack(dead=True)``);
@@ -24,7 +24,7 @@ then gives the rest back (``release``: due
 where they were, the attempt not charged) and returns; a second
 signal skips the grace period. Every change is logged on the ``delayq`` logger. A
 backend that stops answering is tried again with a doubling pause, one log line per
-step and one when it is back (:mod:`delayq.runtime._outage`).
+step and one when it is back (:mod:`delayq.runtime.outage`).
 """
 
 from __future__ import annotations
@@ -47,15 +47,16 @@ from .._clock import SYSTEM_CLOCK, Clock
 from .._duration import delay_to_seconds
 from .._log import log_enabled as _log_enabled
 from .._log import log_event, log_raised
-from ..durable._constants import DEFAULT_LEASE
-from ..durable._traceback import user_frames
+from ..durable.constants import DEFAULT_LEASE
 from ..durable.message import Message, State
 from ..durable.queue import AsyncQueue
 from ..durable.retry import RetryPolicy
+from ..durable.traceback import user_frames
 from ..errors import LeaseLost, QueueClosed
-from ._ack_batch import AckBatcher, AckOutcome
 from ._app import App, BadArguments, CronJob, UnknownTask, decode_envelope
-from ._constants import (
+from ._cron import plan_tick, tick_id
+from .ack_batch import AckBatcher, AckOutcome
+from .constants import (
     CRON_ACK_GUARD,
     CRON_PRODUCER_MAX_SLEEP,
     CRON_TICK_HEADER,
@@ -68,10 +69,9 @@ from ._constants import (
     WORKER_PREFETCH_AHEAD,
     WORKER_PREFETCH_MAX_PER_HANDLER,
 )
-from ._consumer import LeaseRenewer, check_prefetch, extend_lease, prefetch_slots, reserve_loop
-from ._cron import plan_tick, tick_id
-from ._outage import Outage
-from ._pool import DaemonPool, Gate, NotStarted, RunTimedOut, Slots, SyncLane
+from .consumer import LeaseRenewer, check_prefetch, extend_lease, prefetch_slots, reserve_loop
+from .outage import Outage
+from .pool import DaemonPool, Gate, NotStarted, RunTimedOut, Slots, SyncLane
 
 __all__ = ["Discard", "Handler", "HandlerTimeout", "JobRun", "Retry", "Worker", "current_message"]
 

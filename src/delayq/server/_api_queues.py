@@ -18,8 +18,8 @@ from fastapi.responses import JSONResponse, Response
 from .._duration import seconds_to_ms
 from .._log import log_event
 from ..durable import AsyncQueue, Message, State, Stats
-from ..durable._constants import DEFAULT_QUEUE_NAME
-from ..runtime._outage import error_kind
+from ..durable.constants import DEFAULT_QUEUE_NAME
+from ..runtime.outage import error_kind
 from ._api import KNOWN_QUERY, QueueDep, StateDep, error_docs, state_of
 from ._budget import Page, fetch_page, messages_answer, per_message, position
 from ._constants import (

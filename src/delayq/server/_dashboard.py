@@ -44,8 +44,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .. import __version__
 from .._log import log_event, log_raised
 from ..durable import AsyncQueue, Message, State
-from ..durable._traceback import user_traceback
 from ..durable.registry import redact_url
+from ..durable.traceback import user_traceback
 from ..errors import QueueClosed
 from ._auth import SESSION_HEADER, AttemptThrottle, Sessions, client_key, token_matches
 from ._budget import fetch_page, per_message, position

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..durable import AsyncQueue, Message, State, Stats
-from ..durable._constants import TICK_HEADER
+from ..durable.constants import TICK_HEADER
 
 __all__ = ["stats_json", "stats_json_many", "work_lag"]
 

@@ -31,7 +31,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from .._names import MAX_ID_LENGTH
-from ..durable._constants import DEFAULT_DEAD_LIMIT, DEFAULT_LEASE
+from ..durable.constants import DEFAULT_DEAD_LIMIT, DEFAULT_LEASE
 from ._callbacks import CALLBACK_METHODS
 from ._constants import CALLBACK_MAX_TIMEOUT, SERVE_MAX_BATCH, SERVE_MAX_LIMIT, SERVE_MAX_WAIT
 from ._errors import ERROR_CODES

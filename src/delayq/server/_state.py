@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..durable import AsyncQueue, Message
-from ..durable._traceback import short_error
+from ..durable.traceback import short_error
 from ._coalesce import PutCoalescer
 from ._config import ServeConfig, check_queue_name
 from ._constants import CALLBACK_HEADER, SERVE_COALESCE_MAX_BATCH, SERVE_QUEUE_CACHE

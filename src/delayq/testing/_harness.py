@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from .._clock import FakeClock
 from .._duration import delay_to_seconds
-from ..durable._constants import MAX_PEEK_LIMIT
+from ..durable.constants import MAX_PEEK_LIMIT
 from ..durable.message import Message
 from ..runtime import App, Discard, JobRun, Retry, Task, Worker
 

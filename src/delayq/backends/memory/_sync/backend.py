@@ -15,9 +15,10 @@ import threading
 from collections.abc import Sequence
 from math import inf
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from ...._clock import SYSTEM_CLOCK, Clock
+from ....durable.descriptor import check_url_options
 from ....durable.message import Now, Position, PutRequest, Record, State, Stats
 from ....errors import QueueClosed, UnsupportedURL
 from .._store import Store, shared_store, stores_of
@@ -27,6 +28,7 @@ __all__ = ["MemoryBackend", "open_backend"]
 
 def _namespace(url: str) -> str:
     parts = urlsplit(url)
+    check_url_options(url, dict(parse_qsl(parts.query, keep_blank_values=True)), ())
     if parts.scheme.lower() != "memory" or parts.path not in ("", "/") or parts.query:
         raise UnsupportedURL(f"a memory URL is memory:// or memory://<namespace>, not {url!r}")
     return parts.netloc

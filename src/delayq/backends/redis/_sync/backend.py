@@ -24,6 +24,7 @@ from .._functions import Functions
 from .._link import Link
 from .._listen import Listener, log_lost, next_backoff
 from .._ops import Call, Operations
+from .._refused import FirstUse
 from .._resend import tracked_client
 from .._scan import scan_queues
 from .._scripts import Claim
@@ -57,6 +58,7 @@ class RedisBackend:
 
     def __init__(self, url: str, **options: Any) -> None:
         self._settings: Settings = parse_url(url, **options)
+        self._first = FirstUse(url, self._settings)
         self._ops = Operations(self._settings.prefix)
         self._closed = False
         # No retries in redis-py: the scripts are sent again as _resend.py says.
@@ -86,7 +88,11 @@ class RedisBackend:
     def _run(self, call: Call[T]) -> T:
         self._check_open()
         try:
-            reply = self._link(call.script, call.keys, call.args)
+            if self._first.answered:
+                reply = self._link(call.script, call.keys, call.args)
+            else:  # a failure that says the server cannot be used is ServerRefused
+                with self._first:
+                    reply = self._link(call.script, call.keys, call.args)
         except CONNECTION_ERRORS:
             self._check_open()
             raise
@@ -237,7 +243,10 @@ class RedisBackend:
     def queues(self) -> list[str]:
         """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
         self._check_open()
-        return scan_queues(self._client, self.prefix)
+        if self._first.answered:
+            return scan_queues(self._client, self.prefix)
+        with self._first:
+            return scan_queues(self._client, self.prefix)
 
     def peek(
         self, queue: str, *, state: State | None, limit: int, after: Position | None = None

@@ -33,6 +33,7 @@ from .._functions import Functions
 from .._hub import Hub
 from .._listen import Listener, log_lost, next_backoff
 from .._ops import Call
+from .._refused import FirstUse
 from .._resend import call
 from .._scan import scan_queues
 from .._settings import REDIS_RECONNECT_FIRST
@@ -68,6 +69,7 @@ class ShardedRedisBackend(ShardedBase):
         #: The cluster's map is loaded (a later reload is redis-py's own, with a default
         #: node to route by meanwhile); a single node needs none.
         self._mapped = not self._settings.cluster
+        self._first = FirstUse(url, self._settings)
 
     @property
     def client(self) -> Any:
@@ -76,7 +78,14 @@ class ShardedRedisBackend(ShardedBase):
 
     def _ready(self) -> Any:
         """The client, with the cluster's map loaded (see the module docstring); a
-        single-node client as is."""
+        single-node client as is. Until the server answered once, a PING too: a
+        failure of either is ServerRefused (:mod:`.._refused`)."""
+        if not self._first.answered:
+            with self._first:
+                if not self._mapped:
+                    self._client.initialize()
+                    self._mapped = True
+                self._client.ping()
         if not self._mapped:
             self._client.initialize()
             self._mapped = True

@@ -72,7 +72,7 @@ class AsyncSQLiteBackend:
                 return records
             timeout = _seconds_until(next_ms, give_up)
             if timeout is None or timeout > 0.0:
-                await wake.wait_async(generation, timeout)
+                await wake.wait_async(generation, timeout, queue)
             peek = True
 
     async def ack(self, queue: str, id: str, token: str) -> None:

@@ -70,7 +70,7 @@ class SQLiteBackend:
                 return records
             timeout = _seconds_until(next_ms, give_up)
             if timeout is None or timeout > 0.0:
-                wake.wait(generation, timeout)
+                wake.wait(generation, timeout, queue)
             peek = True
 
     def ack(self, queue: str, id: str, token: str) -> None:

@@ -2,7 +2,26 @@
 
 from __future__ import annotations
 
-from ..durable._constants import TICK_HEADER
+from ..durable.constants import TICK_HEADER
+
+__all__ = [
+    "BACKEND_RETRY_MAX",
+    "CRON_ACK_GUARD",
+    "CRON_PRODUCER_MAX_SLEEP",
+    "CRON_TICK_HEADER",
+    "DEFAULT_WORKER_CONCURRENCY",
+    "DEFAULT_WORKER_GRACE",
+    "DEFAULT_WORKER_PREFETCH_PER_HANDLER",
+    "SUPERVISOR_RESTART_FIRST",
+    "SUPERVISOR_RESTART_MAX",
+    "SUPERVISOR_STABLE",
+    "WORKER_BURST_LIMIT",
+    "WORKER_ERROR_BACKOFF",
+    "WORKER_EXTEND_DIVISOR",
+    "WORKER_IDLE_WAIT",
+    "WORKER_PREFETCH_AHEAD",
+    "WORKER_PREFETCH_MAX_PER_HANDLER",
+]
 
 #: Default number of handlers one :class:`~delayq.Worker` runs at once.
 DEFAULT_WORKER_CONCURRENCY = 8
