@@ -74,6 +74,23 @@ def test_a_failing_task_is_retried_at_the_policys_delays_then_dead_with_its_exce
     assert "WarehouseDown: order 5: warehouse unreachable" in dead.last_error
 
 
+def test_an_envelope_put_by_another_face_has_the_tasks_attempts(harness: Harness) -> None:
+    """A task message put as a plain envelope (as the HTTP API and ``delayq put`` do),
+    without ``max_attempts``, has the queue's default of 5: its task's 4 still end it,
+    at the same delays as a ``send``."""
+    shop.warehouse.up = False
+    queue = shop.app.queue("orders")
+    queue.put({"task": "ship", "args": [7], "kwargs": {}}, id="ship:7")
+    assert queue.get("ship:7").max_attempts == 5  # type: ignore[union-attr]
+    start = harness.clock.time()
+    harness.advance("1h")
+    runs = harness.runs_of(shop.ship)
+    assert [run.time - start for run in runs] == [0, 10, 40, 130]
+    assert [run.outcome for run in runs] == ["retried", "retried", "retried", "dead"]
+    [dead] = harness.dead(shop.ship)
+    assert dead.attempts == 4
+
+
 def test_a_task_that_recovers_on_its_second_attempt(harness: Harness) -> None:
     shop.warehouse.up = False
     shop.pay(6)

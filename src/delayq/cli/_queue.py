@@ -342,6 +342,13 @@ def send(
             raise CliError(str(exc)) from None
         queue = queue or defined.queue
         max_attempts = defined.max_attempts
+    elif queue is None:
+        click.echo(
+            f"warning: without --app or --queue the message goes to queue "
+            f"{DEFAULT_QUEUE_NAME!r}: a worker reads {task!r} from its task's queue "
+            f"(give --app MODULE:ATTR, or --queue)",
+            err=True,
+        )
     payload = {"task": task, "args": values, "kwargs": kwargs}
     name = queue or DEFAULT_QUEUE_NAME
     with open_queue(resolve_url(url), name, create=True) as q:

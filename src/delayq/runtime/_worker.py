@@ -147,6 +147,9 @@ class _Call:
     retry: RetryPolicy
     cron: CronJob | None = None
     tick_ms: int | None = None
+    # The task's max_attempts: it caps a message put by another face (the HTTP API,
+    # ``put`` of an envelope) that did not say it, as ``send`` does.
+    max_attempts: int | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -884,6 +887,7 @@ class Worker:
         task.check_arguments(tuple(args), kwargs)
         timeout = task.timeout if task.timeout is not None else self.timeout
         call = _Call(task.fn, tuple(args), kwargs, task.is_async, name, timeout, task.backoff)
+        call.max_attempts = task.max_attempts
         job = self._app.crons.get(name)
         tick = msg.headers.get(CRON_TICK_HEADER)
         if job is not None and tick is not None and tick.isdigit():
@@ -968,7 +972,10 @@ class Worker:
                 delay = policy.backoff(max(msg.attempts, 1))
                 # A timeout's traceback is the worker's own: its message says it all.
                 raised = f"HandlerTimeout: {exc}" if isinstance(exc, HandlerTimeout) else exc
-                state = await queue.nack(msg, delay=delay, error=raised)
+                if msg.attempts >= _max_attempts(msg, call):  # the task's, whatever the face
+                    state = await queue.nack(msg, error=raised, dead=True)
+                else:
+                    state = await queue.nack(msg, delay=delay, error=raised)
                 event = "job.failed"
                 fields["retry_in"] = round(delay, 3) if state is State.SCHEDULED else None
         except LeaseLost:
@@ -986,7 +993,7 @@ class Worker:
         fields.update(
             state=state.value,
             attempt=msg.attempts,
-            max_attempts=msg.max_attempts,
+            max_attempts=_max_attempts(msg, call),
             seconds=round(seconds, 6),
             error=f"{type(exc).__name__}: {exc}",
         )
@@ -1037,6 +1044,14 @@ class Worker:
 class HandlerTimeout(TimeoutError):
     """A handler ran past its timeout: a failure like any other (the message is
     nacked with its backoff). A sync handler's thread cannot be stopped and runs on."""
+
+
+def _max_attempts(msg: Message, call: _Call | None) -> int:
+    """The attempts ``msg`` has: its own, capped by its task's (a message put by a face
+    that did not say them, the HTTP API's, has the queue's default)."""
+    if call is None or call.max_attempts is None:
+        return msg.max_attempts
+    return min(msg.max_attempts, call.max_attempts)
 
 
 def _ack_failed(queue: AsyncQueue, msg: Message, exc: Exception) -> None:
