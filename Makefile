@@ -12,7 +12,7 @@ CONTRACT_STAMP := $(CONTRACT)/node_modules/.delayq-installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: run test test-redis-low test-serve-low lint bench mutate mutants clean contract-deps
+.PHONY: run docs test test-redis-low test-serve-low lint bench mutate mutants clean contract-deps
 
 $(BIN)/python:
 	@echo "make: creating $(VENV) (first run only)"
@@ -33,6 +33,11 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 run: $(SERVE_STAMP)
 	$(BIN)/delayq serve --url sqlite:///delayq.db --host $(HOST) --port $(PORT)
+
+# The documentation site (mkdocs.yml), built strictly (a broken link or reference
+# fails) into site/: open site/index.html, no server needed.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # Without npm the contract test is skipped (and fails when $$CI is set).
 $(CONTRACT_STAMP): $(CONTRACT)/package-lock.json
@@ -116,5 +121,5 @@ mutants: $(STAMP)
 	$(BIN)/python scripts/mutants.py $(MUTANTS_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache mutants $(CONTRACT)/node_modules \
+	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache mutants $(CONTRACT)/node_modules \
 	  $(CONTRACT)/generated $(CONTRACT)/build

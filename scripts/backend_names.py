@@ -11,7 +11,7 @@ one package and one line (docs/backends.md). In the faces (``cli/``, ``server/``
     python scripts/backend_names.py   # exit 1, one line per finding (make lint)
 
 A default URL is the one place a face may name a scheme: ``DEFAULT_QUEUE_URL`` of
-``durable/_constants.py``, which the others read.
+``durable/constants.py``, which the others read.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "delayq"
 FACES = ("cli", "server", "runtime", "durable")
 #: Where a face may name a scheme: the default URL, given once.
-ALLOWED = {("durable/_constants.py", "DEFAULT_QUEUE_URL")}
+ALLOWED = {("durable/constants.py", "DEFAULT_QUEUE_URL")}
 
 
 def _docstrings(tree: ast.AST) -> set[int]:

@@ -74,6 +74,7 @@ RULES: dict[str, str] = {
     "AsyncLink": "Link",
     "AsyncListener": "Listener",
     "AsyncHub": "Hub",
+    "AsyncFirstUse": "FirstUse",
     "AsyncRedisBackend": "RedisBackend",
     "AsyncShardedRedisBackend": "ShardedRedisBackend",
     "_link_async": "_link",

@@ -6,6 +6,7 @@ the line or forge a field.
 from __future__ import annotations
 
 import logging
+from types import TracebackType
 
 __all__ = ["LOGGER_NAME", "log_enabled", "log_event", "log_raised", "log_value"]
 
@@ -26,7 +27,12 @@ def log_value(value: object) -> str:
     return f'"{escaped}"'
 
 
-def _log(level: int, event: str, fields: dict[str, object], exc: BaseException | None) -> None:
+_ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None]
+
+
+def _log(
+    level: int, event: str, fields: dict[str, object], exc: BaseException | _ExcInfo | None
+) -> None:
     if logger.isEnabledFor(level):
         text = " ".join(
             f"{key}={log_value(value)}" for key, value in fields.items() if value is not None
@@ -48,6 +54,14 @@ def log_event(level: int, event: str, **fields: object) -> None:
     _log(level, event, fields, None)
 
 
-def log_raised(level: int, event: str, exc: BaseException, **fields: object) -> None:
-    """:func:`log_event`, followed by the traceback of ``exc`` (its whole chain)."""
-    _log(level, event, fields, exc)
+def log_raised(
+    level: int,
+    event: str,
+    exc: BaseException,
+    frames: TracebackType | None = None,
+    /,
+    **fields: object,
+) -> None:
+    """:func:`log_event`, followed by the traceback of ``exc`` (its whole chain); its
+    own frames from ``frames`` (a tail of ``exc.__traceback__``) when given."""
+    _log(level, event, fields, exc if frames is None else (type(exc), exc, frames))

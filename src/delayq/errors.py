@@ -9,9 +9,12 @@ __all__ = [
     "DelayqError",
     "DuplicateId",
     "LeaseLost",
+    "NoScheduler",
     "OutcomeUnknown",
     "PayloadTooLarge",
     "QueueClosed",
+    "SchedulerNotRunning",
+    "ServerRefused",
     "UnsupportedURL",
 ]
 
@@ -77,3 +80,30 @@ class BackendNotInstalled(DelayqError):
     def __init__(self, message: str, extra: str | None = None) -> None:
         super().__init__(redact_text(str(message)))
         self.extra = extra
+
+
+class ServerRefused(DelayqError):
+    """The server of a queue URL could not be used at the first call: it does not
+    answer, or it refused the connection (a wrong password, an unknown database, user
+    or virtual host, TLS on one side only, not a cluster). The message is one line that
+    names the URL (its password hidden) and the cause in plain words, the same on every
+    face; the client library's error is its ``__cause__``. Each backend raises a
+    subclass that is also its client library's connection error (a
+    ``psycopg.OperationalError``, a ``redis.ConnectionError``, a ``ConnectionError``),
+    so that code that waits out an outage (a Worker) waits this one out as well."""
+
+
+class NoScheduler(DelayqError, OSError):
+    """A call to a replicated backend (``amqp://``) got no answer from its namespace's
+    elected scheduler: none is elected, or it did not answer within the request timeout
+    (an outage: a consumer rides it out). An ``OSError``, as the backend's other
+    outages are."""
+
+
+class SchedulerNotRunning(NoScheduler):
+    """A call to a replicated backend needs the answer of its namespace's elected
+    scheduler, and no delayq process stands for election there, so none would answer:
+    the call was not sent (nothing ran). Known at once, where the call would otherwise
+    wait out its request timeout. The message says how to run one (``delayq scheduler
+    --url URL``; a ``delayq worker``, or any queue that waits in a reserve, stands
+    too)."""

@@ -17,12 +17,13 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from delayq import DuplicateId, LeaseLost
+from delayq import DuplicateId, LeaseLost, SchedulerNotRunning
 from delayq.durable import AsyncQueue, Queue
 
 pytest.importorskip("aiormq")
@@ -113,13 +114,27 @@ def test_threads_sharing_a_queue_each_get_their_own_outcome(url: str) -> None:
         q.purge()
 
 
-def scheduler_process(url: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
+def scheduler_process(url: str, *, wait: bool = True) -> subprocess.Popen[bytes]:
+    """A ``delayq scheduler`` of ``url``'s namespace; with ``wait``, once it stands for
+    election (a client's call is refused at once before: SchedulerNotRunning)."""
+    process = subprocess.Popen(
         [sys.executable, "-m", "delayq.cli", "scheduler", "--url", url],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=os.environ.copy(),
     )
+    if wait:
+        deadline = time.monotonic() + 30
+        with Queue(url.replace("scheduler=on", "scheduler=off"), name="jobs") as client:
+            while True:
+                try:
+                    client.stats()
+                    break
+                except SchedulerNotRunning:
+                    assert process.poll() is None, "the scheduler process ended"
+                    assert time.monotonic() < deadline, "no scheduler stood in 30 s"
+                    time.sleep(0.05)
+    return process
 
 
 def test_a_scheduler_killed_under_many_callers_loses_and_doubles_nothing(url: str) -> None:
@@ -145,7 +160,8 @@ def test_a_scheduler_killed_under_many_callers_loses_and_doubles_nothing(url: st
             async def kill() -> None:
                 nonlocal second
                 await halfway.wait()
-                second = scheduler_process(url)  # a candidate, elected once the first dies
+                # a candidate, elected once the first dies
+                second = scheduler_process(url, wait=False)
                 first.send_signal(signal.SIGKILL)
 
             await asyncio.gather(kill(), *(producer(k) for k in range(16)))

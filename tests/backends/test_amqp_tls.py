@@ -23,7 +23,7 @@ from delayq.errors import UnsupportedURL
 
 pytest.importorskip("aiormq")
 
-import aiormq
+from delayq.backends.amqp import ServerRefused
 
 from ._rabbitmq_nodes import RabbitNodes, unavailable
 
@@ -128,6 +128,7 @@ def test_a_tls_file_that_cannot_be_read_is_raised_at_once(tmp_path: Path) -> Non
 def test_credentials_the_broker_refuses_are_raised_at_once() -> None:
     """Not ridden out as an outage until the request timeout: no retry mends them."""
     url = "amqp://guest:not-the-password@127.0.0.1:5672/%2F?request_timeout=60"
-    with Queue(url, name="jobs") as q, pytest.raises(aiormq.exceptions.AMQPConnectionError) as got:
+    with Queue(url, name="jobs") as q, pytest.raises(ServerRefused) as got:
         q.put("x")
-    assert "ACCESS_REFUSED" in str(got.value)
+    assert "refused the login" in str(got.value)
+    assert "ACCESS_REFUSED" in str(got.value.__cause__)

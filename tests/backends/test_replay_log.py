@@ -4,7 +4,7 @@ an entry with requests, a pointer below its begin, a log whose head was dropped.
 
 The log is written here, through the codec, by :class:`Lineage`: a scheduler's view of
 the namespace, whose every operation is applied to the pure model
-(:class:`~delayq.durable._records.Records`, over the transitions of
+(:class:`~delayq.backends._records.Records`, over the transitions of
 ``delayq.durable.message``) and logged as the scheduler logs it (the records it
 wrote, whole; the ids it deleted; the reply it earned). A deposed scheduler is a copy
 of the lineage that goes on writing. A real :class:`Scheduler` then takes over through
@@ -25,6 +25,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from delayq.backends._records import Records
 from delayq.backends._replicated._codec import (
     decode_outcome,
     decode_requests,
@@ -35,7 +36,6 @@ from delayq.backends._replicated._codec import (
 )
 from delayq.backends._replicated._scheduler import Scheduler
 from delayq.backends._replicated._transport import Delivery, LogEntry
-from delayq.durable._records import Records
 from delayq.durable.message import Now, Record
 
 #: The epoch ms every logged operation happened at; the replaying scheduler's clock

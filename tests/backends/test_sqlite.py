@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
+import shutil
 import sqlite3
+import statistics
 import subprocess
 import sys
 import textwrap
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -325,6 +327,162 @@ def test_a_waiting_consumer_gets_a_put_from_another_process(url: str, tmp_path: 
     finally:
         consumer.kill()
         consumer.communicate()
+
+
+# -- cross-process wake-ups (datagrams beside the file; the poll as the safety net) -----
+
+_CONSUMER = """
+import asyncio, sys, time
+from delayq.durable import AsyncQueue, Queue
+
+url, face, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+def report(got):
+    print(time.time(), len(got), flush=True)
+
+if face == "sync":
+    with Queue(url, name="q0") as q0, Queue(url, name="q1") as q1:
+        q0.stats()
+        for i in range(rounds):
+            q = (q0, q1)[i % 2]
+            print("waiting", flush=True)
+            got = q.reserve(wait=30)
+            report(got)
+            q.ack_many(got)
+else:
+    async def main():
+        async with AsyncQueue(url, name="q0") as q0, AsyncQueue(url, name="q1") as q1:
+            await q0.stats()
+            for i in range(rounds):
+                q = (q0, q1)[i % 2]
+                print("waiting", flush=True)
+                got = await q.reserve(wait=30)
+                report(got)
+                await q.ack_many(got)
+    asyncio.run(main())
+"""
+
+#: The consumers' poll, the longest allowed: a wake-up that waited for it stands out.
+_SLOW_POLL = 1.0
+
+
+def _consumer(url: str, face: str = "sync", rounds: int = 1) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _CONSUMER, url, face, str(rounds)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _put_and_time(q: Queue, consumer: subprocess.Popen[str], before: Callable[[], None]) -> float:
+    """Once ``consumer`` says it waits, settle, run ``before``, put one message; the
+    seconds from just before the put until the consumer got it."""
+    assert consumer.stdout is not None
+    assert consumer.stdout.readline().strip() == "waiting"
+    time.sleep(0.1)  # into its wait
+    before()
+    sent = time.time()
+    q.put("wake up")
+    received, count = consumer.stdout.readline().split()
+    assert count == "1"
+    return float(received) - sent
+
+
+def _bound_a_socket(wake_dir: Path) -> None:
+    """Wait until a consumer has a socket in ``wake_dir``."""
+    deadline = time.monotonic() + PROMPTLY
+    while not (wake_dir.exists() and any(wake_dir.iterdir())):
+        assert time.monotonic() < deadline, "the consumer bound no socket"
+        time.sleep(0.01)
+
+
+def _wake_times(url: str, face: str, rounds: int, before: Callable[[], None]) -> list[float]:
+    consumer = _consumer(f"{url}?poll_interval={_SLOW_POLL}", face, rounds)
+    try:
+        with Queue(url, name="q0") as q0, Queue(url, name="q1") as q1:
+            times = [_put_and_time((q0, q1)[i % 2], consumer, before) for i in range(rounds)]
+        assert consumer.wait(30) == 0
+        return times
+    finally:
+        consumer.kill()
+        consumer.communicate()
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_put_wakes_a_consumer_in_another_process_long_before_its_poll(
+    url: str, tmp_path: Path, face: str
+) -> None:
+    """A consumer blocked in ``reserve(wait=30)`` in another process, polling only
+    every second, gets each of 20 puts in a small fraction of that second (the
+    median, against a quarter of the poll: waiting for the poll makes it about half),
+    waiting on two queues in turn (so each is one writers are asked for while the
+    consumer's socket exists). Once the consumer closed, no socket or directory is
+    left beside the file."""
+    times = _wake_times(url, face, 20, lambda: None)
+    assert statistics.median(times) < _SLOW_POLL / 4, times
+    assert sorted(p.name for p in tmp_path.iterdir() if "wake" in p.name) == []
+
+
+@pytest.mark.parametrize("lost", ["notify=off", "directory removed", "socket path too long"])
+def test_a_lost_notification_still_wakes_the_consumer_at_its_poll(
+    url: str, tmp_path: Path, lost: str
+) -> None:
+    """Without a notification (the producer has ``notify=off``, the directory of the
+    consumer's socket was removed under it, or the file's path is too long for a
+    Unix socket's), the consumer still gets the put from its poll; nothing is left
+    beside the file."""
+    if lost == "socket path too long":
+        deep = tmp_path / ("d" * 110)
+        deep.mkdir()
+        url = f"sqlite:///{deep / 'q.db'}"
+    wake_dir = Path(f"{parse_url(url)[0]}-wake")
+    producer_url = f"{url}?notify=off" if lost == "notify=off" else url
+
+    def before_the_put() -> None:
+        if lost == "directory removed":
+            _bound_a_socket(wake_dir)
+            shutil.rmtree(wake_dir)
+
+    consumer = _consumer(f"{url}?poll_interval=0.3")
+    try:
+        with Queue(producer_url, name="q0") as q:
+            took = _put_and_time(q, consumer, before_the_put)
+        assert took < PROMPTLY
+        assert consumer.wait(30) == 0
+        assert not wake_dir.exists()
+    finally:
+        consumer.kill()
+        consumer.communicate()
+
+
+def test_the_socket_of_a_killed_consumer_does_not_break_later_puts(
+    url: str, tmp_path: Path
+) -> None:
+    """A consumer killed while it waits leaves its socket beside the file; the next
+    put succeeds and removes it, and a new consumer is woken as promptly as ever."""
+    wake_dir = tmp_path / "q.db-wake"
+    consumer = _consumer(url)
+    try:
+        assert consumer.stdout is not None
+        assert consumer.stdout.readline().strip() == "waiting"
+        _bound_a_socket(wake_dir)
+    finally:
+        consumer.kill()
+        consumer.communicate()
+    assert any(wake_dir.iterdir())  # the killed process's leftovers
+    with Queue(url, name="q0") as q:
+        q.put("for nobody", delay="1h")
+        assert not wake_dir.exists()
+        assert q.stats().scheduled == 1
+    times = _wake_times(url, "sync", 3, lambda: None)
+    assert statistics.median(times) < _SLOW_POLL / 4, times
+
+
+def test_notify_is_an_on_off_option(url: str) -> None:
+    assert parse_url(f"{url}?notify=off")[1]["notify"] is False
+    assert parse_url(url, notify=True)[1]["notify"] is True
+    with pytest.raises(ValueError, match="notify"):
+        Queue(url, notify="sometimes")
 
 
 def test_a_waiting_thread_wakes_for_a_put_through_the_same_queue(queue: Queue) -> None:

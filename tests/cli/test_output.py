@@ -182,3 +182,15 @@ def test_stats_watch_ends_quietly_when_its_reader_leaves(
                 process.kill()
         assert process.stderr.read() == "", extra  # no "cannot use the queue" line
         assert process.returncode == 1, extra  # as rich ends the table's watch
+
+
+def test_dead_tracebacks_on_a_pipe_have_a_short_heading_line(
+    cli: Cli, queue: Queue, piped: None
+) -> None:
+    _dead(queue, "d", {"n": 1})
+    result = cli("dead", "jobs", "--traceback")
+    assert result.exit_code == 0, result.output
+    [heading] = [line for line in result.stdout.splitlines() if line.startswith("d ")]
+    assert "(1/1 attempts)" in heading
+    assert len(heading) <= 80, len(heading)  # a rule, not 100,000 characters of one
+    assert "boom" in result.stdout

@@ -387,7 +387,7 @@ def test_send_puts_the_task_envelope_a_worker_runs(cli: Cli, url: str) -> None:
         "kwargs": {"retry": True, "note": "two words"},
     }
     assert msg.due_at > now_ms() + 3_500_000
-    again = cli("send", "charge", "43", "--id", "c-42")
+    again = cli("send", "charge", "43", "--id", "c-42", "--queue", "default")
     assert (again.exit_code, again.stdout) == (0, "c-42\n")
     assert again.stderr == (
         "message 'c-42' already exists in queue 'default': the existing message was kept "

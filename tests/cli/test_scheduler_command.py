@@ -5,9 +5,11 @@ long-running commands on an amqp:// namespace that has no scheduler yet."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 from conformance.conftest import amqp_url
 from delayq import Queue
 from delayq.cli._common import check_backend
+from delayq.durable.registry import redact_url
 
 from ._helpers import Cli, one_error_line
 
@@ -48,11 +51,12 @@ def test_a_scheduler_process_serves_clients_that_never_stand(plain_url: str) -> 
             deadline = time.monotonic() + 30
             while True:
                 try:
-                    id = client.put("hello")
+                    client.stats()
                     break
-                except OSError:  # no scheduler elected yet
+                except OSError:  # no scheduler stands, or none is elected yet
                     assert process.poll() is None, process.communicate()[1]
                     assert time.monotonic() < deadline
+            id = client.put("hello")
             [message] = client.reserve(wait=0)
             assert message.id == id
             client.ack(message)
@@ -65,3 +69,76 @@ def test_a_scheduler_process_serves_clients_that_never_stand(plain_url: str) -> 
 
 def test_the_startup_check_passes_on_a_namespace_without_a_scheduler(plain_url: str) -> None:
     check_backend(plain_url, "jobs", 20.0)  # raises CliError when it does not answer
+
+
+class _Logged:
+    """A ``delayq scheduler`` process and the lines it logged, read as they come."""
+
+    def __init__(self, url: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "delayq.cli", "scheduler"],
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "COLUMNS": "200", "DELAYQ_URL": url},
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        self.lines.extend(self.process.stderr)
+
+    def events(self) -> list[str]:
+        """The delayq events logged so far, in order (``scheduler_elected``...)."""
+        found = (re.search(r" delayq: (\w+)", text) for text in list(self.lines))
+        return [event.group(1) for event in found if event]
+
+    def wait_for(self, event: str, count: int = 1) -> None:
+        deadline = time.monotonic() + 30
+        while self.events().count(event) < count:
+            assert self.process.poll() is None or self._reader.is_alive(), self.lines
+            assert time.monotonic() < deadline, (event, self.lines)
+            time.sleep(0.02)
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(30)
+        self._reader.join(10)
+        return code
+
+
+def test_a_scheduler_logs_its_start_election_hand_over_and_stop(plain_url: str) -> None:
+    first = _Logged(plain_url)
+    second: _Logged | None = None
+    try:
+        first.wait_for("scheduler_elected")
+        second = _Logged(plain_url)
+        second.wait_for("scheduler_standing")
+        assert "scheduler_elected" not in second.events()  # the first leads
+        assert first.stop() == 0
+        assert first.events() == [
+            "scheduler_process_started",
+            "scheduler_elected",
+            "scheduler_standing",
+            "scheduler_stepped_down",
+            "scheduler_process_stopped",
+        ] or first.events() == [
+            "scheduler_process_started",
+            "scheduler_standing",
+            "scheduler_elected",
+            "scheduler_stepped_down",
+            "scheduler_process_stopped",
+        ], first.lines
+        [started] = [text for text in first.lines if "scheduler_process_started" in text]
+        assert redact_url(plain_url) in started
+        assert "guest:guest@" not in started
+        assert "signal=SIGTERM" in first.lines[-1]
+        second.wait_for("scheduler_elected")  # the hand-over
+        assert second.stop() == 0
+        assert second.events()[-2:] == ["scheduler_stepped_down", "scheduler_process_stopped"]
+    finally:
+        for logged in (first, second):
+            if logged is not None and logged.process.poll() is None:
+                logged.process.kill()
+                logged.process.wait(10)

@@ -67,3 +67,16 @@ def test_send_refuses_what_the_python_call_refuses_with_the_same_line(
     fits = cli("send", "cancel_if_unpaid", "7", "--kw", "reason=late", "--app", f"{shop}:app")
     assert fits.exit_code == 0, fits.output
     app.close()
+
+
+def test_send_without_app_or_queue_says_where_the_message_goes(cli: Cli, url: str) -> None:
+    """Without --app the task's queue is unknown: the message goes to ``default``, and
+    stderr says so (a worker of a task on ``orders`` would never see it)."""
+    result = cli("send", "cancel_if_unpaid", "7")
+    assert result.exit_code == 0, result.output
+    assert "without --app or --queue the message goes to queue 'default'" in result.stderr
+    with Queue(url, name="default") as q:
+        assert q.stats().total == 1
+    quiet = cli("send", "cancel_if_unpaid", "8", "--queue", "orders")
+    assert quiet.exit_code == 0, quiet.output
+    assert quiet.stderr == ""

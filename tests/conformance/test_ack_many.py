@@ -10,7 +10,7 @@ import pytest
 
 from delayq import QueueClosed
 from delayq.durable import Message, State
-from delayq.durable._constants import MAX_ACK_MANY
+from delayq.durable.constants import MAX_ACK_MANY
 
 from ._helpers import total
 

@@ -7,19 +7,15 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from delayq.durable import registry
 from delayq.durable.descriptor import BackendDescriptor, BackendDriver
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("backend_names", ROOT / "scripts/backend_names.py")
-assert _spec is not None
-assert _spec.loader is not None
-backend_names = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(backend_names)
+from ._scripts import ROOT, load_script
+
+backend_names = load_script("backend_names")
 
 SCHEMES = ("memory", "sqlite", "redis", "rediss", "amqp", "amqps", "postgresql")
 CLIENTS = ("sqlite3", "redis", "psycopg", "aiormq")

@@ -8,6 +8,9 @@ browser is the system's ``/usr/bin/chromium`` (``.ci/run`` installs it).
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import json
 import re
 import threading
 import time
@@ -22,6 +25,10 @@ import pytest
 import uvicorn
 
 from delayq import Queue
+from delayq.durable.constants import TICK_HEADER
+from delayq.durable.queue import AsyncQueue
+from delayq.durable.retry import RetryPolicy
+from delayq.runtime import Worker
 from delayq.server import ServeConfig, create_app
 from delayq.server._auth import SESSION_HEADER, Sessions
 
@@ -507,3 +514,119 @@ def test_ids_do_not_wrap_a_letter_a_line_on_a_phone(
             tab.screenshot(path=str(tmp_path / "phone.png"), full_page=True)
     finally:
         context.close()
+
+
+def _dead_letter(url: str, queue: str, message_id: str) -> None:
+    """A real Worker fails ``message_id`` of ``queue`` until it is dead."""
+
+    def charge(msg: object) -> None:
+        raise ValueError(f"card declined: {getattr(msg, 'payload', None)}")
+
+    async def main() -> None:
+        handle = AsyncQueue(url, name=queue, retry=RetryPolicy(max_attempts=1))
+        await handle.put({"order": 9}, id=message_id)
+        worker = Worker(handle, charge)
+        task = asyncio.create_task(worker.serve())
+        async with asyncio.timeout(20):
+            while worker.counts["dead"] < 1:
+                await asyncio.sleep(0.01)
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+        await handle.close()
+
+    # Playwright's sync API runs a loop in this thread: the worker's runs in another.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, main()).result()
+
+
+def test_every_page_links_hints_and_ticks(tmp_path: Path, page: sync_api.Page) -> None:
+    """A fresh server: no callbacks row, the first-message hint for this server, the
+    footer's links; then a waiting cron tick (no lag warning), overdue work (a
+    warning), a dead letter's traceback from the handler's frames. Each page is
+    screenshotted into ``tmp_path``."""
+    expect = sync_api.expect
+    url = f"sqlite:///{tmp_path / 'pages.db'}"
+    with serving(ServeConfig(url=url)) as base:  # the dispatcher runs: a callbacks queue
+        page.goto(base + "/")
+        expect(page.locator("#first-message")).to_be_visible()
+        expect(page.locator("#queue-rows tr.empty")).to_have_text("No queue holds a message yet.")
+        assert page.locator('#queue-rows tr[data-queue="callbacks"]').count() == 0
+        curl = page.locator("#hint-curl").inner_text()
+        assert curl.startswith(f"curl -X POST {base}/v1/queues/default/messages")
+        assert f"--url {url}" in page.locator("#hint-put").inner_text()
+        page.screenshot(path=str(tmp_path / "overview-empty.png"), full_page=True)
+        for path in ("/docs", "/redoc", "/openapi.json", "/metrics", "/healthz"):
+            link = page.locator(f'footer a[href="{path}"]')
+            expect(link).to_be_visible()
+            assert httpx.get(base + path, timeout=10).status_code == 200, path
+        # The hint's own command works.
+        body = json.loads(curl.rsplit("-d ", 1)[1].strip("'"))
+        put(base, "default", "first", body["payload"], delay=body["delay"])
+        expect(page.locator('#queue-rows tr[data-queue="default"]')).to_be_visible()
+        expect(page.locator("#first-message")).to_be_hidden()
+
+        # A tick a stopped worker left behind, and real work, both overdue by now.
+        _dead_letter(url, "payments", "declined")
+        with Queue(url, name="default") as queue:
+            queue.put({"task": "report"}, headers={TICK_HEADER: str(int(time.time() * 1000))})
+        put(base, "orders", "late", {"order": 1})
+        time.sleep(2.5)
+        page.reload()
+        default = page.locator('#queue-rows tr[data-queue="default"] td').nth(6)
+        expect(default).to_contain_text(re.compile(r"^0s tick waiting [2-9]s"))
+        expect(default).not_to_have_class(re.compile(r"\bwarn\b"))
+        orders = page.locator('#queue-rows tr[data-queue="orders"] td').nth(6)
+        expect(orders).to_have_class(re.compile(r"\bwarn\b"))
+        expect(orders).not_to_contain_text("tick")
+        page.screenshot(path=str(tmp_path / "overview.png"), full_page=True)
+        page.wait_for_timeout(1500)  # a refresh from the API draws the same cells
+        expect(default).to_contain_text("tick waiting")
+        expect(default).not_to_have_class(re.compile(r"\bwarn\b"))
+
+        page.goto(f"{base}/queues/default")
+        expect(page.locator('[data-stat="lag"]')).to_contain_text("tick waiting")
+        page.screenshot(path=str(tmp_path / "queue.png"), full_page=True)
+
+        page.goto(f"{base}/queues/payments")
+        dead = page.locator('#dead-rows tr[data-id="declined"] td.error')
+        expect(dead).to_contain_text("ValueError: card declined")
+        expect(dead).to_contain_text("in charge")
+        page.screenshot(path=str(tmp_path / "dead.png"), full_page=True)
+
+        page.goto(f"{base}/queues/payments/messages/declined")
+        shown = page.locator("#last-error").inner_text()
+        first = shown.split("Traceback (most recent call last):\n", 1)[1].split("\n", 1)[0]
+        assert Path(__file__).name in first, shown
+        assert "_pool.py" not in shown
+        expect(page.locator("#last-error-full")).to_be_hidden()
+        page.get_by_text("The whole text, delayq's own frames too").click()
+        expect(page.locator("#last-error-full")).to_contain_text("_pool.py")
+        page.screenshot(path=str(tmp_path / "message.png"), full_page=True)
+
+    with serving(ServeConfig(url=url, token=TOKEN, dispatch=False)) as base:
+        page.goto(base + "/")
+        expect(page.locator('input[name="token"]')).to_be_visible()
+        page.screenshot(path=str(tmp_path / "login.png"), full_page=True)
+
+
+def test_redoc_works_without_the_network(tmp_path: Path, browser: sync_api.Browser) -> None:
+    """/redoc renders the API from local files; the one image ReDoc's bundle names
+    on its CDN is refused by the page's policy, not fetched."""
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    aborted = local_only(context)
+    tab = context.new_page()
+    refused: list[str] = []
+    tab.on("console", lambda message: refused.append(message.text))
+    tab.on("pageerror", lambda error: refused.append(f"script error: {error}"))
+    try:
+        with serving(ServeConfig(url=f"sqlite:///{tmp_path / 'redoc.db'}", dispatch=False)) as base:
+            tab.goto(f"{base}/redoc")
+            sync_api.expect(tab.get_by_text("/v1/queues/{queue}/reserve").first).to_be_attached(
+                timeout=WAIT_MS
+            )
+            tab.screenshot(path=str(tmp_path / "redoc.png"))
+    finally:
+        context.close()
+    assert aborted == []
+    problems = [text for text in refused if "cdn.redoc.ly" not in text]
+    assert not [text for text in problems if "Content Security Policy" in text or "error" in text]

@@ -165,16 +165,16 @@ def _namespaces_refused() -> str:
     return "" if done.returncode == 0 else done.stderr.strip() or f"exit {done.returncode}"
 
 
-def _missing(tools: set[str]) -> None:
+def missing(tools: set[str], source: str = "the README") -> None:
     """Skip, or fail on CI, when one of ``tools`` is not on this machine (or namespaces
-    cannot be made)."""
-    missing = sorted(tool for tool in tools if shutil.which(tool) is None)
+    cannot be made); ``source`` names the page whose blocks need them."""
+    absent = sorted(tool for tool in tools if shutil.which(tool) is None)
     required = {name.strip() for name in os.environ.get("DELAYQ_REQUIRE", "").split(",")}
     strict = bool(os.environ.get("CI")) or bool(
-        "redis-server" in missing and ({"redis", "all"} & required)
+        "redis-server" in absent and ({"redis", "all"} & required)
     )
-    if missing:
-        message = f"the README's blocks need {', '.join(missing)}, not found on $PATH"
+    if absent:
+        message = f"{source}'s blocks need {', '.join(absent)}, not found on $PATH"
     elif "unshare" in tools and _namespaces_refused():
         message = f"unshare cannot make namespaces here: {_namespaces_refused()}"
     else:
@@ -217,49 +217,58 @@ def run_section(blocks: list[Block], workdir: Path) -> list[dict[str, Any]]:
     return steps
 
 
-def _show(step: dict[str, Any]) -> str:
+def _show(step: dict[str, Any], source: str) -> str:
     return (
-        f"README.md line {step['line']}: {step['what']}\n"
+        f"{source} line {step['line']}: {step['what']}\n"
         f"exit code {step['returncode']} {step['problem']}\n"
         f"--- stdout:\n{step['stdout']}\n--- stderr:\n{step['stderr']}"
     )
 
 
-def check_step(step: dict[str, Any]) -> None:
-    """What running one command or block as written must give."""
-    assert step["returncode"] == 0, _show(step)
-    assert not step["problem"], _show(step)
+def check_step(step: dict[str, Any], source: str = "README.md") -> None:
+    """What running one command or block of ``source`` as written must give."""
+    assert step["returncode"] == 0, _show(step, source)
+    assert not step["problem"], _show(step, source)
     what: str = step["what"]
     if what.startswith(("python", "node")):
-        assert not step["stderr"], _show(step)  # no traceback, no warning
+        assert not step["stderr"], _show(step, source)  # no traceback, no warning
     if what.endswith("verified()"):
         # a request signed by delayq.server.sign verifies; a copy with one signed part
         # changed (body, URL, method, a signed header, v3 stripped) does not
-        assert json.loads(step["stdout"]) == VERIFIED_ANSWERS, _show(step)
+        assert json.loads(step["stdout"]) == VERIFIED_ANSWERS, _show(step, source)
     elif what.startswith("curl "):
         answer = json.loads(step["stdout"])  # every API answer is JSON
         if any(placeholder in what for placeholder in PLACEHOLDERS):
             # ID and TOKEN stand for a reserved message's id and lease: as written, the
             # request is well formed and finds no such message, or no such lease.
-            assert answer["error"]["code"] in {"not_found", "lease_lost"}, _show(step)
+            assert answer["error"]["code"] in {"not_found", "lease_lost"}, _show(step, source)
         else:
-            assert not (isinstance(answer, dict) and "error" in answer), _show(step)
+            assert not (isinstance(answer, dict) and "error" in answer), _show(step, source)
+
+
+def run_as_written(
+    blocks: list[Block], workdir: Path, source: str = "README.md"
+) -> list[dict[str, Any]]:
+    """Run ``blocks`` of ``source`` in ``workdir`` (skipped without the tools they need)
+    and check each step as :func:`check_step` says: the steps, in order."""
+    missing(tools_needed(blocks), "the README" if source == "README.md" else source)
+    steps = run_section(blocks, workdir)
+    assert {step["line"] for step in steps} == {block.line for block in blocks}
+    commands = sum(len(b.commands()) if b.lang == "sh" else 1 for b in blocks)
+    assert len(steps) >= commands
+    for step in steps:
+        check_step(step, source)
+    return steps
 
 
 @pytest.mark.parametrize("section", list(SECTIONS), ids=[s[:30] for s in SECTIONS])
 def test_section_runs_as_written(section: str, tmp_path: Path) -> None:
     blocks = SECTIONS[section]
-    _missing(tools_needed(blocks))
-    steps = run_section(blocks, tmp_path / "work")
-    assert {step["line"] for step in steps} == {block.line for block in blocks}
-    commands = sum(len(b.commands()) if b.lang == "sh" else 1 for b in blocks)
-    assert len(steps) >= commands
     by_line = {block.line: block for block in blocks}
-    for step in steps:
-        check_step(step)
+    for step in run_as_written(blocks, tmp_path / "work"):
         documented = documented_output(by_line[step["line"]].code)
         if step["what"] == "python" and documented is not None:
             printed = step["stdout"].splitlines()
-            assert len(printed) == len(documented), _show(step)
+            assert len(printed) == len(documented), _show(step, "README.md")
             for line, (fragment, pattern) in zip(printed, documented, strict=True):
                 assert re.fullmatch(pattern, line), f"{fragment!r} printed {line!r}"

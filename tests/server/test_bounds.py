@@ -321,7 +321,9 @@ async def _use_and_empty(client: httpx.AsyncClient, index: int) -> None:
 
 async def _come_and_go(client: httpx.AsyncClient, state: Any, url: str) -> None:
     assert (await client.post("/v1/queues/kept/messages", json={"payload": 1})).is_success
-    [held] = (await client.post("/v1/queues/kept/reserve", json={})).json()["messages"]
+    # A lease that outlasts the test on a loaded machine (the default 30 s did not).
+    reserved = await client.post("/v1/queues/kept/reserve", json={"lease_seconds": 3600})
+    [held] = reserved.json()["messages"]
     before = (await client.get("/metrics")).text
     for start in range(0, _UNKNOWN_NAMES, 100):
         await asyncio.gather(*(_ask_about(client, i) for i in range(start, start + 100)))

@@ -44,6 +44,15 @@ def test_docs_have_a_policy_that_admits_their_one_inline_script(client: TestClie
     assert "unsafe-inline" not in dashboard
 
 
-def test_redoc_is_not_served(client: TestClient) -> None:
-    # ReDoc would fetch its logo from its CDN: only Swagger UI is served.
-    assert client.get("/redoc").status_code == 404
+def test_redoc_loads_only_local_files(client: TestClient) -> None:
+    page = client.get("/redoc")
+    assert page.status_code == 200
+    assert "http://" not in page.text
+    assert "https://" not in page.text
+    sources = re.findall(r'(?:src|href|spec-url)="([^"]+)"', page.text)
+    assert f"{ASSETS_PATH}/redoc.standalone.js" in sources
+    for source in sources:
+        assert client.get(source).status_code == 200, source
+    policy = page.headers["content-security-policy"]
+    assert "http" not in policy
+    assert "img-src 'self' data:;" in policy  # ReDoc's logo from its CDN is not fetched

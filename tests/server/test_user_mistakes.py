@@ -53,7 +53,7 @@ def test_a_backend_that_does_not_answer_is_503_not_500(
     response = redis_down.request(method, path, json=body)
     assert error_of(response, 503) == "backend_unavailable"
     message = response.json()["error"]["message"]
-    assert "backend does not answer (ConnectionError)" in message
+    assert "backend does not answer (ServerRefused)" in message  # one class, any backend
     assert "127.0.0.1" not in message  # where the backend is goes to the log only
     assert response.headers["retry-after"] == "1"
 

@@ -13,7 +13,7 @@ import pytest
 from delayq.durable.message import Message
 from delayq.durable.queue import AsyncQueue
 from delayq.runtime import Worker
-from delayq.runtime._ack_batch import AckBatcher
+from delayq.runtime.ack_batch import AckBatcher
 
 from ._helpers import memory_url, serve_until
 

@@ -72,6 +72,20 @@ def test_registration_errors() -> None:
         app.cron("every day")
 
 
+def test_a_cron_with_seconds_is_refused_with_a_pointer_to_every() -> None:
+    """Six fields (a seconds field first, as some crons take) are refused before
+    anything is registered, and the message says what runs every N seconds."""
+    app = App(memory_url())
+    with pytest.raises(ValueError, match=r'use five fields.*@app\.every\("2s"\)'):
+        app.cron("*/2 * * * * *")
+    with pytest.raises(ValueError, match=r'@app\.every\("15s"\)'):
+        app.cron("*/15 * * * * *")
+    with pytest.raises(ValueError, match=r"no seconds.*@app\.every\("):
+        app.cron("0 */5 * * * *")
+    assert app.crons == {}
+    assert app.tasks == {}
+
+
 def test_send_many_groups_by_queue_and_keeps_order() -> None:
     app = App(memory_url())
 

@@ -20,7 +20,7 @@ import pytest
 from backends._redis_server import RedisProcess
 from delayq.durable import AsyncQueue, Message
 from delayq.runtime import Worker
-from delayq.runtime._outage import Outage
+from delayq.runtime.outage import Outage
 
 from ._helpers import wait_for
 

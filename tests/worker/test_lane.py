@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from delayq.runtime import _pool
-from delayq.runtime._pool import NotStarted, SyncLane
+from delayq.runtime import pool
+from delayq.runtime.pool import NotStarted, SyncLane
 
 from ._helpers import wait_for
 
@@ -87,7 +87,7 @@ def _raise() -> None:
 @pytest.fixture
 def no_long_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     """No call counts as long: a loaded machine must not change what a test sees."""
-    monkeypatch.setattr(_pool, "LONG_CALL", float("inf"))
+    monkeypatch.setattr(pool, "LONG_CALL", float("inf"))
 
 
 @pytest.mark.usefixtures("no_long_calls")

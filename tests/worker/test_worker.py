@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+import delayq
 from conformance.conftest import BACKENDS
-from delayq.durable._constants import MAX_ERROR_LENGTH
-from delayq.durable._facade import error_text
+from delayq.durable.constants import MAX_ERROR_LENGTH
+from delayq.durable.facade import error_text
 from delayq.durable.message import Message, State
 from delayq.durable.queue import AsyncQueue, Queue
 from delayq.durable.retry import RetryPolicy
@@ -419,6 +420,40 @@ def test_a_failure_is_logged_with_its_traceback(caplog: pytest.LogCaptureFixture
     assert "KeyError: 'zz'" in text
     assert 'table["zz"]' in text
     assert "RuntimeError: no price for zz" in text
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_failures_log_traceback_starts_at_the_handler(
+    caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    """The operator reads where the handler raised, not delayq's call of it (the same
+    cut as the dead letters show)."""
+    url = memory_url()
+
+    def charge(msg: Message) -> None:
+        raise ValueError("card declined")
+
+    async def charge_async(msg: Message) -> None:
+        raise ValueError("card declined")
+
+    async def main() -> None:
+        queue = AsyncQueue(url, name="q", retry=FAST)
+        await queue.put("x", id="m", max_attempts=1)
+        worker = Worker(queue, charge if kind == "sync" else charge_async)
+        await serve_until(worker, lambda: worker.counts["dead"] == 1)
+        await queue.close()
+
+    caplog.set_level(logging.WARNING, logger="delayq")
+    asyncio.run(main())
+    [record] = [r for r in caplog.records if r.getMessage().startswith("job.failed")]
+    text = logging.Formatter().format(record)
+    trace = text[text.index("Traceback (most recent call last):") :].splitlines()
+    frames = [line for line in trace if line.startswith('  File "')]
+    assert frames, text
+    assert __file__ in frames[0], text  # the handler's own frame first
+    package = str(Path(delayq.__file__).parent)
+    assert not [frame for frame in frames if package in frame], text
+    assert trace[-1] == "ValueError: card declined"
 
 
 def test_a_long_traceback_is_cut_keeping_the_summary_and_its_end() -> None:

@@ -25,7 +25,7 @@ from rich.text import Text
 
 from .._duration import delay_to_seconds
 from .._redact import redact_text
-from ..durable._constants import DEFAULT_QUEUE_URL
+from ..durable.constants import DEFAULT_QUEUE_URL
 from ..durable.queue import Queue
 from ..durable.registry import (
     client_errors,

@@ -25,7 +25,7 @@ import click
 from rich.console import Console
 
 from .. import __version__
-from ..durable._constants import DEFAULT_QUEUE_URL
+from ..durable.constants import DEFAULT_QUEUE_URL
 from ..durable.registry import default_url, scheme_of
 from ..errors import UnsupportedURL
 from ._bench import bench

@@ -24,10 +24,11 @@ from rich.console import Console, Group
 from rich.json import JSON
 from rich.live import Live
 from rich.panel import Panel
+from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from ..durable._constants import (
+from ..durable.constants import (
     DEFAULT_DEAD_LIMIT,
     DEFAULT_PEEK_LIMIT,
     DEFAULT_QUEUE_NAME,
@@ -36,6 +37,7 @@ from ..durable._constants import (
 from ..durable.message import Message, PutResult, State, Stats
 from ..durable.queue import Queue
 from ..durable.registry import redact_url
+from ..durable.traceback import short_error, user_traceback
 from ._common import (
     CliError,
     at_option,
@@ -68,6 +70,9 @@ _STATES = [state.value for state in State]
 #: The width of output that is not for a terminal: wide enough that no table line
 #: wraps, and tables (which do not expand) take only the width their cells need.
 _PIPED_WIDTH = 100_000
+#: The width of a heading rule (wider for a long title; never wider than the console):
+#: on a pipe, a rule as wide as the console would be a line of 100,000 characters.
+_RULE_WIDTH = 80
 
 
 def _console() -> Console:
@@ -337,6 +342,13 @@ def send(
             raise CliError(str(exc)) from None
         queue = queue or defined.queue
         max_attempts = defined.max_attempts
+    elif queue is None:
+        click.echo(
+            f"warning: without --app or --queue the message goes to queue "
+            f"{DEFAULT_QUEUE_NAME!r}: a worker reads {task!r} from its task's queue "
+            f"(give --app MODULE:ATTR, or --queue)",
+            err=True,
+        )
     payload = {"task": task, "args": values, "kwargs": kwargs}
     name = queue or DEFAULT_QUEUE_NAME
     with open_queue(resolve_url(url), name, create=True) as q:
@@ -396,7 +408,7 @@ def _message_panel(msg: Message) -> Panel:
     for key, value in msg.headers.items():
         grid.add_row(f"header {key}", value)
     if msg.last_error is not None:
-        grid.add_row("last error", Text(msg.last_error, style="red"))
+        grid.add_row("last error", Text(user_traceback(msg.last_error), style="red"))
     body: Any = _unreadable(msg)
     if body is None and isinstance(msg.payload, bytes):
         body = Text(f"{len(msg.payload)} raw bytes: {msg.payload[:200]!r}")
@@ -668,13 +680,33 @@ def ls(*, queue: str, state: str | None, limit: int, as_json: bool, url: str | N
     metavar="all|ID",
     help="Make dead messages ready now with attempts reset: all, or an ID (repeatable).",
 )
+@click.option(
+    "--traceback",
+    "tracebacks",
+    is_flag=True,
+    help="Print each one's last error with its traceback (the handler's frames).",
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Like --traceback, with the whole stored text (delayq's own frames too).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON on stdout.")
 @url_option()
 def dead(
-    *, queue: str, limit: int, retry_ids: tuple[str, ...], as_json: bool, url: str | None
+    *,
+    queue: str,
+    limit: int,
+    retry_ids: tuple[str, ...],
+    tracebacks: bool,
+    full: bool,
+    as_json: bool,
+    url: str | None,
 ) -> None:
     """List the dead messages of QUEUE (out of attempts, or discarded), or with --retry
-    give them another chance."""
+    give them another chance. The list shows each last error's first line and where
+    the handler's own code raised it; --traceback prints the tracebacks, --full and
+    --json the whole stored text."""
     target = resolve_url(url)
     if retry_ids:
         _retry(target, queue, retry_ids)
@@ -688,6 +720,9 @@ def dead(
     if not messages:
         _console().print(f"no dead messages in queue {queue!r}")
         return
+    if tracebacks or full:
+        _print_errors(messages, full=full)
+        return
     table = Table(title=f"dead messages of {queue!r}", title_justify="left")
     for column in ("id", "attempts", "last error", "payload"):
         table.add_column(column, overflow="fold")
@@ -695,11 +730,23 @@ def dead(
         table.add_row(
             msg.id,
             f"{msg.attempts}/{msg.max_attempts}",
-            Text(msg.last_error or "", style="red"),
+            Text(short_error(msg.last_error or ""), style="red"),
             _unreadable(msg) or _short(msg.payload),
         )
-    table.caption = f"{len(messages)} shown of {total} dead"
+    table.caption = f"{len(messages)} shown of {total} dead (--traceback: their tracebacks)"
     _console().print(table)
+
+
+def _print_errors(messages: Sequence[Message], *, full: bool) -> None:
+    """Each message's id and attempts, then its last error: the handler's frames of
+    its traceback, or the whole stored text with ``full``."""
+    console = _console()
+    for msg in messages:
+        title = Text(f"{msg.id}  ({msg.attempts}/{msg.max_attempts} attempts)")
+        width = min(console.width, max(_RULE_WIDTH, title.cell_len + 4))
+        console.print(Rule(title, align="left"), width=width)
+        error = msg.last_error or "(no error recorded)"
+        console.print(Text(error if full else user_traceback(error), style="red"), soft_wrap=True)
 
 
 def _retry(url: str, queue: str, retry_ids: Sequence[str]) -> None:

@@ -9,14 +9,17 @@ the second takes over when the first goes.
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import threading
 
 import click
 
+from .._log import log_event
 from ..durable.queue import Queue
 from ..durable.registry import consumer_options, descriptor, descriptors, redact_url
-from ._common import CliError, freeze_startup_heap, resolve_url, translate_errors, url_option
+from ._common import freeze_startup_heap, resolve_url, translate_errors, url_option
 from ._worker import configure_logging, log_level_option
 
 __all__ = ["scheduler"]
@@ -46,16 +49,24 @@ def scheduler(*, log_level: str, url: str | None) -> None:
             )
         queue = Queue(url, **consumer_options(url))
     stop = threading.Event()
+    stopped_by: list[int] = []
+
+    def on_signal(signum: int, _: object) -> None:
+        stopped_by.append(signum)
+        stop.set()
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+        signal.signal(signum, on_signal)
     configure_logging(log_level)
+    log_event(logging.INFO, "scheduler_process_started", url=redact_url(url), pid=os.getpid())
     try:
-        try:
+        with translate_errors(url):
             queue.stats()  # connects and stands; fails fast when the broker is unreachable
-        except OSError as exc:
-            raise CliError(f"{redact_url(url)}: {exc}") from None
+        log_event(logging.INFO, "scheduler_standing")  # elected now, or when the lead goes
         freeze_startup_heap()
         while not stop.wait(3600):
             pass
     finally:
-        queue.close()
+        queue.close()  # an elected scheduler hands over (logged: scheduler_stepped_down)
+        signame = signal.Signals(stopped_by[0]).name if stopped_by else None
+        log_event(logging.INFO, "scheduler_process_stopped", signal=signame)

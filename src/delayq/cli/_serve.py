@@ -27,7 +27,7 @@ from .._constants import (
     SERVE_SESSION_TTL,
 )
 from .._log import LOGGER_NAME
-from ..durable._constants import DEFAULT_QUEUE_NAME
+from ..durable.constants import DEFAULT_QUEUE_NAME
 from ..durable.registry import redact_url
 from ._common import (
     CliError,
@@ -71,7 +71,7 @@ def _make_server(config: Any, app: FastAPI, console: Console, *, access_log: boo
     import uvicorn  # noqa: PLC0415
 
     from ..server import request_stop  # noqa: PLC0415
-    from ..server._protocol import GuardedHttpToolsProtocol  # noqa: PLC0415
+    from ..server.protocol import GuardedHttpToolsProtocol  # noqa: PLC0415
 
     class Server(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:

@@ -25,10 +25,10 @@ from typing import Any
 import click
 
 from .._log import LOGGER_NAME
-from ..durable._constants import DEFAULT_LEASE
+from ..durable.constants import DEFAULT_LEASE
 from ..durable.registry import scheme_of
 from ..runtime import App, Supervisor, Worker
-from ..runtime._constants import DEFAULT_WORKER_CONCURRENCY, DEFAULT_WORKER_GRACE
+from ..runtime.constants import DEFAULT_WORKER_CONCURRENCY, DEFAULT_WORKER_GRACE
 from ._common import (
     CliError,
     check_backend,

@@ -96,7 +96,9 @@ the registry of :mod:`delayq.durable.registry`::
     def open_async_backend(url: str, **options: Any) -> AsyncBackend: ...
 
 ``url`` is the full URL as the user gave it; ``options`` are the extra keyword
-arguments of ``Queue``/``AsyncQueue`` (an unknown option raises ``TypeError``).
+arguments of ``Queue``/``AsyncQueue`` (an unknown one raises ``TypeError``; an
+unknown query parameter of ``url``, :class:`~delayq.errors.UnsupportedURL`, by
+:func:`~delayq.durable.descriptor.check_url_options`).
 Opening must not block for long: async backends connect lazily on first use.
 """
 

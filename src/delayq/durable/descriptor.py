@@ -8,19 +8,26 @@ library (its openers and its errors) is a :class:`BackendDriver` that ``load()``
 imports the first time a URL of the backend is opened. A client that is not
 installed is then :class:`~delayq.errors.BackendNotInstalled`, which names the extra
 that installs it.
+
+Each backend declares the query parameters its URLs take and refuses any other with
+:func:`check_url_options`: one :class:`~delayq.errors.UnsupportedURL` that names it and
+lists the accepted ones, before anything connects.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from ..errors import UnsupportedURL
 
 if TYPE_CHECKING:  # for annotations only: the backends import this module
     from .backend import AsyncBackend, Backend
 
-__all__ = ["BackendDescriptor", "BackendDriver"]
+__all__ = ["BackendDescriptor", "BackendDriver", "check_url_options"]
 
 
 @dataclass(frozen=True)
@@ -85,3 +92,26 @@ class BackendDescriptor:
             modules = ", ".join(self.client) or "its modules"
             return f"use a Python that has {modules}"
         return f"pip install 'delayq[{self.extra}]'"
+
+
+def check_url_options(
+    url: str,
+    given: Iterable[str],
+    accepted: Iterable[str],
+    *,
+    more: Iterable[str] = (),
+    more_are: str = "",
+) -> None:
+    """:class:`~delayq.errors.UnsupportedURL` when a name of ``given`` (the query
+    parameters of ``url``) is neither ``accepted`` nor one of ``more``: one line that
+    names each unknown one and lists the accepted ones (``more``, a client library's
+    long list, in the words of ``more_are``), the same for every backend."""
+    allowed = sorted(set(accepted))
+    unknown = sorted(set(given) - set(allowed) - set(more))
+    if not unknown:
+        return
+    scheme = urlsplit(url).scheme.lower()
+    names = ", ".join(repr(name) for name in unknown)
+    what = "unknown options" if len(unknown) > 1 else "an unknown option"
+    takes = ", ".join([*allowed, *([f"and {more_are}"] if more_are else [])]) or "no options"
+    raise UnsupportedURL(f"the {scheme}:// URL has {what} {names} (it takes {takes})")

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from .._redact import redact_url
 from ..errors import BackendNotInstalled, UnsupportedURL
-from ._constants import DEFAULT_QUEUE_URL, QUEUE_URL_ENV
+from .constants import DEFAULT_QUEUE_URL, QUEUE_URL_ENV
 from .descriptor import BackendDescriptor, BackendDriver
 
 if TYPE_CHECKING:  # for annotations only: the queue faces import the registry

@@ -6,7 +6,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from ._constants import (
+from .constants import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_BASE,
     DEFAULT_RETRY_FACTOR,

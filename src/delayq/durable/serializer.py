@@ -25,7 +25,7 @@ from json import encoder as json_encoder
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import PayloadTooLarge
-from ._constants import MAX_PAYLOAD_DEPTH, MAX_PAYLOAD_VALUES
+from .constants import MAX_PAYLOAD_DEPTH, MAX_PAYLOAD_VALUES
 
 __all__ = [
     "RAW_ENCODING",

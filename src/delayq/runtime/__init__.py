@@ -13,7 +13,15 @@ from .._lazy import lazy_names
 if TYPE_CHECKING:
     from ._app import App, BadArguments, Task, TaskMessage
     from ._supervisor import Supervisor
-    from ._worker import Discard, Handler, HandlerTimeout, Retry, Worker, current_message
+    from ._worker import (
+        Discard,
+        Handler,
+        HandlerTimeout,
+        JobRun,
+        Retry,
+        Worker,
+        current_message,
+    )
 
 _HOMES = {
     "App": "._app",
@@ -23,6 +31,7 @@ _HOMES = {
     "Discard": "._worker",
     "Handler": "._worker",
     "HandlerTimeout": "._worker",
+    "JobRun": "._worker",
     "Retry": "._worker",
     "Worker": "._worker",
     "Supervisor": "._supervisor",
@@ -39,6 +48,7 @@ __all__ = [
     "Discard",
     "Handler",
     "HandlerTimeout",
+    "JobRun",
     "Retry",
     "Supervisor",
     "Task",

@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from .._names import check_queue_name
-from ..durable._constants import DEFAULT_QUEUE_NAME
-from ..durable._facade import check_identifier
+from ..durable.constants import DEFAULT_QUEUE_NAME
+from ..durable.facade import check_identifier
 from ..durable.message import Message, OnConflict
 from ..durable.queue import AsyncQueue, Queue
 from ..durable.registry import default_url, redact_url
 from ..durable.retry import RetryPolicy
-from ._constants import CRON_TICK_HEADER
 from ._cron import CronSchedule, EverySchedule, Schedule, tick_id
+from .constants import CRON_TICK_HEADER
 
 __all__ = [
     "App",
@@ -304,6 +304,28 @@ class App:
         self._queues: dict[str, Queue] = {}
         self._async_queues: dict[str, AsyncQueue] = {}
         self._lock = threading.Lock()
+
+    def configure(self, url: str | None = None, **options: Any) -> None:
+        """Point the app at another backend: ``url`` (None: ``$DELAYQ_URL``, else
+        ``sqlite:///delayq.db``) and the queues' ``options`` replace the app's; the
+        next queue opened uses them. The sync queues it opened are closed; while an
+        asyncio one is open, a ``RuntimeError`` (``await app.aclose()`` first).
+
+        For an app declared at import time whose backend is known later (settings, a
+        test: :class:`delayq.testing.Harness` runs it on ``memory://`` this way).
+        """
+        if url is not None and not isinstance(url, str):
+            raise TypeError(f"url must be a str or None, not {type(url).__name__}")
+        with self._lock:
+            if self._async_queues:
+                raise RuntimeError(
+                    "the app has asyncio queues open: await app.aclose() before configure()"
+                )
+            queues, self._queues = list(self._queues.values()), {}
+            self.url = default_url() if url is None else url
+            self.options = options
+        for queue in queues:
+            queue.close()
 
     @property
     def queue_names(self) -> list[str]:

@@ -30,6 +30,7 @@ multiples of the interval since the Unix epoch, so every process agrees on them.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Protocol
@@ -62,6 +63,18 @@ class Schedule(Protocol):
         ...
 
 
+def _seconds_hint(fields: list[str]) -> str:
+    """For six fields (seconds first, as some crons take): what to use instead."""
+    if len(fields) != 6:
+        return ""
+    step = re.fullmatch(r"\*/([1-9][0-9]*)", fields[0])
+    if step and fields[1:] == ["*"] * 5:
+        return (
+            f'; cron has no seconds: for every {step.group(1)} s use @app.every("{step.group(1)}s")'
+        )
+    return '; cron has no seconds: for a schedule in seconds use @app.every("2s") and the like'
+
+
 class CronSchedule:
     """A five-field cron expression (``"0 1 * * *"``) in the time zone ``tz``."""
 
@@ -70,10 +83,12 @@ class CronSchedule:
             raise TypeError(f"a cron expression is a str, not {type(expression).__name__}")
         if not isinstance(tz, str):
             raise TypeError(f"tz must be a time zone name like 'Europe/Berlin', not {tz!r}")
-        if len(expression.split()) != 5 or not croniter.is_valid(expression):
+        fields = expression.split()
+        if len(fields) != 5 or not croniter.is_valid(expression):
             raise ValueError(
                 f"invalid cron expression {expression!r}: use five fields, "
                 "minute hour day-of-month month day-of-week, e.g. '0 1 * * *'"
+                + _seconds_hint(fields)
             )
         try:
             self._zone = ZoneInfo(tz)

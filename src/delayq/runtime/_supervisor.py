@@ -59,8 +59,8 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from .._log import log_event
-from ._constants import SUPERVISOR_RESTART_FIRST, SUPERVISOR_RESTART_MAX, SUPERVISOR_STABLE
 from ._worker import Worker
+from .constants import SUPERVISOR_RESTART_FIRST, SUPERVISOR_RESTART_MAX, SUPERVISOR_STABLE
 
 __all__ = ["Supervisor"]
 

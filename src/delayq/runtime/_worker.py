@@ -2,7 +2,7 @@
 
 One asyncio loop per worker. Per queue a reserver claims up to as many messages as
 there are free slots (``concurrency + prefetch``) and starts a job for each; at most
-``concurrency`` of them run their handler at once (:class:`~delayq.runtime._pool.Gate`),
+``concurrency`` of them run their handler at once (:class:`~delayq.runtime.pool.Gate`),
 the rest wait their turn (the prefetch: the next handler starts without waiting for a
 reserve round trip). Async handlers run on the loop, sync ones on a daemon thread
 each. A handler's place goes to the next message as soon as it returns, before its
@@ -11,7 +11,7 @@ third of the lease, so a waiting or long job is never handed to someone else whi
 its worker is alive. Outcomes:
 
 * returned: ``ack`` (the acks of jobs finishing close together go out as one
-  ``ack_many``, see :mod:`delayq.runtime._ack_batch`);
+  ``ack_many``, see :mod:`delayq.runtime.ack_batch`);
 * raised :class:`Retry`: ``nack`` after the asked delay (the attempt counts);
 * raised :class:`Discard`, an unknown task, or arguments its task's function cannot
   take: dead at once (``nack(dead=True)``);
@@ -24,7 +24,7 @@ then gives the rest back (``release``: due
 where they were, the attempt not charged) and returns; a second
 signal skips the grace period. Every change is logged on the ``delayq`` logger. A
 backend that stops answering is tried again with a doubling pause, one log line per
-step and one when it is back (:mod:`delayq.runtime._outage`).
+step and one when it is back (:mod:`delayq.runtime.outage`).
 """
 
 from __future__ import annotations
@@ -47,34 +47,36 @@ from .._clock import SYSTEM_CLOCK, Clock
 from .._duration import delay_to_seconds
 from .._log import log_enabled as _log_enabled
 from .._log import log_event, log_raised
-from ..durable._constants import DEFAULT_LEASE
+from ..durable.constants import DEFAULT_LEASE
 from ..durable.message import Message, State
 from ..durable.queue import AsyncQueue
 from ..durable.retry import RetryPolicy
+from ..durable.traceback import user_frames
 from ..errors import LeaseLost, QueueClosed
-from ._ack_batch import AckBatcher, AckOutcome
 from ._app import App, BadArguments, CronJob, UnknownTask, decode_envelope
-from ._constants import (
+from ._cron import plan_tick, tick_id
+from .ack_batch import AckBatcher, AckOutcome
+from .constants import (
     CRON_ACK_GUARD,
     CRON_PRODUCER_MAX_SLEEP,
     CRON_TICK_HEADER,
     DEFAULT_WORKER_CONCURRENCY,
     DEFAULT_WORKER_GRACE,
+    WORKER_BURST_LIMIT,
     WORKER_ERROR_BACKOFF,
     WORKER_EXTEND_DIVISOR,
     WORKER_IDLE_WAIT,
     WORKER_PREFETCH_AHEAD,
     WORKER_PREFETCH_MAX_PER_HANDLER,
 )
-from ._consumer import LeaseRenewer, check_prefetch, extend_lease, prefetch_slots, reserve_loop
-from ._cron import plan_tick, tick_id
-from ._outage import Outage
-from ._pool import DaemonPool, Gate, NotStarted, RunTimedOut, Slots, SyncLane
+from .consumer import LeaseRenewer, check_prefetch, extend_lease, prefetch_slots, reserve_loop
+from .outage import Outage
+from .pool import DaemonPool, Gate, NotStarted, RunTimedOut, Slots, SyncLane
 
-__all__ = ["Discard", "Handler", "HandlerTimeout", "Retry", "Worker", "current_message"]
+__all__ = ["Discard", "Handler", "HandlerTimeout", "JobRun", "Retry", "Worker", "current_message"]
 
-#: A handler of plain messages: ``handler(msg)``, sync or async.
 Handler = Callable[[Message], Any]
+"""A handler of plain messages: ``handler(msg)``, sync or async."""
 
 _current: contextvars.ContextVar[Message] = contextvars.ContextVar("delayq_current_message")
 
@@ -110,6 +112,28 @@ class Discard(Exception):
         self.reason = reason
 
 
+@dataclass(frozen=True, slots=True)
+class JobRun:
+    """How one run of a message ended, as :meth:`Worker.burst` reports it.
+
+    ``message`` is the message as reserved (``attempts`` counts this run); ``task``,
+    ``args`` and ``kwargs`` are its task call (``task`` None: not a task message);
+    ``outcome`` is ``"succeeded"``, ``"retried"`` (back to wait for its next attempt),
+    ``"dead"``, ``"skipped"`` (a cron tick not run), ``"lease_lost"`` or
+    ``"unsettled"`` (the backend did not take the outcome); ``error`` is what the run
+    raised (None when it returned); ``time`` is the worker clock's epoch seconds when
+    it ended.
+    """
+
+    message: Message
+    task: str | None
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    outcome: str
+    error: BaseException | None
+    time: float
+
+
 @dataclass(slots=True)
 class _Call:
     """What a job runs for one message."""
@@ -123,6 +147,9 @@ class _Call:
     retry: RetryPolicy
     cron: CronJob | None = None
     tick_ms: int | None = None
+    # The task's max_attempts: it caps a message put by another face (the HTTP API,
+    # ``put`` of an envelope) that did not say it, as ``send`` does.
+    max_attempts: int | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -249,6 +276,7 @@ class Worker:
         self._inbox_closed = False
         self._runner_context: contextvars.Context | None = None
         self._outage: Outage | None = None
+        self._journal: list[JobRun] | None = None  # a burst's runs
 
     # -- running ----------------------------------------------------------------------
     def run(self) -> None:
@@ -355,6 +383,86 @@ class Worker:
             await self._close_queues()
             self._loop = None
             log_event(_INFO, "worker.stopped", **dict(self.counts))
+
+    async def burst(self, *, limit: int = WORKER_BURST_LIMIT) -> list[JobRun]:
+        """Run every message due now, and those that these runs make due by now (a
+        task sent with no delay, ``Retry(0)``), then return how each run ended, in
+        order. Nothing waits for time to pass: with a :class:`~delayq.FakeClock`, a
+        test moves the clock and runs a burst (:mod:`delayq.testing` does).
+
+        Each message takes the path it takes under :meth:`serve` for a job of its own:
+        its task looked up, its arguments bound, the handler on the loop (async) or a
+        thread (sync) with :func:`current_message`, its timeout, then ack, retry with
+        the task's backoff, or dead. Cron and interval schedules first put their next
+        tick. Up to ``concurrency`` messages of a queue run at once, taken in due
+        order. More than ``limit`` runs with messages still due is a ``RuntimeError``
+        (a task that sends itself again with no delay would never end). Not while the
+        worker serves.
+        """
+        if type(limit) is not int or limit < 1:
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        if self._loop is not None:
+            raise RuntimeError("the worker is serving or in a burst already")
+        self._loop = asyncio.get_running_loop()
+        self._gate = Gate(self.concurrency)
+        self._pool = DaemonPool()
+        journal: list[JobRun] = []
+        self._journal = journal
+        self._open_queues()
+        try:
+            now_ms = int(self._clock.time() * 1000.0)
+            for job in self._cron_jobs():  # as the producers of serve() put it
+                tick = job.tick_item(job.schedule.next_after(now_ms))
+                await self._queues[job.task.queue].put(**tick)
+            while await self._burst_round(limit - len(journal)):
+                pass
+            for acker in self._ackers.values():
+                await acker.drain()
+            return journal
+        finally:
+            self._journal = None
+            self._pool.shutdown(wait=False)
+            self._pool = DaemonPool()  # started by its first handler: serve() may follow
+            await self._close_queues()
+            self._loop = None
+
+    async def _burst_round(self, left: int) -> bool:
+        """Run what is due in each queue, up to ``concurrency`` at once: whether any ran."""
+        ran = False
+        for queue in self._queues.values():
+            if left <= 0:
+                if (await queue.stats()).ready:
+                    raise RuntimeError(
+                        "the burst ran its limit of messages and more are due: does a "
+                        "task send itself again with no delay?"
+                    )
+                continue
+            msgs = await queue.reserve(max=min(self.concurrency, left), wait=0, lease=self.lease)
+            left -= len(msgs)
+            ran = ran or bool(msgs)
+            await asyncio.gather(*(self._job(queue, msg) for msg in msgs))
+        return ran
+
+    def _note(
+        self, msg: Message, call: _Call | None, outcome: str, error: BaseException | None
+    ) -> None:
+        """Add a run to the burst's journal (none under :meth:`serve`)."""
+        if self._journal is None:
+            return
+        if call is not None and self._app is not None:
+            task: str | None = call.label
+            args, kwargs = call.args, call.kwargs
+        elif self._app is not None:
+            try:
+                task, arguments, kwargs = decode_envelope(msg.payload)
+                args = tuple(arguments)
+            except UnknownTask:
+                task, args, kwargs = None, (), {}
+        else:
+            task, args, kwargs = None, (msg,), {}
+        self._journal.append(
+            JobRun(msg, task, args, dict(kwargs), outcome, error, self._clock.time())
+        )
 
     def _waiting(self) -> int:
         """How many reserved messages wait for a handler (at the gate or the lane)."""
@@ -743,9 +851,11 @@ class Worker:
             return
         if not acked:
             self.counts["lease_lost"] += 1
+            self._note(msg, call, "lease_lost", None)
             log_event(_WARNING, "job.lease_lost", queue=queue.name, id=msg.id, at="ack")
             return
         self.counts["succeeded"] += 1
+        self._note(msg, call, "succeeded", None)
         log_event(
             _INFO,
             "job.succeeded",
@@ -777,6 +887,7 @@ class Worker:
         task.check_arguments(tuple(args), kwargs)
         timeout = task.timeout if task.timeout is not None else self.timeout
         call = _Call(task.fn, tuple(args), kwargs, task.is_async, name, timeout, task.backoff)
+        call.max_attempts = task.max_attempts
         job = self._app.crons.get(name)
         tick = msg.headers.get(CRON_TICK_HEADER)
         if job is not None and tick is not None and tick.isdigit():
@@ -799,6 +910,7 @@ class Worker:
         await queue.put(**job.tick_item(plan.next_tick))
         if not plan.run:
             self.counts["skipped"] += 1
+            self._note(msg, call, "skipped", None)
             log_event(_INFO, "cron.skipped", task=job.task.name, id=msg.id, reason=plan.reason)
             call.tick_ms = None
             return False
@@ -860,27 +972,35 @@ class Worker:
                 delay = policy.backoff(max(msg.attempts, 1))
                 # A timeout's traceback is the worker's own: its message says it all.
                 raised = f"HandlerTimeout: {exc}" if isinstance(exc, HandlerTimeout) else exc
-                state = await queue.nack(msg, delay=delay, error=raised)
+                if msg.attempts >= _max_attempts(msg, call):  # the task's, whatever the face
+                    state = await queue.nack(msg, error=raised, dead=True)
+                else:
+                    state = await queue.nack(msg, delay=delay, error=raised)
                 event = "job.failed"
                 fields["retry_in"] = round(delay, 3) if state is State.SCHEDULED else None
         except LeaseLost:
             self.counts["lease_lost"] += 1
+            self._note(msg, call, "lease_lost", exc)
             log_event(_WARNING, "job.lease_lost", at="nack", error=repr(exc), **fields)
             return
         except Exception as failed:  # the backend did not answer, or the queue closed
+            self._note(msg, call, "unsettled", exc)
             log_event(_WARNING, "job.unsettled", error=repr(exc), nack_error=repr(failed), **fields)
             return
         self.counts["dead" if state is State.DEAD else "retried"] += 1
+        self._note(msg, call, "dead" if state is State.DEAD else "retried", exc)
         level = _ERROR if state is State.DEAD else _WARNING
         fields.update(
             state=state.value,
             attempt=msg.attempts,
-            max_attempts=msg.max_attempts,
+            max_attempts=_max_attempts(msg, call),
             seconds=round(seconds, 6),
             error=f"{type(exc).__name__}: {exc}",
         )
         if event == "job.failed" and not isinstance(exc, HandlerTimeout):
-            log_raised(level, event, exc, **fields)  # the traceback: where it was raised
+            # The traceback from the handler's first frame (delayq's call of it left
+            # out, as every face shows a stored one): where it was raised.
+            log_raised(level, event, exc, user_frames(exc.__traceback__), **fields)
         else:
             log_event(level, event, **fields)
 
@@ -924,6 +1044,14 @@ class Worker:
 class HandlerTimeout(TimeoutError):
     """A handler ran past its timeout: a failure like any other (the message is
     nacked with its backoff). A sync handler's thread cannot be stopped and runs on."""
+
+
+def _max_attempts(msg: Message, call: _Call | None) -> int:
+    """The attempts ``msg`` has: its own, capped by its task's (a message put by a face
+    that did not say them, the HTTP API's, has the queue's default)."""
+    if call is None or call.max_attempts is None:
+        return msg.max_attempts
+    return min(msg.max_attempts, call.max_attempts)
 
 
 def _ack_failed(queue: AsyncQueue, msg: Message, exc: Exception) -> None:

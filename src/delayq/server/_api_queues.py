@@ -18,8 +18,8 @@ from fastapi.responses import JSONResponse, Response
 from .._duration import seconds_to_ms
 from .._log import log_event
 from ..durable import AsyncQueue, Message, State, Stats
-from ..durable._constants import DEFAULT_QUEUE_NAME
-from ..runtime._outage import error_kind
+from ..durable.constants import DEFAULT_QUEUE_NAME
+from ..runtime.outage import error_kind
 from ._api import KNOWN_QUERY, QueueDep, StateDep, error_docs, state_of
 from ._budget import Page, fetch_page, messages_answer, per_message, position
 from ._constants import (
@@ -29,6 +29,7 @@ from ._constants import (
     SERVE_MAX_LIMIT,
 )
 from ._errors import ApiError, error_response, facade_errors
+from ._lag import stats_json, stats_json_many
 from ._limits import JsonRoute
 from ._models import (
     LIMIT_DEFAULT,
@@ -111,42 +112,38 @@ def _after(kind: str, cursor: str | None) -> tuple[int, ...] | None:
     return tuple(decoded[1:])
 
 
-def _stats_json(name: str, stats: Stats) -> dict[str, Any]:
-    return {
-        "name": name,
-        "scheduled": stats.scheduled,
-        "ready": stats.ready,
-        "active": stats.active,
-        "dead": stats.dead,
-        "next_due_at": stats.next_due_at,
-        "lag": stats.lag,
-    }
-
-
 async def _all_stats(state: ServerState) -> dict[str, Stats]:
-    """Stats of every queue the backend knows (names it cannot serve are left out)."""
-    queues: list[AsyncQueue] = []
-    for name in await state.queue_names():
-        with contextlib.suppress(TypeError, ValueError):
-            queues.append(state.queue(name))
+    """Stats of every queue that holds a message and of the callback queues, empty or
+    not (names the server cannot serve are left out): the metrics' series."""
+    queues = await _stored_queues(state, callback_queues=True)
     snapshots = await asyncio.gather(*(queue.stats() for queue in queues))
     return {queue.name: stats for queue, stats in zip(queues, snapshots, strict=True)}
 
 
+async def _stored_queues(state: ServerState, *, callback_queues: bool) -> list[AsyncQueue]:
+    queues: list[AsyncQueue] = []
+    for name in await state.queue_names(callback_queues=callback_queues):
+        with contextlib.suppress(TypeError, ValueError):
+            queues.append(state.queue(name))
+    return queues
+
+
 @queues_router.get("/queues", response_model=QueueList)
 async def list_queues(state: StateDep) -> dict[str, Any]:
-    """Every queue that holds messages (and the callback queues), with its counts
-    per state, next due time and lag."""
-    everything = await _all_stats(state)
-    return {"queues": [_stats_json(name, stats) for name, stats in everything.items()]}
+    """Every queue that holds messages (a callback queue too, once it holds one),
+    with its counts per state, next due time, lag and work lag."""
+    queues = await _stored_queues(state, callback_queues=False)
+    snapshots = await asyncio.gather(*(queue.stats() for queue in queues))
+    return {"queues": await stats_json_many(queues, snapshots)}
 
 
 @queues_router.get("/queues/{queue}/stats", response_model=QueueStats)
 async def queue_stats(queue: QueueDep) -> dict[str, Any]:
-    """Counts per state, the next due time (epoch ms) and the lag (seconds)."""
+    """Counts per state, the next due time (epoch ms), the lag and the work lag
+    (seconds)."""
     with facade_errors():
         stats = await queue.stats()
-    return _stats_json(queue.name, stats)
+        return await stats_json(queue, stats)
 
 
 @queues_router.get("/queues/{queue}/messages", response_model=MessageList)

@@ -68,7 +68,7 @@ OPEN_PREFIXES = ("/static/",)
 _SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS"))
 _API_PREFIX = "/v1/"
 # Paths a browser is never redirected from: machines read them.
-_MACHINE_PREFIXES = ("/v1/", "/metrics", "/openapi.json", "/docs")
+_MACHINE_PREFIXES = ("/v1/", "/metrics", "/openapi.json", "/docs", "/redoc")
 # A session value longer than this is not one of ours (and is not looked at further).
 _MAX_SESSION_VALUE = 128
 _SESSION_HEADER_KEY = SESSION_HEADER.encode()

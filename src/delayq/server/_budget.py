@@ -23,7 +23,7 @@ from fastapi.responses import Response
 from pydantic import TypeAdapter
 
 from ..durable import Message
-from ..durable._constants import DEFAULT_MAX_PAYLOAD
+from ..durable.constants import DEFAULT_MAX_PAYLOAD
 from ._constants import SERVE_ANSWER_BUDGET
 from ._models import MessageOut
 from ._state import ServerState, message_to_json

@@ -24,7 +24,7 @@ from .._constants import (
 from .._names import QUEUE_NAME, check_stored
 from .._names import check_queue_name as check_writable_queue_name
 from ..durable.registry import redact_url
-from ..runtime._consumer import check_prefetch
+from ..runtime.consumer import check_prefetch
 from ._constants import (
     CALLBACK_DEFAULT_TIMEOUT,
     CALLBACK_MAX_TIMEOUT,

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from .._duration import seconds_to_ms
-from ..durable._constants import MAX_DUE_MS
+from ..durable.constants import MAX_DUE_MS
 from ._callbacks import parse_callback
 from ._config import ServeConfig
 from ._constants import CALLBACK_HEADER

@@ -25,6 +25,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import shlex
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -40,8 +41,11 @@ from fastapi.staticfiles import StaticFiles
 from markupsafe import Markup
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from .. import __version__
 from .._log import log_event, log_raised
 from ..durable import AsyncQueue, Message, State
+from ..durable.registry import redact_url
+from ..durable.traceback import user_traceback
 from ..errors import QueueClosed
 from ._auth import SESSION_HEADER, AttemptThrottle, Sessions, client_key, token_matches
 from ._budget import fetch_page, per_message, position
@@ -54,11 +58,13 @@ from ._constants import (
     DASHBOARD_REFRESH_MS,
     SERVE_ANSWER_BUDGET,
 )
+from ._lag import stats_json, stats_json_many
 from ._state import ServerState, message_to_json
 
 __all__ = [
     "PageRoute",
     "chart_bars",
+    "first_message_hints",
     "format_duration",
     "format_relative",
     "format_utc",
@@ -314,6 +320,7 @@ _templates.filters["pretty_json"] = _pretty_json
 _templates.filters["urlpart"] = _url_part
 _templates.filters["utc"] = format_utc
 _templates.filters["preview"] = payload_preview
+_templates.filters["user_traceback"] = user_traceback
 
 
 @jinja2.pass_context
@@ -330,6 +337,25 @@ def _message_href(context: Any, queue: str, message_id: str) -> str:
     return message_href(context["base"], queue, message_id)
 
 
+def _lag_cell(stats: dict[str, Any]) -> Markup:
+    """A queue's work lag; when a cron tick has waited longer, a note saying so (the
+    tick is no overdue work: a worker started runs it once)."""
+    text = Markup("{}").format(format_duration(stats["work_lag"]))
+    tick_wait = stats["lag"]
+    if tick_wait - stats["work_lag"] < 1:
+        return text
+    return text + Markup(' <span class="tick-note" title="{}">{}</span>').format(
+        _TICK_TITLE, f"tick waiting {format_duration(tick_wait)}"
+    )
+
+
+# What the tick note of a lag means (static/dashboard.js says the same).
+_TICK_TITLE = (
+    "A cron tick (@app.cron, @app.every) waits for a worker: no overdue work. "
+    "A worker started runs it once."
+)
+
+_templates.globals["lag_cell"] = _lag_cell
 _templates.globals["when"] = _when
 _templates.globals["message_href"] = _message_href
 _templates.globals["reachable_by_api"] = reachable_by_api
@@ -407,6 +433,7 @@ def _render(request: Request, name: str, status_code: int = 200, **context: Any)
         # even when the app has none.
         "has_token": getattr(request.app.state, "delayq_sessions", None) is not None,
         "page": name.removesuffix(".html"),
+        "version": __version__,
         **context,
     }
     html = _templates.get_template(name).render(page)
@@ -453,11 +480,38 @@ async def overview(request: Request) -> Response:
         else:
             queues.append(queue)
     stats = await asyncio.gather(*(queue.stats() for queue in queues))
-    rows = [
-        {"name": queue.name, "stats": snapshot}
-        for queue, snapshot in zip(queues, stats, strict=True)
-    ]
-    return _render(request, "overview.html", queues=rows, unservable=unservable)
+    rows = [{"name": one["name"], "stats": one} for one in await stats_json_many(queues, stats)]
+    curl, put = first_message_hints(request)
+    return _render(
+        request,
+        "overview.html",
+        queues=rows,
+        unservable=unservable,
+        hint_curl=curl,
+        hint_put=put,
+    )
+
+
+#: What the overview's hint puts: queue, payload, delay.
+_HINT = ("default", {"hello": "world"}, "30s")
+
+
+def first_message_hints(request: Request) -> tuple[str, str]:
+    """How to put a first message on this server, as two shell commands: ``curl`` to
+    its API at the address the browser used, and ``delayq put`` to its backend (the
+    URL's password hidden). With a token, curl sends ``$DELAYQ_TOKEN``."""
+    queue, payload, delay = _HINT
+    body = json.dumps({"payload": payload, "delay": delay})
+    endpoint = f"{str(request.base_url).rstrip('/')}/v1/queues/{queue}/messages"
+    curl = [f"curl -X POST {shlex.quote(endpoint)}", "-H 'Content-Type: application/json'"]
+    if server_state(request).config.token is not None:
+        curl.append('-H "Authorization: Bearer $DELAYQ_TOKEN"')
+    curl.append(f"-d {shlex.quote(body)}")
+    backend = redact_url(server_state(request).config.url)
+    put = shlex.join(
+        ["delayq", "put", queue, json.dumps(payload), "--delay", delay, "--url", backend]
+    )
+    return " \\\n  ".join(curl), put
 
 
 @router.get("/find")
@@ -505,7 +559,7 @@ async def queue_page(request: Request, queue: str) -> Response:
         request,
         "queue.html",
         queue=queue,
-        stats=stats,
+        stats=await stats_json(handle, stats),
         empty=stats.scheduled + stats.ready + stats.active + stats.dead == 0,
         waiting=[message_to_json(msg) for msg in waiting],
         active=[message_to_json(msg) for msg in active],

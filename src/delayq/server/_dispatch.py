@@ -10,7 +10,7 @@ the next request leaves without waiting for a reserve round trip. A blocking
 milliseconds of its due time. Each message is one request:
 
 * 2xx: ``ack`` (the acks of requests ending close together go out as one
-  ``ack_many``, :mod:`delayq.runtime._ack_batch`);
+  ``ack_many``, :mod:`delayq.runtime.ack_batch`);
 * another status, a timeout or a connection error: ``nack`` with the queue's retry
   policy (``dead`` once its attempts are used up, with ``last_error`` such as
   ``HTTP 500 from https://...`` or ``timeout after 10s calling https://...``);
@@ -73,11 +73,11 @@ from ..durable import AsyncQueue, Message
 from ..durable.message import State
 from ..durable.serializer import JSONSerializer
 from ..errors import LeaseLost, QueueClosed
-from ..runtime._ack_batch import AckBatcher
-from ..runtime._constants import WORKER_EXTEND_DIVISOR
-from ..runtime._consumer import LeaseRenewer, check_prefetch, prefetch_slots, reserve_loop
-from ..runtime._outage import Outage
-from ..runtime._pool import Gate, Slots
+from ..runtime.ack_batch import AckBatcher
+from ..runtime.constants import WORKER_EXTEND_DIVISOR
+from ..runtime.consumer import LeaseRenewer, check_prefetch, prefetch_slots, reserve_loop
+from ..runtime.outage import Outage
+from ..runtime.pool import Gate, Slots
 from ._callbacks import (
     BODILESS_METHODS,
     Callback,

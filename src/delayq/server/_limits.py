@@ -6,7 +6,7 @@ refused unread; a body longer than its ``Content-Length`` says, or a chunked one
 cut off at the cap). The cap is ``max_body`` for the API (``/v1/...``) and
 :data:`SERVE_MAX_PAGE_BODY` for everything else (the dashboard's forms), so an open
 route never buffers an API-sized body. How long a body may take is the connection's
-business (:mod:`._protocol`). The route then reads the buffered body; later
+business (:mod:`.protocol`). The route then reads the buffered body; later
 ``receive`` calls reach the client connection, so a route can still learn that the
 client went away. (That the API's bodies are JSON is :class:`~._guard.RequestGuard`'s
 rule.)

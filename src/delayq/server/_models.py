@@ -31,7 +31,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from .._names import MAX_ID_LENGTH
-from ..durable._constants import DEFAULT_DEAD_LIMIT, DEFAULT_LEASE
+from ..durable.constants import DEFAULT_DEAD_LIMIT, DEFAULT_LEASE
 from ._callbacks import CALLBACK_METHODS
 from ._constants import CALLBACK_MAX_TIMEOUT, SERVE_MAX_BATCH, SERVE_MAX_LIMIT, SERVE_MAX_WAIT
 from ._errors import ERROR_CODES
@@ -304,7 +304,15 @@ class MessageOut(_Answer):
         "null): written to the store below a put's checks.",
     )
     last_error: str | None = Field(
-        default=None, description="The error of the last failed attempt."
+        default=None,
+        description="The error of the last failed attempt, whole: for a handler's "
+        "exception its summary line, then its traceback.",
+    )
+    error_summary: str | None = Field(
+        default=None,
+        description="last_error in short: its first line and, when it has a traceback, "
+        "where the handler's own code raised it (`ValueError: boom\\n  at tasks.py:12 in "
+        "charge`).",
     )
     callback: CallbackSpec | None = Field(
         default=None, description="Where the server delivers it (callback queues)."
@@ -484,10 +492,16 @@ class QueueStats(_Answer):
         description="How long the oldest ready message is overdue, in seconds (0 when "
         "none is ready): a duration, not a time."
     )
+    work_lag: float = Field(
+        default=0.0,
+        description="lag without the cron ticks that wait for a worker (a stopped "
+        "worker leaves one per `@app.cron` / `@app.every` task): how long the oldest "
+        "ready message that is not a tick is overdue, in seconds.",
+    )
 
 
 class QueueList(_Answer):
-    """Every queue that holds messages, and the callback queues."""
+    """Every queue that holds messages (a callback queue too, once it holds one)."""
 
     queues: list[QueueStats]
 

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..durable import AsyncQueue, Message
+from ..durable.traceback import short_error
 from ._coalesce import PutCoalescer
 from ._config import ServeConfig, check_queue_name
 from ._constants import CALLBACK_HEADER, SERVE_COALESCE_MAX_BATCH, SERVE_QUEUE_CACHE
@@ -77,6 +78,7 @@ def message_to_json(msg: Message) -> dict[str, Any]:
         "max_attempts": msg.max_attempts,
         "headers": headers,
         "last_error": msg.last_error,
+        "error_summary": None if msg.last_error is None else short_error(msg.last_error),
         "callback": callback,
     }
     if headers_error is not None:
@@ -178,10 +180,12 @@ class ServerState:
         queue aside): at most about twice :data:`SERVE_QUEUE_CACHE`."""
         return len(self._queues) + len(self._putters)
 
-    async def queue_names(self) -> list[str]:
-        """Every queue that holds a message, and the callback queues, sorted."""
+    async def queue_names(self, *, callback_queues: bool = False) -> list[str]:
+        """Every queue that holds a message, sorted; with ``callback_queues``, the
+        callback queues too, empty or not."""
         names = set(await self._root.queues())
-        names.update(self.config.callback_queues)
+        if callback_queues:
+            names.update(self.config.callback_queues)
         return sorted(names)
 
     async def close(self) -> None:

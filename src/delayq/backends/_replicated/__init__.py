@@ -15,6 +15,7 @@ from ._transport import (
     NoScheduler,
     Refused,
     ReplyLost,
+    ServerRefused,
     Transport,
 )
 
@@ -30,6 +31,7 @@ __all__ = [
     "Refused",
     "ReplicatedBackend",
     "ReplyLost",
+    "ServerRefused",
     "ThreadLink",
     "Transport",
 ]

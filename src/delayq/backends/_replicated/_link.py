@@ -34,8 +34,9 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from ..._fork import generation
+from ..._redact import redact_url
 from ...durable.message import Now
-from ...errors import QueueClosed
+from ...errors import QueueClosed, SchedulerNotRunning
 from ._codec import decode_outcome, decode_record, pack, raise_error, reserve_items, unpack
 from ._constants import (
     CLOSE_SETTLE,
@@ -46,7 +47,14 @@ from ._constants import (
     REJOIN_MAX_PAUSE,
 )
 from ._scheduler import Scheduler
-from ._transport import BlockingIntake, NoScheduler, Refused, ReplyLost, Transport
+from ._transport import (
+    BlockingIntake,
+    NoScheduler,
+    Refused,
+    ReplyLost,
+    ServerRefused,
+    Transport,
+)
 
 __all__ = ["Candidacy", "LoopLink", "ThreadLink"]
 
@@ -131,8 +139,10 @@ class LoopLink:
         request_timeout: float,
         deliver: tuple[str, str] | None = None,
         fast_put: bool = False,
+        url: str = "",
     ) -> None:
         self._make_transport = make_transport
+        self._url = url
         self._deliver = deliver
         self._fast_put = fast_put
         #: This link's name in the intake, and its intake messages: the last numbered,
@@ -158,6 +168,13 @@ class LoopLink:
         self._candidacy = scheduler
         self._request_timeout = request_timeout
         self._transport: Transport | None = None
+        #: Whether a scheduler answered this link once (or announced itself). Until
+        #: then, a call from a process that does not stand first asks the broker
+        #: whether any process does: if none, none would answer it. After, a scheduler
+        #: that does not answer is an outage, ridden out as ever (a broker's restart:
+        #: the candidates come back, a moment after the clients).
+        self._served = False
+        self._counting: tuple[Transport, asyncio.Task[int]] | None = None
         self._opening: asyncio.Task[Transport] | None = None
         #: Done once this link is closed (made on its loop by the first connect).
         self._closed_signal: asyncio.Future[None] | None = None
@@ -242,20 +259,61 @@ class LoopLink:
             self._declared = True
             if self._candidacy == "on":
                 await self._campaign(transport)
-        except BaseException:
+        except BaseException as exc:
             if self._transport is transport:
                 self._transport = None
             with contextlib.suppress(Exception):
                 await transport.close()
+            if not self._declared and isinstance(exc, (ConnectionError, OSError)):
+                # No connection ever opened: a mistake of the URL more likely than an
+                # outage, said at once rather than ridden out (each call tries again).
+                raise Refused(self._refused(exc)) from exc
             raise
         return transport
 
+    def _refused(self, exc: BaseException) -> ServerRefused:
+        """``exc``, a first connection's failure, as a :class:`ServerRefused`."""
+        if isinstance(exc, ServerRefused):
+            return exc
+        error = ServerRefused(f"cannot use the queue at {redact_url(self._url)}: {exc}")
+        error.__cause__ = exc
+        return error
+
+    async def _stands(self, transport: Transport, seconds: float) -> bool:
+        """Whether a process stands for election (True once a scheduler answered this
+        link), asked of the broker by one task for every call that asks meanwhile;
+        ConnectionError when it did not answer within ``seconds``."""
+        if self._served:
+            return True
+        counting = self._counting
+        if counting is None or counting[0] is not transport or counting[1].done():
+            task = asyncio.get_running_loop().create_task(transport.candidates())
+            task.add_done_callback(lambda done: done.cancelled() or done.exception())
+            counting = self._counting = (transport, task)
+        try:
+            found = await asyncio.wait_for(asyncio.shield(counting[1]), max(seconds, 0.001))
+        except asyncio.TimeoutError:
+            raise ConnectionError("the broker did not say who stands in time") from None
+        return found > 0
+
+    def _not_running(self) -> SchedulerNotRunning:
+        return SchedulerNotRunning(
+            f"cannot use the queue at {redact_url(self._url)}: no scheduler runs for its "
+            "namespace (no delayq process stands for election): start one with `delayq "
+            "scheduler --url URL` (a `delayq worker`, or a consumer waiting in a reserve, "
+            "stands too)"
+        )
+
     async def _connected_within(self, seconds: float) -> Transport:
         """:meth:`_connected`, or ConnectionError after ``seconds`` (the opening goes
-        on, for the next call)."""
+        on, for the next call); while no connection ever opened, a Refused of a
+        ServerRefused instead (as the opening itself raises)."""
         try:
             return await asyncio.wait_for(self._connected(), max(seconds, 0.001))
         except asyncio.TimeoutError:
+            if not self._declared:  # as the opening itself would say
+                late = ConnectionError(f"no connection to the broker in {seconds:.3g} s")
+                raise Refused(self._refused(late)) from None
             raise ConnectionError("no connection to the broker in time") from None
 
     async def _stand(self) -> None:
@@ -344,6 +402,7 @@ class LoopLink:
                 pause = min(pause * 2, REJOIN_MAX_PAUSE)
 
     def _on_elected(self) -> None:
+        self._served = True
         self._quiet_until = 0.0  # a new scheduler says so again if no reserve waits
         self._next_turn()
 
@@ -367,6 +426,7 @@ class LoopLink:
             return
         future = self._pending.get(request_id)
         if future is not None:
+            self._served = True
             # Every send of this request waited behind this intake message at least.
             self._folded_seq = max(self._folded_seq, self._barriers.pop(request_id, 0))
             if not future.done():
@@ -439,7 +499,7 @@ class LoopLink:
                 self._reserving[args[0]] = (args[1], args[2], wait)
             return taken
         except Refused as exc:
-            raise exc.reason from None
+            raise exc.reason from exc.reason.__cause__
 
     async def _configure(self, queue: str) -> None:
         if self._deliver is not None and queue not in self._configured:
@@ -463,6 +523,7 @@ class LoopLink:
             # Whether some send of the request may have reached a scheduler: then a
             # change that gets no reply may have run, and its caller is told so.
             may_have_run = False
+            sent_before = False
             while True:
                 if self._turn is None:
                     self._turn = loop.create_future()
@@ -472,15 +533,21 @@ class LoopLink:
                     transport = self._transport or await self._connected_within(
                         unanswered_since + self._request_timeout - loop.time()
                     )
+                    left = unanswered_since + self._request_timeout - loop.time()
+                    if not (sent_before or self._candidate or await self._stands(transport, left)):
+                        raise self._not_running()  # nothing was sent: nothing ran
                     ttl = None if waits else int(self._request_timeout * 1000)
                     # A waiting reserve counts as parked from the moment it may be on
                     # its way: one cancelled while its publish is in flight may reach
                     # the scheduler all the same, and must be forgotten there.
                     parked = waits
                     may_have_run = may_have_run or op not in _READS
+                    sent_before = True
                     await self._request(
                         transport, op, request_id, pack(sent if op == "reserve" else args), ttl
                     )
+                except SchedulerNotRunning:
+                    raise
                 except (NoScheduler, ConnectionError, OSError) as exc:
                     left = unanswered_since + self._request_timeout - loop.time()
                     if left <= 0:
@@ -766,7 +833,7 @@ class LoopLink:
         try:
             await self._configure(queue)  # a request, if any: it needs a scheduler
         except Refused as exc:
-            raise exc.reason from None
+            raise exc.reason from exc.reason.__cause__
         appended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         size = sum(len(request[1]) for request in requests)  # the payloads
         put = _FastPut(uuid.uuid4().hex, queue, requests, size, _soon(requests), appended)
@@ -787,7 +854,7 @@ class LoopLink:
         try:
             await appended
         except Refused as exc:
-            raise exc.reason from None
+            raise exc.reason from exc.reason.__cause__
 
     async def _drain_intake(self) -> None:
         """Append what gathered in the intake box, one message at a time (each carries
@@ -864,7 +931,7 @@ class LoopLink:
                 await self._configure(queue)
             await self._connected_within(self._request_timeout)
         except Refused as exc:
-            raise exc.reason from None
+            raise exc.reason from exc.reason.__cause__
         except NoScheduler:
             raise
         except (ConnectionError, OSError) as exc:
@@ -1071,19 +1138,21 @@ class ThreadLink:
         request_timeout: float,
         deliver: tuple[str, str] | None = None,
         fast_put: bool = False,
+        url: str = "",
     ) -> None:
-        self._options = (make_transport, scheduler, request_timeout, deliver, fast_put)
+        self._options = (make_transport, scheduler, request_timeout, deliver, fast_put, url)
         self._lock = threading.Lock()
         self._start()
 
     def _start(self) -> None:
-        make_transport, scheduler, request_timeout, deliver, fast_put = self._options
+        make_transport, scheduler, request_timeout, deliver, fast_put, url = self._options
         self._link = LoopLink(
             make_transport,
             scheduler=scheduler,
             request_timeout=request_timeout,
             deliver=deliver,
             fast_put=fast_put,
+            url=url,
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -1293,9 +1362,25 @@ class ThreadLink:
             if self._blocking is not None:
                 self._blocking.close()
             self._run(link.close())
+            self._run(_settle_loop(_CLOSE_WAIT))
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
             self._loop.close()
+
+
+async def _settle_loop(seconds: float) -> None:
+    """Let the loop's other tasks end (the broker library's, closing a connection),
+    for up to ``seconds``, then cancel what is left: a task still pending when its
+    loop is closed would be reported as destroyed, on stderr, at exit."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + seconds
+    # Again while ending tasks start others (a reader's end starts the writer's close).
+    while (others := asyncio.all_tasks() - {asyncio.current_task()}) and loop.time() < until:
+        await asyncio.wait(others, timeout=until - loop.time())
+    for task in others:
+        task.cancel()
+    if others:
+        await asyncio.wait(others, timeout=seconds)
 
 
 #: Serialises a forked child's fresh starts; made anew in each child (a thread of the

@@ -52,9 +52,9 @@ from pathlib import Path
 from typing import Any
 
 from ..._log import log_event
-from ...durable._records import Records
 from ...durable.message import Now, Record, State
 from ...errors import DuplicateId, LeaseLost
+from .._records import Records
 from ._codec import (
     decode_record,
     decode_requests,
@@ -518,6 +518,10 @@ class Scheduler:
         if self._stopped:
             return
         self._stopped = True
+        if self._serving:
+            # The election goes with this process's connection: the next candidate
+            # takes over.
+            log_event(logging.INFO, "scheduler_stepped_down", reign=self._reign)
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()

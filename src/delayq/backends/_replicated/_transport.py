@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import NamedTuple, Protocol
 
+from ... import errors
 from ...durable.message import Record
-from ...errors import OutcomeUnknown
+from ...errors import NoScheduler, OutcomeUnknown
 
 __all__ = [
     "Delivery",
@@ -17,13 +18,9 @@ __all__ = [
     "NoScheduler",
     "Refused",
     "ReplyLost",
+    "ServerRefused",
     "Transport",
 ]
-
-
-class NoScheduler(OSError):
-    """No scheduler took a request: none is elected, or it did not answer in time (an
-    outage: a consumer rides it out)."""
 
 
 class ReplyLost(OutcomeUnknown, NoScheduler):
@@ -42,6 +39,15 @@ class Refused(Exception):
     def __init__(self, reason: BaseException) -> None:
         super().__init__(str(reason))
         self.reason = reason
+
+
+class ServerRefused(errors.ServerRefused, ConnectionError):
+    """The broker of a queue URL could not be used on the first connection: it does not
+    answer, or it refused the connection (a wrong user name or password, a virtual host
+    that does not exist). The message names the URL (its password hidden) and the cause
+    in plain words; the broker library's error is its ``__cause__``. Raised within the
+    connect timeout by every call until a connection opens; a ``ConnectionError`` too,
+    so that code (a Worker) that waits out an outage waits this one out as well."""
 
 
 class LogFull(OSError):
@@ -107,8 +113,13 @@ class Transport(Protocol):
     ) -> None:
         """Connect, declare the namespace's objects, and listen on the client's inbox
         (replies) and for announcements of a new scheduler; ``on_lost`` once the
-        connection is gone. ``ConnectionError`` (an outage, retried) or
+        connection is gone. ``ConnectionError`` (an outage, retried; a
+        :class:`ServerRefused` that says why, when the broker can tell) or
         :class:`Refused` (not retried) when it cannot."""
+
+    async def candidates(self) -> int:
+        """How many processes stand for election in the namespace now (0: none, and so
+        no scheduler answers a request, nor will until one stands)."""
 
     async def request(self, op: str, request_id: str, body: bytes, ttl_ms: int | None) -> None:
         """Send a request to the elected scheduler (its reply is the receipt: one

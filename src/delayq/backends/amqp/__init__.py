@@ -28,7 +28,7 @@ from ..._lazy import lazy_names
 from ...durable.descriptor import BackendDescriptor, BackendDriver
 
 if TYPE_CHECKING:
-    from .._replicated import LogFull, NoScheduler
+    from .._replicated import LogFull, NoScheduler, ServerRefused
     from ._async.backend import AsyncAmqpBackend, open_async_backend
     from ._driver import OUTAGE_ERRORS
     from ._sync.backend import AmqpBackend, open_backend
@@ -41,6 +41,7 @@ __all__ = [
     "AsyncAmqpBackend",
     "LogFull",
     "NoScheduler",
+    "ServerRefused",
     "open_async_backend",
     "open_backend",
 ]
@@ -50,6 +51,7 @@ __getattr__, __dir__ = lazy_names(
     {
         "LogFull": ".._replicated",
         "NoScheduler": ".._replicated",
+        "ServerRefused": ".._replicated",
         "AsyncAmqpBackend": "._async.backend",
         "open_async_backend": "._async.backend",
         "AmqpBackend": "._sync.backend",

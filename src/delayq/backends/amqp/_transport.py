@@ -31,6 +31,7 @@ from pamqp.common import FieldTable
 from ...durable.message import Record
 from .._replicated import Delivery, LogEntry, Refused
 from ._blocking import BlockingIntake
+from ._connect import quiet_connect_errors, refused
 from ._constants import (
     CONTENT_TYPES,
     DEFAULT_REQUEST_TIMEOUT,
@@ -113,6 +114,7 @@ class Hosts:
         self._urls = urls
         self._first = 0
         self._properties: FieldTable = {"connection_name": f"delayq {prefix}"}
+        quiet_connect_errors()
 
     async def connect(self) -> AbstractConnection:
         """A connection to the first host that takes one; the last host's error when
@@ -184,8 +186,13 @@ class AmqpTransport:
         ) as exc:
             await self.close()
             final = _final(exc)
+            # A mistake of the URL (the broker down, a wrong password, an unknown
+            # virtual host) in one line that says which.
+            line = refused(self._settings.url, self._settings.broker_urls, exc)
             if final is not None:
-                raise Refused(final) from exc
+                raise Refused(line or final) from exc
+            if line is not None:
+                raise line from exc
             raise ConnectionError(f"could not open the AMQP connection: {exc!r}") from exc
         except ValueError:
             await self.close()
@@ -243,6 +250,23 @@ class AmqpTransport:
                 f"retention_bytes=0 (checkpoints, no retention); otherwise pass the "
                 f"retention_bytes it was declared with, or use a new prefix"
             ) from None
+
+    async def candidates(self) -> int:
+        """See :meth:`~.._replicated.Transport.candidates`: the consumers of the lock
+        queue (every candidate consumes it; the broker makes one of them active), by a
+        passive declare on a channel of its own (a lock never declared, which closes
+        the channel: none)."""
+        try:
+            channel = await self._open_channel("probe", confirms=False)
+            try:
+                declared = await channel.queue_declare(self._names.lock, passive=True)
+            finally:
+                self._unsubscribe_soon("probe", channel)
+        except aiormq.exceptions.ChannelNotFoundEntity:
+            return 0
+        except (aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError) as exc:
+            raise ConnectionError(f"could not count the candidates: {exc!r}") from exc
+        return declared.consumer_count or 0
 
     async def request(self, op: str, request_id: str, body: bytes, ttl_ms: int | None) -> None:
         """See :meth:`~.._replicated.Transport.request`."""

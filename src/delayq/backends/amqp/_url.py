@@ -10,6 +10,7 @@ from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..._switch import switch
+from ...durable.descriptor import check_url_options
 from ...errors import UnsupportedURL
 from .._replicated import Candidacy
 from ._constants import (
@@ -20,7 +21,7 @@ from ._constants import (
     MIN_RETENTION_BYTES,
 )
 
-__all__ = ["Settings", "parse"]
+__all__ = ["URL_OPTIONS", "Settings", "parse"]
 
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,100}")
 _CANDIDACIES = ("auto", "on", "off")
@@ -39,6 +40,9 @@ _OPTIONS = frozenset(
 #: the broker's certificate (``cafile`` / ``capath``), a client certificate and its key
 #: (``certfile`` / ``keyfile``), and ``no_verify_ssl=1`` to skip the broker's check.
 _TLS = ("cafile", "capath", "certfile", "keyfile", "no_verify_ssl")
+#: The query parameters an AMQP URL may carry: delayq's options, aiormq's heartbeat and
+#: the TLS ones.
+URL_OPTIONS = frozenset({*_OPTIONS, "heartbeat", *_TLS})
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,8 @@ class Settings:
     fast_put: bool = True
     """Whether ``put()`` appends to the intake itself (docs/rabbitmq.md, "Fast put")
     rather than asking the scheduler."""
+    url: str = ""
+    """The queue URL as given (what an error names, its password hidden)."""
 
 
 def _timeout(value: Any) -> float:
@@ -99,9 +105,7 @@ def parse(url: str, options: dict[str, Any]) -> Settings:
         _check_host(host, url)
     given = dict(parse_qsl(parts.query, keep_blank_values=True))
     passed = {key: given.pop(key) for key in ("heartbeat", *_TLS) if key in given}
-    unknown = sorted(set(given) - _OPTIONS)
-    if unknown:
-        raise UnsupportedURL(f"unknown parameter(s) of an AMQP URL: {', '.join(unknown)}")
+    check_url_options(url, given, URL_OPTIONS)
     _check_tls(scheme, passed, url)
     extra = sorted(set(options) - _OPTIONS)
     if extra:
@@ -131,6 +135,7 @@ def parse(url: str, options: dict[str, Any]) -> Settings:
         _deliver(merged),
         retention,
         switch("fast_put", merged.get("fast_put", True)),
+        url=url,
     )
 
 

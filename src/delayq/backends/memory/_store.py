@@ -1,5 +1,5 @@
 """The store behind ``memory://``: one queue's records and the contract's operations on
-them (:class:`~delayq.durable._records.Records`), the waiting of its consumers, and the
+them (:class:`~delayq.backends._records.Records`), the waiting of its consumers, and the
 process-wide registry of stores by ``(namespace, queue)``. Every method of
 :class:`Store` runs with its ``lock`` held."""
 
@@ -10,7 +10,7 @@ import threading
 
 from ..._timer import call_later_precisely
 from ..._waiters import LoopSleeper, resolve
-from ...durable._records import Records
+from .._records import Records
 
 __all__ = ["Store", "shared_store", "stores_of"]
 

@@ -3,8 +3,8 @@
 URLs: ``postgresql://user:password@host:port/database`` (or ``postgres://``), as libpq
 reads them: every query parameter that is not one of delayq's options below goes to
 libpq as is (``sslmode``, ``sslrootcert``, ``application_name`` (``delayq`` unless
-given), ``connect_timeout``, ``options``, ``target_session_attrs``...); an unknown
-one is refused when the queue is opened.
+given), ``connect_timeout``, ``options``, ``target_session_attrs``...); any other
+is :class:`~delayq.errors.UnsupportedURL`, which names it, when the queue is opened.
 
 Options (keyword arguments of ``Queue``/``AsyncQueue``, or URL query parameters):
 

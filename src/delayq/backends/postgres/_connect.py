@@ -7,8 +7,8 @@ import re
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from ... import errors
 from ..._redact import redact_url
-from ...errors import DelayqError
 
 __all__ = ["ServerRefused", "refused"]
 
@@ -28,7 +28,7 @@ _REASONS: tuple[tuple[re.Pattern[str], str], ...] = (
 _SILENT = re.compile(r"Connection refused|timeout expired|No such file or directory|timed out")
 
 
-class ServerRefused(DelayqError, psycopg.OperationalError):
+class ServerRefused(errors.ServerRefused, psycopg.OperationalError):
     """The PostgreSQL server of a queue URL could not be used: it does not answer, or it
     refused the connection (an unknown role or database, a TLS the server lacks). The
     message names the URL (its password hidden) and the cause in plain words; psycopg's

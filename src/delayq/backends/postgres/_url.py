@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import Conninfo
 
 from ..._duration import bounded_seconds
 from ..._switch import switch
+from ...durable.descriptor import check_url_options
 from ...errors import UnsupportedURL
 
-__all__ = ["DEFAULT_SCHEMA", "OPTIONS", "Settings", "check_schema", "parse_url"]
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "OPTIONS",
+    "Settings",
+    "check_schema",
+    "libpq_parameters",
+    "parse_url",
+]
 
 #: Where delayq's tables live when the URL names no ``schema``.
 DEFAULT_SCHEMA = "delayq"
@@ -83,6 +93,13 @@ def parse_url(url: str, **options: Any) -> Settings:
             own[key] = value
         else:
             passed.append((key, value))
+    check_url_options(
+        url,
+        (key for key, _ in passed),
+        OPTIONS,
+        more=libpq_parameters(),
+        more_are="libpq's connection parameters (sslmode, connect_timeout...)",
+    )
     unknown = sorted(set(options) - OPTIONS)
     if unknown:
         raise TypeError(f"unknown postgresql option(s): {', '.join(unknown)}")
@@ -93,7 +110,7 @@ def parse_url(url: str, **options: Any) -> Settings:
     # By hand: urlunsplit drops the "//" of an empty host (postgresql:///db, a socket).
     conninfo = f"postgresql://{parts.netloc}{parts.path}?{urlencode(passed)}"
     try:
-        conninfo_to_dict(conninfo)  # libpq's own parser: an unknown parameter is refused
+        conninfo_to_dict(conninfo)  # libpq's own parser: a malformed host list or value
     except psycopg.Error as exc:
         raise UnsupportedURL(f"malformed postgresql URL: {str(exc).strip()}") from None
     return Settings(
@@ -106,6 +123,12 @@ def parse_url(url: str, **options: Any) -> Settings:
         pool_size=_count("pool_size", own.get("pool_size", POOL_SIZE), 1000),
         pool_timeout=bounded_seconds("pool_timeout", own.get("pool_timeout", POOL_TIMEOUT), 3600.0),
     )
+
+
+@functools.cache
+def libpq_parameters() -> frozenset[str]:
+    """The connection parameters the libpq in use knows (a URL's query may set them)."""
+    return frozenset(option.keyword.decode() for option in Conninfo.get_defaults())
 
 
 def check_schema(schema: object) -> str:

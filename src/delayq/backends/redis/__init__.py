@@ -1,5 +1,13 @@
 """``redis://host:port/db`` and ``rediss://``: the durable backend on Redis (see
-:mod:`.backend`; sharded queues and ``redis+cluster://``: :mod:`.sharded`)."""
+:mod:`.backend`; sharded queues and ``redis+cluster://``: :mod:`.sharded`).
+
+A first use whose server cannot be used raises :class:`ServerRefused` (a
+:class:`~delayq.errors.DelayqError`, also a ``redis.ConnectionError``) within the
+connect timeout, with one line that names the URL (its password hidden) and the cause:
+the server is not answering at host:port, needs a password, refused the user name and
+password, is not a cluster (``redis+cluster://`` to a single node: use ``redis://``),
+or does not speak TLS (``rediss://`` to a plain server: use ``redis://``).
+"""
 
 from typing import TYPE_CHECKING
 
@@ -9,6 +17,7 @@ from ...durable.descriptor import BackendDescriptor, BackendDriver
 if TYPE_CHECKING:
     from ._driver import OUTAGE_ERRORS
     from ._open import open_async_backend, open_backend
+    from ._refused import ServerRefused
     from .backend import AsyncRedisBackend, RedisBackend
 
 __all__ = [
@@ -16,6 +25,7 @@ __all__ = [
     "OUTAGE_ERRORS",
     "AsyncRedisBackend",
     "RedisBackend",
+    "ServerRefused",
     "open_async_backend",
     "open_backend",
 ]
@@ -28,6 +38,7 @@ __getattr__, __dir__ = lazy_names(
         "open_async_backend": "._open",
         "open_backend": "._open",
         "OUTAGE_ERRORS": "._driver",
+        "ServerRefused": "._refused",
     },
     globals(),
 )

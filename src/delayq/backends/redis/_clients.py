@@ -8,6 +8,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import redis
 import redis.asyncio
@@ -103,6 +104,14 @@ class _LazyCluster:
             self._client.close()
 
 
+def _credentials(settings: Settings) -> dict[str, Any]:
+    """The user name and password of a ``redis+cluster://`` URL, as redis-py reads a
+    ``redis://`` URL's (a lone userinfo is a user name)."""
+    parts = urlsplit(settings.url)
+    found = {"username": parts.username, "password": parts.password}
+    return {key: unquote(value) for key, value in found.items() if value}
+
+
 def sync_client(settings: Settings, *, listener: bool) -> Any:
     """A redis-py client of the settings' node or cluster, without redis-py's retries
     (a listener retries itself; scripts are sent again as :mod:`._resend` says)."""
@@ -121,6 +130,7 @@ def sync_client(settings: Settings, *, listener: bool) -> Any:
                 startup_nodes=nodes[1:],
                 retry=no_retry(),
                 connection_class=tracked(redis.Connection),
+                **_credentials(settings),
                 **options,
             )
         )
@@ -137,7 +147,9 @@ def async_client(settings: Settings, *, listener: bool) -> Any:
             )
             for host, port in settings.nodes
         ]
-        client = _AsyncCluster(startup_nodes=nodes, retry=no_retry_async(), **options)
+        client = _AsyncCluster(
+            startup_nodes=nodes, retry=no_retry_async(), **_credentials(settings), **options
+        )
         return track_cluster_sends(client)
     return async_tracked_client(settings.url, **options)
 

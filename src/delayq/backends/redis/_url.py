@@ -7,14 +7,45 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from ...durable.descriptor import check_url_options
 from ...errors import UnsupportedURL
 from ._settings import REDIS_DEFAULT_PREFIX
 
-__all__ = ["OPTIONS", "Settings", "parse_url"]
+__all__ = ["CLIENT_OPTIONS", "OPTIONS", "TLS_OPTIONS", "Settings", "parse_url", "url_options"]
 
 #: The options a redis URL or ``Queue(...)`` keyword may set (beyond redis-py's own URL
 #: parameters, which pass through).
 OPTIONS = frozenset({"prefix", "shards"})
+#: The parameters of redis-py that a ``redis://`` or ``redis+unix://`` URL may pass to
+#: its connections; ``rediss://`` takes the TLS ones too. A ``redis+cluster://`` URL
+#: takes delayq's options alone (its clients are made from its nodes).
+CLIENT_OPTIONS = frozenset(
+    {
+        "db",
+        "username",
+        "password",
+        "client_name",
+        "protocol",
+        "socket_timeout",
+        "socket_connect_timeout",
+        "socket_keepalive",
+        "health_check_interval",
+        "max_connections",
+    }
+)
+TLS_OPTIONS = frozenset(
+    {
+        "ssl_ca_certs",
+        "ssl_ca_path",
+        "ssl_cert_reqs",
+        "ssl_certfile",
+        "ssl_keyfile",
+        "ssl_password",
+        "ssl_check_hostname",
+        "ssl_min_version",
+        "ssl_ciphers",
+    }
+)
 _SCHEMES = ("redis", "rediss")
 _CLUSTER = "redis+cluster"
 #: A Unix domain socket: ``redis+unix://[user:password@]/path/to/redis.sock[?db=N]``,
@@ -64,12 +95,22 @@ def _nodes(url: str, netloc: str) -> tuple[tuple[str, int], ...]:
     return tuple(nodes)
 
 
+def url_options(scheme: str) -> frozenset[str]:
+    """The query parameters a URL of ``scheme`` (lower case) may carry."""
+    if scheme == _CLUSTER:
+        return OPTIONS
+    if scheme == "rediss":
+        return OPTIONS | CLIENT_OPTIONS | TLS_OPTIONS
+    return OPTIONS | CLIENT_OPTIONS
+
+
 def parse_url(url: str, **options: Any) -> Settings:
     """Check a ``redis://host:port/db`` URL and the options. :class:`UnsupportedURL`
     for a malformed URL, :class:`TypeError`/:class:`ValueError` for a bad option.
 
     ``prefix`` (URL parameter or keyword) starts every key; other URL parameters are
-    redis-py's (``socket_timeout``, ``max_connections``, ...)."""
+    redis-py's (:func:`url_options`: ``socket_timeout``, ``max_connections``, ...),
+    any other is :class:`UnsupportedURL`."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     cluster = scheme == _CLUSTER
@@ -79,6 +120,7 @@ def parse_url(url: str, **options: Any) -> Settings:
         )
     nodes = _nodes(url, parts.netloc) if cluster else ()
     query = parse_qsl(parts.query, keep_blank_values=True)
+    check_url_options(url, (key for key, _ in query), url_options(scheme))
     if scheme == _UNIX:
         if parts.hostname or parts.port or not parts.path.strip("/"):
             raise UnsupportedURL(

@@ -5,7 +5,8 @@ URLs: ``redis://[user:password@]host[:port][/db][?prefix=...&socket_timeout=...]
 for a server on this host reached through its Unix domain socket (no TCP stack: a
 shorter round trip). Options (keyword arguments of ``Queue``/``AsyncQueue``, or URL
 parameters): ``prefix`` (default ``"delayq"``), the start of every key. Other URL
-parameters are redis-py's own (``socket_timeout``, ``max_connections``, ...).
+parameters are redis-py's own (``socket_timeout``, ``max_connections``, ...: the list
+is :func:`._url.url_options`); any other is :class:`~delayq.errors.UnsupportedURL`.
 
 Data, per queue shard (``<prefix>:{<queue>:<shard>}:...``, one hash tag, so one cluster
 slot; a single-node queue is shard 0):

@@ -30,8 +30,9 @@ touches one shard's keys only.
 Options: those of :mod:`.backend`, plus ``shards`` (1 to 1024; default 1). The same
 queue must always be opened with the same ``shards``: messages of other shards would not
 be found. A cluster URL's nodes are startup nodes; redis-py's ``RedisCluster`` follows
-slot moves. Scripts run as library functions on a single node and by EVALSHA on a
-cluster (see :mod:`._functions`).
+slot moves. A cluster URL takes delayq's options alone (``prefix``, ``shards``): its
+clients are made from its nodes, with no other parameter of redis-py. Scripts run as
+library functions on a single node and by EVALSHA on a cluster (see :mod:`._functions`).
 
 The faces are written once for asyncio (:mod:`._async.sharded`); the sync one is
 generated from it (:mod:`._sync.sharded`, ``scripts/unasync.py``). What both share is

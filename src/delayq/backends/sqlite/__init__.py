@@ -16,8 +16,15 @@ Options (keyword arguments of ``Queue``/``AsyncQueue``, or URL query parameters)
   SQLite's ``PRAGMA synchronous``. In WAL mode ``normal`` loses nothing when a
   process crashes or is killed; only an OS crash or power loss may drop the last
   commits. ``full`` makes every commit survive those too, at a cost in throughput.
+* ``notify`` (``on`` by default): a commit that makes a message due wakes the
+  consumers waiting in other processes at once, through a datagram socket per
+  waiting backend object in the directory ``<file>-wake`` beside the database
+  (where Unix sockets exist and the socket's path fits in one). ``off``: this
+  object neither sends nor listens, and its consumers see other processes' commits
+  at the next poll.
 * ``poll_interval`` (seconds, default 0.02): how often a waiting consumer checks
-  whether another process committed.
+  whether another process committed, notified or not (a lost notification, or a
+  writer with ``notify=off``, costs at most this).
 
 How it works: WAL mode; every operation is one transaction (``BEGIN IMMEDIATE`` when
 it writes) of the statements in :mod:`.statements`, each the mirror of a pure
@@ -28,7 +35,7 @@ in epoch ms, read once per transaction as its floor and ceiling (the processes
 sharing a file share that clock); ``seq`` comes from a
 counter row bumped in the writing transaction, so it increases across processes.
 The operations: :mod:`._core`; connections: :mod:`._connection`; waiting:
-:mod:`._wakeup`; URLs: :mod:`._url`. The asyncio face is written by hand in
+:mod:`._wakeup` and :mod:`._notify`; URLs: :mod:`._url`. The asyncio face is written by hand in
 :mod:`._async.backend`; the sync face is generated from it by ``scripts/unasync.py``
 into :mod:`._sync.backend`; they differ only in their runner (:mod:`._runner`: a thread
 pool, or the calling thread) and in how a waiting ``reserve`` sleeps.

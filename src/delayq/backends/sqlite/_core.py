@@ -119,7 +119,7 @@ class Core:
             busy_budget=busy,
             synchronous=checked["synchronous"],
         )
-        self.wake = Wakeup(self.pool, checked["poll_interval"])
+        self.wake = Wakeup(self.pool, checked["poll_interval"], notify=checked["notify"])
         self.closed = False
 
     def check_open(self) -> None:
@@ -172,7 +172,7 @@ class Core:
             return kept
 
         kept = self.pool.write(work)
-        self.wake.bump()
+        self.wake.announce(queue)
         return kept
 
     def claim(
@@ -227,7 +227,7 @@ class Core:
                 raise LeaseLost(_LEASE_LOST)
 
         self.pool.write(work)
-        self.wake.bump()
+        self.wake.announce(queue)
 
     def unclaim(self, queue: str, records: Sequence[Record]) -> None:
         """Give back what a cancelled reserve claimed (nobody received it): the same
@@ -242,7 +242,7 @@ class Core:
 
         if not self.pool.closed:
             self.pool.write(work)
-            self.wake.bump()
+            self.wake.announce(queue)
 
     def ack(self, queue: str, id: str, token: str) -> None:
         """See :meth:`Backend.ack <delayq.durable.backend.Backend.ack>`."""
@@ -296,7 +296,7 @@ class Core:
 
         state = self.pool.write(work)
         if state is State.SCHEDULED:
-            self.wake.bump()
+            self.wake.announce(queue)
         return state
 
     def extend(self, queue: str, id: str, token: str, lease_ms: int) -> int:
@@ -343,7 +343,7 @@ class Core:
 
         moved = self.pool.write(work)
         if moved:
-            self.wake.bump()
+            self.wake.announce(queue)
         return moved
 
     def get(self, queue: str, id: str) -> Record | None:
@@ -408,7 +408,7 @@ class Core:
 
         revived = self.pool.write(work)
         if revived:
-            self.wake.bump()
+            self.wake.announce(queue)
         return revived
 
     def purge(self, queue: str, state: State | None) -> int:

@@ -7,13 +7,15 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ..._duration import bounded_seconds
+from ..._switch import switch
+from ...durable.descriptor import check_url_options
 from ...errors import UnsupportedURL
 from ._constants import SQLITE_BUSY_TIMEOUT, SQLITE_POLL_INTERVAL, SQLITE_SYNCHRONOUS
 
 __all__ = ["OPTIONS", "parse_url"]
 
 #: The options a sqlite URL or ``Queue(...)`` keyword may set.
-OPTIONS = frozenset({"busy_timeout", "synchronous", "poll_interval"})
+OPTIONS = frozenset({"busy_timeout", "synchronous", "poll_interval", "notify"})
 _SYNCHRONOUS = ("off", "normal", "full", "extra")
 
 
@@ -37,9 +39,7 @@ def parse_url(url: str, **options: Any) -> tuple[str, dict[str, Any]]:
             "it cannot hold a queue; use memory:// or a file path"
         )
     given: dict[str, Any] = dict(parse_qsl(parts.query, keep_blank_values=True))
-    unknown = sorted(set(given) - OPTIONS)
-    if unknown:
-        raise UnsupportedURL(f"unknown sqlite URL parameter(s) {', '.join(unknown)} in {url!r}")
+    check_url_options(url, given, OPTIONS)
     unknown = sorted(set(options) - OPTIONS)
     if unknown:
         raise TypeError(f"unknown sqlite option(s): {', '.join(unknown)}")
@@ -52,6 +52,7 @@ def parse_url(url: str, **options: Any) -> tuple[str, dict[str, Any]]:
             "poll_interval", given.get("poll_interval", SQLITE_POLL_INTERVAL), 1.0
         ),
         "synchronous": str(given.get("synchronous", SQLITE_SYNCHRONOUS)).lower(),
+        "notify": switch("notify", given.get("notify", True)),
     }
     if checked["synchronous"] not in _SYNCHRONOUS:
         raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")

@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any
 
 from ...errors import DuplicateId
-from .._constants import (
+from ..constants import (
     DEFAULT_DEAD_LIMIT,
     DEFAULT_DUE_BUCKETS,
     DEFAULT_DUE_HORIZON,
@@ -25,7 +25,7 @@ from .._constants import (
     DEFAULT_PEEK_LIMIT,
     DEFAULT_QUEUE_NAME,
 )
-from .._facade import (
+from ..facade import (
     QueueBase,
     check_address,
     check_position,

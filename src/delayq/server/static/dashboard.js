@@ -341,8 +341,16 @@
       el("td", { class: "num" }, queue.active),
       el("td", { class: queue.dead ? "num alert" : "num" }, queue.dead),
       el("td", {}, queue.next_due_at === null ? el("span", { class: "muted" }, "—") : timeOf(queue.next_due_at)),
-      el("td", { class: queue.lag >= 1 ? "num warn" : "num" }, formatDuration(queue.lag)),
+      el("td", { class: queue.work_lag >= 1 ? "num warn" : "num" }, ...lagCell(queue)),
     );
+  }
+
+  // The work lag, and a note when a cron tick has waited longer (_lag_cell in Python).
+  function lagCell(stats) {
+    const text = formatDuration(stats.work_lag);
+    if (stats.lag - stats.work_lag < 1) return [text];
+    const title = "A cron tick (@app.cron, @app.every) waits for a worker: no overdue work. A worker started runs it once.";
+    return [`${text} `, el("span", { class: "tick-note", title }, `tick waiting ${formatDuration(stats.lag)}`)];
   }
 
   async function refreshOverview() {
@@ -350,6 +358,7 @@
     const rows = data.queues.map(overviewRow);
     if (rows.length === 0) rows.push(el("tr", { class: "empty" }, el("td", { colspan: 7 }, "No queue holds a message yet.")));
     document.getElementById("queue-rows").replaceChildren(...rows);
+    document.getElementById("first-message").hidden = data.queues.length > 0;
     document.getElementById("queue-names").replaceChildren(...data.queues.map((q) => el("option", { value: q.name })));
   }
 
@@ -399,7 +408,7 @@
       "tr",
       { "data-id": msg.id },
       el("td", { class: "id" }, el("a", { href: messageHref(queue, msg.id) }, msg.id)),
-      el("td", { class: "error", title: msg.last_error || "" }, msg.last_error || "—"),
+      el("td", { class: "error", title: msg.error_summary || "" }, msg.error_summary || "—"),
       el("td", { class: "num" }, `${msg.attempts} / ${msg.max_attempts}`),
       el(
         "td",
@@ -454,7 +463,7 @@
     document.querySelector('[data-stat-box="dead"]').classList.toggle("stat-alert", stats.dead > 0);
     const next = document.querySelector('[data-stat="next_due_at"]');
     next.replaceChildren(stats.next_due_at === null ? "—" : timeOf(stats.next_due_at));
-    document.querySelector('[data-stat="lag"]').textContent = formatDuration(stats.lag);
+    document.querySelector('[data-stat="lag"]').replaceChildren(...lagCell(stats));
     document.getElementById("queue-empty").hidden = stats.scheduled + stats.ready + stats.active + stats.dead > 0;
   }
 

@@ -27,6 +27,7 @@ class AsyncAmqpBackend(AsyncReplicatedBackend):
                 request_timeout=settings.request_timeout,
                 deliver=settings.deliver,
                 fast_put=settings.fast_put,
+                url=url,
             )
         )
 

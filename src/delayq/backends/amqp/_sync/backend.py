@@ -29,6 +29,7 @@ class AmqpBackend(ReplicatedBackend):
                 request_timeout=settings.request_timeout,
                 deliver=settings.deliver,
                 fast_put=settings.fast_put,
+                url=url,
             )
         )
 

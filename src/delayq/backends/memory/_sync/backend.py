@@ -16,11 +16,12 @@ import threading
 from collections.abc import Sequence
 from math import inf
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from ...._clock import SYSTEM_CLOCK, Clock
-from ....durable._reserves import Reserves
+from ....durable.descriptor import check_url_options
 from ....durable.message import Claimed, Now, Position, PutRequest, Record, State, Stats
+from ....durable.reserves import Reserves
 from ....errors import QueueClosed, UnsupportedURL
 from .._store import Store, shared_store, stores_of
 
@@ -35,6 +36,7 @@ MEMORY_FIRE_AHEAD_MS = 1
 
 def _namespace(url: str) -> str:
     parts = urlsplit(url)
+    check_url_options(url, dict(parse_qsl(parts.query, keep_blank_values=True)), ())
     if parts.scheme.lower() != "memory" or parts.path not in ("", "/") or parts.query:
         raise UnsupportedURL(f"a memory URL is memory:// or memory://<namespace>, not {url!r}")
     return parts.netloc

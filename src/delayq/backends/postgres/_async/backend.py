@@ -24,7 +24,6 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from ...._log import LOGGER_NAME
-from ....durable._reserves import AsyncReserves
 from ....durable.inspection import bucket_width, select_peek
 from ....durable.message import (
     LEASE_EXPIRED_ERROR,
@@ -38,6 +37,7 @@ from ....durable.message import (
     load_headers,
     observe,
 )
+from ....durable.reserves import AsyncReserves
 from ....errors import DuplicateId, LeaseLost, QueueClosed
 from .. import _schema
 from .._connect import refused

@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 
 from ...._names import check_queue_name
-from ....durable._facade import build_request
+from ....durable.facade import build_request
 from ....durable.message import OnConflict
 from ....durable.retry import RetryPolicy
 from ....durable.serializer import Codec

@@ -26,7 +26,6 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from ...._log import LOGGER_NAME
-from ....durable._reserves import Reserves
 from ....durable.inspection import bucket_width, select_peek
 from ....durable.message import (
     LEASE_EXPIRED_ERROR,
@@ -40,6 +39,7 @@ from ....durable.message import (
     load_headers,
     observe,
 )
+from ....durable.reserves import Reserves
 from ....errors import DuplicateId, LeaseLost, QueueClosed
 from .. import _schema
 from .._connect import refused

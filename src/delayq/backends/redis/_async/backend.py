@@ -14,15 +14,16 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from ...._log import LOGGER_NAME
-from ....durable._reserves import AsyncReserves
 from ....durable.inspection import merge_peek
 from ....durable.message import Claimed, Position, PutRequest, Record, State, Stats
+from ....durable.reserves import AsyncReserves
 from ....errors import QueueClosed
 from .._claims import AsyncClaims
 from .._functions import AsyncFunctions
 from .._link_async import AsyncLink
 from .._listen import AsyncListener, log_lost, next_backoff
 from .._ops import Call, Operations
+from .._refused import AsyncFirstUse
 from .._resend import async_tracked_client
 from .._scan import scan_queues_async
 from .._scripts import Claim
@@ -56,6 +57,7 @@ class AsyncRedisBackend(AsyncReserves):
 
     def __init__(self, url: str, **options: Any) -> None:
         self._settings: Settings = parse_url(url, **options)
+        self._first = AsyncFirstUse(url, self._settings)
         self._ops = Operations(self._settings.prefix)
         self._closed = False
         # No retries in redis-py: the scripts are sent again as _resend.py says.
@@ -89,7 +91,11 @@ class AsyncRedisBackend(AsyncReserves):
     async def _run(self, call: Call[T]) -> T:
         self._check_open()
         try:
-            reply = await self._link(call.script, call.keys, call.args)
+            if self._first.answered:
+                reply = await self._link(call.script, call.keys, call.args)
+            else:  # a failure that says the server cannot be used is ServerRefused
+                async with self._first:
+                    reply = await self._link(call.script, call.keys, call.args)
         except CONNECTION_ERRORS:
             self._check_open()
             raise
@@ -252,7 +258,10 @@ class AsyncRedisBackend(AsyncReserves):
     async def queues(self) -> list[str]:
         """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
         self._check_open()
-        return await scan_queues_async(self._client, self.prefix)
+        if self._first.answered:
+            return await scan_queues_async(self._client, self.prefix)
+        async with self._first:
+            return await scan_queues_async(self._client, self.prefix)
 
     async def peek(
         self, queue: str, *, state: State | None, limit: int, after: Position | None = None

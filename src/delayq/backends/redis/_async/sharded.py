@@ -23,15 +23,16 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from ...._log import LOGGER_NAME
-from ....durable._reserves import AsyncReserves
 from ....durable.inspection import merge_peek
 from ....durable.message import Claimed, Position, PutRequest, Record, State, Stats
+from ....durable.reserves import AsyncReserves
 from .._claims import AsyncClaims
 from .._clients import AsyncListenerClients, async_client
 from .._functions import AsyncFunctions
 from .._hub import AsyncHub
 from .._listen import AsyncListener, log_lost, next_backoff
 from .._ops import Call
+from .._refused import AsyncFirstUse
 from .._resend import call_async
 from .._scan import scan_queues_async
 from .._settings import REDIS_FIRE_AHEAD_MS, REDIS_RECONNECT_FIRST
@@ -69,6 +70,7 @@ class AsyncShardedRedisBackend(ShardedBase, AsyncReserves):
         #: The cluster's map is loaded (a later reload is redis-py's own, with a default
         #: node to route by meanwhile); a single node needs none.
         self._mapped = not self._settings.cluster
+        self._first = AsyncFirstUse(url, self._settings)
 
     @property
     def client(self) -> Any:
@@ -77,7 +79,14 @@ class AsyncShardedRedisBackend(ShardedBase, AsyncReserves):
 
     async def _ready(self) -> Any:
         """The client, with the cluster's map loaded (see the module docstring); a
-        single-node client as is."""
+        single-node client as is. Until the server answered once, a PING too: a
+        failure of either is ServerRefused (:mod:`.._refused`)."""
+        if not self._first.answered:
+            async with self._first:
+                if not self._mapped:
+                    await self._client.initialize()
+                    self._mapped = True
+                await self._client.ping()
         if not self._mapped:
             await self._client.initialize()
             self._mapped = True

@@ -16,15 +16,16 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from ...._log import LOGGER_NAME
-from ....durable._reserves import Reserves
 from ....durable.inspection import merge_peek
 from ....durable.message import Claimed, Position, PutRequest, Record, State, Stats
+from ....durable.reserves import Reserves
 from ....errors import QueueClosed
 from .._claims import Claims
 from .._functions import Functions
 from .._link import Link
 from .._listen import Listener, log_lost, next_backoff
 from .._ops import Call, Operations
+from .._refused import FirstUse
 from .._resend import tracked_client
 from .._scan import scan_queues
 from .._scripts import Claim
@@ -58,6 +59,7 @@ class RedisBackend(Reserves):
 
     def __init__(self, url: str, **options: Any) -> None:
         self._settings: Settings = parse_url(url, **options)
+        self._first = FirstUse(url, self._settings)
         self._ops = Operations(self._settings.prefix)
         self._closed = False
         # No retries in redis-py: the scripts are sent again as _resend.py says.
@@ -89,7 +91,11 @@ class RedisBackend(Reserves):
     def _run(self, call: Call[T]) -> T:
         self._check_open()
         try:
-            reply = self._link(call.script, call.keys, call.args)
+            if self._first.answered:
+                reply = self._link(call.script, call.keys, call.args)
+            else:  # a failure that says the server cannot be used is ServerRefused
+                with self._first:
+                    reply = self._link(call.script, call.keys, call.args)
         except CONNECTION_ERRORS:
             self._check_open()
             raise
@@ -248,7 +254,10 @@ class RedisBackend(Reserves):
     def queues(self) -> list[str]:
         """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
         self._check_open()
-        return scan_queues(self._client, self.prefix)
+        if self._first.answered:
+            return scan_queues(self._client, self.prefix)
+        with self._first:
+            return scan_queues(self._client, self.prefix)
 
     def peek(
         self, queue: str, *, state: State | None, limit: int, after: Position | None = None

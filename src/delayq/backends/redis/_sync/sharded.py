@@ -25,15 +25,16 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from ...._log import LOGGER_NAME
-from ....durable._reserves import Reserves
 from ....durable.inspection import merge_peek
 from ....durable.message import Claimed, Position, PutRequest, Record, State, Stats
+from ....durable.reserves import Reserves
 from .._claims import Claims
 from .._clients import ListenerClients, sync_client
 from .._functions import Functions
 from .._hub import Hub
 from .._listen import Listener, log_lost, next_backoff
 from .._ops import Call
+from .._refused import FirstUse
 from .._resend import call
 from .._scan import scan_queues
 from .._settings import REDIS_FIRE_AHEAD_MS, REDIS_RECONNECT_FIRST
@@ -71,6 +72,7 @@ class ShardedRedisBackend(ShardedBase, Reserves):
         #: The cluster's map is loaded (a later reload is redis-py's own, with a default
         #: node to route by meanwhile); a single node needs none.
         self._mapped = not self._settings.cluster
+        self._first = FirstUse(url, self._settings)
 
     @property
     def client(self) -> Any:
@@ -79,7 +81,14 @@ class ShardedRedisBackend(ShardedBase, Reserves):
 
     def _ready(self) -> Any:
         """The client, with the cluster's map loaded (see the module docstring); a
-        single-node client as is."""
+        single-node client as is. Until the server answered once, a PING too: a
+        failure of either is ServerRefused (:mod:`.._refused`)."""
+        if not self._first.answered:
+            with self._first:
+                if not self._mapped:
+                    self._client.initialize()
+                    self._mapped = True
+                self._client.ping()
         if not self._mapped:
             self._client.initialize()
             self._mapped = True

@@ -13,8 +13,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ....durable._reserves import AsyncReserves
 from ....durable.message import Claimed, Position, PutRequest, Record, State, Stats
+from ....durable.reserves import AsyncReserves
 from .._constants import SQLITE_FIRE_AHEAD_MS
 from .._core import Core
 from .._runner import AsyncRunner
@@ -77,7 +77,7 @@ class AsyncSQLiteBackend(AsyncReserves):
                 return Claimed(records, now_us, arrived)
             timeout = _seconds_until(next_ms, give_up)
             if timeout is None or timeout > 0.0:
-                await wake.wait_async(generation, timeout)
+                await wake.wait_async(generation, timeout, queue)
             peek = True
 
     async def ack(self, queue: str, id: str, token: str) -> None:

@@ -15,8 +15,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ....durable._reserves import Reserves
 from ....durable.message import Claimed, Position, PutRequest, Record, State, Stats
+from ....durable.reserves import Reserves
 from .._constants import SQLITE_FIRE_AHEAD_MS
 from .._core import Core
 from .._runner import Runner
@@ -77,7 +77,7 @@ class SQLiteBackend(Reserves):
                 return Claimed(records, now_us, arrived)
             timeout = _seconds_until(next_ms, give_up)
             if timeout is None or timeout > 0.0:
-                wake.wait(generation, timeout)
+                wake.wait(generation, timeout, queue)
             peek = True
 
     def ack(self, queue: str, id: str, token: str) -> None:

@@ -2,6 +2,27 @@
 
 from __future__ import annotations
 
+from ..durable.constants import TICK_HEADER
+
+__all__ = [
+    "BACKEND_RETRY_MAX",
+    "CRON_ACK_GUARD",
+    "CRON_PRODUCER_MAX_SLEEP",
+    "CRON_TICK_HEADER",
+    "DEFAULT_WORKER_CONCURRENCY",
+    "DEFAULT_WORKER_GRACE",
+    "DEFAULT_WORKER_PREFETCH_PER_HANDLER",
+    "SUPERVISOR_RESTART_FIRST",
+    "SUPERVISOR_RESTART_MAX",
+    "SUPERVISOR_STABLE",
+    "WORKER_BURST_LIMIT",
+    "WORKER_ERROR_BACKOFF",
+    "WORKER_EXTEND_DIVISOR",
+    "WORKER_IDLE_WAIT",
+    "WORKER_PREFETCH_AHEAD",
+    "WORKER_PREFETCH_MAX_PER_HANDLER",
+]
+
 #: Default number of handlers one :class:`~delayq.Worker` runs at once.
 DEFAULT_WORKER_CONCURRENCY = 8
 
@@ -27,6 +48,9 @@ WORKER_EXTEND_DIVISOR = 3.0
 #: Longest single blocking ``reserve`` of an idle worker (s); it then simply reserves again.
 WORKER_IDLE_WAIT = 5.0
 
+#: Most runs of one :meth:`~delayq.Worker.burst` while messages are still due.
+WORKER_BURST_LIMIT = 10_000
+
 #: Pause (s) after a backend error in the reserve loop before trying again: the first
 #: step of the backoff, doubled at each failure in a row up to BACKEND_RETRY_MAX.
 WORKER_ERROR_BACKOFF = 1.0
@@ -36,7 +60,7 @@ WORKER_ERROR_BACKOFF = 1.0
 BACKEND_RETRY_MAX = 10.0
 
 #: Header that marks a cron tick; its value is the tick time in epoch ms.
-CRON_TICK_HEADER = "delayq-cron-tick"
+CRON_TICK_HEADER = TICK_HEADER
 
 #: A cron run is acked at least this long (s) after its tick, so that an on-time put of
 #: the same tick id can never land in the millisecond of the ack (see delayq.runtime._cron).

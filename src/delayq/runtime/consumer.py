@@ -2,7 +2,7 @@
 messages as there are free slots, run each as a task, and keep its lease alive while
 it runs or waits.
 
-Both run ``concurrency`` jobs at once (a :class:`~delayq.runtime._pool.Gate`) and
+Both run ``concurrency`` jobs at once (a :class:`~delayq.runtime.pool.Gate`) and
 reserve up to ``prefetch`` more ahead of free places (:func:`prefetch_slots`), each
 waiting at the gate with its lease renewed until a place frees; a stop closes the
 gate and gives the waiting ones back at once. The two differ only in what a job does
@@ -23,9 +23,9 @@ from .._log import log_event
 from ..durable.message import Message
 from ..durable.queue import AsyncQueue
 from ..errors import LeaseLost, QueueClosed
-from ._constants import DEFAULT_WORKER_PREFETCH_PER_HANDLER
-from ._outage import Outage
-from ._pool import Slots
+from .constants import DEFAULT_WORKER_PREFETCH_PER_HANDLER
+from .outage import Outage
+from .pool import Slots
 
 __all__ = ["LeaseRenewer", "check_prefetch", "extend_lease", "prefetch_slots", "reserve_loop"]
 
@@ -38,7 +38,7 @@ Start = Callable[[AsyncQueue, list[Message]], list[Message]]
 def check_prefetch(prefetch: object, concurrency: int, name: str = "prefetch") -> int:
     """The prefetch of a consumer that runs ``concurrency`` jobs at once: ``prefetch``
     itself, an int >= 0 (0: none), or by default (None)
-    :data:`~delayq.runtime._constants.DEFAULT_WORKER_PREFETCH_PER_HANDLER` x
+    :data:`~delayq.runtime.constants.DEFAULT_WORKER_PREFETCH_PER_HANDLER` x
     ``concurrency``. Anything else is a ``ValueError`` that names ``name``."""
     if prefetch is None:
         return DEFAULT_WORKER_PREFETCH_PER_HANDLER * concurrency

@@ -4,6 +4,35 @@ leases, retries, and what inspection and batches take at most.
 
 from __future__ import annotations
 
+__all__ = [
+    "DEFAULT_DEAD_LIMIT",
+    "DEFAULT_DUE_BUCKETS",
+    "DEFAULT_DUE_HORIZON",
+    "DEFAULT_LEASE",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_PAYLOAD",
+    "DEFAULT_PEEK_LIMIT",
+    "DEFAULT_QUEUE_NAME",
+    "DEFAULT_QUEUE_URL",
+    "DEFAULT_RETRY_BASE",
+    "DEFAULT_RETRY_FACTOR",
+    "DEFAULT_RETRY_JITTER",
+    "DEFAULT_RETRY_MAX_DELAY",
+    "MAX_ACK_MANY",
+    "MAX_DUE_BUCKETS",
+    "MAX_DUE_HORIZON",
+    "MAX_DUE_MS",
+    "MAX_ERROR_LENGTH",
+    "MAX_MESSAGE_HEADERS",
+    "MAX_MESSAGE_HEADER_BYTES",
+    "MAX_PAYLOAD_DEPTH",
+    "MAX_PAYLOAD_VALUES",
+    "MAX_PEEK_LIMIT",
+    "MAX_RESERVE_WAIT",
+    "QUEUE_URL_ENV",
+    "TICK_HEADER",
+]
+
 #: The queue URL used when neither ``url=`` nor ``$DELAYQ_URL`` is given.
 DEFAULT_QUEUE_URL = "sqlite:///delayq.db"
 
@@ -74,3 +103,7 @@ MAX_DUE_HORIZON = 366 * 86400.0
 
 #: Most messages one ``ack_many`` call takes.
 MAX_ACK_MANY = 10_000
+
+#: The header of a cron tick (its value the tick time, epoch ms): the runtime's
+#: producers put ticks with it; the server tells a waiting tick from overdue work by it.
+TICK_HEADER = "delayq-cron-tick"

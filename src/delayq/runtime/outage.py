@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from .._log import log_event, log_raised
 from ..durable.registry import outage_errors, redact_url
-from ._constants import BACKEND_RETRY_MAX
+from .constants import BACKEND_RETRY_MAX
 
 __all__ = ["Outage", "error_kind"]
 

@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from ..durable._constants import MAX_ACK_MANY
+from ..durable.constants import MAX_ACK_MANY
 from ..durable.message import Message
 from ..durable.queue import AsyncQueue
 

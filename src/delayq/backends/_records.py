@@ -15,8 +15,8 @@ import heapq
 from collections.abc import Sequence
 
 from .._fork import new_id
-from .inspection import count_due, select_peek
-from .message import (
+from ..durable.inspection import count_due, select_peek
+from ..durable.message import (
     Now,
     Position,
     PutRequest,

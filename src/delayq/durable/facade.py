@@ -24,7 +24,7 @@ from .._names import (
     queue_name_problem,
 )
 from ..errors import DuplicateId, QueueClosed
-from ._constants import (
+from .constants import (
     MAX_ACK_MANY,
     MAX_DUE_BUCKETS,
     MAX_DUE_HORIZON,
@@ -50,7 +50,7 @@ from .registry import default_url, redact_url, scheme_of
 from .retry import RetryPolicy
 from .serializer import Codec
 
-__all__ = ["QueueBase", "build_request"]
+__all__ = ["QueueBase", "build_request", "check_identifier"]
 
 _Q = TypeVar("_Q", bound="QueueBase")
 _ON_CONFLICT = ("ignore", "replace", "error")
