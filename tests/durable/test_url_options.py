@@ -23,7 +23,7 @@ _HOSTPORT = _REDIS.split("//", 1)[1].split("/", 1)[0].rpartition("@")[2]
 #: backend -> (its URL with ``bogus=1`` among good parameters, what its line says it takes)
 CASES = {
     "memory": ("memory://ns?bogus=1", "(it takes no options)"),
-    "sqlite": ("sqlite:///{tmp}/q.db?bogus=1", "busy_timeout, poll_interval, synchronous)"),
+    "sqlite": ("sqlite:///{tmp}/q.db?bogus=1", "busy_timeout, notify, poll_interval, synchronous)"),
     "redis": (f"{_REDIS}?prefix=p&bogus=1", "max_connections, password, prefix, protocol, "),
     "rediss": (
         f"rediss://{_HOSTPORT}/0?bogus=1&ssl_cert_reqs=none",

@@ -597,10 +597,10 @@ def test_every_page_links_hints_and_ticks(tmp_path: Path, page: sync_api.Page) -
         shown = page.locator("#last-error").inner_text()
         first = shown.split("Traceback (most recent call last):\n", 1)[1].split("\n", 1)[0]
         assert Path(__file__).name in first, shown
-        assert "_pool.py" not in shown
+        assert "runtime/pool.py" not in shown
         expect(page.locator("#last-error-full")).to_be_hidden()
         page.get_by_text("The whole text, delayq's own frames too").click()
-        expect(page.locator("#last-error-full")).to_contain_text("_pool.py")
+        expect(page.locator("#last-error-full")).to_contain_text("runtime/pool.py")
         page.screenshot(path=str(tmp_path / "message.png"), full_page=True)
 
     with serving(ServeConfig(url=url, token=TOKEN, dispatch=False)) as base:
