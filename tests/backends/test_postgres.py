@@ -454,8 +454,15 @@ def test_the_async_face_is_woken_by_another_process_put(schema: str) -> None:
         async with AsyncQueue(url, name="a") as consumer:
             waiting = asyncio.ensure_future(consumer.reserve(wait=20))
             await asyncio.sleep(0.3)
-            with Queue(url, name="a") as producer:
-                producer.put("pong")
+
+            def put() -> None:
+                with Queue(url, name="a") as producer:
+                    producer.put("pong")
+
+            # In a thread: a put on the loop's thread would block the loop, and with it
+            # the consumer's first connection, whose schema upgrade holds the lock the
+            # producer's own upgrade then waits for (on a loaded machine, past 0.3 s).
+            await asyncio.to_thread(put)
             return [m.payload for m in await waiting]
 
     assert asyncio.run(main()) == ["pong"]
