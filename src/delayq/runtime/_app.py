@@ -81,19 +81,25 @@ class TaskMessage:
     headers: Mapping[str, str] | None = None
 
     def put_item(self) -> dict[str, Any]:
-        """The ``put``/``put_many`` arguments of this message."""
+        """The ``put``/``put_many`` arguments of this message: those left at their
+        default (no delay, at or id; ``on_conflict="ignore"``; no headers) are left
+        out, which ``put`` reads the same and ``send_many`` spends less on."""
         item: dict[str, Any] = {
             "payload": {
                 "task": self.task.name,
                 "args": list(self.args),
                 "kwargs": dict(self.kwargs),
             },
-            "delay": self.delay,
-            "at": self.at,
-            "id": self.id,
-            "on_conflict": self.on_conflict,
             "max_attempts": self.task.max_attempts,
         }
+        if self.delay is not None:
+            item["delay"] = self.delay
+        if self.at is not None:
+            item["at"] = self.at
+        if self.id is not None:
+            item["id"] = self.id
+        if self.on_conflict != "ignore":
+            item["on_conflict"] = self.on_conflict
         if self.headers:
             item["headers"] = self.headers
         return item
