@@ -365,6 +365,9 @@ class QueueBase:
             try:
                 if type(item) is not dict and not isinstance(item, Mapping):  # ABC: slow
                     raise TypeError(f"a put_many item is a dict, not a {type(item).__name__}")
+                if len(item) == 1 and "payload" in item:  # every option at its default
+                    append(build_request(codec, attempts, item["payload"]))
+                    continue
                 if not item.keys() <= _PUT_KEYS:
                     unknown = sorted(set(item) - _PUT_KEYS)
                     raise TypeError(f"unknown keys {unknown}")
