@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delayq.durable._build import builder
+from delayq.durable.build import builder
 from delayq.durable.message import (
     Message,
     PutRequest,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 from typing import Any
 
@@ -135,6 +136,29 @@ def test_send_many_stores_what_send_stores(options: dict[str, Any]) -> None:
         job.send(1, on_conflict=None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="item 0: on_conflict must be one of"):
         app.send_many([job.message(1, on_conflict=None)])  # type: ignore[arg-type]
+
+
+def test_a_task_message_is_built_equal_to_the_constructed_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    app = App(memory_url())
+
+    @app.task(queue="q")
+    def job(x: int, y: int = 0) -> None: ...
+
+    options: dict[str, Any] = {"delay": 5, "id": "m", "on_conflict": "error", "headers": {}}
+    expected = TaskMessage(job, (1,), {"y": 2}, 5, None, "m", "error", {})
+    plain = TaskMessage(job, (1,), {}, None, None, None, "ignore", None)
+
+    def no_init(*args: Any) -> None:
+        raise AssertionError("built by the frozen __init__")
+
+    monkeypatch.setattr(TaskMessage, "__init__", no_init)  # the builder's path, not it
+    built, default = job.message(1, y=2, **options), job.message(1)
+    assert (built, default) == (expected, plain)
+    assert type(built) is TaskMessage
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.id = "other"  # type: ignore[misc]
 
 
 def test_a_worker_runs_sync_and_async_tasks_of_its_app() -> None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from .._names import check_queue_name
+from ..durable.build import builder
 from ..durable.constants import DEFAULT_QUEUE_NAME
 from ..durable.facade import check_identifier
 from ..durable.message import Message, OnConflict
@@ -105,6 +106,11 @@ class TaskMessage:
         return item
 
 
+#: ``TaskMessage(...)`` without the frozen ``__init__`` (:mod:`delayq.durable.build`): a
+#: send_many builds one per call, and the ``__init__`` was a fifth of its client work.
+new_task_message: Callable[..., TaskMessage] = builder(TaskMessage)
+
+
 class Task(Generic[P, R]):
     """A function registered with :meth:`App.task`; calling it still calls the
     function, :meth:`send` runs it later on a worker."""
@@ -165,7 +171,16 @@ class Task(Generic[P, R]):
         """A call of this task to send later (see :meth:`App.send_many`). The
         arguments are checked against the function's signature now."""
         self.check_arguments(args, kwargs)
-        return TaskMessage(self, args, kwargs, delay, at, id, on_conflict, headers)
+        return new_task_message(
+            task=self,
+            args=args,
+            kwargs=kwargs,
+            delay=delay,
+            at=at,
+            id=id,
+            on_conflict=on_conflict,
+            headers=headers,
+        )
 
     def send(
         self,
