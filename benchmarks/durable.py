@@ -21,7 +21,10 @@ a. ``put`` one by one (a small JSON payload, due now): messages per second. For 
    both alike, and the puts are held to 80% of it. Then the same through
    ``AsyncQueue``: one task, and 16 tasks putting one by one at once (held to 5,000/s
    on PostgreSQL: their commits share WAL flushes).
-b. ``put_many`` in batches of 1000: messages per second.
+b. ``put_many`` in batches of 1000: messages per second. On a ``redis://`` URL also
+   ``App.send_many`` in batches of 1000 task calls, and their floor (issue 38): one
+   ``ZADD`` per message through redis-py's pipeline, 1000 per pipeline, each row's
+   note giving its share of it.
 c. Drain what (b) stored with one consumer: ``reserve(max=100, wait=0)`` and one
    ``ack_many`` of the batch, until the queue is empty: messages per second.
 d. Lateness, consumer in the same process: a producer thread puts 2000 messages over
@@ -274,6 +277,7 @@ def section_put_many_drain(url: str, sizes: Sizes, targets: tuple[float, ...]) -
             )
         )
         del batches
+        out += _send_many_and_zadd(url, sizes, rate)
         fresh_heap()
         drained = 0
         started = time.perf_counter()
@@ -296,6 +300,68 @@ def section_put_many_drain(url: str, sizes: Sizes, targets: tuple[float, ...]) -
         )
         q.purge()
     return out
+
+
+def _send_many_and_zadd(url: str, sizes: Sizes, put_many_rate: float) -> list[Measure]:
+    """On a ``redis://`` URL (single node): ``App.send_many`` in batches of
+    ``sizes.batch`` task calls, and the floor of both (issue 38): one ``ZADD`` per
+    message through redis-py's pipeline (``transaction=False``, hiredis), a pipeline
+    per batch, timed before and after them; none for other URLs."""
+    if urlsplit(url).scheme not in ("redis", "rediss", "redis+unix"):
+        return []
+    import redis  # noqa: PLC0415 (only with the redis extra)
+
+    from delayq import App  # noqa: PLC0415
+
+    total = sizes.batches * sizes.batch
+    client = redis.Redis.from_url(url.partition("?")[0])
+    key = f"bench-zadd-{uuid.uuid4().hex[:8]}"
+
+    def zadd_rate() -> float:
+        started = time.perf_counter()
+        for b in range(sizes.batches):
+            pipe = client.pipeline(transaction=False)
+            for i in range(b * sizes.batch, (b + 1) * sizes.batch):
+                pipe.zadd(key, {b"%032x" % i: i})
+            pipe.execute()
+        rate = total / (time.perf_counter() - started)
+        client.delete(key)
+        return rate
+
+    try:
+        before = zadd_rate()
+        fresh_heap()
+        with App(url) as app:
+
+            @app.task(name="bench-job", queue=fresh_name("send"))
+            def job(n: int) -> None:
+                del n
+
+            started = time.perf_counter()
+            for b in range(sizes.batches):
+                app.send_many(job.message(i) for i in range(b * sizes.batch, (b + 1) * sizes.batch))
+            send_rate = total / (time.perf_counter() - started)
+            app.queue(job.queue).purge()
+        fresh_heap()
+        floor = statistics.mean([before, zadd_rate()])
+    finally:
+        client.close()
+    return [
+        Measure(
+            "b",
+            f"send_many (App), batches of {sizes.batch}",
+            send_rate,
+            "items/s",
+            note=f"{send_rate / floor:.0%} of pipelined ZADD; put_many {put_many_rate / floor:.0%}",
+        ),
+        Measure(
+            "b",
+            f"floor: pipelined ZADD, {sizes.batch} per pipeline",
+            floor,
+            "items/s",
+            note="redis-py, hiredis; the mean of a run before and one after send_many",
+        ),
+    ]
 
 
 async def async_put_rate(url: str, count: int, tasks: int) -> float:

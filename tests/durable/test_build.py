@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from delayq.durable.build import builder
 from delayq.durable.message import (
     Message,
     PutRequest,
@@ -42,3 +43,20 @@ def test_a_built_object_equals_the_constructed_one(cls: Any, build: Any, data: A
 def test_every_field_must_be_given(build: Any) -> None:
     with pytest.raises(TypeError):
         build(id="m1")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, weakref_slot=True)
+class _Referenced:
+    """A slot more than its fields (``__weakref__``): built by its descriptors."""
+
+    a: int
+    b: str
+
+
+def test_a_class_with_a_slot_more_than_its_fields_is_built_the_other_way() -> None:
+    build = builder(_Referenced)
+    built = build(a=1, b="x")
+    assert built == _Referenced(1, "x")
+    assert type(built) is _Referenced
+    assert "_set_a" in build.__code__.co_names
+    assert "_set_id" not in put_request.__code__.co_names  # the twin's plain stores

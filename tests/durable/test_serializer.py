@@ -10,10 +10,11 @@ import json
 import math
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delayq.durable.serializer import JSONSerializer
+from delayq.durable.serializer import Codec, JSONSerializer, PayloadTooDeep, PayloadTooManyValues
 
 SERIALIZER = JSONSerializer()
 
@@ -62,3 +63,24 @@ def test_any_bytes_read_or_fail_as_json_loads_does(data: bytes) -> None:
 def test_malformed_documents_raise_what_json_loads_raises() -> None:
     for data in (b"", b"{", b'{"a":1}{"b":2}', b'{"a":1} x', b"tru", b"\xff"):
         assert _outcome(SERIALIZER.loads, data) == _outcome(json.loads, data)
+
+
+def _lists(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def test_the_limits_hold_at_their_edges_whatever_the_length_of_the_text() -> None:
+    # A text of 2 * 64 bytes or less is not counted (it cannot open 65 containers), one
+    # under 100,000 bytes cannot hold more values: the edges either side of both.
+    codec = Codec()
+    assert codec.encode(_lists(64))[0] == b"[" * 64 + b"]" * 64
+    with pytest.raises(PayloadTooDeep):
+        codec.encode(_lists(65))
+    assert codec.encode([0] * 99_999)[1] == "json"  # 100,000 values with the list
+    with pytest.raises(PayloadTooManyValues):
+        codec.encode([0] * 100_000)
+    with pytest.raises(PayloadTooManyValues):
+        codec.encode([[]] * 100_000)

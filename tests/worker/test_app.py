@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
+from typing import Any
 
 import pytest
 
@@ -103,6 +105,60 @@ def test_send_many_groups_by_queue_and_keeps_order() -> None:
     assert app.queue("b").stats().total == 1
     with pytest.raises(TypeError, match=r"task.message"):
         app.send_many([{"task": "one"}])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"delay": 60},
+        {"at": 4_102_444_800.0, "headers": {"h": "v"}},
+        {"on_conflict": "replace"},
+        {"on_conflict": "error", "delay": "5m"},
+    ],
+    ids=["defaults", "delay", "at-headers", "replace", "error"],
+)
+def test_send_many_stores_what_send_stores(options: dict[str, Any]) -> None:
+    app = App(memory_url())
+
+    @app.task(queue="q", max_attempts=4)
+    def job(x: int, y: int = 0) -> None: ...
+
+    sent = job.send(1, y=2, id="one", **options)
+    [many] = app.send_many([job.message(1, y=2, id="two", **options)])
+    one, two = app.queue("q").get(sent), app.queue("q").get(many)
+    assert one is not None
+    assert two is not None
+    fields = ("payload", "headers", "max_attempts", "state")
+    assert [getattr(one, f) for f in fields] == [getattr(two, f) for f in fields]
+    assert abs(one.due_at - two.due_at) < 1_000
+    with pytest.raises(ValueError, match="on_conflict must be one of"):
+        job.send(1, on_conflict=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="item 0: on_conflict must be one of"):
+        app.send_many([job.message(1, on_conflict=None)])  # type: ignore[arg-type]
+
+
+def test_a_task_message_is_built_equal_to_the_constructed_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    app = App(memory_url())
+
+    @app.task(queue="q")
+    def job(x: int, y: int = 0) -> None: ...
+
+    options: dict[str, Any] = {"delay": 5, "id": "m", "on_conflict": "error", "headers": {}}
+    expected = TaskMessage(job, (1,), {"y": 2}, 5, None, "m", "error", {})
+    plain = TaskMessage(job, (1,), {}, None, None, None, "ignore", None)
+
+    def no_init(*args: Any) -> None:
+        raise AssertionError("built by the frozen __init__")
+
+    monkeypatch.setattr(TaskMessage, "__init__", no_init)  # the builder's path, not it
+    built, default = job.message(1, y=2, **options), job.message(1)
+    assert (built, default) == (expected, plain)
+    assert type(built) is TaskMessage
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.id = "other"  # type: ignore[misc]
 
 
 def test_a_worker_runs_sync_and_async_tasks_of_its_app() -> None:

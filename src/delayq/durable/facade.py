@@ -360,11 +360,14 @@ class QueueBase:
         if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
             raise TypeError(f"put_many takes a list of dicts, not {type(items).__name__}")
         requests: list[PutRequest] = []
-        append, request = requests.append, self._request
+        append, codec, attempts = requests.append, self._codec, self._retry.max_attempts
         for index, item in enumerate(items):
             try:
                 if type(item) is not dict and not isinstance(item, Mapping):  # ABC: slow
                     raise TypeError(f"a put_many item is a dict, not a {type(item).__name__}")
+                if len(item) == 1 and "payload" in item:  # every option at its default
+                    append(build_request(codec, attempts, item["payload"]))
+                    continue
                 if not item.keys() <= _PUT_KEYS:
                     unknown = sorted(set(item) - _PUT_KEYS)
                     raise TypeError(f"unknown keys {unknown}")
@@ -372,9 +375,11 @@ class QueueBase:
                     raise TypeError("no 'payload'")
                 get = item.get
                 # The item's values as _request(**item) would get them, in order, without
-                # a dict to unpack or keywords to match.
+                # a dict to unpack or keywords to match (nor _request's frame).
                 append(
-                    request(
+                    build_request(
+                        codec,
+                        attempts,
                         item["payload"],
                         get("delay"),
                         get("at"),

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 
 from ..errors import DuplicateId, LeaseLost
-from ._build import builder
+from .build import builder
 
 __all__ = [
     "LEASE_EXPIRED_ERROR",
@@ -266,7 +266,7 @@ class Record:
     lease_until: int | None = None
 
 
-# What the hot paths build by the thousand, without the frozen __init__ (see _build):
+# What the hot paths build by the thousand, without the frozen __init__ (see build):
 # every field by keyword, a TypeError when one is missing, as the class would raise.
 put_request: Callable[..., PutRequest] = builder(PutRequest)
 new_record: Callable[..., Record] = builder(Record)

@@ -95,17 +95,24 @@ def too_many_values(payload: object, limit: int = MAX_PAYLOAD_VALUES) -> bool:
     return False
 
 
+def _json_opened(text: bytes) -> int:
+    """How many containers JSON ``text`` opens at most (brackets inside strings only
+    count too many)."""
+    return text.count(b"[") + text.count(b"{")
+
+
 def _json_fits(text: bytes) -> bool:
     """True when JSON ``text`` surely nests at most MAX_PAYLOAD_DEPTH containers: it
-    opens no more than that many (brackets inside strings only count too many)."""
-    return text.count(b"[") + text.count(b"{") <= MAX_PAYLOAD_DEPTH
+    opens no more than that many."""
+    return _json_opened(text) <= MAX_PAYLOAD_DEPTH
 
 
-def _json_few(text: bytes) -> bool:
-    """True when JSON ``text`` surely holds at most MAX_PAYLOAD_VALUES values: every
-    value but the whole is the first in its container or follows a comma (brackets
-    and commas inside strings only count too many)."""
-    return 1 + text.count(b"[") + text.count(b"{") + text.count(b",") <= MAX_PAYLOAD_VALUES
+def _json_few(text: bytes, opened: int) -> bool:
+    """True when JSON ``text``, which opens at most ``opened`` containers, surely holds
+    at most MAX_PAYLOAD_VALUES values: every value but the whole is the first in its
+    container or follows a comma (brackets and commas inside strings only count too
+    many)."""
+    return 1 + opened + text.count(b",") <= MAX_PAYLOAD_VALUES
 
 
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
@@ -257,8 +264,11 @@ class Codec:
         if isinstance(payload, (bytes, bytearray, memoryview)):
             data, encoding = bytes(payload), RAW_ENCODING
         else:
+            is_json = self._json
             try:
-                encoded = self.serializer.dumps(payload)
+                # delayq's JSON without its dumps() around it: a put_many pays this
+                # per item (the same function, the same errors).
+                encoded = _encode(payload).encode() if is_json else self.serializer.dumps(payload)
             except RecursionError:
                 raise self._too_deep(payload) from None
             except (TypeError, ValueError, OverflowError) as exc:
@@ -271,9 +281,14 @@ class Codec:
             elif not isinstance(encoded, bytes):
                 raise TypeError(f"{self.encoding}.dumps() returned {type(encoded).__name__}")
             data, encoding = encoded, self.encoding
-            if not (self._json and _json_fits(data)) and too_deep(payload):
+            # JSON opens and closes a container in two bytes and counts a value in one
+            # at least: a text that short can be neither too deep nor too many.
+            size = len(data)
+            opened = _json_opened(data) if is_json and size > 2 * MAX_PAYLOAD_DEPTH else 0
+            if not (is_json and opened <= MAX_PAYLOAD_DEPTH) and too_deep(payload):
                 raise self._too_deep(payload)
-            if not (self._json and _json_few(data)) and too_many_values(payload):
+            few = is_json and (size < MAX_PAYLOAD_VALUES or _json_few(data, opened))
+            if not few and too_many_values(payload):
                 raise PayloadTooManyValues(
                     f"payload of type {type(payload).__name__} holds more than "
                     f"{MAX_PAYLOAD_VALUES} values (containers and scalars): split it, or "
@@ -306,7 +321,11 @@ class Codec:
         Never raises, so one such record spoils nothing but itself."""
         if encoding == RAW_ENCODING:
             return bytes(data), None
-        if self._json and not _json_few(data) and _json_values(data) > MAX_PAYLOAD_VALUES:
+        if (
+            self._json
+            and not _json_few(data, _json_opened(data))
+            and _json_values(data) > MAX_PAYLOAD_VALUES
+        ):
             return None, self._too_many_to_show()
         try:
             payload = self.serializer.loads(data)

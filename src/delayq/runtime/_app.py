@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from .._names import check_queue_name
+from ..durable.build import builder
 from ..durable.constants import DEFAULT_QUEUE_NAME
 from ..durable.facade import check_identifier
 from ..durable.message import Message, OnConflict
@@ -81,22 +82,33 @@ class TaskMessage:
     headers: Mapping[str, str] | None = None
 
     def put_item(self) -> dict[str, Any]:
-        """The ``put``/``put_many`` arguments of this message."""
+        """The ``put``/``put_many`` arguments of this message: those left at their
+        default (no delay, at or id; ``on_conflict="ignore"``; no headers) are left
+        out, which ``put`` reads the same and ``send_many`` spends less on."""
         item: dict[str, Any] = {
             "payload": {
                 "task": self.task.name,
                 "args": list(self.args),
                 "kwargs": dict(self.kwargs),
             },
-            "delay": self.delay,
-            "at": self.at,
-            "id": self.id,
-            "on_conflict": self.on_conflict,
             "max_attempts": self.task.max_attempts,
         }
+        if self.delay is not None:
+            item["delay"] = self.delay
+        if self.at is not None:
+            item["at"] = self.at
+        if self.id is not None:
+            item["id"] = self.id
+        if self.on_conflict != "ignore":
+            item["on_conflict"] = self.on_conflict
         if self.headers:
             item["headers"] = self.headers
         return item
+
+
+#: ``TaskMessage(...)`` without the frozen ``__init__`` (:mod:`delayq.durable.build`): a
+#: send_many builds one per call, and the ``__init__`` was a fifth of its client work.
+new_task_message: Callable[..., TaskMessage] = builder(TaskMessage)
 
 
 class Task(Generic[P, R]):
@@ -159,7 +171,16 @@ class Task(Generic[P, R]):
         """A call of this task to send later (see :meth:`App.send_many`). The
         arguments are checked against the function's signature now."""
         self.check_arguments(args, kwargs)
-        return TaskMessage(self, args, kwargs, delay, at, id, on_conflict, headers)
+        return new_task_message(
+            task=self,
+            args=args,
+            kwargs=kwargs,
+            delay=delay,
+            at=at,
+            id=id,
+            on_conflict=on_conflict,
+            headers=headers,
+        )
 
     def send(
         self,

@@ -177,6 +177,14 @@ def pack_id(id: str) -> bytes:
     return id.encode("utf-8", "surrogatepass")
 
 
+def _packed_id(request: PutRequest) -> bytes:
+    """:func:`pack_id` of a request's id; one the facade drew (``generated_id``: 32
+    lowercase hex digits, :func:`delayq._fork.new_id`) without checking its form."""
+    if request.generated_id:
+        return b"\x00" + bytes.fromhex(request.id)
+    return pack_id(request.id)
+
+
 def unpack_id(data: bytes) -> str:
     """The inverse of :func:`pack_id`."""
     if len(data) == 17 and data[0] == 0:
@@ -287,14 +295,17 @@ def put_args(requests: Sequence[PutRequest], dues: Sequence[int] | None = None) 
             "" if first.encoding == default else first.encoding,
             "",
         ]
-        if same_due:
+        if same_due:  # the default put_many: _packed_id inlined
+            fromhex = bytes.fromhex
             for request in requests:
-                args += (pack_id(request.id), request.payload)
+                id = request.id
+                packed = b"\x00" + fromhex(id) if request.generated_id else pack_id(id)
+                args += (packed, request.payload)
         else:
             for request in requests:
                 delay_ms, at_ms = request.delay_ms, request.at_ms
                 args += (
-                    pack_id(request.id),
+                    _packed_id(request),
                     b"" if delay_ms is None else delay_ms,
                     b"" if at_ms is None else at_ms,
                     request.payload,
@@ -309,7 +320,7 @@ def put_args(requests: Sequence[PutRequest], dues: Sequence[int] | None = None) 
         else:
             delay, at = b"", dues[index]
         args += (
-            pack_id(request.id),
+            _packed_id(request),
             conflict[request.on_conflict],
             delay,
             at,
@@ -326,7 +337,7 @@ def put_one_args(request: PutRequest) -> list[Any]:
     that is not sharded; the encoding and headers only when either is not the default."""
     delay_ms, at_ms = request.delay_ms, request.at_ms
     args: list[Any] = [
-        pack_id(request.id),
+        _packed_id(request),
         b"" if delay_ms is None else delay_ms,
         b"" if at_ms is None else at_ms,
         request.max_attempts,

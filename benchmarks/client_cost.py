@@ -1,0 +1,243 @@
+"""The client's cost of a put, in instructions per operation (issue 38, points 4 and 5).
+
+Run ``.venv/bin/python benchmarks/client_cost.py`` (``--paths`` chooses among
+:data:`PATHS`; ``--pg`` / ``--redis`` the servers). Each path runs in a child process
+under ``valgrind --tool=callgrind`` twice, with ``--small`` and ``--large``
+operations after the same set-up and warm-up; the difference of the two runs'
+instruction counts, divided by the difference of the operations, is the client's cost
+of one operation: start-up, imports, connecting and warming up cancel out. Valgrind
+counts the instructions of the client process only (the server's work and the time
+spent waiting for it are not in them), and the count hardly depends on what else the
+machine runs, unlike a rate. The table sets each path beside its floor, the least a
+client of the same server does for the same effect:
+
+* PostgreSQL, a put one by one (``Queue.put`` of a small JSON payload, sync face)
+  against a plain INSERT of one row through psycopg, prepared (``prepare=True``),
+  autocommit;
+* Redis, per message of a batch of 1000: ``App.send_many`` of task calls and
+  ``Queue.put_many`` of raw items, against redis-py's pipeline
+  (``transaction=False``, hiredis) of one ``ZADD`` per message.
+
+It writes JSON to ``benchmarks/results/client-cost.json``. It never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from _common import RESULTS_DIR, Measure, environment, print_table, write_json
+
+#: path -> (what it measures, its floor's path or None, unit of an operation, small, large)
+PATHS: dict[str, tuple[str, str | None, str, int, int]] = {
+    "pg-put": ("postgresql: Queue.put one by one", "pg-floor", "put", 300, 1_300),
+    "pg-floor": ("postgresql floor: psycopg prepared INSERT, autocommit", None, "put", 300, 1_300),
+    "redis-send-many": (
+        "redis: App.send_many, batches of 1000",
+        "redis-floor",
+        "message",
+        2_000,
+        7_000,
+    ),
+    "redis-put-many": (
+        "redis: Queue.put_many raw items, batches of 1000",
+        "redis-floor",
+        "message",
+        2_000,
+        7_000,
+    ),
+    "redis-floor": (
+        "redis floor: pipelined ZADD, 1000 per pipeline (redis-py, hiredis)",
+        None,
+        "message",
+        2_000,
+        7_000,
+    ),
+}
+BATCH = 1_000
+WARMUP = 200
+DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
+DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
+
+
+# -- the children: set up, warm up, then ``count`` operations --------------------------
+
+
+def _pg_put(url: str, count: int) -> None:
+    from delayq.durable import Queue  # noqa: PLC0415
+
+    with Queue(url, name=f"cost-{uuid.uuid4().hex[:8]}") as q:
+        try:
+            for i in range(WARMUP):
+                q.put({"n": i})
+            for i in range(count):
+                q.put({"n": i})
+        finally:
+            q.purge()
+
+
+def _pg_floor(url: str, count: int) -> None:
+    import psycopg  # noqa: PLC0415
+
+    from delayq.backends.postgres._url import parse_url  # noqa: PLC0415
+
+    settings = parse_url(url)
+    table = f'"{settings.schema}".cost_floor_{uuid.uuid4().hex[:8]}'
+    with psycopg.connect(settings.conninfo, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{settings.schema}"')
+        conn.execute(f"CREATE TABLE {table} (n integer, payload bytea)")
+        insert = f"INSERT INTO {table} VALUES (%s, %s)"
+        try:
+            for i in range(WARMUP):
+                conn.execute(insert, (i, b'{"n":1}'), prepare=True)
+            for i in range(count):
+                conn.execute(insert, (i, b'{"n":1}'), prepare=True)
+        finally:
+            conn.execute(f"DROP TABLE {table}")
+
+
+def _redis_send_many(url: str, count: int) -> None:
+    from delayq import App  # noqa: PLC0415
+
+    prefix = f"cost-{uuid.uuid4().hex[:8]}"
+    with App(url, prefix=prefix) as app:
+
+        @app.task(name="job", queue="cost")
+        def job(n: int) -> None:
+            del n
+
+        try:
+            for start in range(0, WARMUP + count, BATCH):
+                app.send_many(job.message(i) for i in range(start, start + BATCH))
+        finally:
+            app.queue("cost").purge()
+
+
+def _redis_put_many(url: str, count: int) -> None:
+    from delayq.durable import Queue  # noqa: PLC0415
+
+    with Queue(url, name="cost", prefix=f"cost-{uuid.uuid4().hex[:8]}") as q:
+        try:
+            for start in range(0, WARMUP + count, BATCH):
+                q.put_many([{"payload": {"n": i}} for i in range(start, start + BATCH)])
+        finally:
+            q.purge()
+
+
+def _redis_floor(url: str, count: int) -> None:
+    import redis  # noqa: PLC0415
+
+    key = f"cost-floor-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(url)
+    try:
+        for start in range(0, WARMUP + count, BATCH):
+            pipe = client.pipeline(transaction=False)
+            for i in range(start, start + BATCH):
+                pipe.zadd(key, {b"%032x" % i: i})
+            pipe.execute()
+    finally:
+        client.delete(key)
+        client.close()
+
+
+CHILDREN: dict[str, Callable[[str, int], None]] = {
+    "pg-put": _pg_put,
+    "pg-floor": _pg_floor,
+    "redis-send-many": _redis_send_many,
+    "redis-put-many": _redis_put_many,
+    "redis-floor": _redis_floor,
+}
+
+
+# -- the parent: callgrind runs and the table -----------------------------------------
+
+
+def instructions(path: str, url: str, count: int) -> int:
+    """The instructions (callgrind's total ``Ir``) of a child running ``path``."""
+    with tempfile.TemporaryDirectory(prefix="delayq-cost-") as tmp:
+        out = Path(tmp) / "callgrind.out"
+        command = [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            path,
+            "--url",
+            url,
+            "--count",
+            str(count),
+        ]
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        subprocess.run(command, check=True, env=env, capture_output=True)
+        match = re.search(r"^totals:\s*(\d+)", out.read_text(), re.MULTILINE)
+        if match is None:
+            raise SystemExit(f"no totals in callgrind's output for {path}")
+        return int(match.group(1))
+
+
+def per_operation(path: str, url: str) -> float:
+    """Instructions of one operation of ``path``: the difference of a large and a
+    small run over the difference of their operations."""
+    _, _, _, small, large = PATHS[path]
+    return (instructions(path, url, large) - instructions(path, url, small)) / (large - small)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments; a child runs its path, the parent measures and reports."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--paths", default=",".join(PATHS), help=f"among {', '.join(PATHS)}")
+    parser.add_argument("--pg", default=os.environ.get("DELAYQ_BENCH_PG", DEFAULT_PG))
+    parser.add_argument("--redis", default=os.environ.get("DELAYQ_BENCH_REDIS", DEFAULT_REDIS))
+    parser.add_argument("--json", type=Path, help="where to write the JSON results")
+    parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        CHILDREN[args.child](args.url, args.count)
+        return 0
+
+    chosen = [name.strip() for name in args.paths.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in PATHS]
+    if unknown:
+        raise SystemExit(f"unknown path(s) {', '.join(unknown)}; choose from {', '.join(PATHS)}")
+    # A floor is measured with every path held to it.
+    wanted = list(dict.fromkeys(chosen + [PATHS[n][1] for n in chosen if PATHS[n][1]]))
+    env = environment()
+    started = time.perf_counter()
+    costs: dict[str, float] = {}
+    for name in wanted:
+        url = args.pg if name.startswith("pg") else args.redis
+        print(f"{name} ...", file=sys.stderr, flush=True)
+        costs[name] = per_operation(name, url)
+    measures: list[Measure] = []
+    for name in wanted:
+        about, floor, unit, _, _ = PATHS[name]
+        note = ""
+        if floor is not None:
+            note = f"{costs[name] / costs[floor]:.2f}x the floor's"
+        measures.append(Measure(name, about, costs[name], f"instructions/{unit}", note=note))
+    total = time.perf_counter() - started
+    print_table(
+        f"delayq client cost, callgrind instructions per operation ({total:.0f} s)", measures
+    )
+    write_json(
+        args.json or RESULTS_DIR / "client-cost.json",
+        {"benchmark": "client_cost", "environment": env, "total_seconds": total},
+        measures,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
