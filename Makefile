@@ -52,11 +52,12 @@ contract-deps: $(CONTRACT_STAMP)
 
 # The suite runs in TEST_JOBS processes (pytest-xdist), each test file in one of them, so
 # a file's module fixtures (a private cluster, a server) start once; TEST_JOBS=0 runs it in
-# this process.
+# this process. The 25 slowest tests are listed at the end: the suite must stay under 15
+# minutes.
 TEST_JOBS ?= 2
 
 test: $(STAMP) $(CONTRACT_STAMP)
-	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 # The Redis suites against the lowest redis-py of pyproject.toml's range (REDIS_LOW), in
 # a venv of their own inside .venv (made once, again when pyproject.toml changes).
