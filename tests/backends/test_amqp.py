@@ -30,8 +30,10 @@ pytest.importorskip("aiormq")
 from conformance._helpers import in_thread
 from conformance.conftest import amqp_url
 from delayq.backends._records import Records
-from delayq.backends._replicated import _link, _scheduler
+from delayq.backends._replicated import _scheduler
 from delayq.backends._replicated._codec import encode_outcome, pack
+from delayq.backends._replicated._link import _ahead
+from delayq.backends._replicated._scheduler import _waiting
 from delayq.backends.amqp import NOT_GUARANTEED, NoScheduler, ServerRefused
 
 from ._amqp_mistakes import mute_candidate
@@ -322,7 +324,7 @@ def wide_fire_ahead(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     that a test sees the hold without racing it; the ids it claims ahead, as it claims
     them (a claim ahead is not visible to a user: get, stats and the rest give it back
     first)."""
-    monkeypatch.setattr(_scheduler, "FIRE_AHEAD_MS", 2000)
+    monkeypatch.setattr(_waiting, "FIRE_AHEAD_MS", 2000)
     ids: list[str] = []
     claim_ahead = Records.claim_ahead
 
@@ -605,7 +607,7 @@ def test_a_close_gives_back_what_the_reserve_sent_ahead_claimed_whenever_it_come
     already (its releases on their way); the scheduler may live in the closing queue
     and go with it. In every case the message it claimed is found at once by another
     consumer, with no attempt charged, rather than after its lease."""
-    monkeypatch.setattr(_link, "_AHEAD_KEPT", 0.0)  # given up as soon as answered
+    monkeypatch.setattr(_ahead, "_AHEAD_KEPT", 0.0)  # given up as soon as answered
 
     async def main() -> None:
         for turns in range(6):  # of the loop between the acks and the close

@@ -26,7 +26,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from delayq.backends._replicated import _scheduler
+from delayq.backends._replicated._scheduler import _checkpoints
 from delayq.durable import Message, Queue, State
 
 pika = pytest.importorskip("pika")
@@ -272,7 +272,7 @@ def test_a_read_of_the_log_given_up_leaves_no_channel_open(
         rounds(5)  # every channel a put and a checkpoint use is open
         before = open_channels(url)
         written = len(events(caplog, "checkpoint_written"))
-        monkeypatch.setattr(_scheduler, "LOCATE_TIMEOUT", 0.002)
+        monkeypatch.setattr(_checkpoints, "LOCATE_TIMEOUT", 0.002)
         rounds(30)
         assert len(events(caplog, "checkpoint_written")) >= written + 10
         deadline = time.monotonic() + 10  # the last locate may still be reading

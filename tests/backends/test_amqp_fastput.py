@@ -34,8 +34,9 @@ from backends.test_amqp_checkpoint import events, stream_messages
 from backends.test_amqp_coalesce import scheduler_process
 from conformance.conftest import amqp_url
 from conformance.test_model import QueueModel
-from delayq.backends._replicated import _link as link_module
 from delayq.backends._replicated import _scheduler as scheduler_module
+from delayq.backends._replicated._link import _calls
+from delayq.backends._replicated._scheduler import _group_commit, _intake
 from delayq.backends.amqp._transport import AmqpTransport
 from delayq.durable import Queue
 
@@ -240,7 +241,7 @@ def test_a_client_the_scheduler_forgot_is_not_held_forever(
     """A request waits behind its client's fast puts; a scheduler that no longer knows
     the client (it remembers CLIENTS_KEPT of them, here 1) appends a marker to the
     intake and releases the request once it reads it back."""
-    monkeypatch.setattr(scheduler_module, "CLIENTS_KEPT", 1)
+    monkeypatch.setattr(_intake, "CLIENTS_KEPT", 1)
     with Queue(url, name="jobs") as scheduling:
         scheduling.stats()  # this process is elected
         with (
@@ -405,7 +406,7 @@ def test_folded_puts_linger_but_no_caller_waits_for_them_and_a_successor_folds_t
     behind the puts is answered all the same, its append carrying them; a waiting
     consumer gets a put due now at once; a scheduler stopped while its folds linger
     leaves them to its successor, which folds each once."""
-    monkeypatch.setattr(scheduler_module, "LINGER_MS", 60_000)
+    monkeypatch.setattr(_group_commit, "LINGER_MS", 60_000)
     with Queue(client(url), name="jobs", request_timeout=10) as queue:
         with Queue(url, name="jobs", request_timeout=10) as elected:
             elected.stats()  # this process's scheduler is elected
@@ -483,7 +484,7 @@ def test_a_put_due_now_is_copied_to_the_scheduler_only_while_a_reserve_waits(
         on_nudge(self, body)
 
     monkeypatch.setattr(scheduler_module.Scheduler, "_on_nudge", spy)
-    monkeypatch.setattr(link_module, "QUIET_HOLD", 60.0)  # longer than the test
+    monkeypatch.setattr(_calls, "QUIET_HOLD", 60.0)  # longer than the test
     with (
         Queue(url, name="jobs", request_timeout=10) as elected,
         Queue(client(url), name="jobs", request_timeout=10) as queue,

@@ -1,0 +1,257 @@
+"""A call: a request to the elected scheduler and the wait for its reply, with the
+resends that make a failover invisible to the caller. A request keeps its id across
+resends: the scheduler answers a resent write from its log instead of applying it
+twice. The replies (and the scheduler's announcements) come back here."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from typing import Any
+
+from ....errors import QueueClosed, SchedulerNotRunning
+from .._codec import decode_outcome, decode_record, pack, raise_error, reserve_items, unpack
+from .._constants import QUIET_HOLD
+from .._transport import NoScheduler, Refused
+from ._state import LinkState, remember
+
+__all__ = ["Calls"]
+
+#: The operations that change nothing: one that got no reply just failed (NoScheduler);
+#: any other may have run (ReplyLost, an OutcomeUnknown).
+_READS = frozenset({"get", "stats", "peek", "dead", "queues", "due_counts", "sync"})
+#: What a call that got no reply says when its process does not stand for election: the
+#: likeliest cause is that nothing does (a producer's first hour).
+_NO_REPLY_HINT = (
+    "no reply from a scheduler (none may run for this namespace: `delayq scheduler`, "
+    "`delayq worker` or a queue opened with scheduler=on runs one)"
+)
+
+
+class Calls(LinkState):
+    """Requests, their replies, and the resends between."""
+
+    def _on_reply(self, request_id: str, kind: str, body: bytes) -> None:
+        if kind == "batch":  # the replies to several requests of this link, in order
+            for part_id, part_kind, part_body in unpack(body):
+                self._on_reply(part_id, part_kind, part_body)
+            return
+        if not request_id and kind in ("full", "quiet", "nudge"):  # announcements
+            if kind == "full":
+                self._full = self._fast_put
+            else:
+                self._quiet_until = time.monotonic() + QUIET_HOLD if kind == "quiet" else 0.0
+            return
+        future = self._pending.get(request_id)
+        if future is not None:
+            self._served = True
+            # Every send of this request waited behind this intake message at least.
+            self._folded_seq = max(self._folded_seq, self._barriers.pop(request_id, 0))
+            if not future.done():
+                # When it came, by the clock a held reply is counted on (the loop's
+                # own may be coarser, or cached).
+                future.set_result((kind, body, time.monotonic()))
+            return
+        queue = self._forgotten.pop(request_id, None)
+        received: frozenset[str] = frozenset()
+        if queue is None and request_id in self._answered:
+            queue, received = self._answered[request_id]
+        if queue is not None and kind in ("ok", "held"):
+            # A reserve abandoned by its caller was served after all, or one answered
+            # was served again (its resend reached a scheduler that did not know of the
+            # first answer): give back what its caller did not receive.
+            for item in reserve_items(kind, body):
+                record = decode_record(item)
+                if record.lease not in received:
+                    self._spawn_giving(self._quiet("release", [queue, record.id, record.lease]))
+
+    async def _forget(self, queue: str, request_id: str) -> None:
+        transport = self._transport
+        if transport is not None:
+            body = pack([queue, request_id])
+            # Through the outbox, so that it leaves after the reserve it forgets.
+            await self._request(transport, "forget", uuid.uuid4().hex, body, None)
+
+    async def _quiet(self, op: str, args: list[Any]) -> None:
+        with contextlib.suppress(Exception):
+            await self._call(op, args, 0.0)  # the link's own: not its caller's next call
+
+    async def call(self, op: str, args: list[Any], wait: float | None = 0.0) -> Any:
+        """Send ``op`` with ``args`` (the queue first) and return its decoded outcome;
+        a ``reserve`` waits up to ``wait`` seconds (None: no limit) at the scheduler."""
+        outcome, until = await self.call_held(op, args, wait)
+        if until is not None:
+            await self._hold(args[0], outcome, until)
+        return outcome
+
+    async def call_held(
+        self, op: str, args: list[Any], wait: float | None = 0.0
+    ) -> tuple[Any, float | None]:
+        """:meth:`call`, without the hold: the outcome, and for messages a reserve got
+        ahead of their due time, the :func:`time.monotonic` time until which the
+        caller must hold them (None: none to hold); a caller that gives up before then
+        hands them to :meth:`give_back`."""
+        try:
+            taken = await self._take_ahead(op, args, wait) if self._ahead else None
+            if taken is None:
+                if args:
+                    await self._configure(args[0])
+                if op == "ack_many" and self._reserving.get(args[0]) and not self._pending:
+                    self._send_ahead(args[0])
+                taken = await self._call(op, args, wait)
+            self._reserving.clear()
+            if op == "reserve" and taken[0] and wait != 0 and not self._pending:
+                self._reserving[args[0]] = (args[1], args[2], wait)
+            return taken
+        except Refused as exc:
+            raise exc.reason from exc.reason.__cause__
+
+    async def _configure(self, queue: str) -> None:
+        if self._deliver is not None and queue not in self._configured:
+            # This backend object delivers its queues' messages to a user's exchange:
+            # say so once per queue, before its first operation.
+            await self._call("configure", [queue, list(self._deliver)], 0.0)
+            self._configured.add(queue)
+
+    async def _call(self, op: str, args: list[Any], wait: float | None) -> tuple[Any, float | None]:
+        loop = asyncio.get_running_loop()
+        request_id = uuid.uuid4().hex
+        waits = op == "reserve" and (wait is None or wait > 0)
+        give_up = None if wait is None else loop.time() + wait
+        future: asyncio.Future[tuple[str, bytes, float]] = loop.create_future()
+        self._pending[request_id] = future
+        parked = False
+        try:
+            if waits and self._candidacy == "auto" and not self._candidate:
+                await self._stand()
+            unanswered_since = loop.time()
+            # Whether some send of the request may have reached a scheduler: then a
+            # change that gets no reply may have run, and its caller is told so.
+            may_have_run = False
+            sent_before = False
+            while True:
+                if self._turn is None:
+                    self._turn = loop.create_future()
+                turn = self._turn
+                sent = [*args, None if give_up is None else max(0.0, give_up - loop.time())]
+                try:
+                    transport = self._transport or await self._connected_within(
+                        unanswered_since + self._request_timeout - loop.time()
+                    )
+                    left = unanswered_since + self._request_timeout - loop.time()
+                    if not (sent_before or self._candidate or await self._stands(transport, left)):
+                        raise self._not_running()  # nothing was sent: nothing ran
+                    ttl = None if waits else int(self._request_timeout * 1000)
+                    # A waiting reserve counts as parked from the moment it may be on
+                    # its way: one cancelled while its publish is in flight may reach
+                    # the scheduler all the same, and must be forgotten there.
+                    parked = waits
+                    may_have_run = may_have_run or op not in _READS
+                    sent_before = True
+                    await self._request(
+                        transport, op, request_id, pack(sent if op == "reserve" else args), ttl
+                    )
+                except SchedulerNotRunning:
+                    raise
+                except (NoScheduler, ConnectionError, OSError) as exc:
+                    left = unanswered_since + self._request_timeout - loop.time()
+                    if left <= 0:
+                        raise self._no_reply(op, may_have_run, "no scheduler answered") from exc
+                    # Until a new scheduler or connection, or the close of this link
+                    # (which fails the future: a call must not outlive its loop).
+                    waited: set[asyncio.Future[Any]] = {future, turn}
+                    await asyncio.wait(waited, timeout=min(left, 0.5))
+                    if future.done():
+                        break
+                    continue
+                unanswered_since = loop.time()  # the outage budget counts from here
+                timeout: float | None = self._request_timeout
+                if waits:
+                    # A scheduler answers a parked reserve by the end of its wait; the
+                    # request timeout more covers the trips. An answer lost (a scheduler
+                    # gone after parking it, and no successor that saw it) must not hold
+                    # the caller for ever: past that, as for any request with no reply.
+                    wait_left = None if give_up is None else give_up - loop.time()
+                    timeout = None if wait_left is None else wait_left + self._request_timeout
+                either: set[asyncio.Future[Any]] = {future, turn}
+                done, _ = await asyncio.wait(
+                    either, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                if future.done():
+                    break
+                if not done:
+                    self._abandon(transport)
+                    if op == "reserve":
+                        # An answer still on its way (the given-up connection is closed
+                        # later) gives back what it claimed; one that reaches the
+                        # closed inbox is returned to the scheduler, which releases it.
+                        remember(self._forgotten, request_id, args[0])
+                    what = "no reply" if self._candidate else _NO_REPLY_HINT
+                    raise self._no_reply(op, may_have_run, what, timeout)
+                unanswered_since = loop.time()
+        except asyncio.CancelledError:
+            if parked:
+                # Sent before the caller goes on, so that the scheduler drops the parked
+                # reserve before it sees the caller's next request; one served meanwhile
+                # is given back when its reply comes.
+                remember(self._forgotten, request_id, args[0])
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._forget(args[0], request_id))
+            task = asyncio.current_task()
+            cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+            if self._closed and cancelling is not None and not cancelling():
+                # Not the caller's cancellation: the close cut what the call awaited
+                # (a connection being opened, a publish).
+                raise QueueClosed("the queue was closed") from None
+            raise
+        except Exception:
+            if self._closed:  # whatever the close broke on its way (the broker's client)
+                raise QueueClosed("the queue was closed") from None
+            raise
+        finally:
+            self._pending.pop(request_id, None)
+            self._barriers.pop(request_id, None)
+            if future.done() and not future.cancelled():
+                future.exception()  # seen, also when the call ends another way
+        kind, body, arrived = future.result()
+        if kind not in {"ok", "held"}:
+            raise_error(kind, unpack(body))
+        if op == "put":
+            self._full = False  # the scheduler took a put: there is room again
+        if kind == "ok":
+            return self._answer(op, args, request_id, unpack(body)), None
+        # Claimed ahead of their due time: held until then, by the scheduler's clock
+        # (the reply says how long, counted from when it left: it came later).
+        rest, items = unpack(body)
+        return self._answer(op, args, request_id, items), arrived + rest
+
+    def _answer(self, op: str, args: list[Any], request_id: str, body: Any) -> Any:
+        """The decoded outcome of a call; that of a reserve is remembered with its
+        leases (a second answer to it gives back only what its caller did not get)."""
+        outcome = decode_outcome(op, body)
+        if op == "reserve":
+            leases = frozenset(record.lease or "" for record in outcome)
+            remember(self._answered, request_id, (args[0], leases))
+        return outcome
+
+    async def _hold(self, queue: str, records: list[Any], until: float) -> None:
+        """Wait until ``until`` (:func:`time.monotonic`) before handing ``records``
+        (claimed ahead of their due time) to the caller; a caller that gives up
+        meanwhile gives them back (released: no attempt charged)."""
+        try:
+            # Checked against the clock: a loop's timer may fire early by its grain.
+            while (rest := until - time.monotonic()) > 0:
+                await asyncio.sleep(rest)
+        except asyncio.CancelledError:
+            self.give_back(queue, records)
+            raise
+        if self._closed:
+            raise QueueClosed("the queue was closed")
+
+    def give_back(self, queue: str, records: list[Any]) -> None:
+        """Release ``records``, got by a reserve whose caller gave up while they were
+        held (each in a task of its own; a failure leaves them to their lease)."""
+        for record in records:
+            self._spawn_giving(self._quiet("release", [queue, record.id, record.lease]))

@@ -1,0 +1,242 @@
+"""Fast puts (docs/rabbitmq.md, "Fast put") skip the scheduler: they are appended to the
+intake, coalesced the same way as requests (those that gather while an append is on
+its way leave as one message), and return on its confirm. The link numbers its intake
+messages; every request it sends afterwards, until a reply proves the scheduler folded
+them, starts with an ``after`` part naming the last one confirmed, which the scheduler
+holds the request behind (read-your-writes). A :class:`~._thread_link.ThreadLink`
+appends from its callers' threads with the numbers this module hands out."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from typing import Any
+
+from ....durable.message import Now
+from ....errors import QueueClosed
+from .._codec import pack
+from .._constants import FIRE_AHEAD_MS, MAX_GROUP_BYTES
+from .._transport import BlockingIntake, NoScheduler, Refused, Transport
+from ._state import FastPut, LinkState
+
+__all__ = ["FastPuts", "soon"]
+
+
+def soon(requests: list[Any]) -> bool:
+    """Whether a put of ``requests`` (encoded) makes a message due within
+    FIRE_AHEAD_MS: one a waiting consumer may want before the intake's tail reaches it."""
+    horizon: float | None = None
+    for request in requests:
+        delay_ms, at_ms = request[5], request[6]
+        if at_ms is None:
+            if (delay_ms or 0) <= FIRE_AHEAD_MS:
+                return True
+            continue
+        if horizon is None:
+            horizon = time.time() * 1000.0 + FIRE_AHEAD_MS
+        if at_ms <= horizon:
+            return True
+    return False
+
+
+class FastPuts(LinkState):
+    """Appending puts to the intake, and settling them before a close."""
+
+    async def put_fast(self, queue: str, requests: list[Any]) -> None:
+        """Append a put (``requests``: encoded, ``on_conflict="ignore"`` each) to the
+        intake and return once the broker confirmed it; the scheduler folds it a moment
+        later, and this link's next requests wait for that at the scheduler.
+        NoScheduler (an outage) when it could not be sent within the request timeout,
+        ReplyLost when it was sent and not confirmed (it may be in the intake)."""
+        if self._closed:
+            raise QueueClosed("the queue is closed")
+        try:
+            await self._configure(queue)  # a request, if any: it needs a scheduler
+        except Refused as exc:
+            raise exc.reason from exc.reason.__cause__
+        appended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        size = sum(len(request[1]) for request in requests)  # the payloads
+        put = FastPut(uuid.uuid4().hex, queue, requests, size, soon(requests), appended)
+        if self._appending:  # an append is on its way: this put leaves with the next
+            self._intake.append(put)
+        else:
+            # Nothing on its way: appended by this caller's task (no task of the link
+            # to start and switch to); what gathers meanwhile, by the drain task.
+            self._appending = True
+            try:
+                await self._send_intake([put])
+            finally:
+                if self._intake and not self._closed:
+                    self._spawn(self._drain_intake())
+                else:
+                    self._appending = False
+                    self._fail_intake()
+        try:
+            await appended
+        except Refused as exc:
+            raise exc.reason from exc.reason.__cause__
+
+    async def _drain_intake(self) -> None:
+        """Append what gathered in the intake box, one message at a time (each carries
+        every put that came while the previous one was on its way, up to
+        MAX_GROUP_BYTES), so that this link's intake messages are confirmed in order."""
+        try:
+            while self._intake:
+                puts: list[FastPut] = []
+                size = 0
+                while self._intake and (not puts or size + self._intake[0].size <= MAX_GROUP_BYTES):
+                    put = self._intake.pop(0)
+                    if not put.appended.done():  # its caller gave up before it left
+                        puts.append(put)
+                        size += put.size
+                if puts:
+                    await self._send_intake(puts)
+        finally:
+            self._appending = False
+            self._fail_intake()
+
+    async def _send_intake(self, puts: list[FastPut]) -> None:
+        """Append ``puts`` as the link's next intake message and settle their futures
+        (an error of the append: each put's; a cancellation is raised too)."""
+        seq, nudge = self.next_intake(any(p.soon for p in puts))
+        parts = [[p.request_id, p.queue, p.requests] for p in puts]
+        try:
+            await self._append(seq, parts, nudge=nudge)
+        except BaseException as exc:
+            for put in puts:
+                if not put.appended.done():
+                    put.appended.set_exception(
+                        exc if isinstance(exc, Exception) else QueueClosed("closed")
+                    )
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self.intake_confirmed(seq)
+        for put in puts:
+            if not put.appended.done():
+                put.appended.set_result(None)
+
+    def _fail_intake(self) -> None:
+        """Fail the puts left in the intake box once nothing appends them (a close)."""
+        left, self._intake = self._intake, []
+        for put in left:
+            if not put.appended.done():
+                put.appended.set_exception(QueueClosed("the queue was closed"))
+
+    def blocking_intake(self) -> BlockingIntake | None:
+        """A publisher of the intake for a caller's thread, on a connection of its own
+        (None: the transport has none)."""
+        return self._make_transport().blocking_intake()
+
+    def intake_ready(self, queues: list[str]) -> bool:
+        """Whether a fast put into ``queues`` may be appended from a caller's thread
+        (a connection opened once and each queue configured): else
+        :meth:`prepare_intake` first."""
+        return self._declared and (
+            self._deliver is None or all(queue in self._configured for queue in queues)
+        )
+
+    async def prepare_intake(self, queues: list[str]) -> None:
+        """Open a connection (declaring the namespace) and configure ``queues``, with
+        the errors a fast put on this loop would raise."""
+        if self._closed:
+            raise QueueClosed("the queue is closed")
+        try:
+            for queue in queues:
+                await self._configure(queue)
+            await self._connected_within(self._request_timeout)
+        except Refused as exc:
+            raise exc.reason from exc.reason.__cause__
+        except NoScheduler:
+            raise
+        except (ConnectionError, OSError) as exc:
+            raise self._no_reply("put", False, "no intake append") from exc
+
+    def next_intake(self, soon: bool) -> tuple[int, bool]:
+        """Number the next intake message; and whether the scheduler gets a copy at
+        once (``soon``: some fall due within FIRE_AHEAD_MS, and no ``quiet`` holds)."""
+        self._intake_seq += 1
+        return self._intake_seq, soon and time.monotonic() >= self._quiet_until
+
+    def intake_body(self, seq: int, parts: list[Any]) -> bytes:
+        """The intake message ``seq`` of ``parts`` (``[request id, queue, encoded
+        requests]`` each), stamped with the moment it is sent."""
+        now = Now.of_seconds(time.time())
+        return pack([self._client, seq, now.floor, now.ceil, parts])
+
+    def intake_confirmed(self, seq: int) -> None:
+        """The broker confirmed intake message ``seq``: this link's next requests wait
+        for it at the scheduler."""
+        self._confirmed_seq = max(self._confirmed_seq, seq)
+
+    async def _settle(self) -> None:
+        """Before a close: wait, for up to CLOSE_SETTLE s, until this link's fast puts
+        are appended and folded (so that what a process put before it closed is seen by
+        the next one), by a request that waits behind them. With no scheduler running
+        they stay in the intake, folded once one is elected."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self.close_settle
+        with contextlib.suppress(Exception):
+            while self._intake and loop.time() < until:
+                await asyncio.sleep(0.005)
+        if self._confirmed_seq > self._folded_seq:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._call("sync", [], 0.0), until - loop.time())
+
+    async def _append(self, seq: int, parts: list[Any], *, nudge: bool) -> None:
+        """Append the intake message ``seq`` of ``parts`` (puts), on a new connection
+        when one goes, for up to the request timeout (the same puts: the scheduler folds
+        each once). The message carries the moment it is sent (as the put's arrival is
+        for a plain put): the scheduler decides its puts as of then. With ``nudge``, the
+        broker hands the scheduler a copy at once too (docs/rabbitmq.md, "Fast put")."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._request_timeout
+        may_have_run = False
+        while True:
+            left = deadline - loop.time()
+            try:
+                transport = self._transport or await self._connected_within(left)
+                may_have_run = True
+                body = self.intake_body(seq, parts)
+                await self._append_by(deadline, transport, body, nudge)
+                return
+            except (ConnectionError, OSError) as exc:
+                if isinstance(exc, NoScheduler):
+                    raise
+                if loop.time() >= deadline:
+                    raise self._no_reply("put", may_have_run, "no intake append") from exc
+                if self._closed:
+                    raise QueueClosed("the queue was closed") from None
+                await asyncio.sleep(min(deadline - loop.time(), 0.1))
+
+    async def _append_by(
+        self, deadline: float, transport: Transport, body: bytes, nudge: bool
+    ) -> None:
+        """``transport.append_intake(body)``, or ReplyLost at ``deadline`` (the loop's
+        time), the connection then given up (it may be dead without a reset). Bounded by
+        a timer that cancels this task, not by wait_for (a task per put)."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            self._abandon(transport)
+            if task is not None:
+                task.cancel()
+
+        timer = loop.call_at(deadline, expire)
+        try:
+            await transport.append_intake(body, nudge=nudge)
+        except asyncio.CancelledError:
+            if not expired:
+                raise
+            uncancel = getattr(task, "uncancel", None)  # Python 3.11+
+            if uncancel is not None:
+                uncancel()
+            raise self._no_reply("put", True, "no confirm from the intake") from None
+        finally:
+            timer.cancel()

@@ -1,0 +1,239 @@
+"""What a :class:`~._loop_link.LoopLink` holds (its connection, the calls in flight,
+its intake messages' numbers, the reserves sent ahead, its tasks), the steps every
+concern shares (a task, the error of a call that got no reply), and the seams between
+the modules that each take one concern of it (:class:`LinkState`)."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import collections
+import uuid
+from collections.abc import Callable, Coroutine
+from typing import Any, Literal, NamedTuple, TypeVar
+
+from ....errors import SchedulerNotRunning
+from .._constants import CLOSE_SETTLE
+from .._scheduler import Scheduler
+from .._transport import NoScheduler, ReplyLost, Transport
+
+__all__ = ["Candidacy", "FastPut", "LinkState", "Outgoing", "T", "remember"]
+
+T = TypeVar("T")
+#: Who stands for election: ``on`` at once, ``auto`` once this backend object runs a
+#: waiting reserve (a consumer, never a pure producer), ``off`` never.
+Candidacy = Literal["auto", "on", "off"]
+#: How many answered (and abandoned) reserves a link remembers, for a late answer.
+_REMEMBERED = 1024
+
+
+def remember(table: collections.OrderedDict[str, T], key: str, value: T) -> None:
+    """Note ``key`` in ``table``, forgetting the oldest past :data:`_REMEMBERED`."""
+    table[key] = value
+    if len(table) > _REMEMBERED:
+        table.popitem(last=False)
+
+
+class FastPut(NamedTuple):
+    """A fast put waiting for the link's intake append."""
+
+    request_id: str
+    queue: str
+    requests: list[Any]  # encoded PutRequests
+    size: int  # their payloads' bytes
+    soon: bool  # some fall due within FIRE_AHEAD_MS: the scheduler gets a copy at once
+    appended: asyncio.Future[None]
+
+
+class Outgoing(NamedTuple):
+    """A request in the outbox, until the link's drain task publishes it."""
+
+    transport: Transport
+    op: str
+    request_id: str
+    body: bytes
+    ttl: int | None
+    sent: asyncio.Future[None]  # resolved once published (an exception: it was not)
+
+
+class LinkState(abc.ABC):
+    """The state every concern of the link works on, and the seams: what each
+    concern's module offers the others, declared here so that none imports another."""
+
+    def __init__(
+        self,
+        make_transport: Callable[[], Transport],
+        *,
+        scheduler: Candidacy,
+        request_timeout: float,
+        deliver: tuple[str, str] | None = None,
+        fast_put: bool = False,
+        url: str = "",
+    ) -> None:
+        self._make_transport = make_transport
+        self._url = url
+        self._deliver = deliver
+        self._fast_put = fast_put
+        #: This link's name in the intake, and its intake messages: the last numbered,
+        #: the last confirmed, the last known folded (a reply to a request that waited
+        #: behind it came back); the first ``after`` each request in flight was sent with.
+        self._client = uuid.uuid4().hex
+        self._intake_seq = 0
+        self._confirmed_seq = 0
+        self._folded_seq = 0
+        self._barriers: dict[str, int] = {}
+        self._intake: list[FastPut] = []
+        self._appending = False
+        #: Set by the scheduler's ``full`` announcement: puts take the plain path (which
+        #: may refuse them) until one of them is taken.
+        self._full = False
+        #: Until when (time.monotonic()) the scheduler said ``quiet``: no reserve waits,
+        #: so a put due soon is not copied to it (the intake's tail brings it).
+        self._quiet_until = 0.0
+        self._configured: set[str] = set()
+        #: Whether a connection of this link opened once (the namespace's objects are
+        #: declared: a ThreadLink may append from its callers' threads).
+        self._declared = False
+        self._candidacy = scheduler
+        self._request_timeout = request_timeout
+        self._transport: Transport | None = None
+        #: Whether a scheduler answered this link once (or announced itself). Until
+        #: then, a call from a process that does not stand first asks the broker
+        #: whether any process does: if none, none would answer it. After, a scheduler
+        #: that does not answer is an outage, ridden out as ever (a broker's restart:
+        #: the candidates come back, a moment after the clients).
+        self._served = False
+        self._counting: tuple[Transport, asyncio.Task[int]] | None = None
+        self._opening: asyncio.Task[Transport] | None = None
+        #: Done once this link is closed (made on its loop by the first connect).
+        self._closed_signal: asyncio.Future[None] | None = None
+        #: Request id -> the future of its reply: kind, body and the loop's time it came.
+        self._pending: dict[str, asyncio.Future[tuple[str, bytes, float]]] = {}
+        #: Request id -> queue, of reserves their callers abandoned; and -> queue and the
+        #: leases its caller got, of reserves answered: a late answer to either (a resend
+        #: that a new scheduler served too) gives back what no caller received.
+        self._forgotten: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._answered: collections.OrderedDict[str, tuple[str, frozenset[str]]] = (
+            collections.OrderedDict()
+        )
+        #: A sequential consumer's loop (docs/rabbitmq.md, "A reserve sent with the
+        #: acks"): per queue, the ``(limit, lease_ms, wait)`` of the last call, when it
+        #: was a waiting reserve that got messages; and the reserve sent ahead with the
+        #: ``ack_many`` that followed it, until the caller's next call takes or drops it.
+        self._reserving: dict[str, tuple[int, int, float | None]] = {}
+        self._ahead: dict[str, tuple[int, int, asyncio.Task[tuple[Any, float | None]]]] = {}
+        self._turn: asyncio.Future[None] | None = None
+        self._candidate = False
+        self._scheduler: Scheduler | None = None
+        self._closed = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        #: The tasks giving back what a reserve claimed for a caller that will not take
+        #: it (a subset of ``_tasks``): a close lets them finish before it cuts calls.
+        self._giving: set[asyncio.Task[Any]] = set()
+        self._publishing = False
+        self._outbox: list[Outgoing] = []
+        #: Connections being closed after they were given up (a close waits for them).
+        self._closing: set[asyncio.Task[None]] = set()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def fast(self) -> bool:
+        """Whether a put whose outcome nobody reads may go through the intake now."""
+        return self._fast_put and not self._full
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _spawn_giving(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = self._spawn(coro)
+        self._giving.add(task)
+        task.add_done_callback(self._giving.discard)
+
+    @property
+    def request_timeout(self) -> float:
+        return self._request_timeout
+
+    @property
+    def close_settle(self) -> float:
+        """How long each step of a close waits for the broker (CLOSE_SETTLE, or the
+        request timeout if shorter)."""
+        return min(CLOSE_SETTLE, self._request_timeout)
+
+    def no_reply(self, op: str, may_have_run: bool, what: str) -> NoScheduler:
+        """See :meth:`_no_reply`."""
+        return self._no_reply(op, may_have_run, what)
+
+    def _no_reply(
+        self, op: str, may_have_run: bool, what: str, seconds: float | None = None
+    ) -> NoScheduler:
+        """The error of a call that got no reply within the request timeout (or
+        ``seconds``: a waiting reserve's wait and the request timeout): ReplyLost (an
+        OutcomeUnknown) when it may have run, else NoScheduler."""
+        message = f"{what} in {self._request_timeout if seconds is None else seconds:.3g} s"
+        if may_have_run:
+            return ReplyLost(f"{message}: the {op} may or may not have run", op)
+        return NoScheduler(message)
+
+    # -- the seams: each is defined by the module named above it ---------------------
+
+    # _election.py
+
+    @abc.abstractmethod
+    async def _connected_within(self, seconds: float) -> Transport:
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    async def _stands(self, transport: Transport, seconds: float) -> bool:
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    async def _stand(self) -> None:
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def _not_running(self) -> SchedulerNotRunning:
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def _abandon(self, transport: Transport) -> None:
+        raise NotImplementedError
+
+    # _calls.py
+
+    @abc.abstractmethod
+    def _on_reply(self, request_id: str, kind: str, body: bytes) -> None:
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    async def _call(self, op: str, args: list[Any], wait: float | None) -> tuple[Any, float | None]:
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    async def _configure(self, queue: str) -> None:
+        raise NotImplementedError
+
+    # _ahead.py
+
+    @abc.abstractmethod
+    async def _take_ahead(
+        self, op: str, args: list[Any], wait: float | None
+    ) -> tuple[Any, float | None] | None:
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def _send_ahead(self, queue: str) -> None:
+        raise NotImplementedError
+
+    # _outbox.py
+
+    @abc.abstractmethod
+    async def _request(
+        self, transport: Transport, op: str, request_id: str, body: bytes, ttl: int | None
+    ) -> None:
+        raise NotImplementedError

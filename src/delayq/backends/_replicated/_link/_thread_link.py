@@ -1,0 +1,321 @@
+"""The link of the sync face: a :class:`~._loop_link.LoopLink` driven on a private
+event-loop thread; a fast put appended from its caller's thread (a
+:class:`~.._transport.BlockingIntake`)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from ...._fork import generation
+from ....errors import QueueClosed
+from .._constants import MAX_GROUP_BYTES
+from .._transport import BlockingIntake, Transport
+from ._fast_put import soon
+from ._loop_link import CLOSE_WAIT, LoopLink
+from ._state import Candidacy, T
+
+__all__ = ["ThreadLink"]
+
+
+class _Waiting:
+    """A sync fast put waiting for its turn in the intake (:meth:`ThreadLink.put_fast`)."""
+
+    __slots__ = ("error", "lead", "queue", "request_id", "requests", "size", "soon", "woken")
+
+    def __init__(self, queue: str, requests: list[Any]) -> None:
+        self.request_id = uuid.uuid4().hex
+        self.queue = queue
+        self.requests = requests
+        self.size = sum(len(request[1]) for request in requests)  # the payloads
+        self.soon = soon(requests)
+        #: Released once its outcome is known, or once its thread is to lead.
+        self.woken = threading.Lock()
+        self.woken.acquire()
+        self.lead = False
+        self.error: BaseException | None = None
+
+
+class ThreadLink:
+    """A :class:`LoopLink` on a private event loop thread, for the sync face: each call
+    blocks its thread until the loop has its outcome; a fast put is appended from its
+    caller's thread instead, when the transport offers a :class:`BlockingIntake`.
+
+    A forked child has no such thread (only the forking thread survives a fork), and
+    the connection it would find is its parent's. Its first call starts afresh: a new
+    link, loop and thread, which connect on their own. The parent's are left as they
+    are, never closed from the child (a close would end the parent's connection), and
+    a child never inherits its parent's scheduler."""
+
+    def __init__(
+        self,
+        make_transport: Callable[[], Transport],
+        *,
+        scheduler: Candidacy,
+        request_timeout: float,
+        deliver: tuple[str, str] | None = None,
+        fast_put: bool = False,
+        url: str = "",
+    ) -> None:
+        self._options = (make_transport, scheduler, request_timeout, deliver, fast_put, url)
+        self._lock = threading.Lock()
+        self._start()
+
+    def _start(self) -> None:
+        make_transport, scheduler, request_timeout, deliver, fast_put, url = self._options
+        self._link = LoopLink(
+            make_transport,
+            scheduler=scheduler,
+            request_timeout=request_timeout,
+            deliver=deliver,
+            fast_put=fast_put,
+            url=url,
+        )
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="delayq-amqp-link", daemon=True
+        )
+        self._thread.start()
+        self._fork = generation()
+        # Fast puts (put_fast): those waiting, whether a thread leads (appends the next
+        # message of them), the publisher it appends with (made on the first; None
+        # after the transport offered none: they go through the loop).
+        self._intake_lock = threading.Lock()
+        self._waiting: collections.deque[_Waiting] = collections.deque()
+        self._leading = False
+        self._closing = False
+        self._blocking: BlockingIntake | None = None
+        self._by_loop = False
+
+    @property
+    def closed(self) -> bool:
+        return self._link.closed
+
+    def _current(self) -> LoopLink:
+        if self._fork != generation():
+            self._after_fork()
+        return self._link
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop thread and block until its outcome. One wake-up
+        each way: the coroutine's own task releases a plain lock as it ends (no
+        concurrent future, no done callback a loop turn later), and the caller holds
+        the task, so a pending one is not collected."""
+        if self._loop.is_closed():
+            coro.close()
+            raise QueueClosed("the queue is closed")
+        done = threading.Lock()
+        done.acquire()
+        outcome: list[tuple[bool, Any]] = []  # (raised, its result or exception)
+
+        async def hop() -> None:
+            try:
+                outcome.append((False, await coro))
+            except BaseException as exc:
+                # A cancelled call raises as a cancelled concurrent future did.
+                cancelled = isinstance(exc, asyncio.CancelledError)
+                outcome.append((True, concurrent.futures.CancelledError() if cancelled else exc))
+                if not isinstance(exc, Exception):
+                    raise  # a cancellation, or a KeyboardInterrupt of the loop thread
+            finally:
+                done.release()
+
+        tasks: list[asyncio.Task[None]] = []
+        self._loop.call_soon_threadsafe(lambda: tasks.append(self._loop.create_task(hop())))
+        done.acquire()
+        raised, value = outcome[0]
+        if raised:
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    def _after_fork(self) -> None:
+        with _after_fork_lock:
+            if self._fork == generation():
+                return  # another thread of the child started afresh meanwhile
+            # The lock may have been held by a thread of the parent at the fork.
+            self._lock = threading.Lock()
+            if self._loop.is_closed() or self._link.closed:
+                self._fork = generation()  # closed before the fork: it stays closed
+                return
+            self._start()
+
+    def call(self, op: str, args: list[Any], wait: float | None = 0.0) -> Any:
+        """See :meth:`LoopLink.call`. Messages got ahead of their due time are held in
+        the calling thread (its sleep is precise to the kernel's timer; the loop's
+        timers count whole milliseconds), which so wakes with them."""
+        link = self._current()
+        outcome, until = self._run(link.call_held(op, args, wait))
+        if until is not None:
+            try:
+                while (rest := until - time.monotonic()) > 0:
+                    time.sleep(rest)
+            except BaseException:
+                if not self._loop.is_closed():
+                    self._loop.call_soon_threadsafe(link.give_back, args[0], outcome)
+                raise
+            if link.closed:
+                raise QueueClosed("the queue was closed")
+        return outcome
+
+    @property
+    def fast(self) -> bool:
+        """See :attr:`LoopLink.fast`."""
+        return self._current().fast
+
+    def put_fast(self, queue: str, requests: list[Any]) -> None:
+        """See :meth:`LoopLink.put_fast`: the same outcome and errors, the put appended
+        from this thread (docs/rabbitmq.md, "Fast put from a thread"). The puts of
+        several threads at once are appended a message at a time, in order: the thread
+        whose turn it is (the lead) appends every put waiting then, up to
+        MAX_GROUP_BYTES, wakes their threads, and hands the lead to the next put still
+        waiting. No thread appends puts that came after its own."""
+        link = self._current()
+        if self._by_loop:
+            self._run(link.put_fast(queue, requests))
+            return
+        put = _Waiting(queue, requests)
+        with self._intake_lock:
+            if self._closing or link.closed:
+                raise QueueClosed("the queue is closed")
+            self._waiting.append(put)
+            put.lead = not self._leading
+            self._leading = True
+        if not put.lead:
+            try:
+                put.woken.acquire()
+            except BaseException:
+                self._leave(put)
+                raise
+        if put.lead:
+            self._lead(link)
+        if put.error is not None:
+            raise put.error
+
+    def _leave(self, put: _Waiting) -> None:
+        """``put``'s caller gave up before its outcome (an interrupt): it leaves, and
+        the lead, if it was given it, goes on."""
+        with self._intake_lock:
+            if put in self._waiting:
+                self._waiting.remove(put)
+            handed = put.lead
+        if handed:
+            self._hand_on()
+
+    def _lead(self, link: LoopLink) -> None:
+        """Append the puts waiting (this thread's first), wake their threads, and hand
+        the lead on."""
+        with self._intake_lock:
+            batch: list[_Waiting] = []
+            size = 0
+            while self._waiting and (not batch or size + self._waiting[0].size <= MAX_GROUP_BYTES):
+                put = self._waiting.popleft()
+                batch.append(put)
+                size += put.size
+        try:
+            self._append(link, batch)
+        except BaseException as exc:
+            for put in batch:
+                put.error = exc if isinstance(exc, Exception) else QueueClosed("closed")
+            raise
+        finally:
+            for put in batch[1:]:
+                put.woken.release()
+            self._hand_on()
+            if link.closed and self._blocking is not None:
+                self._blocking.close()  # reopened by a retry that raced the close
+
+    def _hand_on(self) -> None:
+        with self._intake_lock:
+            if self._waiting:
+                following = self._waiting[0]
+                following.lead = True
+                following.woken.release()
+            else:
+                self._leading = False
+
+    def _append(self, link: LoopLink, batch: list[_Waiting]) -> None:
+        """Append ``batch`` as this link's next intake message, on a new connection when
+        one fails, for up to the request timeout (as :meth:`LoopLink._append` does)."""
+        queues = [put.queue for put in batch]
+        if not link.intake_ready(queues):
+            self._run(link.prepare_intake(queues))
+        if self._blocking is None:
+            self._blocking = link.blocking_intake()
+            if self._blocking is None:  # none offered: through the loop from now on
+                self._by_loop = True
+                for put in batch:
+                    self._run(link.put_fast(put.queue, put.requests))
+                return
+        seq, nudge = link.next_intake(any(put.soon for put in batch))
+        parts = [[put.request_id, put.queue, put.requests] for put in batch]
+        deadline = time.monotonic() + link.request_timeout
+        may_have_run = False
+        while True:
+            try:
+                self._blocking.connect(deadline)
+                may_have_run = True
+                self._blocking.append(link.intake_body(seq, parts), nudge=nudge, deadline=deadline)
+                break
+            except (ConnectionError, OSError) as exc:
+                if time.monotonic() >= deadline:
+                    raise link.no_reply("put", may_have_run, "no intake append") from exc
+                if link.closed:
+                    raise QueueClosed("the queue was closed") from None
+                time.sleep(min(max(deadline - time.monotonic(), 0.0), 0.1))
+        link.intake_confirmed(seq)
+
+    def close(self) -> None:
+        """See :meth:`LoopLink.close`, once the fast puts of this link's threads are
+        appended (for up to CLOSE_SETTLE s); then the loop thread ends."""
+        link = self._current()
+        with self._lock:
+            if self._loop.is_closed():
+                return
+            with self._intake_lock:
+                self._closing = True
+            until = time.monotonic() + link.close_settle
+            while self._leading and time.monotonic() < until:
+                time.sleep(0.005)
+            if self._blocking is not None:
+                self._blocking.close()
+            self._run(link.close())
+            self._run(_settle_loop(CLOSE_WAIT))
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+            self._loop.close()
+
+
+async def _settle_loop(seconds: float) -> None:
+    """Let the loop's other tasks end (the broker library's, closing a connection),
+    for up to ``seconds``, then cancel what is left: a task still pending when its
+    loop is closed would be reported as destroyed, on stderr, at exit."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + seconds
+    # Again while ending tasks start others (a reader's end starts the writer's close).
+    while (others := asyncio.all_tasks() - {asyncio.current_task()}) and loop.time() < until:
+        await asyncio.wait(others, timeout=until - loop.time())
+    for task in others:
+        task.cancel()
+    if others:
+        await asyncio.wait(others, timeout=seconds)
+
+
+#: Serialises a forked child's fresh starts; made anew in each child (a thread of the
+#: parent may have held it at the fork).
+_after_fork_lock = threading.Lock()
+
+
+def _new_after_fork_lock() -> None:
+    global _after_fork_lock
+    _after_fork_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_after_fork_lock)

@@ -1,0 +1,77 @@
+"""One queue's records as the scheduler holds them: a :class:`Records` that notes each
+change for the log, and what the live images weigh."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from ....durable.message import Now, Record
+from ....errors import LeaseLost
+from ..._records import Records
+from .._codec import decode_record, encode_record
+from .._constants import IMAGE_OVERHEAD
+
+__all__ = ["Journal", "image_bytes", "release_each"]
+
+
+def image_bytes(id: str, payload: bytes, headers: Any, last_error: str | None) -> int:
+    """About what a record's image takes in the log (the live bytes are their sum)."""
+    size = len(id) + len(payload) + IMAGE_OVERHEAD + len(last_error or "")
+    for key, value in headers.items():
+        size += len(key) + len(str(value)) + 2
+    return size
+
+
+def _record_bytes(record: Record) -> int:
+    return image_bytes(record.id, record.payload, record.headers, record.last_error)
+
+
+def release_each(store: Records, records: list[Record], now: Now) -> None:
+    """Give back each of ``records`` under the lease it was claimed with (one settled
+    since is left as it is)."""
+    for record in records:
+        with contextlib.suppress(LeaseLost):
+            store.release(record.id, record.lease or "", now)
+
+
+class Journal(Records):
+    """One queue's records that note every change, for the log, and the bytes their
+    images take."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changed: dict[str, Record | None] = {}
+        self.size = 0
+
+    def _put(self, record: Record) -> None:
+        old = self.records.get(record.id)
+        if old is not None:
+            self.size -= _record_bytes(old)
+        self.size += _record_bytes(record)
+        Records.write(self, record)
+
+    def write(self, record: Record) -> None:
+        self._put(record)
+        self.changed[record.id] = record
+
+    def delete(self, id: str) -> None:
+        self.size -= _record_bytes(self.records[id])
+        super().delete(id)
+        self.changed[id] = None
+
+    def restore(self, images: list[Any], deletes: list[str], last_seq: int) -> None:
+        """Apply a logged operation (replay: nothing is noted)."""
+        for image in images:
+            self._put(decode_record(image))
+        for id in deletes:
+            old = self.records.pop(id, None)
+            if old is not None:
+                self.size -= _record_bytes(old)
+        self.last_seq = max(self.last_seq, last_seq)
+
+    def take_changes(self) -> tuple[list[Any], list[str]]:
+        images = [encode_record(r) for r in self.changed.values() if r is not None]
+        deletes = [id for id, r in self.changed.items() if r is None]
+        self.changed.clear()
+        return images, deletes

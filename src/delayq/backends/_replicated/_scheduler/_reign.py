@@ -1,0 +1,207 @@
+"""Election and replay: the reign's mark in the log, the fold of the log from the last
+checkpoint's pointer up to it (a fold with no clock and no decision), then serving;
+the renewal of the election while the reign lasts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ...._log import log_event
+from .._codec import pack, unpack
+from .._constants import RENEW_EVERY
+from .._transport import LogEntry
+from ._state import BEGIN, END, IMAGES, INTAKE, Op, SchedulerState
+
+__all__ = ["Reign"]
+
+
+class _Gone(Exception):
+    """The log no longer holds where a replay was to start."""
+
+
+class Reign(SchedulerState):
+    """Taking over (:meth:`run`): replay, then requests, the intake's tail and the
+    timers."""
+
+    async def run(self) -> None:
+        """Take over: mark the reign in the log, fold the log up to that mark (from the
+        last checkpoint), then take requests and tell the clients."""
+        started = time.monotonic()
+        await self._transport.append("reign", self._reign, b"")
+        log, start, entries = await self._replay()
+        await log.aclose()  # type: ignore[attr-defined]
+        # The puts confirmed by the intake before this election are folded before any
+        # request is served (a put that returned is seen by every request after it).
+        await self._transport.tail_intake(
+            self._intake_next, self._on_intake, self._on_marker, self._on_intake_gap
+        )
+        await self._transport.serve(self._on_request)
+        self._serving = True
+        await self._transport.announce(self._reign)
+        self._schedule_renewal()
+        for queue in list(self._queues):
+            self._service(queue)
+        for queue in list(self._targets):
+            self._service(queue)
+        log_event(
+            logging.INFO,
+            "scheduler_elected",
+            reign=self._reign,
+            start=start,
+            entries=entries,
+            intake_lost=self._intake_lost,
+            seconds=round(time.monotonic() - started, 3),
+        )
+        self._maybe_checkpoint()
+
+    async def _replay(self) -> tuple[AsyncIterator[LogEntry], int | None, int]:
+        """Fold the log up to this reign's mark, from the last checkpoint's pointer
+        (none: from the log's first entry). Returns the reader, left at the mark (the
+        scheduler goes on tailing its own log), where the fold began (None: the first
+        entry) and how many entries it folded."""
+        transport = self._transport
+        pointer = await transport.read_pointer()
+        if pointer is not None:
+            reign, offset, checkpoint = unpack(pointer)
+            log = transport.read_log(offset)
+            try:
+                entries = await self._fold_log(log, offset, reign, checkpoint)
+                # Again, after the marker read_pointer left: the next reader finds it.
+                await transport.point(pointer)
+                return log, offset, entries
+            except _Gone as gone:
+                await log.aclose()  # type: ignore[attr-defined]
+                self._gone(offset, gone, "the log no longer holds what the last pointer names")
+        log = transport.read_log(None)
+        if pointer is None:
+            try:
+                return log, None, await self._fold_log(log, 0, "", "")
+            except _Gone as gone:  # the log's head was dropped: it does not start at 0
+                await log.aclose()  # type: ignore[attr-defined]
+                self._gone(None, gone, "no pointer was found and the log dropped its head")
+        found = await self._find_checkpoint(transport.read_log(None))
+        if found is None:
+            raise RuntimeError(
+                "the log dropped its first entries (retention) and holds no complete "
+                "checkpoint: the state cannot be rebuilt without losing messages, so this "
+                "scheduler does not take over"
+            )
+        reign, offset, checkpoint = found
+        log = transport.read_log(offset)
+        entries = await self._fold_log(log, offset, reign, checkpoint)
+        await transport.point(pack([reign, offset, checkpoint]))
+        return log, offset, entries
+
+    def _gone(self, pointer: int | None, gone: _Gone, what: str) -> None:
+        log_event(
+            logging.WARNING,
+            "checkpoint_gone",
+            reign=self._reign,
+            pointer=pointer,
+            first=gone.args[0],
+            why=f"{what} (its retention): looking for the latest complete checkpoint "
+            f"the log still holds",
+        )
+
+    async def _fold_log(
+        self, log: AsyncIterator[LogEntry], start: int, reign: str, checkpoint: str
+    ) -> int:
+        """Fold ``log`` (read from ``start``, where ``checkpoint`` of ``reign`` began;
+        "": the log's first entry) up to this reign's mark; :class:`_Gone` when the log
+        no longer begins at ``start``."""
+        current = reign
+        entries = 0
+        first = True
+        waiting = bool(checkpoint)  # ops before the checkpoint's begin are skipped
+        async for entry in log:
+            if first and entry.offset != start:
+                raise _Gone(entry.offset)
+            first = False
+            if entry.kind == "reign":
+                current = entry.reign
+                if entry.reign == self._reign:
+                    if waiting:  # the pointer's checkpoint is not there: look for one
+                        raise _Gone(start)
+                    self._reign_offset = entry.offset
+                    return entries
+                continue
+            if entry.reign != current:  # written by a deposed scheduler after its successor
+                continue
+            entries += 1
+            self._grown_bytes += len(entry.body)  # rolled images too: a new reign
+            self._grown_entries += 1  # checkpoints soon after a long replay
+            for op in unpack(entry.body):
+                if waiting:
+                    if op[0] == BEGIN and op[2] == f"begin:{checkpoint}":
+                        waiting = False
+                        self._restart(unpack(op[8]))
+                    continue
+                self._fold(op)
+        raise ConnectionError("the log ended before this scheduler's reign entry")
+
+    async def _find_checkpoint(self, log: AsyncIterator[LogEntry]) -> tuple[str, int, str] | None:
+        """``(reign, offset of begin, id)`` of the last complete checkpoint in ``log``
+        (read from its first entry up to this reign's mark), None if there is none."""
+        found: tuple[str, int, str] | None = None
+        begun: tuple[str, int, str] | None = None
+        try:
+            async for entry in log:
+                if entry.kind == "reign":
+                    begun = None  # a checkpoint cut by a new reign is incomplete
+                    if entry.reign == self._reign:
+                        return found
+                    continue
+                what, _, checkpoint = entry.mark.partition(":")
+                if what == "begin":
+                    begun = (entry.reign, entry.offset, checkpoint)
+                elif what == "end" and begun is not None and begun[2] == checkpoint:
+                    found, begun = begun, None
+        finally:
+            await log.aclose()  # type: ignore[attr-defined]
+        return found
+
+    def _restart(self, begin: list[Any]) -> None:
+        """The state a checkpoint's begin operation carries (replay starts there)."""
+        _, last_now, seqs, targets, dedup = begin[:5]
+        if len(begin) > 5:  # the intake's state (a log written before fast puts has none)
+            self._intake_next, clients = begin[5]
+            for client, seq in clients:
+                self._clients[client] = seq
+        self._last_now = max(self._last_now, last_now)
+        for queue, last_seq in seqs.items():
+            store = self._store(queue)
+            store.last_seq = max(store.last_seq, last_seq)
+        for queue, target in targets.items():
+            self._configure(queue, target)
+        for request_id, kind, reply in dedup:
+            self._remember(request_id, kind, reply)
+
+    def _fold(self, op: Op) -> None:
+        name, queue, request_id, floor, last_seq, images, deletes, kind, reply = op
+        if name in (BEGIN, END):
+            return  # a checkpoint's bounds matter only where a replay starts
+        if name == INTAKE:
+            self._folded(*unpack(reply))
+            self._last_now = max(self._last_now, floor)
+            return
+        if name == "configure":
+            self._configure(queue, unpack(reply))
+        self._store(queue).restore(images, deletes, last_seq)
+        self._last_now = max(self._last_now, floor)
+        if request_id and name != IMAGES:
+            if kind:
+                self._remember(request_id, kind, reply)
+            else:  # a held reply dropped before it left (_drop_ahead): not an answer
+                self._dedup.pop(request_id, None)
+
+    def _schedule_renewal(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._renewal = loop.call_later(RENEW_EVERY, lambda: self._spawn(self._renew()))
+
+    async def _renew(self) -> None:
+        await self._transport.renew()
+        self._schedule_renewal()
