@@ -106,7 +106,7 @@ def test_an_intake_connection_closed_under_puts_loses_and_doubles_nothing(url: s
             i = 0
             while not stop.is_set():
                 try:
-                    acked.append(queue.put(i, id=f"{k}-{i}", delay=60))
+                    acked.append(queue.put(i, id=f"{k}-{i}", delay=3600))
                 except BaseException as exc:
                     errors.append(exc)
                     return
@@ -137,7 +137,7 @@ def test_an_intake_connection_closed_under_puts_loses_and_doubles_nothing(url: s
         entries = intake(url)
         body, _ = entries[-1]
         append_to_intake(url, body)  # as a client resending an append it saw no confirm of
-        queue.put("last", id="last", delay=60)  # folded after that copy
+        queue.put("last", id="last", delay=3600)  # folded after that copy
         assert queue.get("last") is not None  # behind the folds: they are logged
         assert queue.stats().scheduled == len(acked) + 1
         for id in acked[:: max(1, len(acked) // 50)]:
