@@ -316,7 +316,7 @@ def test_a_claim_bounded_later_than_now_takes_a_message_due_this_very_ms(
     """The bound's seq breaks ties at the bound's due time only: a message due exactly
     at the server's now, with a higher seq than a bound due later, is claimed (it was
     left until the next millisecond, a spin of empty claims)."""
-    from delayq.backends.redis.sharded import ShardedRedisBackend  # noqa: PLC0415
+    from delayq.backends.redis import ShardedRedisBackend  # noqa: PLC0415
 
     backend = ShardedRedisBackend(single_url)
     try:

@@ -43,13 +43,13 @@ PAIRS = [
     ),
     (
         "redis",
-        "delayq.backends.redis.backend:RedisBackend",
-        "delayq.backends.redis.backend:AsyncRedisBackend",
+        "delayq.backends.redis:RedisBackend",
+        "delayq.backends.redis:AsyncRedisBackend",
     ),
     (
         "redis-sharded",
-        "delayq.backends.redis.sharded:ShardedRedisBackend",
-        "delayq.backends.redis.sharded:AsyncShardedRedisBackend",
+        "delayq.backends.redis:ShardedRedisBackend",
+        "delayq.backends.redis:AsyncShardedRedisBackend",
     ),
     (
         "amqp",
