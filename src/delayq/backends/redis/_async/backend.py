@@ -49,7 +49,6 @@ writes may be lost.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
 import time
@@ -62,18 +61,17 @@ from ....durable.message import Claimed, Position, PutRequest, Record, State, St
 from ....durable.reserves import AsyncReserves
 from ....errors import QueueClosed
 from .._claims import AsyncClaims
+from .._clients import async_blocking
 from .._functions import AsyncFunctions
 from .._link_async import AsyncLink
 from .._listen import AsyncListener, log_lost, next_backoff
 from .._ops import Call, Operations
 from .._refused import AsyncFirstUse
 from .._resend import async_tracked_client
-from .._scan import scan_queues_async
 from .._scripts import Claim
 from .._settings import REDIS_FIRE_AHEAD_MS, REDIS_RECONNECT_FIRST
 from .._transport import (
     CONNECTION_ERRORS,
-    AsyncBlocking,
     async_connection_settings,
     client_options,
 )
@@ -156,12 +154,7 @@ class AsyncRedisBackend(AsyncReserves):
                 listener = self._listeners.get(queue)
                 if listener is None:
                     listener = AsyncListener(
-                        functools.partial(
-                            AsyncBlocking,
-                            *async_connection_settings(
-                                self._settings.url, **client_options(listener=True)
-                            ),
-                        ),
+                        async_blocking(self._settings.url),
                         self._ops.wake_key(queue),
                         rewake,
                     )
@@ -302,9 +295,9 @@ class AsyncRedisBackend(AsyncReserves):
         """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
         self._check_open()
         if self._first.answered:
-            return await scan_queues_async(self._client, self.prefix)
+            return await self._scripts.queues(self.prefix)
         async with self._first:
-            return await scan_queues_async(self._client, self.prefix)
+            return await self._scripts.queues(self.prefix)
 
     async def peek(
         self, queue: str, *, state: State | None, limit: int, after: Position | None = None

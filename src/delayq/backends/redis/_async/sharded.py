@@ -70,8 +70,6 @@ from .._hub import AsyncHub
 from .._listen import AsyncListener, log_lost, next_backoff
 from .._ops import Call
 from .._refused import AsyncFirstUse
-from .._resend import call_async
-from .._scan import scan_queues_async
 from .._settings import REDIS_FIRE_AHEAD_MS, REDIS_RECONNECT_FIRST
 from .._sharded import ShardedBase
 from .._shards import (
@@ -144,14 +142,14 @@ class AsyncShardedRedisBackend(ShardedBase, AsyncReserves):
             return None
         self._check_open()
         key = self._ops[0].seq_key(queue)
-        client = await self._ready()
+        await self._ready()
         # Sent again after a lost reply: the seqs of the lost run are skipped (harmless).
-        return int(await call_async(lambda: client.incrby(key, count), safe=True)) - count
+        return int(await self._scripts.command("INCRBY", key, count)) - count
 
     async def _dead_count(self, queue: str, shard: int) -> int:
         key = self._ops[shard].dead_key(queue)
-        client = await self._ready()
-        return int(await call_async(lambda: client.zcard(key), safe=True))
+        await self._ready()
+        return int(await self._scripts.command("ZCARD", key))
 
     def _hub(self, queue: str) -> AsyncHub:
         hub = self._hubs.get(queue)
@@ -405,7 +403,8 @@ class AsyncShardedRedisBackend(ShardedBase, AsyncReserves):
     async def queues(self) -> list[str]:
         """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
         self._check_open()
-        return await scan_queues_async(await self._ready(), self.prefix)
+        await self._ready()
+        return await self._scripts.queues(self.prefix)
 
     async def peek(
         self, queue: str, *, state: State | None, limit: int, after: Position | None = None

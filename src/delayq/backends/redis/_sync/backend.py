@@ -51,7 +51,6 @@ writes may be lost.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
 import time
@@ -64,18 +63,17 @@ from ....durable.message import Claimed, Position, PutRequest, Record, State, St
 from ....durable.reserves import Reserves
 from ....errors import QueueClosed
 from .._claims import Claims
+from .._clients import blocking
 from .._functions import Functions
 from .._link import Link
 from .._listen import Listener, log_lost, next_backoff
 from .._ops import Call, Operations
 from .._refused import FirstUse
 from .._resend import tracked_client
-from .._scan import scan_queues
 from .._scripts import Claim
 from .._settings import REDIS_FIRE_AHEAD_MS, REDIS_RECONNECT_FIRST
 from .._transport import (
     CONNECTION_ERRORS,
-    Blocking,
     client_options,
     connection_settings,
 )
@@ -156,12 +154,7 @@ class RedisBackend(Reserves):
                 listener = self._listeners.get(queue)
                 if listener is None:
                     listener = Listener(
-                        functools.partial(
-                            Blocking,
-                            *connection_settings(
-                                self._settings.url, **client_options(listener=True)
-                            ),
-                        ),
+                        blocking(self._settings.url),
                         self._ops.wake_key(queue),
                         rewake,
                     )
@@ -298,9 +291,9 @@ class RedisBackend(Reserves):
         """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
         self._check_open()
         if self._first.answered:
-            return scan_queues(self._client, self.prefix)
+            return self._scripts.queues(self.prefix)
         with self._first:
-            return scan_queues(self._client, self.prefix)
+            return self._scripts.queues(self.prefix)
 
     def peek(
         self, queue: str, *, state: State | None, limit: int, after: Position | None = None

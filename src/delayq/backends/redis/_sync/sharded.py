@@ -72,8 +72,6 @@ from .._hub import Hub
 from .._listen import Listener, log_lost, next_backoff
 from .._ops import Call
 from .._refused import FirstUse
-from .._resend import call
-from .._scan import scan_queues
 from .._settings import REDIS_FIRE_AHEAD_MS, REDIS_RECONNECT_FIRST
 from .._sharded import ShardedBase
 from .._shards import (
@@ -146,14 +144,14 @@ class ShardedRedisBackend(ShardedBase, Reserves):
             return None
         self._check_open()
         key = self._ops[0].seq_key(queue)
-        client = self._ready()
+        self._ready()
         # Sent again after a lost reply: the seqs of the lost run are skipped (harmless).
-        return int(call(lambda: client.incrby(key, count), safe=True)) - count
+        return int(self._scripts.command("INCRBY", key, count)) - count
 
     def _dead_count(self, queue: str, shard: int) -> int:
         key = self._ops[shard].dead_key(queue)
-        client = self._ready()
-        return int(call(lambda: client.zcard(key), safe=True))
+        self._ready()
+        return int(self._scripts.command("ZCARD", key))
 
     def _hub(self, queue: str) -> Hub:
         hub = self._hubs.get(queue)
@@ -403,7 +401,8 @@ class ShardedRedisBackend(ShardedBase, Reserves):
     def queues(self) -> list[str]:
         """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
         self._check_open()
-        return scan_queues(self._ready(), self.prefix)
+        self._ready()
+        return self._scripts.queues(self.prefix)
 
     def peek(
         self, queue: str, *, state: State | None, limit: int, after: Position | None = None
