@@ -37,10 +37,10 @@ retried with backoff (a connect that timed out is not: the server is unreachable
 lost reply only for scripts that are safe to run twice, and any other script whose
 reply is lost raises :class:`~delayq.errors.OutcomeUnknown` (as redis-py's
 ``ConnectionError`` or ``TimeoutError`` subclass ``ReplyLost`` / ``ReplyTimeout``);
-a reply waits at most the socket timeout (10 s unless the URL says otherwise), a
-connect the connect timeout (5 s), so no call waits on a silent server for longer;
-plus,
-per queue with a waiting consumer, one listener connection that blocks on the wake-up
+a reply waits at most the socket timeout, a connect the connect timeout
+(:data:`.._settings.REDIS_SOCKET_TIMEOUT` and ``REDIS_CONNECT_TIMEOUT`` unless the URL
+says otherwise), so no call waits on a silent server for longer; plus, per queue with
+a waiting consumer, one listener connection that blocks on the wake-up
 marker. Durability is Redis's: with ``appendonly yes`` and ``appendfsync always`` an
 acknowledged put survives a crash of the server; with the defaults the last second of
 writes may be lost.
