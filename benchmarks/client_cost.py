@@ -14,6 +14,8 @@ client of the same server does for the same effect:
 * PostgreSQL, a put one by one (``Queue.put`` of a small JSON payload, sync face)
   against a plain INSERT of one row through psycopg, prepared (``prepare=True``),
   autocommit;
+* Redis, a put one by one (``Queue.put``, sync face) against one ``ZADD`` per call
+  through redis-py (hiredis);
 * Redis, per message of a batch of 1000: ``App.send_many`` of task calls and
   ``Queue.put_many`` of raw items, against redis-py's pipeline
   (``transaction=False``, hiredis) of one ``ZADD`` per message.
@@ -40,6 +42,14 @@ from _common import RESULTS_DIR, Measure, environment, print_table, write_json
 PATHS: dict[str, tuple[str, str | None, str, int, int]] = {
     "pg-put": ("postgresql: Queue.put one by one", "pg-floor", "put", 300, 1_300),
     "pg-floor": ("postgresql floor: psycopg prepared INSERT, autocommit", None, "put", 300, 1_300),
+    "redis-put": ("redis: Queue.put one by one", "redis-put-floor", "put", 300, 1_300),
+    "redis-put-floor": (
+        "redis floor: one ZADD per call (redis-py, hiredis)",
+        None,
+        "put",
+        300,
+        1_300,
+    ),
     "redis-send-many": (
         "redis: App.send_many, batches of 1000",
         "redis-floor",
@@ -71,17 +81,20 @@ DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 # -- the children: set up, warm up, then ``count`` operations --------------------------
 
 
-def _pg_put(url: str, count: int) -> None:
+def _puts(url: str, count: int, **options: str) -> None:
+    """``Queue.put`` one by one: the warm-up, then ``count``."""
     from delayq.durable import Queue  # noqa: PLC0415
 
-    with Queue(url, name=f"cost-{uuid.uuid4().hex[:8]}") as q:
+    with Queue(url, **options) as q:
         try:
-            for i in range(WARMUP):
-                q.put({"n": i})
-            for i in range(count):
+            for i in range(WARMUP + count):
                 q.put({"n": i})
         finally:
             q.purge()
+
+
+def _pg_put(url: str, count: int) -> None:
+    _puts(url, count, name=f"cost-{uuid.uuid4().hex[:8]}")
 
 
 def _pg_floor(url: str, count: int) -> None:
@@ -102,6 +115,23 @@ def _pg_floor(url: str, count: int) -> None:
                 conn.execute(insert, (i, b'{"n":1}'), prepare=True)
         finally:
             conn.execute(f"DROP TABLE {table}")
+
+
+def _redis_put(url: str, count: int) -> None:
+    _puts(url, count, name="cost", prefix=f"cost-{uuid.uuid4().hex[:8]}")
+
+
+def _redis_put_floor(url: str, count: int) -> None:
+    import redis  # noqa: PLC0415
+
+    key = f"cost-floor-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(url)
+    try:
+        for i in range(WARMUP + count):
+            client.zadd(key, {b"%032x" % i: i})
+    finally:
+        client.delete(key)
+        client.close()
 
 
 def _redis_send_many(url: str, count: int) -> None:
@@ -151,6 +181,8 @@ def _redis_floor(url: str, count: int) -> None:
 CHILDREN: dict[str, Callable[[str, int], None]] = {
     "pg-put": _pg_put,
     "pg-floor": _pg_floor,
+    "redis-put": _redis_put,
+    "redis-put-floor": _redis_put_floor,
     "redis-send-many": _redis_send_many,
     "redis-put-many": _redis_put_many,
     "redis-floor": _redis_floor,

@@ -83,6 +83,8 @@ RULES: dict[str, str] = {
     "async_connection_settings": "connection_settings",
     "async_tracked_client": "tracked_client",
     "call_async": "call",
+    "AsyncSend": "Send",
+    "async_blocking": "blocking",
     "scan_queues_async": "scan_queues",
     # postgresql://: its faces, psycopg's pool and connection, and the hand-written pairs
     # of _runner.py

@@ -749,7 +749,7 @@ def test_a_waiting_consumer_survives_a_redis_restart(private: PrivateRedis, face
 def test_async_reserve_cancelled_mid_claim_gives_the_claim_back(shared_url: str) -> None:
     """Cancelled while its claim is on the wire, a reserve gives back what the claim
     took (release.lua), exactly as it was: no attempt counted, the same place."""
-    from delayq.backends.redis.backend import AsyncRedisBackend  # noqa: PLC0415
+    from delayq.backends.redis import AsyncRedisBackend  # noqa: PLC0415
 
     async def main() -> None:
         async with AsyncQueue(shared_url, name="mid") as q:

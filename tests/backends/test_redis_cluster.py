@@ -13,6 +13,7 @@ runs them all.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -31,6 +32,7 @@ import redis
 import redis.cluster
 from redis.crc import key_slot
 
+from delayq.backends.redis._resend import ATTEMPT, Attempt
 from delayq.backends.redis._scripts import queue_keys
 from delayq.backends.redis._shards import shard_of
 
@@ -316,7 +318,7 @@ def test_a_claim_bounded_later_than_now_takes_a_message_due_this_very_ms(
     """The bound's seq breaks ties at the bound's due time only: a message due exactly
     at the server's now, with a higher seq than a bound due later, is claimed (it was
     left until the next millisecond, a spin of empty claims)."""
-    from delayq.backends.redis.sharded import ShardedRedisBackend  # noqa: PLC0415
+    from delayq.backends.redis import ShardedRedisBackend  # noqa: PLC0415
 
     backend = ShardedRedisBackend(single_url)
     try:
@@ -353,6 +355,52 @@ def test_tasks_starting_at_once_on_a_new_async_client_all_succeed(
                 await q.purge()
 
     asyncio.run(main())
+
+
+@contextlib.contextmanager
+def _attempt() -> Iterator[Attempt]:
+    """One attempt of a call, as the retry loop makes it."""
+    attempt = Attempt()
+    token = ATTEMPT.set(attempt)
+    try:
+        yield attempt
+    finally:
+        ATTEMPT.reset(token)
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_script_written_to_any_master_is_known_as_written(
+    cluster: Cluster, cluster_client: Any, prefix: str, face: str
+) -> None:
+    """The retry rule needs to know whether a script reached a socket, on every node
+    the cluster client finds: otherwise an ack or a put whose reply was lost would be
+    sent again. redis-py's asyncio ``RedisCluster`` takes no ``connection_class``, so
+    this also checks, at each end of the supported redis-py range, that the nodes it
+    makes from its map get delayq's connection class."""
+    url = f"{cluster.url}?prefix={prefix}&shards=3"
+    eval_one = ("EVAL", "return 1", 0)
+    sent: list[bool] = []
+    if face == "sync":
+        with Queue(url, name="marks") as q:
+            q.put("mapped")  # the client has read the cluster's map
+            client = q.backend.client  # type: ignore[attr-defined]
+            for node in client.get_primaries():
+                with _attempt() as attempt:
+                    client.execute_command(*eval_one, target_nodes=node)
+                sent.append(attempt.sent)
+    else:
+
+        async def main() -> None:
+            async with AsyncQueue(url, name="marks") as q:
+                await q.put("mapped")
+                client = q.backend.client  # type: ignore[attr-defined]
+                for node in client.get_primaries():
+                    with _attempt() as attempt:
+                        await client.execute_command(*eval_one, target_nodes=node)
+                    sent.append(attempt.sent)
+
+        asyncio.run(main())
+    assert sent == [True] * 3
 
 
 def test_the_listeners_of_an_async_queue_read_the_cluster_map_once(

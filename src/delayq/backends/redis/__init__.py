@@ -1,5 +1,5 @@
 """``redis://host:port/db`` and ``rediss://``: the durable backend on Redis (see
-:mod:`.backend`; sharded queues and ``redis+cluster://``: :mod:`.sharded`).
+:mod:`._async.backend`; sharded queues and ``redis+cluster://``: :mod:`._async.sharded`).
 
 A first use whose server cannot be used raises :class:`ServerRefused` (a
 :class:`~delayq.errors.DelayqError`, also a ``redis.ConnectionError``) within the
@@ -15,17 +15,23 @@ from ..._lazy import lazy_names
 from ...durable.descriptor import BackendDescriptor, BackendDriver
 
 if TYPE_CHECKING:
+    from ._async.backend import AsyncRedisBackend
+    from ._async.open import open_async_backend
+    from ._async.sharded import AsyncShardedRedisBackend
     from ._driver import OUTAGE_ERRORS
-    from ._open import open_async_backend, open_backend
     from ._refused import ServerRefused
-    from .backend import AsyncRedisBackend, RedisBackend
+    from ._sync.backend import RedisBackend
+    from ._sync.open import open_backend
+    from ._sync.sharded import ShardedRedisBackend
 
 __all__ = [
     "DESCRIPTOR",
     "OUTAGE_ERRORS",
     "AsyncRedisBackend",
+    "AsyncShardedRedisBackend",
     "RedisBackend",
     "ServerRefused",
+    "ShardedRedisBackend",
     "open_async_backend",
     "open_backend",
 ]
@@ -33,10 +39,12 @@ __all__ = [
 __getattr__, __dir__ = lazy_names(
     __name__,
     {
-        "AsyncRedisBackend": ".backend",
-        "RedisBackend": ".backend",
-        "open_async_backend": "._open",
-        "open_backend": "._open",
+        "AsyncRedisBackend": "._async.backend",
+        "AsyncShardedRedisBackend": "._async.sharded",
+        "open_async_backend": "._async.open",
+        "RedisBackend": "._sync.backend",
+        "ShardedRedisBackend": "._sync.sharded",
+        "open_backend": "._sync.open",
         "OUTAGE_ERRORS": "._driver",
         "ServerRefused": "._refused",
     },

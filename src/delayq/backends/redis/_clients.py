@@ -5,6 +5,7 @@ use), without redis-py's retries (a listener retries itself; scripts are sent ag
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,18 +16,31 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
+from ._io._async.blpop import AsyncBlocking
+from ._io._sync.blpop import Blocking
 from ._resend import (
     async_tracked_client,
     no_retry,
     no_retry_async,
-    track_cluster_sends,
     tracked,
     tracked_client,
 )
-from ._transport import LOST_CONNECTION, client_options
+from ._transport import (
+    LOST_CONNECTION,
+    async_connection_settings,
+    client_options,
+    connection_settings,
+)
 from ._url import Settings
 
-__all__ = ["AsyncListenerClients", "ListenerClients", "async_client", "sync_client"]
+__all__ = [
+    "AsyncListenerClients",
+    "ListenerClients",
+    "async_blocking",
+    "async_client",
+    "blocking",
+    "sync_client",
+]
 
 
 @contextlib.contextmanager
@@ -57,7 +71,19 @@ class _Cluster(redis.cluster.RedisCluster):
 
 
 class _AsyncCluster(redis.asyncio.cluster.RedisCluster):
-    """:class:`_Cluster` for asyncio."""
+    """:class:`_Cluster` for asyncio, made with a ``connection_class`` as the sync one.
+
+    redis-py's asyncio ``RedisCluster`` takes no ``connection_class`` (its sync twin
+    does): it makes each node it finds in the cluster's map from the keyword arguments
+    that its public ``get_connection_kwargs()`` returns, so the class is set there, in
+    the constructor, before anything connects. That is what delayq relies on here; a
+    test checks that a script written to each master is seen as written
+    (``tests/backends/test_redis_cluster.py``), run at both ends of the supported
+    redis-py range (``make test-redis-low``)."""
+
+    def __init__(self, *args: Any, connection_class: type[Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.get_connection_kwargs()["connection_class"] = connection_class
 
     async def initialize(self, *args: Any, **kwargs: Any) -> Any:
         """See ``RedisCluster.initialize``."""
@@ -147,11 +173,26 @@ def async_client(settings: Settings, *, listener: bool) -> Any:
             )
             for host, port in settings.nodes
         ]
-        client = _AsyncCluster(
-            startup_nodes=nodes, retry=no_retry_async(), **_credentials(settings), **options
+        return _AsyncCluster(
+            startup_nodes=nodes,
+            retry=no_retry_async(),
+            connection_class=tracked(redis.asyncio.Connection),
+            **_credentials(settings),
+            **options,
         )
-        return track_cluster_sends(client)
     return async_tracked_client(settings.url, **options)
+
+
+def blocking(url: str) -> Callable[[], Blocking]:
+    """What makes a single-node listener's connection of its own (:class:`Blocking`,
+    no redis-py client: made from the settings of ``url``)."""
+    return functools.partial(Blocking, *connection_settings(url, **client_options(True)))
+
+
+def async_blocking(url: str) -> Callable[[], AsyncBlocking]:
+    """:func:`blocking` for asyncio."""
+    settings = async_connection_settings(url, **client_options(True))
+    return functools.partial(AsyncBlocking, *settings)
 
 
 class ListenerClients:

@@ -3,7 +3,8 @@
 from redis import exceptions
 
 from ...durable.descriptor import BackendDriver
-from ._open import open_async_backend, open_backend
+from ._async.open import open_async_backend
+from ._sync.open import open_backend
 
 __all__ = ["DRIVER", "OUTAGE_ERRORS"]
 

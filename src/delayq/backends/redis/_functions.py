@@ -12,8 +12,8 @@ node for an FCALL's keys (``COMMAND GETKEYS``, a round trip more per call), and 
 which redis-py routes by its keys, runs the whole prelude on every call (three times the
 server's time of an FCALL). A slot that moved meanwhile is redis-py's to follow.
 
-A call lost to a connection error is sent again only as :mod:`._resend` says (the client
-is made without redis-py's own retries): always for a script of
+A call lost to a connection error is sent again only as :func:`._resend.again` says (the
+client is made without redis-py's own retries): always for a script of
 :data:`~._scripts.RESEND_SAFE`, otherwise only when it surely did not run.
 """
 
@@ -25,7 +25,11 @@ from typing import Any
 
 import redis
 
-from ._resend import call, call_async, not_cancelled
+from ._io._async.retry import call_async
+from ._io._async.scan import scan_queues_async
+from ._io._sync.retry import call
+from ._io._sync.scan import scan_queues
+from ._resend import not_cancelled
 from ._scripts import RESEND_SAFE, SCRIPT_NAMES, function_name, library_source, script_source
 
 __all__ = [
@@ -85,7 +89,7 @@ class Functions(FunctionsBase):
     """Runs a script by name on a ``redis.Redis`` or ``redis.cluster.RedisCluster``."""
 
     def __call__(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
-        return call(lambda: self._once(script, keys, args), script in RESEND_SAFE, script)
+        return call(lambda _: self._once(script, keys, args), script in RESEND_SAFE, script)
 
     def _once(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
         if self._scripts is not None:
@@ -102,6 +106,15 @@ class Functions(FunctionsBase):
         command, options = self._fcall_args(script, keys, args)
         return self._client.execute_command(*command, **options)
 
+    def queues(self, prefix: str) -> list[str]:
+        """The queues under ``prefix`` (:mod:`._io._async.scan`)."""
+        return scan_queues(self._client, prefix)
+
+    def command(self, *args: Any) -> Any:
+        """A plain command that may run twice (``INCRBY``, ``ZCARD``), through the
+        client, sent again as :func:`._resend.again` says."""
+        return call(lambda _: self._client.execute_command(*args), True, str(args[0]))
+
     def many(self, runs: Sequence[tuple[str, Sequence[bytes], Sequence[Any]]]) -> list[Any]:
         """Run several ``(script, keys, args)`` in one pipeline (not a transaction) and
         return their replies in order; the first error is raised. A cluster, and EVALSHA
@@ -109,7 +122,7 @@ class Functions(FunctionsBase):
         if self._cluster or self._scripts is not None or len(runs) < 2:
             return [self(script, keys, args) for script, keys, args in runs]
         safe = all(script in RESEND_SAFE for script, _, _ in runs)
-        return call(lambda: self._pipelined(runs), safe, runs[0][0])
+        return call(lambda _: self._pipelined(runs), safe, runs[0][0])
 
     def _pipelined(self, runs: Sequence[tuple[str, Sequence[bytes], Sequence[Any]]]) -> list[Any]:
         pipe = self._client.pipeline(transaction=False)
@@ -128,8 +141,16 @@ class AsyncFunctions(FunctionsBase):
     """:class:`Functions` for ``redis.asyncio.Redis`` or ``RedisCluster``."""
 
     async def __call__(self, script: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
-        run = call_async(lambda: self._once(script, keys, args), script in RESEND_SAFE, script)
+        run = call_async(lambda _: self._once(script, keys, args), script in RESEND_SAFE, script)
         return await not_cancelled(run)
+
+    async def queues(self, prefix: str) -> list[str]:
+        """:meth:`Functions.queues` on an asyncio client."""
+        return await scan_queues_async(self._client, prefix)
+
+    async def command(self, *args: Any) -> Any:
+        """:meth:`Functions.command` on an asyncio client."""
+        return await call_async(lambda _: self._client.execute_command(*args), True, str(args[0]))
 
     async def many(self, runs: Sequence[tuple[str, Sequence[bytes], Sequence[Any]]]) -> list[Any]:
         """Run several ``(script, keys, args)`` at once (each on its own, as

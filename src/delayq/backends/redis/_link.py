@@ -13,19 +13,20 @@ come out as redis-py's exception classes; a RESP3 push that arrives before the r
 redis-py's parser's to handle. Since delayq makes these calls itself, it knows whether a
 command was written without hooking redis-py.
 
-Errors and retries, which decide whether a write may run twice:
+Errors and retries follow the one rule of :mod:`._resend` (the loop
+:func:`~._io._sync.retry.call`, the decision :func:`~._resend.again`); the link tells it
+what it alone knows, whether the command was written (:class:`~._resend.Attempt`):
 
-* a failure while connecting or sending means the server never got the whole command
-  (Redis runs only complete commands), so the call is retried on a fresh connection,
-  with backoff, up to :data:`REDIS_RETRIES` times; but a connect that timed out raises
-  at once (:func:`~._transport.unreachable`: a server that did not answer one connect
-  within the connect timeout would make each retry wait as long);
-* a failure while reading the reply leaves it unknown whether the script ran: only the
-  scripts in :data:`~._scripts.RESEND_SAFE` (their second run changes nothing and answers
-  the same; the list every face uses) are sent again; any other raises
-  :class:`~delayq.errors.OutcomeUnknown` (``ReplyLost`` or ``ReplyTimeout``, which are
-  redis-py's ``ConnectionError`` / ``TimeoutError`` too): a put, a claim, an ack... may
-  or may not have happened;
+* a failure while connecting, or a write that failed with a connection error, means
+  the server never got the whole command (Redis runs only complete commands), so the
+  call is retried on a fresh connection, with backoff; but a connect that timed out
+  raises at once (:func:`~._transport.unreachable`: a server that did not answer one
+  connect within the connect timeout would make each retry wait as long);
+* a failure after the write (reading the reply, or a write that timed out) leaves it
+  unknown whether the script ran: only the scripts in :data:`~._scripts.RESEND_SAFE`
+  are sent again; any other raises :class:`~delayq.errors.OutcomeUnknown`
+  (``ReplyLost`` or ``ReplyTimeout``, which are redis-py's ``ConnectionError`` /
+  ``TimeoutError`` too): a put, a claim, an ack... may or may not have happened;
 * a connection the server closed while it sat idle (a restart) is seen before sending
   and replaced, so nothing is lost to it: ``can_read(0)`` reports its end of file (or
   stray bytes, or a push that came while idle: replaced too); a ``LOADING`` reply (a
@@ -39,19 +40,18 @@ before 7.0) hands every call to :class:`~._functions.Functions`, which runs EVAL
 from __future__ import annotations
 
 import threading
-import time
 import weakref
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
 import redis
-from redis.backoff import ExponentialBackoff
 
 from ..._fork import generation
 from ._functions import Functions, FunctionsBase, function_missing, functions_unsupported
+from ._io._sync.retry import call
+from ._resend import Attempt
 from ._scripts import RESEND_SAFE, SCRIPT_NAMES, function_name, library_source
-from ._settings import REDIS_RETRIES, REDIS_RETRY_BASE, REDIS_RETRY_CAP
-from ._transport import CONNECTION_ERRORS, outcome_unknown, unreachable
+from ._transport import CONNECTION_ERRORS
 
 __all__ = ["Link", "LinkBase", "load_hiredis"]
 
@@ -92,8 +92,8 @@ F = TypeVar("F", bound=FunctionsBase)
 class LinkBase(Generic[F]):
     """What the sync and async links hold: the connection settings
     (:func:`~._transport.connection_settings`), the library's function names and code,
-    hiredis, the retry backoff, and ``functions``, redis-py's path (EVALSHA too) for
-    calls the link does not take."""
+    hiredis, and ``functions``, redis-py's path (EVALSHA too) for calls the link does
+    not take."""
 
     def __init__(self, connection_class: Any, kwargs: dict[str, Any], functions: F) -> None:
         self._connection_class = connection_class
@@ -102,7 +102,6 @@ class LinkBase(Generic[F]):
         self._names = {name: function_name(name).encode() for name in SCRIPT_NAMES}
         self._code = library_source()[1]
         self._hiredis = load_hiredis()
-        self._backoff = ExponentialBackoff(REDIS_RETRY_CAP, REDIS_RETRY_BASE)
 
 
 class Link(LinkBase[Functions]):
@@ -171,40 +170,29 @@ class Link(LinkBase[Functions]):
         return connection.pack_command(*command)
 
     def _exchange(self, command: tuple[Any, ...], resend_safe: bool, script: str = "") -> Any:
-        """Send ``command`` (a call of ``script``) and read its reply, retrying as the
+        """Send ``command`` (a call of ``script``) and read its reply, retried as the
         module docstring says."""
-        failures = 0
-        while True:
-            wire = self._wire()
-            sent = False
+        return call(lambda attempt: self._once(command, attempt), resend_safe, script)
+
+    def _once(self, command: tuple[Any, ...], attempt: Attempt) -> Any:
+        """One attempt: write ``command`` (``attempt.sent`` once it may have been
+        written whole) and read its reply. A connection left out of step is dropped."""
+        wire = self._wire()
+        try:
+            connection = self._ready(wire)
+            packed = self._packed(connection, command)
+            attempt.sent = True
             try:
-                connection = self._ready(wire)
-                packed = self._packed(connection, command)
-                try:
-                    connection.send_packed_command(packed, False)
-                except BaseException:
-                    wire.drop()  # maybe a partial write: out of step
-                    raise
-                sent = True
-                return connection.read_response()
-            except redis.BusyLoadingError:
-                # The server refused the command while it loads its data: retry.
-                wire.drop()
-                failures += 1
-                if failures > REDIS_RETRIES:
-                    raise
-            except redis.ResponseError:
-                raise  # an error reply: the connection is in step
-            except CONNECTION_ERRORS as exc:
-                wire.drop()
-                failures += 1
-                if sent and not resend_safe:
-                    raise outcome_unknown(exc, script) from exc
-                if failures > REDIS_RETRIES or unreachable(exc, sent):
-                    raise
-            except BaseException:
-                if not sent:
-                    raise
-                wire.drop()  # the reply may still come: out of step
+                connection.send_packed_command(packed, False)
+            except BaseException as exc:
+                wire.drop()  # maybe a partial write: out of step
+                if isinstance(exc, redis.ConnectionError):
+                    attempt.sent = False  # the socket failed under the write: incomplete
                 raise
-            time.sleep(self._backoff.compute(failures))
+            return connection.read_response()
+        except redis.ResponseError:
+            raise  # an error reply: the connection is in step
+        except BaseException as exc:
+            if attempt.sent or isinstance(exc, CONNECTION_ERRORS):
+                wire.drop()  # lost, or the reply may still come: out of step
+            raise

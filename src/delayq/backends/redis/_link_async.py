@@ -19,10 +19,12 @@ It speaks RESP2 (whatever redis-py's default); a URL that asks for RESP3, where 
 server may push between replies, has every call go through
 :class:`~._functions.AsyncFunctions`, redis-py's path, under the same rules.
 
-Errors and retries are :mod:`._link`'s: a failed connect is retried with backoff (one
-that timed out is not); a call whose connection fails after it was written is sent
-again only for a :data:`~._scripts.RESEND_SAFE` script, a ``LOADING`` reply always, and
-any other raises :class:`~delayq.errors.OutcomeUnknown`. A reply later than the socket
+Errors and retries are the one rule of :mod:`._resend` (the loop
+:func:`~._io._async.retry.call_async`, the decision :func:`~._resend.again`), as on
+:mod:`._link`: a failed connect is retried with backoff (one that timed out is not); a
+call whose connection fails once it was handed to the connection counts as written, so
+it is sent again only for a :data:`~._scripts.RESEND_SAFE` script, a ``LOADING`` reply
+always, and any other raises :class:`~delayq.errors.OutcomeUnknown`. A reply later than the socket
 timeout fails the connection and every call waiting on it (as redis-py drops a
 connection that timed out). A call writes its command itself only onto an idle
 connection and when it is at most :data:`DIRECT_MAX` bytes, which asyncio's buffer
@@ -49,10 +51,11 @@ import redis
 import redis.asyncio
 
 from ._functions import AsyncFunctions, function_missing, functions_unsupported
+from ._io._async.retry import call_async
 from ._link import LinkBase
+from ._resend import Attempt
 from ._scripts import RESEND_SAFE
-from ._settings import REDIS_RETRIES
-from ._transport import CONNECTION_ERRORS, outcome_unknown, unreachable
+from ._transport import CONNECTION_ERRORS
 
 __all__ = ["DIRECT_MAX", "IDLE_CHECK", "LOOKS", "AsyncLink"]
 
@@ -362,37 +365,27 @@ class AsyncLink(LinkBase[AsyncFunctions]):
             self._wire = task.result()
 
     async def _exchange(self, command: tuple[Any, ...], resend_safe: bool, script: str = "") -> Any:
-        """Send ``command`` (a call of ``script``) and wait for its reply, retrying as
+        """Send ``command`` (a call of ``script``) and wait for its reply, retried as
         the module docstring says."""
-        failures = 0
         packed = self._packed(command)
-        while True:
-            wire = self._wire
-            sent = False
-            try:
-                if wire is None or not wire.usable(asyncio.get_running_loop()):
-                    wire = await self._take()
-                if wire.failure is not None:
-                    raise _copy(wire.failure)  # nothing written
-                sent = True  # from here on it may have been, whole
-                reply = await (await wire.send(packed))
-                if isinstance(reply, redis.RedisError):
-                    raise reply
-                return reply
-            except redis.BusyLoadingError:
-                # The server refused the command while it loads its data: it ran
-                # nothing, so retry (on the same connection: it is in step).
-                failures += 1
-                if failures > REDIS_RETRIES:
-                    raise
-            except redis.ResponseError:
-                raise  # an error reply: the connection is in step
-            except CONNECTION_ERRORS as exc:
-                if wire is not None:
-                    wire.fail(exc)  # a connection error the server answered, or worse
-                failures += 1
-                if sent and not resend_safe:
-                    raise outcome_unknown(exc, script) from exc
-                if failures > REDIS_RETRIES or unreachable(exc, sent):
-                    raise
-            await asyncio.sleep(self._backoff.compute(failures))
+        return await call_async(lambda attempt: self._once(packed, attempt), resend_safe, script)
+
+    async def _once(self, packed: bytes, attempt: Attempt) -> Any:
+        """One attempt: hand ``packed`` to this loop's connection (``attempt.sent``
+        from then on) and wait for its reply. A connection error fails the connection
+        (an error reply, ``LOADING`` too, leaves it in step)."""
+        wire = self._wire
+        try:
+            if wire is None or not wire.usable(asyncio.get_running_loop()):
+                wire = await self._take()
+            if wire.failure is not None:
+                raise _copy(wire.failure)  # nothing written
+            attempt.sent = True  # from here on it may have been, whole
+            reply = await (await wire.send(packed))
+        except CONNECTION_ERRORS as exc:
+            if wire is not None:
+                wire.fail(exc)  # a connection error the server answered, or worse
+            raise
+        if isinstance(reply, redis.RedisError):
+            raise reply  # an error reply, LOADING too: the connection is in step
+        return reply

@@ -1,37 +1,45 @@
-"""When a call is sent again: the retry rule of the faces that run on redis-py clients
-(the async face, both sharded faces, and the sync face's EVALSHA fallback).
+"""When a call is sent again: the one retry rule of the Redis backend, for delayq's own
+links (:mod:`._link`, :mod:`._link_async`) and for the redis-py clients (the sharded
+faces, the EVALSHA and RESP3 fallbacks, ``queues()``) alike.
 
-redis-py's own ``Retry`` sends any command again after a connection error, even one
-whose reply was lost after the server ran it: a put or an ack could run twice (a false
-``DuplicateId``, a false ``LeaseLost``, a double claim). So those clients are made with
-no retries (:func:`no_retry`, :func:`tracked_client`) and every call goes through
-:func:`call` / :func:`call_async`, which send it again, with backoff, up to
-:data:`REDIS_RETRIES` times, only when that is harmless:
+Every call goes through one loop, :func:`~._io._async.retry.call_async` (its sync twin
+``call`` is generated from it), which runs one :class:`Attempt` after another, with
+backoff, up to :data:`REDIS_RETRIES` retries, as :func:`again` decides: a call is sent
+again only when that is harmless,
 
 * the script is in :data:`~._scripts.RESEND_SAFE` (its second run changes nothing), or
 * the script was surely not run: the failure came before it was written to a socket
-  (connecting, the pool's check of an idle connection), or the write itself failed
-  (Redis runs only complete commands; a write that timed out may still complete, so it
-  counts as sent), or the server answered that it ran nothing (``LOADING`` while a
-  restarted server reads its data, ``CLUSTERDOWN``, a slot not covered).
+  (connecting, the look at an idle connection), or the write itself failed with a
+  connection error (Redis runs only complete commands; a write that timed out may still
+  complete, so it counts as sent), or the server answered that it ran nothing
+  (``LOADING`` while a restarted server reads its data, ``CLUSTERDOWN``, a slot not
+  covered);
 
-"Written" is known from the connections themselves: the clients are made with subclasses
-of their connection classes (:func:`tracked`) that mark the caller's :class:`Attempt`
-when they write a script command (``FCALL``, ``EVALSHA``, ``EVAL``) during it; the
-attempt travels in a context variable, so each thread and each task has its own. Other
-commands an attempt may send (a handshake, ``SCRIPT LOAD``, a cluster's slot refresh)
-are harmless and do not count. The sync single-node face keeps its own connection per
-thread and the same rule (:mod:`._link`).
+a script that was written, may have run and may not run twice raises
+:class:`~delayq.errors.OutcomeUnknown`; a connect that timed out, a refused password or
+user, and the last retry raise the error as it is.
+
+"Written" is known where the command is written. The links write it themselves and
+mark the attempt. redis-py's clients are made without redis-py's own retries
+(:func:`no_retry`: its ``Retry`` sends any command again after a connection error, even
+one whose reply was lost after the server ran it) and with a connection class of
+delayq's (:func:`tracked`, given to redis-py's constructors as ``connection_class=``):
+a subclass of the class the URL calls for whose ``send_packed_command`` marks the
+caller's :class:`Attempt` when it writes a script command (``FCALL``, ``EVALSHA``,
+``EVAL``); the attempt travels in a context variable, so each thread and each task has
+its own. Other commands an attempt may send (a handshake, ``SCRIPT LOAD``, a cluster's
+slot refresh) are harmless and do not count. That subclass overrides one public method
+of redis-py's connection classes and calls the original: the one place where delayq
+rides on redis-py's classes rather than only calling them (see :mod:`._transport`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import time
 from collections.abc import Awaitable, Callable
 from functools import cache
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
@@ -51,23 +59,25 @@ from ._transport import (
 )
 
 __all__ = [
+    "ATTEMPT",
+    "BACKOFF",
+    "RETRIABLE",
+    "AsyncSend",
     "Attempt",
+    "Send",
+    "again",
     "async_tracked_client",
-    "call",
-    "call_async",
     "no_retry",
     "no_retry_async",
     "not_cancelled",
-    "track_cluster_sends",
     "tracked",
     "tracked_client",
 ]
 
 T = TypeVar("T")
-C = TypeVar("C")
 
-#: Errors after which a call may be sent again (when the rule allows).
-_RETRIABLE = CONNECTION_ERRORS
+#: Errors after which a call may be sent again (when :func:`again` allows).
+RETRIABLE = CONNECTION_ERRORS
 #: Errors that say the command did not run, sent or not.
 _RAN_NOTHING = (
     redis.exceptions.BusyLoadingError,
@@ -88,9 +98,14 @@ class Attempt:
         self.sent = False
 
 
-_ATTEMPT: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar(
+#: The current attempt of this thread or task (for :func:`tracked` connections).
+ATTEMPT: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar(
     "delayq_redis_attempt", default=None
 )
+#: One try of a call: sends it, marking the attempt when the script is written.
+Send = Callable[[Attempt], T]
+#: :data:`Send` for a coroutine function.
+AsyncSend = Callable[[Attempt], Awaitable[T]]
 
 
 def _writes_script(command: Any) -> bool:
@@ -107,7 +122,7 @@ class _SyncMarks:
     """Mixin of a sync redis-py connection: marks the attempt when a script is written."""
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        attempt = _ATTEMPT.get()
+        attempt = ATTEMPT.get()
         send = super().send_packed_command  # type: ignore[misc]
         if attempt is None or attempt.sent or not _writes_script(command):
             send(command, check_health)
@@ -128,7 +143,7 @@ class _AsyncMarks:
     server closed while it sat idle (a cluster node's pool does not look)."""
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        attempt = _ATTEMPT.get()
+        attempt = ATTEMPT.get()
         send = super().send_packed_command  # type: ignore[misc]
         if attempt is None or attempt.sent or not _writes_script(command):
             await send(command, check_health)
@@ -191,20 +206,10 @@ def _tracked_client(url: str, *, asynchronous: bool, **options: Any) -> Any:
     return redis.Redis.from_url(url, retry=no_retry(), connection_class=tracked(base), **options)
 
 
-def track_cluster_sends(client: C) -> C:
-    """An asyncio ``RedisCluster`` that has not connected yet (its startup nodes made
-    with ``connection_class=tracked(...)``), with the nodes it finds later made with the
-    :func:`tracked` connection class too; returns the client. It takes no
-    ``connection_class`` of its own: the class is set in ``connection_kwargs``, the
-    settings it makes those nodes from."""
-    kwargs = cast(Any, client).connection_kwargs
-    kwargs["connection_class"] = tracked(kwargs.get("connection_class", redis.asyncio.Connection))
-    return client
-
-
-def _again(exc: BaseException, attempt: Attempt, safe: bool, failures: int, operation: str) -> bool:
-    """Whether to send the call again; :class:`~delayq.errors.OutcomeUnknown` when it
-    was sent, may have run, and may not run twice."""
+def again(exc: BaseException, attempt: Attempt, safe: bool, failures: int, operation: str) -> bool:
+    """Whether to send a call again after ``exc``, its ``failures``-th failure;
+    ``safe``: it may run twice; :class:`~delayq.errors.OutcomeUnknown` (``operation``
+    names it) when it was sent, may have run, and may not run twice."""
     maybe_ran = attempt.sent and not isinstance(exc, _RAN_NOTHING)
     if maybe_ran and not safe:
         raise outcome_unknown(exc, operation) from exc
@@ -213,45 +218,8 @@ def _again(exc: BaseException, attempt: Attempt, safe: bool, failures: int, oper
     return safe or not maybe_ran
 
 
-_BACKOFF = ExponentialBackoff(REDIS_RETRY_CAP, REDIS_RETRY_BASE)
-
-
-def call(send: Callable[[], T], safe: bool, operation: str = "a script") -> T:
-    """``send()``, sent again after a failure as the module docstring says; ``safe``:
-    the call may run twice; ``operation``: what it is, for the error when its fate is
-    unknown."""
-    failures = 0
-    while True:
-        attempt = Attempt()
-        token = _ATTEMPT.set(attempt)
-        try:
-            return send()
-        except _RETRIABLE as exc:
-            failures += 1
-            if not _again(exc, attempt, safe, failures, operation):
-                raise
-        finally:
-            _ATTEMPT.reset(token)
-        time.sleep(_BACKOFF.compute(failures))
-
-
-async def call_async(
-    send: Callable[[], Awaitable[T]], safe: bool, operation: str = "a script"
-) -> T:
-    """:func:`call` for a coroutine function."""
-    failures = 0
-    while True:
-        attempt = Attempt()
-        token = _ATTEMPT.set(attempt)
-        try:
-            return await send()
-        except _RETRIABLE as exc:
-            failures += 1
-            if not _again(exc, attempt, safe, failures, operation):
-                raise
-        finally:
-            _ATTEMPT.reset(token)
-        await asyncio.sleep(_BACKOFF.compute(failures))
+#: How long to wait before the next attempt.
+BACKOFF = ExponentialBackoff(REDIS_RETRY_CAP, REDIS_RETRY_BASE)
 
 
 def _cancel_requests() -> int:

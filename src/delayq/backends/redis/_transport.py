@@ -2,17 +2,25 @@
 connection raises.
 
 delayq's own connections (:mod:`._link`, :mod:`._link_async`, and the listeners'
-:class:`Blocking` / :class:`AsyncBlocking`) are redis-py ``Connection`` objects made from
+``Blocking`` / ``AsyncBlocking`` of :mod:`._io`) are redis-py ``Connection`` objects made from
 a pool's ``connection_class`` and ``connection_kwargs`` (TCP or unix socket, TLS, AUTH,
 SELECT, RESP version and timeouts are the URL's, as redis-py applies them) and used
 through their public methods only: ``connect``, ``can_read``, ``pack_command``,
-``send_command`` / ``send_packed_command``, ``read_response``, ``disconnect``. So
-delayq knows, without hooking redis-py, whether a command was written.
+``send_command`` / ``send_packed_command``, ``read_response``, ``disconnect``; on
+those, delayq writes each command itself, so it knows whether one was written.
+
+The calls that go through redis-py's clients (the sharded faces, the EVALSHA and RESP3
+fallbacks) cannot know it from outside: there delayq gives the clients, through their
+constructors' ``connection_class=``, a subclass of redis-py's connection class that
+overrides ``send_packed_command`` to mark the write and then calls redis-py's own
+(:func:`._resend.tracked`); the asyncio ``RedisCluster``, whose constructor takes no
+``connection_class``, gets it in the keyword arguments it makes its nodes from
+(:class:`._clients._AsyncCluster`). That is what delayq relies on in redis-py beyond its
+calls, checked at both ends of the supported range (``make test-redis-low``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -33,8 +41,6 @@ __all__ = [
     "CONNECTION_ERRORS",
     "LISTEN_ERRORS",
     "LOST_CONNECTION",
-    "AsyncBlocking",
-    "Blocking",
     "ReplyLost",
     "ReplyTimeout",
     "async_connection_settings",
@@ -116,40 +122,6 @@ def _settings(url: str, *, asynchronous: bool, **options: Any) -> tuple[Any, dic
     retry: Any = AsyncRetry(NoBackoff(), 0) if asynchronous else Retry(NoBackoff(), 0)
     pool = pool_class.from_url(url, **{"retry": retry, **options})
     return pool.connection_class, dict(pool.connection_kwargs)
-
-
-class Blocking:
-    """One connection of its own for a blocking command (a listener's ``BLPOP``): it
-    connects on first use, and again after a failure (redis-py drops a connection
-    whose write or read failed)."""
-
-    def __init__(self, connection_class: Any, kwargs: dict[str, Any]) -> None:
-        self._connection = connection_class(**kwargs)
-
-    def blpop(self, keys: Sequence[bytes], timeout: float) -> Any:
-        """``BLPOP keys... timeout``: the popped ``[key, value]``, or None."""
-        self._connection.send_command("BLPOP", *keys, timeout, check_health=False)
-        return self._connection.read_response()
-
-    def close(self) -> None:
-        """Close the connection (also from another thread, to break a ``BLPOP``)."""
-        self._connection.disconnect()
-
-
-class AsyncBlocking:
-    """:class:`Blocking` for asyncio."""
-
-    def __init__(self, connection_class: Any, kwargs: dict[str, Any]) -> None:
-        self._connection = connection_class(**kwargs)
-
-    async def blpop(self, keys: Sequence[bytes], timeout: float) -> Any:
-        """``BLPOP keys... timeout``: the popped ``[key, value]``, or None."""
-        await self._connection.send_command("BLPOP", *keys, timeout, check_health=False)
-        return await self._connection.read_response()
-
-    async def aclose(self) -> None:
-        """Close the connection."""
-        await self._connection.disconnect()
 
 
 def client_options(listener: bool) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """``redis://``, ``rediss://``, ``redis+unix://`` and ``redis+cluster://`` URLs and
-options (documented in :mod:`.backend`)."""
+options (documented in :mod:`._async.backend`)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,54 @@
-"""The face of ``redis://`` on one node, written once for asyncio: its sync twin,
-``_sync/backend.py``, is generated from this file by ``scripts/unasync.py`` (see
-:mod:`..backend` for the data layout, the scripts and the connections).
+"""``redis://host:port/db`` (and ``rediss://``): the durable contract on one Redis node.
+
+URLs: ``redis://[user:password@]host[:port][/db][?prefix=...&socket_timeout=...]``;
+``rediss://`` for TLS; ``redis+unix://[user:password@]/path/to/redis.sock[?db=N&...]``
+for a server on this host reached through its Unix domain socket (no TCP stack: a
+shorter round trip). Options (keyword arguments of ``Queue``/``AsyncQueue``, or URL
+parameters): ``prefix`` (default ``"delayq"``), the start of every key. Other URL
+parameters are redis-py's own (``socket_timeout``, ``max_connections``, ...: the list
+is :func:`.._url.url_options`); any other is :class:`~delayq.errors.UnsupportedURL`.
+
+Data, per queue shard (``<prefix>:{<queue>:<shard>}:...``, one hash tag, so one cluster
+slot; a single-node queue is shard 0):
+
+* ``msg``: a hash, message id -> the record, packed with cmsgpack (one hash per queue:
+  measured at a third of the memory of a hash per message);
+* ``due``: a sorted set of scheduled messages, score = due time (epoch ms), member = the
+  8-byte big-endian ``seq`` followed by the id, so members of equal score sort by put
+  order: FIFO among equal due times is exact;
+* ``lease``: a sorted set of active messages scored by lease expiry; ``dead``: a sorted
+  set of dead messages scored by ``seq``; ``seq``: the queue's counter; ``wake``: the
+  wake-up marker (see :mod:`.._listen`).
+
+Every operation is one Lua script (:mod:`.._scripts`, ``scripts/*.lua``), each the mirror
+of a pure transition of :mod:`delayq.durable.message`; "now" is Redis's ``TIME`` read in
+the script, so the client's clock plays no part. Expired leases are settled inside the
+scripts (the reserve script first of all), so no separate process is needed. The
+scripts run as functions of one library (``FCALL``; :mod:`.._functions`), loaded when the
+server does not have it, so the shared prelude is compiled once per server.
+
+The face is written once, for asyncio, in ``_async/backend.py``; its sync twin,
+``_sync/backend.py``, is generated from it by ``scripts/unasync.py``. Connections: the
+sync face runs the scripts on one connection per thread, the async face on one
+pipelined connection per event loop (:mod:`.._link`, and its asyncio counterpart),
+redis-py's pool without redis-py's retries where those do not apply (both under the one
+retry rule of :mod:`.._resend`); on both a failed connect or send is
+retried with backoff (a connect that timed out is not: the server is unreachable), a
+lost reply only for scripts that are safe to run twice, and any other script whose
+reply is lost raises :class:`~delayq.errors.OutcomeUnknown` (as redis-py's
+``ConnectionError`` or ``TimeoutError`` subclass ``ReplyLost`` / ``ReplyTimeout``);
+a reply waits at most the socket timeout, a connect the connect timeout
+(:data:`.._settings.REDIS_SOCKET_TIMEOUT` and ``REDIS_CONNECT_TIMEOUT`` unless the URL
+says otherwise), so no call waits on a silent server for longer; plus, per queue with
+a waiting consumer, one listener connection that blocks on the wake-up
+marker. Durability is Redis's: with ``appendonly yes`` and ``appendfsync always`` an
+acknowledged put survives a crash of the server; with the defaults the last second of
+writes may be lost.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
 import time
@@ -19,18 +61,17 @@ from ....durable.message import Claimed, Position, PutRequest, Record, State, St
 from ....durable.reserves import AsyncReserves
 from ....errors import QueueClosed
 from .._claims import AsyncClaims
+from .._clients import async_blocking
 from .._functions import AsyncFunctions
 from .._link_async import AsyncLink
 from .._listen import AsyncListener, log_lost, next_backoff
 from .._ops import Call, Operations
 from .._refused import AsyncFirstUse
 from .._resend import async_tracked_client
-from .._scan import scan_queues_async
 from .._scripts import Claim
 from .._settings import REDIS_FIRE_AHEAD_MS, REDIS_RECONNECT_FIRST
 from .._transport import (
     CONNECTION_ERRORS,
-    AsyncBlocking,
     async_connection_settings,
     client_options,
 )
@@ -113,12 +154,7 @@ class AsyncRedisBackend(AsyncReserves):
                 listener = self._listeners.get(queue)
                 if listener is None:
                     listener = AsyncListener(
-                        functools.partial(
-                            AsyncBlocking,
-                            *async_connection_settings(
-                                self._settings.url, **client_options(listener=True)
-                            ),
-                        ),
+                        async_blocking(self._settings.url),
                         self._ops.wake_key(queue),
                         rewake,
                     )
@@ -259,9 +295,9 @@ class AsyncRedisBackend(AsyncReserves):
         """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
         self._check_open()
         if self._first.answered:
-            return await scan_queues_async(self._client, self.prefix)
+            return await self._scripts.queues(self.prefix)
         async with self._first:
-            return await scan_queues_async(self._client, self.prefix)
+            return await self._scripts.queues(self.prefix)
 
     async def peek(
         self, queue: str, *, state: State | None, limit: int, after: Position | None = None

@@ -1,6 +1,43 @@
-"""The faces of a sharded Redis queue, written once for asyncio: its sync twin,
-``_sync/sharded.py``, is generated from this file by ``scripts/unasync.py`` (see
-:mod:`..sharded` for what sharding is).
+"""Sharded queues: ``redis+cluster://host:port[,host:port...]`` and ``shards=N``.
+
+``Queue(url, shards=N)`` (or ``?shards=N`` in the URL) spreads one logical queue over
+``N`` hash tags ``{<queue>:0}`` ... ``{<queue>:N-1}``, each a complete single-shard
+queue (the same keys and scripts as :mod:`.backend`), so on a Redis Cluster the shards
+land on different masters. It works on a single node too (``redis://...?shards=4``);
+``redis+cluster://`` with ``shards=1`` is one shard on a cluster. Every script still
+touches one shard's keys only.
+
+* Message ``id`` lives in shard ``crc32(id) % N`` (:func:`.._shards.shard_of`, stable
+  across processes and versions), so ack/nack/extend/release/cancel/reschedule/get by
+  id are one script on one shard.
+* ``seq`` (the FIFO tie-break) comes from one queue-wide counter, shard 0's ``seq`` key,
+  with one ``INCRBY`` before a nack, reschedule or retry_dead (when ``N > 1``); a put
+  takes its seqs with shard 0's clock (``take_seqs.lua``) and resolves every due time
+  of its batch against that one now, so its parts on other shards keep put order.
+* A put batch is one script per shard it touches; when it spans shards and may conflict,
+  every shard first checks its part (``put.lua`` in check mode) before any writes, so
+  a duplicate stores nothing. Only a conflicting put racing between the check and the
+  write can leave such a batch partly stored (the contract's all-or-nothing holds per
+  shard).
+* reserve claims from the shard with the earliest due message and tops up from the
+  next ones, keeping global due order (see :mod:`.._shards`); a waiting reserve listens
+  on every shard's wake-up marker.
+* stats, dead, retry_dead, purge, peek and due_counts run on every shard and merge the
+  results (each shard's part is atomic; the whole is not one snapshot); queues scans
+  every master. retry_dead revives each shard's dead messages in the order they died,
+  one shard after the other: across shards that order is not kept.
+
+Options: those of :mod:`.backend`, plus ``shards`` (1 to 1024; default 1). The same
+queue must always be opened with the same ``shards``: messages of other shards would not
+be found. A cluster URL's nodes are startup nodes; redis-py's ``RedisCluster`` follows
+slot moves. A cluster URL takes delayq's options alone (``prefix``, ``shards``): its
+clients are made from its nodes, with no other parameter of redis-py. Scripts run as
+library functions on a single node and by EVALSHA on a cluster (see :mod:`.._functions`).
+
+The faces are written once for asyncio, in ``_async/sharded.py``; the sync one,
+``_sync/sharded.py``, is generated from it by ``scripts/unasync.py``. What both share is
+:mod:`.._sharded`, the shard views and merges :mod:`.._shards`, where waiting reserves
+sleep :mod:`.._hub`, the redis-py clients :mod:`.._clients`.
 
 A claim spread over several shards is safe against cancellation: what earlier shards
 gave a reserve cancelled later is given back (:mod:`.._claims`). A cluster client loads
@@ -33,8 +70,6 @@ from .._hub import AsyncHub
 from .._listen import AsyncListener, log_lost, next_backoff
 from .._ops import Call
 from .._refused import AsyncFirstUse
-from .._resend import call_async
-from .._scan import scan_queues_async
 from .._settings import REDIS_FIRE_AHEAD_MS, REDIS_RECONNECT_FIRST
 from .._sharded import ShardedBase
 from .._shards import (
@@ -55,7 +90,7 @@ logger = logging.getLogger(LOGGER_NAME)
 
 
 class AsyncShardedRedisBackend(ShardedBase, AsyncReserves):
-    """A face of a sharded queue (see :mod:`..sharded`)."""
+    """A face of a sharded queue (see the module docstring)."""
 
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
@@ -107,14 +142,14 @@ class AsyncShardedRedisBackend(ShardedBase, AsyncReserves):
             return None
         self._check_open()
         key = self._ops[0].seq_key(queue)
-        client = await self._ready()
+        await self._ready()
         # Sent again after a lost reply: the seqs of the lost run are skipped (harmless).
-        return int(await call_async(lambda: client.incrby(key, count), safe=True)) - count
+        return int(await self._scripts.command("INCRBY", key, count)) - count
 
     async def _dead_count(self, queue: str, shard: int) -> int:
         key = self._ops[shard].dead_key(queue)
-        client = await self._ready()
-        return int(await call_async(lambda: client.zcard(key), safe=True))
+        await self._ready()
+        return int(await self._scripts.command("ZCARD", key))
 
     def _hub(self, queue: str) -> AsyncHub:
         hub = self._hubs.get(queue)
@@ -368,7 +403,8 @@ class AsyncShardedRedisBackend(ShardedBase, AsyncReserves):
     async def queues(self) -> list[str]:
         """See :meth:`Backend.queues <delayq.durable.backend.Backend.queues>`."""
         self._check_open()
-        return await scan_queues_async(await self._ready(), self.prefix)
+        await self._ready()
+        return await self._scripts.queues(self.prefix)
 
     async def peek(
         self, queue: str, *, state: State | None, limit: int, after: Position | None = None
