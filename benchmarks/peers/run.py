@@ -241,10 +241,55 @@ def print_table(reports: dict[str, dict[str, Any] | None], floor: dict[str, Any]
             f"{cell(floor['pipelined_zadd_per_second'])} | "
             f"{cell(floor['incr_8_threads_per_second'])} | | |"
         )
+    print()
+    for line in summary(reports, floor):
+        print(line)
+
+
+def best(reports: dict[str, dict[str, Any] | None], mine: bool, path: tuple[str, ...]) -> Any:
+    """(value, run) of the highest ``path`` among delayq's runs (``mine``) or the peers'."""
+    found = []
     for key, report in reports.items():
-        load = (report or {}).get("server_commands_per_second")
+        value: Any = report
+        for step in path:
+            value = (value or {}).get(step)
+        if report and (report["peer"] == "delayq") == mine and value and value == value:
+            found.append((value, key))
+    return max(found) if found else (None, None)
+
+
+def summary(reports: dict[str, dict[str, Any] | None], floor: dict[str, Any] | None) -> list[str]:
+    """Issue 38's ratios (delayq's best run against the best peer's and the floors),
+    and what the table cannot say: saturated workers, a server reset meanwhile."""
+    lines = []
+    for label, paths in (
+        ("enqueue", (("enqueue", "batch_per_second"), ("enqueue", "one_by_one_per_second"))),
+        ("drain", (("drain", "jobs_per_second"),)),
+    ):
+        ours = max((best(reports, True, p) for p in paths), key=lambda b: b[0] or 0)
+        theirs = max((best(reports, False, p) for p in paths), key=lambda b: b[0] or 0)
+        if ours[0] and theirs[0]:
+            lines.append(
+                f"{label}: delayq {ours[0]:,.0f}/s ({ours[1]}) = {ours[0] / theirs[0]:.1f}x "
+                f"the best peer, {theirs[0]:,.0f}/s ({theirs[1]})"
+            )
+        if floor and ours[0]:
+            key = "pipelined_zadd_per_second" if label == "enqueue" else "incr_8_threads_per_second"
+            lines.append(f"{label}: delayq = {100 * ours[0] / floor[key]:.0f}% of the floor")
+    for key, report in reports.items():
+        if not report:
+            continue
+        drain = (report.get("drain") or {}).get("jobs_per_second")
+        offered = (report.get("lateness") or {}).get("offered_jobs_per_second")
+        if drain and offered and drain < offered:
+            lines.append(
+                f"{key}: drains {drain:,.0f} jobs/s < {offered:,.0f}/s offered, so its "
+                "lateness grows with the backlog"
+            )
+        load = report.get("server_commands_per_second")
         if isinstance(load, float) and math.isnan(load):
-            print(f"{key}: another client reset the server's stats during the run")
+            lines.append(f"{key}: another client reset the server's stats during the run")
+    return lines
 
 
 # -- main -----------------------------------------------------------------------------------
@@ -317,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         "total_seconds": total,
         "runs": reports,
         "floors": floor,
+        "summary": summary(reports, floor),
     }
     args.json.write_text(json.dumps(document, indent=2) + "\n")
     print(f"wrote {args.json}", file=sys.stderr)
