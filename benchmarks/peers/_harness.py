@@ -301,7 +301,7 @@ def wait_for_records(
     return out
 
 
-def warm_up(client: redis.Redis, worker: WorkerProcess, enqueue: Callable[[], None]) -> None:
+def warm_up(client: redis.Redis, worker: WorkerProcess, enqueue: Callable[[], object]) -> None:
     """Let the worker come up: ``enqueue()`` one deferred ``record`` job (seq -1),
     wait until it ran, then forget it."""
     enqueue()
@@ -533,7 +533,7 @@ def run_benchmark(peer: Peer, sizes: Sizes) -> dict[str, Any]:
                     sizes.drain_jobs,
                     sizes.drain_timeout,
                 )
-                warm_up(client, worker, lambda: peer.enqueue_record(-1, 0.2) and None)
+                warm_up(client, worker, lambda: peer.enqueue_record(-1, 0.2))
                 for key, jobs, seconds in (
                     ("lateness", sizes.late_jobs, sizes.late_seconds),
                     ("lateness_light", sizes.light_jobs, sizes.light_seconds),
