@@ -1,5 +1,5 @@
-"""What the drivers that run delayq's ``benchmarks/durable.py`` and a peer in one run
-share (``procrastinate_bench.py``, ``celery_vs.py``): the peer's venv, made from its
+"""What the drivers that run delayq and its peers share (``run.py``,
+``procrastinate_bench.py``, ``celery_vs.py``): the peer's venv, made from its
 pinned requirements (again when they change), delayq's figures read from durable.py's
 JSON, and the one table both print.
 
@@ -36,13 +36,14 @@ LATENESS_ROWS: list[Row] = [
 LATENESS_TAG = "lateness, consumer in another process"
 
 
-def ensure_venv(directory: Path, requirements: Path) -> Path:
+def ensure_venv(directory: Path, requirements: Path, reinstall: bool = False) -> Path:
     """The python of ``directory``, a venv made from ``requirements`` (made anew when
-    it is missing or the file changed since)."""
+    it is missing, the file changed since, or ``reinstall``)."""
     python = directory / "bin" / "python"
     stamp = directory / ".requirements.sha256"
     wanted = hashlib.sha256(requirements.read_bytes()).hexdigest()
-    if python.exists() and stamp.exists() and stamp.read_text().strip() == wanted:
+    fresh = python.exists() and stamp.exists() and stamp.read_text().strip() == wanted
+    if fresh and not reinstall:
         return python
     print(f"making {directory} from {requirements.name} ...", file=sys.stderr)
     venv.EnvBuilder(with_pip=True, clear=True).create(directory)

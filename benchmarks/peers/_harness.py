@@ -2,19 +2,24 @@
 the worker subprocess, and the statistics.
 
 The measurements mirror ``benchmarks/durable.py`` (delayq's own benchmark) so the
-numbers compare:
+numbers compare; :func:`run_benchmark` runs them all on a peer's :class:`Peer`:
 
-1. enqueue one by one: jobs per second (durable.py section a);
-2. drain what (1) stored with one worker process running a no-op job: jobs per
-   second from the first job finished to the last (durable.py section c);
+1. enqueue: ``enqueues`` no-op jobs one by one, jobs per second; then the rest of
+   ``drain_jobs`` through the peer's batch API (``batch`` jobs a call), jobs per
+   second, where it has one (else one by one again, not reported);
+2. drain those ``drain_jobs`` due jobs with one worker started on them: each job is
+   one ``INCR`` of :data:`DONE_KEY` (the job the machine's floor runs in 8 threads);
+   jobs per second from the first job finished to the last, so the worker's
+   start-up is left out;
 3. lateness: 2000 jobs put over 10 s (one every 5 ms), each deferred by a delay
    drawn from 0, 1 ms, 10 ms, 50 ms, 200 ms and 1 s with the same seeded draw as
-   durable.py; one worker process runs them; each job records ``time.time()``
-   when it starts; lateness = start - due, where due = ``time.time()`` read by the
-   producer just before the enqueue call plus the delay (durable.py section e).
+   durable.py; the worker runs them; each job records ``time.time()`` when it
+   starts; lateness = start - due, where due = ``time.time()`` read by the
+   producer just before the enqueue call plus the delay (durable.py section e);
+   then the same at light load (100 jobs over 10 s).
 
-This module runs inside ``benchmarks/peers/.venv`` (it needs ``redis``), never
-inside delayq's own venv, and never imports delayq.
+It runs in each peer's own venv (it needs only ``redis``) and never imports delayq
+(``delayq_bench.py`` imports it beside delayq in delayq's own venv).
 """
 
 from __future__ import annotations
@@ -44,6 +49,10 @@ RECORD_KEY = "peers-bench:started"
 #: The delays of durable.py's lateness sections, drawn with the same seed.
 DELAYS = (0.0, 0.001, 0.01, 0.05, 0.2, 1.0)
 SEED = 7
+#: The counter every drain job increments (the drain's count of finished jobs).
+DONE_KEY = "peers-bench:done"
+#: The worker finds its Redis database's URL here (set for its process).
+URL_ENV = "PEERS_REDIS_URL"
 #: How often the harness looks at Redis while it waits (drain, records).
 POLL_SECONDS = 0.005
 
@@ -53,18 +62,29 @@ class Sizes:
     """How much each measurement does (the full run mirrors durable.py)."""
 
     enqueues: int = 2_000
+    #: Due jobs the worker drains (the first ``enqueues`` of them put one by one).
+    drain_jobs: int = 20_000
+    #: Jobs per call of a batch API.
+    batch: int = 1_000
     late_jobs: int = 2_000
     late_seconds: float = 10.0
     light_jobs: int = 100
     light_seconds: float = 10.0
-    drain_timeout: float = 120.0
+    drain_timeout: float = 300.0
     #: Waiting for lateness records gives up after this long without a new one...
     stall_seconds: float = 10.0
     #: ... or this long after the last enqueue, whichever comes first.
     cap_seconds: float = 120.0
 
 
-QUICK = Sizes(enqueues=500, late_jobs=400, late_seconds=2.0, light_jobs=20, light_seconds=2.0)
+QUICK = Sizes(
+    enqueues=500,
+    drain_jobs=2_000,
+    late_jobs=400,
+    late_seconds=2.0,
+    light_jobs=20,
+    light_seconds=2.0,
+)
 
 
 def lateness_plan(jobs: int, seconds: float, seed: int = SEED) -> list[tuple[float, float]]:
@@ -281,7 +301,7 @@ def wait_for_records(
     return out
 
 
-def warm_up(client: redis.Redis, worker: WorkerProcess, enqueue: Callable[[], None]) -> None:
+def warm_up(client: redis.Redis, worker: WorkerProcess, enqueue: Callable[[], object]) -> None:
     """Let the worker come up: ``enqueue()`` one deferred ``record`` job (seq -1),
     wait until it ran, then forget it."""
     enqueue()
@@ -356,6 +376,28 @@ def lateness_by_delay(
     return out
 
 
+_JOB_CLIENT: list[redis.Redis] = []
+
+
+def job_redis() -> redis.Redis:
+    """The worker process's client for the jobs of sync peers (made on first use; a
+    forked child gets fresh connections from redis-py's pool)."""
+    if not _JOB_CLIENT:
+        _JOB_CLIENT.append(redis.Redis.from_url(os.environ[URL_ENV]))
+    return _JOB_CLIENT[0]
+
+
+def noop_job() -> None:
+    """The drain job of sync peers: one ``INCR``."""
+    job_redis().incr(DONE_KEY)
+
+
+def record_job(seq: int) -> None:
+    """The lateness job of sync peers: push its sequence number and start time."""
+    started = time.time()
+    job_redis().rpush(RECORD_KEY, record_line(seq, started))
+
+
 def record_line(seq: int, started: float) -> str:
     """What a ``record`` job pushes: its sequence number and start time."""
     return f"{seq} {started!r}"
@@ -371,3 +413,158 @@ def write_report(path: Path, report: dict[str, Any]) -> None:
 def sizes_dict(sizes: Sizes) -> dict[str, Any]:
     """The sizes, for the report."""
     return asdict(sizes)
+
+
+# -- one peer, every measure --------------------------------------------------------------
+
+
+class Peer:
+    """What :func:`run_benchmark` needs of a framework: enqueue its two jobs (``noop``:
+    one ``INCR`` of :data:`DONE_KEY`; ``record``: push :func:`record_line`) and start
+    its worker. Subclasses live in ``<name>_bench.py``, beside the jobs their worker
+    imports; ``variants`` maps each variant (``defaults``, ``tuned``...) to the
+    settings it changes, as the report shows them."""
+
+    name = ""
+    version = ""
+    #: The framework's defaults that matter here, as the report shows them.
+    defaults: dict[str, Any] = {}  # noqa: RUF012 (read-only, overridden per subclass)
+    #: Per variant: what it sets, as the report shows it ({} for the defaults).
+    variants: dict[str, dict[str, Any]] = {"defaults": {}}  # noqa: RUF012
+    #: The batch API's name, or "" where the peer has none.
+    batch_api = ""
+
+    def __init__(self, url: str, variant: str) -> None:
+        self.url = url
+        self.variant = variant
+
+    def open(self) -> None:
+        """Connect the producer (after the database was checked empty)."""
+
+    def close(self) -> None:
+        """Disconnect the producer."""
+
+    def enqueue_noops(self, count: int) -> None:
+        """Enqueue ``count`` no-op jobs, one call each."""
+        raise NotImplementedError
+
+    def enqueue_noop_batch(self, count: int) -> None:
+        """Enqueue ``count`` no-op jobs in one call of the batch API."""
+        raise NotImplementedError
+
+    def enqueue_record(self, seq: int, delay: float) -> float:
+        """Enqueue ``record(seq)`` due ``delay`` seconds from now; its due time (epoch
+        seconds, ``time.time()`` read just before the enqueue call plus ``delay``)."""
+        raise NotImplementedError
+
+    def worker(self) -> tuple[list[str], dict[str, str], str]:
+        """The worker's command, its extra environment, and how the report names it."""
+        raise NotImplementedError
+
+
+def produce_records(
+    enqueue: Callable[[int, float], float], plan: list[tuple[float, float]]
+) -> dict[int, float]:
+    """Enqueue the lateness jobs on schedule with ``enqueue(seq, delay)`` (which
+    returns the job's due time, as :meth:`Peer.enqueue_record`); each one's due time
+    (epoch s)."""
+    due: dict[int, float] = {}
+    started = time.monotonic()
+    for seq, (offset, delay) in enumerate(plan):
+        pause = started + offset - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        due[seq] = enqueue(seq, delay)
+    return due
+
+
+def measure_enqueue(peer: Peer, sizes: Sizes) -> dict[str, Any]:
+    """Enqueue ``drain_jobs`` no-op jobs: the first ``enqueues`` one by one, the rest
+    through the batch API where there is one; the rate of each. The very first job
+    is left out of the timing: it pays for the producer's first connection and, for
+    some, its first imports."""
+    peer.enqueue_noops(1)
+    started = time.perf_counter()
+    peer.enqueue_noops(sizes.enqueues - 1)
+    out: dict[str, Any] = {
+        "one_by_one_per_second": (sizes.enqueues - 1) / (time.perf_counter() - started)
+    }
+    rest = max(0, sizes.drain_jobs - sizes.enqueues)
+    started = time.perf_counter()
+    if peer.batch_api:
+        for start in range(0, rest, sizes.batch):
+            peer.enqueue_noop_batch(min(sizes.batch, rest - start))
+        out["batch_per_second"] = rest / (time.perf_counter() - started) if rest else None
+        out["batch_api"] = f"{peer.batch_api} x{sizes.batch}"
+    else:
+        peer.enqueue_noops(rest)
+        out["batch_per_second"] = None
+        out["batch_api"] = None
+    return out
+
+
+def run_benchmark(peer: Peer, sizes: Sizes) -> dict[str, Any]:
+    """Every measure of ``peer`` on its empty database, flushed afterwards."""
+    command, env, described = peer.worker()
+    report: dict[str, Any] = {
+        "peer": peer.name,
+        "variant": peer.variant,
+        "version": peer.version,
+        "url": peer.url,
+        "defaults": peer.defaults,
+        "settings": peer.variants[peer.variant],
+        "worker": described,
+        "sizes": sizes_dict(sizes),
+    }
+    tag = f"{peer.name} {peer.variant}"
+    with private_db(peer.url) as client, server_load(client, report):
+        peer.open()
+        try:
+            print(f"{tag}: enqueue {sizes.drain_jobs} ...", file=sys.stderr)
+            report["enqueue"] = measure_enqueue(peer, sizes)
+            report["enqueue_per_second"] = report["enqueue"]["one_by_one_per_second"]
+            log = LOCAL_RESULTS / f"{peer.name}-{peer.variant}-worker.log"
+            worker = WorkerProcess(command, log, {"PYTHONPATH": str(HERE), **env})
+            with worker:
+                print(f"{tag}: drain ...", file=sys.stderr)
+                report["drain"] = measure_drain(
+                    worker,
+                    lambda: int(client.get(DONE_KEY) or 0),
+                    sizes.drain_jobs,
+                    sizes.drain_timeout,
+                )
+                warm_up(client, worker, lambda: peer.enqueue_record(-1, 0.2))
+                for key, jobs, seconds in (
+                    ("lateness", sizes.late_jobs, sizes.late_seconds),
+                    ("lateness_light", sizes.light_jobs, sizes.light_seconds),
+                ):
+                    print(f"{tag}: {key} ...", file=sys.stderr)
+                    report[key] = measure_lateness(
+                        client,
+                        worker,
+                        lambda plan: produce_records(peer.enqueue_record, plan),
+                        lateness_plan(jobs, seconds),
+                        sizes,
+                    )
+        finally:
+            peer.close()
+    return report
+
+
+def main(peer_class: type[Peer], argv: list[str] | None = None) -> int:
+    """The command line of every ``<name>_bench.py``: ``--url`` (an empty Redis
+    database), ``--variant``, ``--quick``, ``--json``."""
+    import argparse  # noqa: PLC0415 (only the command line needs it)
+
+    parser = argparse.ArgumentParser(description=f"{peer_class.name} on Redis (benchmarks/peers)")
+    parser.add_argument("--url", required=True, help="an empty Redis database")
+    parser.add_argument("--variant", default="defaults", choices=sorted(peer_class.variants))
+    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    stop_on_sigterm()
+    path = args.json or LOCAL_RESULTS / f"{peer_class.name}-{args.variant}.json"
+    write_report(
+        path, run_benchmark(peer_class(args.url, args.variant), QUICK if args.quick else Sizes())
+    )
+    return 0

@@ -47,6 +47,7 @@ from _harness import (
     measure_drain,
     measure_lateness,
     private_db,
+    produce_records,
     record_line,
     sizes_dict,
     stop_on_sigterm,
@@ -140,19 +141,18 @@ def top_up(count: int, threads: int = PRODUCERS) -> None:
             future.result()
 
 
-def produce(plan: list[tuple[float, float]]) -> dict[int, float]:
-    due: dict[int, float] = {}
-    started = time.monotonic()
-    for seq, (offset, delay) in enumerate(plan):
-        pause = started + offset - time.monotonic()
-        if pause > 0:
-            time.sleep(pause)
-        due[seq] = time.time() + delay
-        if delay:
-            record.apply_async((seq,), countdown=math.ceil(delay))
-        else:
-            record.apply_async((seq,))
+def enqueue_record(seq: int, delay: float) -> float:
+    """Enqueue ``record(seq)`` due in ``delay`` seconds; its due time (epoch s)."""
+    due = time.time() + delay
+    if delay:
+        record.apply_async((seq,), countdown=math.ceil(delay))
+    else:
+        record.apply_async((seq,))
     return due
+
+
+def produce(plan: list[tuple[float, float]]) -> dict[int, float]:
+    return produce_records(enqueue_record, plan)
 
 
 def wait_for_ladder(broker: str, worker: WorkerProcess, timeout: float = 60.0) -> None:

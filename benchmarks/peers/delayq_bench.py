@@ -1,0 +1,84 @@
+"""delayq on Redis through its Worker, defaults and ``--processes 2`` (see
+``_harness`` for what is measured).
+
+Run by ``run.py`` with the repository's own ``.venv``; by hand::
+
+    .venv/bin/python benchmarks/peers/delayq_bench.py \\
+        --url redis://127.0.0.1:6379/2 [--variant processes-2] [--quick] [--json out.json]
+
+The worker is delayq's own CLI, ``delayq worker delayq_bench:app`` with its
+defaults (``--concurrency 8`` handler threads for these sync jobs, prefetch up to
+16x for quick sync handlers, lease 30 s), with ``--processes 2`` for that variant.
+Jobs go through ``Task.send`` (one by one; ``delay=`` for the deferred ones) and
+``App.send_many`` (the batch API, 1,000 messages a call).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any, ClassVar
+
+from _harness import URL_ENV, Peer, main, noop_job, record_job
+
+from delayq import App
+
+QUEUE = "peers-bench"
+app = App(os.environ.get(URL_ENV, "redis://127.0.0.1:6379/2"))
+noop = app.task(name="noop", queue=QUEUE)(noop_job)
+record = app.task(name="record", queue=QUEUE)(record_job)
+
+
+class Delayq(Peer):
+    name = "delayq"
+    version = version("delayq")
+    defaults: ClassVar[dict[str, Any]] = {
+        "concurrency": 8,
+        "prefetch": "4 x concurrency, up to 16 x for quick sync handlers",
+        "lease": "30 s",
+        "processes": 1,
+    }
+    variants: ClassVar[dict[str, dict[str, Any]]] = {
+        "defaults": {},
+        "processes-2": {"processes": 2},
+    }
+    batch_api = "App.send_many"
+
+    def open(self) -> None:
+        self.app = App(self.url)
+        self.noop = self.app.task(name="noop", queue=QUEUE)(noop_job)
+        self.record = self.app.task(name="record", queue=QUEUE)(record_job)
+
+    def close(self) -> None:
+        self.app.close()
+
+    def enqueue_noops(self, count: int) -> None:
+        for _ in range(count):
+            self.noop.send()
+
+    def enqueue_noop_batch(self, count: int) -> None:
+        self.app.send_many(self.noop.message() for _ in range(count))
+
+    def enqueue_record(self, seq: int, delay: float) -> float:
+        due = time.time() + delay
+        if delay:
+            self.record.send(seq, delay=delay)
+        else:
+            self.record.send(seq)
+        return due
+
+    def worker(self) -> tuple[list[str], dict[str, str], str]:
+        delayq = str(Path(sys.executable).with_name("delayq"))
+        command = [delayq, "worker", "delayq_bench:app", "--url", self.url]
+        described = "delayq worker (defaults, one process)"
+        if self.variant == "processes-2":
+            command += ["--processes", "2"]
+            described = "delayq worker --processes 2"
+        return command, {URL_ENV: self.url}, described
+
+
+if __name__ == "__main__":
+    sys.exit(main(Delayq))
