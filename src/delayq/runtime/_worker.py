@@ -626,6 +626,7 @@ class Worker:
         call ended; past the grace a running one is cancelled (its message given back
         by the stop)."""
         gate, inbox, idle, running = self._gate, self._inbox, self._idle, self._running
+        copy_context = contextvars.copy_context
         assert gate is not None
         loop = asyncio.get_running_loop()
         me = asyncio.current_task()
@@ -644,13 +645,13 @@ class Worker:
             held = inbox.popleft()
             if held.busy or held.settled:  # given back by a stop meanwhile
                 continue
-            if not await gate.enter():  # stopping before it ran: give it back
+            if not gate.try_enter() and not await gate.enter():  # stopping: give it back
                 if not (held.busy or held.settled):
                     held.busy = True
                     await self._fast_give_back(held)
                 continue
             _current.set(held.msg)
-            before = contextvars.copy_context()
+            before = copy_context()
             call = held.call
             running[me] = held.msg
             started = time.monotonic()
@@ -671,7 +672,7 @@ class Worker:
             # if the handler swallowed it: a cancel still pending would reach the next
             # call), or its context changed: it ends, and _runner_ended puts a new
             # runner in its place unless stopping.
-            if cancelled or _cancelling(me) or contextvars.copy_context() != before:
+            if cancelled or _cancelling(me) or copy_context() != before:
                 return
 
     def _runner_ended(self, task: asyncio.Task[None]) -> None:

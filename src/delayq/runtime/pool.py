@@ -155,6 +155,14 @@ class Gate:
         """How many wait for a place (some may have given up meanwhile)."""
         return len(self._waiters)
 
+    def try_enter(self) -> bool:
+        """Take a free place if one is free now and nobody waits: whether it did (no
+        coroutine to make and await when it need not wait)."""
+        if self.free and not self._waiters and not self._closed:
+            self.free -= 1
+            return True
+        return False
+
     async def enter(self) -> bool:
         """Wait for a free place and take it: True; False once the gate is closed."""
         if self._closed:
@@ -375,7 +383,7 @@ class SyncLane:
                             run = None
                 if run is not None:
                     run.started = time.monotonic()
-                    ring = self._ring()
+                    ring = self._sleeping > 0 and self._ring()  # none asleep: a busy lane
                 elif self._closed or abandoned:
                     pass
                 else:
