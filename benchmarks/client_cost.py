@@ -1,4 +1,5 @@
-"""The client's cost of a put, in instructions per operation (issue 38, points 4 and 5).
+"""The client's cost of a put, and the Worker's own cost of a job, in instructions per
+operation (issue 38, points 2, 4 and 5).
 
 Run ``.venv/bin/python benchmarks/client_cost.py`` (``--paths`` chooses among
 :data:`PATHS`; ``--pg`` / ``--redis`` the servers). Each path runs in a child process
@@ -18,7 +19,12 @@ client of the same server does for the same effect:
   through redis-py (hiredis);
 * Redis, per message of a batch of 1000: ``App.send_many`` of task calls and
   ``Queue.put_many`` of raw items, against redis-py's pipeline
-  (``transaction=False``, hiredis) of one ``ZADD`` per message.
+  (``transaction=False``, hiredis) of one ``ZADD`` per message;
+* the worker alone, on redis and memory: due task calls drained by one in-process
+  :class:`~delayq.Worker` whose handler does nothing (a sync one at concurrency 8, an
+  async one at 32), less the same child's puts alone (``*-fill``, measured in the
+  same way): what the Worker, its queue's reserve and ack included, costs per job.
+  Its "floor" column is the fill it was taken from.
 
 It writes JSON to ``benchmarks/results/client-cost.json``. It never asserts.
 """
@@ -26,6 +32,7 @@ It writes JSON to ``benchmarks/results/client-cost.json``. It never asserts.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import subprocess
@@ -35,6 +42,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from _common import RESULTS_DIR, Measure, environment, print_table, write_json
 
@@ -71,7 +79,35 @@ PATHS: dict[str, tuple[str, str | None, str, int, int]] = {
         2_000,
         7_000,
     ),
+    "redis-worker-sync": ("redis: worker alone, sync no-op c8", "redis-fill", "job", 500, 2_500),
+    "redis-worker-async": ("redis: worker alone, async no-op c32", "redis-fill", "job", 500, 2_500),
+    "redis-queue-alone": (
+        "redis: the queue alone, reserve 100 + ack_many",
+        "redis-fill",
+        "job",
+        500,
+        2_500,
+    ),
+    "redis-fill": ("redis: the worker's jobs put alone (send_many)", None, "job", 500, 2_500),
+    "memory-worker-sync": ("memory: worker alone, sync no-op c8", "memory-fill", "job", 500, 2_500),
+    "memory-worker-async": (
+        "memory: worker alone, async no-op c32",
+        "memory-fill",
+        "job",
+        500,
+        2_500,
+    ),
+    "memory-queue-alone": (
+        "memory: the queue alone, reserve 100 + ack_many",
+        "memory-fill",
+        "job",
+        500,
+        2_500,
+    ),
+    "memory-fill": ("memory: the worker's jobs put alone (send_many)", None, "job", 500, 2_500),
 }
+#: The worker paths: their cost is theirs less their fill's (the puts they start with).
+WORKER_PATHS = {name for name in PATHS if "-worker-" in name or "-queue-" in name}
 BATCH = 1_000
 WARMUP = 200
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
@@ -178,6 +214,74 @@ def _redis_floor(url: str, count: int) -> None:
         client.close()
 
 
+def _worker_child(kind: str, drain: bool) -> Callable[[str, int], None]:
+    """A child that sends ``count`` due calls of a no-op task (``kind`` "sync",
+    "async", or "queue": no worker, the queue alone), then (``drain``) runs a Worker
+    until they ended (the last one stops it, so no poll adds instructions that grow
+    with the time taken), or for "queue" reserves 100 at a time and acks them with
+    one ``ack_many``: what any worker of the queue does for its jobs."""
+
+    def child(url: str, count: int) -> None:
+        import asyncio  # noqa: PLC0415
+
+        from delayq import App, Worker  # noqa: PLC0415
+
+        prefix = f"cost-{uuid.uuid4().hex[:8]}"
+        with App(url, prefix=prefix) if url.startswith("redis") else App(url) as app:
+            worker: Worker | None = None
+            ended = itertools.count(1)  # next() of it is one step: no thread loses one
+            total = WARMUP + count if drain else 0
+
+            def one() -> None:
+                if next(ended) == total and worker is not None:
+                    worker.stop()
+
+            if kind == "async":
+
+                @app.task(name="job", queue="cost", max_attempts=1)
+                async def job_async() -> None:
+                    one()
+
+                task: Any = job_async
+            else:
+
+                @app.task(name="job", queue="cost", max_attempts=1)
+                def job_sync() -> None:
+                    one()
+
+                task = job_sync
+            try:
+                for start in range(0, WARMUP + count, BATCH):
+                    stop = min(WARMUP + count, start + BATCH)
+                    app.send_many(task.message() for _ in range(start, stop))
+                if kind == "queue":
+                    asyncio.run(_queue_alone(app.open_async_queue("cost"), total))
+                elif drain:
+                    worker = Worker(app, concurrency=8 if kind == "sync" else 32)
+                    asyncio.run(_serve(worker, total))
+            finally:
+                app.queue("cost").purge()
+
+    return child
+
+
+async def _queue_alone(queue: Any, total: int) -> None:
+    try:
+        got = 0
+        while got < total:
+            msgs = await queue.reserve(max=100, wait=0)
+            got += len(msgs)
+            await queue.ack_many(msgs)
+    finally:
+        await queue.close()
+
+
+async def _serve(worker: Any, total: int) -> None:
+    await worker.serve()  # until the last job stops it
+    if worker.counts["succeeded"] != total:
+        raise SystemExit(f"{worker.counts['succeeded']} of {total} jobs succeeded")
+
+
 CHILDREN: dict[str, Callable[[str, int], None]] = {
     "pg-put": _pg_put,
     "pg-floor": _pg_floor,
@@ -186,6 +290,14 @@ CHILDREN: dict[str, Callable[[str, int], None]] = {
     "redis-send-many": _redis_send_many,
     "redis-put-many": _redis_put_many,
     "redis-floor": _redis_floor,
+    "redis-worker-sync": _worker_child("sync", drain=True),
+    "redis-worker-async": _worker_child("async", drain=True),
+    "redis-queue-alone": _worker_child("queue", drain=True),
+    "redis-fill": _worker_child("sync", drain=False),
+    "memory-worker-sync": _worker_child("sync", drain=True),
+    "memory-worker-async": _worker_child("async", drain=True),
+    "memory-queue-alone": _worker_child("queue", drain=True),
+    "memory-fill": _worker_child("sync", drain=False),
 }
 
 
@@ -249,16 +361,20 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     costs: dict[str, float] = {}
     for name in wanted:
-        url = args.pg if name.startswith("pg") else args.redis
+        url = {"pg": args.pg, "memory": "memory://"}.get(name.split("-")[0], args.redis)
         print(f"{name} ...", file=sys.stderr, flush=True)
         costs[name] = per_operation(name, url)
     measures: list[Measure] = []
     for name in wanted:
         about, floor, unit, _, _ = PATHS[name]
-        note = ""
-        if floor is not None:
-            note = f"{costs[name] / costs[floor]:.2f}x the floor's"
-        measures.append(Measure(name, about, costs[name], f"instructions/{unit}", note=note))
+        note, cost = "", costs[name]
+        if name in WORKER_PATHS:
+            assert floor is not None
+            cost -= costs[floor]
+            note = f"{costs[name]:,.0f} less its puts' {costs[floor]:,.0f}"
+        elif floor is not None:
+            note = f"{cost / costs[floor]:.2f}x the floor's"
+        measures.append(Measure(name, about, cost, f"instructions/{unit}", note=note))
     total = time.perf_counter() - started
     print_table(
         f"delayq client cost, callgrind instructions per operation ({total:.0f} s)", measures

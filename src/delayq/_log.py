@@ -6,6 +6,7 @@ the line or forge a field.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from types import TracebackType
 
 __all__ = ["LOGGER_NAME", "log_enabled", "log_event", "log_raised", "log_value"]
@@ -41,10 +42,10 @@ def _log(
         logger.log(level, "%s %s", event, text, exc_info=exc, extra=extra)
 
 
-def log_enabled(level: int) -> bool:
-    """Whether a line at ``level`` would be logged: a hot path asks before it builds
-    the fields of a line that nobody would see."""
-    return logger.isEnabledFor(level)
+#: ``log_enabled(level)``: whether a line at ``level`` would be logged; a hot path asks
+#: before it builds the fields of a line that nobody would see (the logger's own
+#: method: no call of ours around it, once per job).
+log_enabled: Callable[[int], bool] = logger.isEnabledFor
 
 
 def log_event(level: int, event: str, **fields: object) -> None:

@@ -84,3 +84,31 @@ def test_the_limits_hold_at_their_edges_whatever_the_length_of_the_text() -> Non
         codec.encode([0] * 100_000)
     with pytest.raises(PayloadTooManyValues):
         codec.encode([[]] * 100_000)
+
+
+def test_reading_holds_the_same_limits_at_their_edges() -> None:
+    # read() skips the counts on a text too short to break a limit, as encode() does:
+    # what it gives back either side of both edges is what the counts would decide.
+    codec = Codec()
+    deepest = b"[" * 64 + b"]" * 64  # 128 bytes: not counted
+    assert codec.read(deepest, "json") == (_lists(64), None)
+    payload, error = codec.read(b"[" * 65 + b"]" * 65, "json")  # 130 bytes: counted
+    assert payload is None
+    assert error is not None
+    assert "nests more than 64" in error
+    padded = b"[" * 65 + b"]" * 65 + b" " * 10  # longer, the same refusal
+    assert codec.read(padded, "json")[1] == error
+    many = json.dumps([0] * 99_999, separators=(",", ":")).encode()  # 100,000 values
+    assert codec.read(many, "json") == ([0] * 99_999, None)
+    payload, error = codec.read(json.dumps([0] * 100_000).encode(), "json")
+    assert payload is None
+    assert error is not None
+    assert "more than 100000 values" in error
+
+
+@given(json_values)
+def test_a_short_text_reads_as_a_long_one(value: Any) -> None:
+    data = json.dumps(value).encode()
+    assert Codec().read(data, "json") == (json.loads(data), None)
+    padded = data + b" " * 200  # past every short cut: counted, then read in full
+    assert Codec().read(padded, "json") == (json.loads(padded), None)

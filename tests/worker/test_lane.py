@@ -232,3 +232,21 @@ def test_submit_many_runs_every_call_in_order_and_a_closed_lane_starts_none() ->
     assert seen == list(range(20))
     assert all(outcomes[i] == (None, i * i) for i in range(20))
     assert all(isinstance(outcomes[i][0], NotStarted) for i in range(20, 23))
+
+
+def test_the_gate_lets_in_at_once_as_enter_would_and_never_past_a_waiter() -> None:
+    async def scenario() -> None:
+        gate = pool.Gate(1)
+        assert gate.try_enter()  # free, nobody waiting: in, as enter() would be
+        assert not gate.try_enter()  # full
+        waiter = asyncio.ensure_future(gate.enter())
+        await asyncio.sleep(0)
+        gate.leave()  # the place goes to the waiter, not to a later try_enter()
+        assert not gate.try_enter()
+        assert await waiter
+        gate.leave()
+        gate.close()
+        assert not gate.try_enter()  # closed: nobody, as enter() returns False
+        assert not await gate.enter()
+
+    asyncio.run(scenario())

@@ -125,6 +125,8 @@ def read_headers(headers: object) -> tuple[dict[str, str], str | None]:
     be given back: undecodable (:class:`UnreadableHeaders`), or not names and values
     that are strings (written below the checks of a put). Never raises, and never
     looks inside a value that is not a string."""
+    if type(headers) is dict and not headers:  # the common case: none (a new dict each)
+        return {}, None
     if isinstance(headers, UnreadableHeaders):
         return {}, headers.error
     if isinstance(headers, Mapping) and all(

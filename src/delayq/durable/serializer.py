@@ -321,21 +321,27 @@ class Codec:
         Never raises, so one such record spoils nothing but itself."""
         if encoding == RAW_ENCODING:
             return bytes(data), None
+        # As in write: a JSON text holds at most one value per byte, and opens at most
+        # one container per two (each closes too), so a short one is counted in nothing.
+        size = len(data)
         if (
             self._json
+            and size >= MAX_PAYLOAD_VALUES
             and not _json_few(data, _json_opened(data))
             and _json_values(data) > MAX_PAYLOAD_VALUES
         ):
             return None, self._too_many_to_show()
         try:
-            payload = self.serializer.loads(data)
+            payload = _decode(data) if self._json else self.serializer.loads(data)
         except Exception as exc:  # whatever a serializer raises on bytes it cannot read
             text = " ".join(str(exc).split())[:200] or type(exc).__name__
             return None, (
                 f"the payload (encoding {encoding!r}) cannot be decoded by this queue's "
                 f"serializer ({self.encoding}): {text}"
             )
-        if not (self._json and _json_fits(data)) and too_deep(payload):
+        if not (self._json and (size <= 2 * MAX_PAYLOAD_DEPTH or _json_fits(data))) and too_deep(
+            payload
+        ):
             return None, (
                 f"the payload nests more than {MAX_PAYLOAD_DEPTH} dicts/lists one inside "
                 "the other: it cannot be shown"

@@ -164,6 +164,7 @@ class _Held:
     msg: Message
     call: _Call
     renew_at: float  # loop time of its next lease renewal (inf: no more)
+    acker: AckBatcher  # its queue's
     context: contextvars.Context | None = None
     started: float = 0.0  # time.monotonic() when its handler started
     busy: bool = False  # its handler ended: an ack, nack or give-back is on its way
@@ -268,6 +269,7 @@ class Worker:
         self._adaptive = False  # whether it does (a lane, the default prefetch)
         self._outcomes = 0  # the lane's, up to the next look at the prefetch
         self._held: dict[_Held, None] = {}
+        self._freed = 0  # slots of settled ones, given back at the loop's next turn
         self._held_empty: asyncio.Event | None = None
         self._fast_tasks: set[asyncio.Task[None]] = set()
         self._inbox: deque[_Held] = deque()  # async plain calls waiting for a runner
@@ -565,6 +567,7 @@ class Worker:
         renew_at = loop.time() + self.lease / WORKER_EXTEND_DIVISOR
         debug = _log_enabled(_DEBUG)
         context = contextvars.copy_context()  # each call runs in a copy of its own
+        acker = self._ackers[queue.name]
         left: list[Message] = []
         calls: list[_Held] = []
         for msg in msgs:
@@ -582,7 +585,7 @@ class Worker:
             if call.is_async and self._inbox_closed:  # stopping: its job gives it back
                 left.append(msg)
                 continue
-            held = _Held(queue, msg, call, renew_at)
+            held = _Held(queue, msg, call, renew_at, acker)
             self._held[held] = None
             if debug:
                 log_event(_DEBUG, "job.reserved", queue=queue.name, id=msg.id, attempt=msg.attempts)
@@ -623,6 +626,7 @@ class Worker:
         call ended; past the grace a running one is cancelled (its message given back
         by the stop)."""
         gate, inbox, idle, running = self._gate, self._inbox, self._idle, self._running
+        copy_context = contextvars.copy_context
         assert gate is not None
         loop = asyncio.get_running_loop()
         me = asyncio.current_task()
@@ -641,13 +645,13 @@ class Worker:
             held = inbox.popleft()
             if held.busy or held.settled:  # given back by a stop meanwhile
                 continue
-            if not await gate.enter():  # stopping before it ran: give it back
+            if not gate.try_enter() and not await gate.enter():  # stopping: give it back
                 if not (held.busy or held.settled):
                     held.busy = True
                     await self._fast_give_back(held)
                 continue
             _current.set(held.msg)
-            before = contextvars.copy_context()
+            before = copy_context()
             call = held.call
             running[me] = held.msg
             started = time.monotonic()
@@ -668,7 +672,7 @@ class Worker:
             # if the handler swallowed it: a cancel still pending would reach the next
             # call), or its context changed: it ends, and _runner_ended puts a new
             # runner in its place unless stopping.
-            if cancelled or _cancelling(me) or contextvars.copy_context() != before:
+            if cancelled or _cancelling(me) or copy_context() != before:
                 return
 
     def _runner_ended(self, task: asyncio.Task[None]) -> None:
@@ -708,14 +712,14 @@ class Worker:
             return
         held.busy = True
         held.renew_at = math.inf
-        if isinstance(error, NotStarted):
+        if error is None:
+            held.started = started or time.monotonic()
+            held.acker.ack_soon(held.msg, self._acked, held)
+        elif isinstance(error, NotStarted):
             self._fast_task(self._fast_give_back(held))
-        elif error is not None:
+        else:
             seconds = time.monotonic() - (started or time.monotonic())
             self._fast_task(self._fast_failed(held, error, seconds))
-        else:
-            held.started = started or time.monotonic()
-            self._ackers[held.queue.name].ack_soon(held.msg, self._acked, held)
 
     def _adapt_prefetch(self) -> None:
         """The default prefetch of a lane of sync handlers: as many messages as stand
@@ -775,10 +779,18 @@ class Worker:
         held.settled = True
         held.renew_at = math.inf
         self._held.pop(held, None)
-        assert self._slots is not None
-        self._slots.give(1)
+        # Its slot goes back with those of the batch it was acked in, at the loop's
+        # next turn: one look at whether to claim more per batch, not per message.
+        if not self._freed:
+            asyncio.get_running_loop().call_soon(self._give_freed)
+        self._freed += 1
         if not self._held and self._held_empty is not None:
             self._held_empty.set()
+
+    def _give_freed(self) -> None:
+        freed, self._freed = self._freed, 0
+        assert self._slots is not None
+        self._slots.give(freed)
 
     async def _renew_held(self) -> None:
         """Renew the leases of the fast path's messages, each every third of the lease
@@ -877,21 +889,25 @@ class Worker:
                 self._handler, (msg,), {}, self._handler_is_async, label, self.timeout,
                 self._queue.retry,
             )  # fmt: skip
-        name, args, kwargs = decode_envelope(msg.payload)
+        name, arguments, kwargs = decode_envelope(msg.payload)
         task = self._app.tasks.get(name)
         if task is None:
             known = ", ".join(sorted(self._app.tasks)) or "none"
             raise UnknownTask(
                 f"unknown task {name!r}: this app has no task of that name (known: {known})"
             )
-        task.check_arguments(tuple(args), kwargs)
+        args = tuple(arguments)
+        task.check_arguments(args, kwargs)
         timeout = task.timeout if task.timeout is not None else self.timeout
-        call = _Call(task.fn, tuple(args), kwargs, task.is_async, name, timeout, task.backoff)
-        call.max_attempts = task.max_attempts
-        job = self._app.crons.get(name)
-        tick = msg.headers.get(CRON_TICK_HEADER)
-        if job is not None and tick is not None and tick.isdigit():
-            call.cron, call.tick_ms = job, int(tick)
+        call = _Call(
+            task.fn, args, kwargs, task.is_async, name, timeout, task.backoff, None, None,
+            task.max_attempts,
+        )  # fmt: skip
+        crons = self._app.crons
+        if crons and name in crons:
+            tick = msg.headers.get(CRON_TICK_HEADER)
+            if tick is not None and tick.isdigit():
+                call.cron, call.tick_ms = crons[name], int(tick)
         return call
 
     async def _start_tick(self, queue: AsyncQueue, msg: Message, call: _Call) -> bool:

@@ -63,6 +63,12 @@ class AckBatcher:
         """Up to :data:`MAX_ACK_MANY` pending acks with distinct ids (a message reserved
         again after its lease expired may be pending twice: its lost-or-acked outcome
         could not be told apart in one call, so the second copy waits for the next)."""
+        pending = self._pending
+        if len(pending) <= MAX_ACK_MANY and len({entry[0].id for entry in pending}) == len(
+            pending
+        ):  # the common case: all of them at once
+            self._pending = []
+            return pending
         batch: list[_Entry] = []
         later: list[_Entry] = []
         ids: set[str] = set()

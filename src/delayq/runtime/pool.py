@@ -95,7 +95,7 @@ class Slots:
         self.free = total
         self._batch = max(1, min(batch, total))
         self._low = low
-        self._changed = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None  # take_all() waiting
 
     def resize(self, total: int, *, batch: int) -> None:
         """Make it ``total`` slots, reserved in batches of ``batch``: more are free at
@@ -103,8 +103,7 @@ class Slots:
         self.free += total - self.total
         self.total = total
         self._batch = max(1, min(batch, total))
-        if self._ready():
-            self._changed.set()
+        self._wake()
 
     def _ready(self) -> bool:
         free = self.free
@@ -113,8 +112,13 @@ class Slots:
     async def take_all(self) -> int:
         """Wait for free slots (see the class), then take every free slot."""
         while not self._ready():
-            self._changed.clear()
-            await self._changed.wait()
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiter = waiter
+            try:
+                await waiter
+            finally:
+                if self._waiter is waiter:
+                    self._waiter = None
         taken, self.free = self.free, 0
         return taken
 
@@ -122,9 +126,15 @@ class Slots:
         """Return ``count`` slots."""
         if count:
             self.free += count
-            # Set already: take_all() looks again before it waits.
-            if not self._changed.is_set() and self._ready():
-                self._changed.set()
+            if self._waiter is not None:  # nobody waits: take_all() looks before it does
+                self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and self._ready():
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 class Gate:
@@ -144,6 +154,14 @@ class Gate:
     def waiting(self) -> int:
         """How many wait for a place (some may have given up meanwhile)."""
         return len(self._waiters)
+
+    def try_enter(self) -> bool:
+        """Take a free place if one is free now and nobody waits: whether it did (no
+        coroutine to make and await when it need not wait)."""
+        if self.free and not self._waiters and not self._closed:
+            self.free -= 1
+            return True
+        return False
 
     async def enter(self) -> bool:
         """Wait for a free place and take it: True; False once the gate is closed."""
@@ -365,7 +383,7 @@ class SyncLane:
                             run = None
                 if run is not None:
                     run.started = time.monotonic()
-                    ring = self._ring()
+                    ring = self._sleeping > 0 and self._ring()  # none asleep: a busy lane
                 elif self._closed or abandoned:
                     pass
                 else:

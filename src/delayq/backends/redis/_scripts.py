@@ -382,21 +382,22 @@ def _text(value: bytes | None) -> str | None:
 
 def decode_record(row: Sequence[Any]) -> Record:
     """A record from ``reply()`` of ``lib.lua``."""
-    headers = load_headers(row[8])
-    encoding = row[2].decode() if row[2] else _DEFAULT_ENCODING
+    # The common case inline (no headers, no error): no call of load_headers or _text.
+    headers = load_headers(row[8]) if row[8] else {}
+    error, lease, until = row[9], row[10], row[11]
     return new_record(
         id=unpack_id(row[0]),
         payload=row[1],
-        encoding=encoding,
+        encoding=row[2].decode() if row[2] else _DEFAULT_ENCODING,
         due_at=int(row[3]),
         seq=int(row[4]),
         attempts=int(row[5]),
         max_attempts=int(row[6]),
         state=_STATES[row[7].decode()],
         headers=headers,
-        last_error=_text(row[9]),
-        lease=_text(row[10]),
-        lease_until=None if row[11] is None else int(row[11]),
+        last_error=None if error is None else _text(error),
+        lease=None if lease is None else lease.decode("utf-8", "surrogatepass"),
+        lease_until=None if until is None else int(until),
     )
 
 
