@@ -205,7 +205,7 @@ NOT_SCANNED = [
     "delayq/backends/_replicated/",
     "delayq/backends/amqp/",
 ]
-SOURCE = Path(importlib.import_module("delayq").__file__ or "").parent
+SOURCE = Path(delayq.__file__ or "").parent
 
 
 def _object(module: str, name: str) -> Any:
@@ -240,6 +240,7 @@ def test_each_hand_written_pair_is_a_twin(
         for name in [*sync_members, "__init__"]:
             assert _caller_shape(sync_obj, name) == _caller_shape(async_obj, name), name
             assert not inspect.iscoroutinefunction(getattr(sync_obj, name)), name
+        assert all(map(inspect.iscoroutinefunction, async_members.values())), async_name
         return
     parent = _object(module, sync_name.rpartition(".")[0]) if "." in sync_name else None
     if parent is not None:
