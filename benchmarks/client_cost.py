@@ -12,11 +12,13 @@ spent waiting for it are not in them), and the count hardly depends on what else
 machine runs, unlike a rate. The table sets each path beside its floor, the least a
 client of the same server does for the same effect:
 
-* PostgreSQL, a put one by one (``Queue.put`` of a small JSON payload, sync face)
-  against a plain INSERT of one row through psycopg, prepared (``prepare=True``),
-  autocommit;
+* PostgreSQL, a put one by one (``Queue.put`` of a small JSON payload, sync face;
+  ``AsyncQueue.put`` too) against a plain INSERT of one row through psycopg, prepared
+  (``prepare=True``), autocommit;
 * Redis, a put one by one (``Queue.put``, sync face) against one ``ZADD`` per call
   through redis-py (hiredis);
+* SQLite and memory, a put one by one (``Queue.put`` and ``AsyncQueue.put``), with no
+  floor (they are the store);
 * Redis, per message of a batch of 1000: ``App.send_many`` of task calls and
   ``Queue.put_many`` of raw items, against redis-py's pipeline
   (``transaction=False``, hiredis) of one ``ZADD`` per message;
@@ -49,6 +51,11 @@ from _common import RESULTS_DIR, Measure, environment, print_table, write_json
 #: path -> (what it measures, its floor's path or None, unit of an operation, small, large)
 PATHS: dict[str, tuple[str, str | None, str, int, int]] = {
     "pg-put": ("postgresql: Queue.put one by one", "pg-floor", "put", 300, 1_300),
+    "pg-put-async": ("postgresql: AsyncQueue.put one by one", "pg-floor", "put", 300, 1_300),
+    "sqlite-put": ("sqlite: Queue.put one by one", None, "put", 300, 1_300),
+    "sqlite-put-async": ("sqlite: AsyncQueue.put one by one", None, "put", 300, 1_300),
+    "memory-put": ("memory: Queue.put one by one", None, "put", 1_000, 5_000),
+    "memory-put-async": ("memory: AsyncQueue.put one by one", None, "put", 1_000, 5_000),
     "pg-floor": ("postgresql floor: psycopg prepared INSERT, autocommit", None, "put", 300, 1_300),
     "redis-put": ("redis: Queue.put one by one", "redis-put-floor", "put", 300, 1_300),
     "redis-put-floor": (
@@ -129,8 +136,26 @@ def _puts(url: str, count: int, **options: str) -> None:
             q.purge()
 
 
-def _pg_put(url: str, count: int) -> None:
+def _put(url: str, count: int) -> None:
     _puts(url, count, name=f"cost-{uuid.uuid4().hex[:8]}")
+
+
+def _put_async(url: str, count: int) -> None:
+    import asyncio  # noqa: PLC0415
+
+    from delayq.durable import AsyncQueue  # noqa: PLC0415
+
+    async def run() -> None:
+        async with AsyncQueue(url, name=f"cost-{uuid.uuid4().hex[:8]}") as q:
+            try:
+                for i in range(WARMUP):
+                    await q.put({"n": i})
+                for i in range(count):
+                    await q.put({"n": i})
+            finally:
+                await q.purge()
+
+    asyncio.run(run())
 
 
 def _pg_floor(url: str, count: int) -> None:
@@ -255,7 +280,7 @@ def _worker_child(kind: str, drain: bool) -> Callable[[str, int], None]:
                     stop = min(WARMUP + count, start + BATCH)
                     app.send_many(task.message() for _ in range(start, stop))
                 if kind == "queue":
-                    asyncio.run(_queue_alone(app.open_async_queue("cost"), total))
+                    asyncio.run(_queue_alone(app.open_queue_async("cost"), total))
                 elif drain:
                     worker = Worker(app, concurrency=8 if kind == "sync" else 32)
                     asyncio.run(_serve(worker, total))
@@ -283,7 +308,12 @@ async def _serve(worker: Any, total: int) -> None:
 
 
 CHILDREN: dict[str, Callable[[str, int], None]] = {
-    "pg-put": _pg_put,
+    "pg-put": _put,
+    "pg-put-async": _put_async,
+    "sqlite-put": _put,
+    "sqlite-put-async": _put_async,
+    "memory-put": _put,
+    "memory-put-async": _put_async,
     "pg-floor": _pg_floor,
     "redis-put": _redis_put,
     "redis-put-floor": _redis_put_floor,
@@ -336,6 +366,15 @@ def per_operation(path: str, url: str) -> float:
     return (instructions(path, url, large) - instructions(path, url, small)) / (large - small)
 
 
+def _url(path: str, pg: str, redis: str, scratch: str) -> str:
+    """The URL a child of ``path`` runs on (SQLite: a new file in ``scratch``)."""
+    if path.startswith("sqlite"):
+        return f"sqlite:///{scratch}/{path}-{uuid.uuid4().hex[:8]}.db"
+    if path.startswith("memory"):
+        return "memory://"
+    return pg if path.startswith("pg") else redis
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments; a child runs its path, the parent measures and reports."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -360,10 +399,11 @@ def main(argv: list[str] | None = None) -> int:
     env = environment()
     started = time.perf_counter()
     costs: dict[str, float] = {}
-    for name in wanted:
-        url = {"pg": args.pg, "memory": "memory://"}.get(name.split("-")[0], args.redis)
-        print(f"{name} ...", file=sys.stderr, flush=True)
-        costs[name] = per_operation(name, url)
+    with tempfile.TemporaryDirectory(prefix="delayq-cost-") as scratch:
+        for name in wanted:
+            url = _url(name, args.pg, args.redis, scratch)
+            print(f"{name} ...", file=sys.stderr, flush=True)
+            costs[name] = per_operation(name, url)
     measures: list[Measure] = []
     for name in wanted:
         about, floor, unit, _, _ = PATHS[name]

@@ -492,7 +492,7 @@ def _bare_lateness_run(app: App, sink: Sink, queue: str, sizes: Sizes) -> list[t
     span = (LATE_LEAD_MS + sizes.late_jobs * sizes.late_every_ms) / 1000.0
 
     async def run() -> None:
-        handle = app.open_async_queue(queue)
+        handle = app.open_queue_async(queue)
         try:
             deadline = time.monotonic() + span + 15.0
             while len(seen) < sizes.late_jobs and time.monotonic() < deadline:

@@ -22,7 +22,7 @@ async def remind(user: str, text: str, due: str) -> None:
 
 
 async def main() -> None:
-    await app.async_queue("reminders").purge()
+    await app.queue_async("reminders").purge()
     at = datetime.now(timezone.utc) + timedelta(seconds=0.5)
     await remind.send_async("ada", "stand-up", at.isoformat(), at=at, id="remind:ada:standup")
     later = at + timedelta(seconds=0.5)  # the meeting moved: same id, new time
@@ -34,7 +34,7 @@ async def main() -> None:
     await asyncio.wait_for(done.wait(), 10)
     worker.stop()
     await serving
-    await app.aclose()
+    await app.close_async()
 
 
 if __name__ == "__main__":

@@ -94,6 +94,7 @@ RULES: dict[str, str] = {
     "AsyncLock": "Lock",
     "guarded_async": "guarded",
     "drive_async": "drive",
+    "wait_ready_async": "wait_ready",
     "enqueue_async": "enqueue",
     # the replicated backends (amqp://): their faces, and the link each face calls
     "AsyncReplicatedBackend": "ReplicatedBackend",

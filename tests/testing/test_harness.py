@@ -61,6 +61,20 @@ def test_a_stopped_harness_says_so() -> None:
         harness.start()
 
 
+def test_harness_aclose_still_works_and_warns() -> None:
+    app = App("memory://harness-aclose")
+    job = app.task(lambda: None, name="job")
+
+    async def main() -> None:
+        harness = Harness(app).start()
+        await job.send_async(delay="1h")
+        with pytest.warns(DeprecationWarning, match=r"Harness\.aclose .*Harness\.close_async"):
+            await harness.aclose()
+        assert app.url == "memory://harness-aclose"
+
+    asyncio.run(main())
+
+
 def test_configure_points_an_app_at_another_backend() -> None:
     clock = FakeClock()
     app = App("sqlite:///never-opened.db")
@@ -76,10 +90,10 @@ def test_configure_points_an_app_at_another_backend() -> None:
     assert app.queue().stats().total == 0
 
     async def open_async() -> None:
-        await app.async_queue().stats()
-        with pytest.raises(RuntimeError, match="aclose"):
+        await app.queue_async().stats()
+        with pytest.raises(RuntimeError, match="close_async"):
             app.configure("memory://")
-        await app.aclose()
+        await app.close_async()
         app.configure("memory://")
 
     asyncio.run(open_async())

@@ -39,6 +39,54 @@ def test_send_puts_a_json_envelope_and_returns_the_id() -> None:
     app.close()
 
 
+def test_every_task_call_has_its_awaitable_twin() -> None:
+    app = App(memory_url())
+
+    @app.task(queue="orders")
+    def cancel_order(order_id: int) -> None: ...
+
+    async def main() -> None:
+        assert await cancel_order.send_async(7, delay="1h", id="cancel:7") == "cancel:7"
+        msg = await cancel_order.get_async("cancel:7")
+        assert msg is not None
+        assert msg.payload["args"] == [7]
+        assert msg == cancel_order.get("cancel:7")
+        assert await cancel_order.reschedule_async("cancel:7", delay="2h")
+        assert await cancel_order.cancel_async("cancel:7")
+        assert await cancel_order.get_async("cancel:7") is None
+        assert app.queue_async("orders") is app.queue_async("orders")
+        owned = app.open_queue_async("orders")
+        assert owned is not app.queue_async("orders")
+        await owned.close()
+        await app.close_async()
+
+    asyncio.run(main())
+    owned_sync = app.open_queue("orders")
+    assert owned_sync is not app.queue("orders")
+    owned_sync.close()
+    app.close()
+
+
+def test_the_names_before_the_naming_rule_still_work_and_warn() -> None:
+    app = App(memory_url())
+
+    async def main() -> None:
+        with pytest.warns(DeprecationWarning, match=r"App\.async_queue .*App\.queue_async"):
+            queue = app.async_queue("q")
+        assert queue is app.queue_async("q")
+        with pytest.warns(
+            DeprecationWarning, match=r"App\.open_async_queue .*App\.open_queue_async"
+        ):
+            owned = app.open_async_queue("q")
+        assert owned.name == "q"
+        await owned.close()
+        with pytest.warns(DeprecationWarning, match=r"App\.aclose .*App\.close_async"):
+            await app.aclose()
+        assert queue.closed
+
+    asyncio.run(main())
+
+
 def test_arguments_are_checked_at_send() -> None:
     app = App(memory_url())
 
@@ -180,7 +228,7 @@ def test_a_worker_runs_sync_and_async_tasks_of_its_app() -> None:
         assert len(ids) == 1
         worker = Worker(app)
         await serve_until(worker, lambda: len(results) == 3)
-        await app.aclose()
+        await app.close_async()
 
     asyncio.run(main())
     assert sorted(map(str, results)) == ["3", "42", "HI"]
@@ -379,17 +427,17 @@ def test_a_tick_put_again_after_its_run_does_not_run_again() -> None:
         # A producer that computed this tick in time but whose put landed only now.
         tick_ms = 1_700_000_010_000
         item = job.tick_item(tick_ms)
-        await app.async_queue().put(**item)
+        await app.queue_async().put(**item)
         await wait_for(lambda: worker.counts["skipped"] == 1)
         # The skipped tick is acked at once, not left leased until its lease runs out.
         for _ in range(200):
-            if await app.async_queue().get(item["id"]) is None:
+            if await app.queue_async().get(item["id"]) is None:
                 break
             await asyncio.sleep(0.01)
-        assert await app.async_queue().get(item["id"]) is None
+        assert await app.queue_async().get(item["id"]) is None
         worker.stop()
         await task
-        await app.aclose()
+        await app.close_async()
 
     asyncio.run(main())
     assert runs == ["cron:beat:2023-11-14T22:13:30Z"]
@@ -413,7 +461,7 @@ def test_the_ack_of_a_tick_waits_until_the_guard_past_its_tick(
         clock.advance(10)  # the clock stands at the tick
         await wait_for(lambda: len(runs) == 1)
         await asyncio.sleep(0.2)  # the handler returned; the guard holds the ack
-        queue = app.async_queue(app.crons["beat"].task.queue)
+        queue = app.queue_async(app.crons["beat"].task.queue)
         held = await queue.get(runs[0])
         assert worker.counts["succeeded"] == 0
         assert held is not None
@@ -422,7 +470,7 @@ def test_the_ack_of_a_tick_waits_until_the_guard_past_its_tick(
         assert await queue.get(runs[0]) is None
         worker.stop()
         await task
-        await app.aclose()
+        await app.close_async()
 
     asyncio.run(main())
     assert runs == ["cron:beat:2023-11-14T22:13:30Z"]

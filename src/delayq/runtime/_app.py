@@ -14,10 +14,17 @@
     def nightly() -> None: ...
 
 A message is the JSON envelope ``{"task": name, "args": [...], "kwargs": {...}}`` in
-the task's queue. ``send``/``cancel``/``reschedule`` block (they suit scripts, web
-handlers in threads and sync tasks); ``send_async``/``cancel_async``/
-``reschedule_async`` are their awaitable twins for coroutines, which must not block
-their event loop on a database write. Cron schedules: see :mod:`delayq.runtime._cron`.
+the task's queue. ``send``/``cancel``/``reschedule``/``get`` block (they suit scripts,
+web handlers in threads and sync tasks); ``send_async``/``cancel_async``/
+``reschedule_async``/``get_async`` are their awaitable twins for coroutines, which must
+not block their event loop on a database write.
+
+One naming rule holds on every public class with both faces (:class:`App`,
+:class:`Task`, :class:`delayq.testing.Harness`): the asyncio twin of ``x`` is
+``x_async``, with the same parameters (``App.queue``/``App.queue_async``,
+``App.close``/``App.close_async``). The older names (``aclose``, ``async_queue``,
+``open_async_queue``) still work and warn (``DeprecationWarning``).
+Cron schedules: see :mod:`delayq.runtime._cron`.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar, overload
@@ -214,7 +222,7 @@ class Task(Generic[P, R]):
         msg = self.message(
             *args, delay=delay, at=at, id=id, on_conflict=on_conflict, headers=headers, **kwargs
         )
-        return await self.app.async_queue(self.queue).put(**msg.put_item())
+        return await self.app.queue_async(self.queue).put(**msg.put_item())
 
     def cancel(self, id: str) -> bool:
         """Remove the message ``id`` unless it is running: True if it was removed."""
@@ -222,7 +230,7 @@ class Task(Generic[P, R]):
 
     async def cancel_async(self, id: str) -> bool:
         """:meth:`cancel`, awaited."""
-        return await self.app.async_queue(self.queue).cancel(id)
+        return await self.app.queue_async(self.queue).cancel(id)
 
     def reschedule(self, id: str, *, delay: Any = None, at: Any = None) -> bool:
         """Move the message ``id`` to a new time, ``delay`` or ``at`` (one of them):
@@ -231,11 +239,15 @@ class Task(Generic[P, R]):
 
     async def reschedule_async(self, id: str, *, delay: Any = None, at: Any = None) -> bool:
         """:meth:`reschedule`, awaited."""
-        return await self.app.async_queue(self.queue).reschedule(id, delay=delay, at=at)
+        return await self.app.queue_async(self.queue).reschedule(id, delay=delay, at=at)
 
     def get(self, id: str) -> Message | None:
         """The message ``id`` (state, due time, attempts, last error), or None."""
         return self.app.queue(self.queue).get(id)
+
+    async def get_async(self, id: str) -> Message | None:
+        """:meth:`get`, awaited."""
+        return await self.app.queue_async(self.queue).get(id)
 
     def __repr__(self) -> str:
         return f"<Task {self.name!r} queue={self.queue!r}>"
@@ -311,7 +323,8 @@ class App:
     ``retry`` is the default policy of tasks without ``backoff=``; further keyword
     arguments go to every queue (``memory://`` takes ``clock=``). The app opens one
     :class:`~delayq.Queue` and one :class:`~delayq.AsyncQueue` per queue name, on
-    first use; :meth:`close` / :meth:`aclose` close them.
+    first use (:meth:`queue` / :meth:`queue_async`); :meth:`close` /
+    :meth:`close_async` close them.
     """
 
     def __init__(
@@ -330,7 +343,7 @@ class App:
         """Point the app at another backend: ``url`` (None: ``$DELAYQ_URL``, else
         ``sqlite:///delayq.db``) and the queues' ``options`` replace the app's; the
         next queue opened uses them. The sync queues it opened are closed; while an
-        asyncio one is open, a ``RuntimeError`` (``await app.aclose()`` first).
+        asyncio one is open, a ``RuntimeError`` (``await app.close_async()`` first).
 
         For an app declared at import time whose backend is known later (settings, a
         test: :class:`delayq.testing.Harness` runs it on ``memory://`` this way).
@@ -340,7 +353,7 @@ class App:
         with self._lock:
             if self._async_queues:
                 raise RuntimeError(
-                    "the app has asyncio queues open: await app.aclose() before configure()"
+                    "the app has asyncio queues open: await app.close_async() before configure()"
                 )
             queues, self._queues = list(self._queues.values()), {}
             self.url = default_url() if url is None else url
@@ -540,7 +553,7 @@ class App:
         batches = self._batches(messages)
         ids: dict[int, str] = {}
         for queue, batch in batches.items():
-            stored = await self.async_queue(queue).put_many([item for _, item in batch])
+            stored = await self.queue_async(queue).put_many([item for _, item in batch])
             ids.update(zip((index for index, _ in batch), stored, strict=True))
         return [ids[index] for index in range(len(ids))]
 
@@ -561,37 +574,55 @@ class App:
         with self._lock:
             queue = self._queues.get(name)
             if queue is None:
-                queue = self._queues[name] = Queue(
-                    self.url, name=name, retry=self.retry, **self.options
-                )
+                queue = self._queues[name] = self.open_queue(name)
             return queue
 
-    def async_queue(self, name: str = DEFAULT_QUEUE_NAME) -> AsyncQueue:
+    def queue_async(self, name: str = DEFAULT_QUEUE_NAME) -> AsyncQueue:
         """The app's asyncio queue ``name`` (opened on first use)."""
         with self._lock:
             queue = self._async_queues.get(name)
             if queue is None:
-                queue = self._async_queues[name] = self.open_async_queue(name)
+                queue = self._async_queues[name] = self.open_queue_async(name)
             return queue
 
-    def open_async_queue(self, name: str) -> AsyncQueue:
+    def open_queue(self, name: str = DEFAULT_QUEUE_NAME) -> Queue:
+        """A new sync queue ``name`` on the app's URL, owned by the caller."""
+        return Queue(self.url, name=name, retry=self.retry, **self.options)
+
+    def open_queue_async(self, name: str = DEFAULT_QUEUE_NAME) -> AsyncQueue:
         """A new asyncio queue ``name`` on the app's URL, owned by the caller."""
         return AsyncQueue(self.url, name=name, retry=self.retry, **self.options)
 
     def close(self) -> None:
-        """Close the sync queues the app opened (async ones: :meth:`aclose`)."""
+        """Close the sync queues the app opened (async ones: :meth:`close_async`)."""
         with self._lock:
             queues, self._queues = list(self._queues.values()), {}
         for queue in queues:
             queue.close()
 
-    async def aclose(self) -> None:
+    async def close_async(self) -> None:
         """Close every queue the app opened."""
         self.close()
         with self._lock:
             queues, self._async_queues = list(self._async_queues.values()), {}
         for queue in queues:
             await queue.close()
+
+    # -- the names before the naming rule (see the module's docstring) -----------------
+    def async_queue(self, name: str = DEFAULT_QUEUE_NAME) -> AsyncQueue:
+        """Deprecated: :meth:`queue_async`."""
+        _renamed("App.async_queue", "App.queue_async")
+        return self.queue_async(name)
+
+    def open_async_queue(self, name: str) -> AsyncQueue:
+        """Deprecated: :meth:`open_queue_async`."""
+        _renamed("App.open_async_queue", "App.open_queue_async")
+        return self.open_queue_async(name)
+
+    async def aclose(self) -> None:
+        """Deprecated: :meth:`close_async`."""
+        _renamed("App.aclose", "App.close_async")
+        await self.close_async()
 
     def __enter__(self) -> App:
         return self
@@ -601,3 +632,12 @@ class App:
 
     def __repr__(self) -> str:
         return f"<App {redact_url(self.url)!r} tasks={sorted(self.tasks)}>"
+
+
+def _renamed(old: str, new: str) -> None:
+    """Warn the caller of ``old`` (a name before the naming rule) that it is ``new`` now."""
+    warnings.warn(
+        f"{old} is deprecated: use {new} (the asyncio twin of x is x_async)",
+        DeprecationWarning,
+        stacklevel=3,
+    )

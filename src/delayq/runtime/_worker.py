@@ -477,7 +477,7 @@ class Worker:
             self._queues = {self._queue.name: self._queue}
         else:
             assert self._app is not None
-            self._queues = {name: self._app.open_async_queue(name) for name in self._queue_names}
+            self._queues = {name: self._app.open_queue_async(name) for name in self._queue_names}
         self._ackers = {name: AckBatcher(queue) for name, queue in self._queues.items()}
 
     async def _close_queues(self) -> None:

@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 import os
+import warnings
 from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
@@ -84,12 +85,12 @@ class Harness:
         """Purge the harness's messages, close the app's queues and point the app back
         at its own backend. Idempotent."""
         if self._saved is not None:
-            self._sync(self.aclose())
+            self._sync(self.close_async())
         if self._loop is not None:
             self._loop.close()
             self._loop = None
 
-    async def aclose(self) -> None:
+    async def close_async(self) -> None:
         """:meth:`close`, awaited (after ``async`` use)."""
         saved, self._saved = self._saved, None
         if saved is None:
@@ -97,9 +98,19 @@ class Harness:
         try:
             for name in self.app.queue_names:
                 self.app.queue(name).purge()
-            await self.app.aclose()
+            await self.app.close_async()
         finally:
             self.app.configure(saved[0], **saved[1])
+
+    async def aclose(self) -> None:
+        """Deprecated: :meth:`close_async` (the asyncio twin of ``x`` is ``x_async``)."""
+        warnings.warn(
+            "Harness.aclose is deprecated: use Harness.close_async "
+            "(the asyncio twin of x is x_async)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        await self.close_async()
 
     def __enter__(self) -> Harness:
         return self.start()
@@ -111,7 +122,7 @@ class Harness:
         return self.start()
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+        await self.close_async()
 
     @property
     def worker(self) -> Worker:
@@ -185,7 +196,7 @@ class Harness:
             coro.close()
             raise RuntimeError(
                 "a sync Harness method called in a coroutine: await its _async twin "
-                "(run_due_async, advance_async, aclose)"
+                "(run_due_async, advance_async, close_async)"
             )
         if self._loop is None:
             self._loop = asyncio.new_event_loop()

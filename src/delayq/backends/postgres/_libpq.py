@@ -1,7 +1,7 @@
 """One statement through libpq's own calls, without a psycopg cursor: the exchange
-as a generator that does no I/O of its own (each face drives it with its waiting
-primitive, :func:`._runner.drive` / :func:`._runner.drive_async`), and the error a
-failed result stands for.
+as a generator that does no I/O of its own (driven by :mod:`._async.drive` and its
+generated sync twin, each face waiting with its own primitive), and the error a failed
+result stands for.
 
 Only :mod:`psycopg.pq` (psycopg's documented libpq wrapper, ``Connection.pgconn``)
 and :func:`psycopg.errors.lookup` are used. The put of one message goes this way

@@ -1,7 +1,8 @@
 """The hand-written I/O pairs behind the face written once in :mod:`._async.backend`:
 the lock of its first use, how a claim is kept from being lost when the task
-awaiting it is cancelled (the sync face cannot be cancelled mid-call), and the
-waiting that drives a libpq exchange (:mod:`._libpq`)."""
+awaiting it is cancelled (the sync face cannot be cancelled mid-call), and the wait
+for a socket to be ready that drives a libpq exchange (:mod:`._async.drive`).
+Listed, with why each pair differs, in ``tests/durable/test_twins.py``."""
 
 from __future__ import annotations
 
@@ -11,11 +12,9 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from psycopg import pq
+from ._libpq import READ, WRITE
 
-from ._libpq import READ, WRITE, Exchange
-
-__all__ = ["AsyncLock", "Lock", "drive", "drive_async", "guarded", "guarded_async"]
+__all__ = ["AsyncLock", "Lock", "guarded", "guarded_async", "wait_ready", "wait_ready_async"]
 
 T = TypeVar("T")
 
@@ -53,18 +52,7 @@ async def guarded_async(
         raise
 
 
-def drive(exchange: Exchange) -> list[pq.abc.PGresult]:
-    """Run ``exchange`` to its end, blocking this thread while it waits."""
-    try:
-        fd, wanted = next(exchange)
-        while True:
-            fd, wanted = exchange.send(_ready(fd, wanted))
-    except StopIteration as end:
-        results: list[pq.abc.PGresult] = end.value
-        return results
-
-
-def _ready(fd: int, wanted: int) -> int:
+def wait_ready(fd: int, wanted: int) -> int:
     """Block until ``fd`` is ready for some of ``wanted``; what it is ready for (an
     error or a hang-up counts as readable: the read that follows reports it)."""
     if not hasattr(select, "poll"):  # Windows
@@ -85,32 +73,24 @@ def _ready(fd: int, wanted: int) -> int:
     return ready
 
 
-async def drive_async(exchange: Exchange) -> list[pq.abc.PGresult]:
-    """Run ``exchange`` to its end on the running loop. Cancelled, it leaves the
-    connection in the middle of the command: the caller must not use it again (the
-    backend gives it back to its pool, which closes a connection left busy)."""
+async def wait_ready_async(fd: int, wanted: int) -> int:
+    """:func:`wait_ready` for a task: the event loop runs meanwhile. Cancelled, it
+    stops watching ``fd``."""
     loop = asyncio.get_running_loop()
+    ready: asyncio.Future[int] = loop.create_future()
+
+    def on(flag: int) -> None:
+        if not ready.done():
+            ready.set_result(flag)
+
+    if wanted & READ:
+        loop.add_reader(fd, on, READ)
+    if wanted & WRITE:
+        loop.add_writer(fd, on, WRITE)
     try:
-        fd, wanted = next(exchange)
-        while True:
-            ready: asyncio.Future[int] = loop.create_future()
-
-            def on(flag: int, ready: asyncio.Future[int] = ready) -> None:
-                if not ready.done():
-                    ready.set_result(flag)
-
-            if wanted & READ:
-                loop.add_reader(fd, on, READ)
-            if wanted & WRITE:
-                loop.add_writer(fd, on, WRITE)
-            try:
-                flag = await ready
-            finally:
-                if wanted & READ:
-                    loop.remove_reader(fd)
-                if wanted & WRITE:
-                    loop.remove_writer(fd)
-            fd, wanted = exchange.send(flag)
-    except StopIteration as end:
-        results: list[pq.abc.PGresult] = end.value
-        return results
+        return await ready
+    finally:
+        if wanted & READ:
+            loop.remove_reader(fd)
+        if wanted & WRITE:
+            loop.remove_writer(fd)

@@ -116,25 +116,18 @@ class Wakeup:
         """Block the calling thread until the generation is no longer ``generation``,
         or ``timeout`` seconds passed (None: no limit); it waits for ``queue``."""
         with self._lock:
-            if self.generation != generation or self._closed:
-                return
-            if self._enter(queue):
+            if self._sleeps(generation, queue):
                 try:
                     self._cond.wait(timeout)
                 finally:
                     self._leave(queue)
-            else:
-                self._leave(queue)
 
     async def wait_async(self, generation: int, timeout: float | None, queue: str) -> None:
         """:meth:`wait` for a task: the event loop keeps running meanwhile, and
         cancelling the task just stops the wait."""
         loop = asyncio.get_running_loop()
         with self._lock:
-            if self.generation != generation or self._closed:
-                return
-            if not self._enter(queue):
-                self._leave(queue)
+            if not self._sleeps(generation, queue):
                 return
             sleeper = LoopSleeper(loop)
             self._sleepers.add(sleeper)
@@ -147,6 +140,17 @@ class Wakeup:
             with self._lock:
                 self._sleepers.discard(sleeper)
                 self._leave(queue)
+
+    def _sleeps(self, generation: int, queue: str) -> bool:
+        """What both waits do first (lock held): True when a waiter of ``queue`` that
+        saw ``generation`` is to sleep, counted in (it leaves with :meth:`_leave`);
+        False when it is to look again at once."""
+        if self.generation != generation or self._closed:
+            return False
+        if self._enter(queue):
+            return True
+        self._leave(queue)
+        return False
 
     def _enter(self, queue: str) -> bool:
         """Count a waiter in (lock held) and make sure the watcher runs. False when

@@ -43,10 +43,11 @@ from .. import _schema
 from .._connect import refused
 from .._libpq import checked, exchange
 from .._outcome import QUICK_FAILURE, raise_lost
-from .._runner import AsyncLock, drive_async, guarded_async
+from .._runner import AsyncLock, guarded_async
 from .._url import SAFETY_INTERVAL, parse_url
 from .._wakeup import Wakeup
 from ..statements import Prepared, Statements, put_kind
+from .drive import drive_async
 
 __all__ = [
     "POSTGRES_FIRE_AHEAD_MS",

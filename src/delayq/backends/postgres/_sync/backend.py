@@ -45,10 +45,11 @@ from .. import _schema
 from .._connect import refused
 from .._libpq import checked, exchange
 from .._outcome import QUICK_FAILURE, raise_lost
-from .._runner import Lock, drive, guarded
+from .._runner import Lock, guarded
 from .._url import SAFETY_INTERVAL, parse_url
 from .._wakeup import Wakeup
 from ..statements import Prepared, Statements, put_kind
+from .drive import drive
 
 __all__ = [
     "POSTGRES_FIRE_AHEAD_MS",
