@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import json
 import logging
 import signal
@@ -99,16 +100,13 @@ def test_fast_and_plain_puts_match_the_model(
     transport offers no publisher for that, through the link's loop (``on-loop``)."""
     if fast_put == "on-loop":
         monkeypatch.setattr(AmqpTransport, "blocking_intake", lambda self: None)
-    with scheduler(url):
+    # Each run on a queue of its own name, all on one client backend (its connections
+    # opened once: what a run checks is the queue's calls).
+    root_url = f"{client(url)}&fast_put={fast_put.removesuffix('-loop')}"
+    runs = itertools.count()
+    with scheduler(url), Queue(root_url, name="model", max_payload=None) as root:
         run_state_machine_as_test(
-            lambda: QueueModel(
-                Queue(
-                    f"{client(url)}&fast_put={fast_put.removesuffix('-loop')}",
-                    name="model",
-                    max_payload=None,
-                ),
-                False,
-            ),
+            lambda: QueueModel(root.named(f"model-{next(runs)}"), False),
             settings=settings(
                 max_examples=25,
                 stateful_step_count=30,

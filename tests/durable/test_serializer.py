@@ -14,7 +14,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delayq.durable.serializer import Codec, JSONSerializer, PayloadTooDeep, PayloadTooManyValues
+from delayq.durable.serializer import (
+    Codec,
+    JSONSerializer,
+    PayloadTooDeep,
+    PayloadTooManyValues,
+    too_deep,
+)
 
 SERIALIZER = JSONSerializer()
 
@@ -112,3 +118,15 @@ def test_a_short_text_reads_as_a_long_one(value: Any) -> None:
     assert Codec().read(data, "json") == (json.loads(data), None)
     padded = data + b" " * 200  # past every short cut: counted, then read in full
     assert Codec().read(padded, "json") == (json.loads(padded), None)
+
+
+@pytest.mark.parametrize("wrap", [list, tuple, lambda items: dict(enumerate(items))])
+def test_an_empty_container_counts_at_the_depth_limit_beside_many_others(wrap: Any) -> None:
+    # Beside a thousand empty containers (walked without stacking each): an empty list
+    # at depth 65 is too deep, at 64 it is not.
+    many: list[Any] = [[] for _ in range(1000)]
+    assert too_deep(wrap([*many, _lists(64)]))
+    assert not too_deep(wrap([*many, _lists(63)]))
+    assert not too_deep(wrap(many))
+    assert too_deep(_lists(65))
+    assert not too_deep(_lists(64))

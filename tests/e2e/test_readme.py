@@ -1,11 +1,12 @@
 """Every fenced code block of README.md runs as written (see readme_blocks.py for how).
 
 The blocks of one section run in README order in one fresh, empty directory
-(``$DELAYQ_URL`` unset, the virtualenv's ``bin`` first on ``$PATH``), python blocks
-each in a fresh interpreter. A section with ``sh`` blocks runs inside a private
-network and PID namespace (``unshare``), where its ``delayq serve`` listens on
-127.0.0.1:8080 and a ``redis-server`` started for it on 127.0.0.1:6379, clashing with
-nothing on the machine; everything in it is gone when the namespace ends.
+(``$DELAYQ_URL`` unset, the virtualenv's ``bin`` first on ``$PATH``, pytest loading only
+the plugins a project names), python blocks each in a fresh interpreter. A section
+with ``sh`` blocks runs inside a private network and PID namespace (``unshare``), where
+its ``delayq serve`` listens on 127.0.0.1:8080 and a ``redis-server`` started for it on
+127.0.0.1:6379, clashing with nothing on the machine; everything in it is gone when the
+namespace ends.
 
 A block is skipped only when a ``<!-- not run: reason -->`` comment stands right above
 its fence. A tool the blocks need (unshare, ip, node, curl, redis-server) that is
@@ -189,6 +190,10 @@ def _environment() -> dict[str, str]:
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["SECRET"] = SIGNING_SECRET  # the README's --signing-secret "$SECRET"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # A page's `python -m pytest` loads the plugins its project asks for (its conftest's
+    # pytest_plugins), not those the suite's environment installs for itself
+    # (schemathesis, hypothesis...: 2 s of CPU at each start), as tests/testing does.
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     return env
 
 

@@ -69,7 +69,9 @@ def too_deep(payload: object, limit: int = MAX_PAYLOAD_DEPTH) -> bool:
             return True
         children = container.values() if isinstance(container, dict) else container
         for child in children:
-            if isinstance(child, _CONTAINERS):
+            # An empty child is too deep only past the limit: a wide payload of empty
+            # containers (``[[], [], ...]``) is walked without stacking each of them.
+            if isinstance(child, _CONTAINERS) and (child or depth >= limit):
                 push((child, depth + 1))
     return False
 
