@@ -38,6 +38,7 @@ from ._common import (
     warn_visible,
 )
 from ._constants import SERVE_SHUTDOWN_GRACE, STARTUP_CHECK_TIMEOUT
+from ._worker import log_format_option, log_formatter
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -46,18 +47,20 @@ __all__ = ["serve"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# uvicorn's log lines (the access log too, with --access-log) and delayq's, on stderr
-# with their time, as the worker writes them.
-_LOG_CONFIG: dict[str, Any] = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {
-        name: {"handlers": ["stderr"], "level": "INFO", "propagate": False}
-        for name in ("uvicorn", LOGGER_NAME)
-    },
-}
+
+def _log_config(log_format: str) -> dict[str, Any]:
+    """uvicorn's log lines (the access log too, with --access-log) and delayq's, on
+    stderr through the worker's formatter: text with their time, or JSON."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"delayq": {"()": log_formatter, "log_format": log_format}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "delayq"}},
+        "loggers": {
+            name: {"handlers": ["stderr"], "level": "INFO", "propagate": False}
+            for name in ("uvicorn", LOGGER_NAME)
+        },
+    }
 
 
 def _address(host: str, port: int) -> str:
@@ -65,7 +68,9 @@ def _address(host: str, port: int) -> str:
     return f"http://{shown}:{port}/"
 
 
-def _make_server(config: Any, app: FastAPI, console: Console, *, access_log: bool) -> Any:
+def _make_server(
+    config: Any, app: FastAPI, console: Console, *, access_log: bool, log_format: str
+) -> Any:
     """A uvicorn server that prints the dashboard address once it listens, tells
     long-polls to return as soon as SIGINT/SIGTERM arrives, and then exits with 0."""
     import uvicorn  # noqa: PLC0415
@@ -102,7 +107,7 @@ def _make_server(config: Any, app: FastAPI, console: Console, *, access_log: boo
             forwarded_allow_ips=list(config.forwarded_allow_ips) or None,
             server_header=False,
             access_log=access_log,
-            log_config=_LOG_CONFIG,
+            log_config=_log_config(log_format),
             log_level="info",
             lifespan="on",
             # uvloop when importable (the serve extra installs it), and httptools (it
@@ -262,6 +267,7 @@ def _secret_file_option(name: str, what: str) -> Callable[[F], F]:
 )
 @_secret_file_option("--signing-secret-file", "signing secret")
 @click.option("--access-log", is_flag=True, help="Log every request.")
+@log_format_option
 def serve(
     *,
     url: str | None,
@@ -283,6 +289,7 @@ def serve(
     signing_secret: str | None,
     signing_secret_file: Path | None,
     access_log: bool,
+    log_format: str,
 ) -> None:
     """Serve the queue at --url over HTTP until SIGINT/SIGTERM.
 
@@ -358,7 +365,7 @@ def serve(
             markup=False,
         )
     app = create_app(config)
-    server = _make_server(config, app, console, access_log=access_log)
+    server = _make_server(config, app, console, access_log=access_log, log_format=log_format)
     with listener:
         server.run(sockets=[listener])
     if not server.started:
