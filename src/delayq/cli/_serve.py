@@ -6,10 +6,8 @@ rest of the ``delayq`` command works without the ``serve`` extra.
 
 from __future__ import annotations
 
-import errno
 import secrets
 import signal
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -31,8 +29,10 @@ from ..durable.constants import DEFAULT_QUEUE_NAME
 from ..durable.registry import redact_url
 from ._common import (
     CliError,
+    address,
     check_backend,
     freeze_startup_heap,
+    listen,
     resolve_url,
     url_option,
     warn_visible,
@@ -63,11 +63,6 @@ def _log_config(log_format: str) -> dict[str, Any]:
     }
 
 
-def _address(host: str, port: int) -> str:
-    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    return f"http://{shown}:{port}/"
-
-
 def _make_server(
     config: Any, app: FastAPI, console: Console, *, access_log: bool, log_format: str
 ) -> Any:
@@ -86,7 +81,7 @@ def _make_server(
                 for server in self.servers:
                     for sock in server.sockets:
                         port = sock.getsockname()[1]
-                console.print(f"dashboard: {_address(config.host, port)}", markup=False)
+                console.print(f"dashboard: {address(config.host, port)}", markup=False)
                 freeze_startup_heap()
 
         def handle_exit(self, sig: int, frame: Any) -> None:
@@ -119,28 +114,6 @@ def _make_server(
             timeout_graceful_shutdown=int(SERVE_SHUTDOWN_GRACE),
         )
     )
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    """The server's listening socket, bound before anything is printed, so that a busy
-    port or a wrong address is one clear line."""
-    name = host.strip("[]")
-    family = socket.AF_INET6 if ":" in name else socket.AF_INET
-    try:
-        return socket.create_server((name, port), family=family, backlog=2048)
-    except socket.gaierror as exc:
-        raise CliError(f"cannot listen on {host!r}: {exc.strerror}") from None
-    except OSError as exc:
-        where = _address(host, port)
-        if exc.errno == errno.EADDRINUSE:
-            reason = "the port is in use: stop what holds it, or choose another with --port"
-        elif exc.errno == errno.EADDRNOTAVAIL:
-            reason = "that address is not one of this machine's: check --host"
-        elif exc.errno == errno.EACCES:
-            reason = "ports below 1024 need privileges: choose another with --port"
-        else:
-            reason = exc.strerror or str(exc)
-        raise CliError(f"cannot listen on {where}: {reason}") from None
 
 
 def _first_line(path: Path, option: str) -> str:
@@ -341,7 +314,7 @@ def serve(
         )
     except (TypeError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
-    listener = _listen(host, port)
+    listener = listen(host, port)
     # A backend that cannot be reached now is one line and exit 1, before anything is
     # printed, even one that is merely down (Redis not started yet): a server that
     # starts without its store answers nothing but 503s, and a person at `make run`
@@ -369,4 +342,4 @@ def serve(
     with listener:
         server.run(sockets=[listener])
     if not server.started:
-        raise CliError(f"the server did not start on {_address(host, port)} (see above)")
+        raise CliError(f"the server did not start on {address(host, port)} (see above)")

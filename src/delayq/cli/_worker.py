@@ -34,6 +34,7 @@ from ._common import (
     check_backend,
     duration_option,
     freeze_startup_heap,
+    listen,
     show_error,
     translate_errors,
     url_option,
@@ -51,6 +52,8 @@ __all__ = [
 
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _LOG_FORMATS = ("text", "json")
+#: The options a refusal to listen on the health port names.
+_HEALTH = {"host_option": "--health-host", "port_option": "--health-port"}
 
 
 def _where(exc: BaseException) -> str:
@@ -213,6 +216,19 @@ def configure_logging(level: str, *, log_format: str = "text", pid: bool = False
     default=DEFAULT_WORKER_GRACE,
     help="After a stop, how long running handlers may finish before their messages are given back.",
 )
+@click.option(
+    "--health-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Answer GET /healthz (200 while the worker's loop turns) and /readyz (200 when "
+    "connected and not draining, else 503 with the reason) on this port; one process only.",
+)
+@click.option(
+    "--health-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the health port binds.",
+)
 @log_level_option
 @log_format_option
 @url_option("The queue URL (default: the App's own, i.e. App(url) or $DELAYQ_URL...).")
@@ -225,6 +241,8 @@ def worker(
     queues: str | None,
     lease: float,
     grace: float,
+    health_port: int | None,
+    health_host: str,
     log_level: str,
     log_format: str,
     url: str | None,
@@ -240,6 +258,8 @@ def worker(
     SIGTERM/SIGINT on to all of them; it exits 0 once all have stopped.
     """
     names = _split_queues(queues)
+    if health_port is not None and processes > 1:
+        raise click.UsageError("--health-port runs with one process: not with --processes")
     if lease <= 0:
         raise click.BadParameter("must be > 0", param_hint="'--lease'")
     options: dict[str, Any] = {
@@ -261,9 +281,10 @@ def worker(
             _child_worker, log_level=log_level, log_format=log_format, **options
         )
         sys.exit(Supervisor(make_worker, processes=processes).run())
+    health = None if health_port is None else listen(health_host, health_port, **_HEALTH)
     configure_logging(log_level, log_format=log_format)
     freeze_startup_heap()
-    runner.run()
+    runner.run(health=health)
 
 
 def _build_worker(
