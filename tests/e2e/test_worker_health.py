@@ -3,7 +3,8 @@ process. ``/healthz`` and ``/readyz`` answer 200 while it runs; ``/readyz`` is a
 with its reason while its Redis (a private ``redis-server`` the test kills) is down and
 200 again once it is back, and a 503 during the drain that SIGTERM starts; a loop
 that a handler blocks leaves ``/healthz`` unanswered; a health port in use is one line
-at start."""
+at start. With ``--processes``, the supervisor answers: ready when all its children
+are."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ app = App()  # $DELAYQ_URL
 
 @app.task(queue="jobs")
 def slow(seconds):
-    open(os.environ["STARTED"], "w").close()
+    with open(os.environ["STARTED"], "w") as started:
+        started.write(str(os.getpid()))
     time.sleep(seconds)
 
 
@@ -175,5 +177,25 @@ def test_not_ready_during_the_drain_after_sigterm(
     worker.process.send_signal(signal.SIGTERM)
     assert worker.wait_for("/readyz", 503) == {"status": "not ready", "reason": "draining"}
     assert worker.probe("/healthz") == (200, {"status": "ok"})
+    _, err = worker.process.communicate(timeout=30)
+    assert worker.process.returncode == 0, err
+
+
+def test_the_supervisor_is_ready_when_all_its_children_are(
+    tmp_path: Path, workers: list[HealthyWorker]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    worker = HealthyWorker(tmp_path, url, "--processes", "2", "--grace", "20")
+    workers.append(worker)
+    assert worker.wait_for("/readyz", 200) == {"status": "ready"}
+    worker.put("slow", 30)
+    os.kill(int(worker.started.read_text()), signal.SIGKILL)  # one child dies
+    body = worker.wait_for("/readyz", 503)
+    assert body == {"status": "not ready", "reason": "starting"}  # until it is restarted
+    assert worker.probe("/healthz") == (200, {"status": "ok"})
+    worker.wait_for("/readyz", 200)
+    worker.put("slow", 2)
+    worker.process.send_signal(signal.SIGTERM)
+    assert worker.wait_for("/readyz", 503) == {"status": "not ready", "reason": "draining"}
     _, err = worker.process.communicate(timeout=30)
     assert worker.process.returncode == 0, err

@@ -221,7 +221,8 @@ def configure_logging(level: str, *, log_format: str = "text", pid: bool = False
     type=click.IntRange(0, 65535),
     default=None,
     help="Answer GET /healthz (200 while the worker's loop turns) and /readyz (200 when "
-    "connected and not draining, else 503 with the reason) on this port; one process only.",
+    "connected and not draining, else 503 with the reason) on this port; with "
+    "--processes, the supervisor answers for all its children.",
 )
 @click.option(
     "--health-host",
@@ -258,8 +259,6 @@ def worker(
     SIGTERM/SIGINT on to all of them; it exits 0 once all have stopped.
     """
     names = _split_queues(queues)
-    if health_port is not None and processes > 1:
-        raise click.UsageError("--health-port runs with one process: not with --processes")
     if lease <= 0:
         raise click.BadParameter("must be > 0", param_hint="'--lease'")
     options: dict[str, Any] = {
@@ -275,13 +274,13 @@ def worker(
     # Fail fast when the store cannot be reached, rather than log retries forever (as
     # `delayq serve` does: see there why a backend merely down is fatal too).
     check_backend(app.url, (names or app.queue_names)[0], STARTUP_CHECK_TIMEOUT)
+    health = None if health_port is None else listen(health_host, health_port, **_HEALTH)
     if processes > 1:
         configure_logging(log_level, log_format=log_format, pid=True)
         make_worker = functools.partial(
             _child_worker, log_level=log_level, log_format=log_format, **options
         )
-        sys.exit(Supervisor(make_worker, processes=processes).run())
-    health = None if health_port is None else listen(health_host, health_port, **_HEALTH)
+        sys.exit(Supervisor(make_worker, processes=processes, health=health).run())
     configure_logging(log_level, log_format=log_format)
     freeze_startup_heap()
     runner.run(health=health)

@@ -3,7 +3,9 @@ a tiny HTTP/1.1 responder on the Worker's own event loop (no web framework).
 
 ``/healthz`` is 200 while the loop turns: it is answered by the loop, so a loop that
 is stuck (a handler that blocks it) leaves the probe without an answer. ``/readyz``
-is 200 when ``not_ready()`` says nothing, else 503 with its reason as JSON. Strict:
+is 200 when ``not_ready()`` says nothing, else 503 with its reason as JSON (and so is
+``/healthz`` when a ``not_alive()`` is given and says why: a supervisor's, for a child
+whose loop is stuck). Strict:
 GET (and HEAD) only, 405 for another method, 404 for another path, 400 for a request
 that is not HTTP; the request's head is read within a deadline and a size cap, and
 the connection is closed after each answer.
@@ -45,7 +47,16 @@ def _response(status: int, body: dict[str, object], *, head_only: bool) -> bytes
     return head if head_only else head + payload
 
 
-def _answer(request_line: bytes, not_ready: Callable[[], str | None]) -> bytes:
+_Why = Callable[[], str | None]
+
+
+def _status(reason: str | None, ok: str, *, head_only: bool) -> bytes:
+    if reason is None:
+        return _response(200, {"status": ok}, head_only=head_only)
+    return _response(503, {"status": f"not {ok}", "reason": reason}, head_only=head_only)
+
+
+def _answer(request_line: bytes, not_ready: _Why, not_alive: _Why | None) -> bytes:
     parts = request_line.decode("latin-1").split()
     if len(parts) != 3 or not parts[2].startswith("HTTP/"):
         return _response(400, {"error": "bad request"}, head_only=False)
@@ -57,11 +68,8 @@ def _answer(request_line: bytes, not_ready: Callable[[], str | None]) -> bytes:
         return _response(405, {"error": "GET only"}, head_only=False)
     head_only = method == "HEAD"
     if path == "/healthz":
-        return _response(200, {"status": "ok"}, head_only=head_only)
-    reason = not_ready()
-    if reason is None:
-        return _response(200, {"status": "ready"}, head_only=head_only)
-    return _response(503, {"status": "not ready", "reason": reason}, head_only=head_only)
+        return _status(None if not_alive is None else not_alive(), "ok", head_only=head_only)
+    return _status(not_ready(), "ready", head_only=head_only)
 
 
 async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
@@ -73,9 +81,12 @@ async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
     return head.split(b"\r\n", 1)[0]
 
 
-async def start_health(sock: socket.socket, not_ready: Callable[[], str | None]) -> asyncio.Server:
+async def start_health(
+    sock: socket.socket, not_ready: _Why, not_alive: _Why | None = None
+) -> asyncio.Server:
     """Serve ``/healthz`` and ``/readyz`` on the listening ``sock`` from the running
-    loop; ``not_ready()`` is why the process is not ready, or None."""
+    loop; ``not_ready()`` is why the process is not ready, or None; ``not_alive()``
+    why it is not alive."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -83,7 +94,7 @@ async def start_health(sock: socket.socket, not_ready: Callable[[], str | None])
             if line is None:
                 writer.write(_response(400, {"error": "bad request"}, head_only=False))
             else:
-                writer.write(_answer(line, not_ready))
+                writer.write(_answer(line, not_ready, not_alive))
             await asyncio.wait_for(writer.drain(), _HEAD_DEADLINE)
         except (OSError, TimeoutError):
             pass  # the client went, or did not read: nothing to tell it
