@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -128,6 +129,10 @@ def test_healthy_and_ready_strict_and_a_busy_port_is_one_line(
     assert worker.probe("/healthz") == (200, {"status": "ok"})
     assert worker.probe("/readyz", method="POST")[0] == 405
     assert worker.probe("/metrics")[0] == 404
+    for request in (b"GET /healthz HTTP/1.1\r\nX: " + b"a" * 20_000 + b"\r\n\r\n", b"junk\r\n\r\n"):
+        with socket.create_connection(("127.0.0.1", worker.port), timeout=5) as raw:
+            raw.sendall(request)  # a head over its size cap, or not HTTP
+            assert raw.recv(100).startswith(b"HTTP/1.1 400 ")
     busy = subprocess.run(
         [sys.executable, "-m", "delayq.cli", "worker", "health_app:app",
          "--health-port", str(worker.port)],
