@@ -1,15 +1,25 @@
 """Structured log lines on the ``delayq`` logger, for every layer that logs: one
 ``event key=value ...`` line per event, its fields escaped so that no value can end
-the line or forge a field.
+the line or forge a field; or, for ``--log-format json``, one JSON object per line
+(:class:`JsonFormatter`) with those fields as its own.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
+from datetime import datetime, timezone
 from types import TracebackType
 
-__all__ = ["LOGGER_NAME", "log_enabled", "log_event", "log_raised", "log_value"]
+__all__ = [
+    "LOGGER_NAME",
+    "JsonFormatter",
+    "log_enabled",
+    "log_event",
+    "log_raised",
+    "log_value",
+]
 
 #: The name of the logger delayq writes to.
 LOGGER_NAME = "delayq"
@@ -66,3 +76,47 @@ def log_raised(
     """:func:`log_event`, followed by the traceback of ``exc`` (its whole chain); its
     own frames from ``frames`` (a tail of ``exc.__traceback__``) when given."""
     _log(level, event, fields, exc if frames is None else (type(exc), exc, frames))
+
+
+#: The keys a JSON line has whatever its record; a field of the same name logged by a
+#: call does not replace them (its ``pid=`` does not collide: the line's is ``process``).
+_JSON_KEYS = ("time", "level", "logger", "process", "event", "message", "exception", "stack")
+
+#: The arguments of uvicorn's access log line, by position, as fields.
+_ACCESS_FIELDS = ("client", "method", "path", "http_version", "status")
+
+
+class JsonFormatter(logging.Formatter):
+    """Each record as one JSON object on one line: ``time`` (ISO 8601, UTC, ms),
+    ``level``, ``logger``, ``process`` (its pid), ``event`` and ``message``, then the fields a
+    :func:`log_event` call carries (``id``, ``queue``, ``attempt``, ``task``...) as
+    keys of their own, and ``exception``: the traceback the text format shows. A
+    record of another logger (uvicorn's) has its message as ``event``; uvicorn's
+    access log has its request as fields too."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The JSON line of ``record``."""
+        stamp = datetime.fromtimestamp(record.created, timezone.utc)
+        message = record.getMessage()
+        line: dict[str, object] = {
+            "time": stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "process": record.process,
+        }
+        fields: dict[str, object] = dict(getattr(record, "delayq", None) or {})
+        line["event"] = fields.pop("event", message)
+        line["message"] = message
+        args = record.args
+        if record.name == "uvicorn.access" and isinstance(args, tuple):
+            fields.update(zip(_ACCESS_FIELDS, args, strict=False))
+        for key, value in fields.items():
+            if value is not None and key not in _JSON_KEYS:
+                line[key] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["exception"] = record.exc_text
+        if record.stack_info:
+            line["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(line, default=str)  # ASCII: no U+2028 to split a line

@@ -10,8 +10,10 @@ and the backends' exceptions into those lines. A traceback means a bug in delayq
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -46,6 +48,7 @@ from ..errors import (
 __all__ = [
     "CliError",
     "OneLineGroup",
+    "address",
     "at_option",
     "check_backend",
     "check_url",
@@ -54,6 +57,7 @@ __all__ = [
     "format_ms",
     "format_seconds",
     "freeze_startup_heap",
+    "listen",
     "open_queue",
     "parse_delay",
     "parse_duration",
@@ -122,6 +126,36 @@ class OneLineGroup(click.Group):
                 show_error(exc)
             sys.exit(exc.exit_code)
         sys.exit(status if isinstance(status, int) else 0)
+
+
+def address(host: str, port: int) -> str:
+    """``http://host:port/``, an IPv6 host in brackets."""
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{shown}:{port}/"
+
+
+def listen(
+    host: str, port: int, *, host_option: str = "--host", port_option: str = "--port"
+) -> socket.socket:
+    """A listening socket, bound before anything is printed, so that a busy port or a
+    wrong address is one clear line naming the option to change."""
+    name = host.strip("[]")
+    family = socket.AF_INET6 if ":" in name else socket.AF_INET
+    try:
+        return socket.create_server((name, port), family=family, backlog=2048)
+    except socket.gaierror as exc:
+        raise CliError(f"cannot listen on {host!r}: {exc.strerror}") from None
+    except OSError as exc:
+        where = address(host, port)
+        if exc.errno == errno.EADDRINUSE:
+            reason = f"the port is in use: stop what holds it, or choose another with {port_option}"
+        elif exc.errno == errno.EADDRNOTAVAIL:
+            reason = f"that address is not one of this machine's: check {host_option}"
+        elif exc.errno == errno.EACCES:
+            reason = f"ports below 1024 need privileges: choose another with {port_option}"
+        else:
+            reason = exc.strerror or str(exc)
+        raise CliError(f"cannot listen on {where}: {reason}") from None
 
 
 # -- errors from the queue -------------------------------------------------------------

@@ -20,7 +20,7 @@ from .._log import log_event
 from ..durable.queue import Queue
 from ..durable.registry import consumer_options, descriptor, descriptors, redact_url
 from ._common import freeze_startup_heap, resolve_url, translate_errors, url_option
-from ._worker import configure_logging, log_level_option
+from ._worker import configure_logging, log_format_option, log_level_option
 
 __all__ = ["scheduler"]
 
@@ -36,8 +36,9 @@ def _replicated_schemes() -> str:
     short_help="Be the scheduler of a replicated backend's namespace until SIGTERM/SIGINT."
 )
 @log_level_option
+@log_format_option
 @url_option("The queue URL, of a replicated backend (default: $DELAYQ_URL).")
-def scheduler(*, log_level: str, url: str | None) -> None:
+def scheduler(*, log_level: str, log_format: str, url: str | None) -> None:
     """Stand for election as the scheduler of the URL's namespace (its prefix) and
     run it while elected; exit 0 on SIGTERM or SIGINT, handing over to the next
     candidate."""
@@ -57,7 +58,7 @@ def scheduler(*, log_level: str, url: str | None) -> None:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
-    configure_logging(log_level)
+    configure_logging(log_level, log_format=log_format)
     log_event(logging.INFO, "scheduler_process_started", url=redact_url(url), pid=os.getpid())
     try:
         with translate_errors(url):

@@ -6,10 +6,8 @@ rest of the ``delayq`` command works without the ``serve`` extra.
 
 from __future__ import annotations
 
-import errno
 import secrets
 import signal
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -31,13 +29,16 @@ from ..durable.constants import DEFAULT_QUEUE_NAME
 from ..durable.registry import redact_url
 from ._common import (
     CliError,
+    address,
     check_backend,
     freeze_startup_heap,
+    listen,
     resolve_url,
     url_option,
     warn_visible,
 )
 from ._constants import SERVE_SHUTDOWN_GRACE, STARTUP_CHECK_TIMEOUT
+from ._worker import log_format_option, log_formatter
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -46,26 +47,25 @@ __all__ = ["serve"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# uvicorn's log lines (the access log too, with --access-log) and delayq's, on stderr
-# with their time, as the worker writes them.
-_LOG_CONFIG: dict[str, Any] = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {
-        name: {"handlers": ["stderr"], "level": "INFO", "propagate": False}
-        for name in ("uvicorn", LOGGER_NAME)
-    },
-}
+
+def _log_config(log_format: str) -> dict[str, Any]:
+    """uvicorn's log lines (the access log too, with --access-log) and delayq's, on
+    stderr through the worker's formatter: text with their time, or JSON."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"delayq": {"()": log_formatter, "log_format": log_format}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "delayq"}},
+        "loggers": {
+            name: {"handlers": ["stderr"], "level": "INFO", "propagate": False}
+            for name in ("uvicorn", LOGGER_NAME)
+        },
+    }
 
 
-def _address(host: str, port: int) -> str:
-    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    return f"http://{shown}:{port}/"
-
-
-def _make_server(config: Any, app: FastAPI, console: Console, *, access_log: bool) -> Any:
+def _make_server(
+    config: Any, app: FastAPI, console: Console, *, access_log: bool, log_format: str
+) -> Any:
     """A uvicorn server that prints the dashboard address once it listens, tells
     long-polls to return as soon as SIGINT/SIGTERM arrives, and then exits with 0."""
     import uvicorn  # noqa: PLC0415
@@ -81,7 +81,7 @@ def _make_server(config: Any, app: FastAPI, console: Console, *, access_log: boo
                 for server in self.servers:
                     for sock in server.sockets:
                         port = sock.getsockname()[1]
-                console.print(f"dashboard: {_address(config.host, port)}", markup=False)
+                console.print(f"dashboard: {address(config.host, port)}", markup=False)
                 freeze_startup_heap()
 
         def handle_exit(self, sig: int, frame: Any) -> None:
@@ -102,7 +102,7 @@ def _make_server(config: Any, app: FastAPI, console: Console, *, access_log: boo
             forwarded_allow_ips=list(config.forwarded_allow_ips) or None,
             server_header=False,
             access_log=access_log,
-            log_config=_LOG_CONFIG,
+            log_config=_log_config(log_format),
             log_level="info",
             lifespan="on",
             # uvloop when importable (the serve extra installs it), and httptools (it
@@ -114,28 +114,6 @@ def _make_server(config: Any, app: FastAPI, console: Console, *, access_log: boo
             timeout_graceful_shutdown=int(SERVE_SHUTDOWN_GRACE),
         )
     )
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    """The server's listening socket, bound before anything is printed, so that a busy
-    port or a wrong address is one clear line."""
-    name = host.strip("[]")
-    family = socket.AF_INET6 if ":" in name else socket.AF_INET
-    try:
-        return socket.create_server((name, port), family=family, backlog=2048)
-    except socket.gaierror as exc:
-        raise CliError(f"cannot listen on {host!r}: {exc.strerror}") from None
-    except OSError as exc:
-        where = _address(host, port)
-        if exc.errno == errno.EADDRINUSE:
-            reason = "the port is in use: stop what holds it, or choose another with --port"
-        elif exc.errno == errno.EADDRNOTAVAIL:
-            reason = "that address is not one of this machine's: check --host"
-        elif exc.errno == errno.EACCES:
-            reason = "ports below 1024 need privileges: choose another with --port"
-        else:
-            reason = exc.strerror or str(exc)
-        raise CliError(f"cannot listen on {where}: {reason}") from None
 
 
 def _first_line(path: Path, option: str) -> str:
@@ -262,6 +240,7 @@ def _secret_file_option(name: str, what: str) -> Callable[[F], F]:
 )
 @_secret_file_option("--signing-secret-file", "signing secret")
 @click.option("--access-log", is_flag=True, help="Log every request.")
+@log_format_option
 def serve(
     *,
     url: str | None,
@@ -283,6 +262,7 @@ def serve(
     signing_secret: str | None,
     signing_secret_file: Path | None,
     access_log: bool,
+    log_format: str,
 ) -> None:
     """Serve the queue at --url over HTTP until SIGINT/SIGTERM.
 
@@ -334,7 +314,7 @@ def serve(
         )
     except (TypeError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
-    listener = _listen(host, port)
+    listener = listen(host, port)
     # A backend that cannot be reached now is one line and exit 1, before anything is
     # printed, even one that is merely down (Redis not started yet): a server that
     # starts without its store answers nothing but 503s, and a person at `make run`
@@ -358,8 +338,8 @@ def serve(
             markup=False,
         )
     app = create_app(config)
-    server = _make_server(config, app, console, access_log=access_log)
+    server = _make_server(config, app, console, access_log=access_log, log_format=log_format)
     with listener:
         server.run(sockets=[listener])
     if not server.started:
-        raise CliError(f"the server did not start on {_address(host, port)} (see above)")
+        raise CliError(f"the server did not start on {address(host, port)} (see above)")

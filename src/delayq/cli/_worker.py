@@ -24,7 +24,7 @@ from typing import Any
 
 import click
 
-from .._log import LOGGER_NAME
+from .._log import LOGGER_NAME, JsonFormatter
 from ..durable.constants import DEFAULT_LEASE
 from ..durable.registry import scheme_of
 from ..runtime import App, Supervisor, Worker
@@ -34,15 +34,26 @@ from ._common import (
     check_backend,
     duration_option,
     freeze_startup_heap,
+    listen,
     show_error,
     translate_errors,
     url_option,
 )
 from ._constants import STARTUP_CHECK_TIMEOUT
 
-__all__ = ["configure_logging", "load_app", "log_level_option", "worker"]
+__all__ = [
+    "configure_logging",
+    "load_app",
+    "log_format_option",
+    "log_formatter",
+    "log_level_option",
+    "worker",
+]
 
 _LOG_LEVELS = ("debug", "info", "warning", "error")
+_LOG_FORMATS = ("text", "json")
+#: The options a refusal to listen on the health port names.
+_HEALTH = {"host_option": "--health-host", "port_option": "--health-port"}
 
 
 def _where(exc: BaseException) -> str:
@@ -134,16 +145,36 @@ log_level_option = click.option(
 )
 
 
-def configure_logging(level: str, *, pid: bool = False) -> None:
+#: The ``--log-format`` option of the long-running commands.
+log_format_option = click.option(
+    "--log-format",
+    type=click.Choice(_LOG_FORMATS),
+    envvar="DELAYQ_LOG_FORMAT",
+    default="text",
+    show_default=True,
+    help="Log lines as text, or as one JSON object per line with each field as a key "
+    "(default: $DELAYQ_LOG_FORMAT, else text).",
+)
+
+
+def log_formatter(log_format: str, *, pid: bool = False) -> logging.Formatter:
+    """The formatter of ``--log-format``: a JSON object per line, or a text line with
+    its time, level and logger (and its process with ``pid``)."""
+    if log_format == "json":
+        return JsonFormatter()
+    process = " [%(process)d]" if pid else ""
+    return logging.Formatter(f"%(asctime)s %(levelname)s %(name)s{process}: %(message)s")
+
+
+def configure_logging(level: str, *, log_format: str = "text", pid: bool = False) -> None:
     """``delayq`` log records, one line each, on stderr (unless the app set logging up);
-    with ``pid``, each line names its process (several processes share stderr)."""
+    with ``pid``, each text line names its process (several processes share stderr;
+    a JSON line always has its ``process``)."""
     root = logging.getLogger()
     if not root.handlers:
-        process = " [%(process)d]" if pid else ""
-        logging.basicConfig(
-            stream=sys.stderr,
-            format=f"%(asctime)s %(levelname)s %(name)s{process}: %(message)s",
-        )
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(log_formatter(log_format, pid=pid))
+        root.addHandler(handler)
     logging.getLogger(LOGGER_NAME).setLevel(level.upper())
 
 
@@ -185,7 +216,22 @@ def configure_logging(level: str, *, pid: bool = False) -> None:
     default=DEFAULT_WORKER_GRACE,
     help="After a stop, how long running handlers may finish before their messages are given back.",
 )
+@click.option(
+    "--health-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Answer GET /healthz (200 while the worker's loop turns) and /readyz (200 when "
+    "connected and not draining, else 503 with the reason) on this port; with "
+    "--processes, the supervisor answers for all its children.",
+)
+@click.option(
+    "--health-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the health port binds.",
+)
 @log_level_option
+@log_format_option
 @url_option("The queue URL (default: the App's own, i.e. App(url) or $DELAYQ_URL...).")
 def worker(
     *,
@@ -196,7 +242,10 @@ def worker(
     queues: str | None,
     lease: float,
     grace: float,
+    health_port: int | None,
+    health_host: str,
     log_level: str,
+    log_format: str,
     url: str | None,
 ) -> None:
     """Import MODULE:APP (a delayq App, e.g. myapp:app) and run its tasks.
@@ -225,13 +274,16 @@ def worker(
     # Fail fast when the store cannot be reached, rather than log retries forever (as
     # `delayq serve` does: see there why a backend merely down is fatal too).
     check_backend(app.url, (names or app.queue_names)[0], STARTUP_CHECK_TIMEOUT)
+    health = None if health_port is None else listen(health_host, health_port, **_HEALTH)
     if processes > 1:
-        configure_logging(log_level, pid=True)
-        make_worker = functools.partial(_child_worker, log_level=log_level, **options)
-        sys.exit(Supervisor(make_worker, processes=processes).run())
-    configure_logging(log_level)
+        configure_logging(log_level, log_format=log_format, pid=True)
+        make_worker = functools.partial(
+            _child_worker, log_level=log_level, log_format=log_format, **options
+        )
+        sys.exit(Supervisor(make_worker, processes=processes, health=health).run())
+    configure_logging(log_level, log_format=log_format)
     freeze_startup_heap()
-    runner.run()
+    runner.run(health=health)
 
 
 def _build_worker(
@@ -264,7 +316,7 @@ def _build_worker(
     return app, runner
 
 
-def _child_worker(*, log_level: str, **options: Any) -> Worker:
+def _child_worker(*, log_level: str, log_format: str, **options: Any) -> Worker:
     """In a child of ``--processes``: the Worker the command line describes (checked
     already by the supervisor; a failure here is still one line, with the exit status
     the command would have)."""
@@ -273,6 +325,6 @@ def _child_worker(*, log_level: str, **options: Any) -> Worker:
     except click.ClickException as exc:
         show_error(exc)
         sys.exit(exc.exit_code)
-    configure_logging(log_level, pid=True)
+    configure_logging(log_level, log_format=log_format, pid=True)
     freeze_startup_heap()
     return runner

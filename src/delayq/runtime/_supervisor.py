@@ -39,6 +39,14 @@ crashes at start-up does not spin. A child that dies before it is ready (its
 workers cannot start at all: the supervisor stops the others and :meth:`run`
 returns non-zero. Every start, death and restart is a log line on the ``delayq``
 logger.
+
+Health. With ``health`` (a listening socket), a thread of the supervisor answers
+``/healthz`` and ``/readyz`` for all its children: each child's loop beats every
+``SUPERVISOR_HEALTH_BEAT`` seconds into shared memory, with its Worker's
+:meth:`~delayq.Worker.not_ready` reason. Ready when every slot has a child that
+said ready and whose Worker is ready; not alive when a ready child's loop has not
+beaten for ``SUPERVISOR_HEALTH_STALE`` seconds (it is stuck, and the supervisor does
+not restart a child that still runs).
 """
 
 from __future__ import annotations
@@ -50,17 +58,26 @@ import multiprocessing
 import os
 import queue
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
 from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
+from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
 from .._log import log_event
+from ._health import start_health
 from ._worker import Worker
-from .constants import SUPERVISOR_RESTART_FIRST, SUPERVISOR_RESTART_MAX, SUPERVISOR_STABLE
+from .constants import (
+    SUPERVISOR_HEALTH_BEAT,
+    SUPERVISOR_HEALTH_STALE,
+    SUPERVISOR_RESTART_FIRST,
+    SUPERVISOR_RESTART_MAX,
+    SUPERVISOR_STABLE,
+)
 
 __all__ = ["Supervisor"]
 
@@ -70,6 +87,20 @@ _READY = b"ready"
 
 #: Exit status of :meth:`Supervisor.run` when the children could not start.
 START_FAILED = 1
+
+#: What a child's beat says, by index: its Worker's ``not_ready()`` reason.
+_STATES: tuple[str | None, ...] = (None, "starting", "backend_unavailable", "draining")
+
+
+class _Beat:
+    """A child's beat in shared memory: when its loop last turned (``time.monotonic``,
+    0: not yet) and the index of its state in ``_STATES``."""
+
+    __slots__ = ("at", "state")
+
+    def __init__(self, context: Any) -> None:
+        self.at: Synchronized[float] = context.Value("d", 0.0, lock=False)
+        self.state: Synchronized[int] = context.Value("b", 1, lock=False)
 
 
 class _Child:
@@ -104,7 +135,13 @@ class Supervisor:
     main thread (there it handles SIGTERM/SIGINT; elsewhere only :meth:`stop` ends it).
     """
 
-    def __init__(self, make_worker: Callable[[], Worker], *, processes: int) -> None:
+    def __init__(
+        self,
+        make_worker: Callable[[], Worker],
+        *,
+        processes: int,
+        health: socket.socket | None = None,
+    ) -> None:
         if not callable(make_worker):
             raise TypeError(
                 f"make_worker must be a function that returns a Worker, "
@@ -126,6 +163,8 @@ class Supervisor:
         self._ever_ready = False
         self._failed: int | None = None
         self._wake_r = self._wake_w = -1  # the self-pipe, while run() runs
+        self._health = health
+        self._beats = [_Beat(self._context) for _ in range(processes)] if health else None
 
     # -- stopping ---------------------------------------------------------------------
     def stop(self, *, graceful: bool = True) -> None:
@@ -150,6 +189,30 @@ class Supervisor:
         return self._stop_level > 0
 
     # -- running ----------------------------------------------------------------------
+    def not_ready(self) -> str | None:
+        """Why the children are not all ready (``draining``, ``starting``,
+        ``backend_unavailable``), or None."""
+        if self._stopping:
+            return "draining"
+        reasons = []
+        for slot, child in enumerate(list(self._children)):
+            if child is None or not child.ready or self._beats is None:
+                reasons.append("starting")
+            else:
+                reasons.append(_STATES[self._beats[slot].state.value] or "")
+        found = [reason for reason in reasons if reason]
+        return max(found, key=_STATES.index) if found else None
+
+    def not_alive(self) -> str | None:
+        """``stuck`` when a ready child's loop has not beaten for a while, else None."""
+        now = time.monotonic()
+        for slot, child in enumerate(list(self._children)):
+            if child is not None and child.ready and self._beats is not None:
+                at = self._beats[slot].at.value
+                if at and now - at > SUPERVISOR_HEALTH_STALE:
+                    return "stuck"
+        return None
+
     def run(self) -> int:
         """Start the children, keep them running until a stop, wait for all to exit.
 
@@ -163,6 +226,7 @@ class Supervisor:
             for signum in _SIGNALS:
                 installed[signum] = signal.signal(signum, self._on_signal)
         log_event(_INFO, "supervisor.started", processes=self.processes, pid=os.getpid())
+        health = None if self._health is None else _HealthThread(self, self._health)
         try:
             self._take_requests()
             if not self._stopping:
@@ -176,6 +240,8 @@ class Supervisor:
                 if child is not None and child.process.is_alive():
                     child.process.kill()
                     child.process.join()
+            if health is not None:
+                health.close()
             os.close(self._wake_r)
             os.close(self._wake_w)
             self._wake_r = self._wake_w = -1
@@ -237,9 +303,12 @@ class Supervisor:
     def _start(self, slot: int) -> None:
         ready_r, ready_w = self._context.Pipe(duplex=False)
         stop_r, stop_w = self._context.Pipe(duplex=False)
+        beat = None if self._beats is None else self._beats[slot]
+        if beat is not None:
+            beat.at.value, beat.state.value = 0.0, 1
         process = self._context.Process(
             target=_child_main,
-            args=(self.make_worker, ready_w, stop_r),
+            args=(self.make_worker, ready_w, stop_r, beat),
             name=f"delayq-worker-{slot}",
         )
         # The child starts with SIGINT blocked (the mask survives exec) until it has
@@ -320,17 +389,49 @@ def _signal_name(signum: int) -> str:
 # -- the child ------------------------------------------------------------------------
 
 
-def _child_main(make_worker: Callable[[], Worker], ready: Connection, stop: Connection) -> None:
+class _HealthThread:
+    """The supervisor's ``/healthz`` and ``/readyz``, answered by an event loop of
+    their own in a daemon thread (the supervisor's own loop blocks in ``wait``)."""
+
+    def __init__(self, supervisor: Supervisor, sock: socket.socket) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._server = self._loop.run_until_complete(
+            start_health(sock, supervisor.not_ready, supervisor.not_alive)
+        )
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="delayq-health", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._server.close()
+        self._loop.run_until_complete(self._server.wait_closed())
+        self._loop.close()
+
+
+def _child_main(
+    make_worker: Callable[[], Worker], ready: Connection, stop: Connection, beat: _Beat | None
+) -> None:
     """A child's whole life: build the worker, say ready, serve until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     worker = make_worker()
     if not isinstance(worker, Worker):
         raise TypeError(f"make_worker() must return a Worker, not {type(worker).__name__}")
-    asyncio.run(_serve(worker, ready, stop))
+    asyncio.run(_serve(worker, ready, stop, beat))
 
 
-async def _serve(worker: Worker, ready: Connection, stop: Connection) -> None:
+async def _beat(worker: Worker, beat: _Beat) -> None:
+    """Tell the supervisor, every beat, that the loop turns and how the Worker is."""
+    while True:
+        beat.state.value = _STATES.index(worker.not_ready())
+        beat.at.value = time.monotonic()
+        await asyncio.sleep(SUPERVISOR_HEALTH_BEAT)
+
+
+async def _serve(worker: Worker, ready: Connection, stop: Connection, beat: _Beat | None) -> None:
     loop = asyncio.get_running_loop()
     signals = 0  # SIGTERMs sent to this child directly
     told = 0  # the highest stop level the supervisor sent
@@ -370,9 +471,12 @@ async def _serve(worker: Worker, ready: Connection, stop: Connection) -> None:
         loop.add_reader(parent_sentinel, on_parent_gone, parent_sentinel)
     ready.send_bytes(_READY)
     ready.close()
+    beating = None if beat is None else asyncio.create_task(_beat(worker, beat))
     try:
         await worker.serve()
     finally:
+        if beating is not None:
+            beating.cancel()
         loop.remove_signal_handler(signal.SIGTERM)
         loop.remove_reader(stop.fileno())
         stop.close()

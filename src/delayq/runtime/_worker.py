@@ -36,6 +36,7 @@ import inspect
 import logging
 import math
 import signal
+import socket
 import sys
 import time
 from collections import Counter, deque
@@ -55,6 +56,7 @@ from ..durable.traceback import user_frames
 from ..errors import LeaseLost, QueueClosed
 from ._app import App, BadArguments, CronJob, UnknownTask, decode_envelope
 from ._cron import plan_tick, tick_id
+from ._health import start_health
 from .ack_batch import AckBatcher, AckOutcome
 from .constants import (
     CRON_ACK_GUARD,
@@ -281,14 +283,28 @@ class Worker:
         self._journal: list[JobRun] | None = None  # a burst's runs
 
     # -- running ----------------------------------------------------------------------
-    def run(self) -> None:
+    def run(self, *, health: socket.socket | None = None) -> None:
         """Run until SIGTERM/SIGINT (or :meth:`stop`), then drain and return.
 
         Blocks; starts its own event loop. A second signal skips the grace period.
+        ``health``: a listening socket on which the loop answers ``/healthz`` (200
+        while it turns) and ``/readyz`` (200, or 503 with :meth:`not_ready`'s reason),
+        until the drain ends.
         """
-        asyncio.run(self._run_with_signals())
+        asyncio.run(self._run_with_signals(health))
 
-    async def _run_with_signals(self) -> None:
+    def not_ready(self) -> str | None:
+        """Why the Worker is not ready for work, or None: ``starting`` (not serving
+        yet), ``draining`` (stopping), ``backend_unavailable`` (an outage it rides out)."""
+        outage = self._outage
+        if self._stop_requested:
+            return "draining"
+        if self._loop is None or outage is None:
+            return "starting"
+        return "backend_unavailable" if outage.down else None
+
+    async def _run_with_signals(self, health: socket.socket | None = None) -> None:
+        server = None if health is None else await start_health(health, self.not_ready)
         loop = asyncio.get_running_loop()
         installed = []
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -302,6 +318,8 @@ class Worker:
         finally:
             for signum in installed:
                 loop.remove_signal_handler(signum)
+            if server is not None:
+                server.close()
 
     def _on_signal(self, signum: int) -> None:
         graceful = not self._stop_requested

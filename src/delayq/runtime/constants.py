@@ -12,6 +12,8 @@ __all__ = [
     "DEFAULT_WORKER_CONCURRENCY",
     "DEFAULT_WORKER_GRACE",
     "DEFAULT_WORKER_PREFETCH_PER_HANDLER",
+    "SUPERVISOR_HEALTH_BEAT",
+    "SUPERVISOR_HEALTH_STALE",
     "SUPERVISOR_RESTART_FIRST",
     "SUPERVISOR_RESTART_MAX",
     "SUPERVISOR_STABLE",
@@ -79,3 +81,11 @@ SUPERVISOR_RESTART_MAX = 30.0
 #: A supervised child that lived this long (s) before dying is restarted after the
 #: first pause again: it was not a crash at start-up.
 SUPERVISOR_STABLE = 10.0
+
+#: Seconds between two beats of a supervised child's loop (its readiness, for the
+#: supervisor's ``/readyz``).
+SUPERVISOR_HEALTH_BEAT = 0.25
+
+#: A supervised child whose loop has not beaten for this long (s) is stuck: the
+#: supervisor's ``/healthz`` fails.
+SUPERVISOR_HEALTH_STALE = 10.0
