@@ -5,7 +5,8 @@ the store, and what the puts, the drain, cancel and reschedule cost as the backl
 
 ``URL`` is ``sqlite:///...`` (a temporary file is used whatever the path: its size is
 measured), ``redis://...`` (a unique ``prefix``; its keys are deleted afterwards),
-``postgresql://...`` (a unique ``schema``, dropped afterwards) or ``amqp://...`` (the
+``postgresql://...`` (a unique ``schema``, dropped afterwards; ``--private``: on a
+server of its own, with PostgreSQL's default autovacuum) or ``amqp://...`` (the
 URL only names the scheme: a private node is started, with ``delayq scheduler`` in a
 process of its own, as ``amqp_memory.py`` does, through ``_amqp_node.py``).
 
@@ -25,7 +26,8 @@ batches of 1000, then reports:
 - cancel and reschedule (to two hours) of ``--sample`` messages of the backlog, one call
   each: p50 / p99 latency;
 - PostgreSQL only, churn: cancel and reschedule a tenth of the backlog each, then dead
-  tuples, autovacuum runs (``pg_stat_user_tables``), the index sizes' growth and, when
+  tuples, whether autovacuum runs within ``--vacuum-wait`` (90 s) and the dead tuples
+  it leaves (``pg_stat_user_tables``), the index sizes' growth and, when
   the ``pgstattuple`` extension is installed in the database, the indexes' leaf density.
 
 The last rows extrapolate the store's bytes (and the amqp scheduler's RSS) per message
@@ -124,7 +126,7 @@ def redis_store(url: str) -> Iterator[Store]:
 
     def parts() -> dict[str, int]:
         return {
-            key.decode(): int(client.memory_usage(key, samples=10_000) or 0)
+            key.decode()[len(prefix) + 1 :]: int(client.memory_usage(key, samples=10_000) or 0)
             for key in client.scan_iter(match=f"{prefix}:*", count=1000)
         }
 
@@ -172,6 +174,27 @@ def postgres_store(url: str) -> Iterator[Store]:
     finally:
         admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         admin.close()
+
+
+@contextmanager
+def private_postgres(private: bool, url: str) -> Iterator[str]:
+    """``url``, or a private server's (``initdb`` + ``postgres`` on a free port,
+    tests/backends/_postgres_server.py) with ``pgstattuple`` created in it."""
+    if not private:
+        yield url
+        return
+    import psycopg  # noqa: PLC0415
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from backends._postgres_server import PrivatePostgres  # noqa: PLC0415
+
+    server = PrivatePostgres()
+    try:
+        with psycopg.connect(server.url, autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+        yield server.url
+    finally:
+        server.stop()
 
 
 @contextmanager
@@ -275,7 +298,7 @@ def latencies(call: Callable[[str], object], ids: list[str]) -> list[float]:
     return sorted(out)
 
 
-def churn(q: Queue, store_url: str, ids: list[str]) -> dict[str, Any]:
+def churn(q: Queue, store_url: str, ids: list[str], wait: float) -> dict[str, Any]:
     """PostgreSQL: cancel and reschedule a tenth of the backlog each; what it leaves."""
     import psycopg  # noqa: PLC0415
 
@@ -303,6 +326,8 @@ def churn(q: Queue, store_url: str, ids: list[str]) -> dict[str, Any]:
         has_stattuple = admin.execute(
             "SELECT 1 FROM pg_extension WHERE extname = 'pgstattuple'"
         ).fetchone()
+        setting = admin.execute("SHOW autovacuum").fetchone()
+        autovacuum = str(setting[0]) if setting else "?"
         before = reading()
         t0 = time.perf_counter()
         for id in ids[:tenth]:
@@ -312,6 +337,12 @@ def churn(q: Queue, store_url: str, ids: list[str]) -> dict[str, Any]:
         seconds = time.perf_counter() - t0
         time.sleep(1.0)  # the statistics collector's flush
         after = reading()
+        # Bounded or not: wait for autovacuum (its naptime is a minute by default).
+        deadline = time.monotonic() + wait
+        vacuumed = after
+        while time.monotonic() < deadline and vacuumed["autovacuum"] == after["autovacuum"]:
+            time.sleep(2.0)
+            vacuumed = reading()
         density: dict[str, float] = {}
         if has_stattuple:
             for name in after["sizes"]:
@@ -325,6 +356,9 @@ def churn(q: Queue, store_url: str, ids: list[str]) -> dict[str, Any]:
         "seconds": seconds,
         "before": before,
         "after": after,
+        "vacuumed": vacuumed,
+        "waited": wait,
+        "autovacuum_setting": autovacuum,
         "avg_leaf_density": density,
     }
 
@@ -370,7 +404,9 @@ def measure_size(scheme: str, url: str, size: int, args: argparse.Namespace) -> 
             )
             drain_full, drained = drain(store.url, q, "scale", drain_count, args.consumers)
             churned = (
-                churn(q, store.url, ids[: -2 * args.sample]) if scheme == "postgresql" else None
+                churn(q, store.url, ids[: -2 * args.sample], args.vacuum_wait)
+                if scheme == "postgresql"
+                else None
             )
     return Point(
         size,
@@ -452,15 +488,29 @@ def measures_of(scheme: str, points: list[Point], drain_count: int) -> list[Meas
                 for name in after["sizes"]
             }
             density = ", ".join(f"{k} {v:.0f}%" for k, v in c["avg_leaf_density"].items())
+            vac = c["vacuumed"]
+            ran = vac["autovacuum"] - after["autovacuum"]
             out.append(
                 Measure(
                     s,
                     f"churn {c['ops']:,} cancels+reschedules: dead tuples",
                     after["dead"],
                     "count",
-                    note=f"autovacuum runs {before['autovacuum']} -> {after['autovacuum']}; "
-                    f"live {after['live']:,}; {c['ops'] / c['seconds']:,.0f} ops/s",
+                    note=f"{after['dead'] - before['dead']:+,} by the churn (the rest: the "
+                    f"drains); live {after['live']:,}; {c['ops'] / c['seconds']:,.0f} ops/s",
                     extra=c,
+                )
+            )
+            out.append(
+                Measure(
+                    s,
+                    "churn: dead tuples once autovacuum ran",
+                    vac["dead"] if ran else float("nan"),
+                    "count",
+                    note=f"autovacuum ran {ran}x within {c['waited']:.0f} s"
+                    if ran
+                    else f"autovacuum did not run within {c['waited']:.0f} s "
+                    f"(autovacuum = {c['autovacuum_setting']} on this server)",
                 )
             )
             out.append(
@@ -504,6 +554,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain", type=int, default=None, help="due messages drained; 100,000")
     parser.add_argument("--sample", type=int, default=1000, help="cancels and reschedules timed")
     parser.add_argument("--consumers", type=int, default=4)
+    parser.add_argument(
+        "--private",
+        action="store_true",
+        help="postgresql: a server of its own (default settings, autovacuum on, pgstattuple)",
+    )
+    parser.add_argument(
+        "--vacuum-wait", type=float, default=90.0, help="postgresql: s to wait for autovacuum"
+    )
     parser.add_argument("--quick", action="store_true", help="sizes 5,000,15,000,50,000")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--consumer", metavar="NAME", help=argparse.SUPPRESS)
@@ -532,14 +590,17 @@ def main(argv: list[str] | None = None) -> int:
     load = load_average()
     started = time.perf_counter()
     points: list[Point] = []
-    for size in sizes:
-        console.print(f"{scheme}: {size:,} scheduled ...", style="dim")
-        points.append(measure_size(scheme, args.url, size, args))
-        fresh_heap()
+    with private_postgres(args.private and scheme == "postgresql", args.url) as url:
+        for size in sizes:
+            console.print(f"{scheme}: {size:,} scheduled ...", style="dim")
+            points.append(measure_size(scheme, url, size, args))
+            fresh_heap()
     total = time.perf_counter() - started
     measures = measures_of(scheme, points, args.drain)
+    private = scheme == "amqp" or (args.private and scheme == "postgresql")
+    where = "a private server" if private else args.url
     print_table(
-        f"delayq scale: {scheme} ({'amqp: private node' if scheme == 'amqp' else args.url}), "
+        f"delayq scale: {scheme} ({where}), "
         f"100 B payloads due in an hour; {total:.0f} s; load {load} -> {load_average()}",
         measures,
     )
@@ -552,6 +613,7 @@ def main(argv: list[str] | None = None) -> int:
             "drain": args.drain,
             "consumers": args.consumers,
             "sample": args.sample,
+            "server": where,
             "payload_bytes": len(json.dumps(PAYLOAD)),
             "load": [load, load_average()],
             "environment": env,
