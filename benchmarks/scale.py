@@ -337,10 +337,11 @@ def churn(q: Queue, store_url: str, ids: list[str], wait: float) -> dict[str, An
         seconds = time.perf_counter() - t0
         time.sleep(1.0)  # the statistics collector's flush
         after = reading()
-        # Bounded or not: wait for autovacuum (its naptime is a minute by default).
+        # Bounded or not: wait for autovacuum (its naptime is a minute by default),
+        # unless it already ran since the churn began.
         deadline = time.monotonic() + wait
         vacuumed = after
-        while time.monotonic() < deadline and vacuumed["autovacuum"] == after["autovacuum"]:
+        while time.monotonic() < deadline and vacuumed["autovacuum"] == before["autovacuum"]:
             time.sleep(2.0)
             vacuumed = reading()
         density: dict[str, float] = {}
@@ -489,15 +490,17 @@ def measures_of(scheme: str, points: list[Point], drain_count: int) -> list[Meas
             }
             density = ", ".join(f"{k} {v:.0f}%" for k, v in c["avg_leaf_density"].items())
             vac = c["vacuumed"]
-            ran = vac["autovacuum"] - after["autovacuum"]
+            ran = vac["autovacuum"] - before["autovacuum"]
             out.append(
                 Measure(
                     s,
                     f"churn {c['ops']:,} cancels+reschedules: dead tuples",
                     after["dead"],
                     "count",
-                    note=f"{after['dead'] - before['dead']:+,} by the churn (the rest: the "
-                    f"drains); live {after['live']:,}; {c['ops'] / c['seconds']:,.0f} ops/s",
+                    note=f"{before['dead']:,} before it (the drains'), "
+                    f"{after['dead'] - before['dead']:+,} over it (autovacuum ran "
+                    f"{after['autovacuum'] - before['autovacuum']}x meanwhile); "
+                    f"live {after['live']:,}; {c['ops'] / c['seconds']:,.0f} ops/s",
                     extra=c,
                 )
             )
@@ -507,7 +510,8 @@ def measures_of(scheme: str, points: list[Point], drain_count: int) -> list[Meas
                     "churn: dead tuples once autovacuum ran",
                     vac["dead"] if ran else float("nan"),
                     "count",
-                    note=f"autovacuum ran {ran}x within {c['waited']:.0f} s"
+                    note=f"autovacuum ran {ran}x from the churn's start (to "
+                    f"{c['waited']:.0f} s after its end)"
                     if ran
                     else f"autovacuum did not run within {c['waited']:.0f} s "
                     f"(autovacuum = {c['autovacuum_setting']} on this server)",
