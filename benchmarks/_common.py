@@ -43,6 +43,7 @@ __all__ = [
     "print_table",
     "result_path",
     "shown",
+    "spawn_ready",
     "write_json",
 ]
 
@@ -183,6 +184,31 @@ def bench_urls(chosen: str | None, name: str) -> Iterator[list[str]]:
                 if keys:
                     client.delete(*keys)
                 client.close()
+
+
+def spawn_ready(command: list[str], count: int, *, stdin: bool = False) -> list[Any]:
+    """``count`` processes of ``command`` (text pipes: stdout, and stdin when asked),
+    returned once each has printed ``ready``; all killed when one does not."""
+    children = [
+        subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE if stdin else None,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(count)
+    ]
+    try:
+        for child in children:
+            assert child.stdout is not None
+            if child.stdout.readline().strip() != "ready":
+                raise SystemExit(f"a process of {command[1:2]} did not start")
+    except BaseException:
+        for child in children:
+            child.kill()
+            child.wait(10)
+        raise
+    return children
 
 
 def shown(url: str) -> str:

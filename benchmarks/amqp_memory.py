@@ -2,9 +2,9 @@
 ``amqp://`` (issue 18: "report the broker's memory and disk per 1M scheduled messages").
 
 Run ``.venv/bin/python benchmarks/amqp_memory.py [--count 1000000] [--quick]``. It starts
-a private single RabbitMQ node from the machine's ``rabbitmq-server``
-(``tests/backends/_rabbitmq_nodes.py``: its own ports, data directory and cookie, in a
-temporary directory), so that the shared node is neither filled nor measured with other
+a private single RabbitMQ node from the machine's ``rabbitmq-server`` (``_amqp_node.py``,
+over ``tests/backends/_rabbitmq_nodes.py``: its own ports, data directory and cookie, in
+a temporary directory), so that the shared node is neither filled nor measured with other
 work's queues; then ``delayq scheduler`` in a process of its own (the deployment
 docs/rabbitmq.md measures). The benchmark's process (``scheduler=off``) puts ``count``
 messages with a 100-byte payload, due in an hour, with ``put_many`` in batches of 1000,
@@ -29,21 +29,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
+from _amqp_node import Node, RabbitNodes, rss, start_scheduler, stop
 from _common import RESULTS_DIR, Measure, environment, print_table, write_json
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from backends._rabbitmq_nodes import RabbitNodes  # noqa: E402
-from delayq.backends.amqp import NoScheduler  # noqa: E402
-from delayq.durable import Queue  # noqa: E402
+from delayq.durable import Queue
 
 BATCH = 1000
 PREFIX = "delayq-bench-memory"
@@ -52,59 +45,6 @@ MIB = 1024 * 1024
 #: How long the counts are let settle after the last put (a checkpoint in flight, the
 #: broker's write-back of the last segment).
 SETTLE_SECONDS = 5.0
-CTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
-
-
-def rss(pid: int) -> int:
-    """The resident set of process ``pid``, bytes."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
-
-
-def tree_bytes(directory: Path) -> int:
-    """The bytes of every file under ``directory`` (their sizes, not their blocks)."""
-    total = 0
-    for parent, _, files in os.walk(directory):
-        for name in files:
-            try:
-                total += (Path(parent) / name).stat().st_size
-            except FileNotFoundError:
-                continue  # a segment or a temporary file gone meanwhile
-    return total
-
-
-class Node:
-    """The private node and what is read of it."""
-
-    def __init__(self, nodes: RabbitNodes) -> None:
-        self.nodes = nodes
-        self.home = nodes.directory / "node0"
-
-    def beam(self) -> int:
-        return int((self.home / "pid").read_text().strip())
-
-    def erlang_memory(self) -> int | None:
-        """``erlang:memory(total)`` of the node, bytes (None: rabbitmqctl failed)."""
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home)}
-        env["LANG"] = "C.UTF-8"
-        done = subprocess.run(
-            [CTL, "-n", self.nodes.names[0], "eval", "erlang:memory(total)."],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        try:
-            return int(done.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            print(f"rabbitmqctl: {done.stdout}{done.stderr}", file=sys.stderr)
-            return None
-
-    def disk(self) -> int:
-        return tree_bytes(self.home / "mnesia")
 
 
 async def read_log(url: str, stream: str) -> dict[str, int]:
@@ -140,34 +80,6 @@ async def read_log(url: str, stream: str) -> dict[str, int]:
     finally:
         await connection.close()
     return counts
-
-
-def start_scheduler(url: str, log: Path) -> subprocess.Popen[bytes]:
-    """``delayq scheduler`` on ``url``, once it answers a request."""
-    command = [str(Path(sys.executable).with_name("delayq")), "scheduler", "--url", url]
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    deadline = time.monotonic() + 60
-    with Queue(f"{url}&scheduler=off", name="ready") as probe:
-        while True:
-            try:
-                probe.stats()
-                return process
-            except NoScheduler:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    process.kill()
-                    raise RuntimeError(f"delayq scheduler did not start: see {log}") from None
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def snapshot(node: Node, scheduler: int) -> dict[str, int | None]:

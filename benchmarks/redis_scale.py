@@ -55,6 +55,7 @@ from _common import (
     fresh_heap,
     parse_sections,
     print_table,
+    spawn_ready,
     write_json,
 )
 from delayq.durable import Queue
@@ -215,19 +216,10 @@ def section_burst(
     head_start = max(3.0, 1.5 * burst / put_rate + 1.0)
     second = float(math.ceil(time.time() + head_start))
     script = str(Path(__file__).resolve())
-    children = [
-        subprocess.Popen(
-            [sys.executable, script, "--url", url, "--consumer", name, repr(second)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(consumers)
-    ]
+    children = spawn_ready(
+        [sys.executable, script, "--url", url, "--consumer", name, repr(second)], consumers
+    )
     try:
-        for child in children:
-            assert child.stdout is not None
-            if child.stdout.readline().strip() != "ready":
-                raise SystemExit("a consumer process did not start")
         rng = random.Random(2)
         ids: list[str] = []
         with Queue(url, name=name) as q:
