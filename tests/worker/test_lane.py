@@ -250,3 +250,45 @@ def test_the_gate_lets_in_at_once_as_enter_would_and_never_past_a_waiter() -> No
         assert not await gate.enter()
 
     asyncio.run(scenario())
+
+
+def test_a_call_held_until_its_not_before_starts_at_or_after_it_and_a_close_drops_it() -> None:
+    """A call given a not_before (a message claimed ahead of its due time) starts at or
+    after that instant, never before, while due calls behind it run on the other
+    threads meanwhile; one still held when the lane closes never runs: ``done`` gets
+    NotStarted, at once, not at its instant."""
+    ran: dict[str, float] = {}
+    outcomes: dict[str, BaseException | None] = {}
+
+    def call(name: str) -> Callable[[], None]:
+        def fn() -> None:
+            ran[name] = time.monotonic()
+
+        fn.__name__ = name
+        return fn
+
+    def done(fn: Any, error: BaseException | None, result: Any, started: float | None) -> None:
+        outcomes[fn.__name__] = error
+
+    async def main() -> tuple[float, float]:
+        lane = SyncLane(2, batch=1)
+        held_until = time.monotonic() + 0.2
+        lane.submit_many([call("held")], done, held_until)
+        lane.submit_many([call("due")], done)
+        await wait_for(lambda: "held" in outcomes)
+        far = time.monotonic() + 30.0
+        lane.submit_many([call("far")], done, far)
+        await asyncio.sleep(0.05)  # a thread holds it now
+        closed = time.monotonic()
+        lane.close()
+        await wait_for(lambda: "far" in outcomes)
+        assert time.monotonic() - closed < 5.0
+        return held_until, closed
+
+    held_until, _ = asyncio.run(main())
+    assert ran["held"] >= held_until
+    assert ran["due"] < held_until  # not queued behind the held call
+    assert outcomes["held"] is None
+    assert outcomes["due"] is None
+    assert "far" not in ran
+    assert isinstance(outcomes["far"], NotStarted)

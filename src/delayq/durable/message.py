@@ -44,6 +44,7 @@ __all__ = [
     "LEASE_EXPIRED_ERROR",
     "Claimed",
     "HeadersTooLarge",
+    "Held",
     "Message",
     "Now",
     "OnConflict",
@@ -305,6 +306,15 @@ class Claimed(NamedTuple):
     records: list[Record]
     now_us: int
     arrived: float | None = None
+
+
+class Held(NamedTuple):
+    """What :meth:`~delayq.AsyncQueue.reserve_ahead` claimed: the messages, and
+    ``not_before``, this process's ``time.monotonic()`` instant before which none of
+    them may be handed to its handler (0.0: all are due)."""
+
+    messages: list[Message]
+    not_before: float
 
 
 def hold_seconds(claimed: Claimed) -> float:

@@ -572,14 +572,16 @@ class Worker:
         )
 
     # -- the fast path: plain calls, no job (task) of their own per message ----------
-    def _start(self, queue: AsyncQueue, msgs: list[Message]) -> list[Message]:
+    def _start(self, queue: AsyncQueue, msgs: list[Message], not_before: float) -> list[Message]:
         """Take the plain calls (no cron tick, no timeout) of a claim on the fast path:
         the sync ones straight to the lane (in one hand-over), the async ones to the
         runners' inbox (:meth:`_runner`); all renewed by :meth:`_renew_held` and acked with
         :meth:`AckBatcher.ack_soon`. Returns the messages left to a job of their own
-        (:meth:`_job`)."""
+        (:meth:`_job`). A claim that fired ahead (``not_before``, ``time.monotonic()``,
+        still to come) goes to the lane only, whose threads hold each call until then;
+        the reserve loop holds the rest and offers them again at that instant."""
         lane = self._lane
-        if lane is not None and lane.closed:
+        if lane.closed if lane is not None else bool(not_before):
             return msgs
         loop = asyncio.get_running_loop()
         renew_at = loop.time() + self.lease / WORKER_EXTEND_DIVISOR
@@ -600,6 +602,9 @@ class Worker:
             if not call.is_async and lane is None:  # a sync call of a mixed app: the pool
                 left.append(msg)
                 continue
+            if call.is_async and not_before:  # held by the reserve loop, then an inbox's
+                left.append(msg)
+                continue
             if call.is_async and self._inbox_closed:  # stopping: its job gives it back
                 left.append(msg)
                 continue
@@ -617,7 +622,7 @@ class Worker:
             self._held_empty.clear()
         if calls:
             assert lane is not None
-            lane.submit_many(calls, self._ran)
+            lane.submit_many(calls, self._ran, not_before)
         idle = self._idle
         for _ in range(min(len(self._inbox), len(idle))):
             waiter = idle.popleft()

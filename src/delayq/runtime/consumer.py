@@ -13,13 +13,16 @@ of their log events.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from .._log import log_event
+from .._timer import sleep_async
 from ..durable.message import Message
 from ..durable.queue import AsyncQueue
 from ..errors import LeaseLost, QueueClosed
@@ -30,9 +33,11 @@ from .pool import Slots
 __all__ = ["LeaseRenewer", "check_prefetch", "extend_lease", "prefetch_slots", "reserve_loop"]
 
 Job = Callable[[AsyncQueue, Message], Coroutine[Any, Any, None]]
-#: Takes reserved messages on without a task of their own; returns those it leaves to
-#: jobs, in order.
-Start = Callable[[AsyncQueue, list[Message]], list[Message]]
+#: Takes reserved messages on without a task of their own, none of them to start before
+#: ``not_before`` (``time.monotonic()``; 0.0: all are due); returns those it leaves,
+#: in order: the loop holds them until then, offers them again with 0.0, and starts a
+#: job for each it leaves then.
+Start = Callable[[AsyncQueue, list[Message], float], list[Message]]
 
 
 def check_prefetch(prefetch: object, concurrency: int, name: str = "prefetch") -> int:
@@ -80,13 +85,18 @@ async def reserve_loop(
     how long to pause: a backend that does not answer is retried with a growing pause
     and a line per step, not a line per try.
 
-    ``start(queue, msgs)``, when given, is offered each claim's messages first: it
-    returns those it leaves to jobs, and gives the slot of each one it took on back
-    itself once that message is settled.
+    A waiting reserve may claim messages a moment before their due time
+    (:meth:`~delayq.AsyncQueue.reserve_ahead`): ``start(queue, msgs, not_before)``,
+    when given, is offered each claim's messages first, with the instant before which
+    none may start, and takes on those it can hold until then itself; the loop holds
+    the rest on the precise timer (giving them back if cancelled meanwhile), offers
+    them to ``start`` again, due, then starts a job for each it leaves. ``start`` gives
+    the slot of each one it took on back itself once that message is settled.
     """
     finished = functools.partial(_finished, running, slots, f"{event_prefix}.job_crashed")
     while True:
         taken = await slots.take_all()
+        not_before = 0.0
         try:
             msgs = await queue.reserve(max=taken, wait=0, lease=lease)
             outage.answered()
@@ -94,7 +104,7 @@ async def reserve_loop(
                 if not hold_all_slots:
                     slots.give(taken - 1)
                     taken = 1
-                msgs = await queue.reserve(max=taken, wait=idle_wait, lease=lease)
+                msgs, not_before = await queue.reserve_ahead(max=taken, wait=idle_wait, lease=lease)
         except QueueClosed:
             slots.give(taken)
             return
@@ -108,11 +118,34 @@ async def reserve_loop(
             continue
         slots.give(taken - len(msgs))
         if start is not None:
-            msgs = start(queue, msgs)
+            msgs = start(queue, msgs, not_before)
+        if msgs and not_before:
+            try:
+                await _hold(queue, msgs, not_before)
+            except BaseException:
+                slots.give(len(msgs))
+                raise
+            if start is not None:
+                msgs = start(queue, msgs, 0.0)
         for msg in msgs:
             task = asyncio.create_task(job(queue, msg))
             running[task] = msg
             task.add_done_callback(finished)
+
+
+async def _hold(queue: AsyncQueue, msgs: list[Message], not_before: float) -> None:
+    """Wait until ``not_before`` (``time.monotonic()``) on the precise timer; cancelled
+    meanwhile, give ``msgs`` back first (due where they were, no attempt charged)."""
+    left = not_before - time.monotonic()
+    if left <= 0.0:
+        return
+    try:
+        await sleep_async(left)
+    except BaseException:
+        for msg in msgs:
+            with contextlib.suppress(Exception):
+                await queue.release(msg)
+        raise
 
 
 def _finished(

@@ -230,14 +230,16 @@ class _Run:
     future: asyncio.Future[Any] | None  # what run() awaits, or None: submit_many's ``done``
     done: Ran | None = None
     started: float | None = None  # time.monotonic() when a thread took it
+    not_before: float = 0.0  # time.monotonic() before which it may not start
     finished: bool = False
     dropped: bool = False  # never to start (the lane closed, or its caller gave up)
     abandoned: bool = False  # timed out: its thread ends when it returns
 
 
 #: A call a lane thread ended: the call, what it raised (or None), what it returned,
-#: and how long it ran (seconds).
-_Ended = tuple[_Run, BaseException | None, Any, float]
+#: and how long it ran (seconds; None: it never started, the lane closed while its
+#: thread held it until its ``not_before``).
+_Ended = tuple[_Run, BaseException | None, Any, float | None]
 
 
 class SyncLane:
@@ -259,6 +261,12 @@ class SyncLane:
     lane closes; :meth:`deliver` (the worker's renewal beat) sends any still held, so
     none waits longer than the running calls or that beat.
 
+    A call given with a ``not_before`` (a message claimed ahead of its due time) is
+    held by the thread that takes it, on that thread's own timer (a timed wait, the
+    kernel's timer slack late), and started at or after that instant, never before:
+    the loop's wake-up at the due time and its hand-over to a thread are not between
+    the due time and the call. A close meanwhile drops it (:class:`NotStarted`).
+
     Made on the loop it reports to. A call that times out leaves its thread to it
     (a thread cannot be stopped) and a new thread takes its place.
     """
@@ -278,6 +286,7 @@ class SyncLane:
         self._waking = False  # a delivery to the loop on its way
         self._bell: SimpleQueue[None] = SimpleQueue()
         self._closed = False
+        self._closing = threading.Event()  # set by close(): wakes the holding threads
         self._threads = 0
         for _ in range(threads):
             self._spawn()
@@ -326,15 +335,18 @@ class SyncLane:
         """How many calls wait for a thread (a glance, without the lock)."""
         return len(self._runs)
 
-    def submit_many(self, calls: Iterable[Callable[[], Any]], done: Ran) -> None:
+    def submit_many(
+        self, calls: Iterable[Callable[[], Any]], done: Ran, not_before: float = 0.0
+    ) -> None:
         """Run each of ``calls`` on a lane thread once one is free, in order (queued
-        under one take of the lock), then ``done(fn, error, result, started)`` on the
-        loop: no future, no task (the worker's plain sync jobs)."""
+        under one take of the lock), not before ``not_before`` (``time.monotonic()``:
+        the thread that takes one holds it until then), then ``done(fn, error, result,
+        started)`` on the loop: no future, no task (the worker's plain sync jobs)."""
         if self._closed:
             for fn in calls:
                 done(fn, NotStarted("the lane is closed"), None, None)
             return
-        self._queue(*(_Run(fn, None, done) for fn in calls))
+        self._queue(*(_Run(fn, None, done, not_before=not_before) for fn in calls))
 
     def _queue(self, *runs: _Run) -> None:
         with self._lock:
@@ -407,14 +419,16 @@ class SyncLane:
         """Under the lock: note a call's outcome; whether to wake the loop for the
         outcomes held, and whether the call was abandoned (timed out)."""
         run, error, result, took = ended
-        mean = self.mean_call
-        self.mean_call = took if mean is None else mean + (took - mean) / 16
+        if took is not None:
+            mean = self.mean_call
+            self.mean_call = took if mean is None else mean + (took - mean) / 16
         run.finished = True
         held = self._ended
         held.append((run, error, result))
         wake = not self._waking and (
             len(held) >= self.batch
             or len(self._runs) < self._round
+            or took is None
             or took >= LONG_CALL
             or self._closed
         )
@@ -429,6 +443,11 @@ class SyncLane:
             del ended
             if run is None:
                 return
+            if run.not_before and not self._hold(run):
+                run.started = None
+                ended = (run, NotStarted("the lane closed while it held the call"), None, None)
+                del run
+                continue
             error: BaseException | None = None
             result: Any = None
             try:
@@ -438,6 +457,17 @@ class SyncLane:
             assert run.started is not None
             ended = (run, error, result, time.monotonic() - run.started)
             del run, error, result
+
+    def _hold(self, run: _Run) -> bool:
+        """On the thread that took ``run``: wait until its ``not_before`` (a wait on the
+        close's event, which the kernel ends within its timer slack of the instant),
+        then mark it started: True; False when the lane closed meanwhile."""
+        closing, monotonic = self._closing, time.monotonic
+        while (left := run.not_before - monotonic()) > 0.0:
+            if closing.wait(left):
+                return False
+        run.started = monotonic()
+        return True
 
     def deliver(self) -> None:
         """On the loop: hand over now the outcomes held back for a batch, if any."""
@@ -472,6 +502,7 @@ class SyncLane:
         as does every later one); threads end once their running call returns. The
         outcomes held for a batch are handed over first."""
         self.deliver()
+        self._closing.set()
         with self._lock:
             self._closed = True
             dropped = list(self._runs)

@@ -9,7 +9,9 @@ their due time; :func:`reserve_held` waits out the rest on the precise timer
 (:mod:`delayq._timer`), counted from when the answer arrived, so that no message reaches
 the caller before its due time by the store's clock. A caller that gives up while it
 holds them (cancelled, interrupted) gives them back first: they keep their due time and
-place, no attempt charged.
+place, no attempt charged. :func:`claim_held` leaves the holding to a caller that
+does it itself (the Worker's lane of sync handlers: a thread that waits for the due
+time on its own timer saves the hand-over from the loop to a thread at that instant).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from ...errors import LeaseLost, QueueClosed
 from ..message import Claimed, Record, hold_seconds
 from .backend import FiresAhead
 
-__all__ = ["Reserves", "reserve_held"]
+__all__ = ["Reserves", "claim_held", "reserve_held"]
 
 
 class Reserves:
@@ -52,16 +54,29 @@ def reserve_held(
     backend: FiresAhead, queue: str, *, limit: int, lease_ms: int, wait: float | None
 ) -> list[Record]:
     """``backend.reserve_ahead(...)``'s records, handed over at their due time."""
-    claimed = backend.reserve_ahead(queue, limit=limit, lease_ms=lease_ms, wait=wait)
-    arrived = time.monotonic() if claimed.arrived is None else claimed.arrived
-    seconds = hold_seconds(claimed)
-    if seconds > 0.0:
+    records, not_before = claim_held(backend, queue, limit=limit, lease_ms=lease_ms, wait=wait)
+    left = not_before - time.monotonic()
+    if left > 0.0:
         try:
-            sleep(max(seconds - (time.monotonic() - arrived), 0.0))
+            sleep(left)
         except BaseException:
-            _give_back(backend, queue, claimed.records)
+            _give_back(backend, queue, records)
             raise
-    return claimed.records
+    return records
+
+
+def claim_held(
+    backend: FiresAhead, queue: str, *, limit: int, lease_ms: int, wait: float | None
+) -> tuple[list[Record], float]:
+    """``backend.reserve_ahead(...)``'s records, at once, and the ``time.monotonic()``
+    instant before which none may be handed over (0.0: none was claimed ahead): the
+    store's now plus the hold, counted from when the answer arrived."""
+    claimed = backend.reserve_ahead(queue, limit=limit, lease_ms=lease_ms, wait=wait)
+    seconds = hold_seconds(claimed)
+    if seconds <= 0.0:
+        return claimed.records, 0.0
+    arrived = time.monotonic() if claimed.arrived is None else claimed.arrived
+    return claimed.records, arrived + seconds
 
 
 def _give_back(backend: FiresAhead, queue: str, records: list[Record]) -> None:

@@ -37,11 +37,11 @@ from ..facade import (
     reschedule_arguments,
     to_ms,
 )
-from ..message import Message, OnConflict, PutResult, State, Stats
+from ..message import Held, Message, OnConflict, PutResult, State, Stats
 from ..registry import open_backend
 from ..retry import RetryPolicy
 from .backend import Backend, FiresAhead
-from .hold import reserve_held
+from .hold import claim_held, reserve_held
 
 __all__ = ["Queue"]
 
@@ -189,6 +189,26 @@ class Queue(QueueBase):
         else:
             records = self._backend.reserve(self._name, limit=limit, lease_ms=lease_ms, wait=wait_s)
         return [self._message(record) for record in records]
+
+    def reserve_ahead(self, *, wait: Any = None, lease: Any = DEFAULT_LEASE, max: int = 1) -> Held:
+        """:meth:`reserve` for a consumer that holds a message claimed ahead itself: the
+        messages at once, with ``not_before``, the ``time.monotonic()`` instant before
+        which none may be handed over (0.0: all are due). The caller must not run one
+        before it, and gives them back (:meth:`release`) if it gives up meanwhile. The
+        Worker's threads of sync handlers hold them that way, each on its own timer, so
+        that nothing stands between the due time and the handler."""
+        self._check_open()
+        wait_s, lease_ms, limit = self._reserve_arguments(wait, lease, max)
+        if wait_s != 0 and self._ahead is not None:
+            records, not_before = claim_held(
+                self._ahead, self._name, limit=limit, lease_ms=lease_ms, wait=wait_s
+            )
+        else:
+            records, not_before = (
+                self._backend.reserve(self._name, limit=limit, lease_ms=lease_ms, wait=wait_s),
+                0.0,
+            )
+        return Held([self._message(record) for record in records], not_before)
 
     def ack(self, msg: Message) -> None:
         """Done with ``msg``: remove it. :class:`~delayq.LeaseLost` if its lease is
