@@ -5,13 +5,15 @@ none leaves a file descriptor behind."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import sys
+import threading
 import time
 
 import pytest
 
-from delayq._timer import MOST_TIMER_FDS, call_later_precisely
+from delayq._timer import MOST_TIMER_FDS, call_later_precisely, precise_thread
 
 
 def _open_fds() -> int:
@@ -122,3 +124,29 @@ def test_a_forked_child_has_its_own_timers_whatever_its_parent_holds() -> None:
         assert os.waitstatus_to_exitcode(status) == 0
 
     asyncio.run(parent())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_TIMERSLACK is Linux's")
+def test_a_precise_thread_has_its_timed_waits_end_at_their_deadline_alone() -> None:
+    """precise_thread() (what a lane thread that holds a message until its due time
+    calls) drops the calling thread's timer slack, the kernel's leeway after a timed
+    wait's deadline, to 1 ns; other threads keep theirs."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    get_timer_slack = 30  # PR_GET_TIMERSLACK: the calling thread's, in ns
+
+    def slack() -> int:
+        return int(libc.prctl(get_timer_slack, 0, 0, 0, 0))
+
+    seen: list[int] = []
+
+    def body() -> None:
+        seen.append(slack())
+        precise_thread()
+        seen.append(slack())
+
+    before = slack()
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    assert seen == [before, 1]
+    assert slack() == before

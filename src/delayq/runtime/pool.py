@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from queue import SimpleQueue
 from typing import Any, ParamSpec, TypeVar
 
+from .._timer import precise_thread
+
 __all__ = ["DaemonPool", "Gate", "NotStarted", "RunTimedOut", "Slots", "SyncLane"]
 
 P = ParamSpec("P")
@@ -437,6 +439,7 @@ class SyncLane:
         return wake, run.abandoned
 
     def _serve(self) -> None:
+        precise_thread()  # its hold of a call until its due time ends on time
         ended: _Ended | None = None
         while True:
             run = self._next(ended)
