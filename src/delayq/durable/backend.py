@@ -55,32 +55,33 @@ never validates user input (the facade did); it must guarantee:
   must wake a waiter at once. ``close()`` wakes every waiter of this backend
   object, which then raises :class:`~delayq.QueueClosed`.
 * **Fire ahead** (optional: :class:`AsyncFiresAhead`). A backend may let a *waiting*
-  reserve claim a message shortly before its due time, so that the claim's round trip
-  is not added to its lateness: ``reserve_ahead`` claims, when nothing is due, the
-  messages of the earliest due time if that is at most ``fire_ahead_ms`` after the
-  store's now (its floor), each leased until ``due_at + lease_ms`` (the caller's lease
-  is whole), and answers with the store's now in microseconds; its waiting claim wakes
+  reserve claim a message shortly before its due time, so that the claim's round trip is
+  not added to its lateness: ``reserve_ahead`` claims, when nothing is due, the messages
+  of the earliest due time if that is at most ``fire_ahead_ms`` after the store's now
+  (its floor), each leased until ``due_at + lease_ms`` (the caller's lease is whole),
+  and answers with the store's now in microseconds; its waiting claim wakes
   ``fire_ahead_ms`` before the next due time (at a lease expiry itself). The facade
   (:func:`delayq.durable._async.hold.reserve_held`, the one holder) then waits
   ``due_at - store now``, counted from when the answer arrived, on the precise timer,
-  so a message still reaches the caller at or after its due time by the store's
-  clock (never early holds exactly); a caller that gives up while it holds releases
-  the messages (no attempt charged), and one that dies leaves an expired lease, due
-  again at ``due_at + lease_ms`` with the attempt counted. ``reserve(wait=0)`` never
-  fires ahead. What other callers can see: for at most ``fire_ahead_ms`` before its
-  due time, a message claimed ahead is in flight (``cancel`` and ``reschedule``
-  return False, ``get`` shows it active); before that window it is scheduled to
-  every operation. A message put (or made due) while another is held is free to any
-  reserve at once; the holder's own next reserve takes it after handing over the
-  held one, at most ``fire_ahead_ms`` after it. How far ahead: above the claim's round
-  trip at p99 measured on a loaded 2-vCPU machine, so it leaves the lateness, and no
-  longer than the backend's own timing noise, so the window stays small; a killed
-  holder costs what a consumer killed after any claim costs (the lease, counted from
-  the due time). The window per backend: ``memory://`` 1 ms (system clock only; none
-  on another clock), ``redis://`` 2 ms, ``sqlite:///`` 2 ms, ``postgresql://`` 4 ms;
-  ``amqp://`` 2 ms (its scheduler
-  claims 10 ms ahead but gives a message back to any operation until its held reply
-  leaves, 2 ms before: docs/rabbitmq.md), a sharded Redis queue (``shards=``,
+  so a message still reaches the caller at or after its due time by the store's clock (never
+  early holds exactly); ``AsyncQueue.reserve_ahead`` hands the messages over at once
+  with that instant instead, to a caller that holds them itself (the Worker's lane
+  threads, each on its own timer); a caller that gives up while it holds releases the
+  messages (no attempt charged), and one that dies leaves an expired lease, due again at
+  ``due_at + lease_ms`` with the attempt counted. ``reserve(wait=0)`` never fires ahead.
+  What other callers can see: for at most ``fire_ahead_ms`` before its due time, a
+  message claimed ahead is in flight (``cancel`` and ``reschedule`` return False,
+  ``get`` shows it active); before that window it is scheduled to every operation. A
+  message put (or made due) while another is held is free to any reserve at once; the
+  holder's own next reserve takes it after handing over the held one, at most
+  ``fire_ahead_ms`` after it. How far ahead: above the claim's round trip at p99
+  measured on a loaded 2-vCPU machine, so it leaves the lateness, and no longer than the
+  backend's own timing noise, so the window stays small; a killed holder costs what a
+  consumer killed after any claim costs (the lease, counted from the due time). The
+  window per backend: ``memory://`` 1 ms (system clock only; none on another clock),
+  ``redis://`` 2 ms, ``sqlite:///`` 2 ms, ``postgresql://`` 4 ms; ``amqp://`` 2 ms (its
+  scheduler claims 10 ms ahead but gives a message back to any operation until its held
+  reply leaves, 2 ms before: docs/rabbitmq.md), a sharded Redis queue (``shards=``,
   Cluster) 2 ms. The conformance suite checks each of these
   (``tests/conformance/test_fire_ahead.py``).
 * **Threads and tasks.** A sync backend is safe to call from many threads at once;
