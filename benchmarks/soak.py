@@ -445,6 +445,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--url is required")
     if args.rate <= 0 or args.minutes <= 0 or args.sample <= 0 or args.max_delay < 0:
         parser.error("--rate, --minutes and --sample must be positive, --max-delay not negative")
+    # A SIGTERM ends the run as Ctrl-C does: the producer, the Worker and the store's
+    # processes and server are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result = soak(args)
     report(result)
     result["environment"] = environment()
