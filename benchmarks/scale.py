@@ -96,6 +96,13 @@ class Store:
     parts: Callable[[], dict[str, int]]
     #: Extra readings (INFO memory, the scheduler's RSS), informative.
     extras: Callable[[], dict[str, int]] = field(default=lambda: {})
+    #: The store's own delayq processes by name (the amqp scheduler), for soak.py.
+    pids: Callable[[], dict[str, int]] = field(default=lambda: {})
+    #: The bytes while clients write (``parts`` may stop them: SQLite's checkpoint).
+    live: Callable[[], int] | None = None
+
+    def live_bytes(self) -> int:
+        return self.live() if self.live is not None else sum(self.parts().values())
 
 
 @contextmanager
@@ -113,7 +120,12 @@ def sqlite_store(_: str) -> Iterator[Store]:
                 if p.name.startswith("scale.db")
             }
 
-        yield Store(f"sqlite:///{path}", parts)
+        def live() -> int:  # the file and its WAL as they stand, no checkpoint
+            return sum(
+                p.stat().st_size for p in Path(tmp).iterdir() if p.name.startswith("scale.db")
+            )
+
+        yield Store(f"sqlite:///{path}", parts, live=live)
 
 
 @contextmanager
@@ -214,6 +226,7 @@ def amqp_store(_: str) -> Iterator[Store]:
                     _join(url, "scheduler=off"),
                     lambda: {"node data directory": node.disk()},
                     lambda: {"scheduler_rss_growth": rss(scheduler.pid) - base},
+                    lambda: {"scheduler": scheduler.pid},
                 )
             finally:
                 stop(scheduler)
