@@ -192,7 +192,7 @@ def test_a_second_answer_to_a_reserve_gives_back_what_its_caller_did_not_receive
             [first] = await q.reserve(wait=0, lease=60)
             assert first.id == "a"
             link = q._backend._link  # type: ignore[attr-defined]
-            request_id = next(reversed(link._answered))
+            request_id = next(reversed(link.core.answered))
             # The second answer: "a" again as the caller got it, and "b", claimed for it.
             [held] = await other._backend.reserve("jobs", limit=1, lease_ms=60_000, wait=0)
             stored = await q._backend.get("jobs", "a")  # as get shows it: no token

@@ -36,7 +36,7 @@ from backends.test_amqp_coalesce import scheduler_process
 from conformance.conftest import amqp_url
 from conformance.test_model import QueueModel
 from delayq.backends._replicated import _scheduler as scheduler_module
-from delayq.backends._replicated._link import _calls
+from delayq.backends._replicated._link import _core
 from delayq.backends._replicated._scheduler import _group_commit, _intake
 from delayq.backends.amqp._transport import AmqpTransport
 from delayq.durable import Queue
@@ -482,7 +482,7 @@ def test_a_put_due_now_is_copied_to_the_scheduler_only_while_a_reserve_waits(
         on_nudge(self, body)
 
     monkeypatch.setattr(scheduler_module.Scheduler, "_on_nudge", spy)
-    monkeypatch.setattr(_calls, "QUIET_HOLD", 60.0)  # longer than the test
+    monkeypatch.setattr(_core, "QUIET_HOLD", 60.0)  # longer than the test
     with (
         Queue(url, name="jobs", request_timeout=10) as elected,
         Queue(client(url), name="jobs", request_timeout=10) as queue,

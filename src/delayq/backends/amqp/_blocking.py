@@ -1,6 +1,7 @@
 """The intake's publisher for a thread that blocks (the sync face's fast put): one AMQP
-connection on a plain socket, its frames made and read by pamqp (aiormq's own codec),
-one confirm channel, each publish returning once the broker confirmed it.
+connection on a plain socket (a :class:`~._wire.Wire`, whose frames pamqp makes and
+reads, driven from the calling thread), one confirm channel, each publish returning
+once the broker confirmed it.
 
 Why a second connection: the sync face's calls run on a private event loop thread
 (:class:`~.._replicated.ThreadLink`), and the hop there and back costs two thread
@@ -17,25 +18,26 @@ from __future__ import annotations
 
 import socket
 import ssl
-import struct
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pamqp import commands
-from pamqp.body import ContentBody
-from pamqp.exceptions import PAMQPException
-from pamqp.frame import marshal, unmarshal
-from pamqp.header import ContentHeader, ProtocolHeader
 
 from ._url import Settings
+from ._wire import (
+    ChannelClosed,
+    Confirmed,
+    ConnectionClosed,
+    Event,
+    Method,
+    Opened,
+    Wire,
+)
 
 __all__ = ["BlockingIntake"]
 
-#: The frame size a broker that says 0 (no limit) is sent frames of.
-_FRAME_MAX = 131_072
-#: Bytes of a frame besides its payload: type, channel, size, and the end octet.
-_FRAME_OVERHEAD = 8
 _CHANNEL = 1
 _PROPERTIES = commands.Basic.Properties(delivery_mode=2, message_type="puts")
 
@@ -69,18 +71,18 @@ class _Broker:
 
 
 class _Connection:
-    """One open connection with its confirm channel; every read and write bounded by a
-    deadline (``time.monotonic()``), a TimeoutError past it."""
+    """One open connection with its confirm channel: a :class:`~._wire.Wire` driven on
+    a plain socket from the calling thread, every read and write bounded by a deadline
+    (``time.monotonic()``), a TimeoutError past it."""
 
     def __init__(self, broker: _Broker, name: str, deadline: float) -> None:
-        self._buffer = b""
+        self._wire = Wire(broker.user, broker.password, broker.vhost, name=name)
         self._sock = self._connect(broker, deadline)
         try:
-            self._handshake(broker, name, deadline)
+            self._handshake(deadline)
         except BaseException:
             self.close()
             raise
-        self._tag = 0
 
     @staticmethod
     def _connect(broker: _Broker, deadline: float) -> socket.socket:
@@ -97,93 +99,64 @@ class _Connection:
             raise
         return sock
 
-    def _handshake(self, broker: _Broker, name: str, deadline: float) -> None:
-        self._send(marshal(ProtocolHeader(), 0), deadline)
-        self._expect(commands.Connection.Start, deadline)
-        response = f"\0{broker.user}\0{broker.password}"
-        properties: dict[str, Any] = {"connection_name": name, "product": "delayq"}
-        self._send(marshal(commands.Connection.StartOk(properties, "PLAIN", response), 0), deadline)
-        tune = self._expect(commands.Connection.Tune, deadline)
-        self._frame_max = tune.frame_max or _FRAME_MAX
-        ok = commands.Connection.TuneOk(tune.channel_max, self._frame_max, 0)
-        self._send(marshal(ok, 0) + marshal(commands.Connection.Open(broker.vhost), 0), deadline)
-        self._expect(commands.Connection.OpenOk, deadline)
-        self._send(marshal(commands.Channel.Open(), _CHANNEL), deadline)
-        self._expect(commands.Channel.OpenOk, deadline)
-        self._send(marshal(commands.Confirm.Select(), _CHANNEL), deadline)
-        self._expect(commands.Confirm.SelectOk, deadline)
+    def _handshake(self, deadline: float) -> None:
+        wire = self._wire
+        self._until(lambda event: isinstance(event, Opened), deadline)
+        wire.send(_CHANNEL, commands.Channel.Open())
+        self._until(_replied(commands.Channel.OpenOk), deadline)
+        wire.send(_CHANNEL, commands.Confirm.Select())
+        self._until(_replied(commands.Confirm.SelectOk), deadline)
 
     def publish(self, exchange: str, routing_key: str, body: bytes, deadline: float) -> None:
         """Publish ``body`` persistent and return once the broker confirmed it."""
-        frames = [
-            marshal(commands.Basic.Publish(exchange=exchange, routing_key=routing_key), _CHANNEL),
-            marshal(ContentHeader(0, len(body), _PROPERTIES), _CHANNEL),
-        ]
-        step = self._frame_max - _FRAME_OVERHEAD
-        frames.extend(
-            marshal(ContentBody(body[at : at + step]), _CHANNEL) for at in range(0, len(body), step)
+        tag = self._wire.publish(_CHANNEL, exchange, routing_key, body, _PROPERTIES)
+        event = self._until(
+            lambda event: isinstance(event, Confirmed) and event.covers(tag), deadline
         )
-        self._tag += 1
-        self._send(b"".join(frames), deadline)
+        assert isinstance(event, Confirmed)
+        if not event.ack:
+            raise ConnectionError("the broker refused the intake append (a nack)")
+
+    def _until(self, wanted: Callable[[Event], bool], deadline: float) -> Event:
+        """Send what the wire has queued, then read until an event is ``wanted`` (the
+        broker's close of the channel or the connection: a ConnectionError, with its
+        reason)."""
+        wire = self._wire
+        sock = self._sock
         while True:
-            frame = self._read(deadline)
-            if isinstance(frame, commands.Basic.Ack) and frame.delivery_tag >= self._tag:
-                return
-            if isinstance(frame, commands.Basic.Nack) and frame.delivery_tag >= self._tag:
-                raise ConnectionError("the broker refused the intake append (a nack)")
-
-    def _send(self, data: bytes, deadline: float) -> None:
-        self._sock.settimeout(self._left(deadline))
-        self._sock.sendall(data)
-
-    def _read(self, deadline: float) -> Any:
-        """The next frame of the connection, answering the broker's close of the
-        channel or the connection (a ConnectionError, with its reason)."""
-        while True:
-            if len(self._buffer) >= 7:
-                size = struct.unpack_from(">I", self._buffer, 3)[0] + _FRAME_OVERHEAD
-                if len(self._buffer) >= size:
-                    try:
-                        _, channel, frame = unmarshal(self._buffer[:size])
-                    except PAMQPException as exc:
-                        raise ConnectionError(f"a frame the client cannot read: {exc}") from exc
-                    self._buffer = self._buffer[size:]
-                    self._closing(channel, frame, deadline)
-                    return frame
-            self._sock.settimeout(self._left(deadline))
-            data = self._sock.recv(65536)
-            if not data:
-                raise ConnectionError("the broker closed the connection")
-            self._buffer += data
-
-    def _closing(self, channel: int, frame: Any, deadline: float) -> None:
-        if isinstance(frame, commands.Connection.Close):
-            self._send(marshal(commands.Connection.CloseOk(), 0), deadline)
-            raise ConnectionError(
-                f"the broker closed the connection: {frame.reply_code} {frame.reply_text}"
-            )
-        if isinstance(frame, commands.Channel.Close):
-            self._send(marshal(commands.Channel.CloseOk(), channel), deadline)
-            raise ConnectionError(
-                f"the broker closed the channel: {frame.reply_code} {frame.reply_text}"
-            )
-
-    def _expect(self, kind: type[Any], deadline: float) -> Any:
-        frame = self._read(deadline)
-        if not isinstance(frame, kind):
-            raise ConnectionError(f"the broker answered {frame.name}, not {kind.__name__}")
-        return frame
-
-    @staticmethod
-    def _left(deadline: float) -> float:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("no answer from the broker in time")
-        return left
+            data = wire.data_to_send()
+            if data:
+                sock.settimeout(_left(deadline))
+                sock.sendall(data)
+            sock.settimeout(_left(deadline))
+            for event in wire.receive(sock.recv(65536)):
+                if wanted(event):
+                    return event
+                if isinstance(event, (ChannelClosed, ConnectionClosed)):
+                    data = wire.data_to_send()  # the CloseOk
+                    if data:
+                        sock.settimeout(_left(deadline))
+                        sock.sendall(data)
+                    what = "channel" if isinstance(event, ChannelClosed) else "connection"
+                    raise ConnectionError(
+                        f"the broker closed the {what}: {event.reply_code} {event.reply_text}"
+                    )
 
     def close(self) -> None:
         """Drop the socket (no close handshake: the broker closes its side)."""
         self._sock.close()
+
+
+def _replied(kind: type[Any]) -> Callable[[Event], bool]:
+    """Whether an event is the broker's method ``kind``."""
+    return lambda event: isinstance(event, Method) and isinstance(event.method, kind)
+
+
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("no answer from the broker in time")
+    return left
 
 
 class BlockingIntake:

@@ -3,7 +3,8 @@ the resends that make a failover invisible to the caller. :class:`LoopLink` runs
 the caller's event loop (the asyncio face); :class:`ThreadLink` drives one on a
 private loop thread (the sync face). Both have the same methods, so the two faces of
 the backend read the same (the sync one is generated). One module a concern, composed
-by :class:`LoopLink`: the state and the seams (``_state``), the connection and the
+by :class:`LoopLink`: the decisions without I/O that every driver shares
+(``_core``), the state and the seams (``_state``), the connection and the
 election (``_election``), calls and replies (``_calls``), the outbox (``_outbox``), a
 reserve sent with the acks (``_ahead``), fast puts (``_fast_put``).
 """

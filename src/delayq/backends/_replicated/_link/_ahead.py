@@ -24,7 +24,7 @@ class Ahead(LinkState):
         of ``queue`` that got messages), send that reserve again in the same batch, so
         that a message falling due during the ack's round trip finds a reserve waiting
         at the scheduler; the caller's next matching reserve takes its answer."""
-        limit, lease_ms, wait = self._reserving[queue]
+        limit, lease_ms, wait = self._core.reserving[queue]
         loop = asyncio.get_running_loop()
         task = loop.create_task(self._call("reserve", [queue, limit, lease_ms], wait))
         self._ahead[queue] = (limit, lease_ms, task)

@@ -12,10 +12,9 @@ import uuid
 from typing import Any
 
 from ....errors import QueueClosed, SchedulerNotRunning
-from .._codec import decode_outcome, decode_record, pack, raise_error, reserve_items, unpack
-from .._constants import QUIET_HOLD
+from .._codec import pack, raise_error, unpack
 from .._transport import NoScheduler, Refused
-from ._state import LinkState, remember
+from ._state import LinkState
 
 __all__ = ["Calls"]
 
@@ -38,34 +37,19 @@ class Calls(LinkState):
             for part_id, part_kind, part_body in unpack(body):
                 self._on_reply(part_id, part_kind, part_body)
             return
-        if not request_id and kind in ("full", "quiet", "nudge"):  # announcements
-            if kind == "full":
-                self._full = self._fast_put
-            else:
-                self._quiet_until = time.monotonic() + QUIET_HOLD if kind == "quiet" else 0.0
+        if self._core.announced(request_id, kind, time.monotonic()):
             return
         future = self._pending.get(request_id)
         if future is not None:
             self._served = True
-            # Every send of this request waited behind this intake message at least.
-            self._folded_seq = max(self._folded_seq, self._barriers.pop(request_id, 0))
+            self._core.replied(request_id)
             if not future.done():
                 # When it came, by the clock a held reply is counted on (the loop's
                 # own may be coarser, or cached).
                 future.set_result((kind, body, time.monotonic()))
             return
-        queue = self._forgotten.pop(request_id, None)
-        received: frozenset[str] = frozenset()
-        if queue is None and request_id in self._answered:
-            queue, received = self._answered[request_id]
-        if queue is not None and kind in ("ok", "held"):
-            # A reserve abandoned by its caller was served after all, or one answered
-            # was served again (its resend reached a scheduler that did not know of the
-            # first answer): give back what its caller did not receive.
-            for item in reserve_items(kind, body):
-                record = decode_record(item)
-                if record.lease not in received:
-                    self._spawn_giving(self._quiet("release", [queue, record.id, record.lease]))
+        for release in self._core.give_back(request_id, kind, body):
+            self._spawn_giving(self._quiet("release", release))
 
     async def _forget(self, queue: str, request_id: str) -> None:
         transport = self._transport
@@ -98,12 +82,10 @@ class Calls(LinkState):
             if taken is None:
                 if args:
                     await self._configure(args[0])
-                if op == "ack_many" and self._reserving.get(args[0]) and not self._pending:
+                if self._core.ahead_of(op, args, bool(self._pending)):
                     self._send_ahead(args[0])
                 taken = await self._call(op, args, wait)
-            self._reserving.clear()
-            if op == "reserve" and taken[0] and wait != 0 and not self._pending:
-                self._reserving[args[0]] = (args[1], args[2], wait)
+            self._core.called(op, args, wait, taken[0], bool(self._pending))
             return taken
         except Refused as exc:
             raise exc.reason from exc.reason.__cause__
@@ -187,7 +169,7 @@ class Calls(LinkState):
                         # An answer still on its way (the given-up connection is closed
                         # later) gives back what it claimed; one that reaches the
                         # closed inbox is returned to the scheduler, which releases it.
-                        remember(self._forgotten, request_id, args[0])
+                        self._core.forget(request_id, args[0])
                     what = "no reply" if self._candidate else _NO_REPLY_HINT
                     raise self._no_reply(op, may_have_run, what, timeout)
                 unanswered_since = loop.time()
@@ -196,7 +178,7 @@ class Calls(LinkState):
                 # Sent before the caller goes on, so that the scheduler drops the parked
                 # reserve before it sees the caller's next request; one served meanwhile
                 # is given back when its reply comes.
-                remember(self._forgotten, request_id, args[0])
+                self._core.forget(request_id, args[0])
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._forget(args[0], request_id))
             task = asyncio.current_task()
@@ -212,29 +194,20 @@ class Calls(LinkState):
             raise
         finally:
             self._pending.pop(request_id, None)
-            self._barriers.pop(request_id, None)
+            self._core.ended(request_id)
             if future.done() and not future.cancelled():
                 future.exception()  # seen, also when the call ends another way
         kind, body, arrived = future.result()
         if kind not in {"ok", "held"}:
             raise_error(kind, unpack(body))
         if op == "put":
-            self._full = False  # the scheduler took a put: there is room again
+            self._core.put_taken()
         if kind == "ok":
-            return self._answer(op, args, request_id, unpack(body)), None
+            return self._core.answer(op, args, request_id, unpack(body)), None
         # Claimed ahead of their due time: held until then, by the scheduler's clock
         # (the reply says how long, counted from when it left: it came later).
         rest, items = unpack(body)
-        return self._answer(op, args, request_id, items), arrived + rest
-
-    def _answer(self, op: str, args: list[Any], request_id: str, body: Any) -> Any:
-        """The decoded outcome of a call; that of a reserve is remembered with its
-        leases (a second answer to it gives back only what its caller did not get)."""
-        outcome = decode_outcome(op, body)
-        if op == "reserve":
-            leases = frozenset(record.lease or "" for record in outcome)
-            remember(self._answered, request_id, (args[0], leases))
-        return outcome
+        return self._core.answer(op, args, request_id, items), arrived + rest
 
     async def _hold(self, queue: str, records: list[Any], until: float) -> None:
         """Wait until ``until`` (:func:`time.monotonic`) before handing ``records``

@@ -209,7 +209,7 @@ class Election(LinkState):
 
     def _on_elected(self) -> None:
         self._served = True
-        self._quiet_until = 0.0  # a new scheduler says so again if no reserve waits
+        self._core.elected()
         self._next_turn()
 
     def _next_turn(self) -> None:

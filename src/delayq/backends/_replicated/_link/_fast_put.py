@@ -3,8 +3,9 @@ intake, coalesced the same way as requests (those that gather while an append is
 its way leave as one message), and return on its confirm. The link numbers its intake
 messages; every request it sends afterwards, until a reply proves the scheduler folded
 them, starts with an ``after`` part naming the last one confirmed, which the scheduler
-holds the request behind (read-your-writes). A :class:`~._thread_link.ThreadLink`
-appends from its callers' threads with the numbers this module hands out."""
+holds the request behind (read-your-writes). The numbers, and the grouping of the puts
+waiting, are the link core's (``_core``), which a :class:`~._thread_link.ThreadLink`
+appending from its callers' threads uses too."""
 
 from __future__ import annotations
 
@@ -14,11 +15,10 @@ import time
 import uuid
 from typing import Any
 
-from ....durable.message import Now
 from ....errors import QueueClosed
-from .._codec import pack
-from .._constants import FIRE_AHEAD_MS, MAX_GROUP_BYTES
+from .._constants import FIRE_AHEAD_MS
 from .._transport import BlockingIntake, NoScheduler, Refused, Transport
+from ._core import take_group
 from ._state import FastPut, LinkState
 
 __all__ = ["FastPuts", "soon"]
@@ -84,13 +84,9 @@ class FastPuts(LinkState):
         MAX_GROUP_BYTES), so that this link's intake messages are confirmed in order."""
         try:
             while self._intake:
-                puts: list[FastPut] = []
-                size = 0
-                while self._intake and (not puts or size + self._intake[0].size <= MAX_GROUP_BYTES):
-                    put = self._intake.pop(0)
-                    if not put.appended.done():  # its caller gave up before it left
-                        puts.append(put)
-                        size += put.size
+                puts = take_group(
+                    self._intake, lambda put: put.size, gone=lambda put: put.appended.done()
+                )
                 if puts:
                     await self._send_intake(puts)
         finally:
@@ -100,7 +96,7 @@ class FastPuts(LinkState):
     async def _send_intake(self, puts: list[FastPut]) -> None:
         """Append ``puts`` as the link's next intake message and settle their futures
         (an error of the append: each put's; a cancellation is raised too)."""
-        seq, nudge = self.next_intake(any(p.soon for p in puts))
+        seq, nudge = self._core.next_intake(any(p.soon for p in puts), time.monotonic())
         parts = [[p.request_id, p.queue, p.requests] for p in puts]
         try:
             await self._append(seq, parts, nudge=nudge)
@@ -113,7 +109,7 @@ class FastPuts(LinkState):
             if not isinstance(exc, Exception):
                 raise
             return
-        self.intake_confirmed(seq)
+        self._core.intake_confirmed(seq)
         for put in puts:
             if not put.appended.done():
                 put.appended.set_result(None)
@@ -154,23 +150,6 @@ class FastPuts(LinkState):
         except (ConnectionError, OSError) as exc:
             raise self._no_reply("put", False, "no intake append") from exc
 
-    def next_intake(self, soon: bool) -> tuple[int, bool]:
-        """Number the next intake message; and whether the scheduler gets a copy at
-        once (``soon``: some fall due within FIRE_AHEAD_MS, and no ``quiet`` holds)."""
-        self._intake_seq += 1
-        return self._intake_seq, soon and time.monotonic() >= self._quiet_until
-
-    def intake_body(self, seq: int, parts: list[Any]) -> bytes:
-        """The intake message ``seq`` of ``parts`` (``[request id, queue, encoded
-        requests]`` each), stamped with the moment it is sent."""
-        now = Now.of_seconds(time.time())
-        return pack([self._client, seq, now.floor, now.ceil, parts])
-
-    def intake_confirmed(self, seq: int) -> None:
-        """The broker confirmed intake message ``seq``: this link's next requests wait
-        for it at the scheduler."""
-        self._confirmed_seq = max(self._confirmed_seq, seq)
-
     async def _settle(self) -> None:
         """Before a close: wait, for up to CLOSE_SETTLE s, until this link's fast puts
         are appended and folded (so that what a process put before it closed is seen by
@@ -181,7 +160,7 @@ class FastPuts(LinkState):
         with contextlib.suppress(Exception):
             while self._intake and loop.time() < until:
                 await asyncio.sleep(0.005)
-        if self._confirmed_seq > self._folded_seq:
+        if self._core.unfolded:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._call("sync", [], 0.0), until - loop.time())
 
@@ -199,7 +178,7 @@ class FastPuts(LinkState):
             try:
                 transport = self._transport or await self._connected_within(left)
                 may_have_run = True
-                body = self.intake_body(seq, parts)
+                body = self._core.intake_body(seq, parts, time.time())
                 await self._append_by(deadline, transport, body, nudge)
                 return
             except (ConnectionError, OSError) as exc:

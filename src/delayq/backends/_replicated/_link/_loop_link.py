@@ -29,7 +29,7 @@ class LoopLink(Election, Calls, Ahead, Outbox, FastPuts):
             return
         if self._ahead or self._giving:
             await self._give_back_all()
-        if self._intake or self._confirmed_seq > self._folded_seq:
+        if self._intake or self._core.unfolded:
             await self._settle()
         self._closed = True
         if self._closed_signal is not None and not self._closed_signal.done():

@@ -6,11 +6,9 @@ replies come back the same way."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 
-from .._codec import pack
-from .._constants import MAX_GROUP_BYTES
 from .._transport import Transport
+from ._core import take_group
 from ._state import LinkState, Outgoing
 
 __all__ = ["Outbox"]
@@ -44,23 +42,11 @@ class Outbox(LinkState):
                 if not batch:
                     continue
                 first = batch[0]
-                # Read-your-writes: held at the scheduler until it folded what this
-                # link appended to the intake (until a reply says it has).
-                after = self._confirmed_seq if self._confirmed_seq > self._folded_seq else 0
-                for item in batch:
-                    if item.request_id in self._pending:
-                        self._barriers.setdefault(item.request_id, after)
+                op, request_id, body = self._core.message(
+                    [(item.op, item.request_id, item.body) for item in batch], self._pending
+                )
                 try:
-                    if len(batch) == 1 and not after:
-                        await first.transport.request(
-                            first.op, first.request_id, first.body, first.ttl
-                        )
-                    else:
-                        parts = [["after", "", pack([self._client, after])]] if after else []
-                        parts += [[item.op, item.request_id, item.body] for item in batch]
-                        await first.transport.request(
-                            "batch", uuid.uuid4().hex, pack(parts), first.ttl
-                        )
+                    await first.transport.request(op, request_id, body, first.ttl)
                 except BaseException as exc:
                     failure = exc if isinstance(exc, Exception) else None
                     for item in batch:
@@ -79,25 +65,15 @@ class Outbox(LinkState):
             self._fail_outbox()
 
     def _take_outbox(self) -> list[Outgoing]:
-        """The outbox's first requests that leave together (those whose caller gave up
-        before they left are dropped: a cancelled publish need not go)."""
-        batch: list[Outgoing] = []
-        size = 0
-        while self._outbox:
-            item = self._outbox[0]
-            if item.sent.done():
-                del self._outbox[0]
-                continue
-            if batch and (
-                item.transport is not batch[0].transport
-                or item.ttl != batch[0].ttl
-                or size + len(item.body) > MAX_GROUP_BYTES
-            ):
-                break
-            batch.append(item)
-            size += len(item.body)
-            del self._outbox[0]
-        return batch
+        """The outbox's first requests that leave together, for one connection and time
+        to live (those whose caller gave up before they left are dropped: a cancelled
+        publish need not go)."""
+        return take_group(
+            self._outbox,
+            lambda item: len(item.body),
+            gone=lambda item: item.sent.done(),
+            joins=lambda first, item: item.transport is first.transport and item.ttl == first.ttl,
+        )
 
     def _fail_outbox(self) -> None:
         """Fail what is left in the outbox once nothing drains it (a close): each caller

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import collections
-import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, NamedTuple, TypeVar
 
@@ -16,22 +14,14 @@ from ....errors import SchedulerNotRunning
 from .._constants import CLOSE_SETTLE
 from .._scheduler import Scheduler
 from .._transport import NoScheduler, ReplyLost, Transport
+from ._core import LinkCore
 
-__all__ = ["Candidacy", "FastPut", "LinkState", "Outgoing", "T", "remember"]
+__all__ = ["Candidacy", "FastPut", "LinkState", "Outgoing", "T"]
 
 T = TypeVar("T")
 #: Who stands for election: ``on`` at once, ``auto`` once this backend object runs a
 #: waiting reserve (a consumer, never a pure producer), ``off`` never.
 Candidacy = Literal["auto", "on", "off"]
-#: How many answered (and abandoned) reserves a link remembers, for a late answer.
-_REMEMBERED = 1024
-
-
-def remember(table: collections.OrderedDict[str, T], key: str, value: T) -> None:
-    """Note ``key`` in ``table``, forgetting the oldest past :data:`_REMEMBERED`."""
-    table[key] = value
-    if len(table) > _REMEMBERED:
-        table.popitem(last=False)
 
 
 class FastPut(NamedTuple):
@@ -73,23 +63,11 @@ class LinkState(abc.ABC):
         self._make_transport = make_transport
         self._url = url
         self._deliver = deliver
-        self._fast_put = fast_put
-        #: This link's name in the intake, and its intake messages: the last numbered,
-        #: the last confirmed, the last known folded (a reply to a request that waited
-        #: behind it came back); the first ``after`` each request in flight was sent with.
-        self._client = uuid.uuid4().hex
-        self._intake_seq = 0
-        self._confirmed_seq = 0
-        self._folded_seq = 0
-        self._barriers: dict[str, int] = {}
+        #: What the link decides without I/O: its intake numbering and barriers, the
+        #: announcements, late answers, the reserve sent ahead.
+        self._core = LinkCore(fast_put=fast_put)
         self._intake: list[FastPut] = []
         self._appending = False
-        #: Set by the scheduler's ``full`` announcement: puts take the plain path (which
-        #: may refuse them) until one of them is taken.
-        self._full = False
-        #: Until when (time.monotonic()) the scheduler said ``quiet``: no reserve waits,
-        #: so a put due soon is not copied to it (the intake's tail brings it).
-        self._quiet_until = 0.0
         self._configured: set[str] = set()
         #: Whether a connection of this link opened once (the namespace's objects are
         #: declared: a ThreadLink may append from its callers' threads).
@@ -109,18 +87,8 @@ class LinkState(abc.ABC):
         self._closed_signal: asyncio.Future[None] | None = None
         #: Request id -> the future of its reply: kind, body and the loop's time it came.
         self._pending: dict[str, asyncio.Future[tuple[str, bytes, float]]] = {}
-        #: Request id -> queue, of reserves their callers abandoned; and -> queue and the
-        #: leases its caller got, of reserves answered: a late answer to either (a resend
-        #: that a new scheduler served too) gives back what no caller received.
-        self._forgotten: collections.OrderedDict[str, str] = collections.OrderedDict()
-        self._answered: collections.OrderedDict[str, tuple[str, frozenset[str]]] = (
-            collections.OrderedDict()
-        )
-        #: A sequential consumer's loop (docs/rabbitmq.md, "A reserve sent with the
-        #: acks"): per queue, the ``(limit, lease_ms, wait)`` of the last call, when it
-        #: was a waiting reserve that got messages; and the reserve sent ahead with the
-        #: ``ack_many`` that followed it, until the caller's next call takes or drops it.
-        self._reserving: dict[str, tuple[int, int, float | None]] = {}
+        #: The reserve sent ahead with a sequential consumer's ``ack_many`` (the core's
+        #: ``reserving``), until the caller's next call takes or drops it.
         self._ahead: dict[str, tuple[int, int, asyncio.Task[tuple[Any, float | None]]]] = {}
         self._turn: asyncio.Future[None] | None = None
         self._candidate = False
@@ -142,7 +110,13 @@ class LinkState(abc.ABC):
     @property
     def fast(self) -> bool:
         """Whether a put whose outcome nobody reads may go through the intake now."""
-        return self._fast_put and not self._full
+        return self._core.fast
+
+    @property
+    def core(self) -> LinkCore:
+        """What the link decides without I/O (a :class:`ThreadLink` numbers the fast
+        puts it appends from its callers' threads there)."""
+        return self._core
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)

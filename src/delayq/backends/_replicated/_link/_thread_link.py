@@ -5,7 +5,6 @@ event-loop thread; a fast put appended from its caller's thread (a
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import os
 import threading
@@ -16,8 +15,8 @@ from typing import Any
 
 from ...._fork import generation
 from ....errors import QueueClosed
-from .._constants import MAX_GROUP_BYTES
 from .._transport import BlockingIntake, Transport
+from ._core import take_group
 from ._fast_put import soon
 from ._loop_link import CLOSE_WAIT, LoopLink
 from ._state import Candidacy, T
@@ -88,7 +87,7 @@ class ThreadLink:
         # message of them), the publisher it appends with (made on the first; None
         # after the transport offered none: they go through the loop).
         self._intake_lock = threading.Lock()
-        self._waiting: collections.deque[_Waiting] = collections.deque()
+        self._waiting: list[_Waiting] = []
         self._leading = False
         self._closing = False
         self._blocking: BlockingIntake | None = None
@@ -212,12 +211,7 @@ class ThreadLink:
         """Append the puts waiting (this thread's first), wake their threads, and hand
         the lead on."""
         with self._intake_lock:
-            batch: list[_Waiting] = []
-            size = 0
-            while self._waiting and (not batch or size + self._waiting[0].size <= MAX_GROUP_BYTES):
-                put = self._waiting.popleft()
-                batch.append(put)
-                size += put.size
+            batch = take_group(self._waiting, lambda put: put.size)
         try:
             self._append(link, batch)
         except BaseException as exc:
@@ -253,7 +247,8 @@ class ThreadLink:
                 for put in batch:
                     self._run(link.put_fast(put.queue, put.requests))
                 return
-        seq, nudge = link.next_intake(any(put.soon for put in batch))
+        core = link.core
+        seq, nudge = core.next_intake(any(put.soon for put in batch), time.monotonic())
         parts = [[put.request_id, put.queue, put.requests] for put in batch]
         deadline = time.monotonic() + link.request_timeout
         may_have_run = False
@@ -261,7 +256,8 @@ class ThreadLink:
             try:
                 self._blocking.connect(deadline)
                 may_have_run = True
-                self._blocking.append(link.intake_body(seq, parts), nudge=nudge, deadline=deadline)
+                body = core.intake_body(seq, parts, time.time())
+                self._blocking.append(body, nudge=nudge, deadline=deadline)
                 break
             except (ConnectionError, OSError) as exc:
                 if time.monotonic() >= deadline:
@@ -269,7 +265,7 @@ class ThreadLink:
                 if link.closed:
                     raise QueueClosed("the queue was closed") from None
                 time.sleep(min(max(deadline - time.monotonic(), 0.0), 0.1))
-        link.intake_confirmed(seq)
+        core.intake_confirmed(seq)
 
     def close(self) -> None:
         """See :meth:`LoopLink.close`, once the fast puts of this link's threads are

@@ -1,0 +1,226 @@
+"""The link's state transitions without I/O: no asyncio, no thread, no clock (each
+step is given the time it needs). What a driver does with a connection (send, wait,
+resend) stays with the driver; what it decides from what it holds is here, once for
+every driver: the numbering of the intake messages and the read-your-writes barrier
+(``after``) the requests carry behind them, the scheduler's announcements, the message
+a run of requests leaves as, which late answer gives back what, and when a sequential
+consumer's next reserve is sent ahead with its acks."""
+
+from __future__ import annotations
+
+import collections
+import uuid
+from collections.abc import Callable, Container, Sequence
+from typing import Any, TypeVar
+
+from ....durable.message import Now
+from .._codec import decode_outcome, decode_record, pack, reserve_items
+from .._constants import MAX_GROUP_BYTES, QUIET_HOLD
+
+__all__ = ["LinkCore", "remember", "take_group"]
+
+T = TypeVar("T")
+#: How many answered (and abandoned) reserves a link remembers, for a late answer.
+_REMEMBERED = 1024
+#: A waiting reserve's ``(limit, lease_ms, wait)``.
+Reserving = tuple[int, int, float | None]
+#: The scheduler's announcements to every client (no request id).
+_ANNOUNCEMENTS = frozenset({"full", "quiet", "nudge"})
+
+
+def remember(table: collections.OrderedDict[str, T], key: str, value: T) -> None:
+    """Note ``key`` in ``table``, forgetting the oldest past :data:`_REMEMBERED`."""
+    table[key] = value
+    if len(table) > _REMEMBERED:
+        table.popitem(last=False)
+
+
+def take_group(
+    waiting: list[T],
+    size_of: Callable[[T], int],
+    *,
+    gone: Callable[[T], bool] | None = None,
+    joins: Callable[[T, T], bool] | None = None,
+    limit: int = MAX_GROUP_BYTES,
+) -> list[T]:
+    """Take from the front of ``waiting`` what leaves as one message: the first item,
+    and those after it while their sizes stay within ``limit`` (and each ``joins``
+    the first); the items ``gone`` (their callers gave up) are dropped on the way."""
+    group: list[T] = []
+    size = 0
+    while waiting:
+        item = waiting[0]
+        if gone is not None and gone(item):
+            del waiting[0]
+            continue
+        if group and (
+            size + size_of(item) > limit or (joins is not None and not joins(group[0], item))
+        ):
+            break
+        group.append(item)
+        size += size_of(item)
+        del waiting[0]
+    return group
+
+
+class LinkCore:
+    """What a link decides by itself. ``fast_put``: whether its puts may go through
+    the intake (docs/rabbitmq.md, "Fast put")."""
+
+    def __init__(self, *, fast_put: bool) -> None:
+        self._fast_put = fast_put
+        #: This link's name in the intake, and its intake messages: the last numbered,
+        #: the last confirmed, the last known folded (a reply to a request that waited
+        #: behind it came back); the first ``after`` each request in flight was sent with.
+        self.client = uuid.uuid4().hex
+        self.intake_seq = 0
+        self.confirmed_seq = 0
+        self.folded_seq = 0
+        self._barriers: dict[str, int] = {}
+        #: Set by the scheduler's ``full`` announcement: puts take the plain path (which
+        #: may refuse them) until one of them is taken.
+        self.full = False
+        #: Until when (a monotonic time) the scheduler said ``quiet``: no reserve waits,
+        #: so a put due soon is not copied to it (the intake's tail brings it).
+        self.quiet_until = 0.0
+        #: Request id -> queue, of reserves their callers abandoned; and -> queue and the
+        #: leases its caller got, of reserves answered: a late answer to either (a resend
+        #: that a new scheduler served too) gives back what no caller received.
+        self.forgotten: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self.answered: collections.OrderedDict[str, tuple[str, frozenset[str]]] = (
+            collections.OrderedDict()
+        )
+        #: A sequential consumer's loop (docs/rabbitmq.md, "A reserve sent with the
+        #: acks"): per queue, the ``(limit, lease_ms, wait)`` of the last call, when it
+        #: was a waiting reserve that got messages.
+        self.reserving: dict[str, Reserving] = {}
+
+    @property
+    def fast(self) -> bool:
+        """Whether a put whose outcome nobody reads may go through the intake now."""
+        return self._fast_put and not self.full
+
+    @property
+    def unfolded(self) -> bool:
+        """Whether an intake message this link appended may not be folded yet."""
+        return self.confirmed_seq > self.folded_seq
+
+    # -- fast puts -------------------------------------------------------------------
+
+    def next_intake(self, soon: bool, now: float) -> tuple[int, bool]:
+        """Number the next intake message; and whether the scheduler gets a copy at
+        once (``soon``: some fall due within FIRE_AHEAD_MS, and no ``quiet`` holds at
+        ``now``, a monotonic time)."""
+        self.intake_seq += 1
+        return self.intake_seq, soon and now >= self.quiet_until
+
+    def intake_body(self, seq: int, parts: list[Any], wall: float) -> bytes:
+        """The intake message ``seq`` of ``parts`` (``[request id, queue, encoded
+        requests]`` each), stamped with ``wall`` (epoch seconds), the moment it is sent."""
+        now = Now.of_seconds(wall)
+        return pack([self.client, seq, now.floor, now.ceil, parts])
+
+    def intake_confirmed(self, seq: int) -> None:
+        """The broker confirmed intake message ``seq``: this link's next requests wait
+        for it at the scheduler."""
+        self.confirmed_seq = max(self.confirmed_seq, seq)
+
+    # -- requests --------------------------------------------------------------------
+
+    def message(
+        self, requests: Sequence[tuple[str, str, bytes]], pending: Container[str]
+    ) -> tuple[str, str, bytes]:
+        """``(op, request id, body)`` of the one message a run of ``requests`` (``(op,
+        request id, body)`` each) leaves as: a lone request as itself, else a ``batch``,
+        led by an ``after`` part while an intake message of this link may not be
+        folded (read-your-writes: the scheduler holds the requests until it has). The
+        barrier each request still ``pending`` was first sent behind is noted."""
+        after = self.confirmed_seq if self.confirmed_seq > self.folded_seq else 0
+        for _, request_id, _ in requests:
+            if request_id in pending:
+                self._barriers.setdefault(request_id, after)
+        if len(requests) == 1 and not after:
+            return requests[0]
+        parts: list[list[Any]] = [["after", "", pack([self.client, after])]] if after else []
+        parts += [[op, request_id, body] for op, request_id, body in requests]
+        return "batch", uuid.uuid4().hex, pack(parts)
+
+    def announced(self, request_id: str, kind: str, now: float) -> bool:
+        """Whether a reply is the scheduler's announcement (then taken: ``full``
+        turns fast puts to the plain path; ``quiet``, at ``now`` a monotonic time,
+        holds their copies to the scheduler for QUIET_HOLD; ``nudge`` lets them go)."""
+        if request_id or kind not in _ANNOUNCEMENTS:
+            return False
+        if kind == "full":
+            self.full = self._fast_put
+        else:
+            self.quiet_until = now + QUIET_HOLD if kind == "quiet" else 0.0
+        return True
+
+    def replied(self, request_id: str) -> None:
+        """A reply to a request in flight came: every send of it waited behind the
+        intake message it was first sent after, which is so folded."""
+        self.folded_seq = max(self.folded_seq, self._barriers.pop(request_id, 0))
+
+    def ended(self, request_id: str) -> None:
+        """A call is over (answered or not): its barrier is forgotten."""
+        self._barriers.pop(request_id, None)
+
+    def put_taken(self) -> None:
+        """The scheduler took a plain put: there is room again for fast ones."""
+        self.full = False
+
+    def elected(self) -> None:
+        """A scheduler was elected: it says ``quiet`` again if no reserve waits."""
+        self.quiet_until = 0.0
+
+    # -- late answers to reserves ----------------------------------------------------
+
+    def forget(self, request_id: str, queue: str) -> None:
+        """The caller of reserve ``request_id`` of ``queue`` gave it up: an answer
+        that comes all the same is given back."""
+        remember(self.forgotten, request_id, queue)
+
+    def answer(self, op: str, args: list[Any], request_id: str, body: Any) -> Any:
+        """The decoded outcome of a call; that of a reserve is remembered with its
+        leases (a second answer to it gives back only what its caller did not get)."""
+        outcome = decode_outcome(op, body)
+        if op == "reserve":
+            leases = frozenset(record.lease or "" for record in outcome)
+            remember(self.answered, request_id, (args[0], leases))
+        return outcome
+
+    def give_back(self, request_id: str, kind: str, body: bytes) -> list[list[Any]]:
+        """The releases (``[queue, id, lease]`` each) a reply that no call waits for
+        asks: a reserve abandoned by its caller was served after all, or one answered
+        was served again (its resend reached a scheduler that did not know of the
+        first answer); what its caller did not receive goes back."""
+        queue = self.forgotten.pop(request_id, None)
+        received: frozenset[str] = frozenset()
+        if queue is None and request_id in self.answered:
+            queue, received = self.answered[request_id]
+        if queue is None or kind not in ("ok", "held"):
+            return []
+        releases = []
+        for item in reserve_items(kind, body):
+            record = decode_record(item)
+            if record.lease not in received:
+                releases.append([queue, record.id, record.lease])
+        return releases
+
+    # -- a reserve sent with the acks ------------------------------------------------
+
+    def ahead_of(self, op: str, args: list[Any], busy: bool) -> Reserving | None:
+        """The reserve to send ahead with this call: with a sequential caller's
+        ``ack_many`` (``busy``: no other call of the link in flight) when its last call
+        was a waiting reserve of the queue that got messages; else None."""
+        if op != "ack_many" or busy:
+            return None
+        return self.reserving.get(args[0])
+
+    def called(self, op: str, args: list[Any], wait: float | None, got: Any, busy: bool) -> None:
+        """A call is over with ``got``: a waiting reserve that got messages, from a
+        sequential caller (not ``busy``), is what its next ``ack_many`` sends again."""
+        self.reserving.clear()
+        if op == "reserve" and got and wait != 0 and not busy:
+            self.reserving[args[0]] = (args[1], args[2], wait)
