@@ -58,7 +58,9 @@ t. Tracing (issue 42): the worker alone (sync-noop c8, async-noop c32) with trac
    process), the modes alternated ``--repeat`` times, the best of each shown with
    its ratio to "off" in the same run; the target is no-op within 5% of off. The
    messages are put by the same process before the drain (the drain's clock starts at
-   the first handler's end), so the put's own span is not in the figure.
+   the first handler's end), so the put's own span is not in the figure. With
+   ``--trace-baseline SRC`` (another tree's ``src/``, e.g. main's), that tree's worker
+   runs too ("before"), and "off" is held to 5% of it.
 
 It prints a table (measure, target, PASS/MISS) and writes JSON to
 ``benchmarks/results/worker[-<scheme>][-quick].json``. It never asserts.
@@ -823,16 +825,28 @@ def trace_child(url: str, mode: str, kind: str, concurrency: int, jobs: int) -> 
     print(json.dumps(run))
 
 
-def section_tracing(url: str, sizes: Sizes, repeat: int) -> list[Measure]:
-    """The worker alone under each of TRACE_MODES, alternated in child processes."""
+def section_tracing(
+    url: str, sizes: Sizes, repeat: int, baseline: str | None = None
+) -> list[Measure]:
+    """The worker alone under each of TRACE_MODES, alternated in child processes; with
+    ``baseline`` (the ``src`` directory of another delayq tree), that tree's worker too,
+    tracing off ("before")."""
     best: dict[tuple[str, int, str], dict[str, Any]] = {}
+    modes = (("before",) if baseline else ()) + TRACE_MODES
     for _ in range(max(repeat, 1)):
         for kind, concurrency in TRACE_CASES:
-            for mode in TRACE_MODES:
+            for mode in modes:
                 case = f"{kind}:{concurrency}"
-                command = [sys.executable, __file__, "--trace-child", mode, "--url", url,
+                command = [sys.executable, __file__, "--trace-child",
+                           "off" if mode == "before" else mode, "--url", url,
                            "--cases", case, "--jobs", str(sizes.jobs)]  # fmt: skip
-                done = subprocess.run(command, capture_output=True, text=True, check=False)
+                env = dict(os.environ)
+                if mode == "before":
+                    assert baseline is not None
+                    env["PYTHONPATH"] = os.pathsep.join(
+                        filter(None, [baseline, env.get("PYTHONPATH")])
+                    )
+                done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
                 if done.returncode != 0:
                     console.print(done.stderr[-2000:], style="red")
                     continue
@@ -843,15 +857,20 @@ def section_tracing(url: str, sizes: Sizes, repeat: int) -> list[Measure]:
     measures = []
     for kind, concurrency in TRACE_CASES:
         off = best.get((kind, concurrency, "off"))
-        for mode in TRACE_MODES:
+        for mode in modes:
             run = best.get((kind, concurrency, mode))
+            # each mode against "off"; "off" itself against "before" (another tree)
+            against = "before" if mode == "off" else "off"
+            reference = best.get((kind, concurrency, against))
             if run is None or off is None:
                 continue
-            ratio = run["rate"] / off["rate"] if off["rate"] else 0.0
-            target, passed = ("", None)
-            if mode == "noop-sdk":
-                target, passed = ">= 0.95 x off", ratio >= 0.95
-            note = f"{ratio:.3f} x off, CPU/job {run['cpu_us'] / off['cpu_us']:.3f} x off"
+            target, passed, note = "", None, ""
+            if reference is not None and reference is not run:
+                ratio = run["rate"] / reference["rate"] if reference["rate"] else 0.0
+                cpu = run["cpu_us"] / reference["cpu_us"] if reference["cpu_us"] else 0.0
+                note = f"{ratio:.3f} x {against}, CPU/job {cpu:.3f} x {against}"
+                if mode in ("noop-sdk", "off"):
+                    target, passed = f">= 0.95 x {against}", ratio >= 0.95
             if "spans" in run:
                 note += f"; {run['spans']} spans written"
             measures.append(
@@ -876,6 +895,12 @@ def main(argv: list[str] | None = None) -> int:
         "--cases", help="drain cases, e.g. sync-rpush:8,cpu:8 (default: all of CASES)"
     )
     parser.add_argument("--json", type=Path, help="where to write the JSON results")
+    parser.add_argument(
+        "--trace-baseline",
+        metavar="SRC",
+        help="section t: also the worker of the delayq package under SRC (another tree's "
+        "src/), tracing off, as 'before'",
+    )
     parser.add_argument("--trace-child", choices=TRACE_MODES, help=argparse.SUPPRESS)
     parser.add_argument("--jobs", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -912,7 +937,7 @@ def main(argv: list[str] | None = None) -> int:
                         measure.target, measure.passed = "", None
             if "t" in chosen:
                 console.print(f"{scheme}: t. tracing ...", style="dim")
-                found += section_tracing(url, sizes, args.repeat)
+                found += section_tracing(url, sizes, args.repeat, args.trace_baseline)
             if "d" in chosen and is_redis:
                 console.print(f"{scheme}: d. processes ...", style="dim")
                 found += section_processes(url, sizes, loops, args.repeat)

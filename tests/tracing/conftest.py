@@ -20,6 +20,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from delayq.durable.tracing import provider_set
+
 
 class _SwitchTracer(trace.Tracer):
     def __init__(self, switch: _Switch, name: str) -> None:
@@ -64,6 +66,7 @@ def spans() -> Iterator[Spans]:
     if trace.get_tracer_provider() is not _SWITCH:
         trace.set_tracer_provider(_SWITCH)
         assert trace.get_tracer_provider() is _SWITCH, "another global provider is set"
+        provider_set()  # delayq asked within the last second may not know yet
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))

@@ -14,6 +14,7 @@ imported the OpenTelemetry API: the spans, by the messaging semantic conventions
 from __future__ import annotations
 
 import datetime
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -38,30 +39,56 @@ from .. import __version__
 from ._w3c import TRACEPARENT, with_context
 from .message import Message, PutRequest
 
-__all__ = ["context_of", "failed", "process_span", "send_span", "traced", "tracer"]
+__all__ = [
+    "context_of",
+    "failed",
+    "process_span",
+    "recheck",
+    "send_span",
+    "traced",
+    "tracer",
+]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _SYSTEM = "delayq"
-#: The tracer of the provider it was asked of (a provider set later gets its own).
-_tracer: tuple[object, Tracer | None] | None = None
+#: The global provider's tracer, once a provider is set: the API sets it once for
+#: good, so it is asked once (None: that provider makes no spans).
+_found: tuple[Tracer | None] | None = None
+#: While none is set, the API's answer is asked again after this many seconds (its
+#: get_tracer_provider() then reads the environment: microseconds a call).
+RECHECK = 1.0
+_none_until = -math.inf
 
 
 def tracer() -> Tracer | None:
     """delayq's tracer of the global provider, or None when that provider makes no
-    spans (none was set: the API's proxy; the API's no-op provider; a provider whose
-    tracers are the API's no-op one, as the SDK's with ``OTEL_SDK_DISABLED``)."""
-    global _tracer
-    provider = trace.get_tracer_provider()
-    if isinstance(provider, (ProxyTracerProvider, NoOpTracerProvider)):
+    spans: none set yet (the API's proxy: asked again every RECHECK seconds, or at
+    once after :func:`recheck`), the API's no-op provider, or a provider whose tracers
+    are the API's no-op one (the SDK's with ``OTEL_SDK_DISABLED``)."""
+    global _found, _none_until
+    found = _found
+    if found is not None:
+        return found[0]
+    now = time.monotonic()
+    if now < _none_until:
         return None
-    cached = _tracer
-    if cached is not None and cached[0] is provider:
-        return cached[1]
-    made: Tracer | None = provider.get_tracer("delayq", __version__)
-    if isinstance(made, NoOpTracer):  # an SDK turned off (OTEL_SDK_DISABLED)
-        made = None
-    _tracer = (provider, made)
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, ProxyTracerProvider):
+        _none_until = now + RECHECK
+        return None
+    made: Tracer | None = None
+    if not isinstance(provider, NoOpTracerProvider):
+        made = provider.get_tracer("delayq", __version__)
+        if isinstance(made, NoOpTracer):
+            made = None
+    _found = (made,)
     return made
+
+
+def recheck() -> None:
+    """Ask the API for its provider at the next span instead of within RECHECK."""
+    global _none_until
+    _none_until = -math.inf
 
 
 def _given(headers: Mapping[str, str]) -> SpanContext | None:

@@ -21,8 +21,10 @@ the message's creation context and links to it (docs/guide/tracing.md says why).
 The cost when OpenTelemetry is not in use is one ``sys.modules`` look-up: nothing here
 imports ``opentelemetry``. Only once the process has imported ``opentelemetry.trace``
 (an SDK configured, or any library that uses the API) is the global tracer provider
-looked at, and only a provider that is neither the API's proxy (none set) nor its
-no-op one makes spans (:mod:`._otel`, imported then).
+looked at (:mod:`._otel`, imported then): once for good when one is set (the API sets
+it once), at most once a second while none is (:func:`provider_set` says at once).
+Only a provider that is neither the API's proxy (none set) nor its no-op one, and
+whose tracer is not the API's no-op one, makes spans.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ __all__ = [
     "carried",
     "has_context",
     "processing",
+    "provider_set",
     "sending",
     "traced",
     "valid_traceparent",
@@ -67,6 +70,15 @@ def _api() -> Any:
 
         _otel = otel
     return _otel
+
+
+def provider_set() -> None:
+    """Say that the global tracer provider was just set: delayq's next put or run
+    asks for it at once. Without this call it does within a second (while no provider
+    is set, the API is asked at most once a second: asking it costs microseconds)."""
+    otel = _api()
+    if otel is not None:
+        otel.recheck()
 
 
 def sending(
