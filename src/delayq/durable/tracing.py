@@ -72,6 +72,15 @@ def _api() -> Any:
     return _otel
 
 
+def _active() -> tuple[Any, Any] | None:
+    """(:mod:`._otel`, delayq's tracer) when spans are made, else None."""
+    otel = _api()
+    if otel is None:
+        return None
+    tracer = otel.tracer()
+    return None if tracer is None else (otel, tracer)
+
+
 def provider_set() -> None:
     """Say that the global tracer provider was just set: delayq's next put or run
     asks for it at once. Without this call it does within a second (while no provider
@@ -88,12 +97,10 @@ def sending(
     ``put_many``), current while the backend stores them, its context written into
     each message that has none. A context manager that does nothing when no SDK is
     configured."""
-    otel = _api()
-    if otel is None:
+    active = _active()
+    if active is None:
         return _NO_SPAN
-    tracer = otel.tracer()
-    if tracer is None:
-        return _NO_SPAN
+    otel, tracer = active
     result: AbstractContextManager[None] = otel.send_span(tracer, queue, requests, batch)
     return result
 
@@ -104,12 +111,10 @@ def traced(
     """``fn`` (a Worker's handler of ``msg``) run in a ``process`` span: the
     exception it raises recorded and the span's status set to error. ``fn`` itself when
     no SDK is configured."""
-    otel = _api()
-    if otel is None:
+    active = _active()
+    if active is None:
         return fn
-    tracer = otel.tracer()
-    if tracer is None:
-        return fn
+    otel, tracer = active
     wrapped: Callable[..., Any] = otel.traced(tracer, fn, is_async, msg, task)
     return wrapped
 
@@ -138,12 +143,11 @@ def processing(msg: Message, operation: str) -> Iterator[Run]:
     """The ``process`` span of the callback dispatcher's run of ``msg`` (``operation``:
     its ``messaging.operation.name``), yielding a :class:`Run` whose ``context`` is
     that span's (or, with no SDK, the message's own trace context, passed on as is)."""
-    otel = _api()
-    tracer = None if otel is None else otel.tracer()
-    if tracer is None:
+    active = _active()
+    if active is None:
         headers = msg.headers
         yield Run(carried(headers.get(TRACEPARENT), headers.get(TRACESTATE)) if headers else {})
         return
-    assert otel is not None
+    otel, tracer = active
     with otel.process_span(tracer, msg, operation, None) as span:
         yield Run(otel.context_of(span), span)
