@@ -114,7 +114,12 @@ def _write(span: Span, request: PutRequest) -> None:
 
 def _failed(span: Span, exc: BaseException) -> None:
     span.record_exception(exc)
-    failed(span, type(exc).__qualname__, f"{type(exc).__name__}: {exc}")
+    text = str(exc)
+    failed(
+        span,
+        type(exc).__qualname__,
+        f"{type(exc).__name__}: {text}" if text else type(exc).__name__,
+    )
 
 
 def failed(span: Span, kind: str, description: str) -> None:
