@@ -49,6 +49,19 @@ d. Processes: the cpu handler drained by ``delayq worker --processes N`` (a
    Worker's ratio (its cores also run Redis and the other servers); with
    ``--repeat N`` the floor and the drain alternate N times, the best of each shown.
 
+t. Tracing (issue 42): the worker alone (sync-noop c8, async-noop c32) with tracing
+   off (the OpenTelemetry API imported, no provider set), with a no-op SDK (the SDK's
+   provider with ``OTEL_SDK_DISABLED=true``: its tracers make no span), with the SDK
+   sampling nothing (``ALWAYS_OFF``: spans not recorded, the context still carried)
+   and with the SDK exporting every span to a file (BatchSpanProcessor, one JSON
+   span a line). Each run is a process of its own (the global provider is set once a
+   process), the modes alternated ``--repeat`` times, the best of each shown with
+   its ratio to "off" in the same run; the target is no-op within 5% of off. The
+   messages are put by the same process before the drain (the drain's clock starts at
+   the first handler's end), so the put's own span is not in the figure. With
+   ``--trace-baseline SRC`` (another tree's ``src/``, e.g. main's), that tree's worker
+   runs too ("before"), and "off" is held to 5% of it.
+
 It prints a table (measure, target, PASS/MISS) and writes JSON to
 ``benchmarks/results/worker[-<scheme>][-quick].json``. It never asserts.
 """
@@ -57,6 +70,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import resource
 import signal
@@ -102,7 +116,7 @@ TARGETS = {("sync-rpush", 8), ("async-rpush", 32)}
 #: Least share of the floor the drain must reach (issue 20).
 FLOOR_SHARE = 0.70
 #: The sections: a (drain, with b, the floors), c (lateness), d (processes).
-SECTIONS = ("a", "c", "d")
+SECTIONS = ("a", "c", "d", "t")
 #: A drain fails when nothing completes for this long (seconds).
 STALL_SECONDS = 30.0
 
@@ -764,6 +778,109 @@ def _processes_rate(url: str, processes: int, jobs: int, loops: int) -> tuple[fl
                 app.close()
 
 
+# -- t: tracing ------------------------------------------------------------------------
+TRACE_MODES = ("off", "noop-sdk", "sdk-sampled-out", "sdk-file")
+TRACE_CASES = (("sync-noop", 8), ("async-noop", 32))
+
+
+def trace_setup(mode: str, spans_file: str) -> None:
+    """Configure OpenTelemetry in this (child) process as ``mode`` says."""
+    from opentelemetry import trace  # noqa: PLC0415 (only the tracing section uses it)
+
+    if mode == "off":
+        return  # the API imported, no provider: what delayq's check sees first
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+    from opentelemetry.sdk.trace.export import (  # noqa: PLC0415
+        BatchSpanProcessor,
+        ConsoleSpanExporter,
+    )
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF  # noqa: PLC0415
+
+    if mode == "noop-sdk":
+        os.environ["OTEL_SDK_DISABLED"] = "true"
+        trace.set_tracer_provider(TracerProvider())
+    elif mode == "sdk-sampled-out":
+        trace.set_tracer_provider(TracerProvider(sampler=ALWAYS_OFF))
+    else:
+        provider = TracerProvider()
+        out = open(spans_file, "a")  # noqa: SIM115 (the exporter's for the process's life)
+        exporter = ConsoleSpanExporter(out=out, formatter=lambda s: s.to_json(indent=None) + "\n")
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+
+
+def trace_child(url: str, mode: str, kind: str, concurrency: int, jobs: int) -> None:
+    """One drain in this process under ``mode``: its measures as one JSON line."""
+    with tempfile.TemporaryDirectory() as tmp:
+        spans_file = str(Path(tmp) / "spans.jsonl")
+        trace_setup(mode, spans_file)
+        with gc_frozen():
+            run = drain(url, kind, concurrency, jobs, 0)
+        if mode == "sdk-file":
+            from opentelemetry import trace  # noqa: PLC0415
+
+            trace.get_tracer_provider().shutdown()  # type: ignore[attr-defined]
+            with open(spans_file) as spans:
+                run["spans"] = sum(1 for _ in spans)
+    print(json.dumps(run))
+
+
+def section_tracing(
+    url: str, sizes: Sizes, repeat: int, baseline: str | None = None
+) -> list[Measure]:
+    """The worker alone under each of TRACE_MODES, alternated in child processes; with
+    ``baseline`` (the ``src`` directory of another delayq tree), that tree's worker too,
+    tracing off ("before")."""
+    best: dict[tuple[str, int, str], dict[str, Any]] = {}
+    modes = (("before",) if baseline else ()) + TRACE_MODES
+    for _ in range(max(repeat, 1)):
+        for kind, concurrency in TRACE_CASES:
+            for mode in modes:
+                case = f"{kind}:{concurrency}"
+                command = [sys.executable, __file__, "--trace-child",
+                           "off" if mode == "before" else mode, "--url", url,
+                           "--cases", case, "--jobs", str(sizes.jobs)]  # fmt: skip
+                env = dict(os.environ)
+                if mode == "before":
+                    assert baseline is not None
+                    env["PYTHONPATH"] = os.pathsep.join(
+                        filter(None, [baseline, env.get("PYTHONPATH")])
+                    )
+                done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+                if done.returncode != 0:
+                    console.print(done.stderr[-2000:], style="red")
+                    continue
+                run = json.loads(done.stdout.strip().splitlines()[-1])
+                key = (kind, concurrency, mode)
+                if key not in best or run["rate"] > best[key]["rate"]:
+                    best[key] = run
+    measures = []
+    for kind, concurrency in TRACE_CASES:
+        off = best.get((kind, concurrency, "off"))
+        for mode in modes:
+            run = best.get((kind, concurrency, mode))
+            # each mode against "off"; "off" itself against "before" (another tree)
+            against = "before" if mode == "off" else "off"
+            reference = best.get((kind, concurrency, against))
+            if run is None or off is None:
+                continue
+            target, passed, note = "", None, ""
+            if reference is not None and reference is not run:
+                ratio = run["rate"] / reference["rate"] if reference["rate"] else 0.0
+                cpu = run["cpu_us"] / reference["cpu_us"] if reference["cpu_us"] else 0.0
+                note = f"{ratio:.3f} x {against}, CPU/job {cpu:.3f} x {against}"
+                if mode in ("noop-sdk", "off"):
+                    target, passed = f">= 0.95 x {against}", ratio >= 0.95
+            if "spans" in run:
+                note += f"; {run['spans']} spans written"
+            measures.append(
+                Measure("t", f"worker alone {kind} c{concurrency}: {mode}", run["rate"],
+                        "items/s", target=target, passed=passed, note=note, extra=run,
+                        cpu_per_job=run["cpu_us"])
+            )  # fmt: skip
+    return measures
+
+
 # -- main ------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run the sections per backend, print the table, write the JSON."""
@@ -778,7 +895,19 @@ def main(argv: list[str] | None = None) -> int:
         "--cases", help="drain cases, e.g. sync-rpush:8,cpu:8 (default: all of CASES)"
     )
     parser.add_argument("--json", type=Path, help="where to write the JSON results")
+    parser.add_argument(
+        "--trace-baseline",
+        metavar="SRC",
+        help="section t: also the worker of the delayq package under SRC (another tree's "
+        "src/), tracing off, as 'before'",
+    )
+    parser.add_argument("--trace-child", choices=TRACE_MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--jobs", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.trace_child:  # one run of section t, in a process of its own
+        kind, concurrency = args.cases.split(":")
+        trace_child(args.url, args.trace_child, kind, int(concurrency), args.jobs)
+        return 0
     if args.cases:
         CASES[:] = [(kind, int(c)) for kind, c in (p.split(":") for p in args.cases.split(","))]
     sizes = QUICK if args.quick else Sizes()
@@ -806,6 +935,9 @@ def main(argv: list[str] | None = None) -> int:
                 if not is_redis:
                     for measure in found:
                         measure.target, measure.passed = "", None
+            if "t" in chosen:
+                console.print(f"{scheme}: t. tracing ...", style="dim")
+                found += section_tracing(url, sizes, args.repeat, args.trace_baseline)
             if "d" in chosen and is_redis:
                 console.print(f"{scheme}: d. processes ...", style="dim")
                 found += section_processes(url, sizes, loops, args.repeat)

@@ -38,6 +38,7 @@ from ..durable.message import Message, PutResult, State, Stats
 from ..durable.queue import Queue
 from ..durable.registry import redact_url
 from ..durable.traceback import short_error, user_traceback
+from ..durable.tracing import carried, with_context
 from ._common import (
     CliError,
     at_option,
@@ -122,6 +123,14 @@ def _headers(items: Sequence[str]) -> dict[str, str]:
         if not sep or not key:
             raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="'--header'")
         headers[key] = value
+    return headers
+
+
+def _traced(headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` with the trace context of the environment, ``TRACEPARENT`` and
+    ``TRACESTATE`` (as a CI job or a traced script passes it to the commands it runs),
+    unless they carry one (``--header traceparent=...``) or it is not valid W3C."""
+    with_context(headers, carried(os.environ.get("TRACEPARENT"), os.environ.get("TRACESTATE")))
     return headers
 
 
@@ -237,7 +246,7 @@ def put(
     --on-conflict is ignore (the default), the existing message is kept unchanged, and
     stderr says so."""
     due = _due(delay, at, required=False)
-    headers = _headers(header_items)
+    headers = _traced(_headers(header_items))
     data = _read_payload(payload)
     target = resolve_url(url)
     with open_queue(target, queue, create=True) as q:
@@ -352,7 +361,9 @@ def send(
     payload = {"task": task, "args": values, "kwargs": kwargs}
     name = queue or DEFAULT_QUEUE_NAME
     with open_queue(resolve_url(url), name, create=True) as q:
-        result = q.put_outcome(payload, id=message_id, max_attempts=max_attempts, **due)
+        result = q.put_outcome(
+            payload, id=message_id, max_attempts=max_attempts, headers=_traced({}), **due
+        )
     _echo_put(result, name, "it runs once")
 
 

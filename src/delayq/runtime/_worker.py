@@ -53,6 +53,7 @@ from ..durable.message import Message, State
 from ..durable.queue import AsyncQueue
 from ..durable.retry import RetryPolicy
 from ..durable.traceback import user_frames
+from ..durable.tracing import traced
 from ..errors import LeaseLost, QueueClosed
 from ._app import App, BadArguments, CronJob, UnknownTask, decode_envelope
 from ._cron import plan_tick, tick_id
@@ -902,8 +903,14 @@ class Worker:
         )
 
     def _resolve(self, msg: Message) -> _Call:
-        """What to run for ``msg``; :class:`UnknownTask` and :class:`BadArguments`
-        send it to dead."""
+        """What to run for ``msg``, in its ``process`` span when tracing
+        (:mod:`delayq.durable.tracing`); :class:`UnknownTask` and
+        :class:`BadArguments` send it to dead."""
+        call = self._call_of(msg)
+        call.fn = traced(call.fn, call.is_async, msg, call.label if self._app else None)
+        return call
+
+    def _call_of(self, msg: Message) -> _Call:
         if self._app is None:
             assert self._handler is not None
             assert self._queue is not None

@@ -24,7 +24,7 @@ from .._names import MAX_ID_LENGTH
 from ..durable import AsyncQueue, Message, State
 from ._budget import Page, chunk, encode_messages, messages_answer, per_message, take
 from ._constants import SERVE_ANSWER_BUDGET
-from ._convert import due_time, put_arguments
+from ._convert import due_time, put_arguments, request_trace
 from ._errors import ApiError, facade_errors
 from ._limits import JsonRoute
 from ._models import (
@@ -224,7 +224,7 @@ async def put_message(queue: QueueDep, request: Request, body: PutRequestBody) -
     # with put_one before it gets here; this route answers the others the same way,
     # and every fault. The answer is not validated against PutResponse (which still
     # documents it).
-    answer = await put_one(state_of(request), queue, body)
+    answer = await put_one(state_of(request), queue, body, request_trace(request.headers.raw))
     return JSONResponse(answer, status_code=put_status(answer["created"]))
 
 
@@ -233,12 +233,15 @@ def put_status(created: bool) -> int:
     return 201 if created else 200
 
 
-async def put_one(state: ServerState, queue: AsyncQueue, body: PutRequestBody) -> dict[str, Any]:
+async def put_one(
+    state: ServerState, queue: AsyncQueue, body: PutRequestBody, trace: dict[str, str]
+) -> dict[str, Any]:
     """Store the message of a valid put request; the answer's body (``PutResponse``).
+    ``trace`` is the request's trace context (:func:`~._convert.request_trace`).
 
     The puts of concurrent requests are batched (:class:`~._coalesce.PutCoalescer`),
     each still told what its own put did."""
-    arguments = put_arguments(body, queue.name, state.config)
+    arguments = put_arguments(body, queue.name, state.config, trace)
     with facade_errors():
         result = await state.putter(queue).put(arguments)
     state.metrics.puts.labels(queue.name).inc()
@@ -257,16 +260,19 @@ async def put_one(state: ServerState, queue: AsyncQueue, body: PutRequestBody) -
     ),
     name="put_messages",
 )
-async def put_batch(queue: QueueDep, state: StateDep, body: BatchPutRequest) -> Response:
+async def put_batch(
+    queue: QueueDep, state: StateDep, body: BatchPutRequest, request: Request
+) -> Response:
     """Store up to 1000 messages in one atomic step: all of them, or none.
 
     ``created`` says, per item, whether it stored its message (true) or kept an
     existing one (false); the status is 201 when at least one item stored its
     message, 200 when none did."""
     items = []
+    trace = request_trace(request.headers.raw)
     for index, item in enumerate(body.messages):
         try:
-            items.append(put_arguments(item, queue.name, state.config))
+            items.append(put_arguments(item, queue.name, state.config, trace))
         except ApiError as exc:
             raise ApiError(exc.status, exc.code, f"item {index}: {exc.message}") from None
     with facade_errors():

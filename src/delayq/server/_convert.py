@@ -10,11 +10,13 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from .._duration import seconds_to_ms
 from ..durable.constants import MAX_DUE_MS
+from ..durable.tracing import carried, with_context
 from ._callbacks import parse_callback
 from ._config import ServeConfig
 from ._constants import CALLBACK_HEADER
@@ -132,9 +134,32 @@ def _callback_header(body: PutRequestBody, queue: str, config: ServeConfig) -> s
     return callback.to_header()
 
 
-def put_arguments(body: PutRequestBody, queue: str, config: ServeConfig) -> dict[str, Any]:
+def request_trace(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The trace context of a request (its raw headers): ``traceparent`` when it has
+    exactly one that is valid, with its ``tracestate`` (several fields joined with
+    commas, as W3C Trace Context allows); ``{}`` otherwise, and the put goes on without
+    one, as a receiver of a malformed ``traceparent`` does."""
+    parents: list[str] = []
+    states: list[str] = []
+    for key, value in raw:
+        if key == b"traceparent":
+            parents.append(value.decode("latin-1"))
+        elif key == b"tracestate":
+            states.append(value.decode("latin-1"))
+    if len(parents) != 1:
+        return {}
+    return carried(parents[0], ",".join(states) if states else None)
+
+
+def put_arguments(
+    body: PutRequestBody,
+    queue: str,
+    config: ServeConfig,
+    trace: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """The keyword arguments of ``AsyncQueue.put`` (and a ``put_many`` item) for
-    ``body`` put to ``queue``."""
+    ``body`` put to ``queue``; ``trace``, the request's trace context
+    (:func:`request_trace`), goes into the message's headers unless they carry one."""
     headers = dict(body.headers or {})
     if any(key.lower() == CALLBACK_HEADER for key in headers):
         raise ApiError(
@@ -143,6 +168,8 @@ def put_arguments(body: PutRequestBody, queue: str, config: ServeConfig) -> dict
     callback = _callback_header(body, queue, config)
     if callback is not None:
         headers[CALLBACK_HEADER] = callback
+    if trace:
+        with_context(headers, trace)
     arguments: dict[str, Any] = {
         "payload": _payload(body),
         "delay": body.delay,  # seconds or a duration string: the queue's one parser

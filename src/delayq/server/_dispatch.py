@@ -72,6 +72,7 @@ from .._log import log_event
 from ..durable import AsyncQueue, Message
 from ..durable.message import State
 from ..durable.serializer import JSONSerializer
+from ..durable.tracing import processing
 from ..errors import LeaseLost, QueueClosed
 from ..runtime.ack_batch import AckBatcher
 from ..runtime.constants import WORKER_EXTEND_DIVISOR
@@ -499,9 +500,13 @@ class Dispatcher:
                 await self._give_back(queue, msg)
                 return
             try:
-                outcome, error = await self._send(
-                    queue, msg, callback, body, content_type, names=(message_id, queue_value)
-                )
+                with processing(msg, "callback") as run:
+                    outcome, error = await self._send(
+                        queue, msg, callback, body, content_type,
+                        names=(message_id, queue_value), trace=run.context,
+                    )  # fmt: skip
+                    if outcome != "delivered":
+                        run.failed(outcome, error or outcome)
             finally:
                 gate.leave()
         except asyncio.CancelledError:
@@ -528,6 +533,7 @@ class Dispatcher:
         content_type: str,
         *,
         names: tuple[str, str],
+        trace: dict[str, str],
     ) -> tuple[str, str | None]:
         """One request: ``(outcome, error)`` with an outcome of CALLBACK_OUTCOMES."""
         assert self._client is not None
@@ -535,7 +541,9 @@ class Dispatcher:
         if callback.method in BODILESS_METHODS:
             body = b""  # a put refuses a payload; one stored before that is dropped
         try:
-            request = self._build(msg, callback, body, content_type, timeout, names=names)
+            request = self._build(
+                msg, callback, body, content_type, timeout, names=names, trace=trace
+            )
         except (httpx.InvalidURL, ValueError) as exc:  # a header value httpx cannot send
             return "refused", f"callback refused: the request cannot be made: {exc}"
         shown = _shown_url(callback.url)
@@ -567,6 +575,7 @@ class Dispatcher:
         timeout: float,
         *,
         names: tuple[str, str],
+        trace: dict[str, str],
     ) -> httpx.Request:
         """The request of ``callback`` for ``msg``, signed (v1, v2 and v3) when the
         server has a secret: v2 signs the method, URL and ``X-Delayq-Message-Id`` as
@@ -584,6 +593,7 @@ class Dispatcher:
         )
         if body or callback.method not in BODILESS_METHODS:
             headers["Content-Type"] = content_type
+        headers.update(trace)  # the run's trace context (the callback's headers win)
         for name, value in callback.headers.items():
             headers[name] = value
         request = self._client.build_request(

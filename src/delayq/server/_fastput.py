@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._names import MAX_ID_LENGTH
 from ._api import put_one, put_status, queue_named
+from ._convert import request_trace
 from ._limits import loads, replaying
 from ._models import PutRequestBody
 
@@ -118,7 +119,7 @@ class FastPut:
             await self.app(scope, replaying(body, receive), send)
             return
         try:
-            answer = await put_one(state, queue, request)
+            answer = await put_one(state, queue, request, request_trace(scope["headers"]))
         except Exception as exc:
             handler = _handler_of(scope, exc)
             if handler is None:

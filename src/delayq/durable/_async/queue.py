@@ -38,6 +38,7 @@ from ..facade import (
 from ..message import Held, Message, OnConflict, PutResult, State, Stats
 from ..registry import open_async_backend
 from ..retry import RetryPolicy
+from ..tracing import sending
 from .backend import AsyncBackend, AsyncFiresAhead
 from .hold import claim_held, reserve_held
 
@@ -109,8 +110,9 @@ class AsyncQueue(QueueBase):
         """
         self._check_writable()
         request = self._request(payload, delay, at, id, on_conflict, max_attempts, headers)
-        # Only the id is returned: a backend may take the hint (see the contract's put).
-        await self._backend.put(self._name, [request], outcome=False)
+        with sending(self._name, (request,), batch=False):
+            # Only the id is returned: a backend may take the hint (see the contract's put).
+            await self._backend.put(self._name, [request], outcome=False)
         return request.id
 
     async def put_outcome(
@@ -131,7 +133,8 @@ class AsyncQueue(QueueBase):
         """
         self._check_writable()
         request = self._request(payload, delay, at, id, on_conflict, max_attempts, headers)
-        kept = await self._backend.put(self._name, [request])
+        with sending(self._name, (request,), batch=False):
+            kept = await self._backend.put(self._name, [request])
         return PutResult(request.id, not kept)
 
     async def put_many(self, items: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -145,7 +148,8 @@ class AsyncQueue(QueueBase):
         requests = self._requests(items)
         if requests:
             try:
-                await self._backend.put(self._name, requests)
+                with sending(self._name, requests, batch=True):
+                    await self._backend.put(self._name, requests)
             except DuplicateId as exc:
                 raise duplicate_item(requests, exc) from None
         return [request.id for request in requests]
@@ -158,7 +162,11 @@ class AsyncQueue(QueueBase):
         self._check_writable()
         requests = self._requests(items)
         try:
-            kept = await self._backend.put(self._name, requests) if requests else []
+            if requests:
+                with sending(self._name, requests, batch=True):
+                    kept = await self._backend.put(self._name, requests)
+            else:
+                kept = []
         except DuplicateId as exc:
             raise duplicate_item(requests, exc) from None
         results = [PutResult(request.id, True) for request in requests]

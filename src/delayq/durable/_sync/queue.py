@@ -40,6 +40,7 @@ from ..facade import (
 from ..message import Held, Message, OnConflict, PutResult, State, Stats
 from ..registry import open_backend
 from ..retry import RetryPolicy
+from ..tracing import sending
 from .backend import Backend, FiresAhead
 from .hold import claim_held, reserve_held
 
@@ -111,8 +112,9 @@ class Queue(QueueBase):
         """
         self._check_writable()
         request = self._request(payload, delay, at, id, on_conflict, max_attempts, headers)
-        # Only the id is returned: a backend may take the hint (see the contract's put).
-        self._backend.put(self._name, [request], outcome=False)
+        with sending(self._name, (request,), batch=False):
+            # Only the id is returned: a backend may take the hint (see the contract's put).
+            self._backend.put(self._name, [request], outcome=False)
         return request.id
 
     def put_outcome(
@@ -133,7 +135,8 @@ class Queue(QueueBase):
         """
         self._check_writable()
         request = self._request(payload, delay, at, id, on_conflict, max_attempts, headers)
-        kept = self._backend.put(self._name, [request])
+        with sending(self._name, (request,), batch=False):
+            kept = self._backend.put(self._name, [request])
         return PutResult(request.id, not kept)
 
     def put_many(self, items: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -147,7 +150,8 @@ class Queue(QueueBase):
         requests = self._requests(items)
         if requests:
             try:
-                self._backend.put(self._name, requests)
+                with sending(self._name, requests, batch=True):
+                    self._backend.put(self._name, requests)
             except DuplicateId as exc:
                 raise duplicate_item(requests, exc) from None
         return [request.id for request in requests]
@@ -160,7 +164,11 @@ class Queue(QueueBase):
         self._check_writable()
         requests = self._requests(items)
         try:
-            kept = self._backend.put(self._name, requests) if requests else []
+            if requests:
+                with sending(self._name, requests, batch=True):
+                    kept = self._backend.put(self._name, requests)
+            else:
+                kept = []
         except DuplicateId as exc:
             raise duplicate_item(requests, exc) from None
         results = [PutResult(request.id, True) for request in requests]

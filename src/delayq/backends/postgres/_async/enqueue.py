@@ -23,6 +23,7 @@ from ....durable.facade import build_request
 from ....durable.message import OnConflict
 from ....durable.retry import RetryPolicy
 from ....durable.serializer import Codec
+from ....durable.tracing import sending
 from .._url import DEFAULT_SCHEMA, check_schema
 from ..statements import Statements
 from .backend import put_on, upgrade
@@ -67,5 +68,6 @@ async def enqueue_async(
         headers,
     )
     await upgrade(conn, checked)
-    await put_on(conn, Statements(checked), name, [request], announce=True)
+    with sending(name, (request,), batch=False):
+        await put_on(conn, Statements(checked), name, [request], announce=True)
     return request.id

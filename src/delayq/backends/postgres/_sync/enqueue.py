@@ -25,6 +25,7 @@ from ....durable.facade import build_request
 from ....durable.message import OnConflict
 from ....durable.retry import RetryPolicy
 from ....durable.serializer import Codec
+from ....durable.tracing import sending
 from .._url import DEFAULT_SCHEMA, check_schema
 from ..statements import Statements
 from .backend import put_on, upgrade
@@ -69,5 +70,6 @@ def enqueue(
         headers,
     )
     upgrade(conn, checked)
-    put_on(conn, Statements(checked), name, [request], announce=True)
+    with sending(name, (request,), batch=False):
+        put_on(conn, Statements(checked), name, [request], announce=True)
     return request.id
