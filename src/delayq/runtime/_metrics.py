@@ -18,10 +18,10 @@ those of ``delayq serve``'s metrics where they mean the same thing.
 
 from __future__ import annotations
 
-import bisect
 import math
-import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
+from time import monotonic, time
 from typing import Any
 
 from .constants import LATENESS_BUCKETS, RUN_SECONDS_BUCKETS
@@ -89,31 +89,37 @@ class WorkerMetrics:
         (None: 0, a worker that does not serve)."""
         self._in_flight = in_flight
 
-    def _get(self, queue: str, task: str) -> _Series:
-        tasks = self._series.get(queue)
-        if tasks is None:
-            tasks = self._series[queue] = {}
-        series = tasks.get(task)
-        if series is None:
-            series = tasks[task] = _Series()
+    def _new(self, queue: str, task: str) -> _Series:
+        series = self._series.setdefault(queue, {})[task] = _Series()
         return series
 
     def ran(self, queue: str, task: str, due_at: int, started: float, took: float) -> None:
         """A handler ran for ``took`` seconds from ``started`` (``time.monotonic()``)
         on a message due at ``due_at`` (epoch ms): its run time and its lateness (never
         below 0, as ``delayq serve``'s)."""
-        series = self._get(queue, task)
-        series.run[bisect.bisect_left(RUN_SECONDS_BUCKETS, took)] += 1
+        tasks = self._series.get(queue)
+        series = None if tasks is None else tasks.get(task)
+        if series is None:
+            series = self._new(queue, task)
+        series.run[bisect_left(RUN_SECONDS_BUCKETS, took)] += 1
         series.run_sum += took
-        start = time.time() - (time.monotonic() - started)
-        late = max(0.0, start - due_at / 1000.0)
-        series.late[bisect.bisect_left(LATENESS_BUCKETS, late)] += 1
-        series.late_sum += late
+        late = time() - monotonic() + started - due_at / 1000.0
+        if late > 0.0:
+            series.late[bisect_left(LATENESS_BUCKETS, late)] += 1
+            series.late_sum += late
+        else:
+            series.late[0] += 1
 
     def settled(self, queue: str, task: str | None, outcome: str) -> None:
         """A run ended with ``outcome`` (one of :data:`OUTCOMES`); ``task`` None: not
         known."""
-        self._get(queue, UNKNOWN_TASK if task is None else task).outcomes[_INDEX[outcome]] += 1
+        if task is None:
+            task = UNKNOWN_TASK
+        tasks = self._series.get(queue)
+        series = None if tasks is None else tasks.get(task)
+        if series is None:
+            series = self._new(queue, task)
+        series.outcomes[_INDEX[outcome]] += 1
 
     def outage(self, kind: str | None) -> None:
         """An :class:`~delayq.runtime.outage.Outage`'s ``on_change``: a step of an

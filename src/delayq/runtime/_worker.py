@@ -203,7 +203,8 @@ class Worker:
     included); ``grace`` is how long running handlers may finish after a stop;
     ``timeout`` (seconds) is the default limit of one run (a task's own ``timeout``
     wins). ``clock`` (default: the app's ``clock=`` option, else the system clock)
-    is what cron schedules read.
+    is what cron schedules read. ``metrics=True`` counts its Prometheus metrics
+    (:attr:`metrics`; ``delayq worker --metrics-port`` serves them).
     """
 
     def __init__(
@@ -815,9 +816,10 @@ class Worker:
 
     def _acked(self, held: _Held, outcome: AckOutcome) -> None:
         queue, msg = held.queue, held.msg
-        if self.metrics is not None:
+        metrics = self.metrics
+        if metrics is not None:  # as _note counts it (no journal on the fast path)
             said = "succeeded" if outcome is True else "lease_lost" if outcome is False else None
-            self._note(msg, held.call, said or "unsettled", None)
+            metrics.settled(queue.name, held.call.label, said or "unsettled")
         if outcome is True:
             self.counts["succeeded"] += 1
             if _log_enabled(_INFO):  # the fields cost more than the line when it is off
