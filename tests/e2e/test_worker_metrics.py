@@ -230,9 +230,11 @@ def test_an_outage_of_its_redis_is_counted_and_shown(
 def test_processes_are_added_up_and_a_dead_child_keeps_its_counts(
     tmp_path: Path, workers: list[MeteredWorker]
 ) -> None:
-    worker = MeteredWorker(tmp_path, f"sqlite:///{tmp_path / 'q.db'}", "--processes", "2")
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    worker = MeteredWorker(tmp_path, url, "--processes", "2", health=True)
     workers.append(worker)
     worker.wait_for(lambda s: value(s, "delayq_backend_up") == 1.0)
+    assert worker.get("/healthz")[0] == 200  # the supervisor answers both on one port
     for _ in range(6):
         worker.put("ok")
     samples = worker.wait_for(lambda s: runs(s, "ok", "succeeded") == 6)
