@@ -170,6 +170,7 @@ class _Held:
     acker: AckBatcher  # its queue's
     context: contextvars.Context | None = None
     started: float = 0.0  # time.monotonic() when its handler started
+    took: float = 0.0  # seconds its handler ran
     busy: bool = False  # its handler ended: an ack, nack or give-back is on its way
     settled: bool = False  # done with: its slot is back
 
@@ -783,15 +784,16 @@ class Worker:
             return
         held.busy = True
         held.renew_at = math.inf
-        metrics = self.metrics
-        if metrics is not None and started is not None and not isinstance(error, NotStarted):
-            metrics.ran(held.queue.name, held.call.label, held.msg.due_at, started, took)
-        if error is None:
+        if error is None:  # counted in the metrics with its outcome (_acked)
             held.started = started or time.monotonic()
+            held.took = took
             held.acker.ack_soon(held.msg, self._acked, held)
         elif isinstance(error, NotStarted):
             self._fast_task(self._fast_give_back(held))
         else:
+            metrics = self.metrics
+            if metrics is not None and started is not None:
+                metrics.ran(held.queue.name, held.call.label, held.msg.due_at, started, took)
             seconds = time.monotonic() - (started or time.monotonic())
             self._fast_task(self._fast_failed(held, error, seconds))
 
@@ -817,9 +819,12 @@ class Worker:
     def _acked(self, held: _Held, outcome: AckOutcome) -> None:
         queue, msg = held.queue, held.msg
         metrics = self.metrics
-        if metrics is not None:  # as _note counts it (no journal on the fast path)
+        if metrics is not None:  # its run and its outcome at once (no journal here)
             said = "succeeded" if outcome is True else "lease_lost" if outcome is False else None
-            metrics.settled(queue.name, held.call.label, said or "unsettled")
+            metrics.ended(
+                queue.name, held.call.label, said or "unsettled", msg.due_at, held.started,
+                took=held.took,
+            )  # fmt: skip
         if outcome is True:
             self.counts["succeeded"] += 1
             if _log_enabled(_INFO):  # the fields cost more than the line when it is off
