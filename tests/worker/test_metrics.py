@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from delayq import Discard
 from delayq.durable.retry import RetryPolicy
 from delayq.runtime import App, Worker
-from delayq.runtime._metrics import merge, render
+from delayq.runtime._metrics import WorkerMetrics, merge, render
 from delayq.server._metrics import Metrics
 
 from ._helpers import memory_url
@@ -72,7 +72,8 @@ def test_a_workers_metrics_count_its_runs_and_render_as_prometheus_text() -> Non
     app.close()
 
 
-def test_merge_adds_children_up_and_keeps_the_gauges_of_the_living() -> None:
+def _one_run() -> WorkerMetrics:
+    """The metrics of a Worker that ran one task ``ok`` of queue ``q``."""
     app = App(memory_url())
 
     @app.task(queue="q")
@@ -82,10 +83,16 @@ def test_merge_adds_children_up_and_keeps_the_gauges_of_the_living() -> None:
     ok.send()
     worker = Worker(app, metrics=True)
     asyncio.run(worker.burst())
+    app.close()
     assert worker.metrics is not None
-    one = worker.metrics.snapshot()
-    worker.metrics.outage("ConnectionError")
-    down = worker.metrics.snapshot()
+    return worker.metrics
+
+
+def test_merge_adds_children_up_and_keeps_the_gauges_of_the_living() -> None:
+    metrics = _one_run()
+    one = metrics.snapshot()
+    metrics.outage("ConnectionError")
+    down = metrics.snapshot()
     gone = merge([one], gauges=False)
     total = _samples(render(merge([gone, one, down])))
     labels = (("outcome", "succeeded"), ("queue", "q"), ("task", "ok"))
@@ -93,24 +100,13 @@ def test_merge_adds_children_up_and_keeps_the_gauges_of_the_living() -> None:
     assert total[("delayq_lateness_seconds_count", (("queue", "q"),))] == 3
     assert total[("delayq_backend_up", ())] == 0  # one child is in an outage
     assert total[("delayq_backend_outages_total", ())] == 1
-    app.close()
 
 
 def test_the_worker_and_serve_share_the_lateness_buckets() -> None:
     metrics = Metrics()
     metrics.observe_lateness("q", 0, 0.0)
     served = _samples(metrics.render(None))
-    app = App(memory_url())
-
-    @app.task(queue="q")
-    def ok() -> None:
-        pass
-
-    ok.send()
-    worker = Worker(app, metrics=True)
-    asyncio.run(worker.burst())
-    assert worker.metrics is not None
-    ran = _samples(worker.metrics.render())
+    ran = _samples(_one_run().render())
 
     def bounds(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> list[str]:
         return [
@@ -121,4 +117,3 @@ def test_the_worker_and_serve_share_the_lateness_buckets() -> None:
 
     assert bounds(ran) == bounds(served)
     assert bounds(ran)[0] == "0.0001"
-    app.close()

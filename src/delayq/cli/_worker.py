@@ -20,7 +20,8 @@ import logging
 import os
 import sys
 import traceback
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -50,6 +51,7 @@ __all__ = [
     "worker",
 ]
 
+_F = TypeVar("_F", bound=Callable[..., Any])
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _LOG_FORMATS = ("text", "json")
 #: The options a refusal to listen on the health port names.
@@ -179,6 +181,20 @@ def configure_logging(level: str, *, log_format: str = "text", pid: bool = False
     logging.getLogger(LOGGER_NAME).setLevel(level.upper())
 
 
+def _port_options(name: str, port_help: str) -> Callable[[_F], _F]:
+    """``--<name>-port`` (``port_help``) and ``--<name>-host``, 127.0.0.1 by default."""
+    port = click.option(
+        f"--{name}-port", type=click.IntRange(0, 65535), default=None, help=port_help
+    )
+    host = click.option(
+        f"--{name}-host",
+        default="127.0.0.1",
+        show_default=True,
+        help=f"Address the {name} port binds.",
+    )
+    return lambda command: port(host(command))
+
+
 @click.command(short_help="Run the tasks of an App until SIGTERM/SIGINT.")
 @click.argument("app_spec", metavar="MODULE:APP")
 @click.option(
@@ -217,34 +233,18 @@ def configure_logging(level: str, *, log_format: str = "text", pid: bool = False
     default=DEFAULT_WORKER_GRACE,
     help="After a stop, how long running handlers may finish before their messages are given back.",
 )
-@click.option(
-    "--health-port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    help="Answer GET /healthz (200 while the worker's loop turns) and /readyz (200 when "
+@_port_options(
+    "health",
+    "Answer GET /healthz (200 while the worker's loop turns) and /readyz (200 when "
     "connected and not draining, else 503 with the reason) on this port; with "
     "--processes, the supervisor answers for all its children.",
 )
-@click.option(
-    "--health-host",
-    default="127.0.0.1",
-    show_default=True,
-    help="Address the health port binds.",
-)
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    help="Answer GET /metrics (Prometheus text: runs by task and outcome, run time and "
+@_port_options(
+    "metrics",
+    "Answer GET /metrics (Prometheus text: runs by task and outcome, run time and "
     "lateness histograms, messages in flight, backend outages) on this port; the same "
     "port as --health-port answers all three paths; with --processes, the supervisor "
     "answers for all its children, their counts added up.",
-)
-@click.option(
-    "--metrics-host",
-    default="127.0.0.1",
-    show_default=True,
-    help="Address the metrics port binds.",
 )
 @log_level_option
 @log_format_option
