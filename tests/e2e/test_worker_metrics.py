@@ -241,7 +241,10 @@ def test_processes_are_added_up_and_a_dead_child_keeps_its_counts(
     assert samples[("delayq_lateness_seconds_count", (("queue", "jobs"),))] == 6
     pids = (tmp_path / "pids").read_text().split()
     os.kill(int(pids[0]), signal.SIGKILL)  # its counts stay in the total
-    time.sleep(1.0)  # the supervisor saw it die, and a child reports twice a second
+    deadline = time.monotonic() + 30
+    while worker.get("/readyz")[0] == 200:  # until the supervisor saw it die
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
     worker.put("ok")
     samples = worker.wait_for(lambda s: runs(s, "ok", "succeeded") == 7)
     assert value(samples, "delayq_acks_total", queue="jobs") == 7
