@@ -26,7 +26,8 @@ client of the same server does for the same effect:
   :class:`~delayq.Worker` whose handler does nothing (a sync one at concurrency 8, an
   async one at 32), less the same child's puts alone (``*-fill``, measured in the
   same way): what the Worker, its queue's reserve and ack included, costs per job.
-  Its "floor" column is the fill it was taken from.
+  Its "floor" column is the fill it was taken from. The ``*-metrics`` paths: the
+  same on memory with the Worker's Prometheus metrics on (``Worker(metrics=True)``).
 
 It writes JSON to ``benchmarks/results/client-cost.json``. It never asserts.
 """
@@ -112,6 +113,20 @@ PATHS: dict[str, tuple[str, str | None, str, int, int]] = {
         2_500,
     ),
     "memory-fill": ("memory: the worker's jobs put alone (send_many)", None, "job", 500, 2_500),
+    "memory-worker-sync-metrics": (
+        "memory: worker alone, sync no-op c8, metrics on",
+        "memory-fill",
+        "job",
+        500,
+        2_500,
+    ),
+    "memory-worker-async-metrics": (
+        "memory: worker alone, async no-op c32, metrics on",
+        "memory-fill",
+        "job",
+        500,
+        2_500,
+    ),
 }
 #: The worker paths: their cost is theirs less their fill's (the puts they start with).
 WORKER_PATHS = {name for name in PATHS if "-worker-" in name or "-queue-" in name}
@@ -239,9 +254,10 @@ def _redis_floor(url: str, count: int) -> None:
         client.close()
 
 
-def _worker_child(kind: str, drain: bool) -> Callable[[str, int], None]:
+def _worker_child(kind: str, drain: bool, metrics: bool = False) -> Callable[[str, int], None]:
     """A child that sends ``count`` due calls of a no-op task (``kind`` "sync",
     "async", or "queue": no worker, the queue alone), then (``drain``) runs a Worker
+    (its Prometheus metrics counted with ``metrics``)
     until they ended (the last one stops it, so no poll adds instructions that grow
     with the time taken), or for "queue" reserves 100 at a time and acks them with
     one ``ack_many``: what any worker of the queue does for its jobs."""
@@ -282,7 +298,9 @@ def _worker_child(kind: str, drain: bool) -> Callable[[str, int], None]:
                 if kind == "queue":
                     asyncio.run(_queue_alone(app.open_queue_async("cost"), total))
                 elif drain:
-                    worker = Worker(app, concurrency=8 if kind == "sync" else 32)
+                    concurrency = 8 if kind == "sync" else 32
+                    options = {"metrics": True} if metrics else {}
+                    worker = Worker(app, concurrency=concurrency, **options)
                     asyncio.run(_serve(worker, total))
             finally:
                 app.queue("cost").purge()
@@ -328,6 +346,8 @@ CHILDREN: dict[str, Callable[[str, int], None]] = {
     "memory-worker-async": _worker_child("async", drain=True),
     "memory-queue-alone": _worker_child("queue", drain=True),
     "memory-fill": _worker_child("sync", drain=False),
+    "memory-worker-sync-metrics": _worker_child("sync", drain=True, metrics=True),
+    "memory-worker-async-metrics": _worker_child("async", drain=True, metrics=True),
 }
 
 

@@ -61,6 +61,11 @@ t. Tracing (issue 42): the worker alone (sync-noop c8, async-noop c32) with trac
    the first handler's end), so the put's own span is not in the figure. With
    ``--trace-baseline SRC`` (another tree's ``src/``, e.g. main's), that tree's worker
    runs too ("before"), and "off" is held to 5% of it.
+m. Metrics: the worker alone (sync no-op c8, async no-op c32) and sync-rpush c8
+   drained with ``Worker(metrics=True)`` (the Prometheus metrics of ``delayq worker
+   --metrics-port``, counted, not scraped) and without, alternated ``--repeat`` times
+   (3 at least) in one run; jobs/s (best) and CPU/job (least) of each, and on / off.
+   The CPU/job ratio is held to within 5% (the least noisy figure on a loaded box).
 
 It prints a table (measure, target, PASS/MISS) and writes JSON to
 ``benchmarks/results/worker[-<scheme>][-quick].json``. It never asserts.
@@ -115,8 +120,11 @@ CASES = [("sync-rpush", 8), ("async-rpush", 32), ("sync-rpush", 32), ("async-rpu
 TARGETS = {("sync-rpush", 8), ("async-rpush", 32)}
 #: Least share of the floor the drain must reach (issue 20).
 FLOOR_SHARE = 0.70
-#: The sections: a (drain, with b, the floors), c (lateness), d (processes).
-SECTIONS = ("a", "c", "d", "t")
+#: The sections: a (drain, with b, the floors), c (lateness), d (processes), m (metrics),
+#: t (tracing).
+SECTIONS = ("a", "c", "d", "m", "t")
+#: Most CPU/job the Worker's metrics may add (m).
+METRICS_CPU_SHARE = 1.05
 #: A drain fails when nothing completes for this long (seconds).
 STALL_SECONDS = 30.0
 
@@ -190,15 +198,25 @@ def bench_app(url: str, queue: str) -> Iterator[tuple[App, Sink]]:
 
 
 # -- a, b: drain and floor -------------------------------------------------------------
-def drain(url: str, kind: str, concurrency: int, jobs: int, loops: int) -> dict[str, Any]:
-    """``jobs`` due calls of a ``kind`` task drained by one Worker; its measures."""
+def drain(
+    url: str, kind: str, concurrency: int, jobs: int, loops: int, *, metrics: bool = False
+) -> dict[str, Any]:
+    """``jobs`` due calls of a ``kind`` task drained by one Worker (its metrics on with
+    ``metrics``); its measures."""
     queue = f"delayq-bench-worker-{uuid.uuid4().hex[:8]}"
     with bench_app(url, queue) as (app, sink):
-        return _drain(app, sink, queue, kind, concurrency, jobs, loops)
+        return _drain(app, sink, queue, kind, concurrency, jobs, loops, metrics)
 
 
 def _drain(
-    app: App, sink: Sink, queue: str, kind: str, concurrency: int, jobs: int, loops: int
+    app: App,
+    sink: Sink,
+    queue: str,
+    kind: str,
+    concurrency: int,
+    jobs: int,
+    loops: int,
+    metrics: bool = False,
 ) -> dict[str, Any]:
     ends: list[float] = []
     holder: dict[str, redis.asyncio.Redis] = {}
@@ -242,7 +260,7 @@ def _drain(
         task = cpu_job
     for start in range(0, jobs, 1000):
         app.send_many(task.message() for _ in range(start, min(jobs, start + 1000)))
-    worker = Worker(app, concurrency=concurrency)
+    worker = Worker(app, concurrency=concurrency, metrics=metrics)
     loop_cpu, process_cpu = asyncio.run(_serve_until(worker, jobs, holder))
     seconds = ends[-1] - ends[0] if len(ends) > 1 else 0.0
     rate = (len(ends) - 1) / seconds if seconds > 0 else 0.0
@@ -457,6 +475,36 @@ def _floor_note(kind: str) -> str:
     if kind == "async-rpush":
         return "asyncio tasks, one client"
     return "threads, one shared client"
+
+
+# -- m: metrics on and off --------------------------------------------------------------
+def section_metrics(url: str, sizes: Sizes, repeat: int) -> list[Measure]:
+    """The Worker with its metrics off and on, alternated in one run."""
+    measures = []
+    for kind, concurrency in (("sync-noop", 8), ("async-noop", 32), ("sync-rpush", 8)):
+        label = f"{kind} c{concurrency}"
+        console.print(f"  {label}: metrics off, on (x{max(repeat, 3)}) ...", style="dim")
+        runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+        for _ in range(max(repeat, 3)):
+            for metrics in (False, True):
+                runs[metrics].append(drain(url, kind, concurrency, sizes.jobs, 0, metrics=metrics))
+        rate = {on: max(r["rate"] for r in runs[on]) for on in runs}
+        cpu = {on: min(r["cpu_us"] for r in runs[on]) for on in runs}
+        for on in (False, True):
+            measures.append(
+                Measure("m", f"worker {label}, metrics {'on' if on else 'off'}", rate[on],
+                        "items/s", cpu_per_job=cpu[on],
+                        extra={"rates": [r["rate"] for r in runs[on]],
+                               "cpu_us": [r["cpu_us"] for r in runs[on]]})
+            )  # fmt: skip
+        ratio = cpu[True] / cpu[False] if cpu[False] else 0.0
+        measures.append(
+            Measure("m", f"worker {label}: CPU/job on / off", ratio, "x",
+                    target=f"<= {METRICS_CPU_SHARE:.2f}x", passed=0 < ratio <= METRICS_CPU_SHARE,
+                    note=f"jobs/s on / off {rate[True] / rate[False]:.3f}x (best of each)"
+                    if rate[False] else "")
+        )  # fmt: skip
+    return measures
 
 
 # -- c: lateness -----------------------------------------------------------------------
@@ -938,6 +986,9 @@ def main(argv: list[str] | None = None) -> int:
             if "t" in chosen:
                 console.print(f"{scheme}: t. tracing ...", style="dim")
                 found += section_tracing(url, sizes, args.repeat, args.trace_baseline)
+            if "m" in chosen:
+                console.print(f"{scheme}: m. metrics off and on ...", style="dim")
+                found += section_metrics(url, sizes, args.repeat)
             if "d" in chosen and is_redis:
                 console.print(f"{scheme}: d. processes ...", style="dim")
                 found += section_processes(url, sizes, loops, args.repeat)

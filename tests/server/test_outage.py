@@ -227,6 +227,8 @@ def test_serve_rides_out_a_redis_restart(tmp_path: Path) -> None:
             assert len(served.matching(BACK)) == 1
             assert _gauge(http) == "1.0"
             assert http.get("/healthz").json() == {"status": "ok"}
+            # One outage, however many calls saw it (the Worker's metric too).
+            assert "\ndelayq_backend_outages_total 1.0\n" in http.get("/metrics").text
     finally:
         code = served.stop()
         redis.stop()
@@ -242,3 +244,4 @@ def test_metrics_answer_while_the_backend_is_down(make_client: MakeClient) -> No
     client = make_client(f"redis://127.0.0.1:{free_port()}/0")
     assert _gauge(client) == "0.0"  # a 200 for the scrape, without the message gauges
     assert client.get("/healthz").status_code == 503
+    assert "\ndelayq_backend_outages_total 1.0\n" in client.get("/metrics").text

@@ -29,7 +29,11 @@ class _Lane:
 
     def submit(self, name: str, fn: Callable[[], Any]) -> None:
         def done(
-            call: Any, error: BaseException | None, result: Any, started: float | None
+            call: Any,
+            error: BaseException | None,
+            result: Any,
+            started: float | None,
+            took: float,
         ) -> None:
             self.outcomes.append((name, error, result))
 
@@ -179,7 +183,9 @@ def test_run_with_a_timeout_returns_an_outcome_held_for_a_batch() -> None:
     behind a call that runs on."""
     first, second = threading.Event(), threading.Event()
 
-    def done(call: Any, error: BaseException | None, result: Any, started: float | None) -> None:
+    def done(
+        call: Any, error: BaseException | None, result: Any, started: float | None, took: float
+    ) -> None:
         pass
 
     async def main() -> Any:
@@ -205,10 +211,11 @@ def test_run_with_a_timeout_returns_an_outcome_held_for_a_batch() -> None:
 
 def test_submit_many_runs_every_call_in_order_and_a_closed_lane_starts_none() -> None:
     """submit_many (a claim's sync calls in one hand-over) runs them in the order
-    given, across the lane's threads, and gives each outcome to ``done`` with its call;
-    on a closed lane ``done`` gets NotStarted for each at once."""
+    given, across the lane's threads, and gives each outcome to ``done`` with its call
+    and how long it ran; on a closed lane ``done`` gets NotStarted for each at once."""
     seen: list[int] = []
     outcomes: dict[int, tuple[BaseException | None, Any]] = {}
+    took_: dict[int, float] = {}
 
     class Call:
         def __init__(self, i: int) -> None:
@@ -218,8 +225,11 @@ def test_submit_many_runs_every_call_in_order_and_a_closed_lane_starts_none() ->
             seen.append(self.i)
             return self.i * self.i
 
-    def done(call: Call, error: BaseException | None, result: Any, started: float | None) -> None:
+    def done(
+        call: Call, error: BaseException | None, result: Any, started: float | None, took: float
+    ) -> None:
         outcomes[call.i] = (error, result)
+        took_[call.i] = took
 
     async def main() -> None:
         lane = SyncLane(1, batch=1)
@@ -232,6 +242,8 @@ def test_submit_many_runs_every_call_in_order_and_a_closed_lane_starts_none() ->
     assert seen == list(range(20))
     assert all(outcomes[i] == (None, i * i) for i in range(20))
     assert all(isinstance(outcomes[i][0], NotStarted) for i in range(20, 23))
+    assert all(0 <= took_[i] < 5 for i in range(20))
+    assert all(took_[i] == 0.0 for i in range(20, 23))
 
 
 def test_the_gate_lets_in_at_once_as_enter_would_and_never_past_a_waiter() -> None:

@@ -20,7 +20,8 @@ import logging
 import os
 import sys
 import traceback
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -50,10 +51,12 @@ __all__ = [
     "worker",
 ]
 
+_F = TypeVar("_F", bound=Callable[..., Any])
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _LOG_FORMATS = ("text", "json")
 #: The options a refusal to listen on the health port names.
 _HEALTH = {"host_option": "--health-host", "port_option": "--health-port"}
+_METRICS = {"host_option": "--metrics-host", "port_option": "--metrics-port"}
 
 
 def _where(exc: BaseException) -> str:
@@ -178,6 +181,20 @@ def configure_logging(level: str, *, log_format: str = "text", pid: bool = False
     logging.getLogger(LOGGER_NAME).setLevel(level.upper())
 
 
+def _port_options(name: str, port_help: str) -> Callable[[_F], _F]:
+    """``--<name>-port`` (``port_help``) and ``--<name>-host``, 127.0.0.1 by default."""
+    port = click.option(
+        f"--{name}-port", type=click.IntRange(0, 65535), default=None, help=port_help
+    )
+    host = click.option(
+        f"--{name}-host",
+        default="127.0.0.1",
+        show_default=True,
+        help=f"Address the {name} port binds.",
+    )
+    return lambda command: port(host(command))
+
+
 @click.command(short_help="Run the tasks of an App until SIGTERM/SIGINT.")
 @click.argument("app_spec", metavar="MODULE:APP")
 @click.option(
@@ -216,19 +233,18 @@ def configure_logging(level: str, *, log_format: str = "text", pid: bool = False
     default=DEFAULT_WORKER_GRACE,
     help="After a stop, how long running handlers may finish before their messages are given back.",
 )
-@click.option(
-    "--health-port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    help="Answer GET /healthz (200 while the worker's loop turns) and /readyz (200 when "
+@_port_options(
+    "health",
+    "Answer GET /healthz (200 while the worker's loop turns) and /readyz (200 when "
     "connected and not draining, else 503 with the reason) on this port; with "
     "--processes, the supervisor answers for all its children.",
 )
-@click.option(
-    "--health-host",
-    default="127.0.0.1",
-    show_default=True,
-    help="Address the health port binds.",
+@_port_options(
+    "metrics",
+    "Answer GET /metrics (Prometheus text: runs by task and outcome, run time and "
+    "lateness histograms, messages in flight, backend outages) on this port; the same "
+    "port as --health-port answers all three paths; with --processes, the supervisor "
+    "answers for all its children, their counts added up.",
 )
 @log_level_option
 @log_format_option
@@ -244,6 +260,8 @@ def worker(
     grace: float,
     health_port: int | None,
     health_host: str,
+    metrics_port: int | None,
+    metrics_host: str,
     log_level: str,
     log_format: str,
     url: str | None,
@@ -275,15 +293,21 @@ def worker(
     # `delayq serve` does: see there why a backend merely down is fatal too).
     check_backend(app.url, (names or app.queue_names)[0], STARTUP_CHECK_TIMEOUT)
     health = None if health_port is None else listen(health_host, health_port, **_HEALTH)
+    metrics = health
+    if metrics_port is not None and (metrics_port, metrics_host) != (health_port, health_host):
+        metrics = listen(metrics_host, metrics_port, **_METRICS)
+    elif metrics_port is None:
+        metrics = None
     if processes > 1:
         configure_logging(log_level, log_format=log_format, pid=True)
         make_worker = functools.partial(
             _child_worker, log_level=log_level, log_format=log_format, **options
         )
-        sys.exit(Supervisor(make_worker, processes=processes, health=health).run())
+        supervisor = Supervisor(make_worker, processes=processes, health=health, metrics=metrics)
+        sys.exit(supervisor.run())
     configure_logging(log_level, log_format=log_format)
     freeze_startup_heap()
-    runner.run(health=health)
+    runner.run(health=health, metrics=metrics)
 
 
 def _build_worker(

@@ -47,12 +47,24 @@ Health. With ``health`` (a listening socket), a thread of the supervisor answers
 said ready and whose Worker is ready; not alive when a ready child's loop has not
 beaten for ``SUPERVISOR_HEALTH_STALE`` seconds (it is stuck, and the supervisor does
 not restart a child that still runs).
+
+Metrics. With ``metrics`` (a listening socket, or the health one), the same thread
+answers ``/metrics`` for all its children, their counts added up: each child sends
+its Worker's :meth:`~delayq.runtime._metrics.WorkerMetrics.snapshot` on a pipe of its
+own every ``METRICS_PUSH_EVERY`` seconds and once more as it stops, and the
+supervisor keeps the last one of each (so a page lags the children by that much at
+most). A child that dies leaves its counts in the total (a restarted one starts from
+0, the counters never go back), less what it counted since its last report when it
+was killed. Children report rather than share files (prometheus-client's
+multiprocess mode): their counting stays the Worker's plain, lock-free one, nothing
+is left on disk, and a dead child's gauges are simply gone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import multiprocessing
 import os
@@ -70,8 +82,10 @@ from typing import Any
 
 from .._log import log_event
 from ._health import start_health
+from ._metrics import Snapshot, WorkerMetrics, merge, render
 from ._worker import Worker
 from .constants import (
+    METRICS_PUSH_EVERY,
     SUPERVISOR_HEALTH_BEAT,
     SUPERVISOR_HEALTH_STALE,
     SUPERVISOR_RESTART_FIRST,
@@ -107,13 +121,20 @@ class _Child:
     """One running child: its process, the pipe it says "ready" on (None once read),
     the pipe it is told its stop level on, when it started."""
 
-    __slots__ = ("pid", "process", "ready", "ready_pipe", "started", "stop_pipe")
+    __slots__ = ("metrics_pipe", "pid", "process", "ready", "ready_pipe", "started", "stop_pipe")
 
-    def __init__(self, process: BaseProcess, ready_pipe: Connection, stop_pipe: Connection) -> None:
+    def __init__(
+        self,
+        process: BaseProcess,
+        ready_pipe: Connection,
+        stop_pipe: Connection,
+        metrics_pipe: Connection | None,
+    ) -> None:
         self.process = process
         self.pid = process.pid
         self.ready_pipe: Connection | None = ready_pipe
         self.stop_pipe = stop_pipe
+        self.metrics_pipe = metrics_pipe
         self.ready = False
         self.started = time.monotonic()
 
@@ -141,6 +162,7 @@ class Supervisor:
         *,
         processes: int,
         health: socket.socket | None = None,
+        metrics: socket.socket | None = None,
     ) -> None:
         if not callable(make_worker):
             raise TypeError(
@@ -165,6 +187,11 @@ class Supervisor:
         self._wake_r = self._wake_w = -1  # the self-pipe, while run() runs
         self._health = health
         self._beats = [_Beat(self._context) for _ in range(processes)] if health else None
+        self._metrics = metrics
+        # The last report of each slot's child, and what the children gone counted.
+        self._reports: list[Snapshot | None] = [None] * processes
+        self._gone: Snapshot = merge([])
+        self._reports_lock = threading.Lock()
 
     # -- stopping ---------------------------------------------------------------------
     def stop(self, *, graceful: bool = True) -> None:
@@ -226,7 +253,8 @@ class Supervisor:
             for signum in _SIGNALS:
                 installed[signum] = signal.signal(signum, self._on_signal)
         log_event(_INFO, "supervisor.started", processes=self.processes, pid=os.getpid())
-        health = None if self._health is None else _HealthThread(self, self._health)
+        serving = self._health is not None or self._metrics is not None
+        health = _HealthThread(self, self._health, self._metrics) if serving else None
         try:
             self._take_requests()
             if not self._stopping:
@@ -270,6 +298,8 @@ class Supervisor:
                     watched.append(child.process.sentinel)
                     if child.ready_pipe is not None:
                         watched.append(child.ready_pipe)
+                    if child.metrics_pipe is not None:
+                        watched.append(child.metrics_pipe)
             ready = wait(watched, timeout)
             if self._wake_r in ready:
                 os.read(self._wake_r, 512)
@@ -278,6 +308,10 @@ class Supervisor:
                     continue
                 if child.ready_pipe is not None and child.ready_pipe in ready:
                     self._on_ready(child)
+                pipe = child.metrics_pipe
+                if pipe is not None and pipe in ready and not self._on_report(slot, pipe):
+                    pipe.close()  # it stopped reporting: not watched again
+                    child.metrics_pipe = None
                 if child.process.sentinel in ready:
                     self._on_exit(slot, child)
 
@@ -306,9 +340,12 @@ class Supervisor:
         beat = None if self._beats is None else self._beats[slot]
         if beat is not None:
             beat.at.value, beat.state.value = 0.0, 1
+        metrics_r = metrics_w = None
+        if self._metrics is not None:
+            metrics_r, metrics_w = self._context.Pipe(duplex=False)
         process = self._context.Process(
             target=_child_main,
-            args=(self.make_worker, ready_w, stop_r, beat),
+            args=(self.make_worker, ready_w, stop_r, beat, metrics_w),
             name=f"delayq-worker-{slot}",
         )
         # The child starts with SIGINT blocked (the mask survives exec) until it has
@@ -322,7 +359,9 @@ class Supervisor:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         ready_w.close()
         stop_r.close()
-        self._children[slot] = _Child(process, ready_r, stop_w)
+        if metrics_w is not None:
+            metrics_w.close()
+        self._children[slot] = _Child(process, ready_r, stop_w, metrics_r)
         log_event(_INFO, "supervisor.child_started", slot=slot, pid=process.pid)
 
     def _on_ready(self, child: _Child) -> None:
@@ -336,10 +375,46 @@ class Supervisor:
         child.ready_pipe = None
         self._ever_ready = self._ever_ready or child.ready
 
+    def _on_report(self, slot: int, pipe: Connection) -> bool:
+        """Take the reports the child of ``slot`` sent on ``pipe``, keep the last:
+        whether the pipe is still open."""
+        last = None
+        try:
+            while pipe.poll():
+                last = pipe.recv_bytes()
+        except (EOFError, OSError):  # it stopped: its exit comes next
+            return False
+        finally:
+            if last is not None:
+                report = json.loads(last)
+                with self._reports_lock:
+                    self._reports[slot] = report
+        return True
+
+    def _retire_report(self, slot: int, child: _Child) -> None:
+        """A child exited: its last report joins the counts of the children gone."""
+        pipe = child.metrics_pipe
+        if pipe is not None:
+            self._on_report(slot, pipe)
+            pipe.close()
+            child.metrics_pipe = None
+        with self._reports_lock:
+            report, self._reports[slot] = self._reports[slot], None
+            if report is not None:
+                self._gone = merge([self._gone, report], gauges=False)
+
+    def render_metrics(self) -> bytes:
+        """The ``/metrics`` page: the children's counts added up, those of the
+        children gone included, and their gauges as last reported."""
+        with self._reports_lock:
+            reports = [self._gone, *(r for r in self._reports if r is not None)]
+            return render(merge(reports))
+
     def _on_exit(self, slot: int, child: _Child) -> None:
         process = child.process
         process.join()
         code = process.exitcode
+        self._retire_report(slot, child)
         if child.ready_pipe is not None:
             if child.ready_pipe.poll():  # said ready, then died at once
                 self._on_ready(child)
@@ -393,11 +468,23 @@ class _HealthThread:
     """The supervisor's ``/healthz`` and ``/readyz``, answered by an event loop of
     their own in a daemon thread (the supervisor's own loop blocks in ``wait``)."""
 
-    def __init__(self, supervisor: Supervisor, sock: socket.socket) -> None:
+    def __init__(
+        self, supervisor: Supervisor, sock: socket.socket | None, metrics: socket.socket | None
+    ) -> None:
         self._loop = asyncio.new_event_loop()
-        self._server = self._loop.run_until_complete(
-            start_health(sock, supervisor.not_ready, supervisor.not_alive)
-        )
+        render = None if metrics is None else supervisor.render_metrics
+        self._servers: list[asyncio.Server] = []
+        if sock is not None:
+            both = render if metrics is sock else None
+            self._servers.append(
+                self._loop.run_until_complete(
+                    start_health(sock, supervisor.not_ready, supervisor.not_alive, metrics=both)
+                )
+            )
+        if metrics is not None and metrics is not sock:
+            self._servers.append(
+                self._loop.run_until_complete(start_health(metrics, None, metrics=render))
+            )
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="delayq-health", daemon=True
         )
@@ -406,13 +493,18 @@ class _HealthThread:
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
-        self._server.close()
-        self._loop.run_until_complete(self._server.wait_closed())
+        for server in self._servers:
+            server.close()
+            self._loop.run_until_complete(server.wait_closed())
         self._loop.close()
 
 
 def _child_main(
-    make_worker: Callable[[], Worker], ready: Connection, stop: Connection, beat: _Beat | None
+    make_worker: Callable[[], Worker],
+    ready: Connection,
+    stop: Connection,
+    beat: _Beat | None,
+    metrics: Connection | None,
 ) -> None:
     """A child's whole life: build the worker, say ready, serve until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -420,7 +512,23 @@ def _child_main(
     worker = make_worker()
     if not isinstance(worker, Worker):
         raise TypeError(f"make_worker() must return a Worker, not {type(worker).__name__}")
-    asyncio.run(_serve(worker, ready, stop, beat))
+    if metrics is not None and worker.metrics is None:
+        worker.metrics = WorkerMetrics()
+    asyncio.run(_serve(worker, ready, stop, beat, metrics))
+
+
+def _report(worker: Worker, pipe: Connection) -> None:
+    """Send the supervisor the worker's counts (a full pipe waits: it reads at once)."""
+    assert worker.metrics is not None
+    with contextlib.suppress(OSError):  # the supervisor is gone
+        pipe.send_bytes(json.dumps(worker.metrics.snapshot()).encode())
+
+
+async def _reports(worker: Worker, pipe: Connection) -> None:
+    """Report the worker's counts every ``METRICS_PUSH_EVERY`` seconds."""
+    while True:
+        await asyncio.sleep(METRICS_PUSH_EVERY)
+        _report(worker, pipe)
 
 
 async def _beat(worker: Worker, beat: _Beat) -> None:
@@ -431,7 +539,13 @@ async def _beat(worker: Worker, beat: _Beat) -> None:
         await asyncio.sleep(SUPERVISOR_HEALTH_BEAT)
 
 
-async def _serve(worker: Worker, ready: Connection, stop: Connection, beat: _Beat | None) -> None:
+async def _serve(
+    worker: Worker,
+    ready: Connection,
+    stop: Connection,
+    beat: _Beat | None,
+    metrics: Connection | None = None,
+) -> None:
     loop = asyncio.get_running_loop()
     signals = 0  # SIGTERMs sent to this child directly
     told = 0  # the highest stop level the supervisor sent
@@ -472,11 +586,17 @@ async def _serve(worker: Worker, ready: Connection, stop: Connection, beat: _Bea
     ready.send_bytes(_READY)
     ready.close()
     beating = None if beat is None else asyncio.create_task(_beat(worker, beat))
+    reporting = None if metrics is None else asyncio.create_task(_reports(worker, metrics))
     try:
         await worker.serve()
     finally:
         if beating is not None:
             beating.cancel()
+        if reporting is not None:
+            reporting.cancel()
+        if metrics is not None:
+            _report(worker, metrics)  # the last counts, the in-flight ones settled
+            metrics.close()
         loop.remove_signal_handler(signal.SIGTERM)
         loop.remove_reader(stop.fileno())
         stop.close()

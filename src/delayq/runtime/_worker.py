@@ -58,6 +58,7 @@ from ..errors import LeaseLost, QueueClosed
 from ._app import App, BadArguments, CronJob, UnknownTask, decode_envelope
 from ._cron import plan_tick, tick_id
 from ._health import start_health
+from ._metrics import WorkerMetrics
 from .ack_batch import AckBatcher, AckOutcome
 from .constants import (
     CRON_ACK_GUARD,
@@ -170,6 +171,7 @@ class _Held:
     acker: AckBatcher  # its queue's
     context: contextvars.Context | None = None
     started: float = 0.0  # time.monotonic() when its handler started
+    took: float = 0.0  # seconds its handler ran
     busy: bool = False  # its handler ended: an ack, nack or give-back is on its way
     settled: bool = False  # done with: its slot is back
 
@@ -203,7 +205,8 @@ class Worker:
     included); ``grace`` is how long running handlers may finish after a stop;
     ``timeout`` (seconds) is the default limit of one run (a task's own ``timeout``
     wins). ``clock`` (default: the app's ``clock=`` option, else the system clock)
-    is what cron schedules read.
+    is what cron schedules read. ``metrics=True`` counts its Prometheus metrics
+    (:attr:`metrics`; ``delayq worker --metrics-port`` serves them).
     """
 
     def __init__(
@@ -218,6 +221,7 @@ class Worker:
         timeout: float | None = None,
         queues: Iterable[str] | None = None,
         clock: Clock | None = None,
+        metrics: bool = False,
     ) -> None:
         if isinstance(source, App):
             if handler is not None:
@@ -256,6 +260,12 @@ class Worker:
         self.counts: Counter[str] = Counter()
         """How many messages ended how: ``succeeded``, ``retried``, ``dead``,
         ``skipped`` (cron ticks not run), ``released``, ``lease_lost``."""
+        if type(metrics) is not bool:
+            raise TypeError(f"metrics must be True or False, got {metrics!r}")
+        self.metrics: WorkerMetrics | None = WorkerMetrics() if metrics else None
+        """Its Prometheus metrics (``metrics=True``, or :meth:`run` with a ``metrics``
+        socket): runs by task and outcome, run time, lateness, messages in flight,
+        backend outages; ``render()`` is their text. None when off (they cost nothing)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested = False
         self._force = False
@@ -284,15 +294,21 @@ class Worker:
         self._journal: list[JobRun] | None = None  # a burst's runs
 
     # -- running ----------------------------------------------------------------------
-    def run(self, *, health: socket.socket | None = None) -> None:
+    def run(
+        self, *, health: socket.socket | None = None, metrics: socket.socket | None = None
+    ) -> None:
         """Run until SIGTERM/SIGINT (or :meth:`stop`), then drain and return.
 
         Blocks; starts its own event loop. A second signal skips the grace period.
         ``health``: a listening socket on which the loop answers ``/healthz`` (200
         while it turns) and ``/readyz`` (200, or 503 with :meth:`not_ready`'s reason),
-        until the drain ends.
+        until the drain ends. ``metrics``: one on which it answers ``/metrics``, the
+        Prometheus text of :attr:`metrics` (turned on if it was not); the same socket
+        as ``health`` answers all three.
         """
-        asyncio.run(self._run_with_signals(health))
+        if metrics is not None and self.metrics is None:
+            self.metrics = WorkerMetrics()
+        asyncio.run(self._run_with_signals(health, metrics))
 
     def not_ready(self) -> str | None:
         """Why the Worker is not ready for work, or None: ``starting`` (not serving
@@ -304,8 +320,16 @@ class Worker:
             return "starting"
         return "backend_unavailable" if outage.down else None
 
-    async def _run_with_signals(self, health: socket.socket | None = None) -> None:
-        server = None if health is None else await start_health(health, self.not_ready)
+    async def _run_with_signals(
+        self, health: socket.socket | None = None, metrics: socket.socket | None = None
+    ) -> None:
+        render = None if self.metrics is None else self.metrics.render
+        servers = []
+        if health is not None:
+            both = render if metrics is health else None
+            servers.append(await start_health(health, self.not_ready, metrics=both))
+        if metrics is not None and metrics is not health:
+            servers.append(await start_health(metrics, None, metrics=render))
         loop = asyncio.get_running_loop()
         installed = []
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -319,7 +343,7 @@ class Worker:
         finally:
             for signum in installed:
                 loop.remove_signal_handler(signum)
-            if server is not None:
+            for server in servers:
                 server.close()
 
     def _on_signal(self, signum: int) -> None:
@@ -365,7 +389,15 @@ class Worker:
         self._held_empty.set()
         self._open_queues()
         url = next(iter(self._queues.values())).url  # an App's queues share its URL
-        self._outage = Outage(url, event_prefix="worker", first=WORKER_ERROR_BACKOFF)
+        metrics = self.metrics
+        self._outage = Outage(
+            url,
+            event_prefix="worker",
+            first=WORKER_ERROR_BACKOFF,
+            on_change=None if metrics is None else metrics.outage,
+        )
+        if metrics is not None:
+            metrics.watch(self.in_flight)
         background = [
             asyncio.create_task(self._reserve_loop(queue), name=f"delayq-reserve-{name}")
             for name, queue in self._queues.items()
@@ -403,6 +435,8 @@ class Worker:
             self._pool.shutdown(wait=False)
             await self._close_queues()
             self._loop = None
+            if metrics is not None:
+                metrics.watch(None)
             log_event(_INFO, "worker.stopped", **dict(self.counts))
 
     async def burst(self, *, limit: int = WORKER_BURST_LIMIT) -> list[JobRun]:
@@ -464,10 +498,25 @@ class Worker:
             await asyncio.gather(*(self._job(queue, msg) for msg in msgs))
         return ran
 
+    def in_flight(self) -> int:
+        """How many messages it holds reserved and has not settled yet (waiting for a
+        handler, running, or their ack or nack on its way)."""
+        return len(self._running.keys() - self._runners) + len(self._held)
+
     def _note(
-        self, msg: Message, call: _Call | None, outcome: str, error: BaseException | None
+        self,
+        msg: Message,
+        call: _Call | None,
+        outcome: str,
+        error: BaseException | None,
+        counted: str | None = None,
     ) -> None:
-        """Add a run to the burst's journal (none under :meth:`serve`)."""
+        """A run ended with ``outcome``: counted in :attr:`metrics` (as ``counted``
+        when given: a finer word for it), and added to the burst's journal (none under
+        :meth:`serve`)."""
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.settled(msg.queue, None if call is None else call.label, counted or outcome)
         if self._journal is None:
             return
         if call is not None and self._app is not None:
@@ -691,7 +740,7 @@ class Worker:
             finally:
                 gate.leave()
                 running.pop(me, None)
-            self._ran(held, error, None, started)
+            self._ran(held, error, None, started, time.monotonic() - started)
             # Cancelled (by a stop past the grace, or by its handler's own doing, even
             # if the handler swallowed it: a cancel still pending would reach the next
             # call), or its context changed: it ends, and _runner_ended puts a new
@@ -725,7 +774,12 @@ class Worker:
                 waiter.set_result(None)
 
     def _ran(
-        self, held: _Held, error: BaseException | None, result: object, started: float | None
+        self,
+        held: _Held,
+        error: BaseException | None,
+        result: object,
+        started: float | None,
+        took: float,
     ) -> None:
         """The lane's word on ``held`` (on the loop): ack, nack or give back."""
         if self._adaptive:
@@ -736,12 +790,16 @@ class Worker:
             return
         held.busy = True
         held.renew_at = math.inf
-        if error is None:
+        if error is None:  # counted in the metrics with its outcome (_acked)
             held.started = started or time.monotonic()
+            held.took = took
             held.acker.ack_soon(held.msg, self._acked, held)
         elif isinstance(error, NotStarted):
             self._fast_task(self._fast_give_back(held))
         else:
+            metrics = self.metrics
+            if metrics is not None and started is not None:
+                metrics.ran(held.queue.name, held.call.label, held.msg.due_at, started, took)
             seconds = time.monotonic() - (started or time.monotonic())
             self._fast_task(self._fast_failed(held, error, seconds))
 
@@ -766,6 +824,13 @@ class Worker:
 
     def _acked(self, held: _Held, outcome: AckOutcome) -> None:
         queue, msg = held.queue, held.msg
+        metrics = self.metrics
+        if metrics is not None:  # its run and its outcome at once (no journal here)
+            said = "succeeded" if outcome is True else "lease_lost" if outcome is False else None
+            metrics.ended(
+                queue.name, held.call.label, said or "unsettled", msg.due_at, held.started,
+                took=held.took,
+            )  # fmt: skip
         if outcome is True:
             self.counts["succeeded"] += 1
             if _log_enabled(_INFO):  # the fields cost more than the line when it is off
@@ -854,14 +919,19 @@ class Worker:
                 await self._give_back(queue, msg)
                 return
             started = time.monotonic()
+            invoked = False
             try:
                 call = self._resolve(msg)
                 if call.cron is not None and not await self._start_tick(queue, msg, call):
                     await queue.ack(msg)
                     return
+                invoked = True
                 await self._invoke(call)
             finally:
                 gate.leave()
+                if invoked and self.metrics is not None and call is not None:
+                    took = time.monotonic() - started
+                    self.metrics.ran(queue.name, call.label, msg.due_at, started, took)
             if call.tick_ms is not None:
                 await _cron_ack_guard(self._clock, call.tick_ms)
         except NotStarted:  # stopping before a lane thread took it
@@ -883,6 +953,7 @@ class Worker:
         try:
             acked = await self._ackers[queue.name].ack(msg)
         except Exception as exc:  # as on the fast path (:meth:`_acked`)
+            self._note(msg, call, "unsettled", exc)
             _ack_failed(queue, msg, exc)
             return
         if not acked:
@@ -1033,8 +1104,9 @@ class Worker:
             self._note(msg, call, "unsettled", exc)
             log_event(_WARNING, "job.unsettled", error=repr(exc), nack_error=repr(failed), **fields)
             return
-        self.counts["dead" if state is State.DEAD else "retried"] += 1
-        self._note(msg, call, "dead" if state is State.DEAD else "retried", exc)
+        outcome = "dead" if state is State.DEAD else "retried"
+        self.counts[outcome] += 1
+        self._note(msg, call, outcome, exc, _counted(event, state, exc))
         level = _ERROR if state is State.DEAD else _WARNING
         fields.update(
             state=state.value,
@@ -1090,6 +1162,18 @@ class Worker:
 class HandlerTimeout(TimeoutError):
     """A handler ran past its timeout: a failure like any other (the message is
     nacked with its backoff). A sync handler's thread cannot be stopped and runs on."""
+
+
+def _counted(event: str, state: State, exc: BaseException) -> str:
+    """The outcome :attr:`Worker.metrics` counts for a run that raised ``exc`` and left
+    its message in ``state``, after the log ``event`` of :meth:`Worker._failed`."""
+    if event == "job.discarded":
+        return "discarded"
+    if state is State.DEAD:
+        return "dead"
+    if event == "job.retry_requested":
+        return "retried"
+    return "timeout" if isinstance(exc, HandlerTimeout) else "failed"
 
 
 def _max_attempts(msg: Message, call: _Call | None) -> int:

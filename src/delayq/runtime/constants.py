@@ -12,6 +12,9 @@ __all__ = [
     "DEFAULT_WORKER_CONCURRENCY",
     "DEFAULT_WORKER_GRACE",
     "DEFAULT_WORKER_PREFETCH_PER_HANDLER",
+    "LATENESS_BUCKETS",
+    "METRICS_PUSH_EVERY",
+    "RUN_SECONDS_BUCKETS",
     "SUPERVISOR_HEALTH_BEAT",
     "SUPERVISOR_HEALTH_STALE",
     "SUPERVISOR_RESTART_FIRST",
@@ -89,3 +92,22 @@ SUPERVISOR_HEALTH_BEAT = 0.25
 #: A supervised child whose loop has not beaten for this long (s) is stuck: the
 #: supervisor's ``/healthz`` fails.
 SUPERVISOR_HEALTH_STALE = 10.0
+
+#: The upper bounds (s) of the buckets of ``delayq_lateness_seconds``, the Worker's and
+#: ``delayq serve``'s alike (one histogram adds up across them): from 0.1 ms (a run
+#: on time, fire-ahead held to its due time) to 15 minutes (a backlog, an outage).
+LATENESS_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
+)  # fmt: skip
+
+#: The upper bounds (s) of the buckets of ``delayq_run_seconds``, a handler's run time:
+#: from 0.1 ms (a counter's increment) to 15 minutes (a batch job).
+RUN_SECONDS_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
+)  # fmt: skip
+
+#: Seconds between two reports of a supervised child's metrics to its supervisor (the
+#: most its ``/metrics`` lags behind the children), and one more as the child stops.
+METRICS_PUSH_EVERY = 0.5

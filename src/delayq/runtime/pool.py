@@ -200,11 +200,11 @@ class Gate:
 
 
 #: What :meth:`SyncLane.submit_many` calls on the loop once a call ended: ``done(fn,
-#: error, result, started)``: the call itself, ``error`` None when it returned,
+#: error, result, started, took)``: the call itself, ``error`` None when it returned,
 #: ``started`` its time.monotonic() start (None with :class:`NotStarted`: the lane
-#: closed before it started). One function for the many calls of a claim: no closure
-#: per call.
-Ran = Callable[[Any, BaseException | None, Any, "float | None"], None]
+#: closed before it started), ``took`` the seconds it ran (0.0 when it did not). One
+#: function for the many calls of a claim: no closure per call.
+Ran = Callable[[Any, BaseException | None, Any, "float | None", float], None]
 
 
 #: A call that ran this long (seconds) or longer has its outcome sent to the loop at
@@ -284,7 +284,7 @@ class SyncLane:
         self._runs: deque[_Run] = deque()  # under _lock, as are the four below
         self._sleeping = 0  # threads waiting for a ring of the bell
         self._ringing = False  # a ring on its way: the woken thread wakes the next
-        self._ended: list[tuple[_Run, BaseException | None, Any]] = []
+        self._ended: list[_Ended] = []
         self._waking = False  # a delivery to the loop on its way
         self._bell: SimpleQueue[None] = SimpleQueue()
         self._closed = False
@@ -343,10 +343,10 @@ class SyncLane:
         """Run each of ``calls`` on a lane thread once one is free, in order (queued
         under one take of the lock), not before ``not_before`` (``time.monotonic()``:
         the thread that takes one holds it until then), then ``done(fn, error, result,
-        started)`` on the loop: no future, no task (the worker's plain sync jobs)."""
+        started, took)`` on the loop: no future, no task (the worker's plain sync jobs)."""
         if self._closed:
             for fn in calls:
-                done(fn, NotStarted("the lane is closed"), None, None)
+                done(fn, NotStarted("the lane is closed"), None, None, 0.0)
             return
         self._queue(*(_Run(fn, None, done, not_before=not_before) for fn in calls))
 
@@ -420,13 +420,13 @@ class SyncLane:
     def _ended_locked(self, ended: _Ended) -> tuple[bool, bool]:
         """Under the lock: note a call's outcome; whether to wake the loop for the
         outcomes held, and whether the call was abandoned (timed out)."""
-        run, error, result, took = ended
+        run, _, _, took = ended
         if took is not None:
             mean = self.mean_call
             self.mean_call = took if mean is None else mean + (took - mean) / 16
         run.finished = True
         held = self._ended
-        held.append((run, error, result))
+        held.append(ended)
         wake = not self._waking and (
             len(held) >= self.batch
             or len(self._runs) < self._round
@@ -483,12 +483,12 @@ class SyncLane:
     def _deliver(self) -> None:
         with self._lock:
             ended, self._ended, self._waking = self._ended, [], False
-        for run, error, result in ended:
+        for run, error, result, took in ended:
             future = run.future
             if future is None:
                 assert run.done is not None
                 try:
-                    run.done(run.fn, error, result, run.started)
+                    run.done(run.fn, error, result, run.started, took or 0.0)
                 except Exception as exc:  # a bug of done(): the others still get theirs
                     self._loop.call_exception_handler(
                         {"message": "SyncLane done", "exception": exc}
@@ -517,7 +517,7 @@ class SyncLane:
             error = NotStarted("the lane closed before it started")
             if run.future is None:
                 assert run.done is not None
-                run.done(run.fn, error, None, None)
+                run.done(run.fn, error, None, None, 0.0)
             elif not run.future.done():
                 run.future.set_exception(error)
         for _ in range(sleeping):

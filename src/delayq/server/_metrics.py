@@ -20,16 +20,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.metrics import MetricWrapperBase
 
 from ..durable.message import Stats
+from ..runtime.constants import LATENESS_BUCKETS
 
 __all__ = ["CALLBACK_OUTCOMES", "Metrics"]
 
 #: The ``outcome`` label values of ``delayq_callbacks_total``.
 CALLBACK_OUTCOMES = ("delivered", "http_error", "timeout", "connection_error", "refused")
-
-# Lateness spans sub-millisecond (in-process) to minutes (a backlog).
-_LATENESS_BUCKETS = (
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-)  # fmt: skip
 
 
 class Metrics:
@@ -47,6 +43,11 @@ class Metrics:
             "delayq_backend_up",
             "1 when the backend answered this scrape's stats, else 0 (the message gauges "
             "are then left out).",
+            registry=self.registry,
+        )
+        self.outages = Counter(
+            "delayq_backend_outages",
+            "Outages of the backend: times it stopped answering (as the Worker's).",
             registry=self.registry,
         )
         self.puts = Counter(
@@ -71,7 +72,7 @@ class Metrics:
             "delayq_lateness_seconds",
             "From a message's due time to its delivery (reserve over HTTP or callback sent).",
             ["queue"],
-            buckets=_LATENESS_BUCKETS,
+            buckets=LATENESS_BUCKETS,  # the Worker's too: one histogram adds up
             registry=self.registry,
         )
         self.callbacks = Counter(

@@ -135,6 +135,7 @@ class ServerState:
             self.backend_down_since = None
         elif self.backend_error is None:
             self.backend_down_since = time.time()
+            self.metrics.outages.inc()
         self.backend_error = error
 
     def queue(self, name: str) -> AsyncQueue:
