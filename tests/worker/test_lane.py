@@ -279,7 +279,9 @@ def test_a_call_held_until_its_not_before_starts_at_or_after_it_and_a_close_drop
         fn.__name__ = name
         return fn
 
-    def done(fn: Any, error: BaseException | None, result: Any, started: float | None) -> None:
+    def done(
+        fn: Any, error: BaseException | None, result: Any, started: float | None, took: float
+    ) -> None:
         outcomes[fn.__name__] = error
 
     async def main() -> tuple[float, float]:
