@@ -24,6 +24,9 @@ from delayq.durable.registry import redact_url
 from ._helpers import Cli, one_error_line
 
 pytest.importorskip("aiormq")
+pytest.importorskip("pika")
+
+from backends._amqp_mistakes import mute_candidate
 
 
 @pytest.fixture
@@ -69,6 +72,30 @@ def test_a_scheduler_process_serves_clients_that_never_stand(plain_url: str) -> 
 
 def test_the_startup_check_passes_on_a_namespace_without_a_scheduler(plain_url: str) -> None:
     check_backend(plain_url, "jobs", 20.0)  # raises CliError when it does not answer
+
+
+def test_a_scheduler_whose_startup_check_fails_exits_1_with_nothing_left_running(
+    plain_url: str,
+) -> None:
+    """A candidate that stands and never serves (a scheduler that hangs) holds the
+    election: the start-up check gets no answer within the request timeout, and the
+    command exits 1 with its error; the candidacy it was renewing on a new connection
+    ends with the queue's close, quietly (no "Task exception was never retrieved")."""
+    url = f"{plain_url}&request_timeout=0.5"
+    with mute_candidate(url):
+        run = subprocess.run(
+            [sys.executable, "-m", "delayq.cli", "scheduler", "--url", url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+    assert run.returncode == 1, run.stderr
+    assert "scheduler_process_stopped" in run.stderr
+    assert "error: " in run.stderr
+    assert "never retrieved" not in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
 
 
 class _Logged:

@@ -4,11 +4,15 @@ sentinels)."""
 
 from __future__ import annotations
 
+import builtins
+import enum
 import importlib
+import inspect
 import os
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -91,3 +95,40 @@ def test_the_changelog_that_operations_points_to_is_on_the_site(site: Path) -> N
     assert versions
     shown = [re.sub(r"<[^>]+>", "", h) for h in re.findall(r"<h2[^>]*>(.*?)</h2>", changelog)]
     assert [h.replace("&para;", "").strip() for h in shown] == [v.strip() for v in versions]
+
+
+#: The queues whose methods live partly on a base the reader never imports.
+_QUEUES = (
+    "delayq.durable.Queue",
+    "delayq.durable.AsyncQueue",
+    "delayq.inproc.DelayQueue",
+    "delayq.inproc.AsyncDelayQueue",
+)
+
+
+def test_the_python_reference_names_no_base_a_reader_cannot_look_up(site: Path) -> None:
+    """A class's "Bases:" names a class of the page or Python's own (``Exception``,
+    ``Protocol``), never a private half such as ``QueueBase``; and each queue shows
+    what it has from its bases (``Queue.name``, ``DelayQueue.put``) as its own."""
+    api = (site / "reference" / "api.html").read_text("utf-8")
+    anchors = set(re.findall(r'id="(delayq\.[\w.]+)"', api))
+    entries = {anchor.rsplit(".", 1)[-1] for anchor in anchors}
+    python = set(dir(builtins)) | set(dir(typing)) | set(dir(enum))
+    shown = [re.sub(r"<[^>]+>", " ", bases) for bases in re.findall(r"Bases:(.*?)</p>", api, re.S)]
+    assert shown
+    for bases in shown:
+        named = bases
+        while re.search(r"\[[^\[\]]*\]", named):  # QueueCore[T] -> QueueCore
+            named = re.sub(r"\[[^\[\]]*\]", "", named)
+        unknown = [name for name in re.findall(r"\w+", named) if name not in entries | python]
+        assert not unknown, f"Bases: {' '.join(bases.split())}"
+    for path in _QUEUES:
+        module, name = path.rsplit(".", 1)
+        cls = getattr(importlib.import_module(module), name)
+        public = {
+            member
+            for member, value in inspect.getmembers(cls)
+            if not member.startswith("_") and inspect.getdoc(value)
+        }
+        missing = sorted(member for member in public if f"{path}.{member}" not in anchors)
+        assert not missing, f"{path}: no entry for {missing}"

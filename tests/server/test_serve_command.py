@@ -137,16 +137,35 @@ def test_long_poll_of_a_client_that_left_claims_nothing(
 def test_sigterm_ends_a_waiting_long_poll(
     served: tuple[subprocess.Popen[str], str, list[str]],
 ) -> None:
+    """SIGTERM once the server shows the long poll waiting (``delayq_long_polls``):
+    the poll answers at once, with nothing, and the server exits 0."""
     process, base, _ = served
-    with httpx.Client(base_url=base, timeout=30) as http:
+    answers: list[httpx.Response] = []
+
+    def long_poll() -> None:
+        with httpx.Client(base_url=base, timeout=30) as http:
+            answers.append(http.post("/v1/queues/idle/reserve", json={"wait": 25}))
+
+    with httpx.Client(base_url=base, timeout=10) as http:
+        assert _long_polls(http) == 0
         started = time.monotonic()
-        timer = threading.Timer(0.5, process.send_signal, args=(signal.SIGTERM,))
-        timer.start()
-        response = http.post("/v1/queues/idle/reserve", json={"wait": 25})
-        timer.join()
+        poll = threading.Thread(target=long_poll)
+        poll.start()
+        while _long_polls(http) != 1:
+            assert time.monotonic() - started < 10, "the long poll never waited"
+            time.sleep(0.01)
+        process.send_signal(signal.SIGTERM)
+        poll.join(30)
+    [response] = answers
     assert response.json() == {"messages": []}
     assert time.monotonic() - started < 15
     assert process.wait(20) == 0
+
+
+def _long_polls(http: httpx.Client) -> int:
+    """The reserves waiting on the server now, as its metrics say."""
+    [value] = re.findall(r"^delayq_long_polls (\S+)$", http.get("/metrics").text, re.MULTILINE)
+    return int(float(value))
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "evil.localhost"])

@@ -271,7 +271,8 @@ async def healthz(state: StateDep) -> Any:
 )
 async def metrics(request: Request, state: StateDep) -> Response:
     """Prometheus metrics: messages per state per queue, put/ack/nack/dead counters,
-    the lateness histogram, callback outcomes, and ``delayq_backend_up``. When the
+    the lateness histogram, callback outcomes, the reserves waiting now
+    (``delayq_long_polls``), and ``delayq_backend_up``. When the
     backend does not answer, ``delayq_backend_up`` is 0 and the per-queue message
     gauges are left out: the scrape still succeeds."""
     everything: dict[str, Stats] | None = None
@@ -285,4 +286,5 @@ async def metrics(request: Request, state: StateDep) -> Response:
         state.note_backend(kind)
     else:
         state.note_backend(None)
-    return Response(state.metrics.render(everything), media_type=METRICS_CONTENT_TYPE)
+    waiting = request.app.state.delayq_long_polls.waiting
+    return Response(state.metrics.render(everything, waiting), media_type=METRICS_CONTENT_TYPE)

@@ -249,6 +249,11 @@ class LongPolls:
         self.limit = limit
         self._held: Counter[str] = Counter()
 
+    @property
+    def waiting(self) -> int:
+        """The long polls waiting now, of every client."""
+        return sum(self._held.values())
+
     @contextmanager
     def slot(self, scope: Scope) -> Iterator[None]:
         """Hold one of the client's long-poll slots while the block runs; an

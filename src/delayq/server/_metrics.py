@@ -50,6 +50,11 @@ class Metrics:
             "Outages of the backend: times it stopped answering (as the Worker's).",
             registry=self.registry,
         )
+        self.long_polls = Gauge(
+            "delayq_long_polls",
+            "Reserves waiting for a message (long polls) on this server now.",
+            registry=self.registry,
+        )
         self.puts = Counter(
             "delayq_puts", "Messages put through this server.", ["queue"], registry=self.registry
         )
@@ -102,15 +107,17 @@ class Metrics:
             raise ValueError(f"unknown callback outcome {outcome!r}")
         self.callbacks.labels(queue, outcome).inc()
 
-    def render(self, stats: Mapping[str, Stats] | None) -> bytes:
+    def render(self, stats: Mapping[str, Stats] | None, long_polls: int = 0) -> bytes:
         """The text exposition, with the message gauges set from ``stats`` (every
-        queue to show) and the series of queues gone since the last scrape dropped.
+        queue to show), ``delayq_long_polls`` from ``long_polls``, and the series of
+        queues gone since the last scrape dropped.
 
         ``stats`` None means the backend did not answer: ``delayq_backend_up`` is 0,
         the message gauges are left out and every other series is kept as it is (a
         counter dropped during an outage would read as a reset)."""
         self.messages.clear()
         self.backend_up.set(0 if stats is None else 1)
+        self.long_polls.set(long_polls)
         if stats is not None:
             for queue, snapshot in stats.items():
                 for state in ("scheduled", "ready", "active", "dead"):

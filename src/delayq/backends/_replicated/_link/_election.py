@@ -203,6 +203,8 @@ class Election(LinkState):
         while not self._closed and not self._candidate:
             try:
                 await self._stand()
+            except QueueClosed:
+                return  # closed while it stood again: nothing is left to stand for
             except (ConnectionError, OSError, Refused):
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, REJOIN_MAX_PAUSE)
