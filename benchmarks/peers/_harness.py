@@ -398,6 +398,34 @@ def record_job(seq: int) -> None:
     job_redis().rpush(RECORD_KEY, record_line(seq, started))
 
 
+_ASYNC_JOB_CLIENTS: dict[object, Any] = {}
+
+
+def async_job_redis() -> Any:
+    """The ``redis.asyncio`` client of the jobs of async peers, one per event loop
+    (made on first use in that loop; a worker process runs one loop)."""
+    import asyncio  # noqa: PLC0415 (async peers only)
+
+    import redis.asyncio  # noqa: PLC0415
+
+    loop = asyncio.get_running_loop()
+    client = _ASYNC_JOB_CLIENTS.get(loop)
+    if client is None:
+        client = _ASYNC_JOB_CLIENTS[loop] = redis.asyncio.Redis.from_url(os.environ[URL_ENV])
+    return client
+
+
+async def noop_job_async() -> None:
+    """The drain job of async peers: one awaited ``INCR``."""
+    await async_job_redis().incr(DONE_KEY)
+
+
+async def record_job_async(seq: int) -> None:
+    """The lateness job of async peers: push its sequence number and start time."""
+    started = time.time()
+    await async_job_redis().rpush(RECORD_KEY, record_line(seq, started))
+
+
 def record_line(seq: int, started: float) -> str:
     """What a ``record`` job pushes: its sequence number and start time."""
     return f"{seq} {started!r}"

@@ -1,4 +1,4 @@
-"""delayq on Redis through its Worker, defaults and ``--processes 2`` (see
+"""delayq on Redis through its Worker: defaults, ``--processes 2``, and tuned (see
 ``_harness`` for what is measured).
 
 Run by ``run.py`` with the repository's own ``.venv``; by hand::
@@ -9,6 +9,12 @@ Run by ``run.py`` with the repository's own ``.venv``; by hand::
 The worker is delayq's own CLI, ``delayq worker delayq_bench:app`` with its
 defaults (``--concurrency 8`` handler threads for these sync jobs, prefetch up to
 16x for quick sync handlers, lease 30 s), with ``--processes 2`` for that variant.
+``tuned`` uses the knobs delayq documents for handlers that wait on the network: the
+jobs are ``async def`` (one awaited ``redis.asyncio`` INCR, as arq's, saq's and
+bullmq's jobs), so they run on the worker's event loop with no thread hand-off, and
+``--concurrency`` is raised to :data:`TUNED_CONCURRENCY` handlers in flight per
+process (bullmq's tuned row runs 50), in ``--processes 2``:
+``delayq worker delayq_bench:tuned_app --concurrency 50 --processes 2``.
 Jobs go through ``Task.send`` (one by one; ``delay=`` for the deferred ones) and
 ``App.send_many`` (the batch API, 1,000 messages a call).
 """
@@ -22,7 +28,15 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any, ClassVar
 
-from _harness import URL_ENV, Peer, main, noop_job, record_job
+from _harness import (
+    URL_ENV,
+    Peer,
+    main,
+    noop_job,
+    noop_job_async,
+    record_job,
+    record_job_async,
+)
 
 from delayq import App
 
@@ -30,6 +44,12 @@ QUEUE = "peers-bench"
 app = App(os.environ.get(URL_ENV, "redis://127.0.0.1:6379/2"))
 noop = app.task(name="noop", queue=QUEUE)(noop_job)
 record = app.task(name="record", queue=QUEUE)(record_job)
+#: The tuned variant's app: the same tasks as ``async def`` (what its worker imports).
+tuned_app = App(os.environ.get(URL_ENV, "redis://127.0.0.1:6379/2"))
+tuned_app.task(name="noop", queue=QUEUE)(noop_job_async)
+tuned_app.task(name="record", queue=QUEUE)(record_job_async)
+#: Async handlers in flight per process in the tuned variant (bullmq's tuned: 50).
+TUNED_CONCURRENCY = 50
 
 
 class Delayq(Peer):
@@ -44,6 +64,11 @@ class Delayq(Peer):
     variants: ClassVar[dict[str, dict[str, Any]]] = {
         "defaults": {},
         "processes-2": {"processes": 2},
+        "tuned": {
+            "handlers": "async def (redis.asyncio INCR)",
+            "concurrency": TUNED_CONCURRENCY,
+            "processes": 2,
+        },
     }
     batch_api = "App.send_many"
 
@@ -77,6 +102,12 @@ class Delayq(Peer):
         if self.variant == "processes-2":
             command += ["--processes", "2"]
             described = "delayq worker --processes 2"
+        elif self.variant == "tuned":
+            command[2] = "delayq_bench:tuned_app"
+            command += ["--concurrency", str(TUNED_CONCURRENCY), "--processes", "2"]
+            described = (
+                f"delayq worker, async handlers, --concurrency {TUNED_CONCURRENCY} --processes 2"
+            )
         return command, {URL_ENV: self.url}, described
 
 

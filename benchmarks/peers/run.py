@@ -22,6 +22,7 @@ run, ``--json PATH``, ``--reinstall``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import json
 import math
@@ -46,7 +47,7 @@ DEFAULT_JSON = BENCHMARKS / "results" / "peers-redis.json"
 BULLMQ = HERE / "bullmq"
 #: Every peer's variants, in the table's order.
 VARIANTS: dict[str, tuple[str, ...]] = {
-    "delayq": ("defaults", "processes-2"),
+    "delayq": ("defaults", "processes-2", "tuned"),
     "celery": ("defaults", "tuned"),
     "dramatiq": ("defaults", "tuned"),
     "arq": ("defaults", "tuned"),
@@ -55,6 +56,10 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "bullmq": ("defaults", "tuned"),
     "rq": ("defaults",),
 }
+#: The asyncio floor's INCRs in flight (one client, one process): as many as delayq's
+#: tuned worker runs handlers per process (``delayq_bench.TUNED_CONCURRENCY``) and
+#: bullmq's tuned worker jobs.
+ASYNC_IN_FLIGHT = 50
 #: What runs without ``--runs``: every peer but rq, whose worker forks a process per
 #: job (the 20,000-job drain takes minutes); ``--runs ...,rq`` adds it.
 DEFAULT_RUNS = "delayq,celery,dramatiq,arq,huey,saq,bullmq"
@@ -164,8 +169,10 @@ def floors(url: str, jobs: int = 20_000, batch: int = 1_000, repeat: int = 3) ->
     """The machine's floors on the same server, the best of ``repeat`` tries each:
     ``jobs`` ZADDs in pipelines of ``batch`` (what a queue's enqueue cannot beat), and
     ``jobs`` INCRs (the drain's job) from 8 threads sharing one client with no queue
-    (what a worker of 8 handlers in one process cannot beat). The full sizes in a
-    ``--quick`` run too: they take seconds."""
+    (what a worker of 8 handlers in one process cannot beat), and ``jobs`` INCRs
+    awaited by :data:`ASYNC_IN_FLIGHT` asyncio tasks sharing one ``redis.asyncio``
+    client (what one process of as many async handlers cannot beat). The full sizes
+    in a ``--quick`` run too: they take seconds."""
     sys.path.insert(0, str(HERE))
     import redis  # noqa: PLC0415 (in the driver's venv only)
     from _harness import private_db  # noqa: PLC0415
@@ -199,18 +206,40 @@ def floors(url: str, jobs: int = 20_000, batch: int = 1_000, repeat: int = 3) ->
             thread.join()
         return each * 8 / (time.perf_counter() - started)
 
+    async def incr_async() -> float:
+        import redis.asyncio  # noqa: PLC0415
+
+        shared = redis.asyncio.Redis.from_url(url)
+        each = jobs // ASYNC_IN_FLIGHT
+
+        async def loop() -> None:
+            for _ in range(each):
+                await shared.incr("floor:done")
+
+        try:
+            # Every connection made first, as a worker's are by its warm-up.
+            await asyncio.gather(*(shared.ping() for _ in range(ASYNC_IN_FLIGHT)))
+            started = time.perf_counter()
+            await asyncio.gather(*(loop() for _ in range(ASYNC_IN_FLIGHT)))
+            return each * ASYNC_IN_FLIGHT / (time.perf_counter() - started)
+        finally:
+            await shared.aclose()
+
     with private_db(url) as client:
         shared = redis.Redis.from_url(url)
         try:
             shared.ping()
             zadds = [zadd(client) for _ in range(repeat)]
             incrs = [incr(shared) for _ in range(repeat)]
+            asyncs = [asyncio.run(incr_async()) for _ in range(repeat)]
         finally:
             shared.close()
     return {
         "pipelined_zadd_per_second": max(zadds),
         "incr_8_threads_per_second": max(incrs),
-        "tries": {"pipelined_zadd": zadds, "incr_8_threads": incrs},
+        "incr_async_per_second": max(asyncs),
+        "async_in_flight": ASYNC_IN_FLIGHT,
+        "tries": {"pipelined_zadd": zadds, "incr_8_threads": incrs, "incr_async": asyncs},
         "jobs": jobs,
     }
 
@@ -259,6 +288,10 @@ def print_table(reports: dict[str, dict[str, Any] | None], floor: dict[str, Any]
             f"{cell(floor['pipelined_zadd_per_second'])} | "
             f"{cell(floor['incr_8_threads_per_second'])} | | |"
         )
+        print(
+            f"| the machine: the job alone on asyncio, {ASYNC_IN_FLIGHT} in flight, one "
+            f"process (no queue) | | | | | {cell(floor['incr_async_per_second'])} | | |"
+        )
     print()
     for line in summary(reports, floor):
         print(line)
@@ -291,9 +324,22 @@ def summary(reports: dict[str, dict[str, Any] | None], floor: dict[str, Any] | N
                 f"{label}: delayq {ours[0]:,.0f}/s ({ours[1]}) = {ours[0] / theirs[0]:.1f}x "
                 f"the best peer, {theirs[0]:,.0f}/s ({theirs[1]})"
             )
-        if floor and ours[0]:
-            key = "pipelined_zadd_per_second" if label == "enqueue" else "incr_8_threads_per_second"
-            lines.append(f"{label}: delayq = {100 * ours[0] / floor[key]:.0f}% of the floor")
+        if floor and ours[0] and label == "enqueue":
+            share = 100 * ours[0] / floor["pipelined_zadd_per_second"]
+            lines.append(f"enqueue: delayq = {share:.0f}% of the floor (pipelined ZADD)")
+    if floor:
+        # Each delayq drain against the floor of its kind of handler: the sync ones
+        # against 8 threads of the job, the async one against the job on asyncio.
+        for key, report in reports.items():
+            rate = ((report or {}).get("drain") or {}).get("jobs_per_second")
+            if not report or report["peer"] != "delayq" or not rate or rate != rate:
+                continue
+            if report["variant"] == "tuned":
+                alone = floor["incr_async_per_second"]
+                what = f"the job alone on asyncio, {ASYNC_IN_FLIGHT} in flight, one process"
+            else:
+                alone, what = floor["incr_8_threads_per_second"], "8 threads of the job alone"
+            lines.append(f"drain: {key} {rate:,.0f}/s = {100 * rate / alone:.0f}% of {what}")
     for key, report in reports.items():
         if not report:
             continue
@@ -370,7 +416,11 @@ def main(argv: list[str] | None = None) -> int:
     # The machine's best of both: a loaded machine's floor moves during a long run.
     floor = {
         key: max(floor_before[key], floor_after[key])
-        for key in ("pipelined_zadd_per_second", "incr_8_threads_per_second")
+        for key in (
+            "pipelined_zadd_per_second",
+            "incr_8_threads_per_second",
+            "incr_async_per_second",
+        )
     }
     total = time.monotonic() - started
     print(f"\npeers on {base} ({'quick' if args.quick else 'full'} run, {total:.0f} s)")

@@ -240,3 +240,59 @@ def test_a_scheduled_record_holds_no_due_time_and_fits_a_small_allocation(prefix
         assert raw_batched.endswith(b"z" * 100)
         q.purge()
     client.close()
+
+
+def test_a_claim_gives_each_message_as_get_shows_it_with_its_lease(prefix: str) -> None:
+    """reserve.lua sends a claimed message's values alone, flat (its state, lease token
+    and lease end follow from the call): every field still reads as get() reads it
+    from the full record, whatever the message holds."""
+    with Queue(f"{SHARED}?prefix={prefix}", name=QUEUE) as q:
+        ids = [
+            q.put({"n": 1}),
+            q.put(b"\xff\x00raw", headers={"h": "1"}, max_attempts=3),
+            q.put("text", id="named id \u00e9"),
+        ]
+        [failed] = q.reserve(wait=0)
+        assert failed.id == ids[0]
+        assert q.nack(failed, error="boom \u00e9", delay=0) is State.SCHEDULED
+        claimed = q.reserve(max=10, wait=0, lease=20)
+        assert sorted(m.id for m in claimed) == sorted(ids)
+        tokens = set()
+        for message in claimed:
+            shown = q.get(message.id)
+            assert shown is not None
+            assert shown.state is message.state is State.ACTIVE
+            assert shown.lease is None
+            assert message.lease is not None
+            tokens.add(message.lease)
+            for field in (
+                "id",
+                "queue",
+                "payload",
+                "due_at",
+                "attempts",
+                "max_attempts",
+                "headers",
+                "last_error",
+                "lease_expires_at",
+                "payload_error",
+                "seq",
+                "headers_error",
+            ):
+                assert getattr(message, field) == getattr(shown, field), field
+            assert 0 < message.lease_expires_at - time.time() * 1000 <= 20_000 + 5
+        assert len(tokens) == 3
+        by_id = {m.id: m for m in claimed}
+        assert (by_id[ids[0]].attempts, by_id[ids[0]].last_error) == (2, "boom \u00e9")
+        assert by_id[ids[1]].payload == b"\xff\x00raw"
+        assert by_id[ids[1]].headers == {"h": "1"}
+        assert q.ack_many(claimed) == []
+        # Claimed ahead of its due time (a waiting reserve that fires ahead): its lease
+        # runs from its due time, as get() shows it.
+        id = q.put("soon", delay=0.3)
+        [held] = q.reserve(wait=5, lease=20)
+        shown = q.get(id)
+        assert shown is not None
+        assert held.lease_expires_at == shown.lease_expires_at
+        assert held.lease_expires_at >= held.due_at + 20_000
+        q.ack(held)

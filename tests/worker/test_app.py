@@ -149,6 +149,9 @@ def test_send_many_groups_by_queue_and_keeps_order() -> None:
     assert all(isinstance(m, TaskMessage) for m in messages)
     ids = app.send_many(messages)
     assert ids[:2] == ["x1", "y2"]
+    third = app.queue("a").get(ids[2])  # each id in its message's place
+    assert third is not None
+    assert third.payload["args"] == [3]
     assert app.queue("a").stats().total == 2
     assert app.queue("b").stats().total == 1
     with pytest.raises(TypeError, match=r"task.message"):

@@ -368,6 +368,21 @@ class QueueBase:
                 if len(item) == 1 and "payload" in item:  # every option at its default
                     append(build_request(codec, attempts, item["payload"]))
                     continue
+                if len(item) == 2 and "payload" in item and "max_attempts" in item:
+                    # App.send_many's items: a task's attempts, every other option left out
+                    append(
+                        build_request(
+                            codec,
+                            attempts,
+                            item["payload"],
+                            None,
+                            None,
+                            None,
+                            "ignore",
+                            item["max_attempts"],
+                        )
+                    )
+                    continue
                 if not item.keys() <= _PUT_KEYS:
                     unknown = sorted(set(item) - _PUT_KEYS)
                     raise TypeError(f"unknown keys {unknown}")

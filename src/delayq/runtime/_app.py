@@ -33,7 +33,7 @@ import functools
 import inspect
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
@@ -541,32 +541,42 @@ class App:
     def send_many(self, messages: Iterable[TaskMessage]) -> list[str]:
         """Send many task calls (from :meth:`Task.message`); return their ids in order.
         The messages of one queue are stored in one atomic step (all or none)."""
-        batches = self._batches(messages)
-        ids: dict[int, str] = {}
-        for queue, batch in batches.items():
-            stored = self.queue(queue).put_many([item for _, item in batch])
-            ids.update(zip((index for index, _ in batch), stored, strict=True))
-        return [ids[index] for index in range(len(ids))]
+        batches, queues = self._batches(messages)
+        if len(batches) == 1:  # one queue: its ids are in order
+            [(queue, items)] = batches.items()
+            return self.queue(queue).put_many(items)
+        stored = {
+            queue: iter(self.queue(queue).put_many(items)) for queue, items in batches.items()
+        }
+        return [next(stored[queue]) for queue in queues]
 
     async def send_many_async(self, messages: Iterable[TaskMessage]) -> list[str]:
         """:meth:`send_many`, awaited."""
-        batches = self._batches(messages)
-        ids: dict[int, str] = {}
-        for queue, batch in batches.items():
-            stored = await self.queue_async(queue).put_many([item for _, item in batch])
-            ids.update(zip((index for index, _ in batch), stored, strict=True))
-        return [ids[index] for index in range(len(ids))]
+        batches, queues = self._batches(messages)
+        stored: dict[str, Iterator[str]] = {}
+        for queue, items in batches.items():
+            stored[queue] = iter(await self.queue_async(queue).put_many(items))
+        return [next(stored[queue]) for queue in queues]
 
     @staticmethod
-    def _batches(messages: Iterable[TaskMessage]) -> dict[str, list[tuple[int, dict[str, Any]]]]:
-        batches: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-        for index, msg in enumerate(messages):
-            if not isinstance(msg, TaskMessage):
+    def _batches(
+        messages: Iterable[TaskMessage],
+    ) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+        """The ``put_many`` items of each queue, in order, and each message's queue."""
+        batches: dict[str, list[dict[str, Any]]] = {}
+        queues: list[str] = []
+        for msg in messages:
+            if type(msg) is not TaskMessage and not isinstance(msg, TaskMessage):
                 raise TypeError(
                     f"send_many takes task.message(...) items, not {type(msg).__name__}"
                 )
-            batches.setdefault(msg.task.queue, []).append((index, msg.put_item()))
-        return batches
+            queue = msg.task.queue
+            queues.append(queue)
+            items = batches.get(queue)
+            if items is None:
+                items = batches[queue] = []
+            items.append(msg.put_item())
+        return batches, queues
 
     # -- queues -----------------------------------------------------------------------
     def queue(self, name: str = DEFAULT_QUEUE_NAME) -> Queue:

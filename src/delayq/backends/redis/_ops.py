@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, Generic, TypeVar
 
 from ..._fork import new_id
@@ -196,7 +196,7 @@ class Operations:
             args += bound
         if ahead_ms > 0:
             args += ([] if bound is not None else ["", ""]) + [ahead_ms]
-        return Call("reserve", self.keys(queue), args, decode_claim)
+        return Call("reserve", self.keys(queue), args, partial(decode_claim, token, lease_ms))
 
     def release(self, queue: str, id: str, token: str) -> Call[None]:
         """``release.lua`` for one held message; :class:`LeaseLost` unless released."""

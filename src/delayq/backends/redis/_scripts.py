@@ -426,10 +426,40 @@ class Claim:
         return max(0.0, (until - self.now_ms) / 1000.0 - self.now_us / 1e6)
 
 
-def decode_claim(reply: Sequence[Any]) -> Claim:
-    """The :class:`Claim` of a ``reserve.lua`` reply."""
+#: Values per claimed message in a ``reserve.lua`` reply, after its 5 of the claim.
+CLAIMED = 9
+_ACTIVE = State.ACTIVE
+
+
+def decode_claim(token: str, lease_ms: int, reply: Sequence[Any]) -> Claim:
+    """The :class:`Claim` of a ``reserve.lua`` reply to a call with token base
+    ``token`` and lease ``lease_ms``. Each claimed message comes as :data:`CLAIMED`
+    values, flat; what the call's arguments say (its state, its lease token, its
+    lease's end) is not in the reply. Its integers come as integers (Lua numbers)."""
+    records: list[Record] = []
+    append, until = records.append, reply[4]
+    for position, start in enumerate(range(5, len(reply), CLAIMED), 1):
+        id, payload, encoding, due, seq, attempts, max_attempts, headers, error = reply[
+            start : start + CLAIMED
+        ]
+        append(
+            new_record(
+                id=id[1:].hex() if len(id) == 17 and id[0] == 0 else unpack_id(id),
+                payload=payload,
+                encoding=_DEFAULT_ENCODING if encoding is None else encoding.decode(),
+                due_at=due,
+                seq=seq,
+                attempts=attempts,
+                max_attempts=max_attempts,
+                state=_ACTIVE,
+                headers=load_headers(headers) if headers else {},
+                last_error=None if error is None else _text(error),
+                lease=f"{token}{position}",
+                lease_until=due + lease_ms if until is None else until,
+            )
+        )
     return Claim(
-        records=[decode_record(row) for row in reply[4:]],
+        records=records,
         now_ms=int(reply[0]),
         now_us=int(reply[1]),
         next_ms=None if reply[2] is None else int(reply[2]),

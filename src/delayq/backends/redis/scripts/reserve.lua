@@ -8,11 +8,16 @@
 -- messages of the earliest due time, if it is at most ahead_ms after now (and not after
 -- the bound), are claimed (up to limit), each leased until its due + lease_ms (the
 -- holder hands it over at its due time).
--- Returns {now_ms, now_us, next_event or false, next_seq or false, record...}: next_event
--- is the earliest due time or lease expiry (epoch ms) left after the claim, now_us the
--- microseconds past now_ms, next_seq the seq of the first due message when it is due at
--- next_event (the tie-break across shards; false: next_event is a lease expiry, which
--- a reserve that fires ahead waits for itself, not ahead_ms before).
+-- Returns {now_ms, now_us, next_event or false, next_seq or false, lease_until or false,
+-- claimed...}: next_event is the earliest due time or lease expiry (epoch ms) left after
+-- the claim, now_us the microseconds past now_ms, next_seq the seq of the first due
+-- message when it is due at next_event (the tie-break across shards; false: next_event
+-- is a lease expiry, which a reserve that fires ahead waits for itself, not ahead_ms
+-- before), lease_until the lease expiry of every claimed message (false when they were
+-- claimed ahead: each one's due + lease_ms). Then CLAIMED values per claimed message,
+-- flat: id, payload, enc or false, due, seq, attempts, max, headers or false, err or
+-- false; its state is active and its lease token the token base .. its position among
+-- the claimed (1, 2...): what the client knows it need not read (reply() has it all).
 local now, ceil, us = clock()
 settle_expired(now)
 local limit, lease_ms, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
@@ -44,7 +49,7 @@ if #members == 0 and ahead > 0 then
     held = true
   end
 end
-local out = {now, us, false, false}
+local out = {now, us, false, false, false}
 local function head()
   out[3] = next_event()
   local d = redis.call('ZRANGE', K_DUE, 0, 0, 'WITHSCORES')
@@ -61,14 +66,19 @@ for i, member in ipairs(members) do ids[i] = string.sub(member, 9) end
 -- per message (measured: a few percent less server time for a claim of 100; decoding,
 -- packing and the reply take most of it).
 local records, claimed = load_all(ids, dues), {}
+if not held then out[5] = ceil + lease_ms end
 for i = 1, #ids do
   local r = records[i]
   if r then  -- always: an index entry without its record is dropped (it was removed)
     r.state, r.attempts = ACTIVE, r.attempts + 1
-    r.lease, r.lease_until = token .. i, ceil + lease_ms
+    r.lease, r.lease_until = token .. (#claimed + 1), ceil + lease_ms
     if held then r.lease_until = dues[i] + lease_ms end
     claimed[#claimed + 1] = r
-    out[#out + 1] = reply(r, now, true)
+    local n = #out
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] =
+      r.id, r.payload, r.enc or false, r.due, r.seq
+    out[n + 6], out[n + 7], out[n + 8], out[n + 9] =
+      r.attempts, r.max, r.headers or false, r.err or false
   end
 end
 store_all(claimed)
