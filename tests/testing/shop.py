@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from delayq import App, RetryPolicy, current_message
+from delayq import App, Retry, RetryPolicy, current_message
 
 app = App(os.environ.get("DELAYQ_URL", "sqlite:///shop.db"))
 PAYMENT_WINDOW = "30m"
@@ -51,6 +51,12 @@ async def ship(order_id: int) -> None:
     shipments.append((order_id, current_message().attempts))
     if not warehouse.up:
         raise WarehouseDown(f"order {order_id}: warehouse unreachable")
+
+
+@app.task(queue="orders", max_attempts=3)
+def restock(item: str) -> None:
+    if not warehouse.up:
+        raise Retry(5, reason=f"{item}: warehouse unreachable")
 
 
 @app.every("5m")

@@ -91,6 +91,24 @@ def test_an_envelope_put_by_another_face_has_the_tasks_attempts(harness: Harness
     assert dead.attempts == 4
 
 
+def test_a_retry_of_an_envelope_put_by_another_face_has_the_tasks_attempts(
+    harness: Harness,
+) -> None:
+    """A ``Retry`` raised for a plain envelope (no ``max_attempts`` of its own: the
+    queue's 5) ends at its task's 3 attempts, as a failure does."""
+    shop.warehouse.up = False
+    queue = shop.app.queue("orders")
+    queue.put({"task": "restock", "args": ["tea"], "kwargs": {}}, id="restock:tea")
+    start = harness.clock.time()
+    harness.advance("1m")
+    runs = harness.runs_of(shop.restock)
+    assert [run.time - start for run in runs] == [0, 5, 10]
+    assert [run.outcome for run in runs] == ["retried", "retried", "dead"]
+    [dead] = harness.dead(shop.restock)
+    assert dead.attempts == 3
+    assert dead.last_error == "Retry: tea: warehouse unreachable"
+
+
 def test_a_task_that_recovers_on_its_second_attempt(harness: Harness) -> None:
     shop.warehouse.up = False
     shop.pay(6)

@@ -1082,7 +1082,11 @@ class Worker:
                 state = await queue.nack(msg, error=error, dead=True)
                 event = "job.discarded"
             elif isinstance(exc, Retry):
-                state = await queue.nack(msg, delay=exc.delay, error=f"Retry: {exc.reason}")
+                error = f"Retry: {exc.reason}"
+                if msg.attempts >= _max_attempts(msg, call):  # the task's, as a failure's
+                    state = await queue.nack(msg, error=error, dead=True)
+                else:
+                    state = await queue.nack(msg, delay=exc.delay, error=error)
                 event = "job.retry_requested"
             else:
                 policy = call.retry if call else queue.retry
