@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import urllib.request
@@ -19,6 +20,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+
+from delayq import Queue
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
 
@@ -32,6 +35,10 @@ app = App()  # $DELAYQ_URL
 def boom(n):
     raise ValueError(f"bad {n}")
 """
+
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e225e"
+PARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
 
 
 class Logged:
@@ -112,19 +119,28 @@ def test_worker_logs_a_failed_job_as_json_with_its_fields(
 ) -> None:
     (tmp_path / "json_app.py").write_text(APP)
     env = {"DELAYQ_URL": f"sqlite:///{tmp_path / 'q.db'}"}
-    put = subprocess.run(
-        [sys.executable, "-m", "delayq.cli", "put", "jobs",
-         json.dumps({"task": "boom", "args": [3], "kwargs": {}}), "--id", "m1"],
-        cwd=tmp_path, env={**os.environ, **env}, capture_output=True, text=True, timeout=30,
-        check=False,
-    )  # fmt: skip
-    assert put.returncode == 0, put.stderr
+    # m1 in a caller's trace (the CLI takes $TRACEPARENT), m2 in none
+    for n, id, trace in ((3, "m1", {"TRACEPARENT": PARENT}), (4, "m2", {})):
+        put = subprocess.run(
+            [sys.executable, "-m", "delayq.cli", "put", "jobs",
+             json.dumps({"task": "boom", "args": [n], "kwargs": {}}), "--id", id],
+            cwd=tmp_path, env={**os.environ, **env, **trace}, capture_output=True, text=True,
+            timeout=30, check=False,
+        )  # fmt: skip
+        assert put.returncode == 0, put.stderr
     args = ["worker", "json_app:app", "--log-format", "json", "--processes", str(processes)]
     worker = Logged(args, tmp_path, env)
     logged.append(worker)
-    worker.wait_for(_has(worker.lines, "job.failed"))
+    worker.wait_for(lambda: sum("job.failed" in line for line in list(worker.lines)) == 2)
     records = worker.stop()
-    [failed] = [r for r in records if r["event"] == "job.failed"]
+    [failed, untraced] = sorted(
+        (r for r in records if r["event"] == "job.failed"), key=lambda r: str(r["id"])
+    )
+    # the line's trace id is the message's (no SDK here: no span of the run, no span_id)
+    assert (failed["trace_id"], "span_id" in failed) == (TRACE_ID, False)
+    assert untraced["id"] == "m2"
+    assert "trace_id" not in untraced
+    assert "span_id" not in untraced
     if processes == 1:
         assert {r["process"] for r in records} == {worker.process.pid}
     else:  # the supervisor's lines and its children's, each with its own pid
@@ -143,6 +159,44 @@ def test_worker_logs_a_failed_job_as_json_with_its_fields(
     assert exception.endswith("ValueError: bad 3")
     assert "delayq/runtime" not in exception  # the trimmed traceback: the user's frames
     assert "worker.stopped" in {r["event"] for r in records}
+
+
+def test_worker_lines_carry_the_trace_and_span_of_the_run_under_an_sdk(
+    tmp_path: Path, logged: list[Logged]
+) -> None:
+    """With an SDK in the worker's app, a run's lines carry its ``process`` span's
+    trace and span ids: the caller's trace when the message has one, else the run's own."""
+    pytest.importorskip("opentelemetry.sdk")
+    from tracing.test_worker_process import APP as TRACED_APP  # noqa: PLC0415
+
+    (tmp_path / "traced_app.py").write_text(textwrap.dedent(TRACED_APP))
+    spans = tmp_path / "spans.jsonl"
+    spans.touch()
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    with Queue(url, name="jobs") as queue:
+        envelope = {"task": "work", "args": [1], "kwargs": {}}
+        queue.put(envelope, id="ok", headers={"traceparent": PARENT})
+        queue.put({**envelope, "task": "fail"}, id="bad")  # no trace context
+    worker = Logged(
+        ["worker", "traced_app:app", "--log-format", "json"], tmp_path,
+        {"DELAYQ_URL": url, "SPANS": str(spans)},
+    )  # fmt: skip
+    logged.append(worker)
+    worker.wait_for(_has(worker.lines, "job.failed"))
+    worker.wait_for(_has(worker.lines, "job.succeeded"))
+    records = {r["id"]: r for r in worker.stop() if r["event"] in ("job.succeeded", "job.failed")}
+    runs = {
+        span["attributes"]["messaging.message.id"]: span["context"]
+        for span in map(json.loads, spans.read_text().splitlines())
+        if span["name"] == "process jobs"
+    }
+    for id in ("ok", "bad"):
+        line, run = records[id], runs[id]
+        assert (f"0x{line['trace_id']}", f"0x{line['span_id']}") == (
+            run["trace_id"], run["span_id"],
+        )  # fmt: skip
+    assert records["ok"]["trace_id"] == TRACE_ID  # the caller's trace
+    assert records["bad"]["trace_id"] != TRACE_ID  # a trace of its own
 
 
 def test_serve_logs_uvicorn_and_the_access_log_as_json(

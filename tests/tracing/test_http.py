@@ -4,6 +4,7 @@ header to the handler's run, and an HTTP callback sends ``traceparent`` on."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import warnings
 from pathlib import Path
 from typing import Any
@@ -97,8 +98,22 @@ async def traced_callbacks(state: Any, url: str, count: int) -> None:
     await put(state, cb, {"n": "plain"})  # no trace context: none sent
 
 
+def logged_runs(caplog: pytest.LogCaptureFixture, event: str) -> dict[str, dict[str, Any]]:
+    """The fields of the dispatcher's ``event`` lines, by the body of their message."""
+    return {
+        fields["id"]: fields
+        for record in caplog.records
+        if (fields := getattr(record, "delayq", None)) and fields["event"] == event
+    }
+
+
 @pytest.mark.timeout(30)
-def test_a_callback_sends_the_message_traceparent_on_without_an_sdk() -> None:
+def test_a_callback_sends_the_message_traceparent_on_without_an_sdk(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="delayq")
+    ids: dict[bytes, str] = {}
+
     async def scenario() -> None:
         async with dispatching(serve_config(next(memory_url(Path("."))))) as (state, _, receiver):
             await traced_callbacks(state, receiver.url(), 1)
@@ -108,12 +123,23 @@ def test_a_callback_sends_the_message_traceparent_on_without_an_sdk() -> None:
             assert traced[0].headers["tracestate"] == "v=1"
             (plain,) = [a for a in receiver.arrivals if a.body != b'{"n":0}']
             assert "traceparent" not in plain.headers
+            ids.update((a.body, a.id) for a in receiver.arrivals)
+            await wait_until(lambda: len(logged_runs(caplog, "callback.delivered")) == 2)
 
     asyncio.run(scenario())
+    delivered = logged_runs(caplog, "callback.delivered")
+    # no SDK: the message's own trace id, and no span of the run
+    traced = delivered[ids[b'{"n":0}']]
+    assert (traced["trace_id"], "span_id" in traced) == (TRACE_ID, False)
+    assert "trace_id" not in delivered[ids[b'{"n":"plain"}']]
 
 
 @pytest.mark.timeout(30)
-def test_a_callback_run_is_a_process_span_whose_context_the_receiver_gets(spans: Spans) -> None:
+def test_a_callback_run_is_a_process_span_whose_context_the_receiver_gets(
+    spans: Spans, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="delayq")
+
     async def answer(arrival: Arrival, nth: int) -> int:
         return 500 if arrival.body == b'{"n":1}' else 200
 
@@ -127,11 +153,23 @@ def test_a_callback_run_is_a_process_span_whose_context_the_receiver_gets(spans:
             await traced_callbacks(state, receiver.url(), 2)
             await wait_until(lambda: len(spans.named(f"process {QUEUE}")) == 3)
             arrivals.extend(receiver.arrivals)
+            await wait_until(
+                lambda: (
+                    len(logged_runs(caplog, "callback.delivered")) == 2
+                    and len(logged_runs(caplog, "callback.http_error")) == 1
+                )
+            )
 
     asyncio.run(scenario())
     runs = {f"{run.context.span_id:016x}": run for run in spans.named(f"process {QUEUE}")}
+    lines = {
+        **logged_runs(caplog, "callback.delivered"),
+        **logged_runs(caplog, "callback.http_error"),
+    }
     for arrival in arrivals:
         _, trace_id, span_id, _ = arrival.headers["traceparent"].split("-")
+        line = lines[arrival.id]  # the log line of the run: its span's trace and span ids
+        assert (line["trace_id"], line["span_id"]) == (trace_id, span_id)
         run = runs[span_id]  # the receiver's parent is the dispatcher's process span
         assert run.attributes["messaging.operation.name"] == "callback"
         assert run.attributes["messaging.message.id"] == arrival.id

@@ -40,8 +40,10 @@ from ._w3c import TRACEPARENT, with_context
 from .message import Message, PutRequest
 
 __all__ = [
+    "RUN_IDS",
     "context_of",
     "failed",
+    "ids_of",
     "process_span",
     "recheck",
     "send_span",
@@ -229,21 +231,43 @@ def process_span(tracer: Tracer, msg: Message, operation: str, task: str | None)
             raise
 
 
+def ids_of(span: Span) -> dict[str, str]:
+    """``span``'s ``trace_id`` and ``span_id`` as log fields (hex, as in a traceparent);
+    ``{}`` when it does not record (a no-op tracer's span carries its parent's ids)."""
+    if not span.is_recording():
+        return {}
+    context = span.get_span_context()
+    return {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
+
+
+#: The attribute of a handler :func:`traced` wrapped that holds its span's log fields
+#: (:func:`ids_of`) once it ran.
+RUN_IDS = "delayq_trace_ids"
+
+
 def traced(
     tracer: Tracer, fn: Callable[..., Any], is_async: bool, msg: Message, task: str | None
 ) -> Callable[..., Any]:
     """``fn`` run in :func:`process_span`, on the thread or in the task that calls it
-    (so the handler's own spans are its children)."""
+    (so the handler's own spans are its children); its span's ids, for the log lines
+    of the run, in the wrapper's :data:`RUN_IDS` attribute."""
+    ids: dict[str, str] = {}
+    wrapper: Callable[..., Any]
     if is_async:
 
         async def run_async(*args: Any, **kwargs: Any) -> Any:
-            with process_span(tracer, msg, "process", task):
+            with process_span(tracer, msg, "process", task) as span:
+                ids.update(ids_of(span))
                 return await fn(*args, **kwargs)
 
-        return run_async
+        wrapper = run_async
+    else:
 
-    def run(*args: Any, **kwargs: Any) -> Any:
-        with process_span(tracer, msg, "process", task):
-            return fn(*args, **kwargs)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with process_span(tracer, msg, "process", task) as span:
+                ids.update(ids_of(span))
+                return fn(*args, **kwargs)
 
-    return run
+        wrapper = run
+    setattr(wrapper, RUN_IDS, ids)
+    return wrapper

@@ -44,8 +44,10 @@ __all__ = [
     "Run",
     "carried",
     "has_context",
+    "log_ids",
     "processing",
     "provider_set",
+    "run_ids",
     "sending",
     "traced",
     "valid_traceparent",
@@ -119,6 +121,30 @@ def traced(
     return wrapped
 
 
+def log_ids(traceparent: str | None, *, span: bool = False) -> dict[str, str]:
+    """The log fields that tie a line to a trace: ``trace_id`` of ``traceparent``
+    (W3C text), and its ``span_id`` when ``span`` (it is a recording span's); ``{}``
+    when there is none, or it is not a valid one."""
+    if traceparent is None or not valid_traceparent(traceparent):
+        return {}
+    if span:
+        return {"trace_id": traceparent[3:35], "span_id": traceparent[36:52]}
+    return {"trace_id": traceparent[3:35]}
+
+
+def run_ids(msg: Message, fn: Callable[..., Any] | None) -> dict[str, str]:
+    """The log fields of a Worker's line about its run of ``msg`` (``fn``: the
+    handler as :func:`traced` gave it): the ``trace_id`` and ``span_id`` of its
+    ``process`` span when one was made, else the ``trace_id`` of the message's own
+    ``traceparent``; ``{}`` without either (nothing imported)."""
+    if _otel is not None:
+        ids: dict[str, str] | None = getattr(fn, _otel.RUN_IDS, None)
+        if ids:
+            return ids
+    headers = msg.headers
+    return log_ids(headers.get(TRACEPARENT)) if headers else {}
+
+
 class Run:
     """One callback run, as :func:`processing` yields it: ``context``, the trace
     context headers to send on, and :meth:`failed` to mark its span failed."""
@@ -128,6 +154,14 @@ class Run:
     def __init__(self, context: dict[str, str], span: Any = None) -> None:
         self.context = context
         self.span = span
+
+    def log_ids(self) -> dict[str, str]:
+        """The log fields of a line about this run: its span's ``trace_id`` and
+        ``span_id`` when it records (a no-op provider's carries the parent's ids),
+        else the ``trace_id`` of the message's own ``traceparent`` (``{}`` without
+        one)."""
+        span = self.span is not None and self.span.is_recording()
+        return log_ids(self.context.get(TRACEPARENT), span=span)
 
     def failed(self, kind: str, description: str) -> None:
         """The run failed: ``kind`` (low cardinality: ``timeout``, ``http_error``...)

@@ -53,7 +53,7 @@ from ..durable.message import Message, State
 from ..durable.queue import AsyncQueue
 from ..durable.retry import RetryPolicy
 from ..durable.traceback import user_frames
-from ..durable.tracing import traced
+from ..durable.tracing import run_ids, traced
 from ..errors import LeaseLost, QueueClosed
 from ._app import App, BadArguments, CronJob, UnknownTask, decode_envelope
 from ._cron import plan_tick, tick_id
@@ -837,6 +837,7 @@ class Worker:
                 log_event(
                     _INFO, "job.succeeded", queue=queue.name, id=msg.id, task=held.call.label,
                     attempt=msg.attempts, seconds=round(time.monotonic() - held.started, 6),
+                    **run_ids(msg, held.call.fn),
                 )  # fmt: skip
         elif outcome is False:
             self.counts["lease_lost"] += 1
@@ -971,6 +972,7 @@ class Worker:
             task=call.label if call else None,
             attempt=msg.attempts,
             seconds=round(time.monotonic() - started, 6),
+            **run_ids(msg, call.fn if call else None),
         )
 
     def _resolve(self, msg: Message) -> _Call:
@@ -1102,10 +1104,12 @@ class Worker:
         except LeaseLost:
             self.counts["lease_lost"] += 1
             self._note(msg, call, "lease_lost", exc)
+            fields.update(run_ids(msg, call.fn if call else None))
             log_event(_WARNING, "job.lease_lost", at="nack", error=repr(exc), **fields)
             return
         except Exception as failed:  # the backend did not answer, or the queue closed
             self._note(msg, call, "unsettled", exc)
+            fields.update(run_ids(msg, call.fn if call else None))
             log_event(_WARNING, "job.unsettled", error=repr(exc), nack_error=repr(failed), **fields)
             return
         outcome = "dead" if state is State.DEAD else "retried"
@@ -1118,6 +1122,7 @@ class Worker:
             max_attempts=_max_attempts(msg, call),
             seconds=round(seconds, 6),
             error=f"{type(exc).__name__}: {exc}",
+            **run_ids(msg, call.fn if call else None),
         )
         if event == "job.failed" and not isinstance(exc, HandlerTimeout):
             # The traceback from the handler's first frame (delayq's call of it left

@@ -72,7 +72,7 @@ from .._log import log_event
 from ..durable import AsyncQueue, Message
 from ..durable.message import State
 from ..durable.serializer import JSONSerializer
-from ..durable.tracing import processing
+from ..durable.tracing import processing, run_ids
 from ..errors import LeaseLost, QueueClosed
 from ..runtime.ack_batch import AckBatcher
 from ..runtime.constants import WORKER_EXTEND_DIVISOR
@@ -485,7 +485,7 @@ class Dispatcher:
                 raise ValueError(f"its payload cannot be read: {msg.payload_error}")
             body, content_type = _body_of(msg)
         except (CallbackError, TypeError, ValueError, RecursionError) as exc:
-            await self._refuse(queue, msg, f"callback refused: {exc}")
+            await self._refuse(queue, msg, f"callback refused: {exc}", run_ids(msg, None))
             return
         gate = self._gate
         assert gate is not None
@@ -501,6 +501,7 @@ class Dispatcher:
                 return
             try:
                 with processing(msg, "callback") as run:
+                    trace = run.log_ids()
                     outcome, error = await self._send(
                         queue, msg, callback, body, content_type,
                         names=(message_id, queue_value), trace=run.context,
@@ -518,11 +519,11 @@ class Dispatcher:
         finally:
             renewer.stop()
         if outcome == "refused":
-            await self._refuse(queue, msg, error or "callback refused")
+            await self._refuse(queue, msg, error or "callback refused", trace)
         elif outcome == "delivered":
-            await self._ack(queue, msg, callback)
+            await self._ack(queue, msg, callback, trace)
         else:
-            await self._retry(queue, msg, outcome, error or outcome)
+            await self._retry(queue, msg, outcome, error or outcome, trace)
 
     async def _send(
         self,
@@ -631,34 +632,40 @@ class Dispatcher:
             await response.aclose()
 
     # -- settling -------------------------------------------------------------------------
-    async def _ack(self, queue: AsyncQueue, msg: Message, callback: Callback) -> None:
+    async def _ack(
+        self, queue: AsyncQueue, msg: Message, callback: Callback, trace: dict[str, str]
+    ) -> None:
         metrics = self.state.metrics
         metrics.observe_callback(queue.name, "delivered")
         try:
             acked = await self._ackers[queue.name].ack(msg)
         except Exception as exc:  # the backend did not answer, or the queue closed
-            log_event(_WARNING, "callback.unsettled", queue=queue.name, id=msg.id, error=repr(exc))
+            log_event(_WARNING, "callback.unsettled", queue=queue.name, id=msg.id,
+                      error=repr(exc), **trace)  # fmt: skip
             return
         if not acked:
             self.counts["lease_lost"] += 1
             log_event(_WARNING, "callback.unsettled", queue=queue.name, id=msg.id,
-                      error="LeaseLost")  # fmt: skip
+                      error="LeaseLost", **trace)  # fmt: skip
             return
         metrics.acks.labels(queue.name).inc()
         self.counts["delivered"] += 1
         log_event(
             _INFO, "callback.delivered", queue=queue.name, id=msg.id, attempt=msg.attempts,
-            url=_shown_url(callback.url),
+            url=_shown_url(callback.url), **trace,
         )  # fmt: skip
 
-    async def _retry(self, queue: AsyncQueue, msg: Message, outcome: str, error: str) -> None:
+    async def _retry(
+        self, queue: AsyncQueue, msg: Message, outcome: str, error: str, trace: dict[str, str]
+    ) -> None:
         metrics = self.state.metrics
         metrics.observe_callback(queue.name, outcome)
         try:
             state = await queue.nack(msg, error=error)
         except (LeaseLost, QueueClosed) as exc:
             self.counts["lease_lost"] += 1
-            log_event(_WARNING, "callback.unsettled", queue=queue.name, id=msg.id, error=repr(exc))
+            log_event(_WARNING, "callback.unsettled", queue=queue.name, id=msg.id,
+                      error=repr(exc), **trace)  # fmt: skip
             return
         metrics.nacks.labels(queue.name).inc()
         dead = state is State.DEAD
@@ -668,21 +675,25 @@ class Dispatcher:
         log_event(
             _ERROR if dead else _WARNING, f"callback.{outcome}", queue=queue.name, id=msg.id,
             attempt=msg.attempts, max_attempts=msg.max_attempts, state=state.value, error=error,
+            **trace,
         )  # fmt: skip
 
-    async def _refuse(self, queue: AsyncQueue, msg: Message, error: str) -> None:
+    async def _refuse(
+        self, queue: AsyncQueue, msg: Message, error: str, trace: dict[str, str]
+    ) -> None:
         metrics = self.state.metrics
         metrics.observe_callback(queue.name, "refused")
         try:
             await queue.nack(msg, error=error, dead=True)
         except (LeaseLost, QueueClosed) as exc:
             self.counts["lease_lost"] += 1
-            log_event(_WARNING, "callback.unsettled", queue=queue.name, id=msg.id, error=repr(exc))
+            log_event(_WARNING, "callback.unsettled", queue=queue.name, id=msg.id,
+                      error=repr(exc), **trace)  # fmt: skip
             return
         metrics.nacks.labels(queue.name).inc()
         metrics.dead.labels(queue.name).inc()
         self.counts["dead"] += 1
-        log_event(_ERROR, "callback.refused", queue=queue.name, id=msg.id, error=error)
+        log_event(_ERROR, "callback.refused", queue=queue.name, id=msg.id, error=error, **trace)
 
     async def _give_back(self, queue: AsyncQueue, msg: Message) -> None:
         try:
