@@ -964,16 +964,17 @@ class Worker:
             return
         self.counts["succeeded"] += 1
         self._note(msg, call, "succeeded", None)
-        log_event(
-            _INFO,
-            "job.succeeded",
-            queue=queue.name,
-            id=msg.id,
-            task=call.label if call else None,
-            attempt=msg.attempts,
-            seconds=round(time.monotonic() - started, 6),
-            **run_ids(msg, call.fn if call else None),
-        )
+        if _log_enabled(_INFO):  # as on the fast path: no fields for a line not logged
+            log_event(
+                _INFO,
+                "job.succeeded",
+                queue=queue.name,
+                id=msg.id,
+                task=call.label if call else None,
+                attempt=msg.attempts,
+                seconds=round(time.monotonic() - started, 6),
+                **run_ids(msg, call.fn if call else None),
+            )
 
     def _resolve(self, msg: Message) -> _Call:
         """What to run for ``msg``, in its ``process`` span when tracing
