@@ -841,7 +841,8 @@ class Worker:
                 )  # fmt: skip
         elif outcome is False:
             self.counts["lease_lost"] += 1
-            log_event(_WARNING, "job.lease_lost", queue=queue.name, id=msg.id, at="ack")
+            log_event(_WARNING, "job.lease_lost", queue=queue.name, id=msg.id, at="ack",
+                      **run_ids(msg, held.call.fn))  # fmt: skip
         elif outcome is not None:  # the ack failed: the lease runs out, it comes back
             _ack_failed(queue, msg, outcome)
         self._settle(held)
@@ -960,7 +961,8 @@ class Worker:
         if not acked:
             self.counts["lease_lost"] += 1
             self._note(msg, call, "lease_lost", None)
-            log_event(_WARNING, "job.lease_lost", queue=queue.name, id=msg.id, at="ack")
+            log_event(_WARNING, "job.lease_lost", queue=queue.name, id=msg.id, at="ack",
+                      **run_ids(msg, call.fn if call else None))  # fmt: skip
             return
         self.counts["succeeded"] += 1
         self._note(msg, call, "succeeded", None)
