@@ -1,0 +1,42 @@
+"""The suite's order: the longest files first.
+
+`make test` runs the files in pytest-xdist processes (``--dist loadfile``), each file
+whole in one of them, handed out in the order they were collected. A long file that
+comes last runs alone at the end while the other processes idle, so the files that take
+longest (each is a minute or more of mostly waiting: real servers, real processes, real
+time) are put first and the many short ones fill in around them. The order of the tests
+inside a file is unchanged; only the files move.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+#: Files by their share of the suite's time, longest first (`make test` prints the
+#: slowest tests; a file's time is the sum of its tests').
+LONGEST_FIRST = (
+    "e2e/test_soak.py",
+    "conformance/test_concurrency.py",
+    "conformance/test_model.py",
+    "server/test_bounds.py",
+    "e2e/test_readme.py",
+    "backends/test_amqp_faults.py",
+    "e2e/test_docs.py",
+    "server/test_dispatch_prefetch.py",
+    "faults/test_amqp_network.py",
+    "backends/test_amqp_fastput.py",
+    "contract/test_contract.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+
+    def key(item: pytest.Item) -> int:
+        path = item.path.as_posix()
+        for name, i in rank.items():
+            if path.endswith("/tests/" + name):
+                return i
+        return len(rank)
+
+    items.sort(key=key)  # stable: the rest keep their order
