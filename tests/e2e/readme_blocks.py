@@ -160,6 +160,16 @@ class Step:
     problem: str = ""  # the runner's own finding: not ready, did not stop, ...
 
 
+#: Runs ``bash -c COMMAND`` with Ctrl-C's signal at its default, as in a user's shell:
+#: a runner started in the background of a shell without job control (``cmd &`` in a
+#: script, ``nohup``) ignores SIGINT, every child inherits that, and bash cannot undo
+#: it, so ``--watch`` would never see the Ctrl-C this runner sends it.
+_AS_TYPED = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execvp('bash', ['bash', '-c', sys.argv[1]])"
+)
+
+
 class Background:
     """A command that runs until it is stopped. Its stdout is a terminal, as when a
     user types it (``--watch`` draws its table only on one); stderr goes to a file."""
@@ -171,7 +181,7 @@ class Background:
         self._err = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
         master, terminal = pty.openpty()
         self.process = subprocess.Popen(
-            ["bash", "-c", command],
+            [sys.executable, "-c", _AS_TYPED, command],
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
