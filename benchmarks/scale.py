@@ -210,14 +210,16 @@ def private_postgres(private: bool, url: str) -> Iterator[str]:
 
 
 @contextmanager
-def amqp_store(_: str) -> Iterator[Store]:
+def amqp_store(given: str) -> Iterator[Store]:
+    """A private RabbitMQ node; the given URL's query (``retention_bytes=``...) is kept."""
     from _amqp_node import Node, RabbitNodes, rss, start_scheduler, stop  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory(prefix="delayq-scale-amqp-") as tmp:
         nodes = RabbitNodes(Path(tmp) / "rabbit", 1)
         nodes.start()
         node = Node(nodes)
-        url = nodes.url(0, "?prefix=delayq-scale")
+        query = urlsplit(given).query
+        url = nodes.url(0, "?prefix=delayq-scale" + (f"&{query}" if query else ""))
         try:
             scheduler = start_scheduler(url, Path(tmp) / "scheduler.log")
             base = rss(scheduler.pid)
