@@ -216,6 +216,45 @@ def test_a_second_answer_to_a_reserve_gives_back_what_its_caller_did_not_receive
     asyncio.run(main())
 
 
+def test_a_second_answer_in_the_turn_of_the_first_gives_back_what_it_claimed(url: str) -> None:
+    """A reserve resent (a new scheduler, a new connection) may be served twice: the
+    first answer empty at the end of its wait, the resend with a message. When the
+    second answer comes in the same turn of the loop as the first, before the call
+    took it, the message it claimed (which no caller receives) is ready again at
+    once, not held by no one until its lease expires."""
+    client = url.replace("scheduler=on", "scheduler=off")
+
+    async def main() -> None:
+        async with AsyncQueue(url, name="jobs") as scheduler, AsyncQueue(client, name="jobs") as q:
+            await scheduler.put("b", id="b")
+            [held] = await scheduler._backend.reserve(  # type: ignore[attr-defined]
+                "jobs", limit=1, lease_ms=60_000, wait=0
+            )
+            link = q._backend._link  # type: ignore[attr-defined]
+            second = pack(encode_outcome("reserve", [held]))
+            answered: list[str] = []
+
+            def on_reply(request_id: str, kind: str, body: bytes) -> None:
+                type(link)._on_reply(link, request_id, kind, body)
+                if kind == "ok" and request_id in link._pending and not answered:
+                    answered.append(request_id)  # the resend's answer, right behind
+                    type(link)._on_reply(link, request_id, "ok", second)
+
+            link._on_reply = on_reply  # before its connection opens, which takes it
+            assert await q.reserve(wait=0.2, lease=60) == []  # the first answer: empty
+            assert answered
+            took = time.monotonic()
+            while (await q.get("b")).state is not State.READY:  # type: ignore[union-attr]
+                assert time.monotonic() - took < 10, "b was held to its 60 s lease"
+                await asyncio.sleep(0.02)
+            b = await q.get("b")
+            assert b is not None
+            assert b.attempts == 0  # given back: no attempt charged
+            await q.purge()
+
+    asyncio.run(main())
+
+
 def test_a_waiting_reserve_resent_on_a_new_connection_is_answered_there(url: str) -> None:
     """A client that gives up its connection (a request got no reply in time) resends
     its waiting reserve on a new one; the scheduler, which still has it parked, answers

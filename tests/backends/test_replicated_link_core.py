@@ -106,6 +106,23 @@ def test_a_late_answer_gives_back_only_what_no_caller_received() -> None:
     assert core.give_back("r1", "error", pack(["x"])) == []
 
 
+def test_a_second_answer_before_the_call_took_the_first_gives_back_the_rest() -> None:
+    core = LinkCore(fast_put=False)
+    a, b = record("a", "la"), record("b", "lb")
+    core.reserves["r1"] = "jobs"  # in flight
+    first = ("ok", pack(encode_outcome("reserve", [a])))
+    again = pack(encode_outcome("reserve", [a, b]))
+    assert core.answered_again("r1", first, "ok", again) == [["jobs", "b", "lb"]]
+    both = [["jobs", "a", "la"], ["jobs", "b", "lb"]]
+    assert core.answered_again("r1", ("ok", pack([])), "ok", again) == both
+    assert core.answered_again("r1", None, "ok", again) == both  # the call failed
+    held = pack([0.01, encode_outcome("reserve", [b])])
+    assert core.answered_again("r1", ("held", held), "ok", again) == [["jobs", "a", "la"]]
+    assert core.answered_again("r1", first, "error", pack(["x"])) == []
+    core.ended("r1")
+    assert core.answered_again("r1", first, "ok", again) == []  # no reserve in flight
+
+
 def test_waiting_items_leave_together_up_to_the_limit_and_by_their_kind() -> None:
     waiting = [("a", 4), ("a", 4), ("gone", 50), ("b", 1), ("a", 3)]
     size = lambda item: item[1]  # noqa: E731

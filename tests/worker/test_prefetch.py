@@ -85,21 +85,29 @@ class Blocker:
 @pytest.mark.parametrize("kind", KINDS)
 def test_prefetched_messages_keep_their_lease_while_they_wait(backend_url: str, kind: str) -> None:
     """Held well past their lease behind a long handler, the prefetched messages stay
-    this worker's: nobody else can reserve them, and each runs once."""
-    blocker = Blocker(kind, hold=1.0)
+    this worker's: nobody else can reserve them, and each runs once.
+
+    The lease is long enough that a renewal late by a loaded machine's scheduling (a
+    third of it due, two thirds of margin) still keeps it; 1.75 leases without one
+    would free them all the same."""
+    blocker = Blocker(kind)
+    lease = 1.0
 
     async def main() -> None:
         queue = AsyncQueue(backend_url, name="q")
         other = AsyncQueue(backend_url, name="q")
         try:
             await queue.put_many([{"payload": i} for i in range(3)])
-            worker = Worker(queue, blocker.handler(), concurrency=1, prefetch=2, lease=0.4)
+            worker = Worker(queue, blocker.handler(), concurrency=1, prefetch=2, lease=lease)
 
             async def elsewhere() -> None:
                 await wait_for(lambda: blocker.runs)
-                await asyncio.sleep(0.7)  # 1.75 leases: renewed, or they would be free
-                assert (await other.stats()).active == 3
-                assert await other.reserve(max=3, wait=0) == []
+                try:
+                    await asyncio.sleep(1.75 * lease)  # renewed, or they would be free
+                    assert (await other.stats()).active == 3
+                    assert await other.reserve(max=3, wait=0) == []
+                finally:
+                    blocker.release()  # the first handler ends once this is seen
 
             check = asyncio.create_task(elsewhere())
             await serve_until(worker, lambda: worker.counts["succeeded"] == 3, timeout=10)

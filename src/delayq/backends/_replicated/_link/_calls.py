@@ -40,15 +40,21 @@ class Calls(LinkState):
         if self._core.announced(request_id, kind, time.monotonic()):
             return
         future = self._pending.get(request_id)
-        if future is not None:
+        if future is None:
+            releases = self._core.give_back(request_id, kind, body)
+        else:
             self._served = True
             self._core.replied(request_id)
             if not future.done():
                 # When it came, by the clock a held reply is counted on (the loop's
                 # own may be coarser, or cached).
                 future.set_result((kind, body, time.monotonic()))
-            return
-        for release in self._core.give_back(request_id, kind, body):
+                return
+            # A second answer before the call took the first (a resend served again).
+            failed = future.cancelled() or future.exception() is not None
+            first = None if failed else future.result()[:2]
+            releases = self._core.answered_again(request_id, first, kind, body)
+        for release in releases:
             self._spawn_giving(self._quiet("release", release))
 
     async def _forget(self, queue: str, request_id: str) -> None:
@@ -104,6 +110,8 @@ class Calls(LinkState):
         give_up = None if wait is None else loop.time() + wait
         future: asyncio.Future[tuple[str, bytes, float]] = loop.create_future()
         self._pending[request_id] = future
+        if op == "reserve":
+            self._core.reserves[request_id] = args[0]
         parked = False
         try:
             if waits and self._candidacy == "auto" and not self._candidate:

@@ -63,6 +63,19 @@ def take_group(
     return group
 
 
+def _releases(queue: str, received: frozenset[str], kind: str, body: bytes) -> list[list[Any]]:
+    """The releases (``[queue, id, lease]`` each) of what a reserve's reply (``kind``,
+    ``body``) claimed and its caller did not receive (leases ``received``)."""
+    if kind not in ("ok", "held"):
+        return []
+    releases = []
+    for item in reserve_items(kind, body):
+        record = decode_record(item)
+        if record.lease not in received:
+            releases.append([queue, record.id, record.lease])
+    return releases
+
+
 class LinkCore:
     """What a link decides by itself. ``fast_put``: whether its puts may go through
     the intake (docs/rabbitmq.md, "Fast put")."""
@@ -90,6 +103,9 @@ class LinkCore:
         self.answered: collections.OrderedDict[str, tuple[str, frozenset[str]]] = (
             collections.OrderedDict()
         )
+        #: Request id -> queue, of reserves in flight: a second answer that comes before
+        #: its call took the first gives back what the first did not hand over.
+        self.reserves: dict[str, str] = {}
         #: A sequential consumer's loop (docs/rabbitmq.md, "A reserve sent with the
         #: acks"): per queue, the ``(limit, lease_ms, wait)`` of the last call, when it
         #: was a waiting reserve that got messages.
@@ -165,6 +181,7 @@ class LinkCore:
     def ended(self, request_id: str) -> None:
         """A call is over (answered or not): its barrier is forgotten."""
         self._barriers.pop(request_id, None)
+        self.reserves.pop(request_id, None)
 
     def put_taken(self) -> None:
         """The scheduler took a plain put: there is room again for fast ones."""
@@ -199,14 +216,22 @@ class LinkCore:
         received: frozenset[str] = frozenset()
         if queue is None and request_id in self.answered:
             queue, received = self.answered[request_id]
-        if queue is None or kind not in ("ok", "held"):
+        return [] if queue is None else _releases(queue, received, kind, body)
+
+    def answered_again(
+        self, request_id: str, first: tuple[str, bytes] | None, kind: str, body: bytes
+    ) -> list[list[Any]]:
+        """The releases a second answer to a reserve in flight asks when it comes before
+        the call took the first (``(kind, body)``; None: the call failed), both in one
+        turn of the loop (a resend served again): what the first did not hand over."""
+        queue = self.reserves.get(request_id)
+        if queue is None:
             return []
-        releases = []
-        for item in reserve_items(kind, body):
-            record = decode_record(item)
-            if record.lease not in received:
-                releases.append([queue, record.id, record.lease])
-        return releases
+        received: frozenset[str] = frozenset()
+        if first is not None and first[0] in ("ok", "held"):
+            items = reserve_items(*first)
+            received = frozenset(decode_record(item).lease or "" for item in items)
+        return _releases(queue, received, kind, body)
 
     # -- a reserve sent with the acks ------------------------------------------------
 
