@@ -56,6 +56,8 @@ def url(tmp_path: Path) -> Iterator[str]:
         ("amqp://h/?prefix=", {}, ValueError, "prefix"),
         ("amqp://h/", {"prefix": "a b"}, ValueError, "prefix"),
         ("amqp://h/?scheduler=maybe", {}, ValueError, "scheduler"),
+        ("amqp://h/?standby=warm", {}, ValueError, "standby must be hot or cold"),
+        ("amqp://h/", {"standby": True}, ValueError, "standby must be hot or cold"),
         ("amqp://h/", {"request_timeout": 0}, ValueError, "request_timeout"),
         ("amqp://h/?request_timeout=nan", {}, ValueError, "request_timeout"),
         ("amqp://h/?retention_bytes=-1", {}, ValueError, "retention_bytes"),

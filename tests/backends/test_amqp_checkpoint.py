@@ -64,6 +64,31 @@ def state_of(queue: Queue, ids: list[str]) -> tuple[Any, ...]:
     )
 
 
+def work(queue: Queue, ids: list[str], held: list[Message], round: int) -> None:
+    """A round of what users do: puts, a put that replaces, reserves, an ack, nacks to
+    scheduled and to dead, an extend (the message added to ``held``), a cancel, a
+    reschedule, now and then a retry of the dead; the ids put added to ``ids``."""
+    new = queue.put_many(
+        [
+            {"payload": f"{round}-{n}-" + "x" * 100, "delay": 60 if n % 2 == 0 else 0}
+            for n in range(10)
+        ]
+    )
+    ids += new
+    queue.put({"replaced": round}, id=new[0], on_conflict="replace", delay=30)
+    got = queue.reserve(max=4, lease=60)
+    assert len(got) == 4
+    queue.ack(got[0])
+    assert queue.nack(got[1], delay=0) is State.SCHEDULED
+    assert queue.nack(got[2], dead=True, error=f"boom {round}") is State.DEAD
+    queue.extend(got[3], lease=120)
+    held.append(got[3])
+    assert queue.cancel(new[2])
+    assert queue.reschedule(new[4], delay=90)
+    if round % 7 == 3:
+        assert queue.retry_dead([got[2].id]) == 1
+
+
 def prefix_of(url: str) -> str:
     """The namespace (``prefix``) of a test URL."""
     return url.split("prefix=", 1)[1].split("&", 1)[0]
@@ -124,25 +149,7 @@ def test_a_new_scheduler_replays_from_the_pointer_and_rebuilds_the_same_state(
     held: list[Message] = []
     for round in range(16):
         for queue in queues:
-            new = queue.put_many(
-                [
-                    {"payload": f"{round}-{n}-" + "x" * 100, "delay": 60 if n % 2 == 0 else 0}
-                    for n in range(10)
-                ]
-            )
-            ids[queue.name] += new
-            queue.put({"replaced": round}, id=new[0], on_conflict="replace", delay=30)
-            got = queue.reserve(max=4, lease=60)
-            assert len(got) == 4
-            queue.ack(got[0])
-            assert queue.nack(got[1], delay=0) is State.SCHEDULED
-            assert queue.nack(got[2], dead=True, error=f"boom {round}") is State.DEAD
-            queue.extend(got[3], lease=120)
-            held.append(got[3])
-            assert queue.cancel(new[2])
-            assert queue.reschedule(new[4], delay=90)
-            if round % 7 == 3:
-                assert queue.retry_dead([got[2].id]) == 1
+            work(queue, ids[queue.name], held, round)
     # The last sequence number, which no message carries once the probe is cancelled.
     probes = {}
     for queue in queues:

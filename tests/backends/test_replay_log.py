@@ -213,10 +213,12 @@ class LogTransport:
         self.log.next += 1
 
     async def read_log(self, start: int | None, *, few: bool = False) -> AsyncIterator[LogEntry]:
-        for entry in list(self.log.entries):
-            if start is None or entry.offset >= start:
+        at = -1 if start is None else start
+        while True:  # at the end, the entries appended meanwhile (a standby follows)
+            for entry in [entry for entry in self.log.entries if entry.offset >= at]:
+                at = entry.offset + 1
                 yield entry
-        await asyncio.get_running_loop().create_future()  # the tail: nothing more comes
+            await asyncio.sleep(0.001)
 
     async def read_pointer(self) -> bytes | None:
         return self.log.pointer
@@ -554,13 +556,16 @@ def _ops(data: st.DataObject, lineage: Lineage) -> list[list[Any]]:
     return [lineage.op(*_request(data, lineage)) for _ in range(data.draw(st.integers(1, 3)))]
 
 
-@settings(
+GENERATED = settings(
     max_examples=60,
     deadline=None,
     # A failure is shown as found: shrinking a log through a scheduler takes minutes.
     phases=(Phase.explicit, Phase.reuse, Phase.generate),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+
+
+@GENERATED
 @given(st.data())
 def test_replay_of_a_generated_log_is_the_elected_lineages_state(data: st.DataObject) -> None:
     """Random logs: requests, elections whose deposed schedulers go on writing late
@@ -568,10 +573,67 @@ def test_replay_of_a_generated_log_is_the_elected_lineages_state(data: st.DataOb
     the head dropped up to the last pointer. Replay holds what the last elected
     lineage holds, and answers its requests' resends from the log."""
     log = Log()
+    current = generate(data, log, None)
+    check_replay(log, current, set(IDS), resends(data, current))
+
+
+@GENERATED
+@given(st.data())
+def test_a_standby_that_followed_a_generated_log_holds_the_elected_lineages_state(
+    data: st.DataObject,
+) -> None:
+    """The same logs, but the scheduler is a hot standby: its replay starts before its
+    election, at a drawn point of the log's writing, and follows the log as it is
+    written (every entry folded as it comes, before the next is written); elected, it
+    folds the tail up to its reign entry and holds what a replay of the whole log
+    holds."""
+
+    async def main() -> None:
+        log = Log()
+        replayed = Replayed(log)
+        events = data.draw(st.integers(1, 12))
+        standing = data.draw(st.integers(0, events))
+
+        async def step(done: int) -> None:
+            if done == standing:
+                replayed.scheduler.stand_by()
+            for _ in range(5):  # the follower folds what was written
+                await asyncio.sleep(0.002)
+
+        current = await agenerate(data, log, events, step)
+        assert replayed.scheduler.elected is False
+        await asyncio.wait_for(replayed.scheduler.run(), 10)
+        try:
+            await resends(data, current)(replayed)
+            await assert_holds(replayed, current, set(IDS))
+        finally:
+            replayed.scheduler.stop()
+
+    asyncio.run(main())
+
+
+def generate(data: st.DataObject, log: Log, events: int | None) -> Lineage:
+    """Write a random log (``events`` steps, None: drawn); the lineage elected last."""
+
+    async def nothing(done: int) -> None:
+        return None
+
+    return asyncio.run(agenerate(data, log, events, nothing))
+
+
+async def agenerate(
+    data: st.DataObject,
+    log: Log,
+    events: int | None,
+    step: Callable[[int], Any],
+) -> Lineage:
+    """:func:`generate`, awaiting ``step(n)`` before the n-th step and after the last."""
     current = Lineage(log)
     deposed: list[Lineage] = []
     often = st.sampled_from((True, True, True, False))
-    for _ in range(data.draw(st.integers(1, 12))):
+    count = data.draw(st.integers(1, 12)) if events is None else events
+    for done in range(count):
+        await step(done)
         event = data.draw(st.sampled_from(("op", "op", "late", "elect", "checkpoint")))
         if event == "elect":
             successor = current.take_over()
@@ -588,8 +650,14 @@ def test_replay_of_a_generated_log_is_the_elected_lineages_state(data: st.DataOb
                 current.point(checkpoint, offset)
         else:
             current.write(*_ops(data, current))
+    await step(count)
     if log.pointer is not None and data.draw(often):
         log.drop_before(unpack(log.pointer)[1])
+    return current
+
+
+def resends(data: st.DataObject, current: Lineage) -> Callable[[Replayed], Any]:
+    """A few of ``current``'s requests, drawn, resent: answered from the log."""
     resent = data.draw(st.lists(st.sampled_from(sorted(current.requests) or [""]), max_size=3))
 
     async def resend(replayed: Replayed) -> None:
@@ -603,4 +671,4 @@ def test_replay_of_a_generated_log_is_the_elected_lineages_state(data: st.DataOb
                 decode_outcome(name, unpack(current.dedup[request_id][1])),
             )
 
-    check_replay(log, current, set(IDS), resend)
+    return resend

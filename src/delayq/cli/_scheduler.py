@@ -4,7 +4,8 @@ replicated backend's namespace, and be it when elected, until SIGTERM/SIGINT.
 For deployments where no delayq consumer runs (plain AMQP consumers fed through
 ``deliver_exchange``) or where the scheduler should have a process of its own, away from
 producer and consumer threads (docs/rabbitmq.md, "Measured"). Run two, on two hosts:
-the second takes over when the first goes.
+the second takes over when the first goes; it is a hot standby (``standby=hot``) unless
+the URL says ``standby=cold``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import logging
 import os
 import signal
 import threading
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import click
 
@@ -32,6 +35,16 @@ def _replicated_schemes() -> str:
     return " and ".join([", ".join(names[:-1]), *names[-1:]] if len(names) > 1 else names)
 
 
+def _options(url: str) -> dict[str, Any]:
+    """The options a scheduler process opens ``url`` with: a consumer's, and a hot
+    standby (it folds the log while it waits, so that a failover reads only the log's
+    tail) unless the URL says ``standby=``."""
+    options = consumer_options(url)
+    if "standby" not in parse_qs(urlsplit(url).query, keep_blank_values=True):
+        options["standby"] = "hot"
+    return options
+
+
 @click.command(
     short_help="Be the scheduler of a replicated backend's namespace until SIGTERM/SIGINT."
 )
@@ -48,7 +61,7 @@ def scheduler(*, log_level: str, log_format: str, url: str | None) -> None:
             raise click.UsageError(
                 f"{redact_url(url)}: only {_replicated_schemes()} have an elected scheduler"
             )
-        queue = Queue(url, **consumer_options(url))
+        queue = Queue(url, **_options(url))
     stop = threading.Event()
     stopped_by: list[int] = []
 

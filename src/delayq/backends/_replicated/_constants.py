@@ -14,6 +14,7 @@ __all__ = [
     "DELIVER_IN_FLIGHT",
     "DELIVER_LEASE_MS",
     "FIRE_AHEAD_MS",
+    "FOLLOW_STALL",
     "FULL_EVERY",
     "HELD_REPLY_AHEAD_MS",
     "IMAGE_OVERHEAD",
@@ -27,6 +28,8 @@ __all__ = [
     "REJOIN_FIRST_PAUSE",
     "REJOIN_MAX_PAUSE",
     "RENEW_EVERY",
+    "STANDBY_IDLE",
+    "STANDBY_SWEEP_BYTES",
 ]
 
 #: Request ids remembered with their replies, so that a resent request is answered,
@@ -89,6 +92,16 @@ IMAGE_OVERHEAD = 48
 #: Seconds a scheduler reads its log for the begin entry of the checkpoint it points
 #: at (beyond: it points a little before it, which a replay skips).
 LOCATE_TIMEOUT = 5.0
+#: Seconds an elected hot standby waits for its reader of the log to bring anything
+#: on its way to the reign's entry (beyond: the reader is taken for stuck, and the
+#: scheduler stops; the next election replays).
+FOLLOW_STALL = 5.0
+#: A hot standby collects its garbage once its reader of the log brought nothing for
+#: STANDBY_IDLE s after it folded at least STANDBY_SWEEP_BYTES of entries (and a
+#: quarter of what it folded before): the full collection the fold's objects call for
+#: (seconds at a million records) runs while it waits, not when it is elected.
+STANDBY_IDLE = 0.5
+STANDBY_SWEEP_BYTES = 1_000_000
 #: Clients whose last folded intake message the scheduler remembers (the newest are
 #: kept): a request of a client it does not know waits for a marker appended to the
 #: intake to be read back (a sweep) instead.

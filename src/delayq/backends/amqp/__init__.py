@@ -15,7 +15,10 @@ of it is refused with :class:`LogFull`, an ``OSError``), ``fast_put`` (``on``, t
 default: ``put()`` with ``on_conflict="ignore"`` appends to the stream
 ``<prefix>.intake`` itself and returns on its confirm, and the scheduler folds it a
 moment later: the same backend object sees it at once, another process once folded;
-``off``: every put is a request).
+``off``: every put is a request), ``standby`` (``cold``, the default: a candidate
+rebuilds the state from the log once elected; ``hot``: it folds the log while it waits,
+holding the whole state as the elected scheduler does, so that a failover reads only
+the log's tail; the default of ``delayq scheduler``).
 
 The asyncio face: :mod:`._async.backend`; the sync face, generated from it (a private
 event loop thread carries its calls): :mod:`._sync.backend`; the broker's part:

@@ -25,6 +25,7 @@ __all__ = ["URL_OPTIONS", "Settings", "parse"]
 
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,100}")
 _CANDIDACIES = ("auto", "on", "off")
+_STANDBYS = ("hot", "cold")
 _OPTIONS = frozenset(
     {
         "prefix",
@@ -34,6 +35,7 @@ _OPTIONS = frozenset(
         "deliver_routing_key",
         "retention_bytes",
         "fast_put",
+        "standby",
     }
 )
 #: TLS parameters of an ``amqps://`` URL, passed to aiormq as they are: the CA that signs
@@ -65,6 +67,10 @@ class Settings:
     rather than asking the scheduler."""
     url: str = ""
     """The queue URL as given (what an error names, its password hidden)."""
+    standby: bool = False
+    """Whether this object, while it stands for election, folds the log as it grows
+    (``standby=hot``: a failover then reads only the log's tail) rather than at
+    election (``cold``)."""
 
 
 def _timeout(value: Any) -> float:
@@ -120,6 +126,9 @@ def parse(url: str, options: dict[str, Any]) -> Settings:
     scheduler = merged.get("scheduler", "auto")
     if scheduler not in _CANDIDACIES:
         raise ValueError(f"scheduler must be one of auto, on, off, not {scheduler!r}")
+    standby = merged.get("standby", "cold")
+    if standby not in _STANDBYS:
+        raise ValueError(f"standby must be hot or cold, not {standby!r}")
     timeout = _timeout(merged.get("request_timeout", DEFAULT_REQUEST_TIMEOUT))
     passed.setdefault("heartbeat", str(DEFAULT_HEARTBEAT))
     query = urlencode(passed)
@@ -136,6 +145,7 @@ def parse(url: str, options: dict[str, Any]) -> Settings:
         retention,
         switch("fast_put", merged.get("fast_put", True)),
         url=url,
+        standby=standby == "hot",
     )
 
 

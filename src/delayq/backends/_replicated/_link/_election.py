@@ -136,11 +136,33 @@ class Election(LinkState):
             except BaseException:
                 self._candidate = False
                 raise
+            if (
+                self._standby_hot
+                and self._scheduler is None
+                and self._standby is None
+                and transport is self._transport
+            ):
+                # A hot standby: the state folded from the log as it grows, while
+                # this process waits to be elected.
+                self._standby = self._new_scheduler(transport)
+                self._standby.stand_by()
+
+    def _new_scheduler(self, transport: Transport) -> Scheduler:
+        def stopped() -> None:
+            if scheduler.elected:
+                self._on_scheduler_stopped(transport)
+            elif self._standby is scheduler:
+                self._standby = None  # its fold failed: an election replays cold
+
+        scheduler = Scheduler(transport, stopped)
+        return scheduler
 
     def _on_token(self, transport: Transport) -> None:
         if transport is not self._transport or self._scheduler is not None:
             return  # a token on a connection being dropped: it goes with it
-        scheduler = Scheduler(transport, lambda: self._on_scheduler_stopped(transport))
+        scheduler, self._standby = self._standby, None
+        if scheduler is None:
+            scheduler = self._new_scheduler(transport)
         self._scheduler = scheduler
         self._spawn(self._reign(scheduler))
 
@@ -192,6 +214,7 @@ class Election(LinkState):
         if self._scheduler is not None:
             scheduler, self._scheduler = self._scheduler, None
             scheduler.stop()
+        self._drop_standby()
         self._next_turn()
         if stood and not self._closed:
             self._spawn(self._rejoin())
@@ -208,6 +231,11 @@ class Election(LinkState):
             except (ConnectionError, OSError, Refused):
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, REJOIN_MAX_PAUSE)
+
+    def _drop_standby(self) -> None:
+        if self._standby is not None:
+            standby, self._standby = self._standby, None
+            standby.stop()
 
     def _on_elected(self) -> None:
         self._served = True

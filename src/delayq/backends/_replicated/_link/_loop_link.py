@@ -40,6 +40,7 @@ class LoopLink(Election, Calls, Ahead, Outbox, FastPuts):
         if self._scheduler is not None:
             scheduler, self._scheduler = self._scheduler, None
             scheduler.stop()
+        self._drop_standby()
         opening = self._opening
         if opening is not None and not opening.done():
             # A connection being opened (and a campaign) is given up, its calls fail.

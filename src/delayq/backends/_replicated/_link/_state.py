@@ -59,6 +59,7 @@ class LinkState(abc.ABC):
         deliver: tuple[str, str] | None = None,
         fast_put: bool = False,
         url: str = "",
+        standby: bool = False,
     ) -> None:
         self._make_transport = make_transport
         self._url = url
@@ -93,6 +94,10 @@ class LinkState(abc.ABC):
         self._turn: asyncio.Future[None] | None = None
         self._candidate = False
         self._scheduler: Scheduler | None = None
+        #: Whether a candidate folds the log while it waits (a hot standby), and that
+        #: scheduler, not elected yet.
+        self._standby_hot = standby
+        self._standby: Scheduler | None = None
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
         #: The tasks giving back what a reserve claimed for a caller that will not take

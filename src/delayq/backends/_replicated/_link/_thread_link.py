@@ -62,13 +62,22 @@ class ThreadLink:
         deliver: tuple[str, str] | None = None,
         fast_put: bool = False,
         url: str = "",
+        standby: bool = False,
     ) -> None:
-        self._options = (make_transport, scheduler, request_timeout, deliver, fast_put, url)
+        self._options = (
+            make_transport,
+            scheduler,
+            request_timeout,
+            deliver,
+            fast_put,
+            url,
+            standby,
+        )
         self._lock = threading.Lock()
         self._start()
 
     def _start(self) -> None:
-        make_transport, scheduler, request_timeout, deliver, fast_put, url = self._options
+        make_transport, scheduler, request_timeout, deliver, fast_put, url, standby = self._options
         self._link = LoopLink(
             make_transport,
             scheduler=scheduler,
@@ -76,6 +85,7 @@ class ThreadLink:
             deliver=deliver,
             fast_put=fast_put,
             url=url,
+            standby=standby,
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(

@@ -1,10 +1,13 @@
 """Election and replay: the reign's mark in the log, the fold of the log from the last
 checkpoint's pointer up to it (a fold with no clock and no decision), then serving;
-the renewal of the election while the reign lasts."""
+the renewal of the election while the reign lasts. A hot standby starts that same fold
+while it waits (:meth:`Reign.stand_by`): it follows the log as it grows, so that once
+elected it folds only the entries after where it is, up to its mark."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -12,7 +15,7 @@ from typing import Any
 
 from ...._log import log_event
 from .._codec import pack, unpack
-from .._constants import RENEW_EVERY
+from .._constants import FOLLOW_STALL, RENEW_EVERY, STANDBY_IDLE, STANDBY_SWEEP_BYTES
 from .._transport import LogEntry
 from ._state import BEGIN, END, IMAGES, INTAKE, Op, SchedulerState
 
@@ -25,14 +28,77 @@ class _Gone(Exception):
 
 class Reign(SchedulerState):
     """Taking over (:meth:`run`): replay, then requests, the intake's tail and the
-    timers."""
+    timers; the replay started ahead by a hot standby (:meth:`stand_by`)."""
+
+    @property
+    def elected(self) -> bool:
+        """Whether :meth:`run` was called (before: a standby, if it folds at all)."""
+        return self._elected
+
+    def stand_by(self) -> None:
+        """Start the fold of the log now (a hot standby: before this process is
+        elected, the fold follows the log as it grows, and stops at this reign's mark
+        once :meth:`run` appends it). Its failure before the election stops this
+        scheduler (the link then elects a new one cold)."""
+        if self._replaying is not None:
+            return
+        task = asyncio.get_running_loop().create_task(self._replay())
+        self._replaying = task
+        self._tasks.add(task)
+        task.add_done_callback(self._followed)
+
+    def _followed(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled() or self._elected or self._stopped:
+            return  # once elected, run() awaits it and raises what it raised
+        log_event(
+            logging.WARNING, "standby_stopped", reign=self._reign, error=repr(task.exception())
+        )
+        self.stop()
+
+    def _sweep_idle(self) -> None:
+        """Once a hot standby's log went quiet (STANDBY_IDLE) after it folded entries:
+        ``standby_caught_up`` (at DEBUG; INFO with a collection), and a full garbage
+        collection when it folded STANDBY_SWEEP_BYTES since its last one and a quarter
+        of what it folded before (the collector's own rule for a full collection: as
+        many as it would make, not one per pause of the reader). Left to the collector,
+        the full one its fold calls for comes at a moment of its own, perhaps the
+        election (seconds at a million records)."""
+        self._sweeping_timer = None
+        if self._elected or self._stopped:
+            return
+        loop = asyncio.get_running_loop()
+        quiet = loop.time() - self._read_at
+        if quiet < STANDBY_IDLE:
+            self._sweeping_timer = loop.call_later(STANDBY_IDLE - quiet, self._sweep_idle)
+            return
+        collected = None
+        if self._unswept >= max(STANDBY_SWEEP_BYTES, self._swept // 4):
+            self._swept += self._unswept
+            self._unswept = 0
+            started = time.monotonic()
+            gc.collect()
+            collected = round(time.monotonic() - started, 3)
+        log_event(
+            logging.DEBUG if collected is None else logging.INFO,
+            "standby_caught_up",
+            reign=self._reign,
+            entries=self._entries,
+            messages=sum(len(store.records) for store in self._queues.values()),
+            collected_in=collected,
+        )
 
     async def run(self) -> None:
         """Take over: mark the reign in the log, fold the log up to that mark (from the
-        last checkpoint), then take requests and tell the clients."""
+        last checkpoint, or from where a hot standby's fold is), then take requests and
+        tell the clients."""
         started = time.monotonic()
+        self._elected = True
+        hot = self._replaying is not None
+        self.stand_by()
         await self._transport.append("reign", self._reign, b"")
-        log, start, entries = await self._replay()
+        folded = self._entries
+        log, start, entries = await self._reached(hot)
         await log.aclose()  # type: ignore[attr-defined]
         # The puts confirmed by the intake before this election are folded before any
         # request is served (a put that returned is seen by every request after it).
@@ -51,27 +117,53 @@ class Reign(SchedulerState):
             logging.INFO,
             "scheduler_elected",
             reign=self._reign,
+            standby="hot" if hot else "cold",
             start=start,
             entries=entries,
+            at_election=entries - folded,
             intake_lost=self._intake_lost,
             seconds=round(time.monotonic() - started, 3),
         )
         self._maybe_checkpoint()
 
+    async def _reached(self, hot: bool) -> tuple[AsyncIterator[LogEntry], int | None, int]:
+        """What :meth:`_replay` returns, once the fold reached this reign's mark. A hot
+        standby's reader has been open for long (the broker may have dropped its
+        consumer without a word): one that brings nothing for FOLLOW_STALL s raises
+        ConnectionError (this scheduler stops; the next election replays)."""
+        task = self._replaying
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        marked = loop.time()
+        watched = hot and self._read_at > 0
+        while watched and not task.done():
+            await asyncio.wait({task}, timeout=FOLLOW_STALL)
+            if not task.done() and loop.time() - max(self._read_at, marked) >= FOLLOW_STALL:
+                task.cancel()
+                raise ConnectionError(
+                    f"the standby's reader of the log brought nothing for {FOLLOW_STALL:g} s"
+                )
+        return await task
+
     async def _replay(self) -> tuple[AsyncIterator[LogEntry], int | None, int]:
         """Fold the log up to this reign's mark, from the last checkpoint's pointer
         (none: from the log's first entry). Returns the reader, left at the mark (the
         scheduler goes on tailing its own log), where the fold began (None: the first
-        entry) and how many entries it folded."""
+        entry) and how many entries it folded. Started before the mark (a hot
+        standby), it follows the log until the mark comes."""
         transport = self._transport
         pointer = await transport.read_pointer()
         if pointer is not None:
+            if not self._elected:
+                # Again, after the marker read_pointer left, for a replay meanwhile.
+                await transport.point(pointer)
             reign, offset, checkpoint = unpack(pointer)
             log = transport.read_log(offset)
             try:
                 entries = await self._fold_log(log, offset, reign, checkpoint)
-                # Again, after the marker read_pointer left: the next reader finds it.
-                await transport.point(pointer)
+                # Again, after the marker read_pointer left: the next reader finds it
+                # (or the newer one the fold read, whose checkpoint is complete).
+                await transport.point(self._pointed or pointer)
                 return log, offset, entries
             except _Gone as gone:
                 await log.aclose()  # type: ignore[attr-defined]
@@ -79,7 +171,10 @@ class Reign(SchedulerState):
         log = transport.read_log(None)
         if pointer is None:
             try:
-                return log, None, await self._fold_log(log, 0, "", "")
+                entries = await self._fold_log(log, 0, "", "")
+                if self._pointed is not None:
+                    await transport.point(self._pointed)
+                return log, None, entries
             except _Gone as gone:  # the log's head was dropped: it does not start at 0
                 await log.aclose()  # type: ignore[attr-defined]
                 self._gone(None, gone, "no pointer was found and the log dropped its head")
@@ -93,7 +188,7 @@ class Reign(SchedulerState):
         reign, offset, checkpoint = found
         log = transport.read_log(offset)
         entries = await self._fold_log(log, offset, reign, checkpoint)
-        await transport.point(pack([reign, offset, checkpoint]))
+        await transport.point(self._pointed or pack([reign, offset, checkpoint]))
         return log, offset, entries
 
     def _gone(self, pointer: int | None, gone: _Gone, what: str) -> None:
@@ -112,17 +207,24 @@ class Reign(SchedulerState):
     ) -> int:
         """Fold ``log`` (read from ``start``, where ``checkpoint`` of ``reign`` began;
         "": the log's first entry) up to this reign's mark; :class:`_Gone` when the log
-        no longer begins at ``start``."""
+        no longer begins at ``start``. The last complete checkpoint it reads becomes
+        the pointer to publish (``_pointed``), and the log's growth counts from it."""
         current = reign
         entries = 0
         first = True
+        self._pointed = None
         waiting = bool(checkpoint)  # ops before the checkpoint's begin are skipped
+        loop = asyncio.get_running_loop()
+        # A checkpoint begun in the current reign: its pointer, and the growth before it.
+        begun: tuple[bytes, int, int] | None = None
         async for entry in log:
+            self._read_at = loop.time()
             if first and entry.offset != start:
                 raise _Gone(entry.offset)
             first = False
             if entry.kind == "reign":
                 current = entry.reign
+                begun = None  # a checkpoint cut by a new reign is incomplete
                 if entry.reign == self._reign:
                     if waiting:  # the pointer's checkpoint is not there: look for one
                         raise _Gone(start)
@@ -131,7 +233,16 @@ class Reign(SchedulerState):
                 continue
             if entry.reign != current:  # written by a deposed scheduler after its successor
                 continue
+            what, _, mark = entry.mark.partition(":")
+            if what == "begin":
+                where = pack([entry.reign, entry.offset, mark])
+                begun = (where, self._grown_bytes, self._grown_entries)
             entries += 1
+            self._entries += 1
+            if not self._elected:
+                self._unswept += len(entry.body)
+                if self._sweeping_timer is None:
+                    self._sweeping_timer = loop.call_later(STANDBY_IDLE, self._sweep_idle)
             self._grown_bytes += len(entry.body)  # rolled images too: a new reign
             self._grown_entries += 1  # checkpoints soon after a long replay
             for op in unpack(entry.body):
@@ -141,6 +252,11 @@ class Reign(SchedulerState):
                         self._restart(unpack(op[8]))
                     continue
                 self._fold(op)
+            if what == "end" and begun is not None and unpack(begun[0])[2] == mark:
+                self._pointed, bytes_before, entries_before = begun
+                self._grown_bytes -= bytes_before
+                self._grown_entries -= entries_before
+                begun = None
         raise ConnectionError("the log ended before this scheduler's reign entry")
 
     async def _find_checkpoint(self, log: AsyncIterator[LogEntry]) -> tuple[str, int, str] | None:
@@ -148,8 +264,10 @@ class Reign(SchedulerState):
         (read from its first entry up to this reign's mark), None if there is none."""
         found: tuple[str, int, str] | None = None
         begun: tuple[str, int, str] | None = None
+        loop = asyncio.get_running_loop()
         try:
             async for entry in log:
+                self._read_at = loop.time()
                 if entry.kind == "reign":
                     begun = None  # a checkpoint cut by a new reign is incomplete
                     if entry.reign == self._reign:

@@ -143,6 +143,20 @@ class SchedulerState(abc.ABC):
         self._wake: asyncio.Future[None] | None = None
         self._serving = False
         self._stopped = False
+        # The fold of the log (_reign.py): its task, started by a hot standby while it
+        # waits or at election; whether this process was elected; the loop's time of
+        # the last entry it read; the entries it folded; the pointer of the last
+        # complete checkpoint it read.
+        self._replaying: asyncio.Task[tuple[Any, int | None, int]] | None = None
+        self._elected = False
+        self._read_at = 0.0
+        self._entries = 0
+        # A hot standby's entry bytes folded before its last collection and since, and
+        # the timer that collects once the log goes quiet (_reign.py).
+        self._swept = 0
+        self._unswept = 0
+        self._sweeping_timer: asyncio.TimerHandle | None = None
+        self._pointed: bytes | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._renewal: asyncio.TimerHandle | None = None
         retention = transport.retention_bytes

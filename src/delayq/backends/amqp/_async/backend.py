@@ -28,6 +28,7 @@ class AsyncAmqpBackend(AsyncReplicatedBackend):
                 deliver=settings.deliver,
                 fast_put=settings.fast_put,
                 url=url,
+                standby=settings.standby,
             )
         )
 
@@ -35,6 +36,6 @@ class AsyncAmqpBackend(AsyncReplicatedBackend):
 def open_async_backend(url: str, **options: Any) -> AsyncAmqpBackend:
     """Open this face of ``amqp://`` (options: ``prefix``, ``scheduler``,
     ``request_timeout``, ``deliver_exchange``, ``deliver_routing_key``,
-    ``retention_bytes``, ``fast_put``; see
+    ``retention_bytes``, ``fast_put``, ``standby``; see
     :mod:`delayq.backends.amqp`)."""
     return AsyncAmqpBackend(url, **options)

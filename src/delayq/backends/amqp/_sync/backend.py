@@ -30,6 +30,7 @@ class AmqpBackend(ReplicatedBackend):
                 deliver=settings.deliver,
                 fast_put=settings.fast_put,
                 url=url,
+                standby=settings.standby,
             )
         )
 
@@ -37,6 +38,6 @@ class AmqpBackend(ReplicatedBackend):
 def open_backend(url: str, **options: Any) -> AmqpBackend:
     """Open this face of ``amqp://`` (options: ``prefix``, ``scheduler``,
     ``request_timeout``, ``deliver_exchange``, ``deliver_routing_key``,
-    ``retention_bytes``, ``fast_put``; see
+    ``retention_bytes``, ``fast_put``, ``standby``; see
     :mod:`delayq.backends.amqp`)."""
     return AmqpBackend(url, **options)

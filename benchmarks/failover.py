@@ -1,0 +1,178 @@
+"""Failover on ``amqp://`` against the backlog (issue 41, point 2): from the kill -9 of
+the elected ``delayq scheduler`` to the next call answered, with the other candidate a
+hot standby (``standby=hot``, the default of ``delayq scheduler``: it folded the log
+while it waited) or cold (``standby=cold``: it folds the log once elected).
+
+Run ``.venv/bin/python benchmarks/failover.py [--counts 0,200000,1000000] [--quick]``.
+For each count and each kind of standby, on a private single RabbitMQ node
+(``_amqp_node.py``) and a namespace of its own: ``delayq scheduler`` A is elected; the
+benchmark's process (``scheduler=off``) puts ``count`` messages of 100 B due in an hour
+with ``put_many`` in batches of 1000; ``delayq scheduler`` B stands, and the benchmark
+waits until B (hot) logged that it folded them all (``standby_caught_up``), then
+SETTLE_SECONDS more (the broker and both processes settle), kills A with SIGKILL
+and times a put with its outcome (``on_conflict="error"``: a request the scheduler
+answers, not a fast put) from the kill until it is answered (by B), beside one put
+before the kill. It also reads B's ``scheduler_elected`` line: the entries its fold
+read after its reign began (``at_election``), and the seconds from its token to
+serving. ``--quick``: 0 and 100,000. It prints a table and writes JSON to
+``benchmarks/results/failover.json``; it never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+from _amqp_node import RabbitNodes, start_scheduler, stop
+from _common import RESULTS_DIR, Measure, environment, print_table, write_json
+from delayq.durable import Queue
+
+BATCH = 1000
+PAYLOAD = b"x" * 100
+#: Seconds after the last put before the kill: the standby reads the log's tail.
+SETTLE_SECONDS = 5.0
+#: The target of issue 41 with a hot standby.
+TARGET_SECONDS = 1.0
+
+
+def wait_standing(log: Path, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while "scheduler_standing" not in log.read_text(errors="replace"):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"delayq scheduler did not stand: see {log}")
+        time.sleep(0.05)
+
+
+def wait_caught_up(log: Path, process: subprocess.Popen[bytes], count: int) -> None:
+    """Until the standby logged that it folded the whole backlog (``standby_caught_up``
+    with ``count`` messages)."""
+    deadline = time.monotonic() + 600
+    while True:
+        for line in log.read_text(errors="replace").splitlines():
+            fields = dict(re.findall(r"(\w+)=(\S+)", line))
+            if "standby_caught_up" in line and int(fields["messages"]) >= count:
+                return
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the standby did not catch up: see {log}")
+        time.sleep(0.2)
+
+
+def elected_line(log: Path) -> dict[str, str]:
+    """The fields of the ``scheduler_elected`` line of ``log`` (waited for)."""
+    deadline = time.monotonic() + 60
+    while True:
+        for line in log.read_text(errors="replace").splitlines():
+            if "scheduler_elected" in line:
+                return dict(re.findall(r"(\w+)=(\S+)", line))
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no scheduler_elected line in {log}")
+        time.sleep(0.05)
+
+
+def failover(nodes: RabbitNodes, work: Path, count: int, standby: str) -> dict[str, float]:
+    prefix = f"delayq-bench-failover-{standby}-{count}"
+    url = nodes.url(0, f"?prefix={prefix}&standby={standby}")
+    first = start_scheduler(url, work / f"{prefix}-a.log")
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        with Queue(f"{url}&scheduler=off&request_timeout=120", name="failover") as q:
+            started = time.perf_counter()
+            for at in range(0, count, BATCH):
+                q.put_many([{"payload": PAYLOAD, "delay": 3600}] * min(BATCH, count - at))
+            put_seconds = time.perf_counter() - started
+            log_b = work / f"{prefix}-b.log"
+            with log_b.open("ab") as out:
+                delayq = str(Path(sys.executable).with_name("delayq"))
+                # DEBUG: standby_caught_up without a collection too.
+                command = [delayq, "scheduler", "--url", url, "--log-level", "debug"]
+                second = subprocess.Popen(
+                    command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            wait_standing(log_b, second)
+            if standby == "hot" and count:
+                wait_caught_up(log_b, second, count)
+            time.sleep(SETTLE_SECONDS)
+            asked = time.perf_counter()
+            q.put(b"before", delay=3600, on_conflict="error")
+            live = time.perf_counter() - asked
+            killed = time.perf_counter()
+            os.kill(first.pid, signal.SIGKILL)
+            q.put(b"after", delay=3600, on_conflict="error")
+            answered = time.perf_counter() - killed
+            first.wait()
+            elected = elected_line(log_b)
+            scheduled = q.stats().scheduled
+            q.purge()
+        return {
+            "answered": answered,
+            "live": live,
+            "scheduled": scheduled,
+            "put_seconds": put_seconds,
+            "at_election": float(elected.get("at_election", "nan")),
+            "entries": float(elected.get("entries", "nan")),
+            "elected_seconds": float(elected.get("seconds", "nan")),
+        }
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                stop(process)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--counts", default=None, help="default 0,200000,1000000")
+    parser.add_argument("--quick", action="store_true", help="0 and 100,000")
+    parser.add_argument("--standby", choices=("hot", "cold", "both"), default="both")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    text = args.counts or ("0,100000" if args.quick else "0,200000,1000000")
+    counts = [int(count) for count in text.split(",")]
+    kinds = ["hot", "cold"] if args.standby == "both" else [args.standby]
+    env = environment()
+    load = " ".join(f"{value:.1f}" for value in os.getloadavg())
+    measures: list[Measure] = []
+    raw: dict[str, dict[str, float]] = {}
+    with TemporaryDirectory(prefix="delayq-failover-") as work:
+        nodes = RabbitNodes(Path(work) / "rabbit", 1)
+        nodes.start()
+        try:
+            for count in counts:
+                for standby in kinds:
+                    found = failover(nodes, Path(work), count, standby)
+                    raw[f"{standby}-{count}"] = found
+                    hot = standby == "hot"
+                    measures.append(
+                        Measure(
+                            "f",
+                            f"kill -9 -> next call answered, {count:,} scheduled, {standby}",
+                            found["answered"],
+                            "s",
+                            target=f"<= {TARGET_SECONDS:g} s" if hot else "",
+                            passed=found["answered"] <= TARGET_SECONDS if hot else None,
+                            note=f"a put took {found['live']:.3f} s before the kill; "
+                            f"elected in {found['elected_seconds']:.3f} s, its fold "
+                            f"read {found['at_election']:.0f} entries after its reign "
+                            f"began ({found['entries']:.0f} in all); "
+                            f"{found['scheduled']:,.0f} scheduled after (with the 2 probes)",
+                        )
+                    )
+        finally:
+            nodes.stop()
+    load += " -> " + " ".join(f"{value:.1f}" for value in os.getloadavg())
+    path = args.json or RESULTS_DIR / ("failover-quick.json" if args.quick else "failover.json")
+    title = "delayq amqp:// failover against the backlog"
+    print_table(f"{title} (private node; load average {load})", measures)
+    document = {"benchmark": "failover", "counts": counts, "load": load, "raw": raw}
+    write_json(path, {**document, "environment": env}, measures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
