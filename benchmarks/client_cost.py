@@ -28,6 +28,13 @@ client of the same server does for the same effect:
   same way): what the Worker, its queue's reserve and ack included, costs per job.
   Its "floor" column is the fill it was taken from. The ``*-metrics`` paths: the
   same on memory with the Worker's Prometheus metrics on (``Worker(metrics=True)``).
+  The ``*-otel-*`` paths (issue 42): the same with OpenTelemetry configured in the
+  child after its puts, before the Worker starts: ``api`` (the trace and metrics
+  APIs imported, no provider set), ``disabled`` (the SDK's providers with
+  ``OTEL_SDK_DISABLED=true``: no-op), ``sampled-out`` (the SDK's tracer provider
+  sampling nothing: spans made, not recorded), ``spans`` (every span exported to a
+  file, BatchSpanProcessor), ``metrics`` (the SDK's meter provider, a periodic reader
+  exporting to a file: the Worker's metrics reported through OpenTelemetry).
 
 It writes JSON to ``benchmarks/results/client-cost.json``. It never asserts.
 """
@@ -128,6 +135,17 @@ PATHS: dict[str, tuple[str, str | None, str, int, int]] = {
         2_500,
     ),
 }
+#: The OpenTelemetry set-ups of the ``*-otel-*`` paths (see the docstring).
+OTEL_MODES = ("api", "disabled", "sampled-out", "spans", "metrics")
+for _kind, _concurrency in (("sync", 8), ("async", 32)):
+    for _mode in OTEL_MODES:
+        PATHS[f"memory-worker-{_kind}-otel-{_mode}"] = (
+            f"memory: worker alone, {_kind} no-op c{_concurrency}, otel {_mode}",
+            "memory-fill",
+            "job",
+            500,
+            2_500,
+        )
 #: The worker paths: their cost is theirs less their fill's (the puts they start with).
 WORKER_PATHS = {name for name in PATHS if "-worker-" in name or "-queue-" in name}
 BATCH = 1_000
@@ -254,10 +272,51 @@ def _redis_floor(url: str, count: int) -> None:
         client.close()
 
 
-def _worker_child(kind: str, drain: bool, metrics: bool = False) -> Callable[[str, int], None]:
+def _otel_setup(mode: str) -> None:
+    """Configure OpenTelemetry in this child as ``mode`` (:data:`OTEL_MODES`) says."""
+    from opentelemetry import metrics, trace  # noqa: PLC0415
+
+    from delayq.durable.tracing import provider_set  # noqa: PLC0415
+
+    if mode == "api":
+        return
+    from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415
+    from opentelemetry.sdk.metrics.export import (  # noqa: PLC0415
+        ConsoleMetricExporter,
+        PeriodicExportingMetricReader,
+    )
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+    from opentelemetry.sdk.trace.export import (  # noqa: PLC0415
+        BatchSpanProcessor,
+        ConsoleSpanExporter,
+    )
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF  # noqa: PLC0415
+
+    out = tempfile.TemporaryFile("w")  # noqa: SIM115 (the exporters', for the process's life)
+    if mode == "disabled":
+        os.environ["OTEL_SDK_DISABLED"] = "true"
+        trace.set_tracer_provider(TracerProvider())
+        metrics.set_meter_provider(MeterProvider())
+    elif mode == "sampled-out":
+        trace.set_tracer_provider(TracerProvider(sampler=ALWAYS_OFF))
+    elif mode == "spans":
+        provider = TracerProvider()
+        exporter = ConsoleSpanExporter(out=out, formatter=lambda s: s.to_json(indent=None) + "\n")
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+    else:
+        reader = PeriodicExportingMetricReader(ConsoleMetricExporter(out=out))
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    provider_set()
+
+
+def _worker_child(
+    kind: str, drain: bool, metrics: bool = False, otel: str | None = None
+) -> Callable[[str, int], None]:
     """A child that sends ``count`` due calls of a no-op task (``kind`` "sync",
     "async", or "queue": no worker, the queue alone), then (``drain``) runs a Worker
-    (its Prometheus metrics counted with ``metrics``)
+    (its Prometheus metrics counted with ``metrics``; OpenTelemetry set up as ``otel``
+    says after the puts)
     until they ended (the last one stops it, so no poll adds instructions that grow
     with the time taken), or for "queue" reserves 100 at a time and acks them with
     one ``ack_many``: what any worker of the queue does for its jobs."""
@@ -298,6 +357,8 @@ def _worker_child(kind: str, drain: bool, metrics: bool = False) -> Callable[[st
                 if kind == "queue":
                     asyncio.run(_queue_alone(app.open_queue_async("cost"), total))
                 elif drain:
+                    if otel is not None:
+                        _otel_setup(otel)
                     concurrency = 8 if kind == "sync" else 32
                     options = {"metrics": True} if metrics else {}
                     worker = Worker(app, concurrency=concurrency, **options)
@@ -348,6 +409,11 @@ CHILDREN: dict[str, Callable[[str, int], None]] = {
     "memory-fill": _worker_child("sync", drain=False),
     "memory-worker-sync-metrics": _worker_child("sync", drain=True, metrics=True),
     "memory-worker-async-metrics": _worker_child("async", drain=True, metrics=True),
+    **{
+        f"memory-worker-{kind}-otel-{mode}": _worker_child(kind, drain=True, otel=mode)
+        for kind in ("sync", "async")
+        for mode in OTEL_MODES
+    },
 }
 
 

@@ -58,7 +58,10 @@ t. Tracing (issue 42): the worker alone (sync-noop c8, async-noop c32) with trac
    process), the modes alternated ``--repeat`` times, the best of each shown with
    its ratio to "off" in the same run; the target is no-op within 5% of off. The
    messages are put by the same process before the drain (the drain's clock starts at
-   the first handler's end), so the put's own span is not in the figure. With
+   the first handler's end), so the put's own span is not in the figure. Two more
+   modes hold the metrics to "off" alike: ``prometheus`` (``Worker(metrics=True)``)
+   and ``otel-metrics`` (the SDK's meter provider, a periodic reader exporting to a
+   file: the Worker's metrics reported through OpenTelemetry). With
    ``--trace-baseline SRC`` (another tree's ``src/``, e.g. main's), that tree's worker
    runs too ("before"), and "off" is held to 5% of it.
 m. Metrics: the worker alone (sync no-op c8, async no-op c32) and sync-rpush c8
@@ -827,7 +830,7 @@ def _processes_rate(url: str, processes: int, jobs: int, loops: int) -> tuple[fl
 
 
 # -- t: tracing ------------------------------------------------------------------------
-TRACE_MODES = ("off", "noop-sdk", "sdk-sampled-out", "sdk-file")
+TRACE_MODES = ("off", "noop-sdk", "sdk-sampled-out", "sdk-file", "prometheus", "otel-metrics")
 TRACE_CASES = (("sync-noop", 8), ("async-noop", 32))
 
 
@@ -835,7 +838,7 @@ def trace_setup(mode: str, spans_file: str) -> None:
     """Configure OpenTelemetry in this (child) process as ``mode`` says."""
     from opentelemetry import trace  # noqa: PLC0415 (only the tracing section uses it)
 
-    if mode == "off":
+    if mode in ("off", "prometheus"):
         return  # the API imported, no provider: what delayq's check sees first
     from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
     from opentelemetry.sdk.trace.export import (  # noqa: PLC0415
@@ -844,7 +847,18 @@ def trace_setup(mode: str, spans_file: str) -> None:
     )
     from opentelemetry.sdk.trace.sampling import ALWAYS_OFF  # noqa: PLC0415
 
-    if mode == "noop-sdk":
+    if mode == "otel-metrics":
+        from opentelemetry import metrics  # noqa: PLC0415
+        from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415
+        from opentelemetry.sdk.metrics.export import (  # noqa: PLC0415
+            ConsoleMetricExporter,
+            PeriodicExportingMetricReader,
+        )
+
+        out = open(spans_file, "a")  # noqa: SIM115 (the exporter's for the process's life)
+        reader = PeriodicExportingMetricReader(ConsoleMetricExporter(out=out))
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    elif mode == "noop-sdk":
         os.environ["OTEL_SDK_DISABLED"] = "true"
         trace.set_tracer_provider(TracerProvider())
     elif mode == "sdk-sampled-out":
@@ -863,7 +877,7 @@ def trace_child(url: str, mode: str, kind: str, concurrency: int, jobs: int) -> 
         spans_file = str(Path(tmp) / "spans.jsonl")
         trace_setup(mode, spans_file)
         with gc_frozen():
-            run = drain(url, kind, concurrency, jobs, 0)
+            run = drain(url, kind, concurrency, jobs, 0, metrics=mode == "prometheus")
         if mode == "sdk-file":
             from opentelemetry import trace  # noqa: PLC0415
 
@@ -917,7 +931,7 @@ def section_tracing(
                 ratio = run["rate"] / reference["rate"] if reference["rate"] else 0.0
                 cpu = run["cpu_us"] / reference["cpu_us"] if reference["cpu_us"] else 0.0
                 note = f"{ratio:.3f} x {against}, CPU/job {cpu:.3f} x {against}"
-                if mode in ("noop-sdk", "off"):
+                if mode in ("noop-sdk", "off", "prometheus"):
                     target, passed = f">= 0.95 x {against}", ratio >= 0.95
             if "spans" in run:
                 note += f"; {run['spans']} spans written"

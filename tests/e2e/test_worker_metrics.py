@@ -7,22 +7,20 @@ child killed leaves its counts in it; bad ports are one line at start."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from _worker_process import Samples, WorkerProcess, worker_processes
 
-from backends._redis_server import RedisProcess, free_port
-from delayq import Queue
+from backends._redis_server import RedisProcess
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
 
@@ -69,80 +67,6 @@ def hold():
         time.sleep(0.01)
 """
 
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-class MeteredWorker:
-    """A ``delayq worker --metrics-port`` process in ``root``, and its scrapes."""
-
-    def __init__(self, root: Path, url: str, *args: str, health: bool = False) -> None:
-        (root / "metrics_app.py").write_text(APP)
-        self.root = root
-        self.port = free_port()
-        self.env = {
-            **os.environ,
-            "DELAYQ_URL": url,
-            "PIDS": str(root / "pids"),
-            "RELEASE": str(root / "release"),
-        }
-        ports = ["--metrics-port", str(self.port)]
-        if health:
-            ports += ["--health-port", str(self.port)]
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "delayq.cli", "worker", "metrics_app:app", *ports, *args],
-            cwd=root, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-
-    def get(self, path: str) -> tuple[int, str, str]:
-        url = f"http://127.0.0.1:{self.port}{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                kind = response.headers["Content-Type"]
-                return response.status, kind, response.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.headers["Content-Type"], exc.read().decode()
-
-    def scrape(self) -> Samples:
-        status, kind, text = self.get("/metrics")
-        assert status == 200
-        assert kind == "text/plain; version=0.0.4; charset=utf-8"
-        return {
-            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-        }
-
-    def wait_for(self, check: object, timeout: float = 30.0) -> Samples:
-        """Scrape until ``check(samples)`` holds."""
-        assert callable(check)
-        deadline = time.monotonic() + timeout
-        while True:
-            assert self.process.poll() is None, self.process.communicate()[1]
-            try:
-                samples = self.scrape()
-                if check(samples):
-                    return samples
-            except OSError:  # not listening yet
-                samples = {}
-            assert time.monotonic() < deadline, f"never: {samples}"
-            time.sleep(0.05)
-
-    def put(self, task: str, *, delay: float = 0.0) -> None:
-        """Put a task's message as another face would (the worker's app is not here)."""
-        with Queue(self.env["DELAYQ_URL"], name="jobs") as queue:
-            queue.put({"task": task, "args": [], "kwargs": {}}, delay=delay)
-
-    def stop(self) -> str:
-        self.process.send_signal(signal.SIGTERM)
-        _, err = self.process.communicate(timeout=30)
-        assert self.process.returncode == 0, err
-        return err
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.communicate()
-
 
 def runs(samples: Samples, task: str, outcome: str) -> float:
     key = (("outcome", outcome), ("queue", "jobs"), ("task", task))
@@ -153,18 +77,21 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-@pytest.fixture
-def workers() -> Iterator[list[MeteredWorker]]:
-    started: list[MeteredWorker] = []
-    yield started
-    for worker in started:
-        worker.kill()
+workers = worker_processes()
+
+
+def metered(root: Path, url: str, *args: str, health: bool = False) -> WorkerProcess:
+    """A worker of APP with ``--metrics-port`` (and ``--health-port``, on the same port)."""
+    return WorkerProcess(
+        root, url, APP, *args, metrics=True, health=health,
+        PIDS=str(root / "pids"), RELEASE=str(root / "release"),
+    )  # fmt: skip
 
 
 def test_runs_by_outcome_run_time_lateness_and_in_flight(
-    tmp_path: Path, workers: list[MeteredWorker]
+    tmp_path: Path, workers: list[WorkerProcess]
 ) -> None:
-    worker = MeteredWorker(tmp_path, f"sqlite:///{tmp_path / 'q.db'}", health=True)
+    worker = metered(tmp_path, f"sqlite:///{tmp_path / 'q.db'}", health=True)
     workers.append(worker)
     worker.wait_for(lambda s: value(s, "delayq_backend_up") == 1.0)
     assert worker.get("/readyz")[0] == 200  # one port answers the probes and the metrics
@@ -205,12 +132,12 @@ def test_runs_by_outcome_run_time_lateness_and_in_flight(
 
 
 def test_an_outage_of_its_redis_is_counted_and_shown(
-    tmp_path: Path, workers: list[MeteredWorker]
+    tmp_path: Path, workers: list[WorkerProcess]
 ) -> None:
     redis = RedisProcess(tmp_path)
     redis.start()
     try:
-        worker = MeteredWorker(tmp_path, redis.url)
+        worker = metered(tmp_path, redis.url)
         workers.append(worker)
         worker.wait_for(lambda s: value(s, "delayq_backend_up") == 1.0)
         assert worker.get("/healthz")[0] == 404  # a metrics port without the probes
@@ -228,10 +155,10 @@ def test_an_outage_of_its_redis_is_counted_and_shown(
 
 
 def test_processes_are_added_up_and_a_dead_child_keeps_its_counts(
-    tmp_path: Path, workers: list[MeteredWorker]
+    tmp_path: Path, workers: list[WorkerProcess]
 ) -> None:
     url = f"sqlite:///{tmp_path / 'q.db'}"
-    worker = MeteredWorker(tmp_path, url, "--processes", "2", health=True)
+    worker = metered(tmp_path, url, "--processes", "2", health=True)
     workers.append(worker)
     worker.wait_for(lambda s: value(s, "delayq_backend_up") == 1.0)
     assert worker.get("/healthz")[0] == 200  # the supervisor answers both on one port
@@ -252,7 +179,7 @@ def test_processes_are_added_up_and_a_dead_child_keeps_its_counts(
 
 
 def test_a_busy_or_invalid_metrics_port_is_one_line(tmp_path: Path) -> None:
-    (tmp_path / "metrics_app.py").write_text(APP)
+    (tmp_path / "worker_app.py").write_text(APP)
     env = {**os.environ, "DELAYQ_URL": f"sqlite:///{tmp_path / 'q.db'}"}
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]
@@ -268,8 +195,93 @@ def test_a_busy_or_invalid_metrics_port_is_one_line(tmp_path: Path) -> None:
              "this machine's: check --metrics-host"),
         ):  # fmt: skip
             done = subprocess.run(
-                [sys.executable, "-m", "delayq.cli", "worker", "metrics_app:app", *args],
+                [sys.executable, "-m", "delayq.cli", "worker", "worker_app:app", *args],
                 cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
             )  # fmt: skip
             assert done.returncode == code, done.stderr
             assert done.stderr.strip().splitlines() == [line]
+
+
+#: APP, with an OpenTelemetry SDK meter provider set by the app module as a user's
+#: would: a reader exporting to $OTEL_OUT every 100 ms (one JSON object a line).
+OTEL_APP = (
+    """
+import os
+
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
+
+exporter = ConsoleMetricExporter(
+    out=open(os.environ["OTEL_OUT"], "a", buffering=1),
+    formatter=lambda data: data.to_json(indent=None) + "\\n",
+)
+reader = PeriodicExportingMetricReader(exporter, export_interval_millis=100)
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+"""
+    + APP
+)
+
+
+def exported(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """The last export's data points, by instrument name."""
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    if not lines:
+        return {}
+    return {
+        metric["name"]: metric["data"]["data_points"]
+        for resource in json.loads(lines[-1])["resource_metrics"]
+        for scope in resource["scope_metrics"]
+        for metric in scope["metrics"]
+    }
+
+
+def test_a_worker_process_reports_through_the_meter_provider_its_app_sets(
+    tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    out = tmp_path / "otel.jsonl"
+    out.touch()
+    worker = WorkerProcess(
+        tmp_path, f"sqlite:///{tmp_path / 'q.db'}", OTEL_APP, metrics=True,
+        PIDS=str(tmp_path / "pids"), RELEASE=str(tmp_path / "release"), OTEL_OUT=str(out),
+    )  # fmt: skip
+    workers.append(worker)
+    worker.wait_for(lambda s: value(s, "delayq_backend_up") == 1.0)
+    for task in ("ok", "ok", "boom"):
+        worker.put(task)
+
+    def runs_of(points: dict[str, list[dict[str, Any]]]) -> dict[tuple[str, str], int]:
+        return {
+            (p["attributes"]["messaging.delayq.task"], p["attributes"]["messaging.delayq.outcome"]):
+            p["value"] for p in points.get("delayq.runs", [])
+        }  # fmt: skip
+
+    def done() -> dict[str, list[dict[str, Any]]] | None:
+        points = exported(out)
+        counted = runs_of(points)
+        return (
+            points
+            if (counted.get(("ok", "succeeded")), counted.get(("boom", "dead"))) == (2, 1)
+            else None
+        )
+
+    points = worker.until(done)
+    samples = worker.scrape()
+    for (task, outcome), count in runs_of(points).items():
+        assert runs(samples, task, outcome) == count  # the same counts as /metrics
+    assert runs_of(points)[("boom", "failed")] == 1
+    jobs = {"messaging.destination.name": "jobs"}
+    for name, prometheus in (("delayq.acks", "delayq_acks_total"),
+                             ("delayq.nacks", "delayq_nacks_total"),
+                             ("delayq.dead", "delayq_dead_total")):  # fmt: skip
+        [point] = points[name]
+        assert point["attributes"] == jobs
+        assert point["value"] == value(samples, prometheus, queue="jobs")
+    durations = {
+        p["attributes"]["messaging.delayq.task"]: p for p in points["messaging.process.duration"]
+    }
+    assert (durations["ok"]["count"], durations["boom"]["count"]) == (2, 2)
+    assert durations["ok"]["attributes"]["messaging.system"] == "delayq"
+    assert sum(p["count"] for p in points["delayq.lateness"]) == 4
+    assert [p["value"] for p in points["delayq.backend.up"]] == [1]
+    worker.stop()

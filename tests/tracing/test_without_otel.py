@@ -1,7 +1,8 @@
 """Without OpenTelemetry nothing changes: ``import delayq``, puts of every face and a
-Worker's runs import nothing of it and write no trace header, whether the API is not
-installed (hidden from ``sys.path``) or installed and unused. The CLI takes the trace
-context of its environment (``TRACEPARENT``), as text, without OpenTelemetry."""
+Worker's runs (stepped, and served) import nothing of it, write no trace header and
+count no metrics, whether the API is not installed (hidden from ``sys.path``) or
+installed and unused. The CLI takes the trace context of its environment
+(``TRACEPARENT``), as text, without OpenTelemetry."""
 
 from __future__ import annotations
 
@@ -55,9 +56,17 @@ ids += queue.put_many([{"payload": {"task": "work", "args": [4]}}])
 async def main():
     ids.append(await later.send_async(5))
     await delayq.Worker(app).burst()
+    ids.append(work.send(6))
+    worker = delayq.Worker(app)  # serving: where a meter provider would be looked for
+    serving = asyncio.create_task(worker.serve())
+    while len(ran) < 6:
+        await asyncio.sleep(0.01)
+    worker.stop()
+    await serving
+    assert worker.metrics is None
 
 asyncio.run(main())
-assert sorted(ran) == [1, 2, 3, 4, 5], ran
+assert sorted(ran) == [1, 2, 3, 4, 5, 6], ran
 assert all(queue.get(i) is None for i in ids)  # acked
 loaded = sorted(name for name in sys.modules if name.split(".")[0] == "opentelemetry")
 assert not loaded, loaded

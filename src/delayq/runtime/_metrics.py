@@ -26,7 +26,17 @@ from typing import Any
 
 from .constants import LATENESS_BUCKETS, RUN_SECONDS_BUCKETS
 
-__all__ = ["METRICS_CONTENT_TYPE", "OUTCOMES", "UNKNOWN_TASK", "WorkerMetrics", "merge", "render"]
+__all__ = [
+    "BY_QUEUE",
+    "HELP",
+    "METRICS_CONTENT_TYPE",
+    "OUTCOMES",
+    "UNKNOWN_TASK",
+    "WorkerMetrics",
+    "by_queue",
+    "merge",
+    "render",
+]
 
 #: The Content-Type of the text exposition format.
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -44,11 +54,30 @@ OUTCOMES = (
     "unsettled",  # the backend did not take its ack or nack: it comes back
 )
 _INDEX = {outcome: index for index, outcome in enumerate(OUTCOMES)}
-#: Outcomes that acked the message (``delayq_acks_total``), nacked it
-#: (``delayq_nacks_total``) and sent it to dead (``delayq_dead_total``).
-_ACKED = ("succeeded", "skipped")
-_NACKED = ("retried", "failed", "timeout", "dead", "discarded")
-_DEAD = ("dead", "discarded")
+
+#: What each metric is, by its Prometheus name (its HELP line, the OpenTelemetry
+#: instrument's description).
+HELP = {
+    "delayq_runs_total": "Runs of a task that ended, by outcome.",
+    "delayq_acks_total": "Messages acked by this worker.",
+    "delayq_nacks_total": "Messages nacked by this worker (retried or dead).",
+    "delayq_dead_total": "Messages this worker sent to dead.",
+    "delayq_run_seconds": "How long a task's handler ran.",
+    "delayq_lateness_seconds":
+        "From a message's due time to its delivery (here: its handler's start).",
+    "delayq_in_flight":
+        "Messages reserved by this worker, not settled yet (waiting, running, acking).",
+    "delayq_backend_up": "1 while the backend answers, 0 during an outage.",
+    "delayq_backend_outages_total": "Outages of the backend: times it stopped answering.",
+}  # fmt: skip
+
+#: The counters by queue: the outcomes that acked the message, nacked it and sent it
+#: to dead.
+BY_QUEUE = {
+    "delayq_acks_total": ("succeeded", "skipped"),
+    "delayq_nacks_total": ("retried", "failed", "timeout", "dead", "discarded"),
+    "delayq_dead_total": ("dead", "discarded"),
+}
 
 #: The ``task`` label of a message whose task this worker does not know (its name is
 #: not shown: any producer could make up names without end).
@@ -59,12 +88,15 @@ UNKNOWN_TASK = "<unknown>"
 Snapshot = dict[str, Any]
 
 
-class _Series:
+class Series:
     """What one task of one queue counted."""
 
-    __slots__ = ("late", "late_sum", "outcomes", "run", "run_sum")
+    __slots__ = ("attributes", "late", "late_sum", "outcomes", "queue", "run", "run_sum", "task")
 
-    def __init__(self) -> None:
+    def __init__(self, queue: str, task: str) -> None:
+        self.queue = queue
+        self.task = task
+        self.attributes: dict[str, str] | None = None  # its OpenTelemetry attributes
         self.outcomes = [0] * len(OUTCOMES)
         self.run = [0] * (len(RUN_SECONDS_BUCKETS) + 1)  # the last: above every bound
         self.run_sum = 0.0
@@ -77,7 +109,7 @@ class WorkerMetrics:
     never raises."""
 
     def __init__(self) -> None:
-        self._series: dict[str, dict[str, _Series]] = {}
+        self._series: dict[str, dict[str, Series]] = {}
         self._in_flight: Callable[[], int] | None = None
         self.outages = 0
         """Outages begun (the backend stopped answering)."""
@@ -88,14 +120,17 @@ class WorkerMetrics:
         # within a second).
         self._offset = time() - monotonic()
         self._offset_until = monotonic() + 1.0
+        self.record: Callable[[Series, float, float], None] | None = None
+        """Given each run's series, run time and lateness (seconds, 0 when on time)
+        while OpenTelemetry metrics report this Worker's counts."""
 
     def watch(self, in_flight: Callable[[], int] | None) -> None:
         """Read ``in_flight()`` (messages reserved and not settled yet) at each scrape
         (None: 0, a worker that does not serve)."""
         self._in_flight = in_flight
 
-    def _new(self, queue: str, task: str) -> _Series:
-        series = self._series.setdefault(queue, {})[task] = _Series()
+    def _new(self, queue: str, task: str) -> Series:
+        series = self._series.setdefault(queue, {})[task] = Series(queue, task)
         return series
 
     def ran(self, queue: str, task: str, due_at: int, started: float, took: float) -> None:
@@ -108,7 +143,7 @@ class WorkerMetrics:
             series = self._new(queue, task)
         self._observe(series, due_at, started, took)
 
-    def _observe(self, series: _Series, due_at: int, started: float, took: float) -> None:
+    def _observe(self, series: Series, due_at: int, started: float, took: float) -> None:
         series.run[bisect_left(RUN_SECONDS_BUCKETS, took)] += 1
         series.run_sum += took
         if started > self._offset_until:
@@ -120,6 +155,9 @@ class WorkerMetrics:
             series.late_sum += late
         else:
             series.late[0] += 1
+            late = 0.0
+        if self.record is not None:
+            self.record(series, took, late)
 
     def ended(
         self, queue: str, task: str, outcome: str, due_at: int, started: float, *, took: float
@@ -201,6 +239,15 @@ def merge(snapshots: Iterable[Snapshot], *, gauges: bool = True) -> Snapshot:
     return {"series": series, "in_flight": in_flight, "backend_up": backend_up, "outages": outages}
 
 
+def by_queue(snapshot: Snapshot, name: str) -> dict[str, int]:
+    """One of :data:`BY_QUEUE`'s counters in ``snapshot``: its count by queue."""
+    indexes = [_INDEX[outcome] for outcome in BY_QUEUE[name]]
+    return {
+        queue: sum(counted[0][index] for counted in tasks.values() for index in indexes)
+        for queue, tasks in snapshot["series"].items()
+    }
+
+
 def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -226,8 +273,8 @@ def _histogram(
     lines.append(f"{name}_sum{{{labels}}} {_number(total)}")
 
 
-def _head(lines: list[str], name: str, kind: str, text: str) -> None:
-    lines.append(f"# HELP {name} {text}")
+def _head(lines: list[str], name: str, kind: str) -> None:
+    lines.append(f"# HELP {name} {HELP[name]}")
     lines.append(f"# TYPE {name} {kind}")
 
 
@@ -236,33 +283,22 @@ def render(snapshot: Snapshot) -> bytes:
     :func:`merge` of several."""
     series: dict[str, dict[str, list[Any]]] = snapshot["series"]
     lines: list[str] = []
-    _head(lines, "delayq_runs_total", "counter", "Runs of a task that ended, by outcome.")
+    _head(lines, "delayq_runs_total", "counter")
     for queue, tasks in sorted(series.items()):
         for task, counted in sorted(tasks.items()):
             for outcome, count in zip(OUTCOMES, counted[0], strict=True):
                 labels = f'queue="{_label(queue)}",task="{_label(task)}",outcome="{outcome}"'
                 lines.append(f"delayq_runs_total{{{labels}}} {count}.0")
-    for name, outcomes, text in (
-        ("delayq_acks_total", _ACKED, "Messages acked by this worker."),
-        ("delayq_nacks_total", _NACKED, "Messages nacked by this worker (retried or dead)."),
-        ("delayq_dead_total", _DEAD, "Messages this worker sent to dead."),
-    ):
-        _head(lines, name, "counter", text)
-        indexes = [_INDEX[outcome] for outcome in outcomes]
-        for queue, tasks in sorted(series.items()):
-            count = sum(counted[0][index] for counted in tasks.values() for index in indexes)
+    for name in BY_QUEUE:
+        _head(lines, name, "counter")
+        for queue, count in sorted(by_queue(snapshot, name).items()):
             lines.append(f'{name}{{queue="{_label(queue)}"}} {count}.0')
-    _head(lines, "delayq_run_seconds", "histogram", "How long a task's handler ran.")
+    _head(lines, "delayq_run_seconds", "histogram")
     for queue, tasks in sorted(series.items()):
         for task, counted in sorted(tasks.items()):
             labels = f'queue="{_label(queue)}",task="{_label(task)}"'
             _histogram(lines, "delayq_run_seconds", labels, RUN_SECONDS_BUCKETS, counted[1:3])
-    _head(
-        lines,
-        "delayq_lateness_seconds",
-        "histogram",
-        "From a message's due time to its delivery (here: its handler's start).",
-    )
+    _head(lines, "delayq_lateness_seconds", "histogram")
     for queue, tasks in sorted(series.items()):
         late = [
             sum(column) for column in zip(*(counted[3] for counted in tasks.values()), strict=True)
@@ -270,12 +306,10 @@ def render(snapshot: Snapshot) -> bytes:
         total = sum(counted[4] for counted in tasks.values())
         labels = f'queue="{_label(queue)}"'
         _histogram(lines, "delayq_lateness_seconds", labels, LATENESS_BUCKETS, [late, total])
-    in_flight = "Messages reserved by this worker, not settled yet (waiting, running, acking)."
-    _head(lines, "delayq_in_flight", "gauge", in_flight)
+    _head(lines, "delayq_in_flight", "gauge")
     lines.append(f"delayq_in_flight {snapshot['in_flight']}.0")
-    _head(lines, "delayq_backend_up", "gauge", "1 while the backend answers, 0 during an outage.")
+    _head(lines, "delayq_backend_up", "gauge")
     lines.append(f"delayq_backend_up {snapshot['backend_up']}.0")
-    outages = "Outages of the backend: times it stopped answering."
-    _head(lines, "delayq_backend_outages_total", "counter", outages)
+    _head(lines, "delayq_backend_outages_total", "counter")
     lines.append(f"delayq_backend_outages_total {snapshot['outages']}.0")
     return ("\n".join(lines) + "\n").encode()

@@ -192,6 +192,19 @@ def _cancelling(task: asyncio.Task[Any]) -> bool:
     return sys.version_info >= (3, 11) and task.cancelling() > 0
 
 
+def _metering() -> Callable[[WorkerMetrics], Callable[[], None]] | None:
+    """When the process has set an OpenTelemetry meter provider that records: what
+    reports a Worker's metrics through it from then on (and returns what to call as
+    that Worker stops), else None. One ``sys.modules`` look-up when the process has
+    not imported the OpenTelemetry metrics API: nothing of it is imported here."""
+    if "opentelemetry.metrics" not in sys.modules:
+        return None
+    from . import _otel_metrics as otel  # noqa: PLC0415
+
+    meter = otel.recording()
+    return None if meter is None else functools.partial(otel.report, meter)
+
+
 class Worker:
     """Runs the tasks of an :class:`~delayq.App` (every queue it uses, or those in
     ``queues``), or ``handler(msg)`` for the messages of one
@@ -206,7 +219,9 @@ class Worker:
     ``timeout`` (seconds) is the default limit of one run (a task's own ``timeout``
     wins). ``clock`` (default: the app's ``clock=`` option, else the system clock)
     is what cron schedules read. ``metrics=True`` counts its Prometheus metrics
-    (:attr:`metrics`; ``delayq worker --metrics-port`` serves them).
+    (:attr:`metrics`; ``delayq worker --metrics-port`` serves them); they are counted
+    and reported through OpenTelemetry too when the process has set an OpenTelemetry
+    meter provider before the Worker starts (docs/guide/observability.md).
     """
 
     def __init__(
@@ -265,7 +280,8 @@ class Worker:
         self.metrics: WorkerMetrics | None = WorkerMetrics() if metrics else None
         """Its Prometheus metrics (``metrics=True``, or :meth:`run` with a ``metrics``
         socket): runs by task and outcome, run time, lateness, messages in flight,
-        backend outages; ``render()`` is their text. None when off (they cost nothing)."""
+        backend outages; ``render()`` is their text. None when off (they cost nothing),
+        until it starts in a process with an OpenTelemetry meter provider set."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested = False
         self._force = False
@@ -389,6 +405,9 @@ class Worker:
         self._held_empty.set()
         self._open_queues()
         url = next(iter(self._queues.values())).url  # an App's queues share its URL
+        report = _metering()
+        if report is not None and self.metrics is None:
+            self.metrics = WorkerMetrics()  # counted for OpenTelemetry
         metrics = self.metrics
         self._outage = Outage(
             url,
@@ -398,6 +417,7 @@ class Worker:
         )
         if metrics is not None:
             metrics.watch(self.in_flight)
+        reported = None if report is None or metrics is None else report(metrics)
         background = [
             asyncio.create_task(self._reserve_loop(queue), name=f"delayq-reserve-{name}")
             for name, queue in self._queues.items()
@@ -435,6 +455,8 @@ class Worker:
             self._pool.shutdown(wait=False)
             await self._close_queues()
             self._loop = None
+            if reported is not None:
+                reported()
             if metrics is not None:
                 metrics.watch(None)
             log_event(_INFO, "worker.stopped", **dict(self.counts))
