@@ -17,8 +17,9 @@ default: ``put()`` with ``on_conflict="ignore"`` appends to the stream
 moment later: the same backend object sees it at once, another process once folded;
 ``off``: every put is a request).
 
-The asyncio face: :mod:`._async.backend`; the sync face, generated from it (a private
-event loop thread carries its calls): :mod:`._sync.backend`; the broker's part:
+The asyncio face: :mod:`._async.backend`; the sync face, generated from it (its calls
+go from the caller's thread, a reserve through a private event loop thread):
+:mod:`._sync.backend`; the broker's part:
 :mod:`._transport`; the generic scheduler: :mod:`delayq.backends._replicated`.
 """
 
