@@ -20,10 +20,12 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from delayq import DuplicateId, LeaseLost, SchedulerNotRunning
+from delayq.backends.amqp import _blocking
 from delayq.durable import AsyncQueue, Queue
 
 pytest.importorskip("aiormq")
@@ -83,10 +85,22 @@ def test_concurrent_callers_each_get_their_own_outcome(url: str) -> None:
     asyncio.run(main())
 
 
-def test_threads_sharing_a_queue_each_get_their_own_outcome(url: str) -> None:
-    """The sync face: 16 threads on one Queue (one link), their calls coalesced."""
+def test_threads_sharing_a_queue_each_get_their_own_outcome(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sync face: 16 threads on one Queue (one link), their calls coalesced: each
+    request is published by a calling thread (docs/rabbitmq.md, "The sync face's
+    path"), and several leave in one message."""
+    request = _blocking.BlockingClient.request
+    senders: list[threading.Thread] = []
+
+    def recorded(self: Any, *args: Any) -> None:
+        senders.append(threading.current_thread())
+        request(self, *args)
+
     with Queue(url, name="jobs") as q:
         q.put("first", id="taken")
+        monkeypatch.setattr(_blocking.BlockingClient, "request", recorded)
         errors: list[BaseException] = []
         start = threading.Barrier(16)
 
@@ -107,6 +121,9 @@ def test_threads_sharing_a_queue_each_get_their_own_outcome(url: str) -> None:
         for thread in threads:
             thread.join(120)
         assert errors == []
+        assert set(senders) <= set(threads)
+        assert 0 < len(senders) < 16 * 20 * 2  # the refused puts and the cancels: some together
+        monkeypatch.undo()
         assert q.stats().ready == 1 + 16 * 20
         message = q.get("t7-13")
         assert message is not None

@@ -99,7 +99,7 @@ def test_fast_and_plain_puts_match_the_model(
     fast put of the sync face is appended from its caller's thread (``on``) or, when the
     transport offers no publisher for that, through the link's loop (``on-loop``)."""
     if fast_put == "on-loop":
-        monkeypatch.setattr(AmqpTransport, "blocking_intake", lambda self: None)
+        monkeypatch.setattr(AmqpTransport, "blocking", lambda self, *_: None)
     # Each run on a queue of its own name, all on one client backend (its connections
     # opened once: what a run checks is the queue's calls).
     root_url = f"{client(url)}&fast_put={fast_put.removesuffix('-loop')}"

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,56 +83,65 @@ def test_many_threads_put_each_once_folded_in_each_threads_order(url: str) -> No
         assert len(messages) < 16 * 60  # and some together
 
 
-def intake_connections(url: str) -> list[str]:
-    """The pids of the namespace's intake connections (``delayq <prefix> intake``)."""
-    named = f'{{"connection_name","delayq {prefix_of(url)} intake"}}'
+def sync_connections(url: str) -> list[str]:
+    """The pids of the namespace's sync connections (``delayq <prefix> sync``: the
+    fast puts and the calls of the callers' threads)."""
+    named = f'{{"connection_name","delayq {prefix_of(url)} sync"}}'
     return [
         line.split("\t", 1)[0] for line in connections("pid", "client_properties") if named in line
     ]
 
 
+def calls_under_closes(url: str, call: Callable[[int, int], str]) -> list[str]:
+    """What four threads' ``call(k, i)`` returned (k: the thread, i: its count), made one
+    after another while the broker closes the namespace's sync connection three times
+    (each time one is open, 0.3 s apart); every call returned (an error fails)."""
+    stop = threading.Event()
+    returned: list[str] = []
+    errors: list[BaseException] = []
+
+    def calls(k: int) -> None:
+        i = 0
+        while not stop.is_set():
+            try:
+                returned.append(call(k, i))
+            except BaseException as exc:
+                errors.append(exc)
+                return
+            i += 1
+
+    threads = [threading.Thread(target=calls, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    closed = 0
+    deadline = time.monotonic() + 60
+    while closed < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+        for pid in sync_connections(url):
+            subprocess.run(
+                ["rabbitmqctl", "close_connection", pid, "closed by the test"],
+                capture_output=True,
+                timeout=60,
+                check=True,
+            )
+            closed += 1
+    time.sleep(0.3)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    return returned
+
+
 def test_an_intake_connection_closed_under_puts_loses_and_doubles_nothing(url: str) -> None:
-    """The broker closes the intake connection three times while four threads put:
+    """The broker closes the sync connection three times while four threads put:
     every put returns (appended again on a new connection), each stored once, and
     folded once (counted in the log), even the puts of an intake message appended
     twice (as a client does that saw no confirm before its connection closed)."""
     with scheduler(url), Queue(client(url), name="jobs", request_timeout=30) as queue:
         queue.stats()
-        stop = threading.Event()
-        acked: list[str] = []
-        errors: list[BaseException] = []
-
-        def produce(k: int) -> None:
-            i = 0
-            while not stop.is_set():
-                try:
-                    acked.append(queue.put(i, id=f"{k}-{i}", delay=3600))
-                except BaseException as exc:
-                    errors.append(exc)
-                    return
-                i += 1
-
-        threads = [threading.Thread(target=produce, args=(k,)) for k in range(4)]
-        for thread in threads:
-            thread.start()
-        closed = 0
-        deadline = time.monotonic() + 60
-        while closed < 3:
-            assert time.monotonic() < deadline
-            time.sleep(0.3)
-            for pid in intake_connections(url):
-                subprocess.run(
-                    ["rabbitmqctl", "close_connection", pid, "closed by the test"],
-                    capture_output=True,
-                    timeout=60,
-                    check=True,
-                )
-                closed += 1
-        time.sleep(0.3)
-        stop.set()
-        for thread in threads:
-            thread.join()
-        assert errors == []
+        acked = calls_under_closes(url, lambda k, i: queue.put(i, id=f"{k}-{i}", delay=3600))
         assert len(acked) == len(set(acked))
         entries = intake(url)
         body, _ = entries[-1]
@@ -156,7 +165,7 @@ def test_a_put_given_up_while_it_waits_is_not_appended_and_the_next_ones_are(
     """A put waits behind another thread's slow append and its caller gives up (an
     alarm's exception): it is not appended, the slow one is, and the lead goes on to
     the next puts."""
-    append = _blocking.BlockingIntake.append
+    append = _blocking.BlockingClient.append
     slow = threading.Event()
 
     def slow_append(self: Any, body: bytes, *, nudge: bool, deadline: float) -> None:
@@ -170,7 +179,7 @@ def test_a_put_given_up_while_it_waits_is_not_appended_and_the_next_ones_are(
     def give_up(signum: int, frame: Any) -> None:
         raise GaveUp
 
-    monkeypatch.setattr(_blocking.BlockingIntake, "append", slow_append)
+    monkeypatch.setattr(_blocking.BlockingClient, "append", slow_append)
     previous = signal.signal(signal.SIGALRM, give_up)
     try:
         with scheduler(url), Queue(client(url), name="jobs") as queue:
@@ -201,7 +210,7 @@ def test_a_close_appends_the_puts_still_waiting_and_refuses_later_ones(
     """Puts of eight threads wait behind a slow append when the queue is closed: the
     close waits for them (each returns, and another process sees it), and a put after
     the close is refused."""
-    append = _blocking.BlockingIntake.append
+    append = _blocking.BlockingClient.append
 
     def slow_append(self: Any, body: bytes, *, nudge: bool, deadline: float) -> None:
         time.sleep(0.2)
@@ -210,7 +219,7 @@ def test_a_close_appends_the_puts_still_waiting_and_refuses_later_ones(
     with scheduler(url):
         queue = Queue(client(url), name="jobs")
         queue.stats()
-        monkeypatch.setattr(_blocking.BlockingIntake, "append", slow_append)
+        monkeypatch.setattr(_blocking.BlockingClient, "append", slow_append)
         returned: list[str] = []
         threads = [
             threading.Thread(target=lambda k=k: returned.append(queue.put(k, id=f"p{k}")))

@@ -8,7 +8,7 @@ from ._async.backend import AsyncReplicatedBackend
 from ._link import Candidacy, LoopLink, ThreadLink
 from ._sync.backend import ReplicatedBackend
 from ._transport import (
-    BlockingIntake,
+    BlockingTransport,
     Delivery,
     LogEntry,
     LogFull,
@@ -21,7 +21,7 @@ from ._transport import (
 
 __all__ = [
     "AsyncReplicatedBackend",
-    "BlockingIntake",
+    "BlockingTransport",
     "Candidacy",
     "Delivery",
     "LogEntry",

@@ -12,6 +12,7 @@ from ...durable.message import Record
 from ...errors import NoScheduler, OutcomeUnknown
 
 __all__ = [
+    "BlockingTransport",
     "Delivery",
     "LogEntry",
     "LogFull",
@@ -85,23 +86,33 @@ OnReply = Callable[[str, str, bytes], None]
 OnIntake = Callable[[int, bytes], None]
 
 
-class BlockingIntake(Protocol):
-    """The intake's publisher for one thread at a time that blocks on it (the sync
-    face's fast put, :class:`~._link.ThreadLink`): a connection of its own, opened on
-    the first append. Appends only once the transport that made it has opened (the
-    namespace's objects are declared)."""
+class BlockingTransport(Protocol):
+    """One connection for the sync face's calls, used from its callers' threads (each
+    blocks on it; :class:`~._link.ThreadLink`): requests and their replies, and the
+    intake's appends. Opened on first use, again after one failed; used only once the
+    transport that made it has opened (the namespace's objects are declared). The
+    threads share it: :meth:`wait` reads it in turns, and ``on_reply`` /
+    ``on_elected`` (given when it was made, as to :meth:`Transport.open`) are called
+    by the thread reading. Every ``deadline`` is a ``time.monotonic()``."""
 
     def connect(self, deadline: float) -> None:
         """Open the connection unless it is open; ConnectionError or OSError
-        (TimeoutError past ``deadline``, a ``time.monotonic()``) when it cannot."""
+        (TimeoutError past ``deadline``) when it cannot."""
+
+    def request(self, op: str, request_id: str, body: bytes, ttl_ms: int, deadline: float) -> None:
+        """As :meth:`Transport.request`, returning once it is sent."""
 
     def append(self, body: bytes, *, nudge: bool, deadline: float) -> None:
         """As :meth:`Transport.append_intake`, blocking until the broker confirmed it;
         ConnectionError or OSError (TimeoutError past ``deadline``) when it was not,
-        the connection then dropped (the next append opens another)."""
+        the connection then dropped (the next call opens another)."""
+
+    def wait(self, done: Callable[[], bool], until: float) -> None:
+        """Block until ``done()`` (checked whenever something came) or ``until``;
+        ConnectionError once the connection is lost."""
 
     def close(self) -> None:
-        """Drop the connection, if any."""
+        """Drop the connection, if any (a thread waiting on it wakes)."""
 
 
 class Transport(Protocol):
@@ -154,10 +165,11 @@ class Transport(Protocol):
         request of op ``puts`` as soon as the broker can (a hint: the intake's copy
         is the one that counts), by the same publish."""
 
-    def blocking_intake(self) -> BlockingIntake | None:
-        """A publisher of the intake for a thread that blocks (a connection of its
-        own), or None when the broker offers none: the sync face then appends on the
-        loop thread."""
+    def blocking(
+        self, on_reply: OnReply, on_elected: Callable[[], None]
+    ) -> BlockingTransport | None:
+        """A connection of its own for the sync face's callers' threads, or None when
+        the broker offers none: the sync face then calls through the loop thread."""
 
     async def tail_intake(
         self,

@@ -20,8 +20,9 @@ rebuilds the state from the log once elected; ``hot``: it folds the log while it
 holding the whole state as the elected scheduler does, so that a failover reads only
 the log's tail; the default of ``delayq scheduler``).
 
-The asyncio face: :mod:`._async.backend`; the sync face, generated from it (a private
-event loop thread carries its calls): :mod:`._sync.backend`; the broker's part:
+The asyncio face: :mod:`._async.backend`; the sync face, generated from it (its calls
+go from the caller's thread, a reserve through a private event loop thread):
+:mod:`._sync.backend`; the broker's part:
 :mod:`._transport`; the generic scheduler: :mod:`delayq.backends._replicated`.
 """
 

@@ -1,23 +1,30 @@
-"""The intake's publisher for a thread that blocks (the sync face's fast put): one AMQP
+"""The sync face's connection (:class:`~.._replicated.BlockingTransport`): one AMQP
 connection on a plain socket (a :class:`~._wire.Wire`, whose frames pamqp makes and
-reads, driven from the calling thread), one confirm channel, each publish returning
-once the broker confirmed it.
+reads), driven from the callers' threads. A call publishes its request from its own
+thread and waits there for the reply; a fast put publishes to the intake and waits for
+the broker's confirm. The threads of a backend object share the connection and take
+turns on its socket: one reads at a time (the others wait on a condition), hands every
+reply and confirm it read to whom it is for, and leaves the reading to the next thread
+still waiting once its own has come.
 
-Why a second connection: the sync face's calls run on a private event loop thread
-(:class:`~.._replicated.ThreadLink`), and the hop there and back costs two thread
-wake-ups per put, on this kind of machine a quarter of a put one by one. A put that
-publishes from its caller's thread, and reads its confirm there, pays none.
+Why not the loop thread: a hop there and back costs two thread wake-ups per call, and
+aiormq's own cost per publish against pamqp's frames on a plain socket (docs/rabbitmq.md,
+"Client library").
 
-Only :meth:`BlockingIntake.append` is offered, to the intake and (a nudge) the
-requests' exchange, which the backend object's own connection declared first. The
-connection asks for no heartbeats (nothing of it runs between two puts); the kernel's
-keepalive watches it instead, and each wait is bounded by the caller's deadline.
+Its channels: ``requests`` (publishes, neither confirmed nor ``mandatory``: the reply
+is the receipt), ``inbox`` (an exclusive queue bound to the announcements, consumed
+without acks) and ``intake`` (confirmed). The namespace's objects are declared by the
+backend object's own connection first. The connection asks for no heartbeats (nothing
+of it runs between two calls); the kernel's keepalive watches it instead, and each
+wait is bounded by the caller's deadline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,21 +32,25 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pamqp import commands
 
+from ._constants import RPC_KEY, SOON_KEY
 from ._url import Settings
 from ._wire import (
     ChannelClosed,
     Confirmed,
     ConnectionClosed,
+    Delivered,
     Event,
     Method,
     Opened,
     Wire,
 )
 
-__all__ = ["BlockingIntake"]
+__all__ = ["BlockingClient"]
 
-_CHANNEL = 1
-_PROPERTIES = commands.Basic.Properties(delivery_mode=2, message_type="puts")
+_REQUESTS, _INBOX, _INTAKE = 1, 2, 3
+_PUTS = commands.Basic.Properties(delivery_mode=2, message_type="puts")
+#: The shortest wait of a read, in seconds (its socket timeout also bounds a write).
+_MIN_WAIT = 0.01
 
 
 class _Broker:
@@ -71,15 +82,23 @@ class _Broker:
 
 
 class _Connection:
-    """One open connection with its confirm channel: a :class:`~._wire.Wire` driven on
-    a plain socket from the calling thread, every read and write bounded by a deadline
-    (``time.monotonic()``), a TimeoutError past it."""
+    """One open connection with its three channels: a :class:`~._wire.Wire` on a plain
+    socket. Writes go under a lock (a publish's frames are one run on the socket, and
+    the confirm numbers follow the order the broker reads them in); reads are made by
+    one thread at a time (:class:`BlockingClient`'s turn). ``lost`` once it failed."""
 
-    def __init__(self, broker: _Broker, name: str, deadline: float) -> None:
+    def __init__(self, broker: _Broker, name: str, events: str, deadline: float) -> None:
         self._wire = Wire(broker.user, broker.password, broker.vhost, name=name)
+        self._lock = threading.Lock()
+        self.lost = False
+        #: Events read during the handshake that were not its own (an announcement
+        #: right behind the ConsumeOk): handed out by the first read.
+        self._early: list[Event] = []
+        #: The intake publishes the broker confirmed (True) or refused (False).
+        self.settled: dict[int, bool] = {}
         self._sock = self._connect(broker, deadline)
         try:
-            self._handshake(deadline)
+            self.inbox = self._handshake(events, deadline)
         except BaseException:
             self.close()
             raise
@@ -99,51 +118,92 @@ class _Connection:
             raise
         return sock
 
-    def _handshake(self, deadline: float) -> None:
+    def _handshake(self, events: str, deadline: float) -> str:
+        """Open the channels and consume the inbox; its name."""
         wire = self._wire
         self._until(lambda event: isinstance(event, Opened), deadline)
-        wire.send(_CHANNEL, commands.Channel.Open())
-        self._until(_replied(commands.Channel.OpenOk), deadline)
-        wire.send(_CHANNEL, commands.Confirm.Select())
+        for channel in (_REQUESTS, _INBOX, _INTAKE):
+            wire.send(channel, commands.Channel.Open())
+            self._until(_replied(commands.Channel.OpenOk), deadline)
+        wire.send(_INTAKE, commands.Confirm.Select())
         self._until(_replied(commands.Confirm.SelectOk), deadline)
-
-    def publish(self, exchange: str, routing_key: str, body: bytes, deadline: float) -> None:
-        """Publish ``body`` persistent and return once the broker confirmed it."""
-        tag = self._wire.publish(_CHANNEL, exchange, routing_key, body, _PROPERTIES)
-        event = self._until(
-            lambda event: isinstance(event, Confirmed) and event.covers(tag), deadline
+        wire.send(
+            _INBOX,
+            commands.Queue.Declare(
+                queue="", exclusive=True, auto_delete=True, arguments={"x-queue-type": "classic"}
+            ),
         )
-        assert isinstance(event, Confirmed)
-        if not event.ack:
-            raise ConnectionError("the broker refused the intake append (a nack)")
+        declared = self._until(_replied(commands.Queue.DeclareOk), deadline)
+        assert isinstance(declared, Method)
+        inbox: str = declared.method.queue
+        wire.send(_INBOX, commands.Queue.Bind(queue=inbox, exchange=events))
+        self._until(_replied(commands.Queue.BindOk), deadline)
+        wire.send(_INBOX, commands.Basic.Consume(queue=inbox, no_ack=True))
+        self._until(_replied(commands.Basic.ConsumeOk), deadline)
+        return inbox
 
     def _until(self, wanted: Callable[[Event], bool], deadline: float) -> Event:
         """Send what the wire has queued, then read until an event is ``wanted`` (the
-        broker's close of the channel or the connection: a ConnectionError, with its
-        reason)."""
-        wire = self._wire
-        sock = self._sock
+        handshake's own steps, on this thread alone)."""
+        self._flush()
         while True:
-            data = wire.data_to_send()
-            if data:
-                sock.settimeout(_left(deadline))
-                sock.sendall(data)
-            sock.settimeout(_left(deadline))
-            for event in wire.receive(sock.recv(65536)):
+            for event in self.read(_left(deadline)):
                 if wanted(event):
                     return event
-                if isinstance(event, (ChannelClosed, ConnectionClosed)):
-                    data = wire.data_to_send()  # the CloseOk
-                    if data:
-                        sock.settimeout(_left(deadline))
-                        sock.sendall(data)
-                    what = "channel" if isinstance(event, ChannelClosed) else "connection"
-                    raise ConnectionError(
-                        f"the broker closed the {what}: {event.reply_code} {event.reply_text}"
-                    )
+                self._early.append(event)
+
+    def publish(self, channel: int, exchange: str, key: str, body: bytes, properties: Any) -> int:
+        """Publish ``body`` (its confirm number on the intake channel, else 0)."""
+        with self._lock:
+            wire = self._wire
+            tag = wire.publish(channel, exchange, key, body, properties)
+            self._sock.sendall(wire.data_to_send())
+        return tag
+
+    def _flush(self) -> None:
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        data = self._wire.data_to_send()
+        if data:
+            self._sock.sendall(data)
+
+    def read(self, timeout: float) -> list[Event]:
+        """The events of what came within ``timeout`` seconds (none: nothing came);
+        ConnectionError when the broker closed the channel or the connection."""
+        if self._early:
+            early, self._early = self._early, []
+            return early
+        sock = self._sock
+        # The timeout bounds a concurrent write too: never below _MIN_WAIT.
+        sock.settimeout(max(timeout, _MIN_WAIT))
+        try:
+            data = sock.recv(65536)
+        except TimeoutError:
+            return []
+        with self._lock:
+            wire = self._wire
+            events = wire.receive(data)
+            out = wire.data_to_send()  # a CloseOk the wire queued
+            if out:
+                sock.sendall(out)
+        for event in events:
+            if isinstance(event, Confirmed) and event.channel == _INTAKE:
+                self.settled[event.delivery_tag] = event.ack  # one publish in flight
+            elif isinstance(event, (ChannelClosed, ConnectionClosed)):
+                what = "channel" if isinstance(event, ChannelClosed) else "connection"
+                raise ConnectionError(
+                    f"the broker closed the {what}: {event.reply_code} {event.reply_text}"
+                )
+        return events
 
     def close(self) -> None:
-        """Drop the socket (no close handshake: the broker closes its side)."""
+        """Drop the socket (no close handshake: the broker closes its side); a thread
+        reading it wakes."""
+        self.lost = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
 
 
@@ -159,51 +219,164 @@ def _left(deadline: float) -> float:
     return left
 
 
-class BlockingIntake:
-    """See :class:`~.._replicated.BlockingIntake`: the intake of ``settings``'
-    namespace, on a connection of its own, opened on the first append (to the URL's
-    hosts in turn, from the last one that took it) and again after one failed."""
+class BlockingClient:
+    """See :class:`~.._replicated.BlockingTransport`: ``settings``' namespace (``names``:
+    its intake, requests' exchange and announcements' exchange) on a connection of its
+    own, opened on first use (to the URL's hosts in turn, from the last one that took
+    it) and again after one failed. ``on_reply`` and ``on_elected`` are called by the
+    thread reading, its turn held."""
 
-    def __init__(self, settings: Settings, intake: str, rpc: str, soon_key: str) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        names: tuple[str, str, str],
+        on_reply: Callable[[str, str, bytes], None],
+        on_elected: Callable[[], None],
+    ) -> None:
         self._brokers = [_Broker(url) for url in settings.broker_urls]
         self._first = 0
-        self._name = f"delayq {settings.prefix} intake"
-        self._intake = intake
-        self._nudge = (rpc, soon_key)
+        self._name = f"delayq {settings.prefix} sync"
+        self._intake, self._rpc, self._events = names
+        self._on_reply = on_reply
+        self._on_elected = on_elected
         self._connection: _Connection | None = None
+        self._opening = threading.Lock()
+        #: Guards the turn to read (taken as itself: one call less than the
+        #: condition's); the threads waiting for it wait on ``_turn``.
+        self._turn_lock = threading.Lock()
+        self._turn = threading.Condition(self._turn_lock)
+        self._reading = False
+        #: How many threads wait for their turn (none: no one to wake).
+        self._waiting = 0
 
     def connect(self, deadline: float) -> None:
-        """See :meth:`~.._replicated.BlockingIntake.connect`."""
+        """See :meth:`~.._replicated.BlockingTransport.connect`."""
         self._connected(deadline)
 
     def _connected(self, deadline: float) -> _Connection:
-        if self._connection is not None:
-            return self._connection
-        error: BaseException | None = None
-        for step in range(len(self._brokers)):
-            index = (self._first + step) % len(self._brokers)
-            try:
-                self._connection = _Connection(self._brokers[index], self._name, deadline)
-            except (ConnectionError, OSError) as exc:
-                error = exc
-                continue
-            self._first = index
-            return self._connection
-        assert error is not None
-        raise error
+        connection = self._connection
+        if connection is not None and not connection.lost:
+            return connection
+        with self._opening:
+            connection = self._connection
+            if connection is not None and not connection.lost:
+                return connection
+            error: BaseException | None = None
+            for step in range(len(self._brokers)):
+                index = (self._first + step) % len(self._brokers)
+                try:
+                    connection = _Connection(
+                        self._brokers[index], self._name, self._events, deadline
+                    )
+                except (ConnectionError, OSError) as exc:
+                    error = exc
+                    continue
+                self._first = index
+                self._connection = connection
+                return connection
+            assert error is not None
+            raise error
 
-    def append(self, body: bytes, *, nudge: bool, deadline: float) -> None:
-        """See :meth:`~.._replicated.BlockingIntake.append`."""
+    def request(self, op: str, request_id: str, body: bytes, ttl_ms: int, deadline: float) -> None:
+        """See :meth:`~.._replicated.BlockingTransport.request`."""
         connection = self._connected(deadline)
-        exchange, key = self._nudge if nudge else ("", self._intake)
+        properties = commands.Basic.Properties(
+            reply_to=connection.inbox,
+            correlation_id=request_id,
+            message_id=request_id,
+            message_type=op,
+            expiration=str(ttl_ms),
+        )
         try:
-            connection.publish(exchange, key, body, deadline)
+            connection.publish(_REQUESTS, self._rpc, RPC_KEY, body, properties)
         except BaseException:
-            self.close()  # its state is unknown: the next append opens another
+            self._drop(connection)
             raise
 
+    def append(self, body: bytes, *, nudge: bool, deadline: float) -> None:
+        """See :meth:`~.._replicated.BlockingTransport.append`."""
+        connection = self._connected(deadline)
+        exchange, key = (self._rpc, SOON_KEY) if nudge else ("", self._intake)
+        try:
+            tag = connection.publish(_INTAKE, exchange, key, body, _PUTS)
+            self.wait(lambda: tag in connection.settled, deadline, connection)
+            if tag not in connection.settled:
+                raise TimeoutError("no confirm from the intake in time")
+            if not connection.settled.pop(tag):
+                raise ConnectionError("the broker refused the intake append (a nack)")
+        except BaseException:
+            self._drop(connection)  # its state is unknown: the next call opens another
+            raise
+
+    def wait(self, done: Callable[[], bool], until: float, connection: Any = None) -> None:
+        """See :meth:`~.._replicated.BlockingTransport.wait`."""
+        connection = connection or self._connection
+        if connection is None:
+            raise ConnectionError("the AMQP connection is closed")
+        turn = self._turn
+        with self._turn_lock:
+            while True:
+                if done():
+                    return
+                if connection.lost:
+                    raise ConnectionError("the AMQP connection closed")
+                left = until - time.monotonic()
+                if left <= 0:
+                    return
+                if not self._reading:
+                    self._reading = True
+                    break
+                self._waiting += 1
+                try:
+                    turn.wait(left)
+                finally:
+                    self._waiting -= 1
+        try:
+            self._read(connection, done, until)
+        except BaseException as exc:
+            with self._turn_lock:
+                self._reading = False
+                turn.notify_all()
+            # An interrupt between a read and its decoding leaves the wire's state
+            # unknown too: the connection goes (its calls are sent again on the next).
+            self._drop(connection)
+            if isinstance(exc, (ConnectionError, OSError)):
+                raise ConnectionError(f"the AMQP connection failed: {exc}") from exc
+            raise
+
+    def _read(self, connection: _Connection, done: Callable[[], bool], until: float) -> None:
+        """Read ``connection`` (this thread's turn) until ``done()`` or ``until``,
+        handing out what comes; the turn passes on as it ends."""
+        turn = self._turn
+        while True:
+            events = connection.read(until - time.monotonic())
+            with self._turn_lock:
+                for event in events:
+                    if isinstance(event, Delivered) and event.channel == _INBOX:
+                        properties = event.properties
+                        if properties.message_type == "elected":
+                            self._on_elected()
+                        else:
+                            self._on_reply(
+                                properties.correlation_id or "",
+                                properties.message_type or "",
+                                event.body,
+                            )
+                over = done() or time.monotonic() >= until
+                if over:
+                    self._reading = False
+                if self._waiting and (events or over):
+                    turn.notify_all()
+                if over:
+                    return
+
+    def _drop(self, connection: _Connection) -> None:
+        connection.close()
+        with self._turn:
+            self._turn.notify_all()  # its waiters see it lost
+
     def close(self) -> None:
-        """See :meth:`~.._replicated.BlockingIntake.close`."""
-        connection, self._connection = self._connection, None
+        """See :meth:`~.._replicated.BlockingTransport.close`."""
+        connection = self._connection
         if connection is not None:
-            connection.close()
+            self._drop(connection)

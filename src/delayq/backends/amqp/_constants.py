@@ -15,6 +15,8 @@ __all__ = [
     "LOG_PREFETCH_FEW",
     "META_ARGUMENTS",
     "MIN_RETENTION_BYTES",
+    "RPC_KEY",
+    "SOON_KEY",
     "TOKEN_RETRIES",
     "intake_arguments",
     "log_arguments",
@@ -22,6 +24,11 @@ __all__ = [
 
 #: The namespace of a URL without ``prefix=``: its objects are ``delayq.log``...
 DEFAULT_PREFIX = "delayq"
+#: The routing key of the requests on the requests' exchange (``<prefix>.rpc``).
+RPC_KEY = "rpc"
+#: The routing key of a fast put that falls due soon, on the requests' exchange: bound
+#: to the intake and to the scheduler's requests, so one publish reaches both.
+SOON_KEY = "soon"
 #: Seconds a request waits for the scheduler before it fails as an outage.
 DEFAULT_REQUEST_TIMEOUT = 10.0
 #: AMQP heartbeat asked of the broker, in seconds: a dead peer is seen after two misses.

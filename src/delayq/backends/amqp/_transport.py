@@ -30,7 +30,7 @@ from pamqp.common import FieldTable
 
 from ...durable.message import Record
 from .._replicated import Delivery, LogEntry, Refused
-from ._blocking import BlockingIntake
+from ._blocking import BlockingClient
 from ._connect import quiet_connect_errors, refused
 from ._constants import (
     CONTENT_TYPES,
@@ -39,6 +39,8 @@ from ._constants import (
     LOG_PREFETCH,
     LOG_PREFETCH_FEW,
     META_ARGUMENTS,
+    RPC_KEY,
+    SOON_KEY,
     TOKEN_RETRIES,
     intake_arguments,
     log_arguments,
@@ -47,10 +49,6 @@ from ._url import Settings
 
 __all__ = ["AmqpTransport", "Hosts", "Names"]
 
-_RPC_KEY = "rpc"
-#: The routing key of a fast put that falls due soon, on the requests' exchange: bound
-#: to the intake and to the scheduler's requests, so one publish reaches both.
-_SOON_KEY = "soon"
 _TOKEN = b"token"
 
 
@@ -215,7 +213,7 @@ class AmqpTransport:
         await requests.queue_declare(
             names.intake, durable=True, arguments=intake_arguments(self._settings.retention_bytes)
         )
-        await requests.queue_bind(names.intake, names.rpc, routing_key=_SOON_KEY)
+        await requests.queue_bind(names.intake, names.rpc, routing_key=SOON_KEY)
         inbox = await self._open_channel("inbox", confirms=False)
         declared = await inbox.queue_declare(
             "", exclusive=True, auto_delete=True, arguments={"x-queue-type": "classic"}
@@ -284,7 +282,7 @@ class AmqpTransport:
         await self._sent(
             "request",
             self._channel("requests").basic_publish(
-                body, exchange=self._names.rpc, routing_key=_RPC_KEY, properties=properties
+                body, exchange=self._names.rpc, routing_key=RPC_KEY, properties=properties
             ),
         )
 
@@ -456,15 +454,18 @@ class AmqpTransport:
         await channel.basic_publish(
             body,
             exchange=names.rpc if nudge else "",
-            routing_key=_SOON_KEY if nudge else names.intake,
+            routing_key=SOON_KEY if nudge else names.intake,
             properties=Basic.Properties(delivery_mode=2, message_type="puts"),
             wait=False,
         )
 
-    def blocking_intake(self) -> BlockingIntake:
-        """See :meth:`~.._replicated.Transport.blocking_intake`."""
+    def blocking(
+        self, on_reply: Callable[[str, str, bytes], None], on_elected: Callable[[], None]
+    ) -> BlockingClient:
+        """See :meth:`~.._replicated.Transport.blocking`."""
         names = self._names
-        return BlockingIntake(self._settings, names.intake, names.rpc, _SOON_KEY)
+        objects = (names.intake, names.rpc, names.events)
+        return BlockingClient(self._settings, objects, on_reply, on_elected)
 
     async def tail_intake(
         self,
@@ -609,8 +610,8 @@ class AmqpTransport:
             "", exclusive=True, auto_delete=True, arguments={"x-queue-type": "classic"}
         )
         queue = declared.queue or ""
-        await channel.queue_bind(queue, self._names.rpc, routing_key=_RPC_KEY)
-        await channel.queue_bind(queue, self._names.rpc, routing_key=_SOON_KEY)
+        await channel.queue_bind(queue, self._names.rpc, routing_key=RPC_KEY)
+        await channel.queue_bind(queue, self._names.rpc, routing_key=SOON_KEY)
 
         def take(message: DeliveredMessage) -> None:
             properties = message.header.properties

@@ -14,19 +14,10 @@ from typing import Any
 from ....errors import QueueClosed, SchedulerNotRunning
 from .._codec import pack, raise_error, unpack
 from .._transport import NoScheduler, Refused
-from ._state import LinkState
+from ._core import READS
+from ._state import NO_REPLY_HINT, LinkState
 
 __all__ = ["Calls"]
-
-#: The operations that change nothing: one that got no reply just failed (NoScheduler);
-#: any other may have run (ReplyLost, an OutcomeUnknown).
-_READS = frozenset({"get", "stats", "peek", "dead", "queues", "due_counts", "sync"})
-#: What a call that got no reply says when its process does not stand for election: the
-#: likeliest cause is that nothing does (a producer's first hour).
-_NO_REPLY_HINT = (
-    "no reply from a scheduler (none may run for this namespace: `delayq scheduler`, "
-    "`delayq worker` or a queue opened with scheduler=on runs one)"
-)
 
 
 class Calls(LinkState):
@@ -138,7 +129,7 @@ class Calls(LinkState):
                     # its way: one cancelled while its publish is in flight may reach
                     # the scheduler all the same, and must be forgotten there.
                     parked = waits
-                    may_have_run = may_have_run or op not in _READS
+                    may_have_run = may_have_run or op not in READS
                     sent_before = True
                     await self._request(
                         transport, op, request_id, pack(sent if op == "reserve" else args), ttl
@@ -178,7 +169,7 @@ class Calls(LinkState):
                         # later) gives back what it claimed; one that reaches the
                         # closed inbox is returned to the scheduler, which releases it.
                         self._core.forget(request_id, args[0])
-                    what = "no reply" if self._candidate else _NO_REPLY_HINT
+                    what = "no reply" if self._candidate else NO_REPLY_HINT
                     raise self._no_reply(op, may_have_run, what, timeout)
                 unanswered_since = loop.time()
         except asyncio.CancelledError:

@@ -17,7 +17,11 @@ from ....durable.message import Now
 from .._codec import decode_outcome, decode_record, pack, reserve_items
 from .._constants import MAX_GROUP_BYTES, QUIET_HOLD
 
-__all__ = ["LinkCore", "remember", "take_group"]
+__all__ = ["ANNOUNCEMENTS", "READS", "LinkCore", "remember", "take_group"]
+
+#: The operations that change nothing: one that got no reply just failed (NoScheduler);
+#: any other may have run (ReplyLost, an OutcomeUnknown).
+READS = frozenset({"get", "stats", "peek", "dead", "queues", "due_counts", "sync"})
 
 T = TypeVar("T")
 #: How many answered (and abandoned) reserves a link remembers, for a late answer.
@@ -25,7 +29,7 @@ _REMEMBERED = 1024
 #: A waiting reserve's ``(limit, lease_ms, wait)``.
 Reserving = tuple[int, int, float | None]
 #: The scheduler's announcements to every client (no request id).
-_ANNOUNCEMENTS = frozenset({"full", "quiet", "nudge"})
+ANNOUNCEMENTS = frozenset({"full", "quiet", "nudge"})
 
 
 def remember(table: collections.OrderedDict[str, T], key: str, value: T) -> None:
@@ -165,7 +169,7 @@ class LinkCore:
         """Whether a reply is the scheduler's announcement (then taken: ``full``
         turns fast puts to the plain path; ``quiet``, at ``now`` a monotonic time,
         holds their copies to the scheduler for QUIET_HOLD; ``nudge`` lets them go)."""
-        if request_id or kind not in _ANNOUNCEMENTS:
+        if request_id or kind not in ANNOUNCEMENTS:
             return False
         if kind == "full":
             self.full = self._fast_put

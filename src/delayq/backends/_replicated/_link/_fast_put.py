@@ -17,7 +17,7 @@ from typing import Any
 
 from ....errors import QueueClosed
 from .._constants import FIRE_AHEAD_MS
-from .._transport import BlockingIntake, NoScheduler, Refused, Transport
+from .._transport import NoScheduler, Refused, Transport
 from ._core import take_group
 from ._state import FastPut, LinkState
 
@@ -120,11 +120,6 @@ class FastPuts(LinkState):
         for put in left:
             if not put.appended.done():
                 put.appended.set_exception(QueueClosed("the queue was closed"))
-
-    def blocking_intake(self) -> BlockingIntake | None:
-        """A publisher of the intake for a caller's thread, on a connection of its own
-        (None: the transport has none)."""
-        return self._make_transport().blocking_intake()
 
     def intake_ready(self, queues: list[str]) -> bool:
         """Whether a fast put into ``queues`` may be appended from a caller's thread

@@ -13,10 +13,17 @@ from typing import Any, Literal, NamedTuple, TypeVar
 from ....errors import SchedulerNotRunning
 from .._constants import CLOSE_SETTLE
 from .._scheduler import Scheduler
-from .._transport import NoScheduler, ReplyLost, Transport
+from .._transport import BlockingTransport, NoScheduler, OnReply, ReplyLost, Transport
 from ._core import LinkCore
 
-__all__ = ["Candidacy", "FastPut", "LinkState", "Outgoing", "T"]
+__all__ = ["NO_REPLY_HINT", "Candidacy", "FastPut", "LinkState", "Outgoing", "T"]
+
+#: What a call that got no reply says when its process does not stand for election: the
+#: likeliest cause is that nothing does (a producer's first hour).
+NO_REPLY_HINT = (
+    "no reply from a scheduler (none may run for this namespace: `delayq scheduler`, "
+    "`delayq worker` or a queue opened with scheduler=on runs one)"
+)
 
 T = TypeVar("T")
 #: Who stands for election: ``on`` at once, ``auto`` once this backend object runs a
@@ -143,6 +150,39 @@ class LinkState(abc.ABC):
         """How long each step of a close waits for the broker (CLOSE_SETTLE, or the
         request timeout if shorter)."""
         return min(CLOSE_SETTLE, self._request_timeout)
+
+    @property
+    def served(self) -> bool:
+        """Whether a scheduler answered this link once (or announced itself)."""
+        return self._served
+
+    def blocking(
+        self, on_reply: OnReply, on_elected: Callable[[], None]
+    ) -> BlockingTransport | None:
+        """A connection for the callers' threads (:meth:`Transport.blocking`; None:
+        the transport has none)."""
+        return self._make_transport().blocking(on_reply, on_elected)
+
+    def direct_ready(self, op: str, args: list[Any]) -> bool:
+        """Whether the call ``op`` of ``args`` may go from its caller's thread
+        (:mod:`._direct`): not a reserve, nor an ``ack_many`` that sends the next
+        reserve ahead, nor a call while one waits to be taken; once a scheduler answered
+        this link, and its queue is configured."""
+        return (
+            op != "reserve"
+            and self._served
+            and not self._closed
+            and not self._ahead
+            and not (args and op == "ack_many" and args[0] in self._core.reserving)
+            and (not args or self._deliver is None or args[0] in self._configured)
+        )
+
+    def no_answer(self, op: str, may_have_run: bool, sent: bool) -> NoScheduler:
+        """The error of a call from a caller's thread that got no reply in time
+        (``sent``: its request left), as :meth:`_call` says it."""
+        if not sent:
+            return self._no_reply(op, may_have_run, "no scheduler answered")
+        return self._no_reply(op, may_have_run, "no reply" if self._candidate else NO_REPLY_HINT)
 
     def no_reply(self, op: str, may_have_run: bool, what: str) -> NoScheduler:
         """See :meth:`_no_reply`."""

@@ -1,6 +1,7 @@
-"""The link of the sync face: a :class:`~._loop_link.LoopLink` driven on a private
-event-loop thread; a fast put appended from its caller's thread (a
-:class:`~.._transport.BlockingIntake`)."""
+"""The link of the sync face: its calls made in the caller's thread (:class:`~._direct.
+Direct`, on a :class:`~.._transport.BlockingTransport`), fast puts appended there too;
+a :class:`~._loop_link.LoopLink` on a private event-loop thread for the rest (a first
+call, reserves, the candidacy and the scheduler)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from typing import Any
 
 from ...._fork import generation
 from ....errors import QueueClosed
-from .._transport import BlockingIntake, Transport
+from .._transport import NoScheduler, Transport
 from ._core import take_group
+from ._direct import Direct
 from ._fast_put import soon
 from ._loop_link import CLOSE_WAIT, LoopLink
 from ._state import Candidacy, T
@@ -43,9 +45,11 @@ class _Waiting:
 
 
 class ThreadLink:
-    """A :class:`LoopLink` on a private event loop thread, for the sync face: each call
-    blocks its thread until the loop has its outcome; a fast put is appended from its
-    caller's thread instead, when the transport offers a :class:`BlockingIntake`.
+    """The sync face's link: a call is sent from its caller's thread and its reply read
+    there (:class:`Direct`), and a fast put appended there, when the transport offers a
+    :class:`~.._transport.BlockingTransport`; what needs the loop (see
+    :mod:`._direct`) runs on a :class:`LoopLink` on a private event loop thread, each
+    such call blocking its thread until the loop has its outcome.
 
     A forked child has no such thread (only the forking thread survives a fork), and
     the connection it would find is its parent's. Its first call starts afresh: a new
@@ -94,13 +98,14 @@ class ThreadLink:
         self._thread.start()
         self._fork = generation()
         # Fast puts (put_fast): those waiting, whether a thread leads (appends the next
-        # message of them), the publisher it appends with (made on the first; None
-        # after the transport offered none: they go through the loop).
+        # message of them). The calls from the callers' threads (made once the loop's
+        # link declared the namespace; None after the transport offered none: every
+        # call goes through the loop).
         self._intake_lock = threading.Lock()
         self._waiting: list[_Waiting] = []
         self._leading = False
         self._closing = False
-        self._blocking: BlockingIntake | None = None
+        self._direct: Direct | None = None
         self._by_loop = False
 
     @property
@@ -160,6 +165,10 @@ class ThreadLink:
         the calling thread (its sleep is precise to the kernel's timer; the loop's
         timers count whole milliseconds), which so wakes with them."""
         link = self._current()
+        if not self._by_loop and link.direct_ready(op, args):
+            direct = self._direct or self._make_direct(link)
+            if direct is not None:
+                return direct.call(op, args)
         outcome, until = self._run(link.call_held(op, args, wait))
         if until is not None:
             try:
@@ -172,6 +181,20 @@ class ThreadLink:
             if link.closed:
                 raise QueueClosed("the queue was closed")
         return outcome
+
+    def _make_direct(self, link: LoopLink) -> Direct | None:
+        """The calls from the callers' threads, made on the first (None, and every call
+        through the loop from then on, when the transport offers none)."""
+        with self._intake_lock:
+            if self._direct is None and not self._by_loop:
+
+                def no_reply(op: str, may_have_run: bool, sent: bool) -> NoScheduler:
+                    return link.no_answer(op, may_have_run, sent)
+
+                timeout = link.request_timeout
+                self._direct = Direct.over(link.blocking, link.core, timeout, no_reply)
+                self._by_loop = self._direct is None
+            return self._direct
 
     @property
     def fast(self) -> bool:
@@ -232,8 +255,8 @@ class ThreadLink:
             for put in batch[1:]:
                 put.woken.release()
             self._hand_on()
-            if link.closed and self._blocking is not None:
-                self._blocking.close()  # reopened by a retry that raced the close
+            if link.closed and self._direct is not None:
+                self._direct.close()  # reopened by a retry that raced the close
 
     def _hand_on(self) -> None:
         with self._intake_lock:
@@ -250,13 +273,12 @@ class ThreadLink:
         queues = [put.queue for put in batch]
         if not link.intake_ready(queues):
             self._run(link.prepare_intake(queues))
-        if self._blocking is None:
-            self._blocking = link.blocking_intake()
-            if self._blocking is None:  # none offered: through the loop from now on
-                self._by_loop = True
-                for put in batch:
-                    self._run(link.put_fast(put.queue, put.requests))
-                return
+        direct = self._direct or self._make_direct(link)
+        if direct is None:  # none offered: through the loop
+            for put in batch:
+                self._run(link.put_fast(put.queue, put.requests))
+            return
+        transport = direct.transport
         core = link.core
         seq, nudge = core.next_intake(any(put.soon for put in batch), time.monotonic())
         parts = [[put.request_id, put.queue, put.requests] for put in batch]
@@ -264,10 +286,10 @@ class ThreadLink:
         may_have_run = False
         while True:
             try:
-                self._blocking.connect(deadline)
+                transport.connect(deadline)
                 may_have_run = True
                 body = core.intake_body(seq, parts, time.time())
-                self._blocking.append(body, nudge=nudge, deadline=deadline)
+                transport.append(body, nudge=nudge, deadline=deadline)
                 break
             except (ConnectionError, OSError) as exc:
                 if time.monotonic() >= deadline:
@@ -289,8 +311,8 @@ class ThreadLink:
             until = time.monotonic() + link.close_settle
             while self._leading and time.monotonic() < until:
                 time.sleep(0.005)
-            if self._blocking is not None:
-                self._blocking.close()
+            if self._direct is not None:
+                self._direct.close()
             self._run(link.close())
             self._run(_settle_loop(CLOSE_WAIT))
             self._loop.call_soon_threadsafe(self._loop.stop)

@@ -5,7 +5,8 @@ generated sync face (:mod:`delayq.backends._replicated._sync.backend`).
 
 Every operation is one request to the namespace's elected scheduler, which decides it
 on its state and logs it before replying (see :mod:`.._scheduler`); the link carries it
-(:mod:`.._link`: the caller's loop here, a private loop thread on the sync face).
+(:mod:`.._link`: the caller's loop here; on the sync face the caller's thread, and a
+private loop thread for what needs one).
 """
 
 from __future__ import annotations
