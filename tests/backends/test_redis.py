@@ -12,6 +12,7 @@ the others use the shared test Redis under a private key prefix, deleted afterwa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import multiprocessing
 import os
 import re
@@ -48,7 +49,9 @@ from delayq.backends.redis._scripts import (  # noqa: E402
     unpack_id,
 )
 from delayq.backends.redis._url import parse_url  # noqa: E402
+from delayq.durable.facade import build_request  # noqa: E402
 from delayq.durable.message import PutRequest  # noqa: E402
+from delayq.durable.serializer import Codec  # noqa: E402
 
 from ._redis_server import WaitingConsumer  # noqa: E402
 
@@ -789,3 +792,53 @@ def test_async_reserve_cancelled_mid_claim_gives_the_claim_back(shared_url: str)
             await q.purge()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"at": 4_000_000_000.5}, {"own": True}, {"max_attempts": 7}, {"payload": b"\x00raw"}],
+    ids=["due-now", "at", "own-due-times", "attempts", "bytes"],
+)
+def test_a_batch_of_drawn_ids_stores_what_the_plain_path_stores(
+    shared_url: str, options: dict[str, Any]
+) -> None:
+    """A uniform batch whose ids the facade drew is stored without looking them up
+    (put.lua's on_conflict 'n'); what it stores (records, index entries, seqs, the
+    reply) is what the plain path (the same requests, ids given) stores."""
+    prefix = shared_url.split("prefix=")[1]
+    client = redis.Redis.from_url(SHARED)
+    run, ops = Functions(client), Operations(prefix)
+    codec = Codec()
+    drawn = []
+    for i in range(1_200):  # three chunks of the script's HMGET
+        item: dict[str, Any] = {"payload": {"n": i, "s": "é" * (i % 3)}}
+        if options.get("own"):  # each its own due time
+            item["at"] = 4_000_000_000 + i % 5
+        else:
+            item.update(options)
+        drawn.append(build_request(codec, 3, **item))
+    assert all(r.generated_id for r in drawn)
+    given = [dataclasses.replace(r, generated_id=False) for r in drawn]
+    drawn_call, given_call = ops.put("drawn", drawn), ops.put("given", given)
+    assert (drawn_call.args[1], given_call.args[1]) == (b"n", b"i")
+    assert drawn_call.decode(run(*_script_call(drawn_call))) == (True, [])
+    assert given_call.decode(run(*_script_call(given_call))) == (True, [])
+
+    def stored(queue: str) -> tuple[Any, ...]:
+        msg, due, _, _, seq, _ = ops.keys(queue)
+        members = client.zrange(due, 0, -1, withscores=True)
+        # A due time of "now" is each call's own now; the others are exact.
+        scores = [score for _, score in members] if {"at", "own"} & set(options) else []
+        return client.hgetall(msg), [m for m, _ in members], scores, client.get(seq)
+
+    assert stored("drawn") == stored("given")
+    assert len(stored("drawn")[0]) == 1_200
+    with Queue(shared_url, name="drawn") as q:
+        assert {m.id for m in q.peek(limit=1_200)} == {r.id for r in drawn}
+        got = q.get(drawn[5].id)
+        assert got is not None
+        assert got.payload == options.get("payload", {"n": 5, "s": "éé"})
+        q.purge()
+    with Queue(shared_url, name="given") as q:
+        q.purge()
+    client.close()

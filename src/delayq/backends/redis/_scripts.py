@@ -113,6 +113,8 @@ RESEND_SAFE = READ_ONLY_SCRIPTS | frozenset(("dead", "extend", "stats", "take_se
 
 _STATES = {state.value: state for state in State}
 _CONFLICT = {"ignore": b"i", "replace": b"r", "error": b"e"}
+#: put.lua's on_conflict of a uniform batch whose ids the facade drew: stored unseen.
+_DRAWN = b"n"
 #: The default serializer's name is stored as an empty string (a few bytes a message).
 _DEFAULT_ENCODING = "json"
 _NACK_STATES = {1: State.SCHEDULED, 3: State.DEAD}
@@ -251,14 +253,14 @@ def function_name(script: str) -> str:
     return f"{library_source()[0]}_{script}"
 
 
-def _uniform(requests: Sequence[PutRequest]) -> tuple[bool, bool]:
+def _uniform(requests: Sequence[PutRequest]) -> tuple[bool, bool, bool]:
     """Whether the requests share every value but their id, payload and due time (and
-    have no headers: equal dicts may still differ in order, so in their JSON), and
-    whether they share their due time too."""
+    have no headers: equal dicts may still differ in order, so in their JSON), whether
+    they share their due time too, and whether the facade drew every id."""
     first = requests[0]
     on_conflict, delay_ms, at_ms = first.on_conflict, first.delay_ms, first.at_ms
     max_attempts, encoding = first.max_attempts, first.encoding
-    same_due = True
+    same_due = drawn = True
     for request in requests:
         if (
             request.headers
@@ -266,10 +268,12 @@ def _uniform(requests: Sequence[PutRequest]) -> tuple[bool, bool]:
             or request.max_attempts != max_attempts
             or request.encoding != encoding
         ):
-            return False, False
+            return False, False, False
         if same_due and (request.delay_ms != delay_ms or request.at_ms != at_ms):
             same_due = False
-    return True, same_due
+        if drawn and not request.generated_id:
+            drawn = False
+    return True, same_due, drawn
 
 
 def put_args(requests: Sequence[PutRequest], dues: Sequence[int] | None = None) -> list[Any]:
@@ -281,14 +285,16 @@ def put_args(requests: Sequence[PutRequest], dues: Sequence[int] | None = None) 
     delay and at when those differ), a quarter to a half of the values to send, pack
     and parse."""
     conflict, default = _CONFLICT, _DEFAULT_ENCODING
-    uniform, same_due = (False, False)
+    uniform, same_due, drawn = (False, False, False)
     if dues is None and len(requests) > 1:
-        uniform, same_due = _uniform(requests)
+        uniform, same_due, drawn = _uniform(requests)
     if uniform:
         first = requests[0]
         args: list[Any] = [
             -len(requests),
-            conflict[first.on_conflict],
+            # Ids the facade drew: no stored message has one (PutRequest.generated_id),
+            # so the script stores them without looking.
+            _DRAWN if drawn else conflict[first.on_conflict],
             (b"" if first.delay_ms is None else first.delay_ms) if same_due else b"*",
             (b"" if first.at_ms is None else first.at_ms) if same_due else b"*",
             first.max_attempts,

@@ -1,7 +1,8 @@
 -- put.lua: apply_put() for a batch of requests, all or nothing.
 -- KEYS: msg, due, lease, dead, seq, wake (see lib.lua).
 -- ARGV[1]: n, the number of requests; then 8 values per request:
---   id, on_conflict ('i' ignore, 'r' replace, 'e' error), delay_ms or '', at_ms or '',
+--   id, on_conflict ('i' ignore, 'r' replace, 'e' error; 'n' in the uniform form: ids
+--   the client drew, read as 'i' and not looked up), delay_ms or '', at_ms or '',
 --   max_attempts, encoding ('' for json), headers (JSON or ''), payload. Or, the uniform
 --   form of a batch whose requests share all but their id and payload: ARGV[1] is -n,
 --   then the six shared values once (on_conflict, delay_ms or '', at_ms or '',
@@ -55,7 +56,8 @@ end
 local function all_ignore()
   if mode ~= '' then return false end
   for i = 0, n - 1 do
-    if ARGV[opts(i) + 1] ~= 'i' then return false end
+    local c = ARGV[opts(i) + 1]
+    if c ~= 'i' and c ~= 'n' then return false end
   end
   return true
 end
@@ -63,10 +65,14 @@ end
 -- The common batch, all 'i': what the two passes below do, without staging a record. A
 -- request is stored when its id is neither stored (one HMGET per CHUNK requests) nor
 -- taken by an earlier request of the batch; every other is ignored. Seqs as below: one
--- per request, in order, taken only when something is stored.
+-- per request, in order, taken only when something is stored. A uniform batch whose ids
+-- the client drew (on_conflict 'n': delayq._fork.new_id, which no stored message and no
+-- other request has) stores every request without looking.
 if all_ignore() then
+  local fresh = uniform and ARGV[2] == 'n'
   local base, earliest, count = false, false, 0
   local seen, records, entries = {}, {}, {}
+  local pack_seq, pack_be = cmsgpack.pack, struct.pack
   -- Scores as text, formatted once per distinct due time (most batches share one):
   -- redis.call() would format each number itself, and with digits to spare.
   local last_due, last_score = false, false
@@ -76,35 +82,42 @@ if all_ignore() then
   local shared_due = uniform and not own_due and resolve_due(ARGV[3], ARGV[4], now, ceil)
   local after_seq = uniform and ARGV[6] == '' and ARGV[7] == ''
     and cmsgpack.pack(0, tonumber(ARGV[5]))
+  if fresh then base = redis.call('INCRBY', K_SEQ, n) - n end
   for first = 0, n - 1, CHUNK do
-    local ids = {}
-    for i = first, math.min(first + CHUNK, n) - 1 do ids[i - first + 1] = ARGV[at(i)] end
-    local found = redis.call('HMGET', K_MSG, unpack(ids))
-    for j = 1, #ids do
-      local id = ids[j]
-      if not found[j] and not seen[id] then
-        seen[id] = true
-        if not base then base = redis.call('INCRBY', K_SEQ, n) - n end
-        local i = first + j - 1
-        local seq, due, payload = base + i + 1, shared_due, ARGV[at(i) + PAYLOAD]
+    local last = math.min(first + CHUNK, n) - 1
+    local found = false
+    if not fresh then
+      local ids = {}
+      for i = first, last do ids[i - first + 1] = ARGV[ID + i * STRIDE] end
+      found = redis.call('HMGET', K_MSG, unpack(ids))
+    end
+    for i = first, last do
+      local a = ID + i * STRIDE
+      local id = ARGV[a]
+      if fresh or not (found[i - first + 1] or seen[id]) then
+        if not fresh then
+          seen[id] = true
+          if not base then base = redis.call('INCRBY', K_SEQ, n) - n end
+        end
+        local seq, due, payload = base + i + 1, shared_due, ARGV[a + PAYLOAD]
         if not due then
           local d = due_at(i)
           due = resolve_due(ARGV[d], ARGV[d + 1], now, ceil)
         end
         records[count + 1] = id
         if after_seq then
-          records[count + 2] = PACKED_SCHEDULED .. cmsgpack.pack(seq) .. after_seq .. payload
+          records[count + 2] = PACKED_SCHEDULED .. pack_seq(seq) .. after_seq .. payload
         else
           local o = opts(i)
           records[count + 2] = pack_new(seq, tonumber(ARGV[o + 4]), ARGV[o + 5], ARGV[o + 6],
             payload)
         end
         if due ~= last_due then last_due, last_score = due, string.format('%d', due) end
-        entries[count + 1], entries[count + 2] = last_score, due_member(seq, id)
+        entries[count + 1], entries[count + 2] = last_score, pack_be('>I8', seq) .. id
         count = count + 2
         if not earliest or due < earliest then earliest = due end
       else
-        kept[#kept + 1] = first + j - 1
+        kept[#kept + 1] = i
       end
     end
   end
@@ -139,7 +152,7 @@ for i = 0, n - 1 do
   local keep = false
   if current then
     local settled = settle(current, now)
-    if mode == 'i' then
+    if mode == 'i' or mode == 'n' then
       keep = true
       kept[#kept + 1] = i
     elseif mode == 'e' then
