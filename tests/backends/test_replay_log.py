@@ -36,7 +36,7 @@ from delayq.backends._replicated._codec import (
 )
 from delayq.backends._replicated._scheduler import Scheduler
 from delayq.backends._replicated._transport import Delivery, LogEntry
-from delayq.durable.message import Now, Record
+from delayq.durable.message import Now, Record, State
 
 #: The epoch ms every logged operation happened at; the replaying scheduler's clock
 #: reads a second later (nothing falls due between: the delayed ones wait an hour).
@@ -435,6 +435,70 @@ def test_a_held_reply_taken_back_is_not_an_answer_after_replay() -> None:
         second.store("q").records["soon"] = dataclasses.replace(mine, lease=claimed[0].lease)
 
     check_replay(log, second, {"soon"}, resend)
+
+
+# -- a resend of a parked reserve ----------------------------------------------------------
+
+
+class Answers(LogTransport):
+    """:class:`LogTransport` that keeps every reply (a batch's parts each), in order:
+    ``(reply_to, request_id, kind, body)``."""
+
+    def __init__(self, log: Log) -> None:
+        super().__init__(log)
+        self.sent: list[tuple[str, str, str, bytes]] = []
+
+    async def reply(
+        self, reply_to: str, request_id: str, kind: str, body: bytes, *, confirm: bool
+    ) -> bool:
+        parts = unpack(body) if kind == "batch" else [(request_id, kind, body)]
+        self.sent.extend((reply_to, *part) for part in parts)
+        return await super().reply(reply_to, request_id, kind, body, confirm=confirm)
+
+
+def test_a_resend_of_a_parked_reserve_joins_it() -> None:
+    """A reserve parks (nothing due); its client resends it (after an election, or on a
+    new connection) once two messages are due, before the scheduler's timer served it.
+    The resend joins the parked reserve: one answer for the request id, with the first
+    message, sent where the resend came from; the other message is not claimed."""
+    clock = [NOW.floor / 1000]
+
+    async def main() -> None:
+        transport = Answers(Log())
+        scheduler = Scheduler(transport, lambda: None, wall=lambda: clock[0])
+        await asyncio.wait_for(scheduler.run(), 10)
+        try:
+            assert transport.on_request is not None
+            for id in ("a", "b"):
+                request = [id, b"x", "bytes", 3, {}, HOUR, None, "ignore"]
+                transport.on_request(Delivery("put", id, "client", pack(["q", [request]])))
+            wait = 0.5
+            reserve = pack(["q", 1, LEASE, wait])
+            transport.on_request(Delivery("reserve", "r", "old", reserve))
+            await asyncio.sleep(0.05)
+            assert [sent[1] for sent in transport.sent] == ["a", "b"]  # parked
+            clock[0] += HOUR / 1000 + 1  # both due; the timer is armed an hour out
+            transport.on_request(Delivery("reserve", "r", "new", reserve))
+            await asyncio.sleep(wait + 0.3)  # past the wait of the parked one
+            answers = [sent for sent in transport.sent if sent[1] == "r"]
+            assert len(answers) == 1, "the request was answered twice"
+            [(reply_to, _, kind, body)] = answers
+            assert (reply_to, kind) == ("new", "ok")
+            [got] = decode_outcome("reserve", unpack(body))
+            assert got.id == "a"
+            for id in ("a", "b"):
+                transport.on_request(Delivery("get", f"get-{id}", "client", pack(["q", id])))
+            await asyncio.sleep(0.05)
+            a, b = (
+                decode_outcome("get", unpack(transport.replies[f"get-{id}"][1]))
+                for id in ("a", "b")
+            )
+            assert (a.state, a.attempts, a.lease_until) == (State.ACTIVE, 1, got.lease_until)
+            assert (b.state, b.attempts) == (State.READY, 0)  # not claimed
+        finally:
+            scheduler.stop()
+
+    asyncio.run(main())
 
 
 # -- the time of the log -------------------------------------------------------------------

@@ -55,18 +55,22 @@ class Requests(SchedulerState):
         if op == "puts":  # a copy of an intake message (append_intake's nudge)
             self._on_nudge(delivery.body)
             return
+        args = unpack(delivery.body)
+        if op == "reserve":
+            waiter = self._parked.get(args[0], {}).get(request_id)
+            if waiter is not None:
+                # A resend of a reserve still parked (its client resent after an
+                # election, or on a new connection) joins it: one answer for one
+                # request id, sent where the resend came from, since its client may
+                # have given up the old connection's inbox. It is served with what is
+                # due now, if anything is, as the parked one would be.
+                waiter.reply_to = reply_to
+                self._service(args[0])
+                return
         known = self._dedup.get(request_id)
         if known is not None:
-            if known[0] == "held":
-                waiter = self._parked.get(unpack(delivery.body)[0], {}).get(request_id)
-                if waiter is not None:
-                    # Still parked, its held reply not sent yet: it goes where the
-                    # resend came from, once (what it holds may yet change).
-                    waiter.reply_to = reply_to
-                    return
             self._commit(None, Reply(reply_to, request_id, known[0], known[1]))
             return
-        args = unpack(delivery.body)
         if op == "forget":
             self._forget(args[0], args[1])
             return

@@ -21,15 +21,7 @@ class Waiting(SchedulerState):
     """Parked reserves, served at their time."""
 
     def _park(self, queue: str, waiter: Parked) -> None:
-        parked = self._parked.setdefault(queue, {})
-        known = parked.get(waiter.request_id)
-        if known is not None:
-            # A resend of a parked reserve waits once, but is answered where it came
-            # from: its client resends on a new connection when it gave up the old one,
-            # whose inbox may take the answer while no one reads it any more.
-            known.reply_to = waiter.reply_to
-            return
-        parked[waiter.request_id] = waiter
+        self._parked.setdefault(queue, {})[waiter.request_id] = waiter
         self._wanted()
         self._arm(queue)
 
@@ -118,6 +110,11 @@ class Waiting(SchedulerState):
                 reply = self._claimed(waiter.reply_to, request_id, queue, claimed, 0)
                 self._decided(store, "reserve", queue, request_id, now=now, reply=reply)
             elif waiter.deadline is not None and waiter.deadline <= loop.time():
+                # Its empty answer writes nothing: it is neither logged nor remembered
+                # (the dedup table keeps room for the answers of writes). A resend that
+                # comes after it is served afresh, which is harmless: this answer handed
+                # out nothing, and a client that got it gives back a second answer's
+                # messages (released, no attempt charged).
                 del parked[request_id]
                 self._decided(
                     store,
