@@ -14,12 +14,13 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from _ports import free_port
 
 __all__ = ["PostgresUnavailable", "PrivatePostgres"]
 
@@ -42,12 +43,6 @@ def _bindir() -> Path:
     if initdb is None or not all((Path(initdb).parent / tool).exists() for tool in _TOOLS):
         raise PostgresUnavailable(f"{', '.join(_TOOLS)} not found (pg_config --bindir, PATH)")
     return Path(initdb).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _alive(pid: int) -> bool:
@@ -80,7 +75,7 @@ class PrivatePostgres:
         self.root = Path(tempfile.mkdtemp(prefix="delayq-pg-"))
         self.data = self.root / "data"
         self.log = self.root / "server.log"
-        self.port = _free_port()
+        self.port = free_port()
         self._as_postgres = os.geteuid() == 0
         self._process: subprocess.Popen[bytes] | None = None
         if self._as_postgres:

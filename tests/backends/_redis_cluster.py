@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import atexit
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from _ports import free_port
 
 __all__ = ["Cluster", "ClusterUnavailable", "shared_cluster"]
 
@@ -30,24 +31,12 @@ class ClusterUnavailable(RuntimeError):
     """The cluster could not be started (no binary, or it did not come up)."""
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
 def _free_ports(count: int) -> list[int]:
-    """Free ports whose cluster bus port (port + 10000) is free and valid too."""
+    """Free ports whose cluster bus port (port + 10000) is free too, all below the
+    ephemeral range: a killed node is started again on its own ports."""
     ports: list[int] = []
     while len(ports) < count:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port + 10000 < 65536 and port not in ports and _bindable(port + 10000):
-            ports.append(port)
+        ports.append(free_port(bus=True, taken=tuple(ports)))
     return ports
 
 
@@ -166,8 +155,11 @@ class Cluster:
                 time.sleep(0.05)
 
     def _check(self, deadline: float, what: str) -> None:
-        if any(process.poll() is not None for process in self.processes.values()):
-            raise ClusterUnavailable("a redis-server exited")
+        for port, process in self.processes.items():
+            if process.poll() is not None:
+                log = self.directory / f"redis-{port}.log"
+                tail = log.read_text(errors="replace")[-600:] if log.exists() else ""
+                raise ClusterUnavailable(f"the redis-server of port {port} exited: {tail}")
         if time.monotonic() > deadline:
             raise ClusterUnavailable(what)
 

