@@ -16,18 +16,15 @@ import random
 import socket
 from pathlib import Path
 
-__all__ = ["BUS_OFFSET", "free_port"]
+__all__ = ["free_port", "free_ports"]
 
-#: A Redis Cluster node also listens on its port + 10000 (the cluster bus).
-BUS_OFFSET = 10000
 #: The lowest port drawn: clear of the well-known and registered services below it.
 LOWEST = 10000
 
 
 def _ephemeral_start() -> int:
     try:
-        low = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]
-        return int(low)
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return 32768  # Linux's default
 
@@ -41,26 +38,35 @@ def _bindable(port: int) -> bool:
         return True
 
 
-def free_port(*, bus: bool = False, taken: tuple[int, ...] = ()) -> int:
-    """A port of 127.0.0.1 that nothing listens on, below the ephemeral range; with
-    ``bus``, its port + :data:`BUS_OFFSET` is free and below that range as well.
-
-    The range below the ephemeral one is cut in three that never meet: single ports at
-    the bottom, then the cluster nodes' ports, then their bus ports."""
-    top = _ephemeral_start()
-    split = max(LOWEST + (top - LOWEST - BUS_OFFSET) // 2, top - 2 * BUS_OFFSET)
-    low, high = (split, top - BUS_OFFSET) if bus else (LOWEST, split)
+def free_port(*, companion: int = 0, taken: tuple[int, ...] = ()) -> int:
+    """A port of 127.0.0.1 that nothing listens on, below the ephemeral range and not in
+    ``taken``; with ``companion``, its port + ``companion`` too (a Redis Cluster node's
+    bus port, a RabbitMQ node's distribution port)."""
+    high = _ephemeral_start() - companion
     while True:
-        if high - low < 100:  # an unusual range: fall back to the kernel's choice
+        if high - LOWEST < 100:  # an unusual range: take the kernel's choice
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
                 port = int(sock.getsockname()[1])
-            if bus and port + BUS_OFFSET > 65535:
+            if port + companion > 65535:
                 continue
         else:
-            port = random.randrange(low, high)
+            port = random.randrange(LOWEST, high)
         if port in taken or not _bindable(port):
             continue
-        if bus and not _bindable(port + BUS_OFFSET):
+        if companion and (port + companion in taken or not _bindable(port + companion)):
             continue
         return port
+
+
+def free_ports(count: int, *, companion: int = 0) -> list[int]:
+    """``count`` distinct ports as :func:`free_port` draws them (no port is another's
+    companion)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        taken = tuple(ports) + tuple(port + companion for port in ports if companion)
+        port = free_port(companion=companion, taken=taken)
+        if companion and port + companion in taken:
+            continue
+        ports.append(port)
+    return ports

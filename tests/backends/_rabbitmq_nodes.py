@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import secrets
 import shutil
 import signal
@@ -31,7 +30,7 @@ from typing import NoReturn
 
 import pytest
 
-from ._redis_cluster import _bindable
+from _ports import free_ports
 
 __all__ = ["RabbitNodes", "unavailable"]
 
@@ -46,17 +45,6 @@ def unavailable(reason: str) -> NoReturn:
     if "amqp" in required or "all" in required:
         pytest.fail(f"amqp is required by DELAYQ_REQUIRE but unavailable: {reason}")
     pytest.skip(f"amqp unavailable: {reason}")
-
-
-def _ports(count: int) -> list[int]:
-    """``count`` free ports in 20000-29999 (under the ephemeral range), each with its
-    distribution port 1000 above it free too."""
-    found: list[int] = []
-    while len(found) < count:
-        port = random.randrange(20000, 28999)
-        if port not in found and _bindable(port) and _bindable(port + 1000):
-            found.append(port)
-    return found
 
 
 class RabbitNodes:
@@ -77,7 +65,7 @@ class RabbitNodes:
         self.directory = directory
         tag = secrets.token_hex(3)
         self.names = [f"dq{tag}-{n}@localhost" for n in range(size)]
-        ports = _ports(2 * size if tls else size)
+        ports = free_ports(2 * size if tls else size, companion=1000)
         self.ports = ports[:size]
         self.cookie = secrets.token_hex(16)
         #: ``(certificate, key)`` of a TLS listener on each node's ``tls_ports`` entry.

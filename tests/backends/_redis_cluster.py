@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _ports import free_port
+from _ports import free_ports
 
 __all__ = ["Cluster", "ClusterUnavailable", "shared_cluster"]
 
@@ -31,15 +31,6 @@ class ClusterUnavailable(RuntimeError):
     """The cluster could not be started (no binary, or it did not come up)."""
 
 
-def _free_ports(count: int) -> list[int]:
-    """Free ports whose cluster bus port (port + 10000) is free too, all below the
-    ephemeral range: a killed node is started again on its own ports."""
-    ports: list[int] = []
-    while len(ports) < count:
-        ports.append(free_port(bus=True, taken=tuple(ports)))
-    return ports
-
-
 class Cluster:
     """Three cluster-mode ``redis-server`` masters joined into one cluster, each with
     ``replicas`` replicas (then a dead master's replica takes over within seconds)."""
@@ -52,7 +43,9 @@ class Cluster:
         self.replicas = replicas
         self.directory = Path(tempfile.mkdtemp(prefix="delayq-cluster-"))
         #: The masters first (``redis-cli --cluster create`` makes them so), then replicas.
-        self.ports = _free_ports(MASTERS * (1 + replicas))
+        #: Below the ephemeral range: a killed node is started again on its own ports. A node
+        #: listens on its port + 10000 too (the cluster bus).
+        self.ports = free_ports(MASTERS * (1 + replicas), companion=10000)
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
 
     @property
