@@ -2,11 +2,20 @@
 them: what ``memory://`` runs under its lock, and what the elected scheduler of a
 replicated backend (``delayq.backends._replicated``) runs on its state.
 
-A :class:`Records` is a dict of records plus two heaps with lazy deletion: ``(due_at,
-seq, id)`` of scheduled messages and ``(lease_until, id, token)`` of leases. Every
-change goes through :meth:`Records.write` and :meth:`Records.delete`, so that a
-subclass sees each one (the replicated scheduler logs them). Nothing here locks, waits
-or reads a clock: the caller passes its :class:`~delayq.durable.message.Now`.
+A :class:`Records` is a dict of records plus heaps with lazy deletion: ``(due_at, seq,
+id)`` of scheduled messages and ``(lease_until, id, token)`` of leases. Every change
+goes through :meth:`Records.write` and :meth:`Records.delete`, so that a subclass sees
+each one (the replicated scheduler logs them). Nothing here locks, waits or reads a
+clock: the caller passes its :class:`~delayq.durable.message.Now`.
+
+:meth:`Records.stats` does not visit every record (at a million, that held the
+scheduler 3.7 s a call, and a dashboard asks every few seconds): the stored states are
+counted as records are written and deleted, and the scheduled messages are split at a
+time, ``ripe_at``, that only moves forward: those due by then sit in a heap of their own
+(``ripe``, counted), the later ones in ``due``. A stats call moves ``ripe_at`` up to its
+now, each message crossing once; the leases that expired but were not yet settled are
+counted from the leases heap's part below now. Claims take the ripe ones first: every
+ripe message is due before every one still in ``due``.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from ..durable.message import (
     apply_retry_dead,
     can_cancel,
     compute_stats,
+    lag_of,
     matches_state,
     observe,
     resolve_due,
@@ -42,6 +52,12 @@ from ..durable.message import (
 
 __all__ = ["Records"]
 
+#: The stored states, read once: an enum member read through its class costs a Python
+#: call's worth of instructions, and :meth:`Records.write` reads them on every change.
+_SCHEDULED, _ACTIVE, _DEAD = State.SCHEDULED, State.ACTIVE, State.DEAD
+#: ``ripe_at`` before any stats call: no scheduled message is ripe.
+_NEVER = -(1 << 62)
+
 
 class Records:
     """One queue's messages and the contract's operations on them (no lock held here:
@@ -49,23 +65,70 @@ class Records:
 
     def __init__(self) -> None:
         self.records: dict[str, Record] = {}
+        #: Scheduled messages due after ``ripe_at``, and those due at or before it.
         self.due: list[tuple[int, int, str]] = []
+        self.ripe: list[tuple[int, int, str]] = []
+        self.ripe_at = _NEVER
         self.leases: list[tuple[int, str, str]] = []
         self.last_seq = 0
+        #: Stored records that are active, dead, and scheduled due by ``ripe_at`` (the
+        #: rest of ``records`` is scheduled: a record is stored in no other state).
+        self._active = self._dead = self._ripe_count = 0
 
     def next_seq(self) -> int:
         self.last_seq += 1
         return self.last_seq
 
     def write(self, record: Record) -> None:
-        self.records[record.id] = record
-        if record.state is State.SCHEDULED:
-            heapq.heappush(self.due, (record.due_at, record.seq, record.id))
-        elif record.state is State.ACTIVE and record.lease_until is not None:
-            heapq.heappush(self.leases, (record.lease_until, record.id, record.lease or ""))
+        records = self.records
+        old = records.get(record.id)
+        if old is not None:  # :meth:`_uncount`, inline on the path every change takes
+            was = old.state
+            if was is _SCHEDULED:
+                if old.due_at <= self.ripe_at:
+                    self._ripe_count -= 1
+            elif was is _ACTIVE:
+                self._active -= 1
+            elif was is _DEAD:
+                self._dead -= 1
+        records[record.id] = record
+        state = record.state
+        if state is _SCHEDULED:
+            entry = (record.due_at, record.seq, record.id)
+            if record.due_at <= self.ripe_at:
+                self._ripe_count += 1
+                heapq.heappush(self.ripe, entry)
+            else:
+                heapq.heappush(self.due, entry)
+        elif state is _ACTIVE:
+            self._active += 1
+            if record.lease_until is not None:
+                heapq.heappush(self.leases, (record.lease_until, record.id, record.lease or ""))
+        elif state is _DEAD:
+            self._dead += 1
+
+    def _uncount(self, record: Record) -> None:
+        state = record.state
+        if state is _SCHEDULED:
+            if record.due_at <= self.ripe_at:
+                self._ripe_count -= 1
+        elif state is _ACTIVE:
+            self._active -= 1
+        elif state is _DEAD:
+            self._dead -= 1
 
     def delete(self, id: str) -> None:
-        del self.records[id]
+        records = self.records
+        self._uncount(records[id])
+        del records[id]
+
+    def drop(self, id: str) -> Record | None:
+        """Remove the record of ``id`` if there is one, as :meth:`delete` but unseen by
+        a subclass (the replicated scheduler's replay of a logged delete)."""
+        old = self.records.pop(id, None)
+        if old is not None:
+            self._uncount(old)
+        return old
 
     def load(self, id: str, now_ms: int) -> Record | None:
         """The record with a lease expiry already applied (and written back)."""
@@ -84,18 +147,23 @@ class Records:
             self.load(id, now_ms)
 
     def _head_due(self) -> int | None:
-        due, records = self.due, self.records
-        while due:
-            due_at, seq, id = due[0]
+        """The earliest due time of a scheduled message; the heap whose head it is
+        (``ripe`` when that is not empty then, else ``due``) has it at its top."""
+        records = self.records
+        heap = self.ripe or self.due
+        while heap:
+            due_at, seq, id = heap[0]
             record = records.get(id)
             if (
                 record is not None
-                and record.state is State.SCHEDULED
+                and record.state is _SCHEDULED
                 and record.seq == seq
                 and record.due_at == due_at
             ):
                 return due_at
-            heapq.heappop(due)
+            heapq.heappop(heap)
+            if not heap:
+                heap = self.due  # ``ripe`` held only stale entries (or it was ``due``)
         return None
 
     def _head_lease(self) -> int | None:
@@ -157,7 +225,7 @@ class Records:
             head = self._head_due()
             if head is None or head > last:
                 break
-            _, _, id = heapq.heappop(self.due)
+            _, _, id = heapq.heappop(self.ripe or self.due)
             since = Now(head, head) if at is None else at
             record = apply_reserve(self.records[id], since, lease_ms, new_id())
             self.write(record)
@@ -167,16 +235,19 @@ class Records:
 
     def _compact(self) -> None:
         live = len(self.records)
-        if len(self.due) > 2 * live + 1024:
-            self.due = [
-                (r.due_at, r.seq, r.id) for r in self.records.values() if r.state is State.SCHEDULED
+        if len(self.due) + len(self.ripe) > 2 * live + 1024:
+            scheduled = [
+                (r.due_at, r.seq, r.id) for r in self.records.values() if r.state is _SCHEDULED
             ]
+            self.ripe = [entry for entry in scheduled if entry[0] <= self.ripe_at]
+            self.due = [entry for entry in scheduled if entry[0] > self.ripe_at]
+            heapq.heapify(self.ripe)
             heapq.heapify(self.due)
         if len(self.leases) > 2 * live + 1024:
             self.leases = [
                 (r.lease_until, r.id, r.lease or "")
                 for r in self.records.values()
-                if r.state is State.ACTIVE and r.lease_until is not None
+                if r.state is _ACTIVE and r.lease_until is not None
             ]
             heapq.heapify(self.leases)
 
@@ -250,19 +321,84 @@ class Records:
         return None if record is None else observe(record, now.floor, with_lease=False)
 
     def stats(self, now: Now) -> Stats:
-        return compute_stats(self.records.values(), now.floor)
+        now_ms = now.floor
+        if now_ms < self.ripe_at:  # a clock that went back: count them one by one
+            return compute_stats(self.records.values(), now_ms)
+        self._ripen(now_ms)
+        ready, active, dead = self._ripe_count, self._active, self._dead
+        scheduled = len(self.records) - active - dead - ready
+        head = self._head_due()
+        oldest_ready = head if head is not None and head <= now_ms else None
+        next_due = head
+        for record in self._expired(now_ms):  # leases over, not yet settled
+            active -= 1
+            if record.state is _DEAD:
+                dead += 1
+                continue
+            ready += 1  # due at its lease's expiry, which is past
+            if oldest_ready is None or record.due_at < oldest_ready:
+                oldest_ready = record.due_at
+            if next_due is None or record.due_at < next_due:
+                next_due = record.due_at
+        return Stats(
+            scheduled=scheduled,
+            ready=ready,
+            active=active,
+            dead=dead,
+            next_due_at=next_due,
+            lag=lag_of(oldest_ready, now_ms),
+        )
+
+    def _ripen(self, now_ms: int) -> None:
+        """Move ``ripe_at`` up to ``now_ms``: the scheduled messages due by then go from
+        ``due`` to ``ripe``, each counted once (a record written twice unchanged has two
+        entries, popped together)."""
+        due, records = self.due, self.records
+        crossed: set[str] = set()
+        while due and due[0][0] <= now_ms:
+            due_at, seq, id = heapq.heappop(due)
+            record = records.get(id)
+            if (
+                record is not None
+                and record.state is _SCHEDULED
+                and record.seq == seq
+                and record.due_at == due_at
+                and id not in crossed
+            ):
+                crossed.add(id)
+                heapq.heappush(self.ripe, (due_at, seq, id))
+        self._ripe_count += len(crossed)
+        self.ripe_at = now_ms
+
+    def _expired(self, now_ms: int) -> list[Record]:
+        """The records whose lease has expired by ``now_ms`` but which are still stored
+        as active, as :func:`settle` makes them (nothing is written): the part of the
+        leases heap at or below ``now_ms``, found by walking only that part."""
+        leases, records = self.leases, self.records
+        found: dict[str, Record] = {}
+        stack = [0] if leases else []
+        while stack:
+            at = stack.pop()
+            until, id, token = leases[at]
+            if until > now_ms:
+                continue  # the rest of this branch is later still
+            record = records.get(id)
+            if record is not None and record.lease == token and record.lease_until == until:
+                found[id] = settle(record, now_ms)
+            stack.extend(child for child in (2 * at + 1, 2 * at + 2) if child < len(leases))
+        return list(found.values())
 
     def dead(self, limit: int, after_seq: int | None, now: Now) -> list[Record]:
         after = -1 if after_seq is None else after_seq
         self.expire(now.floor)
-        dead = [r for r in self.records.values() if r.state is State.DEAD and r.seq > after]
+        dead = [r for r in self.records.values() if r.state is _DEAD and r.seq > after]
         dead.sort(key=lambda r: r.seq)
         return dead[:limit]
 
     def retry_dead(self, ids: Sequence[str] | None, now: Now) -> int:
         self.expire(now.floor)
         if ids is None:  # every dead message, in the order they died (as dead() lists)
-            dead = [r for r in self.records.values() if r.state is State.DEAD]
+            dead = [r for r in self.records.values() if r.state is _DEAD]
             chosen = [r.id for r in sorted(dead, key=lambda r: r.seq)]
         else:
             chosen = list(dict.fromkeys(ids))
@@ -280,6 +416,7 @@ class Records:
             self.delete(id)
         if state is None:
             self.due.clear()
+            self.ripe.clear()
             self.leases.clear()
         return len(doomed)
 
@@ -289,5 +426,5 @@ class Records:
         return select_peek(self.records.values(), state, now.floor, limit, after)
 
     def due_counts(self, horizon_ms: int, buckets: int, now: Now) -> tuple[int, list[int]]:
-        scheduled = (r.due_at for r in self.records.values() if r.state is State.SCHEDULED)
+        scheduled = (r.due_at for r in self.records.values() if r.state is _SCHEDULED)
         return now.floor, count_due(scheduled, now.floor, horizon_ms, buckets)

@@ -65,7 +65,7 @@ class Journal(Records):
         for image in images:
             self._put(decode_record(image))
         for id in deletes:
-            old = self.records.pop(id, None)
+            old = self.drop(id)
             if old is not None:
                 self.size -= _record_bytes(old)
         self.last_seq = max(self.last_seq, last_seq)
