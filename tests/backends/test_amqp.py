@@ -28,7 +28,7 @@ from delayq.errors import OutcomeUnknown
 pytest.importorskip("aiormq")
 
 from conformance._helpers import in_thread
-from conformance.conftest import amqp_url
+from conformance.conftest import AsyncFace, LoopThread, amqp_url
 from delayq.backends._records import Records
 from delayq.backends._replicated import _scheduler
 from delayq.backends._replicated._codec import encode_outcome, pack
@@ -697,6 +697,45 @@ def test_what_the_reserve_sent_with_the_acks_claimed_is_given_back_before_any_ot
         taken = other.reserve(wait=5, max=10, lease=60)
         assert [(m.id, m.attempts) for m in taken] == [("b", 1)]
         other.ack_many(taken)
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_what_the_reserve_sent_ahead_claimed_is_given_back_uncharged_after_its_lease(
+    url: str, face: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reserve sent with the acks claims with the caller's lease, which may run out
+    before the claim is given back: here 50 ms, and the caller's next call (a get)
+    comes later, as any call may under load. The message is given back all the same,
+    as if never claimed: no attempt charged, no lease expiry noted and, with one
+    attempt allowed, not dead (it was dead before: a message no caller received)."""
+    monkeypatch.setattr(_ahead, "_AHEAD_KEPT", 60.0)  # kept until the caller's next call
+    runner = LoopThread() if face == "async" else None
+
+    def make() -> Any:
+        if runner is None:
+            return Queue(url, name="jobs")
+
+        async def build() -> AsyncQueue:
+            return AsyncQueue(url, name="jobs")
+
+        return AsyncFace(runner, runner.run(build()))
+
+    try:
+        with make() as q:
+            q.put("a", id="a")
+            first = q.reserve(wait=5, max=10, lease=0.05)
+            q.put("b", id="b", max_attempts=1)  # due now: the reserve sent ahead claims it
+            q.ack_many(first)
+            time.sleep(0.3)  # the lease of the claim sent ahead has run out
+            seen = q.get("b")
+            assert (seen.state, seen.attempts, seen.last_error) == (State.READY, 0, None)
+            # ("a" too when its own 50 ms lease ran out before the acks, under load.)
+            taken = {m.id: m for m in q.reserve(wait=0, max=10, lease=30)}
+            assert taken["b"].attempts == 1
+            assert q.ack_many(list(taken.values())) == []
+    finally:
+        if runner is not None:
+            runner.stop()
 
 
 def test_a_close_fails_a_call_waiting_for_a_connection_before_its_cleanup(

@@ -98,9 +98,12 @@ def test_a_late_answer_gives_back_only_what_no_caller_received() -> None:
     got = core.answer("reserve", ["jobs", 1, 60_000], "r1", encode_outcome("reserve", [a]))
     assert [r.id for r in got] == ["a"]
     again = pack(encode_outcome("reserve", [a, b]))
-    assert core.give_back("r1", "ok", again) == [["jobs", "b", "lb"]]
+    assert core.give_back("r1", "ok", again) == [["jobs", "b", "lb", True]]
     core.forget("r2", "other")
-    assert core.give_back("r2", "ok", again) == [["other", "a", "la"], ["other", "b", "lb"]]
+    assert core.give_back("r2", "ok", again) == [
+        ["other", "a", "la", True],
+        ["other", "b", "lb", True],
+    ]
     assert core.give_back("r2", "ok", again) == []  # given back once
     assert core.give_back("r3", "ok", again) == []  # no reserve of this link
     assert core.give_back("r1", "error", pack(["x"])) == []
@@ -112,12 +115,12 @@ def test_a_second_answer_before_the_call_took_the_first_gives_back_the_rest() ->
     core.reserves["r1"] = "jobs"  # in flight
     first = ("ok", pack(encode_outcome("reserve", [a])))
     again = pack(encode_outcome("reserve", [a, b]))
-    assert core.answered_again("r1", first, "ok", again) == [["jobs", "b", "lb"]]
-    both = [["jobs", "a", "la"], ["jobs", "b", "lb"]]
+    assert core.answered_again("r1", first, "ok", again) == [["jobs", "b", "lb", True]]
+    both = [["jobs", "a", "la", True], ["jobs", "b", "lb", True]]
     assert core.answered_again("r1", ("ok", pack([])), "ok", again) == both
     assert core.answered_again("r1", None, "ok", again) == both  # the call failed
     held = pack([0.01, encode_outcome("reserve", [b])])
-    assert core.answered_again("r1", ("held", held), "ok", again) == [["jobs", "a", "la"]]
+    assert core.answered_again("r1", ("held", held), "ok", again) == [["jobs", "a", "la", True]]
     assert core.answered_again("r1", first, "error", pack(["x"])) == []
     core.ended("r1")
     assert core.answered_again("r1", first, "ok", again) == []  # no reserve in flight

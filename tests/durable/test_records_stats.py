@@ -33,6 +33,7 @@ OPS = st.lists(
         st.tuples(st.just("nack"), st.integers(0, 7), st.integers(0, 200)),
         st.tuples(st.just("dead"), st.integers(0, 7)),
         st.tuples(st.just("release"), st.integers(0, 7)),
+        st.tuples(st.just("unclaim"), st.integers(0, 7)),  # a claim no caller received
         st.tuples(st.just("extend"), st.integers(0, 7), st.integers(1, 300)),
         st.tuples(st.just("cancel"), st.sampled_from(IDS)),
         st.tuples(st.just("reschedule"), st.sampled_from(IDS), st.integers(-50, 400)),
@@ -92,6 +93,8 @@ def _run(ops: list[tuple[Any, ...]]) -> None:
                 store.nack(id, token, now(), delay_ms=delay, error="e", dead=op == "dead")
             elif held and op == "release":
                 store.release(*held.pop(args[0] % len(held)), now())
+            elif held and op == "unclaim":
+                store.unclaim(*held.pop(args[0] % len(held)))
             elif held and op == "extend":
                 store.extend(*held[args[0] % len(held)], now(), args[1])
             elif op == "cancel":

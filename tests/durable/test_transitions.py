@@ -18,6 +18,7 @@ from delayq.durable.message import (
     apply_reschedule,
     apply_reserve,
     apply_retry_dead,
+    apply_unclaim,
     can_cancel,
     compute_stats,
     is_due,
@@ -128,6 +129,20 @@ def test_release_restores_the_record_before_its_claim() -> None:
         apply_release(claimed, "t1", at(NOW + 101))  # expired
     with pytest.raises(LeaseLost):
         apply_release(None, "t1", at(NOW))
+
+
+def test_unclaim_restores_the_record_before_its_claim_even_after_its_lease() -> None:
+    """A claim no caller received is undone also once its lease has run out, as long
+    as the record still carries it; not once the expiry was settled (written) or the
+    message was claimed again or acked."""
+    before = _stored(delay_ms=0, max_attempts=1)
+    claimed = apply_reserve(before, at(NOW + 1), 100, "t1")
+    assert apply_unclaim(claimed, "t1") == before
+    assert settle(claimed, NOW + 101).state is State.DEAD  # what a release left it
+    assert apply_unclaim(claimed, "t1") == before  # expired, not settled: undone
+    assert apply_unclaim(claimed, "other") is None
+    assert apply_unclaim(settle(claimed, NOW + 101), "t1") is None
+    assert apply_unclaim(None, "t1") is None
 
 
 def test_put_conflicts() -> None:

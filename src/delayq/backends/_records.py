@@ -41,6 +41,7 @@ from ..durable.message import (
     apply_reschedule,
     apply_reserve,
     apply_retry_dead,
+    apply_unclaim,
     can_cancel,
     compute_stats,
     lag_of,
@@ -296,6 +297,16 @@ class Records:
 
     def release(self, id: str, token: str, now: Now) -> None:
         self.write(apply_release(self.load(id, now.floor), token, now))
+
+    def unclaim(self, id: str, token: str) -> bool:
+        """Undo the claim of ``id`` under ``token``, which no caller received
+        (:func:`~delayq.durable.message.apply_unclaim`); False when the record no longer
+        carries that lease."""
+        record = apply_unclaim(self.records.get(id), token)
+        if record is None:
+            return False
+        self.write(record)
+        return True
 
     def extend(self, id: str, token: str, now: Now, lease_ms: int) -> int:
         record = apply_extend(self.load(id, now.floor), token, now, lease_ms)

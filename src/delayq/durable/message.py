@@ -64,6 +64,7 @@ __all__ = [
     "apply_reschedule",
     "apply_reserve",
     "apply_retry_dead",
+    "apply_unclaim",
     "can_cancel",
     "compute_stats",
     "hold_seconds",
@@ -515,6 +516,19 @@ def apply_release(record: Record | None, token: str, now: Now) -> Record:
     held = _held(record, token, now.floor)
     return replace(
         held, state=State.SCHEDULED, attempts=held.attempts - 1, lease=None, lease_until=None
+    )
+
+
+def apply_unclaim(record: Record | None, token: str) -> Record | None:
+    """Undo a claim that no caller received (a reserve's answer its link gives back):
+    the record before the claim, as :func:`apply_release` makes it, and also once the
+    lease has run out, so long as the stored record still carries it (nothing settled
+    the expiry since). None when it does not: acked, or settled and perhaps claimed
+    again; the attempt then stays counted."""
+    if record is None or record.state is not State.ACTIVE or record.lease != token:
+        return None
+    return replace(
+        record, state=State.SCHEDULED, attempts=record.attempts - 1, lease=None, lease_until=None
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ._core import unclaim
 from ._state import LinkState
 
 __all__ = ["Ahead"]
@@ -95,5 +96,5 @@ class Ahead(LinkState):
         if task.cancelled() or task.exception() is not None:
             return
         outcome = task.result()[0]
-        releases = [self._call("release", [queue, r.id, r.lease], 0.0) for r in outcome]
+        releases = [self._call("release", unclaim(queue, r), 0.0) for r in outcome]
         await asyncio.gather(*releases, return_exceptions=True)

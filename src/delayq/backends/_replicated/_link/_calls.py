@@ -14,7 +14,7 @@ from typing import Any
 from ....errors import QueueClosed, SchedulerNotRunning
 from .._codec import pack, raise_error, unpack
 from .._transport import NoScheduler, Refused
-from ._core import READS
+from ._core import READS, unclaim
 from ._state import NO_REPLY_HINT, LinkState
 
 __all__ = ["Calls"]
@@ -226,4 +226,4 @@ class Calls(LinkState):
         """Release ``records``, got by a reserve whose caller gave up while they were
         held (each in a task of its own; a failure leaves them to their lease)."""
         for record in records:
-            self._spawn_giving(self._quiet("release", [queue, record.id, record.lease]))
+            self._spawn_giving(self._quiet("release", unclaim(queue, record)))

@@ -13,11 +13,11 @@ import uuid
 from collections.abc import Callable, Container, Sequence
 from typing import Any, TypeVar
 
-from ....durable.message import Now
+from ....durable.message import Now, Record
 from .._codec import decode_outcome, decode_record, pack, reserve_items
 from .._constants import MAX_GROUP_BYTES, QUIET_HOLD
 
-__all__ = ["ANNOUNCEMENTS", "READS", "LinkCore", "remember", "take_group"]
+__all__ = ["ANNOUNCEMENTS", "READS", "LinkCore", "remember", "take_group", "unclaim"]
 
 #: The operations that change nothing: one that got no reply just failed (NoScheduler);
 #: any other may have run (ReplyLost, an OutcomeUnknown).
@@ -67,8 +67,16 @@ def take_group(
     return group
 
 
+def unclaim(queue: str, record: Record) -> list[Any]:
+    """The arguments of the ``release`` that gives back ``record`` of ``queue``, claimed
+    for a caller that did not receive it: with ``unclaim`` set, the scheduler undoes
+    the claim even if its lease has run out meanwhile (a caller's short lease, a late
+    give-back), where a plain release would fail and leave the attempt charged."""
+    return [queue, record.id, record.lease, True]
+
+
 def _releases(queue: str, received: frozenset[str], kind: str, body: bytes) -> list[list[Any]]:
-    """The releases (``[queue, id, lease]`` each) of what a reserve's reply (``kind``,
+    """The releases (:func:`unclaim` each) of what a reserve's reply (``kind``,
     ``body``) claimed and its caller did not receive (leases ``received``)."""
     if kind not in ("ok", "held"):
         return []
@@ -76,7 +84,7 @@ def _releases(queue: str, received: frozenset[str], kind: str, body: bytes) -> l
     for item in reserve_items(kind, body):
         record = decode_record(item)
         if record.lease not in received:
-            releases.append([queue, record.id, record.lease])
+            releases.append(unclaim(queue, record))
     return releases
 
 
@@ -212,7 +220,7 @@ class LinkCore:
         return outcome
 
     def give_back(self, request_id: str, kind: str, body: bytes) -> list[list[Any]]:
-        """The releases (``[queue, id, lease]`` each) a reply that no call waits for
+        """The releases (:func:`unclaim` each) a reply that no call waits for
         asks: a reserve abandoned by its caller was served after all, or one answered
         was served again (its resend reached a scheduler that did not know of the
         first answer); what its caller did not receive goes back."""

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 
 from ....durable.message import Record
-from ....errors import LeaseLost
 from .._codec import pack, unpack
 from .._constants import LINGER_ENTRIES, LINGER_MS, MAX_GROUP_BYTES
+from ._journal import unclaim_each
 from ._state import BEGIN, CHECKPOINT_OPS, END, Op, Reply, SchedulerState
 
 __all__ = ["GroupCommit"]
@@ -201,10 +201,6 @@ class GroupCommit(SchedulerState):
             return
         store = self._store(queue)
         now = self._now()
-        for record in claimed:
-            try:
-                store.release(record.id, record.lease or "", now)
-            except LeaseLost:
-                continue
+        unclaim_each(store, claimed)
         self._decided(store, "release", queue, "", now=now, reply=None)
         self._service(queue)

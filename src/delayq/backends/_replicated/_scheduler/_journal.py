@@ -3,16 +3,14 @@ change for the log, and what the live images weigh."""
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
-from ....durable.message import Now, Record
-from ....errors import LeaseLost
+from ....durable.message import Record
 from ..._records import Records
 from .._codec import decode_record, encode_record
 from .._constants import IMAGE_OVERHEAD
 
-__all__ = ["Journal", "image_bytes", "release_each"]
+__all__ = ["Journal", "image_bytes", "unclaim_each"]
 
 
 def image_bytes(id: str, payload: bytes, headers: Any, last_error: str | None) -> int:
@@ -27,12 +25,12 @@ def _record_bytes(record: Record) -> int:
     return image_bytes(record.id, record.payload, record.headers, record.last_error)
 
 
-def release_each(store: Records, records: list[Record], now: Now) -> None:
-    """Give back each of ``records`` under the lease it was claimed with (one settled
-    since is left as it is)."""
+def unclaim_each(store: Records, records: list[Record]) -> None:
+    """Give back each of ``records``, claimed for a caller that did not receive them,
+    as if never claimed, even if its lease has run out since (:meth:`Records.unclaim`;
+    one settled since is left as it is)."""
     for record in records:
-        with contextlib.suppress(LeaseLost):
-            store.release(record.id, record.lease or "", now)
+        store.unclaim(record.id, record.lease or "")
 
 
 class Journal(Records):

@@ -192,6 +192,12 @@ class Requests(SchedulerState):
             id, token, delay_ms, error, dead = args
             return store.nack(id, token, now, delay_ms=delay_ms, error=error, dead=dead)
         if op == "release":
+            if len(args) > 2 and args[2]:
+                # A link gives back what a reserve claimed for a caller that did not
+                # receive it (``unclaim`` set; a scheduler before it ignores the flag):
+                # undone as if never claimed, even once the caller's lease ran out.
+                store.unclaim(args[0], args[1])
+                return None
             return store.release(args[0], args[1], now)
         if op == "extend":
             return store.extend(args[0], args[1], now, args[2])

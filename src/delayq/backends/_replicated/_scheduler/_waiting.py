@@ -11,7 +11,7 @@ import math
 from ....durable.message import Now, Record
 from .._codec import decode_record, encode_outcome, pack, reserve_items
 from .._constants import FIRE_AHEAD_MS, HELD_REPLY_AHEAD_MS
-from ._journal import Journal, release_each
+from ._journal import Journal, unclaim_each
 from ._state import Parked, Reply, SchedulerState
 
 __all__ = ["Waiting"]
@@ -48,7 +48,7 @@ class Waiting(SchedulerState):
             return
         store = self._store(queue)
         now = self._now()
-        release_each(store, [decode_record(item) for item in items], now)
+        unclaim_each(store, [decode_record(item) for item in items])
         self._decided(store, "release", queue, "", now=now, reply=None)
         self._service(queue)
 
@@ -59,7 +59,7 @@ class Waiting(SchedulerState):
         if reply is None:
             return
         reply.dropped = True
-        release_each(store, reply.claimed or [], now)
+        unclaim_each(store, reply.claimed or [])
         # Nor is it the request's answer any more: a resend (here, or to the next
         # scheduler, which replays this entry) is served afresh, never with messages
         # given back (and perhaps cancelled since) from the dedup table.
