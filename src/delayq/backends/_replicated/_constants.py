@@ -8,7 +8,10 @@ __all__ = [
     "CHECKPOINT_ENTRIES",
     "CLIENTS_KEPT",
     "CLOSE_SETTLE",
+    "DEDUP_CHUNK",
+    "DEDUP_PRUNE_EVERY",
     "DEDUP_SIZE",
+    "DEDUP_WINDOW",
     "DELIVER_BACKOFF_MAX_MS",
     "DELIVER_BACKOFF_MS",
     "DELIVER_IN_FLIGHT",
@@ -28,13 +31,26 @@ __all__ = [
     "REJOIN_FIRST_PAUSE",
     "REJOIN_MAX_PAUSE",
     "RENEW_EVERY",
+    "RESEND_FOR",
     "STANDBY_IDLE",
     "STANDBY_SWEEP_BYTES",
 ]
 
 #: Request ids remembered with their replies, so that a resent request is answered,
-#: not applied twice (the newest are kept).
+#: not applied twice (the newest are kept) ...
 DEDUP_SIZE = 200_000
+#: ... and for DEDUP_WINDOW s after their decision, by the scheduler's logged time
+#: (never in the first DEDUP_WINDOW s of a reign): a client sends a request (or
+#: appends an intake message) again for at most RESEND_FOR s after its first send,
+#: each send expiring after as long, so that the last copy arrives within
+#: 2 x RESEND_FOR of the first; the rest is margin. An entry is dropped once a marker
+#: appended to the intake after it aged is read back (the intake's copies of a fast
+#: put lie before it), in rounds every DEDUP_PRUNE_EVERY s.
+RESEND_FOR = 60.0
+DEDUP_WINDOW = 150.0
+DEDUP_PRUNE_EVERY = 5.0
+#: Dedup entries carried per operation of a checkpoint (after its begin).
+DEDUP_CHUNK = 2000
 #: An entry of the log holds the operations decided while the previous append was in
 #: flight, up to about this many bytes (one larger operation goes alone).
 MAX_GROUP_BYTES = 1 << 20

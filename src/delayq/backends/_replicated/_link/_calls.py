@@ -1,7 +1,10 @@
 """A call: a request to the elected scheduler and the wait for its reply, with the
 resends that make a failover invisible to the caller. A request keeps its id across
 resends: the scheduler answers a resent write from its log instead of applying it
-twice. The replies (and the scheduler's announcements) come back here."""
+twice, for as long as it remembers the id (DEDUP_WINDOW): so a write is not sent again
+once RESEND_FOR s (or the request timeout, if shorter) have passed since its first
+send, a waiting reserve's wait added, and each send expires after as long. The
+replies (and the scheduler's announcements) come back here."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from typing import Any
 
 from ....errors import QueueClosed, SchedulerNotRunning
 from .._codec import pack, raise_error, unpack
+from .._constants import RESEND_FOR
 from .._transport import NoScheduler, Refused
 from ._core import READS, unclaim
 from ._state import NO_REPLY_HINT, LinkState
@@ -112,24 +116,33 @@ class Calls(LinkState):
             # change that gets no reply may have run, and its caller is told so.
             may_have_run = False
             sent_before = False
+            # A change is not sent again past this (the loop's time; set at its first
+            # send): the scheduler remembers its id for a bounded time only.
+            resend_for = min(self._request_timeout, RESEND_FOR)
+            resend_until = float("inf")
             while True:
                 if self._turn is None:
                     self._turn = loop.create_future()
                 turn = self._turn
                 sent = [*args, None if give_up is None else max(0.0, give_up - loop.time())]
+                if loop.time() >= resend_until:
+                    raise self._no_reply(op, may_have_run, "no reply", resend_for)
+                limit = min(unanswered_since + self._request_timeout, resend_until)
                 try:
-                    transport = self._transport or await self._connected_within(
-                        unanswered_since + self._request_timeout - loop.time()
-                    )
-                    left = unanswered_since + self._request_timeout - loop.time()
+                    transport = self._transport or await self._connected_within(limit - loop.time())
+                    left = limit - loop.time()
                     if not (sent_before or self._candidate or await self._stands(transport, left)):
                         raise self._not_running()  # nothing was sent: nothing ran
-                    ttl = None if waits else int(self._request_timeout * 1000)
+                    ttl = None if waits else int(resend_for * 1000)
                     # A waiting reserve counts as parked from the moment it may be on
                     # its way: one cancelled while its publish is in flight may reach
                     # the scheduler all the same, and must be forgotten there.
                     parked = waits
                     may_have_run = may_have_run or op not in READS
+                    if not sent_before and op not in READS:
+                        resend_until = loop.time() + resend_for
+                        if waits:  # and for its wait (none: while it waits)
+                            resend_until += float("inf") if give_up is None else (wait or 0.0)
                     sent_before = True
                     await self._request(
                         transport, op, request_id, pack(sent if op == "reserve" else args), ttl
@@ -137,7 +150,8 @@ class Calls(LinkState):
                 except SchedulerNotRunning:
                     raise
                 except (NoScheduler, ConnectionError, OSError) as exc:
-                    left = unanswered_since + self._request_timeout - loop.time()
+                    left = min(unanswered_since + self._request_timeout, resend_until)
+                    left -= loop.time()
                     if left <= 0:
                         raise self._no_reply(op, may_have_run, "no scheduler answered") from exc
                     # Until a new scheduler or connection, or the close of this link

@@ -26,6 +26,7 @@ from typing import Any
 
 from ....errors import QueueClosed
 from .._codec import pack, raise_error, unpack
+from .._constants import RESEND_FOR
 from .._transport import BlockingTransport, NoScheduler, OnReply
 from ._core import ANNOUNCEMENTS, READS, LinkCore, take_group
 
@@ -104,15 +105,22 @@ class Direct:
         self._pending[call.request_id] = call
         may_have_run = False
         unanswered_since = time.monotonic()
+        # A change is not sent again past RESEND_FOR s (or the request timeout) since
+        # its first send, as :meth:`~._calls.Calls._call` says.
+        resend_until = float("inf")
         try:
             while True:
                 elections = self._elections
-                deadline = unanswered_since + self._request_timeout
+                if time.monotonic() >= resend_until:
+                    raise self._no_reply(op, may_have_run, True)
+                deadline = min(unanswered_since + self._request_timeout, resend_until)
                 sent = False
                 try:
                     if self._closed:
                         raise QueueClosed("the queue was closed")
                     may_have_run = may_have_run or op not in READS
+                    if may_have_run and resend_until == float("inf"):
+                        resend_until = time.monotonic() + min(self._request_timeout, RESEND_FOR)
                     self._send(call, deadline)
                     sent = True
                     unanswered_since = time.monotonic()
@@ -187,7 +195,7 @@ class Direct:
     def _publish(self, waiting: list[_Call], deadline: float) -> None:
         """Publish the requests ``waiting``, as few messages as MAX_GROUP_BYTES allows,
         each marked sent (with its error, if its message failed)."""
-        ttl = int(self._request_timeout * 1000)
+        ttl = int(min(self._request_timeout, RESEND_FOR) * 1000)
         for group in _groups(waiting):
             op, request_id, body = self._core.message(
                 [(item.op, item.request_id, item.body) for item in group], self._pending

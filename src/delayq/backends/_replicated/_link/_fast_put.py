@@ -16,7 +16,7 @@ import uuid
 from typing import Any
 
 from ....errors import QueueClosed
-from .._constants import FIRE_AHEAD_MS
+from .._constants import FIRE_AHEAD_MS, RESEND_FOR
 from .._transport import NoScheduler, Refused, Transport
 from ._core import take_group
 from ._state import FastPut, LinkState
@@ -166,7 +166,9 @@ class FastPuts(LinkState):
         for a plain put): the scheduler decides its puts as of then. With ``nudge``, the
         broker hands the scheduler a copy at once too (docs/rabbitmq.md, "Fast put")."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._request_timeout
+        # Not appended again past RESEND_FOR either: the scheduler remembers a put's
+        # request id for a bounded time only (DEDUP_WINDOW).
+        deadline = loop.time() + min(self._request_timeout, RESEND_FOR)
         may_have_run = False
         while True:
             left = deadline - loop.time()

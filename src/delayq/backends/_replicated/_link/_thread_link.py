@@ -16,6 +16,7 @@ from typing import Any
 
 from ...._fork import generation
 from ....errors import QueueClosed
+from .._constants import RESEND_FOR
 from .._transport import NoScheduler, Transport
 from ._core import take_group
 from ._direct import Direct
@@ -269,7 +270,8 @@ class ThreadLink:
 
     def _append(self, link: LoopLink, batch: list[_Waiting]) -> None:
         """Append ``batch`` as this link's next intake message, on a new connection when
-        one fails, for up to the request timeout (as :meth:`LoopLink._append` does)."""
+                one fails, for up to the request timeout or RESEND_FOR, the shorter (as
+        :meth:`LoopLink._append` does)."""
         queues = [put.queue for put in batch]
         if not link.intake_ready(queues):
             self._run(link.prepare_intake(queues))
@@ -282,7 +284,7 @@ class ThreadLink:
         core = link.core
         seq, nudge = core.next_intake(any(put.soon for put in batch), time.monotonic())
         parts = [[put.request_id, put.queue, put.requests] for put in batch]
-        deadline = time.monotonic() + link.request_timeout
+        deadline = time.monotonic() + min(link.request_timeout, RESEND_FOR)
         may_have_run = False
         while True:
             try:

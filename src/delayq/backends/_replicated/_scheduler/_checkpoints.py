@@ -1,8 +1,11 @@
 """Checkpoints (docs/rabbitmq.md, "Checkpoints and retention") roll the live records
 forward so that the log can drop its old segments: a ``checkpoint-begin`` operation
-(the sequence numbers, the last now, the delivery targets and the dedup table), the
-live records' images ~1000 to a ``checkpoint`` operation, one append at a time between
-the requests, then ``checkpoint-end``. Once that is confirmed the scheduler publishes
+(the sequence numbers, the last now, the delivery targets; its dedup table empty), the
+dedup table's entries ``[request id, kind, reply, decided at]`` DEDUP_CHUNK to a
+``checkpoint-dedup`` operation (each entry as it stands when its chunk is logged: one
+taken back or dropped meanwhile is not carried), then the live records' images ~1000
+to a ``checkpoint`` operation, one append at a time between the requests, then
+``checkpoint-end``. Once that is confirmed the scheduler publishes
 a pointer ``[reign, offset, checkpoint id]``, where the next scheduler starts its
 replay. A confirm carries no offset, so the pointer's is the offset of the reign's
 entry (the last entry a replay reads) plus the appends since: the begin entry's own,
@@ -27,8 +30,8 @@ from pathlib import Path
 
 from ...._log import log_event
 from .._codec import encode_record, pack
-from .._constants import CHECKPOINT_CHUNK, CHECKPOINT_ENTRIES, LOCATE_TIMEOUT
-from ._state import BEGIN, END, IMAGES, Op, Reply, SchedulerState
+from .._constants import CHECKPOINT_CHUNK, CHECKPOINT_ENTRIES, DEDUP_CHUNK, LOCATE_TIMEOUT
+from ._state import BEGIN, DEDUP, END, IMAGES, Op, Reply, SchedulerState
 
 __all__ = ["Checkpoints"]
 
@@ -76,13 +79,25 @@ class Checkpoints(SchedulerState):
             self._last_now,
             {queue: store.last_seq for queue, store in self._queues.items()},
             {queue: list(target) for queue, target in self._targets.items()},
-            [[request_id, kind, reply] for request_id, (kind, reply) in self._dedup.items()],
+            [],  # the dedup table follows in chunks: no begin of many megabytes
             [self._intake_next, list(self._clients.items())],
         ]
         live = [(queue, list(store.records)) for queue, store in self._queues.items()]
+        remembered = list(self._dedup)
         self._grown_bytes = self._grown_entries = 0
         floor = self._now().floor
         await self._logged([BEGIN, "", f"begin:{checkpoint}", floor, 0, [], [], "", pack(begin)])
+        dedup = self._dedup
+        for at in range(0, len(remembered), DEDUP_CHUNK):
+            part = [
+                [request_id, *entry]
+                for request_id in remembered[at : at + DEDUP_CHUNK]
+                if (entry := dedup.get(request_id)) is not None
+            ]
+            if part:
+                mark = f"dedup:{checkpoint}:{at // DEDUP_CHUNK + 1}"
+                floor = self._now().floor
+                await self._logged([DEDUP, "", mark, floor, 0, [], [], "", pack(part)])
         chunks = images = 0
         for queue, ids in live:
             for at in range(0, len(ids), CHECKPOINT_CHUNK):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._checkpoints import Checkpoints
+from ._dedup import Dedup
 from ._delivery import Delivering
 from ._group_commit import GroupCommit
 from ._intake import Intake
@@ -13,6 +14,6 @@ from ._waiting import Waiting
 __all__ = ["Scheduler"]
 
 
-class Scheduler(Reign, Requests, Intake, GroupCommit, Checkpoints, Waiting, Delivering):
+class Scheduler(Reign, Requests, Intake, GroupCommit, Checkpoints, Dedup, Waiting, Delivering):
     """Elected once :meth:`run` is called: replays the log, then serves requests until
     :meth:`stop` (or an append fails: it then stops and calls ``on_stopped``)."""

@@ -63,7 +63,11 @@ class Intake(SchedulerState):
     def _on_marker(self, body: bytes) -> None:
         """A sweep's marker was read: release its clients' held requests."""
         try:
-            reign, clients = unpack(body)
+            marker = unpack(body)
+            if isinstance(marker, list) and len(marker) == 3 and marker[1] == "dedup":
+                self._on_dedup_marker(marker[0], marker[2])  # a prune's (_dedup.py)
+                return
+            reign, clients = marker
         except Exception:  # not a sweep's (a new scheduler's end marker)
             return
         if self._stopped or reign != self._reign or clients != sorted(self._sweeping or ()):

@@ -17,7 +17,7 @@ from ...._log import log_event
 from .._codec import pack, unpack
 from .._constants import FOLLOW_STALL, RENEW_EVERY, STANDBY_IDLE, STANDBY_SWEEP_BYTES
 from .._transport import LogEntry
-from ._state import BEGIN, END, IMAGES, INTAKE, Op, SchedulerState
+from ._state import BEGIN, DEDUP, END, IMAGES, INTAKE, PRUNE, Op, SchedulerState
 
 __all__ = ["Reign"]
 
@@ -109,6 +109,7 @@ class Reign(SchedulerState):
         self._serving = True
         await self._transport.announce(self._reign)
         self._schedule_renewal()
+        self._start_pruning()
         for queue in list(self._queues):
             self._service(queue)
         for queue in list(self._targets):
@@ -295,13 +296,24 @@ class Reign(SchedulerState):
             store.last_seq = max(store.last_seq, last_seq)
         for queue, target in targets.items():
             self._configure(queue, target)
-        for request_id, kind, reply in dedup:
-            self._remember(request_id, kind, reply)
+        # Decided at the time each carries; a checkpoint written before the entries
+        # carried one (three fields): at the begin's (this reign keeps them all for its
+        # first DEDUP_WINDOW s in any case). Newer checkpoints carry them after the
+        # begin, in DEDUP operations.
+        for request_id, kind, reply, *at in dedup:
+            self._remember(request_id, kind, reply, at[0] if at else last_now)
 
     def _fold(self, op: Op) -> None:
         name, queue, request_id, floor, last_seq, images, deletes, kind, reply = op
         if name in (BEGIN, END):
             return  # a checkpoint's bounds matter only where a replay starts
+        if name == PRUNE:  # entries the scheduler dropped (_dedup.py)
+            self._prune(unpack(reply))
+            return
+        if name == DEDUP:  # a chunk of the dedup table as it stood (_checkpoints.py)
+            for entry_id, entry_kind, entry_reply, at in unpack(reply):
+                self._remember(entry_id, entry_kind, entry_reply, at)
+            return
         if name == INTAKE:
             self._folded(*unpack(reply))
             self._last_now = max(self._last_now, floor)

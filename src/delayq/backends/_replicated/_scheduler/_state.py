@@ -9,7 +9,9 @@ the records the operation wrote (whole), the ids it deleted, the queue's last se
 number, and the reply it earned (so that a request resent after a failover is answered
 from the log, not applied twice); a request id with no reply kind takes back the
 request's logged reply (a held one dropped before it left). Replay is a fold with no
-clock and no decision (_reign.py).
+clock and no decision (_reign.py). Each request id of the dedup table keeps the time
+it was decided at (the log's time: ``now_floor``, or the latest before it), so that
+the table is bounded by age as well as by size (_dedup.py).
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ from ._journal import Journal, image_bytes
 __all__ = [
     "BEGIN",
     "CHECKPOINT_OPS",
+    "DEDUP",
     "END",
     "IMAGES",
     "INTAKE",
+    "PRUNE",
     "Op",
     "Parked",
     "Reply",
@@ -44,11 +48,15 @@ __all__ = [
 #: What an operation of the log is made of, before packing.
 Op = list[Any]
 
-#: The operations of a checkpoint (their request id field carries the entry's mark).
-BEGIN, IMAGES, END = "checkpoint-begin", "checkpoint", "checkpoint-end"
-CHECKPOINT_OPS = frozenset({BEGIN, IMAGES, END})
+#: The operations of a checkpoint (their request id field carries the entry's mark):
+#: its begin, the dedup table's entries in chunks after it, the live images, its end.
+BEGIN, DEDUP, IMAGES, END = "checkpoint-begin", "checkpoint-dedup", "checkpoint", "checkpoint-end"
+CHECKPOINT_OPS = frozenset({BEGIN, DEDUP, IMAGES, END})
 #: The operation that notes how far the intake is folded.
 INTAKE = "intake"
+#: The operation that drops the dedup table's entries decided at or before a time
+#: (_dedup.py), so that a replay, and a hot standby, hold the table the scheduler held.
+PRUNE = "dedup-prune"
 
 
 class Parked:
@@ -125,7 +133,15 @@ class SchedulerState(abc.ABC):
         self._reign = uuid.uuid4().hex
         self._queues: dict[str, Journal] = {}
         self._last_now = 0
-        self._dedup: collections.OrderedDict[str, tuple[str, bytes]] = collections.OrderedDict()
+        # request id -> (reply kind, reply, decided at: the log's time, epoch ms), oldest
+        # first; the reign's start (its logged time, the loop's time) that their age is
+        # counted from, and whether a prune's marker is on its way (_dedup.py).
+        self._dedup: collections.OrderedDict[str, tuple[str, bytes, int]] = (
+            collections.OrderedDict()
+        )
+        self._anchor: tuple[int, float] | None = None
+        self._prune_marked = False
+        self._prune_timer: asyncio.TimerHandle | None = None
         self._parked: dict[str, dict[str, Parked]] = {}
         # queue -> (exchange, routing key): the queues whose messages the scheduler
         # itself publishes at their time (configure), and how many it has in flight
@@ -212,6 +228,8 @@ class SchedulerState(abc.ABC):
         self._timers.clear()
         if self._renewal is not None:
             self._renewal.cancel()
+        if self._prune_timer is not None:
+            self._prune_timer.cancel()
         for task in self._tasks:
             task.cancel()
         self._on_stopped()
@@ -244,10 +262,24 @@ class SchedulerState(abc.ABC):
         self._last_now = floor
         return Now(floor, max(now.ceil, floor))
 
-    def _remember(self, request_id: str, kind: str, reply: bytes) -> None:
-        self._dedup[request_id] = (kind, reply)
-        if len(self._dedup) > DEDUP_SIZE:
-            self._dedup.popitem(last=False)
+    def _remember(self, request_id: str, kind: str, reply: bytes, at: int | None = None) -> None:
+        """Remember ``request_id``'s reply, decided at ``at`` (the log's time, epoch ms;
+        None: the last time logged). A request id remembered again moves to the end."""
+        dedup = self._dedup
+        dedup.pop(request_id, None)
+        dedup[request_id] = (kind, reply, self._last_now if at is None else at)
+        if len(dedup) > DEDUP_SIZE:
+            dedup.popitem(last=False)
+
+    def _prune(self, cutoff: int) -> None:
+        """Drop the dedup table's entries decided at or before ``cutoff``, oldest first
+        (one remembered out of order, behind a newer one, waits its turn)."""
+        dedup = self._dedup
+        while dedup:
+            request_id, entry = next(iter(dedup.items()))
+            if entry[2] > cutoff:
+                break
+            del dedup[request_id]
 
     def _entry(
         self,
@@ -268,7 +300,10 @@ class SchedulerState(abc.ABC):
             return None
         if request_id:
             self._remember(request_id, kind, body)
-        return [op, queue, request_id, now.floor, store.last_seq, images, deletes, kind, body]
+        # The scheduler's last time (a fast put's ``now`` may be its client's, earlier):
+        # a replay remembers the request id as decided at that same time.
+        floor = max(now.floor, self._last_now)
+        return [op, queue, request_id, floor, store.last_seq, images, deletes, kind, body]
 
     def _decided(
         self,
@@ -312,6 +347,16 @@ class SchedulerState(abc.ABC):
 
     @abc.abstractmethod
     def _maybe_checkpoint(self) -> None:
+        raise NotImplementedError
+
+    # _dedup.py
+
+    @abc.abstractmethod
+    def _start_pruning(self) -> None:
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def _on_dedup_marker(self, reign: str, cutoff: int) -> None:
         raise NotImplementedError
 
     # _group_commit.py

@@ -43,7 +43,7 @@ class Waiting(SchedulerState):
         known = self._dedup.get(request_id)
         if known is None or known[0] not in ("ok", "held"):
             return
-        items = reserve_items(*known)
+        items = reserve_items(known[0], known[1])
         if not isinstance(items, list) or not items:
             return
         store = self._store(queue)
