@@ -82,6 +82,7 @@ class Reply:
         "queue",
         "reply_to",
         "request_id",
+        "resent",
         "send_at",
     )
 
@@ -105,6 +106,9 @@ class Reply:
         self.done = done  # not sent: resolved once what was decided before it is logged
         self.send_at: float | None = None  # held: not sent before this time of the loop
         self.dropped = False  # held, and given up before it left (not sent)
+        #: A resend of its request was answered with it again (from the dedup table),
+        #: while it was on its way: its claim is that answer's too.
+        self.resent = False
 
 
 class SchedulerState(abc.ABC):
@@ -126,6 +130,8 @@ class SchedulerState(abc.ABC):
         self._queues: dict[str, Journal] = {}
         self._last_now = 0
         self._dedup: collections.OrderedDict[str, tuple[str, bytes]] = collections.OrderedDict()
+        #: Request id -> a reply that claimed messages, while it is on its way.
+        self._claiming: dict[str, Reply] = {}
         self._parked: dict[str, dict[str, Parked]] = {}
         # queue -> (exchange, routing key): the queues whose messages the scheduler
         # itself publishes at their time (configure), and how many it has in flight
