@@ -3,7 +3,10 @@
 connection by the thread that calls, which reads the reply there (that 16 threads'
 calls leave from their threads, and together: test_amqp_coalesce.py). Checked here:
 the sync connection closed by the broker under calls of four threads (each call
-still returns, each put stored once).
+still returns, each put stored once); reserves, waiting ones too, served while the
+link's loop thread is blocked; a waiting reserve interrupted gives back what it
+claimed, whether its answer was on its way or not; the sync connection closed under
+waiting reserves loses and doubles nothing.
 
 The tests use the shared RabbitMQ under a namespace (``prefix``) of their own, deleted
 afterwards; the schedulers are ``delayq scheduler`` processes of the test's own.
@@ -11,15 +14,23 @@ afterwards; the schedulers are ``delayq scheduler`` processes of the test's own.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import signal
+import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import pytest
 
 from backends.test_amqp_fastput import client, scheduler
 from backends.test_amqp_thread_put import calls_under_closes
 from conformance.conftest import amqp_url
+from delayq.backends._replicated._link import ThreadLink
 from delayq.durable import Queue
 
 pytest.importorskip("pika")
@@ -49,3 +60,181 @@ def test_the_sync_connection_closed_under_calls_loses_and_doubles_nothing(url: s
         acked = calls_under_closes(url, put_and_get)
         assert len(acked) == len(set(acked))
         assert queue.stats().scheduled == len(acked)
+
+
+@pytest.fixture
+def links(monkeypatch: pytest.MonkeyPatch) -> list[ThreadLink]:
+    """The sync links (ThreadLink) the test's queues start, in order."""
+    started: list[ThreadLink] = []
+    start = ThreadLink._start
+
+    def spy(self: ThreadLink) -> None:
+        started.append(self)
+        start(self)
+
+    monkeypatch.setattr(ThreadLink, "_start", spy)
+    return started
+
+
+@contextlib.contextmanager
+def blocked_loop(link: ThreadLink) -> Iterator[None]:
+    """``link``'s loop thread held in a callback until the block ends."""
+    release = threading.Event()
+    holding = threading.Event()
+
+    def hold() -> None:
+        holding.set()
+        release.wait(60)
+
+    link._loop.call_soon_threadsafe(hold)
+    assert holding.wait(10)
+    try:
+        yield
+    finally:
+        release.set()
+
+
+def test_sync_reserves_go_from_the_callers_thread_while_the_loop_thread_is_blocked(
+    url: str, links: list[ThreadLink]
+) -> None:
+    """Once a scheduler answered, a sync consumer's reserves (waiting, parked at the
+    scheduler until a put; without wait; one held until a due time a moment ahead),
+    acks and a fast put all go and come back while the link's loop thread cannot run
+    (not an ``ack_many`` after a waiting reserve: it sends the next reserve ahead, on
+    the loop)."""
+    with (
+        scheduler(url),
+        Queue(client(url), name="jobs", request_timeout=10) as queue,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        queue.stats()  # the first call: a scheduler answered this link
+        with blocked_loop(links[-1]):  # the queue's (a scheduler's wait had one)
+            waiting = pool.submit(queue.reserve, wait=10, max=5)
+            time.sleep(0.5)  # parked at the scheduler
+            assert not waiting.done()
+            id = queue.put("now")  # a fast put, from this thread
+            assert [m.id for m in waiting.result(timeout=5)] == [id]
+            queue.ack(waiting.result()[0])  # an ack_many would send a reserve ahead: loop
+            later = queue.put("later", delay=0.3)
+            started = time.monotonic()
+            got = pool.submit(queue.reserve, wait=5).result(timeout=6)
+            assert [m.id for m in got] == [later]
+            assert time.monotonic() - started >= 0.25  # held until its due time
+            queue.ack(got[0])
+            queue.put("plain", id="plain")
+            got = pool.submit(queue.reserve, wait=0).result(timeout=5)
+            assert [m.id for m in got] == ["plain"]
+            queue.ack(got[0])
+            assert queue.stats().ready == 0
+
+
+class _Interrupted(BaseException):
+    """What a timeout's signal handler raises in the test's main thread."""
+
+
+@contextlib.contextmanager
+def interrupt_after(seconds: float) -> Iterator[None]:
+    """Raise _Interrupted in this (main) thread after ``seconds``, as a timeout does."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("put_before", [False, True])
+def test_an_interrupted_waiting_sync_reserve_gives_back_what_it_claimed(
+    url: str, put_before: bool
+) -> None:
+    """A waiting sync reserve is interrupted (a timeout's exception in its thread)
+    while it is parked, or about when a put claims a message for it (its answer on its
+    way, or read already): the message is not kept for the abandoned reserve until its
+    lease ends; another consumer gets it at once, its first attempt. Rounds at several
+    delays between the put and the interrupt (a reserve that returned the message
+    before the interrupt acks it)."""
+    with (
+        scheduler(url),
+        Queue(client(url), name="jobs", request_timeout=10) as queue,
+        Queue(client(url), name="jobs", request_timeout=10) as producer,
+        Queue(client(url), name="jobs", request_timeout=10) as other,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        queue.stats()
+        producer.stats()
+
+        def put_after(seconds: float, id: str) -> None:
+            time.sleep(seconds)
+            producer.put(id, id=id)
+
+        interrupted = 0
+        for round in range(10):
+            id = f"m{round}"
+            put = pool.submit(put_after, 0.28 + 0.003 * round, id) if put_before else None
+            got: list[Any] | None = None
+            try:
+                with interrupt_after(0.3):
+                    got = queue.reserve(wait=10, lease=60)
+            except _Interrupted:
+                interrupted += 1
+            if put is None:
+                producer.put(id, id=id)
+            else:
+                put.result()
+            if got is not None:
+                assert [m.id for m in got] == [id]
+                queue.ack(got[0])
+                continue
+            started = time.monotonic()
+            taken = other.reserve(wait=5, lease=60)
+            assert [(m.id, m.attempts) for m in taken] == [(id, 1)], round
+            assert time.monotonic() - started < 3, round
+            other.ack(taken[0])
+            stats = queue.stats()
+            assert stats.ready == stats.active == 0
+        assert interrupted >= 3
+
+
+#: The consumers' lease: an answer read by nobody before its connection closed comes
+#: back after it; the calls between a reserve and its ack take well under it.
+LEASE = 10
+
+
+def test_the_sync_connection_closed_under_waiting_reserves_loses_and_doubles_nothing(
+    url: str,
+) -> None:
+    """The broker closes the sync connection three times while four threads put and
+    reserve (waiting) and ack on one queue object: every call returns; every message
+    put is received by a consumer once and acked (one whose answer went with a closed
+    connection is given back, or comes back after its lease), none twice."""
+    received: collections.Counter[str] = collections.Counter()
+    lost: list[str] = []
+    with (
+        scheduler(url),
+        Queue(f"{client(url)}&fast_put=off", name="jobs", request_timeout=30) as queue,
+    ):
+        queue.stats()
+
+        def put_and_take(k: int, i: int) -> str:
+            id = queue.put(i, id=f"{k}-{i}")
+            messages = queue.reserve(wait=0.5, max=3, lease=LEASE)
+            received.update(m.id for m in messages)
+            lost.extend(queue.ack_many(messages))
+            return id
+
+        put = calls_under_closes(url, put_and_take)
+        deadline = time.monotonic() + 4 * LEASE
+        while sum(received.values()) < len(put) and time.monotonic() < deadline:
+            messages = queue.reserve(wait=1, max=100, lease=LEASE)
+            received.update(m.id for m in messages)
+            lost.extend(queue.ack_many(messages))
+        assert lost == []
+        assert sorted(received) == sorted(put)
+        assert set(received.values()) == {1}
+        stats = queue.stats()
+        assert stats.ready == stats.active == stats.scheduled == 0

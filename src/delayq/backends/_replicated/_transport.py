@@ -89,17 +89,21 @@ OnIntake = Callable[[int, bytes], None]
 class BlockingTransport(Protocol):
     """One connection for the sync face's calls, used from its callers' threads (each
     blocks on it; :class:`~._link.ThreadLink`): requests and their replies, and the
-    intake's appends. Opened on first use, again after one failed; used only once the
-    transport that made it has opened (the namespace's objects are declared). The
-    threads share it: :meth:`wait` reads it in turns, and ``on_reply`` /
-    ``on_elected`` (given when it was made, as to :meth:`Transport.open`) are called
-    by the thread reading. Every ``deadline`` is a ``time.monotonic()``."""
+    intake's appends. Opened on first use, again after one failed (the first time
+    perhaps alongside the transport that made it, whose open declares the namespace's
+    objects: it declares what it binds to itself); used for calls only once that
+    transport has opened. The threads share it: :meth:`wait` reads it in turns, and
+    ``on_reply`` / ``on_elected`` (given when it was made, as to
+    :meth:`Transport.open`) are called by the thread reading. Every ``deadline`` is
+    a ``time.monotonic()``."""
 
     def connect(self, deadline: float) -> None:
         """Open the connection unless it is open; ConnectionError or OSError
         (TimeoutError past ``deadline``) when it cannot."""
 
-    def request(self, op: str, request_id: str, body: bytes, ttl_ms: int, deadline: float) -> None:
+    def request(
+        self, op: str, request_id: str, body: bytes, ttl_ms: int | None, deadline: float
+    ) -> None:
         """As :meth:`Transport.request`, returning once it is sent."""
 
     def append(self, body: bytes, *, nudge: bool, deadline: float) -> None:
@@ -110,6 +114,11 @@ class BlockingTransport(Protocol):
     def wait(self, done: Callable[[], bool], until: float) -> None:
         """Block until ``done()`` (checked whenever something came) or ``until``;
         ConnectionError once the connection is lost."""
+
+    def poll(self) -> None:
+        """Hand out what came already (to ``on_reply`` / ``on_elected``), without
+        waiting and without opening a connection; nothing when a thread is reading
+        (it hands out what comes). A failure drops the connection, silently."""
 
     def close(self) -> None:
         """Drop the connection, if any (a thread waiting on it wakes)."""

@@ -22,6 +22,7 @@ wait is bounded by the caller's deadline.
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 import ssl
 import threading
@@ -97,6 +98,8 @@ class _Connection:
         #: The intake publishes the broker confirmed (True) or refused (False).
         self.settled: dict[int, bool] = {}
         self._sock = self._connect(broker, deadline)
+        self._poller = select.poll()
+        self._poller.register(self._sock, select.POLLIN)
         try:
             self.inbox = self._handshake(events, deadline)
         except BaseException:
@@ -119,38 +122,54 @@ class _Connection:
         return sock
 
     def _handshake(self, events: str, deadline: float) -> str:
-        """Open the channels and consume the inbox; its name."""
+        """Open the channels and consume the inbox; its name. The steps that need no
+        answer of the one before leave together (three round trips after the
+        connection's own, not seven: a slow link pays each)."""
         wire = self._wire
         self._until(lambda event: isinstance(event, Opened), deadline)
         for channel in (_REQUESTS, _INBOX, _INTAKE):
             wire.send(channel, commands.Channel.Open())
+        for _ in range(3):
             self._until(_replied(commands.Channel.OpenOk), deadline)
         wire.send(_INTAKE, commands.Confirm.Select())
-        self._until(_replied(commands.Confirm.SelectOk), deadline)
+        # Declared as the backend object's own connection declares it (the same
+        # arguments: a no-op once it exists), for this connection may open first.
+        wire.send(
+            _INBOX, commands.Exchange.Declare(exchange=events, exchange_type="fanout", durable=True)
+        )
         wire.send(
             _INBOX,
             commands.Queue.Declare(
                 queue="", exclusive=True, auto_delete=True, arguments={"x-queue-type": "classic"}
             ),
         )
+        self._until(_replied(commands.Confirm.SelectOk), deadline)
+        self._until(_replied(commands.Exchange.DeclareOk), deadline)
         declared = self._until(_replied(commands.Queue.DeclareOk), deadline)
         assert isinstance(declared, Method)
         inbox: str = declared.method.queue
         wire.send(_INBOX, commands.Queue.Bind(queue=inbox, exchange=events))
-        self._until(_replied(commands.Queue.BindOk), deadline)
         wire.send(_INBOX, commands.Basic.Consume(queue=inbox, no_ack=True))
+        self._until(_replied(commands.Queue.BindOk), deadline)
         self._until(_replied(commands.Basic.ConsumeOk), deadline)
         return inbox
 
     def _until(self, wanted: Callable[[Event], bool], deadline: float) -> Event:
         """Send what the wire has queued, then read until an event is ``wanted`` (the
-        handshake's own steps, on this thread alone)."""
+        handshake's own steps, on this thread alone); the others read meanwhile are
+        kept, in order, for the next read."""
         self._flush()
-        while True:
-            for event in self.read(_left(deadline)):
-                if wanted(event):
-                    return event
-                self._early.append(event)
+        skipped: list[Event] = []
+        try:
+            while True:
+                events = self.read(_left(deadline))
+                for index, event in enumerate(events):
+                    if wanted(event):
+                        skipped += events[index + 1 :]
+                        return event
+                    skipped.append(event)
+        finally:
+            self._early[:0] = skipped
 
     def publish(self, channel: int, exchange: str, key: str, body: bytes, properties: Any) -> int:
         """Publish ``body`` (its confirm number on the intake channel, else 0)."""
@@ -168,6 +187,15 @@ class _Connection:
         data = self._wire.data_to_send()
         if data:
             self._sock.sendall(data)
+
+    def ready(self) -> bool:
+        """Whether something came that :meth:`read` would return at once."""
+        sock = self._sock
+        return bool(
+            self._early
+            or (isinstance(sock, ssl.SSLSocket) and sock.pending())
+            or self._poller.poll(0)
+        )
 
     def read(self, timeout: float) -> list[Event]:
         """The events of what came within ``timeout`` seconds (none: nothing came);
@@ -277,7 +305,9 @@ class BlockingClient:
             assert error is not None
             raise error
 
-    def request(self, op: str, request_id: str, body: bytes, ttl_ms: int, deadline: float) -> None:
+    def request(
+        self, op: str, request_id: str, body: bytes, ttl_ms: int | None, deadline: float
+    ) -> None:
         """See :meth:`~.._replicated.BlockingTransport.request`."""
         connection = self._connected(deadline)
         properties = commands.Basic.Properties(
@@ -285,7 +315,7 @@ class BlockingClient:
             correlation_id=request_id,
             message_id=request_id,
             message_type=op,
-            expiration=str(ttl_ms),
+            expiration=None if ttl_ms is None else str(ttl_ms),
         )
         try:
             connection.publish(_REQUESTS, self._rpc, RPC_KEY, body, properties)
@@ -344,6 +374,45 @@ class BlockingClient:
                 raise ConnectionError(f"the AMQP connection failed: {exc}") from exc
             raise
 
+    def poll(self) -> None:
+        """See :meth:`~.._replicated.BlockingTransport.poll`."""
+        connection = self._connection
+        if connection is None or connection.lost:
+            return
+        with self._turn_lock:
+            if self._reading:
+                return  # the thread reading hands out what comes
+            self._reading = True
+        try:
+            while connection.ready():
+                events = connection.read(0.0)
+                with self._turn_lock:
+                    self._hand_out(events)
+        except BaseException as exc:
+            self._drop(connection)
+            if not isinstance(exc, (ConnectionError, OSError)):
+                raise
+        finally:
+            with self._turn_lock:
+                self._reading = False
+                if self._waiting:
+                    self._turn.notify_all()  # a thread waiting for the turn takes it
+
+    def _hand_out(self, events: list[Event]) -> None:
+        """Hand the deliveries of the inbox among ``events`` to whom they are for (the
+        turn lock held)."""
+        for event in events:
+            if isinstance(event, Delivered) and event.channel == _INBOX:
+                properties = event.properties
+                if properties.message_type == "elected":
+                    self._on_elected()
+                else:
+                    self._on_reply(
+                        properties.correlation_id or "",
+                        properties.message_type or "",
+                        event.body,
+                    )
+
     def _read(self, connection: _Connection, done: Callable[[], bool], until: float) -> None:
         """Read ``connection`` (this thread's turn) until ``done()`` or ``until``,
         handing out what comes; the turn passes on as it ends."""
@@ -351,17 +420,7 @@ class BlockingClient:
         while True:
             events = connection.read(until - time.monotonic())
             with self._turn_lock:
-                for event in events:
-                    if isinstance(event, Delivered) and event.channel == _INBOX:
-                        properties = event.properties
-                        if properties.message_type == "elected":
-                            self._on_elected()
-                        else:
-                            self._on_reply(
-                                properties.correlation_id or "",
-                                properties.message_type or "",
-                                event.body,
-                            )
+                self._hand_out(events)
                 over = done() or time.monotonic() >= until
                 if over:
                     self._reading = False

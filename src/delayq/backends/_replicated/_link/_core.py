@@ -108,6 +108,11 @@ class LinkCore:
         #: Until when (a monotonic time) the scheduler said ``quiet``: no reserve waits,
         #: so a put due soon is not copied to it (the intake's tail brings it).
         self.quiet_until = 0.0
+        #: Whose announcements count (None: the loop's link): a backend object that
+        #: has two connections takes them from one, in the order it reads them (two
+        #: connections' reads interleave: a ``quiet`` read late on one would undo the
+        #: ``nudge`` after it read on the other).
+        self.announcer: object | None = None
         #: Request id -> queue, of reserves their callers abandoned; and -> queue and the
         #: leases its caller got, of reserves answered: a late answer to either (a resend
         #: that a new scheduler served too) gives back what no caller received.
@@ -173,12 +178,15 @@ class LinkCore:
         parts += [[op, request_id, body] for op, request_id, body in requests]
         return "batch", uuid.uuid4().hex, pack(parts)
 
-    def announced(self, request_id: str, kind: str, now: float) -> bool:
-        """Whether a reply is the scheduler's announcement (then taken: ``full``
-        turns fast puts to the plain path; ``quiet``, at ``now`` a monotonic time,
-        holds their copies to the scheduler for QUIET_HOLD; ``nudge`` lets them go)."""
+    def announced(self, request_id: str, kind: str, now: float, by: object = None) -> bool:
+        """Whether a reply is the scheduler's announcement (then taken, when read by
+        the :attr:`announcer` ``by``: ``full`` turns fast puts to the plain path;
+        ``quiet``, at ``now`` a monotonic time, holds their copies to the scheduler for
+        QUIET_HOLD; ``nudge`` lets them go)."""
         if request_id or kind not in ANNOUNCEMENTS:
             return False
+        if by is not self.announcer:
+            return True
         if kind == "full":
             self.full = self._fast_put
         else:
@@ -199,9 +207,11 @@ class LinkCore:
         """The scheduler took a plain put: there is room again for fast ones."""
         self.full = False
 
-    def elected(self) -> None:
-        """A scheduler was elected: it says ``quiet`` again if no reserve waits."""
-        self.quiet_until = 0.0
+    def elected(self, by: object = None) -> None:
+        """A scheduler was elected (read by ``by``): it says ``quiet`` again if no
+        reserve waits."""
+        if by is self.announcer:
+            self.quiet_until = 0.0
 
     # -- late answers to reserves ----------------------------------------------------
 

@@ -3,20 +3,33 @@ path"): a request published from that thread on the
 :class:`~.._transport.BlockingTransport`, and its reply waited for there, the thread
 taking its turn to read the connection. The decisions are the link core's
 (:class:`~._core.LinkCore`, shared with the loop's link of the same backend object):
-the ``after`` barrier behind this link's fast puts, the announcements. The requests of
-threads that call at once leave as one message (as the loop's outbox does), and a
-request is resent with the same id on a new connection, or to a newly elected
-scheduler, until the request timeout.
+the ``after`` barrier behind this link's fast puts, the announcements (read from this
+connection only, in order: :meth:`Direct.heard` before each decision), late answers.
+The requests of threads that call at once leave as one message (as the loop's outbox
+does), and a request is resent with the same id on a new connection, or to a newly
+elected scheduler, until the request timeout.
 
-A :class:`~._thread_link.ThreadLink` sends a call this way once its loop's link was
-answered once (a first call says, at once, what a URL's mistake or a namespace with no
-scheduler is), and keeps to its loop the calls that need it: a reserve (its wait, the
-candidacy it may start, its hold and late answers), an ``ack_many`` that sends the
-next reserve ahead, and a queue's first call that must be configured.
+Reserves go this way too, as the loop's link sends them (``_calls``): a waiting one
+parks at the scheduler until something is due or its wait ends, the caller's thread
+reading the connection meanwhile; one interrupted (KeyboardInterrupt, a timeout's
+exception) is forgotten at the scheduler, which gives back what it claimed; a late
+answer (a resend both schedulers served, a forgotten reserve served meanwhile) gives
+back what no caller got. The hold of messages claimed ahead of their due time is the
+caller's (:class:`~._thread_link.ThreadLink`), which gives them back here if it is
+interrupted.
+
+A ThreadLink sends a call this way once its loop's link was answered once (a first call
+says, at once, what a URL's mistake or a namespace with no scheduler is), and keeps to
+its loop what needs one (:meth:`~._state.LinkState.direct_ready`): standing for
+election (a waiting reserve of a backend object with ``scheduler=auto`` starts it
+there first), the reserve a sequential consumer sends with its acks (its answer is
+given back by a timer when no caller takes it), and a queue's first call that must be
+configured.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -28,32 +41,45 @@ from ....errors import QueueClosed
 from .._codec import pack, raise_error, unpack
 from .._constants import RESEND_FOR
 from .._transport import BlockingTransport, NoScheduler, OnReply
-from ._core import ANNOUNCEMENTS, READS, LinkCore, take_group
+from ._core import READS, LinkCore, take_group
 
 __all__ = ["Direct"]
+
+#: ``no_reply(op, may_have_run, sent, seconds)``: the error of a call that got no reply
+#: (``seconds``: the time it waited, None: the request timeout).
+NoReply = Callable[[str, bool, bool, float | None], NoScheduler]
+#: The longest single wait of a reserve that waits without limit (it then waits again).
+_LONG_WAIT = 60.0
 
 
 class _Call:
     """A request of a caller's thread: in the outbox until sent, then its reply."""
 
-    __slots__ = ("body", "error", "kind", "op", "reply", "request_id", "sent")
+    __slots__ = ("arrived", "body", "error", "kind", "op", "reply", "request_id", "sent", "ttl")
 
-    def __init__(self, op: str, request_id: str, body: bytes) -> None:
+    def __init__(self, op: str, request_id: str, body: bytes, ttl: int | None) -> None:
         self.op = op
         self.request_id = request_id
         self.body = body
+        self.ttl = ttl
         self.sent = False
         self.error: BaseException | None = None
         self.kind = ""
         self.reply: bytes | None = None
+        self.arrived = 0.0
 
 
 def _groups(waiting: list[_Call]) -> list[list[_Call]]:
-    """``waiting`` cut into the runs that leave as one message each."""
+    """``waiting`` cut into the runs that leave as one message each (one time to live
+    a message)."""
     rest = list(waiting)
     groups = []
     while rest:
-        groups.append(take_group(rest, lambda item: len(item.body)))
+        groups.append(
+            take_group(
+                rest, lambda item: len(item.body), joins=lambda first, item: item.ttl == first.ttl
+            )
+        )
     return groups
 
 
@@ -69,26 +95,25 @@ class Direct:
         make: Callable[[OnReply, Callable[[], None]], BlockingTransport | None],
         core: LinkCore,
         request_timeout: float,
-        no_reply: Callable[[str, bool, bool], NoScheduler],
+        no_reply: NoReply,
     ) -> Direct | None:
         """The calls over the transport ``make(on_reply, on_elected)`` gives (None
-        when it gives none). ``no_reply(op, may_have_run, sent)``: the error of a call
-        that got no reply within ``request_timeout`` (``sent``: its request left)."""
+        when it gives none); the core's announcements are read from it from then on.
+        ``no_reply``: the error of a call that got no reply in time."""
         direct = cls(core, request_timeout, no_reply)
         transport = make(direct._on_reply, direct._on_elected)
         if transport is None:
             return None
         direct.transport = transport
+        core.announcer = direct
         return direct
 
-    def __init__(
-        self,
-        core: LinkCore,
-        request_timeout: float,
-        no_reply: Callable[[str, bool, bool], NoScheduler],
-    ) -> None:
+    def __init__(self, core: LinkCore, request_timeout: float, no_reply: NoReply) -> None:
         self._core = core
         self._request_timeout = request_timeout
+        #: How long a send lives, and a change is sent again at most (the scheduler
+        #: remembers its id for a bounded time only, _constants.RESEND_FOR).
+        self._ttl = int(min(request_timeout, RESEND_FOR) * 1000)
         self._no_reply = no_reply
         self._pending: dict[str, _Call] = {}
         #: Bumped by every scheduler elected: the calls waiting resend.
@@ -97,13 +122,48 @@ class Direct:
         self._lock = threading.Lock()
         self._outbox: list[_Call] = []
         self._sending = threading.Lock()
+        #: The releases (``[queue, id, lease]`` each) late answers ask, sent by the
+        #: thread that read them once its wait is over (the turn to read released).
+        self._giving: list[list[Any]] = []
+        self._opened = False
 
-    def call(self, op: str, args: list[Any]) -> Any:
-        """Send ``op`` with ``args`` (no reserve) and return its decoded outcome, as
-        :meth:`~._calls.Calls.call` does."""
-        call = _Call(op, uuid.uuid4().hex, pack(args))
+    @property
+    def connected(self) -> bool:
+        """Whether a connection of this link opened (it may have failed since)."""
+        return self._opened
+
+    def open_quietly(self, deadline: float) -> None:
+        """Open the connection now (by ``deadline``), unless it is open; a failure is
+        let be (the next call opens it again, and meets the error if it lasts)."""
+        with contextlib.suppress(ConnectionError, OSError):
+            self.transport.connect(deadline)
+            self._opened = True
+
+    def heard(self) -> None:
+        """Take the announcements that came on the connection (before a decision
+        they bear on: whether a put is fast, whether its copy goes to the
+        scheduler)."""
+        self.transport.poll()
+
+    def call(self, op: str, args: list[Any], wait: float | None = 0.0) -> tuple[Any, float | None]:
+        """Send ``op`` with ``args`` and return its decoded outcome, as
+        :meth:`~._calls.Calls.call_held` does: a ``reserve`` waits up to ``wait``
+        seconds (None: no limit) at the scheduler; with the outcome, the
+        :func:`time.monotonic` time until which the caller holds messages claimed ahead
+        of their due time (None: none to hold), which it gives back
+        (:meth:`give_back`) if it gives up before."""
+        reserve = op == "reserve"
+        waits = reserve and (wait is None or wait > 0)
+        give_up = None if wait is None else time.monotonic() + wait
+        call = _Call(
+            op, uuid.uuid4().hex, b"" if reserve else pack(args), None if waits else self._ttl
+        )
         self._pending[call.request_id] = call
+        if reserve:
+            self._core.reserves[call.request_id] = args[0]
         may_have_run = False
+        #: Whether a send of it may have left (a reserve interrupted then is forgotten).
+        left_once = False
         unanswered_since = time.monotonic()
         # A change is not sent again past RESEND_FOR s (or the request timeout) since
         # its first send, as :meth:`~._calls.Calls._call` says.
@@ -112,27 +172,41 @@ class Direct:
             while True:
                 elections = self._elections
                 if time.monotonic() >= resend_until:
-                    raise self._no_reply(op, may_have_run, True)
+                    raise self._no_reply(op, may_have_run, True, self._ttl / 1000)
                 deadline = min(unanswered_since + self._request_timeout, resend_until)
+                timeout: float | None = self._request_timeout
                 sent = False
                 try:
                     if self._closed:
                         raise QueueClosed("the queue was closed")
                     may_have_run = may_have_run or op not in READS
                     if may_have_run and resend_until == float("inf"):
-                        resend_until = time.monotonic() + min(self._request_timeout, RESEND_FOR)
+                        resend_until = time.monotonic() + self._ttl / 1000
+                        if waits:  # and for its wait (none: while it waits)
+                            resend_until += float("inf") if give_up is None else (wait or 0.0)
+                    if reserve:  # what is left of its wait goes with each send
+                        rest = None if give_up is None else max(0.0, give_up - time.monotonic())
+                        call.body = pack([*args, rest])
+                    left_once = True
                     self._send(call, deadline)
                     sent = True
                     unanswered_since = time.monotonic()
-                    deadline = unanswered_since + self._request_timeout
-                    self.transport.wait(functools.partial(self._over, call, elections), deadline)
+                    if waits:
+                        # Answered by the end of its wait; the request timeout more
+                        # covers the trips (an answer lost must not hold it for ever).
+                        timeout = (
+                            None
+                            if give_up is None
+                            else max(give_up - unanswered_since, 0.0) + self._request_timeout
+                        )
+                    self._wait(call, elections, timeout)
                 except (ConnectionError, OSError) as exc:
                     # Resent on a new connection, until the request timeout.
                     if self._closed:
                         raise QueueClosed("the queue was closed") from None
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        raise self._no_reply(op, may_have_run, False) from exc
+                        raise self._no_reply(op, may_have_run, False, None) from exc
                     if not sent:  # else its connection went: sent again at once
                         time.sleep(min(left, 0.1))
                     continue
@@ -143,35 +217,93 @@ class Direct:
                 if self._elections == elections:
                     # No reply in time: the connection may be dead without a reset (TCP
                     # then holds every send behind its retransmissions): the next call
-                    # opens a new one.
+                    # opens a new one. An answer still on its way gives back what it
+                    # claimed; one that reaches the closed inbox is returned to the
+                    # scheduler, which releases it.
                     self.transport.close()
-                    raise self._no_reply(op, may_have_run, True)
+                    if reserve:
+                        self._core.forget(call.request_id, args[0])
+                    raise self._no_reply(op, may_have_run, True, timeout)
                 unanswered_since = time.monotonic()  # a new scheduler: sent again
+        except BaseException as exc:
+            if reserve and left_once and not isinstance(exc, Exception):
+                # Interrupted (KeyboardInterrupt, a timeout's exception): forgotten at
+                # the scheduler before the caller goes on, which drops it if parked
+                # and gives back what it claimed if answered (a reply already read
+                # included: its caller does not get it); a later answer is given back.
+                self._forget(call.request_id, args[0])
+            raise
         finally:
             self._pending.pop(call.request_id, None)
             self._core.ended(call.request_id)
+            if self._giving:
+                self._give_back_waiting()
         kind, body = call.kind, unpack(call.reply)
-        if kind != "ok":
+        if kind not in ("ok", "held"):
             raise_error(kind, body)
         if op == "put":
             self._core.put_taken()
+        until = None
+        if kind == "held":
+            # Claimed ahead of their due time: held until then, by the scheduler's
+            # clock (the reply says how long, counted from when it left: it came later).
+            rest, body = body
+            until = call.arrived + rest
         outcome = self._core.answer(op, args, call.request_id, body)
-        self._core.called(op, args, 0.0, outcome, True)
-        return outcome
+        self._core.called(op, args, wait, outcome, bool(self._pending))
+        return outcome, until
+
+    def _wait(self, call: _Call, elections: int, timeout: float | None) -> None:
+        """Wait for ``call``'s reply (see :meth:`_over`) for up to ``timeout`` seconds
+        (None: without limit)."""
+        over = functools.partial(self._over, call, elections)
+        if timeout is not None:
+            self.transport.wait(over, time.monotonic() + timeout)
+            return
+        while not over():
+            self.transport.wait(over, time.monotonic() + _LONG_WAIT)
 
     def _over(self, call: _Call, elections: int) -> bool:
         """Whether ``call``'s wait is over: its reply came, a scheduler was elected
         since ``elections`` (it is sent again), or the link closed."""
         return call.reply is not None or self._elections != elections or self._closed
 
-    def _send(self, call: _Call, deadline: float) -> None:
-        """Publish ``call``'s request. The thread that takes the turn to send publishes
-        every request waiting then (those of threads that called meanwhile), as one
-        message up to MAX_GROUP_BYTES a message; a thread whose request it took finds
-        it sent (or its error) once its own turn comes."""
+    def _forget(self, request_id: str, queue: str) -> None:
+        """Forget reserve ``request_id`` of ``queue`` here and at the scheduler."""
+        self._core.forget(request_id, queue)
+        self._quietly([("forget", [queue, request_id])], None)
+
+    def give_back(self, queue: str, records: list[Any]) -> None:
+        """Release ``records``, got by a reserve whose caller gave up while they were
+        held (a failure leaves them to their lease)."""
+        self._quietly([("release", [queue, r.id, r.lease]) for r in records], self._ttl)
+
+    def _give_back_waiting(self) -> None:
+        with self._lock:
+            releases, self._giving = self._giving, []
+        self._quietly([("release", release) for release in releases], self._ttl)
+
+    def _quietly(self, requests: list[tuple[str, list[Any]]], ttl: int | None) -> None:
+        """Send ``requests`` (``(op, args)`` each) as one run, without waiting for
+        their replies (nobody reads them: their outcome changes nothing for a
+        caller); a failure is let be."""
+        if not requests or self._closed:
+            return
+        calls = [_Call(op, uuid.uuid4().hex, pack(args), ttl) for op, args in requests]
+        with contextlib.suppress(ConnectionError, OSError):
+            self._send(calls[-1], time.monotonic() + self._request_timeout, calls[:-1])
+
+    def _send(self, call: _Call, deadline: float, before: list[_Call] | None = None) -> None:
+        """Publish ``call``'s request (after those ``before``, sent with it). The
+        thread that takes the turn to send publishes every request waiting then (those
+        of threads that called meanwhile), as one message up to MAX_GROUP_BYTES a
+        message; a thread whose request it took finds it sent (or its error) once its
+        own turn comes."""
         call.sent = False
         call.error = None
         with self._lock:
+            if before:
+                self._outbox += before
             self._outbox.append(call)
         with self._sending:
             if call.sent:
@@ -195,14 +327,13 @@ class Direct:
     def _publish(self, waiting: list[_Call], deadline: float) -> None:
         """Publish the requests ``waiting``, as few messages as MAX_GROUP_BYTES allows,
         each marked sent (with its error, if its message failed)."""
-        ttl = int(min(self._request_timeout, RESEND_FOR) * 1000)
         for group in _groups(waiting):
             op, request_id, body = self._core.message(
                 [(item.op, item.request_id, item.body) for item in group], self._pending
             )
             error: BaseException | None = None
             try:
-                self.transport.request(op, request_id, body, ttl, deadline)
+                self.transport.request(op, request_id, body, group[0].ttl, deadline)
             except (ConnectionError, OSError) as exc:
                 error = exc
             for item in group:
@@ -214,24 +345,33 @@ class Direct:
             for part_id, part_kind, part_body in unpack(body):
                 self._on_reply(part_id, part_kind, part_body)
             return
-        if not request_id and kind in ANNOUNCEMENTS:
-            # Taken by the loop's link, whose connection is read at once: this one is
-            # read only while a call waits, so what it brings may be stale (a ``quiet``
-            # the loop already saw undone by a ``nudge``).
+        if self._core.announced(request_id, kind, time.monotonic(), self):
             return
         call = self._pending.get(request_id)
-        if call is not None and call.reply is None:
+        if call is None:
+            # No call waits for it: a reserve forgotten, or answered already (a resend
+            # both schedulers served), gives back what no caller received.
+            releases = self._core.give_back(request_id, kind, body)
+        elif call.reply is None:
             self._core.replied(request_id)
             call.kind = kind
             call.reply = body
-        # Else a second reply to a call answered (a resend both schedulers served):
-        # no reserve goes this way, so nothing is to be given back.
+            call.arrived = time.monotonic()  # a held reply is counted from here
+            return
+        else:  # a second answer before the call took the first
+            releases = self._core.answered_again(request_id, (call.kind, call.reply), kind, body)
+        if releases:
+            with self._lock:
+                self._giving += releases
 
     def _on_elected(self) -> None:
         self._elections += 1
-        self._core.elected()
+        self._core.elected(self)
 
     def close(self) -> None:
-        """Fail the calls in flight with QueueClosed and drop the connection."""
+        """Give back what late answers claimed, then fail the calls in flight with
+        QueueClosed and drop the connection."""
+        if self._giving:
+            self._give_back_waiting()
         self._closed = True
         self.transport.close()

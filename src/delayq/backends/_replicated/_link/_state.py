@@ -10,10 +10,10 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, NamedTuple, TypeVar
 
-from ....errors import SchedulerNotRunning
+from ....errors import QueueClosed, SchedulerNotRunning
 from .._constants import CLOSE_SETTLE
 from .._scheduler import Scheduler
-from .._transport import BlockingTransport, NoScheduler, OnReply, ReplyLost, Transport
+from .._transport import BlockingTransport, NoScheduler, OnReply, Refused, ReplyLost, Transport
 from ._core import LinkCore
 
 __all__ = ["NO_REPLY_HINT", "Candidacy", "FastPut", "LinkState", "Outgoing", "T"]
@@ -165,24 +165,49 @@ class LinkState(abc.ABC):
 
     def direct_ready(self, op: str, args: list[Any]) -> bool:
         """Whether the call ``op`` of ``args`` may go from its caller's thread
-        (:mod:`._direct`): not a reserve, nor an ``ack_many`` that sends the next
-        reserve ahead, nor a call while one waits to be taken; once a scheduler answered
-        this link, and its queue is configured."""
+        (:mod:`._direct`): once a scheduler answered this link, and its queue is
+        configured; not an ``ack_many`` that sends the next reserve ahead, nor a call
+        while a reserve sent ahead waits to be taken (:mod:`._ahead`: a timer of the
+        loop gives its answer back when no caller takes it)."""
         return (
-            op != "reserve"
-            and self._served
+            self._served
             and not self._closed
             and not self._ahead
             and not (args and op == "ack_many" and args[0] in self._core.reserving)
             and (not args or self._deliver is None or args[0] in self._configured)
         )
 
-    def no_answer(self, op: str, may_have_run: bool, sent: bool) -> NoScheduler:
+    def stands_first(self, op: str, wait: float | None) -> bool:
+        """Whether this process stands for election before the call ``op`` goes (a
+        waiting reserve, with the ``auto`` candidacy, not standing yet): see
+        :meth:`stand_for`."""
+        waits = op == "reserve" and (wait is None or wait > 0)
+        return waits and self._candidacy == "auto" and not self._candidate
+
+    async def stand_for(self) -> None:
+        """Stand for election on this link's connection, as a waiting reserve of the
+        loop does before it is sent (a consumer: its process may run the scheduler)."""
+        if self._closed:
+            raise QueueClosed("the queue is closed")
+        try:
+            await self._stand()
+        except Refused as exc:
+            raise exc.reason from exc.reason.__cause__
+        except Exception:
+            if self._closed:
+                raise QueueClosed("the queue was closed") from None
+            raise
+
+    def no_answer(
+        self, op: str, may_have_run: bool, sent: bool, seconds: float | None = None
+    ) -> NoScheduler:
         """The error of a call from a caller's thread that got no reply in time
-        (``sent``: its request left), as :meth:`_call` says it."""
+        (``sent``: its request left; ``seconds``: how long it waited, None: the request
+        timeout), as :meth:`_call` says it."""
         if not sent:
             return self._no_reply(op, may_have_run, "no scheduler answered")
-        return self._no_reply(op, may_have_run, "no reply" if self._candidate else NO_REPLY_HINT)
+        what = "no reply" if self._candidate else NO_REPLY_HINT
+        return self._no_reply(op, may_have_run, what, seconds)
 
     def no_reply(self, op: str, may_have_run: bool, what: str) -> NoScheduler:
         """See :meth:`_no_reply`."""

@@ -1,7 +1,9 @@
 """The link of the sync face: its calls made in the caller's thread (:class:`~._direct.
-Direct`, on a :class:`~.._transport.BlockingTransport`), fast puts appended there too;
-a :class:`~._loop_link.LoopLink` on a private event-loop thread for the rest (a first
-call, reserves, the candidacy and the scheduler)."""
+Direct`, on a :class:`~.._transport.BlockingTransport`), reserves and their hold, and
+fast puts appended there too; a :class:`~._loop_link.LoopLink` on a private event-loop
+thread for the rest (a first call, the candidacy and the scheduler, the reserve sent
+with a sequential consumer's acks, a queue's ``configure``: ``LinkState.direct_ready``
+decides)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from typing import Any
 from ...._fork import generation
 from ....errors import QueueClosed
 from .._constants import RESEND_FOR
-from .._transport import NoScheduler, Transport
+from .._transport import Transport
 from ._core import take_group
 from ._direct import Direct
 from ._fast_put import soon
@@ -118,11 +120,12 @@ class ThreadLink:
             self._after_fork()
         return self._link
 
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the loop thread and block until its outcome. One wake-up
-        each way: the coroutine's own task releases a plain lock as it ends (no
-        concurrent future, no done callback a loop turn later), and the caller holds
-        the task, so a pending one is not collected."""
+    def _run(self, coro: Coroutine[Any, Any, T], meanwhile: Callable[[], None] | None = None) -> T:
+        """Run ``coro`` on the loop thread and block until its outcome (``meanwhile``
+        called in this thread first). One wake-up each way: the coroutine's own task
+        releases a plain lock as it ends (no concurrent future, no done callback a
+        loop turn later), and the caller holds the task, so a pending one is not
+        collected."""
         if self._loop.is_closed():
             coro.close()
             raise QueueClosed("the queue is closed")
@@ -144,6 +147,8 @@ class ThreadLink:
 
         tasks: list[asyncio.Task[None]] = []
         self._loop.call_soon_threadsafe(lambda: tasks.append(self._loop.create_task(hop())))
+        if meanwhile is not None:
+            meanwhile()
         done.acquire()
         raised, value = outcome[0]
         if raised:
@@ -169,38 +174,66 @@ class ThreadLink:
         if not self._by_loop and link.direct_ready(op, args):
             direct = self._direct or self._make_direct(link)
             if direct is not None:
-                return direct.call(op, args)
-        outcome, until = self._run(link.call_held(op, args, wait))
+                if link.stands_first(op, wait):
+                    self._run(link.stand_for())  # the candidacy is the loop's
+                outcome, until = direct.call(op, args, wait)
+                if until is not None:
+                    self._hold(link, until, lambda: direct.give_back(args[0], outcome))
+                return outcome
+        outcome, until = self._run(link.call_held(op, args, wait), self._open_meanwhile)
         if until is not None:
-            try:
-                while (rest := until - time.monotonic()) > 0:
-                    time.sleep(rest)
-            except BaseException:
+
+            def give_back() -> None:
                 if not self._loop.is_closed():
                     self._loop.call_soon_threadsafe(link.give_back, args[0], outcome)
-                raise
-            if link.closed:
-                raise QueueClosed("the queue was closed")
+
+            self._hold(link, until, give_back)
         return outcome
+
+    @staticmethod
+    def _hold(link: LoopLink, until: float, give_back: Callable[[], None]) -> None:
+        """Hold messages claimed ahead of their due time until ``until`` (a
+        :func:`time.monotonic` time); a caller interrupted meanwhile gives them back."""
+        try:
+            while (rest := until - time.monotonic()) > 0:
+                time.sleep(rest)
+        except BaseException:
+            give_back()
+            raise
+        if link.closed:
+            raise QueueClosed("the queue was closed")
+
+    def _open_meanwhile(self) -> None:
+        """While a first call goes through the loop (its link opens its connection,
+        declares the namespace), open this thread's connection too, at the same time:
+        the calls after it go from their threads at once (a slow link would make the
+        first of them wait out a second handshake). A failure is the next call's to
+        meet (the loop's call says what is wrong)."""
+        link = self._link
+        if self._by_loop or link.served or (self._direct and self._direct.connected):
+            return
+        direct = self._direct or self._make_direct(link)
+        if direct is not None:
+            direct.open_quietly(time.monotonic() + link.request_timeout)
 
     def _make_direct(self, link: LoopLink) -> Direct | None:
         """The calls from the callers' threads, made on the first (None, and every call
         through the loop from then on, when the transport offers none)."""
         with self._intake_lock:
             if self._direct is None and not self._by_loop:
-
-                def no_reply(op: str, may_have_run: bool, sent: bool) -> NoScheduler:
-                    return link.no_answer(op, may_have_run, sent)
-
                 timeout = link.request_timeout
-                self._direct = Direct.over(link.blocking, link.core, timeout, no_reply)
+                self._direct = Direct.over(link.blocking, link.core, timeout, link.no_answer)
                 self._by_loop = self._direct is None
             return self._direct
 
     @property
     def fast(self) -> bool:
-        """See :attr:`LoopLink.fast`."""
-        return self._current().fast
+        """See :attr:`LoopLink.fast` (a ``full`` that came taken first: only an
+        announcement makes a fast link plain)."""
+        link = self._current()
+        if link.fast and self._direct is not None:
+            self._direct.heard()
+        return link.fast
 
     def put_fast(self, queue: str, requests: list[Any]) -> None:
         """See :meth:`LoopLink.put_fast`: the same outcome and errors, the put appended
@@ -282,6 +315,7 @@ class ThreadLink:
             return
         transport = direct.transport
         core = link.core
+        direct.heard()  # a ``quiet`` or ``nudge`` that came decides the copy
         seq, nudge = core.next_intake(any(put.soon for put in batch), time.monotonic())
         parts = [[put.request_id, put.queue, put.requests] for put in batch]
         deadline = time.monotonic() + min(link.request_timeout, RESEND_FOR)

@@ -188,19 +188,33 @@ class GroupCommit(SchedulerState):
                 del parked[reply.request_id]
                 reply.reply_to = waiter.reply_to  # resent from a new connection meanwhile
         body = self._on_wire(reply.kind, reply.body)
-        delivered = await self._transport.reply(
-            reply.reply_to, reply.request_id, reply.kind, body, confirm=True
-        )
-        if not delivered and reply.claimed:
+        if reply.claimed:
+            self._claiming[reply.request_id] = reply
+        try:
+            delivered = await self._transport.reply(
+                reply.reply_to, reply.request_id, reply.kind, body, confirm=True
+            )
+        finally:
+            if self._claiming.get(reply.request_id) is reply:
+                del self._claiming[reply.request_id]
+        if not delivered and reply.claimed and not reply.resent:
             # Its client is gone: give back what was claimed for it at once, rather than
-            # letting it wait out a lease nobody holds.
-            self._give_back(reply.queue, reply.claimed)
+            # letting it wait out a lease nobody holds (unless a resend from its new
+            # connection was answered with it meanwhile: then that answer holds them).
+            self._give_back(reply.queue, reply.claimed, reply.request_id)
 
-    def _give_back(self, queue: str, claimed: list[Record]) -> None:
+    def _give_back(self, queue: str, claimed: list[Record], request_id: str = "") -> None:
+        """Release ``claimed``; and when they were reserve ``request_id``'s answer,
+        forget it as the answer (logged, as a held reply dropped is): its client, on a
+        new connection, resends the reserve, which must be served afresh, not with the
+        leases just released (it would hold messages another consumer gets)."""
         if self._stopped:
             return
         store = self._store(queue)
         now = self._now()
         unclaim_each(store, claimed)
+        if request_id and self._dedup.pop(request_id, None) is not None:
+            forgotten = ["release", queue, request_id, now.floor, store.last_seq]
+            self._commit([*forgotten, [], [], "", b""], None)
         self._decided(store, "release", queue, "", now=now, reply=None)
         self._service(queue)

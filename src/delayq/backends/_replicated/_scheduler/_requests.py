@@ -69,6 +69,9 @@ class Requests(SchedulerState):
                 return
         known = self._dedup.get(request_id)
         if known is not None:
+            claiming = self._claiming.get(request_id)
+            if claiming is not None:
+                claiming.resent = True  # one that does not reach its client gives back nothing
             self._commit(None, Reply(reply_to, request_id, known[0], known[1]))
             return
         if op == "forget":

@@ -90,6 +90,7 @@ class Reply:
         "queue",
         "reply_to",
         "request_id",
+        "resent",
         "send_at",
     )
 
@@ -113,6 +114,9 @@ class Reply:
         self.done = done  # not sent: resolved once what was decided before it is logged
         self.send_at: float | None = None  # held: not sent before this time of the loop
         self.dropped = False  # held, and given up before it left (not sent)
+        #: A resend of its request was answered with it again (from the dedup table),
+        #: while it was on its way: its claim is that answer's too.
+        self.resent = False
 
 
 class SchedulerState(abc.ABC):
@@ -142,6 +146,8 @@ class SchedulerState(abc.ABC):
         self._anchor: tuple[int, float] | None = None
         self._prune_marked = False
         self._prune_timer: asyncio.TimerHandle | None = None
+        #: Request id -> a reply that claimed messages, while it is on its way.
+        self._claiming: dict[str, Reply] = {}
         self._parked: dict[str, dict[str, Parked]] = {}
         # queue -> (exchange, routing key): the queues whose messages the scheduler
         # itself publishes at their time (configure), and how many it has in flight
