@@ -16,12 +16,18 @@ time, ``ripe_at``, that only moves forward: those due by then sit in a heap of t
 now, each message crossing once; the leases that expired but were not yet settled are
 counted from the leases heap's part below now. Claims take the ripe ones first: every
 ripe message is due before every one still in ``due``.
+
+Nor do :meth:`Records.peek` and :meth:`Records.dead`: a page is read by walking a heap
+from its smallest entry (``ripe`` for ready, ``due`` for scheduled, the leases for
+active, ``graves``, ``(seq, id)`` of the dead, for dead), merged with the expired leases
+not yet settled.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar
 
 from .._fork import new_id
 from ..durable.inspection import count_due, select_peek
@@ -53,6 +59,8 @@ from ..durable.message import (
 
 __all__ = ["Records"]
 
+_Entry = TypeVar("_Entry", bound=tuple[Any, ...])
+
 #: The stored states, read once: an enum member read through its class costs a Python
 #: call's worth of instructions, and :meth:`Records.write` reads them on every change.
 _SCHEDULED, _ACTIVE, _DEAD = State.SCHEDULED, State.ACTIVE, State.DEAD
@@ -71,6 +79,8 @@ class Records:
         self.ripe: list[tuple[int, int, str]] = []
         self.ripe_at = _NEVER
         self.leases: list[tuple[int, str, str]] = []
+        #: ``(seq, id)`` of dead messages (the order ``dead()`` lists them in).
+        self.graves: list[tuple[int, str]] = []
         self.last_seq = 0
         #: Stored records that are active, dead, and scheduled due by ``ripe_at`` (the
         #: rest of ``records`` is scheduled: a record is stored in no other state).
@@ -107,6 +117,7 @@ class Records:
                 heapq.heappush(self.leases, (record.lease_until, record.id, record.lease or ""))
         elif state is _DEAD:
             self._dead += 1
+            heapq.heappush(self.graves, (record.seq, record.id))
 
     def _uncount(self, record: Record) -> None:
         state = record.state
@@ -251,6 +262,9 @@ class Records:
                 if r.state is _ACTIVE and r.lease_until is not None
             ]
             heapq.heapify(self.leases)
+        if len(self.graves) > 2 * self._dead + 1024:
+            self.graves = [(r.seq, r.id) for r in self.records.values() if r.state is _DEAD]
+            heapq.heapify(self.graves)
 
     # -- the contract's operations: each returns its outcome; a raise changed nothing --
 
@@ -402,9 +416,12 @@ class Records:
     def dead(self, limit: int, after_seq: int | None, now: Now) -> list[Record]:
         after = -1 if after_seq is None else after_seq
         self.expire(now.floor)
-        dead = [r for r in self.records.values() if r.state is _DEAD and r.seq > after]
-        dead.sort(key=lambda r: r.seq)
-        return dead[:limit]
+        dead: list[Record] = []
+        for record in self._walk_graves(after):
+            if len(dead) == limit:
+                break
+            dead.append(record)
+        return dead
 
     def retry_dead(self, ids: Sequence[str] | None, now: Now) -> int:
         self.expire(now.floor)
@@ -429,13 +446,138 @@ class Records:
             self.due.clear()
             self.ripe.clear()
             self.leases.clear()
+            self.graves.clear()
         return len(doomed)
 
     def peek(
         self, state: State | None, limit: int, after: Position | None, now: Now
     ) -> list[Record]:
-        return select_peek(self.records.values(), state, now.floor, limit, after)
+        """:func:`~delayq.durable.inspection.select_peek` of the records, found by
+        walking the heaps from their smallest entry rather than visiting every record:
+        its cost follows the page and what lies before ``after``, not the queue."""
+        now_ms = now.floor
+        if now_ms < self.ripe_at or limit <= 0:  # a clock that went back
+            return select_peek(self.records.values(), state, now_ms, limit, after)
+        self._ripen(now_ms)  # ripe: due by now (ready); due: later (scheduled)
+        if state is _ACTIVE:
+            found = self._peek_active(now_ms, limit, after)
+        elif state is _DEAD:
+            found = self._peek_dead(now_ms, limit, after)
+        else:
+            found = []
+            if state is not _SCHEDULED:
+                found = self._peek_waiting(self.ripe, now_ms, limit, after, expired=True)
+            if state is not State.READY and len(found) < limit:
+                found += self._peek_waiting(self.due, now_ms, limit - len(found), after)
+        return [observe(record, now_ms, with_lease=False) for record in found]
+
+    def _peek_waiting(
+        self,
+        heap: list[tuple[int, int, str]],
+        now_ms: int,
+        limit: int,
+        after: Position | None,
+        *,
+        expired: bool = False,
+    ) -> list[Record]:
+        """The first ``limit`` scheduled records of ``heap`` by ``(due_at, seq)`` after
+        ``after``; with ``expired``, merged with the leases over by ``now_ms`` but not
+        yet settled (ready again, due at their lease's expiry)."""
+        records = self.records
+        extra: list[tuple[int, int, Record]] = []
+        if expired:
+            extra = [
+                (r.due_at, r.seq, r)
+                for r in self._expired(now_ms)
+                if r.state is _SCHEDULED and (after is None or (r.due_at, r.seq) > after)
+            ]
+            extra.sort(key=lambda item: item[:2])
+        found: list[tuple[int, int, Record]] = []
+        seen: set[str] = set()
+        for due_at, seq, id in _ascending(heap):
+            if len(found) >= limit:
+                break
+            if after is not None and (due_at, seq) <= after:
+                continue
+            record = records.get(id)
+            if (
+                record is None
+                or record.state is not _SCHEDULED
+                or record.seq != seq
+                or record.due_at != due_at
+                or id in seen
+            ):
+                continue
+            seen.add(id)
+            found.append((due_at, seq, record))
+        merged = sorted(found + extra, key=lambda item: item[:2])
+        return [record for _, _, record in merged[:limit]]
+
+    def _peek_active(self, now_ms: int, limit: int, after: Position | None) -> list[Record]:
+        """Active records by ``(lease_until, seq)``: the leases heap is ordered by
+        ``(lease_until, id)``, so the walk goes on to the end of the last lease time it
+        took, and those are put in ``seq`` order."""
+        records = self.records
+        found: list[Record] = []
+        seen: set[str] = set()
+        for until, id, token in _ascending(self.leases):
+            if len(found) >= limit and until > found[-1].lease_until:  # type: ignore[operator]
+                break
+            if until <= now_ms:
+                continue  # expired: ready or dead, not active
+            record = records.get(id)
+            if record is None or record.lease != token or record.lease_until != until:
+                continue
+            if id in seen or (after is not None and (until, record.seq) <= after):
+                continue
+            seen.add(id)
+            found.append(record)
+        found.sort(key=lambda r: (r.lease_until or 0, r.seq))
+        return found[:limit]
+
+    def _peek_dead(self, now_ms: int, limit: int, after: Position | None) -> list[Record]:
+        """Dead records by ``seq``: the stored ones merged with the leases over by
+        ``now_ms`` that settle dead."""
+        after_seq = -1 if after is None else after[0]
+        extra = [r for r in self._expired(now_ms) if r.state is _DEAD and r.seq > after_seq]
+        found: list[Record] = []
+        for record in self._walk_graves(after_seq):
+            if len(found) >= limit:
+                break
+            found.append(record)
+        return sorted(found + extra, key=lambda r: r.seq)[:limit]
+
+    def _walk_graves(self, after_seq: int) -> Iterator[Record]:
+        """The stored dead records by ``seq``, those after ``after_seq``."""
+        records = self.records
+        seen: set[str] = set()
+        for seq, id in _ascending(self.graves):
+            if seq <= after_seq:
+                continue
+            record = records.get(id)
+            if record is None or record.state is not _DEAD or record.seq != seq or id in seen:
+                continue
+            seen.add(id)
+            yield record
 
     def due_counts(self, horizon_ms: int, buckets: int, now: Now) -> tuple[int, list[int]]:
         scheduled = (r.due_at for r in self.records.values() if r.state is _SCHEDULED)
         return now.floor, count_due(scheduled, now.floor, horizon_ms, buckets)
+
+
+def _ascending(heap: list[_Entry]) -> Iterator[_Entry]:
+    """The entries of ``heap`` from the smallest up, without changing it: a walk of its
+    tree that holds the children of what it has yielded (each step costs the log of
+    how far it went, not of the heap)."""
+    if not heap:
+        return
+    frontier: list[tuple[_Entry, int]] = [(heap[0], 0)]
+    size = len(heap)
+    while frontier:
+        entry, at = heapq.heappop(frontier)
+        yield entry
+        child = 2 * at + 1
+        if child < size:
+            heapq.heappush(frontier, (heap[child], child))
+            if child + 1 < size:
+                heapq.heappush(frontier, (heap[child + 1], child + 1))
