@@ -178,7 +178,9 @@ class Task(Generic[P, R]):
     ) -> TaskMessage:
         """A call of this task to send later (see :meth:`App.send_many`). The
         arguments are checked against the function's signature now."""
-        self.check_arguments(args, kwargs)
+        bounds = self._positional  # check_arguments' common case, without its call
+        if kwargs or bounds is None or not bounds[0] <= len(args) <= bounds[1]:
+            self.check_arguments(args, kwargs)
         return new_task_message(self, args, kwargs, delay, at, id, on_conflict, headers)
 
     def send(
