@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-__all__ = ["ID_BATCH", "generation", "new_id"]
+__all__ = ["ID_BATCH", "generation", "new_id", "new_ids"]
 
 #: Random starts drawn from one ``os.urandom`` call (10 bytes each).
 ID_BATCH = 256
@@ -73,6 +73,19 @@ def new_id() -> str:
         pool.ms = ms
         pool.count = itertools.count(ms << 80 | _start(pool))
     return next(pool.count).to_bytes(16, "big").hex()
+
+
+def new_ids(count: int) -> list[str]:
+    """``count`` new ids, as ``count`` calls of :func:`new_id` in one millisecond would
+    draw them (a batch's: the clock read once, a third of the cost of an id). They are
+    taken from the thread's count in one C call, so a signal handler that draws an id
+    meanwhile gets another one."""
+    pool = _pool
+    ms = _time_ns() // 1_000_000
+    if ms > pool.ms:
+        pool.ms = ms
+        pool.count = itertools.count(ms << 80 | _start(pool))
+    return [n.to_bytes(16, "big").hex() for n in list(itertools.islice(pool.count, count))]
 
 
 def _start(pool: _Pool) -> int:

@@ -100,6 +100,10 @@ def test_arguments_are_checked_at_send() -> None:
         asyncio.run(add.send_async(1, 2, 3))
     with pytest.raises(BadArguments, match=r"^task 'add': got an unexpected keyword argument"):
         add.message(1, 2, c=3)
+    with pytest.raises(BadArguments, match=r"^task 'add': missing a required argument: 'b'$"):
+        add.message(1)  # the positional bounds, checked without Signature.bind
+    with pytest.raises(BadArguments, match=r"^task 'add': too many positional arguments$"):
+        add.message(1, 2, 3)
     with pytest.raises(TypeError, match="cannot be serialized"):
         add.send(1, object())
     assert app.queue().stats().total == 0

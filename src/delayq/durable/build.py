@@ -5,7 +5,9 @@ which costs about twice what setting the slot itself does: for the objects the h
 paths make by the thousand (a put request per item of ``put_many``, a record and a
 message per reserved message) that was a fifth of the client's time. :func:`builder`
 makes, once per class, the function that creates the same object by setting its
-slots directly; every field must be given, by keyword.
+slots directly; every field must be given, by keyword or in the order of the
+fields (positional: a put_many's loop calls it once per item, and matching keywords
+costs more than setting the slots).
 
 It sets them on an instance of a plain class with the same slots (a store per field,
 as fast as an attribute store gets), then makes the object an instance of the frozen
@@ -26,8 +28,9 @@ T = TypeVar("T")
 
 
 def builder(cls: type[T]) -> Callable[..., T]:
-    """``build(**every_field) -> cls`` for the frozen, slotted dataclass ``cls``: the
-    object ``cls(**every_field)`` makes, without its ``__init__``."""
+    """``build(**every_field) -> cls`` (or every field in order) for the frozen, slotted
+    dataclass ``cls``: the object ``cls(**every_field)`` makes, without its
+    ``__init__``."""
     if not dataclasses.is_dataclass(cls) or "__slots__" not in vars(cls):
         raise TypeError(f"{cls.__name__} is not a slotted dataclass")
     names = [field.name for field in dataclasses.fields(cls)]
@@ -35,13 +38,13 @@ def builder(cls: type[T]) -> Callable[..., T]:
     twin: type = type(f"_{cls.__name__}Slots", (), {"__slots__": slots})
     namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_twin": twin}
     if _can_become(twin, cls) and set(names) == set(slots):
-        lines = [f"def build(*, {', '.join(names)}):", "    obj = _new(_twin)"]
+        lines = [f"def build({', '.join(names)}):", "    obj = _new(_twin)"]
         lines += [f"    obj.{name} = {name}" for name in names]
         lines.append("    obj.__class__ = _cls")
     else:
         for name in names:
             namespace[f"_set_{name}"] = vars(cls)[name].__set__
-        lines = [f"def build(*, {', '.join(names)}):", "    obj = _new(_cls)"]
+        lines = [f"def build({', '.join(names)}):", "    obj = _new(_cls)"]
         lines += [f"    _set_{name}(obj, {name})" for name in names]
     lines.append("    return obj")
     # Generated as dataclasses generates __init__: one statement per field, no loop.

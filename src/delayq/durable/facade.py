@@ -10,11 +10,11 @@ from __future__ import annotations
 import copy
 import random
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sized
 from typing import TypeVar
 
 from .._duration import DurationError, at_to_epoch, delay_to_seconds, seconds_to_ms
-from .._fork import new_id
+from .._fork import new_id, new_ids
 from .._names import (
     MESSAGE_ID,
     QUEUE_NAME,
@@ -361,52 +361,64 @@ class QueueBase:
             raise TypeError(f"put_many takes a list of dicts, not {type(items).__name__}")
         requests: list[PutRequest] = []
         append, codec, attempts = requests.append, self._codec, self._retry.max_attempts
+        encode = codec.encode
+        # The ids of the items that give none, drawn at the first such item for every
+        # item left (new_ids: a third of new_id's cost each).
+        drawn: Iterator[str] = iter(())
+        size = len(items) if isinstance(items, Sized) else None
         for index, item in enumerate(items):
             try:
                 if type(item) is not dict and not isinstance(item, Mapping):  # ABC: slow
                     raise TypeError(f"a put_many item is a dict, not a {type(item).__name__}")
-                if len(item) == 1 and "payload" in item:  # every option at its default
-                    append(build_request(codec, attempts, item["payload"]))
-                    continue
-                if len(item) == 2 and "payload" in item and "max_attempts" in item:
+                keys = len(item)
+                if keys == 1 and "payload" in item:  # every option at its default
+                    item_attempts = attempts
+                elif keys == 2 and "payload" in item and "max_attempts" in item:
                     # App.send_many's items: a task's attempts, every other option left out
-                    append(
-                        build_request(
-                            codec,
-                            attempts,
-                            item["payload"],
-                            None,
-                            None,
-                            None,
-                            "ignore",
-                            item["max_attempts"],
-                        )
+                    item_attempts = item["max_attempts"]
+                    item_attempts = (
+                        attempts
+                        if item_attempts is None
+                        else check_int("max_attempts", item_attempts, 1)
                     )
+                else:
+                    append(self._item_request(item))
                     continue
-                if not item.keys() <= _PUT_KEYS:
-                    unknown = sorted(set(item) - _PUT_KEYS)
-                    raise TypeError(f"unknown keys {unknown}")
-                if "payload" not in item:
-                    raise TypeError("no 'payload'")
-                get = item.get
-                # The item's values as _request(**item) would get them, in order, without
-                # a dict to unpack or keywords to match (nor _request's frame).
+                # build_request(codec, attempts, item["payload"]), inline: what a put of
+                # its payload alone checks and stores.
+                data, encoding = encode(item["payload"])
+                id = next(drawn, None)
+                if id is None:
+                    drawn = iter(new_ids(64 if size is None else size - index))
+                    id = next(drawn)
                 append(
-                    build_request(
-                        codec,
-                        attempts,
-                        item["payload"],
-                        get("delay"),
-                        get("at"),
-                        get("id"),
-                        get("on_conflict", "ignore"),
-                        get("max_attempts"),
-                        get("headers"),
-                    )
+                    put_request(id, data, encoding, item_attempts, {}, None, None, "ignore", True)
                 )
             except (TypeError, ValueError) as exc:
                 raise item_error(index, exc) from None
         return requests
+
+    def _item_request(self, item: Mapping[str, object]) -> PutRequest:
+        """The request of a put_many item that sets options beyond max_attempts."""
+        if not item.keys() <= _PUT_KEYS:
+            unknown = sorted(set(item) - _PUT_KEYS)
+            raise TypeError(f"unknown keys {unknown}")
+        if "payload" not in item:
+            raise TypeError("no 'payload'")
+        get = item.get
+        # The item's values as _request(**item) would get them, in order, without a
+        # dict to unpack or keywords to match (nor _request's frame).
+        return build_request(
+            self._codec,
+            self._retry.max_attempts,
+            item["payload"],
+            get("delay"),
+            get("at"),
+            get("id"),
+            get("on_conflict", "ignore"),
+            get("max_attempts"),
+            get("headers"),
+        )
 
     def _reserve_arguments(
         self, wait: object, lease: object, max: object

@@ -265,42 +265,61 @@ class Codec:
         PayloadTooManyValues or PayloadTooLarge if it cannot be stored."""
         if isinstance(payload, (bytes, bytearray, memoryview)):
             data, encoding = bytes(payload), RAW_ENCODING
-        else:
-            is_json = self._json
+        elif self._json:
             try:
                 # delayq's JSON without its dumps() around it: a put_many pays this
                 # per item (the same function, the same errors).
-                encoded = _encode(payload).encode() if is_json else self.serializer.dumps(payload)
+                data = _encode(payload).encode()
             except RecursionError:
                 raise self._too_deep(payload) from None
             except (TypeError, ValueError, OverflowError) as exc:
-                raise TypeError(
-                    f"payload of type {type(payload).__name__} cannot be serialized "
-                    f"by {self.encoding}: {exc}"
-                ) from exc
+                raise self._unencodable(payload, exc) from exc
+            encoding = self.encoding
+            # JSON opens and closes a container in two bytes and counts a value in one
+            # at least: a text that short can be neither too deep nor too many.
+            if len(data) > 2 * MAX_PAYLOAD_DEPTH:
+                self._check_limits(payload, data)
+        else:
+            try:
+                encoded = self.serializer.dumps(payload)
+            except RecursionError:
+                raise self._too_deep(payload) from None
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise self._unencodable(payload, exc) from exc
             if isinstance(encoded, str):
                 encoded = encoded.encode()
             elif not isinstance(encoded, bytes):
                 raise TypeError(f"{self.encoding}.dumps() returned {type(encoded).__name__}")
             data, encoding = encoded, self.encoding
-            # JSON opens and closes a container in two bytes and counts a value in one
-            # at least: a text that short can be neither too deep nor too many.
-            size = len(data)
-            opened = _json_opened(data) if is_json and size > 2 * MAX_PAYLOAD_DEPTH else 0
-            if not (is_json and opened <= MAX_PAYLOAD_DEPTH) and too_deep(payload):
-                raise self._too_deep(payload)
-            few = is_json and (size < MAX_PAYLOAD_VALUES or _json_few(data, opened))
-            if not few and too_many_values(payload):
-                raise PayloadTooManyValues(
-                    f"payload of type {type(payload).__name__} holds more than "
-                    f"{MAX_PAYLOAD_VALUES} values (containers and scalars): split it, or "
-                    "send it as bytes"
-                )
+            self._check_limits(payload, None)
         if self.max_payload is not None and len(data) > self.max_payload:
             raise PayloadTooLarge(
                 f"payload is {len(data)} bytes serialized, the limit is {self.max_payload}"
             )
         return data, encoding
+
+    def _unencodable(self, payload: object, exc: Exception) -> TypeError:
+        return TypeError(
+            f"payload of type {type(payload).__name__} cannot be serialized "
+            f"by {self.encoding}: {exc}"
+        )
+
+    def _check_limits(self, payload: object, json_text: bytes | None) -> None:
+        """PayloadTooDeep or PayloadTooManyValues for ``payload``; ``json_text``, its
+        text in delayq's JSON, is counted instead of the payload where that says it
+        is within a limit."""
+        opened = 0 if json_text is None else _json_opened(json_text)
+        if (json_text is None or opened > MAX_PAYLOAD_DEPTH) and too_deep(payload):
+            raise self._too_deep(payload)
+        few = json_text is not None and (
+            len(json_text) < MAX_PAYLOAD_VALUES or _json_few(json_text, opened)
+        )
+        if not few and too_many_values(payload):
+            raise PayloadTooManyValues(
+                f"payload of type {type(payload).__name__} holds more than "
+                f"{MAX_PAYLOAD_VALUES} values (containers and scalars): split it, or "
+                "send it as bytes"
+            )
 
     @staticmethod
     def _too_deep(payload: object) -> PayloadTooDeep:

@@ -178,17 +178,10 @@ class Task(Generic[P, R]):
     ) -> TaskMessage:
         """A call of this task to send later (see :meth:`App.send_many`). The
         arguments are checked against the function's signature now."""
-        self.check_arguments(args, kwargs)
-        return new_task_message(
-            task=self,
-            args=args,
-            kwargs=kwargs,
-            delay=delay,
-            at=at,
-            id=id,
-            on_conflict=on_conflict,
-            headers=headers,
-        )
+        bounds = self._positional  # check_arguments' common case, without its call
+        if kwargs or bounds is None or not bounds[0] <= len(args) <= bounds[1]:
+            self.check_arguments(args, kwargs)
+        return new_task_message(self, args, kwargs, delay, at, id, on_conflict, headers)
 
     def send(
         self,
@@ -570,12 +563,32 @@ class App:
                 raise TypeError(
                     f"send_many takes task.message(...) items, not {type(msg).__name__}"
                 )
-            queue = msg.task.queue
+            task = msg.task
+            queue = task.queue
             queues.append(queue)
             items = batches.get(queue)
             if items is None:
                 items = batches[queue] = []
-            items.append(msg.put_item())
+            if (
+                msg.delay is None
+                and msg.at is None
+                and msg.id is None
+                and msg.on_conflict == "ignore"
+                and not msg.headers
+            ):
+                # put_item()'s dict, inline: the payload read once (put_many encodes it
+                # before it returns), so the arguments need no copy (JSON writes a
+                # tuple as a list).
+                args: Any = msg.args  # a tuple, or what a TaskMessage was made with
+                kwargs = msg.kwargs
+                payload = {
+                    "task": task.name,
+                    "args": args if type(args) is tuple or type(args) is list else list(args),
+                    "kwargs": kwargs if type(kwargs) is dict else dict(kwargs),
+                }
+                items.append({"payload": payload, "max_attempts": task.max_attempts})
+            else:
+                items.append(msg.put_item())
         return batches, queues
 
     # -- queues -----------------------------------------------------------------------
