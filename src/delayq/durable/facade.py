@@ -234,15 +234,16 @@ def build_request(  # noqa: PLR0917 (positional: put_many calls it once per item
     on_conflict: object = "ignore",
     max_attempts: object = None,
     headers: object = None,
+    drawn: str | None = None,
 ) -> PutRequest:
     """The checked request of a put, its payload encoded by ``codec`` (an id drawn when
-    ``id`` is None; ``default_attempts`` when ``max_attempts`` is None): every check of
-    a put, for the queue faces and for writers outside them (the PostgreSQL backend's
-    ``enqueue``)."""
+    ``id`` is None: ``drawn`` if given, a batch's id drawn ahead; ``default_attempts``
+    when ``max_attempts`` is None): every check of a put, for the queue faces and for
+    writers outside them (the PostgreSQL backend's ``enqueue``)."""
     if on_conflict not in _ON_CONFLICT:
         raise ValueError(f"on_conflict must be one of {_ON_CONFLICT}, got {on_conflict!r}")
     mode: OnConflict = on_conflict  # type: ignore[assignment]
-    message_id = new_id() if id is None else check_message_id(id)
+    message_id = (drawn or new_id()) if id is None else check_message_id(id)
     attempts = (
         default_attempts if max_attempts is None else check_int("max_attempts", max_attempts, 1)
     )
@@ -382,7 +383,14 @@ class QueueBase:
                         else check_int("max_attempts", item_attempts, 1)
                     )
                 else:
-                    append(self._item_request(item))
+                    if item.get("id") is None:  # its id drawn in line with the others'
+                        id = next(drawn, None)
+                        if id is None:
+                            drawn = iter(new_ids(64 if size is None else size - index))
+                            id = next(drawn)
+                        append(self._item_request(item, id))
+                    else:
+                        append(self._item_request(item))
                     continue
                 # build_request(codec, attempts, item["payload"]), inline: what a put of
                 # its payload alone checks and stores.
@@ -398,8 +406,9 @@ class QueueBase:
                 raise item_error(index, exc) from None
         return requests
 
-    def _item_request(self, item: Mapping[str, object]) -> PutRequest:
-        """The request of a put_many item that sets options beyond max_attempts."""
+    def _item_request(self, item: Mapping[str, object], drawn: str | None = None) -> PutRequest:
+        """The request of a put_many item that sets options beyond max_attempts (its id
+        ``drawn`` with the batch's when it gives none, so that they rise in order)."""
         if not item.keys() <= _PUT_KEYS:
             unknown = sorted(set(item) - _PUT_KEYS)
             raise TypeError(f"unknown keys {unknown}")
@@ -418,6 +427,7 @@ class QueueBase:
             get("on_conflict", "ignore"),
             get("max_attempts"),
             get("headers"),
+            drawn,
         )
 
     def _reserve_arguments(
