@@ -126,3 +126,22 @@ def test_a_new_scheduler_goes_on_delivering(url: str, target: tuple[Any, str, st
         [(properties, body, _)] = consume(channel, queue, 1, timeout=10)
         assert (properties.message_id, body) == (id, b'"later"')
         assert second.stats().total == 0
+
+
+def test_a_scheduler_closed_while_delivering_hands_over_without_a_lease_to_wait_out(
+    url: str, target: tuple[Any, str, str]
+) -> None:
+    """A scheduler process stopped in the middle of its deliveries (a restart, a deploy)
+    first settles them: each publish's outcome is logged, so its successor delivers the
+    rest at once, rather than once their leases (DELIVER_LEASE_MS, 30 s) have run out,
+    and holds nothing it would deliver a second time then."""
+    channel, exchange, queue = target
+    first = Queue(url, name="orders", deliver_exchange=exchange, deliver_routing_key="timeout")
+    ids = first.put_many([{"payload": i, "delay": 0.3} for i in range(300)])
+    with Queue(url, name="orders") as second:
+        second.stats()  # a candidate
+        got = consume(channel, queue, 1, timeout=10)  # the first scheduler is delivering
+        first.close()
+        got += consume(channel, queue, len(ids) - 1, timeout=10)
+        assert sorted(p.message_id for p, _, _ in got) == sorted(ids)
+        assert second.stats().total == 0  # none left leased, to be delivered again

@@ -38,6 +38,10 @@ class LoopLink(Election, Calls, Ahead, Outbox, FastPuts):
             if not future.done():
                 future.set_exception(QueueClosed("the queue was closed"))
         if self._scheduler is not None:
+            # Its publishes to a user's exchange end and are logged first, so that its
+            # successor takes over at once, not once their leases ran out.
+            await self._scheduler.step_down(self.close_settle)
+        if self._scheduler is not None:
             scheduler, self._scheduler = self._scheduler, None
             scheduler.stop()
         self._drop_standby()

@@ -4,6 +4,8 @@ its message."""
 
 from __future__ import annotations
 
+import asyncio
+
 from ....durable.message import Now, Record
 from ....errors import LeaseLost
 from .._codec import pack
@@ -50,7 +52,7 @@ class Delivering(SchedulerState):
         when DELIVER_IN_FLIGHT publishes are out: the next outcome serves the queue."""
         in_flight = self._delivering.get(queue, 0)
         room = DELIVER_IN_FLIGHT - in_flight
-        if room <= 0:
+        if room <= 0 or self._stepping_down:
             return False
         store = self._store(queue)
         now = self._now()
@@ -59,8 +61,32 @@ class Delivering(SchedulerState):
         self._delivering[queue] = in_flight + len(claimed)
         exchange, routing_key = self._targets[queue]
         for record in claimed:
-            self._spawn(self._deliver_one(queue, exchange, routing_key, record))
+            task = self._spawn(self._deliver_one(queue, exchange, routing_key, record))
+            self._publishes.add(task)
+            task.add_done_callback(self._publishes.discard)
         return len(claimed) < room
+
+    async def step_down(self, seconds: float) -> None:
+        """Before :meth:`stop`, when this process closes (a restart; not a connection
+        lost): publish nothing more, let the publishes in flight end and their outcomes
+        be logged, for up to ``seconds``. A message being published is leased
+        (DELIVER_LEASE_MS) in the log: cut short, its successor would publish it only
+        once that lease ran out, and one whose confirm came before its ``fired`` was
+        logged a second time then."""
+        if self._stopped or not self._serving or not self._targets:
+            return
+        self._stepping_down = True
+        loop = asyncio.get_running_loop()
+        until = loop.time() + seconds
+        if self._publishes:
+            await asyncio.wait(set(self._publishes), timeout=seconds)
+        rest = until - loop.time()
+        if self._stopped or rest <= 0:
+            return
+        # Resolved once everything decided before it is in the log (_group_commit.py).
+        logged: asyncio.Future[None] = loop.create_future()
+        self._commit(None, Reply("", "", "", b"", done=logged))
+        await asyncio.wait({logged}, timeout=rest)
 
     async def _deliver_one(
         self, queue: str, exchange: str, routing_key: str, record: Record

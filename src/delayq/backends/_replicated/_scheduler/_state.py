@@ -153,6 +153,10 @@ class SchedulerState(abc.ABC):
         # itself publishes at their time (configure), and how many it has in flight
         self._targets: dict[str, tuple[str, str]] = {}
         self._delivering: dict[str, int] = {}
+        # The publishes in flight (their tasks), and whether this scheduler is stepping
+        # down (it publishes nothing more: _delivery.py).
+        self._publishes: set[asyncio.Task[Any]] = set()
+        self._stepping_down = False
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._group: list[Op] = []
         self._group_bytes = 0
@@ -240,10 +244,11 @@ class SchedulerState(abc.ABC):
             task.cancel()
         self._on_stopped()
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._done)
+        return task
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
