@@ -93,15 +93,8 @@ class Records:
     def write(self, record: Record) -> None:
         records = self.records
         old = records.get(record.id)
-        if old is not None:  # :meth:`_uncount`, inline on the path every change takes
-            was = old.state
-            if was is _SCHEDULED:
-                if old.due_at <= self.ripe_at:
-                    self._ripe_count -= 1
-            elif was is _ACTIVE:
-                self._active -= 1
-            elif was is _DEAD:
-                self._dead -= 1
+        if old is not None:
+            self._uncount(old)
         records[record.id] = record
         state = record.state
         if state is _SCHEDULED:
