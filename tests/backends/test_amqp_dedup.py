@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,10 @@ from typing import Any
 import pika
 import pytest
 
+from backends.test_amqp_fastput import client, scheduler
 from conformance.conftest import amqp_url
 from delayq.backends._replicated import _scheduler
-from delayq.backends._replicated._codec import unpack
+from delayq.backends._replicated._codec import decode_outcome, pack, reserve_items, unpack
 from delayq.backends._replicated._scheduler import _dedup, _group_commit
 from delayq.backends.amqp._constants import LOCK_ARGUMENTS, RPC_KEY
 from delayq.durable import AsyncQueue, Queue
@@ -208,3 +210,61 @@ def test_a_change_resent_to_a_new_scheduler_inside_the_window_is_answered_once(
             await second.purge()
 
     asyncio.run(main())
+
+
+def raw_calls(url: str, *calls: tuple[str, list[Any], str]) -> list[tuple[str, bytes]]:
+    """Send ``(op, args, reply_to)`` requests, all with one request id, back to back as a
+    client of delayq would (a reply_to of ``""``: this connection's inbox); the replies
+    that reach the inbox ``(kind, body)``, as many as requests sent there."""
+    prefix = url.split("prefix=", 1)[1].split("&", 1)[0]
+    connection = pika.BlockingConnection(pika.URLParameters(url.split("?", 1)[0]))
+    try:
+        channel = connection.channel()
+        inbox = channel.queue_declare("", exclusive=True, auto_delete=True).method.queue
+        request_id = uuid.uuid4().hex
+        for op, args, reply_to in calls:
+            properties = pika.BasicProperties(
+                reply_to=reply_to or inbox, correlation_id=request_id, type=op
+            )
+            channel.basic_publish(f"{prefix}.rpc", RPC_KEY, pack(args), properties)
+        replies: list[tuple[str, bytes]] = []
+        deadline = time.monotonic() + 10
+        while len(replies) < sum(1 for _, _, reply_to in calls if not reply_to):
+            assert time.monotonic() < deadline, "no reply"
+            method, properties, body = channel.basic_get(inbox, auto_ack=True)
+            if method is None:
+                connection.process_data_events(time_limit=0.01)
+                continue
+            assert properties.correlation_id == request_id
+            replies.append((properties.type, body))
+        return replies
+    finally:
+        connection.close()
+
+
+def test_a_reserve_resent_before_its_first_answer_left_keeps_what_it_was_answered(
+    url: str,
+) -> None:
+    """A consumer's connection closes before the answer to its reserve comes; it sends
+    the reserve again from a new connection, same request id, and is answered from the
+    dedup table with the message claimed for the first send. The first answer, on its
+    way meanwhile, then finds its inbox gone: the message stays the consumer's (not
+    given back for another consumer to take while its holder works on it: its ack would
+    then find the lease lost). Both sends reach the scheduler before the first answer
+    leaves (it waits for its log append)."""
+    with (
+        scheduler(url),
+        Queue(f"{client(url)}&fast_put=off", name="jobs", request_timeout=10) as queue,
+    ):
+        queue.put("m", id="m")
+        gone = f"gone-{uuid.uuid4().hex}"  # the closed connection's inbox: no such queue
+        reserve = ["jobs", 1, 60_000, 0.0]
+        [(kind, body)] = raw_calls(url, ("reserve", reserve, gone), ("reserve", reserve, ""))
+        [held] = decode_outcome("reserve", reserve_items(kind, body))
+        assert held.id == "m"
+        time.sleep(0.5)  # the first answer returned meanwhile
+        assert queue.reserve(wait=1) == []
+        assert queue.stats().active == 1
+        [(kind, _)] = raw_calls(url, ("ack", ["jobs", "m", held.lease], ""))
+        assert kind == "ok"
+        assert queue.stats().active == 0

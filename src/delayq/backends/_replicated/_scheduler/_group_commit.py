@@ -38,6 +38,10 @@ class GroupCommit(SchedulerState):
             # Sent by the flush task, once the callback that decided it (a batch of
             # requests: all of them) is over, so that replies to one client leave as one.
             self._replies.append(reply)
+            if reply.claimed and reply.request_id:
+                # Known as its request's answer from now until it is sent: a resend
+                # answered from the dedup table before then holds its claim too (_reply).
+                self._claiming[reply.request_id] = reply
         if reply is not None or (entry is not None and not folded):
             self._urgent = True
         if self._wake is not None and (
@@ -174,26 +178,8 @@ class GroupCommit(SchedulerState):
                     await self._transport.reply(reply_to, "", "batch", body, confirm=False)
 
     async def _reply(self, reply: Reply) -> None:
-        if reply.send_at is not None:
-            # Claimed ahead: sent a little before the due time, its waiter parked until
-            # then (something due meanwhile drops it, _service).
-            rest = reply.send_at - asyncio.get_running_loop().time()
-            if rest > 0 and not reply.dropped:
-                await asyncio.sleep(rest)
-            if reply.dropped:
-                return
-            parked = self._parked.get(reply.queue) or {}
-            waiter = parked.get(reply.request_id)
-            if waiter is not None and waiter.ahead is reply:
-                del parked[reply.request_id]
-                reply.reply_to = waiter.reply_to  # resent from a new connection meanwhile
-        body = self._on_wire(reply.kind, reply.body)
-        if reply.claimed:
-            self._claiming[reply.request_id] = reply
         try:
-            delivered = await self._transport.reply(
-                reply.reply_to, reply.request_id, reply.kind, body, confirm=True
-            )
+            delivered = await self._deliver_reply(reply)
         finally:
             if self._claiming.get(reply.request_id) is reply:
                 del self._claiming[reply.request_id]
@@ -202,6 +188,27 @@ class GroupCommit(SchedulerState):
             # letting it wait out a lease nobody holds (unless a resend from its new
             # connection was answered with it meanwhile: then that answer holds them).
             self._give_back(reply.queue, reply.claimed, reply.request_id)
+
+    async def _deliver_reply(self, reply: Reply) -> bool:
+        """Publish ``reply`` (held until its time, if it was claimed ahead): False when
+        its client's inbox was gone."""
+        if reply.send_at is not None:
+            # Claimed ahead: sent a little before the due time, its waiter parked until
+            # then (something due meanwhile drops it, _service).
+            rest = reply.send_at - asyncio.get_running_loop().time()
+            if rest > 0 and not reply.dropped:
+                await asyncio.sleep(rest)
+            if reply.dropped:
+                return True  # not sent: whoever dropped it released its claim
+            parked = self._parked.get(reply.queue) or {}
+            waiter = parked.get(reply.request_id)
+            if waiter is not None and waiter.ahead is reply:
+                del parked[reply.request_id]
+                reply.reply_to = waiter.reply_to  # resent from a new connection meanwhile
+        body = self._on_wire(reply.kind, reply.body)
+        return await self._transport.reply(
+            reply.reply_to, reply.request_id, reply.kind, body, confirm=True
+        )
 
     def _give_back(self, queue: str, claimed: list[Record], request_id: str = "") -> None:
         """Release ``claimed``; and when they were reserve ``request_id``'s answer,
