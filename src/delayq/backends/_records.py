@@ -374,17 +374,11 @@ class Records:
         due, records = self.due, self.records
         crossed: set[str] = set()
         while due and due[0][0] <= now_ms:
-            due_at, seq, id = heapq.heappop(due)
-            record = records.get(id)
-            if (
-                record is not None
-                and record.state is _SCHEDULED
-                and record.seq == seq
-                and record.due_at == due_at
-                and id not in crossed
-            ):
+            entry = heapq.heappop(due)
+            id = entry[2]
+            if id not in crossed and _live(records, entry) is not None:
                 crossed.add(id)
-                heapq.heappush(self.ripe, (due_at, seq, id))
+                heapq.heappush(self.ripe, entry)
         self._ripe_count += len(crossed)
         self.ripe_at = now_ms
 
@@ -492,14 +486,8 @@ class Records:
                 break
             if after is not None and (due_at, seq) <= after:
                 continue
-            record = records.get(id)
-            if (
-                record is None
-                or record.state is not _SCHEDULED
-                or record.seq != seq
-                or record.due_at != due_at
-                or id in seen
-            ):
+            record = _live(records, (due_at, seq, id))
+            if record is None or id in seen:
                 continue
             seen.add(id)
             found.append((due_at, seq, record))
@@ -556,6 +544,22 @@ class Records:
     def due_counts(self, horizon_ms: int, buckets: int, now: Now) -> tuple[int, list[int]]:
         scheduled = (r.due_at for r in self.records.values() if r.state is _SCHEDULED)
         return now.floor, count_due(scheduled, now.floor, horizon_ms, buckets)
+
+
+def _live(records: dict[str, Record], entry: tuple[int, int, str]) -> Record | None:
+    """The scheduled record a due heap's ``entry`` stands for; None when the entry is
+    stale (the record went, changed state, or was written again since). The claim's
+    path (``_head_due``) keeps this test inline: a call there costs every claim."""
+    due_at, seq, id = entry
+    record = records.get(id)
+    if (
+        record is None
+        or record.state is not _SCHEDULED
+        or record.seq != seq
+        or record.due_at != due_at
+    ):
+        return None
+    return record
 
 
 def _ascending(heap: list[_Entry]) -> Iterator[_Entry]:
