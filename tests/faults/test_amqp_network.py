@@ -287,4 +287,4 @@ def test_a_slow_or_lossy_link_loses_no_message_and_delivers_none_early(
             check_lossy_link(face, url(direct, "off"), link)
         else:
             target = (link.address, ns_rabbit.port)
-            check_slow_link(face, url(direct, "off"), target, lambda proxy: url(proxy, "off"))
+            check_slow_link(face, target, lambda proxy: url(proxy, "off"))

@@ -106,12 +106,7 @@ def test_a_slow_link_makes_messages_later_by_about_its_round_trip_and_loses_none
     face: str, ns_postgres: NsPostgres, links: list[Link]
 ) -> None:
     target = (links[0].address, ns_postgres.port)
-    check_slow_link(
-        face,
-        ns_postgres.url(links[0]),
-        target,
-        lambda address: f"postgresql://postgres@{address}/postgres",
-    )
+    check_slow_link(face, target, lambda address: f"postgresql://postgres@{address}/postgres")
 
 
 def test_a_lossy_link_loses_no_message_and_delivers_none_early(

@@ -29,7 +29,7 @@ def test_a_slow_link_makes_messages_later_by_about_its_round_trip_and_loses_none
     face: str, ns_redis: NsRedis, link: Link
 ) -> None:
     target = (link.address, ns_redis.PORT)
-    check_slow_link(face, ns_redis.url(link), target, lambda address: f"redis://{address}/0")
+    check_slow_link(face, target, lambda address: f"redis://{address}/0")
 
 
 @pytest.mark.parametrize("face", FACES)

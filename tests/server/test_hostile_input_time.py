@@ -25,14 +25,17 @@ HOSTILE_COOKIE = 'x="' + "\\" * 30_000 + '"'
 PLAIN_COOKIE = "x=" + "a" * 30_002
 
 
-def fastest(call: Callable[[], object], times: int = 3) -> float:
-    """The shortest of ``times`` runs of ``call``, in seconds."""
-    best = float("inf")
-    for _ in range(times):
-        began = time.perf_counter()
-        call()
-        best = min(best, time.perf_counter() - began)
-    return best
+def fastest(hostile: Callable[[], object], plain: Callable[[], object]) -> tuple[float, float]:
+    """The shortest of five runs of each call, in seconds, the two taking turns: a
+    moment when the loaded machine starves the server weighs on both alike (three runs
+    of one and then of the other once met a 0.75 s stall during the first three)."""
+    best = [float("inf"), float("inf")]
+    for _ in range(5):
+        for at, call in enumerate((hostile, plain)):
+            began = time.perf_counter()
+            call()
+            best[at] = min(best[at], time.perf_counter() - began)
+    return best[0], best[1]
 
 
 def assert_no_slower(
@@ -48,8 +51,7 @@ def assert_no_slower(
 
         return call
 
-    plain_time = fastest(send("plain", plain))
-    hostile_time = fastest(send("hostile", hostile))
+    hostile_time, plain_time = fastest(send("hostile", hostile), send("plain", plain))
     assert statuses["hostile"] == statuses["plain"], (path, statuses)
     assert hostile_time < RATIO * plain_time, (path, hostile_time, plain_time)
 
@@ -133,8 +135,11 @@ def test_a_session_behind_a_hostile_cookie_costs_no_more(locked_server: Server) 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_healthz_does_not_wait_for_hostile_cookies(open_server: Server) -> None:
-    plain_wait = min(healthz_wait(open_server, PLAIN_COOKIE) for _ in range(3))
-    hostile_wait = min(healthz_wait(open_server, HOSTILE_COOKIE) for _ in range(3))
+    waits: dict[str, list[float]] = {HOSTILE_COOKIE: [], PLAIN_COOKIE: []}
+    for _ in range(3):  # taking turns, as fastest() does
+        for cookie, seen in waits.items():
+            seen.append(healthz_wait(open_server, cookie))
+    hostile_wait, plain_wait = min(waits[HOSTILE_COOKIE]), min(waits[PLAIN_COOKIE])
     assert hostile_wait < RATIO * plain_wait, (hostile_wait, plain_wait)
 
 
@@ -179,6 +184,5 @@ def test_what_the_server_parses_costs_no_more_than_a_plain_request(
         return lambda: http.request(method, url, headers=headers, content=body)
 
     with httpx.Client(base_url=open_server.base, timeout=60) as http:
-        hostile_time = fastest(send(hostile))
-        plain_time = fastest(send(plain))
+        hostile_time, plain_time = fastest(send(hostile), send(plain))
     assert hostile_time < RATIO * plain_time, (hostile_time, plain_time)

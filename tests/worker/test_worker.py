@@ -161,7 +161,8 @@ def test_a_handler_past_its_timeout_is_a_failure(kind: str) -> None:
 def test_a_long_job_keeps_its_lease(backend: str, tmp_path: Path) -> None:
     """A job running 2.7 leases keeps its message: the worker extends the lease (every
     third of it) through the backend's extend, so nobody else reserves it meanwhile and
-    its ack still holds. A renewal may come up to half a lease (0.375 s) late."""
+    its ack still holds. A renewal may come up to two thirds of a lease (1 s) late: a
+    lease of 0.75 s was lost once while CI shared two cores with three test runs."""
     urls = BACKENDS[backend](tmp_path)
     url = next(urls)
     runs: list[int] = []
@@ -173,14 +174,14 @@ def test_a_long_job_keeps_its_lease(backend: str, tmp_path: Path) -> None:
         async def handler(msg: Message) -> None:
             runs.append(msg.attempts)
             expiries.append(msg.lease_expires_at)
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(3.0)
             seen = await queue.get(msg.id)
             assert seen is not None
             expiries.append(seen.lease_expires_at)
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(1.0)
 
         await queue.put("x")
-        worker = Worker(queue, handler, lease=0.75)
+        worker = Worker(queue, handler, lease=1.5)
         await serve_until(worker, lambda: worker.counts["succeeded"] == 1, timeout=15)
         assert worker.counts["lease_lost"] == 0
         assert (await queue.stats()).total == 0  # acked with the lease it kept
@@ -194,7 +195,7 @@ def test_a_long_job_keeps_its_lease(backend: str, tmp_path: Path) -> None:
     first, later = expiries
     assert first is not None
     assert later is not None
-    assert later >= first + 1000  # extended twice or more by then
+    assert later >= first + 2000  # extended twice or more by then
 
 
 def test_concurrency_is_filled_and_never_exceeded() -> None:
