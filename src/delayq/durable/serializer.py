@@ -21,6 +21,7 @@ import pickle
 import re
 import threading
 import warnings
+from collections.abc import Mapping
 from json import encoder as json_encoder
 from typing import Any, Protocol, runtime_checkable
 
@@ -30,6 +31,8 @@ from .constants import MAX_PAYLOAD_DEPTH, MAX_PAYLOAD_VALUES
 __all__ = [
     "RAW_ENCODING",
     "Codec",
+    "DictTemplate",
+    "Filled",
     "JSONSerializer",
     "PayloadTooDeep",
     "PayloadTooManyValues",
@@ -120,6 +123,16 @@ def _json_few(text: bytes, opened: int) -> bool:
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 
 
+def _json_within_limits(text: bytes) -> bool:
+    """True when JSON ``text`` surely nests at most MAX_PAYLOAD_DEPTH containers and
+    holds at most MAX_PAYLOAD_VALUES values: what :meth:`Codec.encode` concludes from
+    the text alone, without walking the payload."""
+    opened = _json_opened(text)
+    return opened <= MAX_PAYLOAD_DEPTH and (
+        len(text) < MAX_PAYLOAD_VALUES or _json_few(text, opened)
+    )
+
+
 def _json_values(text: bytes) -> int:
     """How many values JSON ``text`` holds, counted on the text without decoding it
     (what a reader checks before it builds them): outside strings, every value but
@@ -152,9 +165,10 @@ _make_c_encoder: Any = getattr(json_encoder, "c_make_encoder", None)
 _threads = threading.local()
 
 
-def _c_encoder() -> tuple[Any, dict[int, Any]]:
-    markers: dict[int, Any] = {}
-    encoder = _make_c_encoder(
+def _new_c_encoder(markers: dict[int, Any] | None) -> Any:
+    """The C encoder JSONEncoder.encode makes for _ENCODER, around ``markers`` (None:
+    it checks no container for circularity)."""
+    return _make_c_encoder(
         markers,
         _ENCODER.default,
         json_encoder.encode_basestring,
@@ -165,7 +179,11 @@ def _c_encoder() -> tuple[Any, dict[int, Any]]:
         False,
         False,
     )
-    return encoder, markers
+
+
+def _c_encoder() -> tuple[Any, dict[int, Any]]:
+    markers: dict[int, Any] = {}
+    return _new_c_encoder(markers), markers
 
 
 def _encode_reusing(obj: Any) -> str:
@@ -233,6 +251,86 @@ class JSONSerializer:
         return "JSONSerializer()"
 
 
+# A C encoder without the dict of the containers it is inside: stateless, so every
+# thread shares it. It does not refuse a circular container, which it recurses into
+# until RecursionError: only a template's values use it, and any error sends them the
+# dict's own way (_encode), which refuses each as it always did. Where that interface
+# is missing or differs, a stand-in whose output the same join reads.
+def _make_unchecked() -> Any:
+    def stand_in(obj: Any, _indent: int) -> tuple[str]:
+        return (_ENCODER.encode(obj),)
+
+    if _make_c_encoder is None:
+        return stand_in
+    write = _new_c_encoder(None)
+    sample = {"a": [1, 2.5, None, True, "\u00e9\n", (3,)], "b": {}}
+    try:
+        if "".join(write(sample, 0)) == _ENCODER.encode(sample):
+            return write
+    except Exception:  # any failure means: do not use it
+        pass
+    return stand_in
+
+
+_write_unchecked = _make_unchecked()
+
+
+class DictTemplate:
+    """Dict payloads whose first keys hold the same values in many messages, followed
+    by two keys whose values vary: the runtime's task envelope ``{"task": name,
+    "args": [...], "kwargs": {...}}``. ``Filled((template, first, second))`` is a
+    payload every codec stores as it stores the dict :meth:`payload` makes of it, byte
+    for byte, and refuses as it refuses that dict, with the same error: delayq's JSON
+    writes the fixed part here, once, and per message the two values alone
+    (:meth:`Codec.encode`); any other serializer, a value that fails, and a text near a
+    limit take the dict's own path."""
+
+    __slots__ = ("empty_tail", "fixed", "head", "keys", "middle")
+
+    def __init__(self, fixed: Mapping[str, object], keys: tuple[str, str]) -> None:
+        self.fixed = dict(fixed)
+        self.keys = tuple(keys)
+        names = [*self.fixed, *self.keys]
+        if len(self.keys) != 2 or any(type(name) is not str for name in names):
+            raise TypeError("a DictTemplate's keys are str, two of them varying")
+        if len(set(names)) != len(names):
+            raise ValueError(f"a key is both fixed and varying: {names}")
+        first, second = (_encode(key) for key in self.keys)
+        #: The JSON text before the first value (``'{"task":"job","args":'``), None
+        #: when delayq's JSON cannot write a fixed value (every payload then takes the
+        #: dict's path, which refuses it); between the two (``',"kwargs":'``); and
+        #: after the first when the second is an empty dict (``',"kwargs":{}}'``).
+        self.head: str | None
+        try:
+            fixed_text = "".join(f"{_encode(k)}:{_encode(v)}," for k, v in self.fixed.items())
+        except (TypeError, ValueError, OverflowError, RecursionError):
+            self.head = None
+        else:
+            self.head = f"{{{fixed_text}{first}:"
+        self.middle = f",{second}:"
+        self.empty_tail = f"{self.middle}{{}}}}"
+
+    def payload(self, filled: Filled) -> dict[str, object]:
+        """The dict ``filled`` stands for."""
+        _, first, second = filled
+        return {**self.fixed, self.keys[0]: first, self.keys[1]: second}
+
+    def __repr__(self) -> str:
+        return f"DictTemplate({self.fixed!r}, {self.keys!r})"
+
+
+class Filled(tuple[Any, ...]):
+    """``(template, first, second)``: a :class:`DictTemplate` and the values of its
+    two varying keys; a payload (see the template)."""
+
+    __slots__ = ()
+
+
+#: What Codec.encode does not give its serializer as it is: bytes stored untouched, and
+#: a template's dict.
+_NOT_SERIALIZED = (bytes, bytearray, memoryview, Filled)
+
+
 class Codec:
     """A queue's payload rules: a serializer plus a size limit, in both directions."""
 
@@ -263,7 +361,35 @@ class Codec:
     def encode(self, payload: object) -> tuple[bytes, str]:
         """``(data, encoding)`` for ``payload``; TypeError, PayloadTooDeep,
         PayloadTooManyValues or PayloadTooLarge if it cannot be stored."""
-        if isinstance(payload, (bytes, bytearray, memoryview)):
+        if isinstance(payload, _NOT_SERIALIZED):  # one check on the common path
+            if type(payload) is Filled:
+                template, first, second = payload
+                head = template.head
+                if head is not None and self._json:
+                    # The template's dict written from its fixed text, stored only where
+                    # the dict's path would store that text (no limit it needs the
+                    # payload walked for); anything else takes that path, which words
+                    # each refusal as it always did.
+                    try:
+                        if type(second) is dict and not second:
+                            text = (
+                                f"{head}{''.join(_write_unchecked(first, 0))}{template.empty_tail}"
+                            )
+                        else:
+                            text = (
+                                f"{head}{''.join(_write_unchecked(first, 0))}{template.middle}"
+                                f"{''.join(_write_unchecked(second, 0))}}}"
+                            )
+                        data = text.encode()  # UnicodeEncodeError: a lone surrogate
+                    except Exception:  # RecursionError too (a circular value)
+                        pass
+                    else:
+                        size = len(data)
+                        if (size <= 2 * MAX_PAYLOAD_DEPTH or _json_within_limits(data)) and (
+                            self.max_payload is None or size <= self.max_payload
+                        ):
+                            return data, self.encoding
+                return self.encode(template.payload(payload))
             data, encoding = bytes(payload), RAW_ENCODING
         elif self._json:
             try:

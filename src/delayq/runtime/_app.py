@@ -45,6 +45,7 @@ from ..durable.message import Message, OnConflict
 from ..durable.queue import AsyncQueue, Queue
 from ..durable.registry import default_url, redact_url
 from ..durable.retry import RetryPolicy
+from ..durable.serializer import DictTemplate, Filled
 from ._cron import CronSchedule, EverySchedule, Schedule, tick_id
 from .constants import CRON_TICK_HEADER
 
@@ -331,6 +332,8 @@ class App:
         self._queues: dict[str, Queue] = {}
         self._async_queues: dict[str, AsyncQueue] = {}
         self._lock = threading.Lock()
+        #: The envelope of each task name sent by send_many, its fixed part written once.
+        self._envelopes: dict[str, DictTemplate] = {}
 
     def configure(self, url: str | None = None, **options: Any) -> None:
         """Point the app at another backend: ``url`` (None: ``$DELAYQ_URL``, else
@@ -551,13 +554,13 @@ class App:
             stored[queue] = iter(await self.queue_async(queue).put_many(items))
         return [next(stored[queue]) for queue in queues]
 
-    @staticmethod
     def _batches(
-        messages: Iterable[TaskMessage],
+        self, messages: Iterable[TaskMessage]
     ) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
         """The ``put_many`` items of each queue, in order, and each message's queue."""
         batches: dict[str, list[dict[str, Any]]] = {}
         queues: list[str] = []
+        envelopes = self._envelopes
         for msg in messages:
             if type(msg) is not TaskMessage and not isinstance(msg, TaskMessage):
                 raise TypeError(
@@ -578,14 +581,21 @@ class App:
             ):
                 # put_item()'s dict, inline: the payload read once (put_many encodes it
                 # before it returns), so the arguments need no copy (JSON writes a
-                # tuple as a list).
+                # tuple as a list). It is the envelope filled in: the queue's codec
+                # stores the same dict, its fixed part written once per task name.
                 args: Any = msg.args  # a tuple, or what a TaskMessage was made with
                 kwargs = msg.kwargs
-                payload = {
-                    "task": task.name,
-                    "args": args if type(args) is tuple or type(args) is list else list(args),
-                    "kwargs": kwargs if type(kwargs) is dict else dict(kwargs),
-                }
+                name = task.name
+                envelope = envelopes.get(name)
+                if envelope is None:
+                    envelope = envelopes[name] = DictTemplate({"task": name}, ("args", "kwargs"))
+                payload = Filled(
+                    (
+                        envelope,
+                        args if type(args) is tuple or type(args) is list else list(args),
+                        kwargs if type(kwargs) is dict else dict(kwargs),
+                    )
+                )
                 items.append({"payload": payload, "max_attempts": task.max_attempts})
             else:
                 items.append(msg.put_item())
