@@ -312,6 +312,8 @@ class ThreadLink:
             for put in batch:
                 self._run(link.put_fast(put.queue, put.requests))
             return
+        if link.stands_first("put", 0.0):
+            self._run(link.stand_for())  # the candidacy is the loop's
         for queue in dict.fromkeys(put.queue for put in batch):
             direct.configure(queue)  # a request, if any: it needs a scheduler
         transport = direct.transport
