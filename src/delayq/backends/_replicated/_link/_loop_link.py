@@ -62,6 +62,10 @@ class LoopLink(Election, Calls, Ahead, Outbox, FastPuts):
         for task in [*self._tasks, *self._closing]:
             task.cancel()
 
+    def close_idle(self) -> None:
+        """Close a link that never ran (no loop: nothing of it to end)."""
+        self._closed = True
+
     async def _give_back_all(self) -> None:
         """Before a close: give back what was claimed for this link's callers and will
         not be taken (a reserve sent ahead, a late answer, a hold given up), for up to

@@ -96,8 +96,8 @@ class ThreadLink:
             url=url,
             standby=standby,
         )
-        self._loop = asyncio.new_event_loop()
-        #: The loop's thread, once a call needed it (:meth:`_started`).
+        #: The loop and its thread, once a call needed them (:meth:`_started`).
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._loop_lock = threading.Lock()
         self._fork = generation()
@@ -120,26 +120,31 @@ class ThreadLink:
             self._after_fork()
         return self._link
 
-    def _started(self) -> bool:
-        """Start the loop's thread unless it runs; False when the loop is closed."""
-        if self._thread is None:
+    def _started(self) -> asyncio.AbstractEventLoop | None:
+        """The loop, made and its thread started unless it runs; None once this link
+        is closed."""
+        loop = self._loop
+        if loop is None:
             with self._loop_lock:
-                if self._loop.is_closed():
-                    return False
-                if self._thread is None:
+                if self._link.closed:
+                    return None
+                loop = self._loop
+                if loop is None:
+                    loop = asyncio.new_event_loop()
                     thread = threading.Thread(
-                        target=self._loop.run_forever, name="delayq-amqp-link", daemon=True
+                        target=loop.run_forever, name="delayq-amqp-link", daemon=True
                     )
                     thread.start()
-                    self._thread = thread
-        return True
+                    self._loop, self._thread = loop, thread
+        return None if loop.is_closed() else loop
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the loop thread (started if need be) and block until its
         outcome. One wake-up each way: the coroutine's own task releases a plain lock
         as it ends (no concurrent future, no done callback a loop turn later), and the
         caller holds the task, so a pending one is not collected."""
-        if self._loop.is_closed() or not self._started():
+        loop = self._started()
+        if loop is None:
             coro.close()
             raise QueueClosed("the queue is closed")
         done = threading.Lock()
@@ -159,7 +164,7 @@ class ThreadLink:
                 done.release()
 
         tasks: list[asyncio.Task[None]] = []
-        self._loop.call_soon_threadsafe(lambda: tasks.append(self._loop.create_task(hop())))
+        loop.call_soon_threadsafe(lambda: tasks.append(loop.create_task(hop())))
         done.acquire()
         raised, value = outcome[0]
         if raised:
@@ -172,7 +177,7 @@ class ThreadLink:
                 return  # another thread of the child started afresh meanwhile
             # The lock may have been held by a thread of the parent at the fork.
             self._lock = threading.Lock()
-            if self._loop.is_closed() or self._link.closed:
+            if self._link.closed or (self._loop is not None and self._loop.is_closed()):
                 self._fork = generation()  # closed before the fork: it stays closed
                 return
             self._start()
@@ -197,8 +202,9 @@ class ThreadLink:
         if until is not None:
 
             def give_back() -> None:
-                if not self._loop.is_closed():
-                    self._loop.call_soon_threadsafe(link.give_back, args[0], outcome)
+                loop = self._loop
+                if loop is not None and not loop.is_closed():
+                    loop.call_soon_threadsafe(link.give_back, args[0], outcome)
 
             self._hold(link, until, give_back)
         return outcome
@@ -345,7 +351,7 @@ class ThreadLink:
         appended (for up to CLOSE_SETTLE s); then the loop thread ends."""
         link = self._current()
         with self._lock:
-            if self._loop.is_closed():
+            if self._link.closed and (self._loop is None or self._loop.is_closed()):
                 return
             with self._intake_lock:
                 self._closing = True
@@ -357,16 +363,15 @@ class ThreadLink:
                 direct.settle(link.close_settle)
                 direct.close()
             with self._loop_lock:
-                thread = self._thread
-                if thread is None:  # never needed: closed here, in this thread
-                    self._loop.run_until_complete(link.close(settle=direct is None))
-                    self._loop.close()
+                loop, thread = self._loop, self._thread
+                if loop is None or thread is None:  # never needed: nothing of it runs
+                    link.close_idle()
                     return
             self._run(link.close(settle=direct is None))
             self._run(_settle_loop(CLOSE_WAIT))
-            self._loop.call_soon_threadsafe(self._loop.stop)
+            loop.call_soon_threadsafe(loop.stop)
             thread.join(5)
-            self._loop.close()
+            loop.close()
 
 
 async def _settle_loop(seconds: float) -> None:
