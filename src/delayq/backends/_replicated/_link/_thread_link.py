@@ -192,6 +192,8 @@ class ThreadLink:
             if direct is not None:
                 if link.stands_first(op, wait):
                     self._run(link.stand_for())  # the candidacy is the loop's
+                elif link.opens_for_ahead(op, args):
+                    self._soon(link.open_soon)
                 if args:
                     direct.configure(args[0])
                 outcome, until = direct.call(op, args, wait)
@@ -208,6 +210,12 @@ class ThreadLink:
 
             self._hold(link, until, give_back)
         return outcome
+
+    def _soon(self, callback: Callable[[], None]) -> None:
+        """Have the loop (started if need be) run ``callback``, without waiting."""
+        loop = self._started()
+        if loop is not None:
+            loop.call_soon_threadsafe(callback)
 
     @staticmethod
     def _hold(link: LoopLink, until: float, give_back: Callable[[], None]) -> None:
