@@ -10,7 +10,10 @@ a. sync fast put: ``Queue.put`` one by one (``fast_put=on``, the URL's default);
 b. sync plain put: the same with ``fast_put=off`` (a request to the scheduler);
 c. async put: ``AsyncQueue.put`` one by one from one task (the default);
 d. reserve/ack: ``reserve(max=100, wait=0)`` + ``ack_many`` until the queue is empty
-   (the messages put first with ``put_many`` by another child process, of this checkout).
+   (the messages put first with ``put_many`` by another child process, of this checkout);
+e. first put: a new ``Queue``'s first put (the object made, its connections opened, the
+   put confirmed; its close after it not counted), up to 20 objects one after another
+   (not in the default ``--cases``: its items are objects, not puts).
 
 Wall time per item is shown too (it moves with the machine's load; the CPU much less).
 With ``--callgrind SMALL,LARGE`` each case runs instead under ``valgrind
@@ -46,7 +49,10 @@ CASES = {
     "b": "sync plain put",
     "c": "async put",
     "d": "reserve/ack",
+    "e": "first put",
 }
+#: The most objects case ``e`` makes (each opens connections to the broker).
+FIRST_PUTS = 20
 
 
 def child(case: str, url: str, items: int, queue_name: str) -> dict[str, float]:
@@ -66,6 +72,18 @@ def child(case: str, url: str, items: int, queue_name: str) -> dict[str, float]:
             for i in range(items):
                 q.put(i, delay=3600)
             cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            q.purge()
+    elif case == "e":
+        items = min(items, FIRST_PUTS)
+        cpu = wall = 0.0
+        for i in range(items):
+            cpu_at, wall_at = time.process_time(), time.perf_counter()
+            q = Queue(url, name=queue_name)
+            q.put(i, delay=3600)
+            cpu += time.process_time() - cpu_at
+            wall += time.perf_counter() - wall_at
+            q.close()
+        with Queue(url, name=queue_name) as q:
             q.purge()
     elif case == "c":
 

@@ -1,8 +1,10 @@
 """A first use of ``amqp://`` whose connection fails (the broker down, a virtual host
 that does not exist, a wrong password) raises one
 :class:`~delayq.backends.amqp.ServerRefused` on both Python faces, at once: a
-DelayqError whose message names the cause, never the password, with aiormq's error as
-its cause, and no log line of aiormq's per try.
+DelayqError whose message names the cause, never the password, with the broker client's
+error as its cause (aiormq's on the asyncio face, the sync face's own connection's on
+the sync one, whose first call goes from the caller's thread), and no log line of
+aiormq's per try.
 
 A call that needs the scheduler's answer, on a namespace where no process stands for
 election, raises :class:`~delayq.errors.SchedulerNotRunning` at once, which says how to
@@ -37,12 +39,16 @@ from delayq.backends.amqp import ServerRefused
 _REQUEST_TIMEOUT = 20
 
 
-def _check(exc: ServerRefused, url: str, reason: str) -> None:
+def _check(exc: ServerRefused, url: str, reason: str, *, sync: bool = False) -> None:
     assert isinstance(exc, delayq.ServerRefused)  # one class to catch, whatever the backend
     assert isinstance(exc, ConnectionError)  # still an outage to a Worker
     assert str(exc) == line(url, reason)
     assert "hunter2" not in str(exc)
-    assert isinstance(exc.__cause__, aiormq.exceptions.AMQPError)
+    if sync:  # the sync face's own connection's error: the socket's, or the broker's words
+        assert isinstance(exc.__cause__, OSError)
+        assert not isinstance(exc.__cause__, delayq.ServerRefused)
+    else:
+        assert isinstance(exc.__cause__, aiormq.exceptions.AMQPError)
 
 
 @pytest.mark.parametrize("mistake", NAMES)
@@ -54,7 +60,7 @@ def test_queue_says_why_in_one_line(mistake: str, caplog: pytest.LogCaptureFixtu
             with caplog.at_level(logging.WARNING), pytest.raises(ServerRefused) as raised:
                 call()
             assert time.monotonic() - started < _REQUEST_TIMEOUT / 4
-            _check(raised.value, f"{url}?request_timeout={_REQUEST_TIMEOUT}", reason)
+            _check(raised.value, f"{url}?request_timeout={_REQUEST_TIMEOUT}", reason, sync=True)
     assert [r for r in caplog.records if r.name.startswith("aiormq")] == []
 
 

@@ -3,8 +3,10 @@
 connection by the thread that calls, which reads the reply there (that 16 threads'
 calls leave from their threads, and together: test_amqp_coalesce.py). Checked here:
 the sync connection closed by the broker under calls of four threads (each call
-still returns, each put stored once); reserves, waiting ones too, served while the
-link's loop thread is blocked; a waiting reserve interrupted gives back what it
+still returns, each put stored once); a new queue's first call and the calls after it
+made from the caller's thread while the link's loop is held (no loop thread starts);
+reserves, waiting ones too, served while the link's loop thread is blocked; a waiting
+reserve interrupted gives back what it
 claimed, whether its answer was on its way or not; the sync connection closed under
 waiting reserves loses and doubles nothing.
 
@@ -77,17 +79,20 @@ def links(monkeypatch: pytest.MonkeyPatch) -> list[ThreadLink]:
 
 
 @contextlib.contextmanager
-def blocked_loop(link: ThreadLink) -> Iterator[None]:
-    """``link``'s loop thread held in a callback until the block ends."""
+def loop_held(link: ThreadLink) -> Iterator[None]:
+    """``link``'s loop held until the block ends, if it has one (a link makes its loop
+    and the loop's thread when a call first needs them: none, nothing runs there)."""
     release = threading.Event()
-    holding = threading.Event()
+    ran = threading.Event()
 
     def hold() -> None:
-        holding.set()
+        ran.set()
         release.wait(60)
 
-    link._loop.call_soon_threadsafe(hold)
-    assert holding.wait(10)
+    loop = getattr(link, "_loop", None)
+    if loop is not None:
+        loop.call_soon_threadsafe(hold)
+        assert ran.wait(10)
     try:
         yield
     finally:
@@ -108,7 +113,7 @@ def test_sync_reserves_go_from_the_callers_thread_while_the_loop_thread_is_block
         ThreadPoolExecutor(1) as pool,
     ):
         queue.stats()  # the first call: a scheduler answered this link
-        with blocked_loop(links[-1]):  # the queue's (a scheduler's wait had one)
+        with loop_held(links[-1]):  # the queue's (a scheduler's wait had one)
             waiting = pool.submit(queue.reserve, wait=10, max=5)
             time.sleep(0.5)  # parked at the scheduler
             assert not waiting.done()
@@ -126,6 +131,38 @@ def test_sync_reserves_go_from_the_callers_thread_while_the_loop_thread_is_block
             assert [m.id for m in got] == ["plain"]
             queue.ack(got[0])
             assert queue.stats().ready == 0
+
+
+def test_a_sync_producers_first_call_and_the_rest_go_from_its_thread(
+    url: str, links: list[ThreadLink]
+) -> None:
+    """A new sync queue's first call (it declares the namespace, asks who stands) and
+    the calls after it (fast and plain puts, reads, a reserve without wait, an ack, a
+    cancel) are made from the caller's thread while the link's loop cannot run: a
+    program that only puts and reads never needs the loop's thread (none starts)."""
+    with (
+        scheduler(url),
+        Queue(client(url), name="jobs", request_timeout=10) as warm,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        warm.stats()  # the scheduler is elected
+        with Queue(client(url), name="jobs", request_timeout=10) as queue:
+            link = links[-1]
+            with loop_held(link):
+
+                def calls() -> tuple[str, list[str]]:
+                    first = queue.put("fast")  # the first call: a fast put
+                    plain = queue.put("plain", id="plain", delay=3600)
+                    assert queue.get(first) is not None
+                    assert queue.stats().scheduled == 1
+                    got = queue.reserve(wait=0)
+                    queue.ack(got[0])
+                    assert queue.cancel(plain)
+                    return first, [m.id for m in got]
+
+                first, got = pool.submit(calls).result(timeout=20)
+                assert got == [first]
+            assert getattr(link, "_thread", None) is None  # no loop thread ever started
 
 
 class _Interrupted(BaseException):

@@ -89,17 +89,24 @@ OnIntake = Callable[[int, bytes], None]
 class BlockingTransport(Protocol):
     """One connection for the sync face's calls, used from its callers' threads (each
     blocks on it; :class:`~._link.ThreadLink`): requests and their replies, and the
-    intake's appends. Opened on first use, again after one failed (the first time
-    perhaps alongside the transport that made it, whose open declares the namespace's
-    objects: it declares what it binds to itself); used for calls only once that
-    transport has opened. The threads share it: :meth:`wait` reads it in turns, and
-    ``on_reply`` / ``on_elected`` (given when it was made, as to
-    :meth:`Transport.open`) are called by the thread reading. Every ``deadline`` is
+    intake's appends, and a first call's question of who stands for election.
+    Opened on first use, again after one failed, each time declaring the namespace's
+    objects (the transport that made it may never open). The threads share it:
+    :meth:`wait` reads it in turns, and ``on_reply`` / ``on_elected`` (given when it
+    was made, as to :meth:`Transport.open`) are called by the thread reading. Every ``deadline`` is
     a ``time.monotonic()``."""
 
     def connect(self, deadline: float) -> None:
-        """Open the connection unless it is open; ConnectionError or OSError
-        (TimeoutError past ``deadline``) when it cannot."""
+        """Open the connection unless it is open, declaring the namespace's objects
+        as :meth:`Transport.open` does (a backend object whose calls all go this way
+        opens no other); ConnectionError or OSError (TimeoutError past ``deadline``)
+        when it cannot, said as :meth:`Transport.open` says it (a
+        :class:`ServerRefused`, a :class:`Refused`)."""
+
+    def candidates(self, deadline: float) -> int:
+        """As :meth:`Transport.candidates`, opening the connection if need be;
+        ConnectionError or OSError (TimeoutError past ``deadline``) when the broker
+        did not say."""
 
     def request(
         self, op: str, request_id: str, body: bytes, ttl_ms: int | None, deadline: float

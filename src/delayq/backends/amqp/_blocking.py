@@ -13,10 +13,14 @@ aiormq's own cost per publish against pamqp's frames on a plain socket (docs/rab
 
 Its channels: ``requests`` (publishes, neither confirmed nor ``mandatory``: the reply
 is the receipt), ``inbox`` (an exclusive queue bound to the announcements, consumed
-without acks) and ``intake`` (confirmed). The namespace's objects are declared by the
-backend object's own connection first. The connection asks for no heartbeats (nothing
-of it runs between two calls); the kernel's keepalive watches it instead, and each
-wait is bounded by the caller's deadline.
+without acks), ``intake`` (confirmed) and ``probe`` (who stands for election: a
+passive declare of the lock queue, which closes it when there is none). Each
+connection declares the namespace's objects as it opens, as the backend object's
+loop connection does (the same arguments: a no-op once they exist), so that a backend
+object whose calls all go this way never needs the other. A connection that fails is
+said as the loop's says it (:func:`~._connect.connect_error`). The connection asks for
+no heartbeats (nothing of it runs between two calls); the kernel's keepalive watches
+it instead, and each wait is bounded by the caller's deadline.
 """
 
 from __future__ import annotations
@@ -33,9 +37,19 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pamqp import commands
 
-from ._constants import RPC_KEY, SOON_KEY
+from ._connect import connect_error
+from ._constants import (
+    META_ARGUMENTS,
+    RPC_KEY,
+    SOON_KEY,
+    Names,
+    intake_arguments,
+    log_arguments,
+    log_mismatch,
+)
 from ._url import Settings
 from ._wire import (
+    BrokerClosed,
     ChannelClosed,
     Confirmed,
     ConnectionClosed,
@@ -48,7 +62,10 @@ from ._wire import (
 
 __all__ = ["BlockingClient"]
 
-_REQUESTS, _INBOX, _INTAKE = 1, 2, 3
+_REQUESTS, _INBOX, _INTAKE, _PROBE = 1, 2, 3, 4
+#: The reply codes of a queue that does not exist, and of a declare whose arguments
+#: differ from the queue's.
+_NOT_FOUND, _PRECONDITION_FAILED = 404, 406
 _PUTS = commands.Basic.Properties(delivery_mode=2, message_type="puts")
 #: The shortest wait of a read, in seconds (its socket timeout also bounds a write).
 _MIN_WAIT = 0.01
@@ -88,10 +105,16 @@ class _Connection:
     the confirm numbers follow the order the broker reads them in); reads are made by
     one thread at a time (:class:`BlockingClient`'s turn). ``lost`` once it failed."""
 
-    def __init__(self, broker: _Broker, name: str, events: str, deadline: float) -> None:
+    def __init__(
+        self, broker: _Broker, name: str, names: Names, retention_bytes: int, deadline: float
+    ) -> None:
         self._wire = Wire(broker.user, broker.password, broker.vhost, name=name)
         self._lock = threading.Lock()
         self.lost = False
+        #: Whether the probe channel is open, and the count of its last declare (None:
+        #: not come yet).
+        self.probe_open = False
+        self.counted: int | None = None
         #: Events read during the handshake that were not its own (an announcement
         #: right behind the ConsumeOk): handed out by the first read.
         self._early: list[Event] = []
@@ -101,39 +124,56 @@ class _Connection:
         self._poller = select.poll()
         self._poller.register(self._sock, select.POLLIN)
         try:
-            self.inbox = self._handshake(events, deadline)
+            self.inbox = self._handshake(names, retention_bytes, deadline)
         except BaseException:
             self.close()
             raise
 
     @staticmethod
     def _connect(broker: _Broker, deadline: float) -> socket.socket:
+        # A TLS file that cannot be read is said before connecting, as aiormq does.
+        context = broker.context() if broker.tls else None
         sock = socket.create_connection(
             (broker.host, broker.port), timeout=max(deadline - time.monotonic(), 0.001)
         )
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            if broker.tls:
-                sock = broker.context().wrap_socket(sock, server_hostname=broker.host)
+            if context is not None:
+                sock = context.wrap_socket(sock, server_hostname=broker.host)
         except BaseException:
             sock.close()
             raise
         return sock
 
-    def _handshake(self, events: str, deadline: float) -> str:
-        """Open the channels and consume the inbox; its name. The steps that need no
-        answer of the one before leave together (three round trips after the
-        connection's own, not seven: a slow link pays each)."""
+    def _handshake(self, names: Names, retention_bytes: int, deadline: float) -> str:
+        """Open the channels, declare the namespace's objects and consume the inbox; its
+        name. The steps that need no answer of the one before leave together (three
+        round trips after the connection's own, not eight: a slow link pays each)."""
         wire = self._wire
+        events = names.events
         self._until(lambda event: isinstance(event, Opened), deadline)
         for channel in (_REQUESTS, _INBOX, _INTAKE):
             wire.send(channel, commands.Channel.Open())
-        for _ in range(3):
-            self._until(_replied(commands.Channel.OpenOk), deadline)
+        for channel in (_REQUESTS, _INBOX, _INTAKE):
+            self._until(_replied(commands.Channel.OpenOk, channel), deadline)
         wire.send(_INTAKE, commands.Confirm.Select())
-        # Declared as the backend object's own connection declares it (the same
-        # arguments: a no-op once it exists), for this connection may open first.
+        # Declared as the backend object's loop connection declares them (the same
+        # arguments: a no-op once they exist), in order on one channel (a bind after
+        # the declares it needs).
+        declares = [
+            commands.Exchange.Declare(exchange=names.rpc, exchange_type="direct", durable=True),
+            commands.Queue.Declare(
+                queue=names.log, durable=True, arguments=log_arguments(retention_bytes)
+            ),
+            commands.Queue.Declare(queue=names.meta, durable=True, arguments=META_ARGUMENTS),
+            commands.Queue.Declare(
+                queue=names.intake, durable=True, arguments=intake_arguments(retention_bytes)
+            ),
+            commands.Queue.Bind(queue=names.intake, exchange=names.rpc, routing_key=SOON_KEY),
+        ]
+        for method in declares:
+            wire.send(_REQUESTS, method)
         wire.send(
             _INBOX, commands.Exchange.Declare(exchange=events, exchange_type="fanout", durable=True)
         )
@@ -143,15 +183,21 @@ class _Connection:
                 queue="", exclusive=True, auto_delete=True, arguments={"x-queue-type": "classic"}
             ),
         )
-        self._until(_replied(commands.Confirm.SelectOk), deadline)
-        self._until(_replied(commands.Exchange.DeclareOk), deadline)
-        declared = self._until(_replied(commands.Queue.DeclareOk), deadline)
+        self._until(_replied(commands.Confirm.SelectOk, _INTAKE), deadline)
+        try:
+            self._until(_replied(commands.Queue.BindOk, _REQUESTS), deadline)
+        except BrokerClosed as exc:
+            if exc.reply_code == _PRECONDITION_FAILED and names.log in exc.reply_text:
+                raise log_mismatch(names.log, retention_bytes, exc.reply_text) from None
+            raise
+        self._until(_replied(commands.Exchange.DeclareOk, _INBOX), deadline)
+        declared = self._until(_replied(commands.Queue.DeclareOk, _INBOX), deadline)
         assert isinstance(declared, Method)
         inbox: str = declared.method.queue
         wire.send(_INBOX, commands.Queue.Bind(queue=inbox, exchange=events))
         wire.send(_INBOX, commands.Basic.Consume(queue=inbox, no_ack=True))
-        self._until(_replied(commands.Queue.BindOk), deadline)
-        self._until(_replied(commands.Basic.ConsumeOk), deadline)
+        self._until(_replied(commands.Queue.BindOk, _INBOX), deadline)
+        self._until(_replied(commands.Basic.ConsumeOk, _INBOX), deadline)
         return inbox
 
     def _until(self, wanted: Callable[[Event], bool], deadline: float) -> Event:
@@ -178,6 +224,13 @@ class _Connection:
             tag = wire.publish(channel, exchange, key, body, properties)
             self._sock.sendall(wire.data_to_send())
         return tag
+
+    def send(self, channel: int, *methods: Any) -> None:
+        """Send ``methods`` (pamqp's) on ``channel``, as one run on the socket."""
+        with self._lock:
+            for method in methods:
+                self._wire.send(channel, method)
+            self._flush_locked()
 
     def _flush(self) -> None:
         with self._lock:
@@ -219,12 +272,24 @@ class _Connection:
         for event in events:
             if isinstance(event, Confirmed) and event.channel == _INTAKE:
                 self.settled[event.delivery_tag] = event.ack  # one publish in flight
-            elif isinstance(event, (ChannelClosed, ConnectionClosed)):
-                what = "channel" if isinstance(event, ChannelClosed) else "connection"
-                raise ConnectionError(
-                    f"the broker closed the {what}: {event.reply_code} {event.reply_text}"
-                )
+            elif isinstance(event, (Method, ChannelClosed)) and event.channel == _PROBE:
+                self._probed(event)
+            elif isinstance(event, ChannelClosed):
+                raise BrokerClosed(event.reply_code, event.reply_text, connection=False)
+            elif isinstance(event, ConnectionClosed):
+                raise BrokerClosed(event.reply_code, event.reply_text, connection=True)
         return events
+
+    def _probed(self, event: Method | ChannelClosed) -> None:
+        """The probe channel's answer: the lock queue's consumers (its DeclareOk), or
+        none when it does not exist (its close, NOT_FOUND)."""
+        if isinstance(event, ChannelClosed):
+            self.probe_open = False
+            if event.reply_code != _NOT_FOUND:
+                raise BrokerClosed(event.reply_code, event.reply_text, connection=False)
+            self.counted = 0
+        elif isinstance(event.method, commands.Queue.DeclareOk):
+            self.counted = event.method.consumer_count or 0
 
     def close(self) -> None:
         """Drop the socket (no close handshake: the broker closes its side); a thread
@@ -235,9 +300,11 @@ class _Connection:
         self._sock.close()
 
 
-def _replied(kind: type[Any]) -> Callable[[Event], bool]:
-    """Whether an event is the broker's method ``kind``."""
-    return lambda event: isinstance(event, Method) and isinstance(event.method, kind)
+def _replied(kind: type[Any], channel: int) -> Callable[[Event], bool]:
+    """Whether an event is the broker's method ``kind`` on ``channel``."""
+    return lambda event: (
+        isinstance(event, Method) and event.channel == channel and isinstance(event.method, kind)
+    )
 
 
 def _left(deadline: float) -> float:
@@ -257,14 +324,17 @@ class BlockingClient:
     def __init__(
         self,
         settings: Settings,
-        names: tuple[str, str, str],
+        names: Names,
         on_reply: Callable[[str, str, bytes], None],
         on_elected: Callable[[], None],
     ) -> None:
+        self._settings = settings
         self._brokers = [_Broker(url) for url in settings.broker_urls]
         self._first = 0
         self._name = f"delayq {settings.prefix} sync"
-        self._intake, self._rpc, self._events = names
+        self._names = names
+        self._intake, self._rpc = names.intake, names.rpc
+        self._probing = threading.Lock()
         self._on_reply = on_reply
         self._on_elected = on_elected
         self._connection: _Connection | None = None
@@ -294,16 +364,47 @@ class BlockingClient:
                 index = (self._first + step) % len(self._brokers)
                 try:
                     connection = _Connection(
-                        self._brokers[index], self._name, self._events, deadline
+                        self._brokers[index],
+                        self._name,
+                        self._names,
+                        self._settings.retention_bytes,
+                        deadline,
                     )
                 except (ConnectionError, OSError) as exc:
                     error = exc
+                    if isinstance(exc, TimeoutError):
+                        break  # the deadline passed
                     continue
                 self._first = index
                 self._connection = connection
                 return connection
             assert error is not None
+            if not isinstance(error, TimeoutError):  # said by the caller, who knows how long
+                said = connect_error(self._settings.url, self._settings.broker_urls, error)
+                if said is not None:
+                    raise said from error
             raise error
+
+    def candidates(self, deadline: float) -> int:
+        """See :meth:`~.._replicated.BlockingTransport.candidates`: the consumers of the
+        lock queue, by a passive declare on the probe channel (kept open for the next;
+        the broker closes it when the lock was never declared: none)."""
+        connection = self._connected(deadline)
+        try:
+            with self._probing:
+                connection.counted = None
+                opening = [] if connection.probe_open else [commands.Channel.Open()]
+                connection.probe_open = True
+                declare = commands.Queue.Declare(queue=self._names.lock, passive=True)
+                connection.send(_PROBE, *opening, declare)
+            self.wait(lambda: connection.counted is not None, deadline, connection)
+        except BaseException:
+            self._drop(connection)
+            raise
+        if connection.counted is None:
+            self._drop(connection)
+            raise TimeoutError("the broker did not say who stands in time")
+        return connection.counted
 
     def request(
         self, op: str, request_id: str, body: bytes, ttl_ms: int | None, deadline: float

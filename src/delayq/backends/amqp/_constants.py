@@ -18,8 +18,10 @@ __all__ = [
     "RPC_KEY",
     "SOON_KEY",
     "TOKEN_RETRIES",
+    "Names",
     "intake_arguments",
     "log_arguments",
+    "log_mismatch",
 ]
 
 #: The namespace of a URL without ``prefix=``: its objects are ``delayq.log``...
@@ -89,3 +91,35 @@ def intake_arguments(retention_bytes: int) -> FieldTable:
     """The intake (fast puts, read by the scheduler): a stream like the log, with the
     same retention (what a scheduler down for long must still find unfolded)."""
     return log_arguments(retention_bytes)
+
+
+def log_mismatch(log: str, retention_bytes: int, said: str) -> ValueError:
+    """The error of a log ``log`` the broker would not declare with ``retention_bytes``'
+    arguments (it exists with others; ``said``: the broker's words)."""
+    return ValueError(
+        f"the log {log} exists with other arguments than "
+        f"retention_bytes={retention_bytes} asks ({said}). "
+        f"A namespace declared before delayq gave its log a retention takes "
+        f"retention_bytes=0 (checkpoints, no retention); otherwise pass the "
+        f"retention_bytes it was declared with, or use a new prefix"
+    )
+
+
+class Names:
+    """The broker objects of one namespace (``<prefix>.log``...)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.log = f"{prefix}.log"
+        self.meta = f"{prefix}.meta"
+        self.intake = f"{prefix}.intake"
+        self.lock = f"{prefix}.lock"
+        self.rpc = f"{prefix}.rpc"
+        self.events = f"{prefix}.events"
+
+    @property
+    def queues(self) -> tuple[str, str, str, str]:
+        return self.log, self.meta, self.lock, self.intake
+
+    @property
+    def exchanges(self) -> tuple[str, str]:
+        return self.rpc, self.events

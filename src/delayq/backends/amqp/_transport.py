@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timezone
@@ -29,9 +28,9 @@ from pamqp.commands import Basic
 from pamqp.common import FieldTable
 
 from ...durable.message import Record
-from .._replicated import Delivery, LogEntry, Refused
+from .._replicated import Delivery, LogEntry
 from ._blocking import BlockingClient
-from ._connect import quiet_connect_errors, refused
+from ._connect import connect_error, final, quiet_connect_errors
 from ._constants import (
     CONTENT_TYPES,
     DEFAULT_REQUEST_TIMEOUT,
@@ -42,12 +41,14 @@ from ._constants import (
     RPC_KEY,
     SOON_KEY,
     TOKEN_RETRIES,
+    Names,
     intake_arguments,
     log_arguments,
+    log_mismatch,
 )
 from ._url import Settings
 
-__all__ = ["AmqpTransport", "Hosts", "Names"]
+__all__ = ["AmqpTransport", "Hosts"]
 
 _TOKEN = b"token"
 
@@ -57,49 +58,11 @@ def _stream_offset(headers: dict[str, Any]) -> int:
     return int(headers.get("x-stream-offset", -1))
 
 
-class Names:
-    """The broker objects of one namespace (``<prefix>.log``...)."""
-
-    def __init__(self, prefix: str) -> None:
-        self.log = f"{prefix}.log"
-        self.meta = f"{prefix}.meta"
-        self.intake = f"{prefix}.intake"
-        self.lock = f"{prefix}.lock"
-        self.rpc = f"{prefix}.rpc"
-        self.events = f"{prefix}.events"
-
-    @property
-    def queues(self) -> tuple[str, str, str, str]:
-        return self.log, self.meta, self.lock, self.intake
-
-    @property
-    def exchanges(self) -> tuple[str, str]:
-        return self.rpc, self.events
-
-
 def _persistent(kind: str, reign: str, mark: str = "") -> Basic.Properties:
     headers: FieldTable = {"v": 1, "reign": reign}
     if mark:
         headers["mark"] = mark
     return Basic.Properties(delivery_mode=2, message_type=kind, headers=headers)
-
-
-def _final(exc: BaseException) -> BaseException | None:
-    """What no retry of a connection mends, or None (an outage): the broker's
-    certificate failed its check, the broker refused the credentials, or a TLS file of
-    the URL could not be read (aiormq raises those as they are, before connecting)."""
-    if isinstance(exc.__cause__, ssl.SSLCertVerificationError):
-        return exc.__cause__
-    if isinstance(exc, aiormq.exceptions.AuthenticationError) or (
-        isinstance(exc, aiormq.exceptions.ProbableAuthenticationError)
-        and "ACCESS_REFUSED" in str(exc)
-    ):
-        return exc
-    if not isinstance(exc, aiormq.exceptions.AMQPError) and isinstance(
-        exc, (ssl.SSLError, FileNotFoundError, PermissionError, IsADirectoryError)
-    ):
-        return exc
-    return None
 
 
 class Hosts:
@@ -116,7 +79,7 @@ class Hosts:
 
     async def connect(self) -> AbstractConnection:
         """A connection to the first host that takes one; the last host's error when
-        none does, at once when no other host can mend it (see :func:`_final`)."""
+        none does, at once when no other host can mend it (see :func:`~._connect.final`)."""
         error: BaseException | None = None
         for step in range(len(self._urls)):
             index = (self._first + step) % len(self._urls)
@@ -125,7 +88,7 @@ class Hosts:
                     self._urls[index], client_properties=self._properties
                 )
             except (aiormq.exceptions.AMQPConnectionError, OSError) as exc:
-                if _final(exc) is not None:
+                if final(exc) is not None:
                     raise
                 error = exc
                 continue
@@ -183,15 +146,8 @@ class AmqpTransport:
             OSError,
         ) as exc:
             await self.close()
-            final = _final(exc)
-            # A mistake of the URL (the broker down, a wrong password, an unknown
-            # virtual host) in one line that says which.
-            line = refused(self._settings.url, self._settings.broker_urls, exc)
-            if final is not None:
-                raise Refused(line or final) from exc
-            if line is not None:
-                raise line from exc
-            raise ConnectionError(f"could not open the AMQP connection: {exc!r}") from exc
+            said = connect_error(self._settings.url, self._settings.broker_urls, exc)
+            raise (said or ConnectionError(f"could not open the AMQP connection: {exc!r}")) from exc
         except ValueError:
             await self.close()
             raise
@@ -241,13 +197,8 @@ class AmqpTransport:
         except aiormq.exceptions.ChannelPreconditionFailed as exc:
             # The broker closed the channel: the next declare opens another.
             self._channels.pop("requests", None)
-            raise ValueError(
-                f"the log {self._names.log} exists with other arguments than "
-                f"retention_bytes={retention} asks ({exc.args[-1] if exc.args else exc}). "
-                f"A namespace declared before delayq gave its log a retention takes "
-                f"retention_bytes=0 (checkpoints, no retention); otherwise pass the "
-                f"retention_bytes it was declared with, or use a new prefix"
-            ) from None
+            said = str(exc.args[-1] if exc.args else exc)
+            raise log_mismatch(self._names.log, retention, said) from None
 
     async def candidates(self) -> int:
         """See :meth:`~.._replicated.Transport.candidates`: the consumers of the lock
@@ -463,9 +414,7 @@ class AmqpTransport:
         self, on_reply: Callable[[str, str, bytes], None], on_elected: Callable[[], None]
     ) -> BlockingClient:
         """See :meth:`~.._replicated.Transport.blocking`."""
-        names = self._names
-        objects = (names.intake, names.rpc, names.events)
-        return BlockingClient(self._settings, objects, on_reply, on_elected)
+        return BlockingClient(self._settings, self._names, on_reply, on_elected)
 
     async def tail_intake(
         self,

@@ -28,6 +28,7 @@ from pamqp.header import ContentHeader, ProtocolHeader
 from pamqp.heartbeat import Heartbeat
 
 __all__ = [
+    "BrokerClosed",
     "ChannelClosed",
     "Confirmed",
     "ConnectionClosed",
@@ -114,6 +115,18 @@ class ConnectionClosed(NamedTuple):
 
     reply_code: int
     reply_text: str
+
+
+class BrokerClosed(ConnectionError):
+    """What a driver raises when the broker closed a channel or (``connection``) the
+    connection: its reply code and words, as it said them."""
+
+    def __init__(self, reply_code: int, reply_text: str, *, connection: bool) -> None:
+        what = "connection" if connection else "channel"
+        super().__init__(f"the broker closed the {what}: {reply_code} {reply_text}")
+        self.reply_code = reply_code
+        self.reply_text = reply_text
+        self.connection = connection
 
 
 Event = Opened | Method | Confirmed | Delivered | Returned | ChannelClosed | ConnectionClosed

@@ -38,7 +38,7 @@ class Calls(LinkState):
         if future is None:
             releases = self._core.give_back(request_id, kind, body)
         else:
-            self._served = True
+            self._core.served = True
             self._core.replied(request_id)
             if not future.done():
                 # When it came, by the clock a held reply is counted on (the loop's
@@ -92,11 +92,12 @@ class Calls(LinkState):
             raise exc.reason from exc.reason.__cause__
 
     async def _configure(self, queue: str) -> None:
-        if self._deliver is not None and queue not in self._configured:
+        configure = self._core.to_configure(queue)
+        if configure is not None:
             # This backend object delivers its queues' messages to a user's exchange:
             # say so once per queue, before its first operation.
-            await self._call("configure", [queue, list(self._deliver)], 0.0)
-            self._configured.add(queue)
+            await self._call("configure", configure, 0.0)
+            self._core.configured.add(queue)
 
     async def _call(self, op: str, args: list[Any], wait: float | None) -> tuple[Any, float | None]:
         loop = asyncio.get_running_loop()
@@ -131,8 +132,9 @@ class Calls(LinkState):
                 try:
                     transport = self._transport or await self._connected_within(limit - loop.time())
                     left = limit - loop.time()
-                    if not (sent_before or self._candidate or await self._stands(transport, left)):
-                        raise self._not_running()  # nothing was sent: nothing ran
+                    asks = self._core.asks_who_stands(sent_before, self._candidate)
+                    if asks and not await self._stands(transport, left):
+                        raise self._core.not_running()  # nothing was sent: nothing ran
                     ttl = None if waits else int(resend_for * 1000)
                     # A waiting reserve counts as parked from the moment it may be on
                     # its way: one cancelled while its publish is in flight may reach

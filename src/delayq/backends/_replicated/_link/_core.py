@@ -1,9 +1,11 @@
 """The link's state transitions without I/O: no asyncio, no thread, no clock (each
 step is given the time it needs). What a driver does with a connection (send, wait,
 resend) stays with the driver; what it decides from what it holds is here, once for
-every driver: the numbering of the intake messages and the read-your-writes barrier
-(``after``) the requests carry behind them, the scheduler's announcements, the message
-a run of requests leaves as, which late answer gives back what, and when a sequential
+every driver: what a first call says (a URL's mistake, a namespace where nobody stands
+for election) and when it asks, a queue's ``configure`` before its first call, the
+numbering of the intake messages and the read-your-writes barrier (``after``) the
+requests carry behind them, the scheduler's announcements, the message a run of
+requests leaves as, which late answer gives back what, and when a sequential
 consumer's next reserve is sent ahead with its acks."""
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import uuid
 from collections.abc import Callable, Container, Sequence
 from typing import Any, TypeVar
 
+from ...._redact import redact_url
 from ....durable.message import Now, Record
+from ....errors import SchedulerNotRunning
 from .._codec import decode_outcome, decode_record, pack, reserve_items
 from .._constants import MAX_GROUP_BYTES, QUIET_HOLD
+from .._transport import ServerRefused
 
 __all__ = ["ANNOUNCEMENTS", "READS", "LinkCore", "remember", "take_group", "unclaim"]
 
@@ -89,11 +94,30 @@ def _releases(queue: str, received: frozenset[str], kind: str, body: bytes) -> l
 
 
 class LinkCore:
-    """What a link decides by itself. ``fast_put``: whether its puts may go through
-    the intake (docs/rabbitmq.md, "Fast put")."""
+    """What a link decides by itself, for every connection of its backend object (the
+    sync face's two: its callers' threads' and its loop's). ``fast_put``: whether its
+    puts may go through the intake (docs/rabbitmq.md, "Fast put"); ``url``: the queue
+    URL its errors name; ``deliver``: the user's exchange and routing key its queues'
+    messages are delivered to (None: none)."""
 
-    def __init__(self, *, fast_put: bool) -> None:
+    def __init__(
+        self, *, fast_put: bool, url: str = "", deliver: tuple[str, str] | None = None
+    ) -> None:
         self._fast_put = fast_put
+        self._url = url
+        self._deliver = deliver
+        #: Whether a connection of this backend object opened once (the namespace's
+        #: objects are declared): until then, a connection that fails is a mistake of
+        #: the URL more likely than an outage, said at once (:meth:`refused`).
+        self.declared = False
+        #: Whether a scheduler answered this backend object once (or announced itself).
+        #: Until then, a call from a process that does not stand first asks the broker
+        #: whether any process does (:meth:`asks_who_stands`): if none, none would
+        #: answer it. After, a scheduler that does not answer is an outage, ridden out
+        #: as ever (a broker's restart: the candidates come back after the clients).
+        self.served = False
+        #: The queues told where their messages are delivered (``configure``).
+        self.configured: set[str] = set()
         #: This link's name in the intake, and its intake messages: the last numbered,
         #: the last confirmed, the last known folded (a reply to a request that waited
         #: behind it came back); the first ``after`` each request in flight was sent with.
@@ -132,6 +156,41 @@ class LinkCore:
     def fast(self) -> bool:
         """Whether a put whose outcome nobody reads may go through the intake now."""
         return self._fast_put and not self.full
+
+    # -- a first call ----------------------------------------------------------------
+
+    def refused(self, exc: BaseException) -> ServerRefused:
+        """``exc``, the failure of a connection while none ever opened, as the
+        :class:`ServerRefused` every call raises at once (each tries again)."""
+        if isinstance(exc, ServerRefused):
+            return exc
+        error = ServerRefused(f"cannot use the queue at {redact_url(self._url)}: {exc}")
+        error.__cause__ = exc
+        return error
+
+    def asks_who_stands(self, sent_before: bool, candidate: bool) -> bool:
+        """Whether a call asks the broker who stands for election before it is sent:
+        its first send (``sent_before``: not), from a process that does not stand
+        (``candidate``), while no scheduler ever answered; then it raises
+        :meth:`not_running` at once when nobody stands."""
+        return not (sent_before or candidate or self.served)
+
+    def not_running(self) -> SchedulerNotRunning:
+        """The error of a call that nothing would answer (nobody stands)."""
+        return SchedulerNotRunning(
+            f"cannot use the queue at {redact_url(self._url)}: no scheduler runs for its "
+            "namespace (no delayq process stands for election): start one with `delayq "
+            "scheduler --url URL` (a `delayq worker`, or a consumer waiting in a reserve, "
+            "stands too)"
+        )
+
+    def to_configure(self, queue: str) -> list[Any] | None:
+        """The arguments of the ``configure`` a call of ``queue`` sends first (its
+        messages are delivered to a user's exchange, and it was not told yet), else
+        None; :attr:`configured` once it was answered."""
+        if self._deliver is None or queue in self.configured:
+            return None
+        return [queue, list(self._deliver)]
 
     @property
     def unfolded(self) -> bool:

@@ -18,13 +18,16 @@ back what no caller got. The hold of messages claimed ahead of their due time is
 caller's (:class:`~._thread_link.ThreadLink`), which gives them back here if it is
 interrupted.
 
-A ThreadLink sends a call this way once its loop's link was answered once (a first call
-says, at once, what a URL's mistake or a namespace with no scheduler is), and keeps to
-its loop what needs one (:meth:`~._state.LinkState.direct_ready`): standing for
-election (a waiting reserve of a backend object with ``scheduler=auto`` starts it
-there first), the reserve a sequential consumer sends with its acks (its answer is
-given back by a timer when no caller takes it), and a queue's first call that must be
-configured.
+A first call goes this way too, with the link core's decisions: while no connection of
+the backend object ever opened, one that fails is said at once (the URL's mistake, a
+:class:`~.._transport.ServerRefused`); while no scheduler ever answered, a process that
+does not stand first asks the broker who does, and nobody: SchedulerNotRunning at once,
+nothing sent; a queue delivered to a user's exchange is ``configure``d before its
+first call. A ThreadLink keeps to its loop what needs one
+(:meth:`~._state.LinkState.direct_ready`): standing for election (a waiting reserve of
+a backend object with ``scheduler=auto``, or the first call of one with ``on``,
+starts it there first), and the reserve a sequential consumer sends with its acks (its
+answer is given back by a timer when no caller takes it).
 """
 
 from __future__ import annotations
@@ -37,10 +40,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ....errors import QueueClosed
+from ....errors import QueueClosed, SchedulerNotRunning
 from .._codec import pack, raise_error, unpack
 from .._constants import RESEND_FOR
-from .._transport import BlockingTransport, NoScheduler, OnReply
+from .._transport import BlockingTransport, NoScheduler, OnReply, Refused
 from ._core import READS, LinkCore, take_group
 
 __all__ = ["Direct"]
@@ -96,11 +99,13 @@ class Direct:
         core: LinkCore,
         request_timeout: float,
         no_reply: NoReply,
+        standing: Callable[[], bool],
     ) -> Direct | None:
         """The calls over the transport ``make(on_reply, on_elected)`` gives (None
         when it gives none); the core's announcements are read from it from then on.
-        ``no_reply``: the error of a call that got no reply in time."""
-        direct = cls(core, request_timeout, no_reply)
+        ``no_reply``: the error of a call that got no reply in time; ``standing``:
+        whether this process stands for election now."""
+        direct = cls(core, request_timeout, no_reply, standing)
         transport = make(direct._on_reply, direct._on_elected)
         if transport is None:
             return None
@@ -108,8 +113,15 @@ class Direct:
         core.announcer = direct
         return direct
 
-    def __init__(self, core: LinkCore, request_timeout: float, no_reply: NoReply) -> None:
+    def __init__(
+        self,
+        core: LinkCore,
+        request_timeout: float,
+        no_reply: NoReply,
+        standing: Callable[[], bool],
+    ) -> None:
         self._core = core
+        self._standing = standing
         self._request_timeout = request_timeout
         #: How long a send lives, and a change is sent again at most (the scheduler
         #: remembers its id for a bounded time only, _constants.RESEND_FOR).
@@ -125,19 +137,41 @@ class Direct:
         #: The releases (``[queue, id, lease]`` each) late answers ask, sent by the
         #: thread that read them once its wait is over (the turn to read released).
         self._giving: list[list[Any]] = []
-        self._opened = False
 
-    @property
-    def connected(self) -> bool:
-        """Whether a connection of this link opened (it may have failed since)."""
-        return self._opened
-
-    def open_quietly(self, deadline: float) -> None:
-        """Open the connection now (by ``deadline``), unless it is open; a failure is
-        let be (the next call opens it again, and meets the error if it lasts)."""
-        with contextlib.suppress(ConnectionError, OSError):
+    def connect(self, deadline: float) -> None:
+        """Open the connection unless it is open (it declares the namespace's objects).
+        While no connection of the backend object ever opened, a failure is a mistake
+        of the URL more likely than an outage: a :class:`Refused` of the line that says
+        it (:meth:`LinkCore.refused`), which its caller raises at once."""
+        try:
             self.transport.connect(deadline)
-            self._opened = True
+        except (ConnectionError, OSError) as exc:
+            if self._core.declared:
+                raise
+            if isinstance(exc, TimeoutError):  # as the loop's link says it
+                late = ConnectionError(
+                    f"no connection to the broker in {self._request_timeout:g} s"
+                )
+                raise Refused(self._core.refused(late)) from exc
+            raise Refused(self._core.refused(exc)) from exc
+        self._core.declared = True
+
+    def configure(self, queue: str) -> None:
+        """Tell the scheduler, before the first call of ``queue``, where its messages are
+        delivered (:meth:`LinkCore.to_configure`), as the loop's link does."""
+        configure = self._core.to_configure(queue)
+        if configure is not None:
+            self.call("configure", configure, 0.0)
+            self._core.configured.add(queue)
+
+    def settle(self, seconds: float) -> None:
+        """Before a close: wait, for up to ``seconds``, until this link's fast puts are
+        folded (so that what a process put before it closed is seen by the next one),
+        by a request that waits behind them; with no scheduler running they stay in
+        the intake, folded once one is elected."""
+        if self._core.unfolded and not self._closed:
+            with contextlib.suppress(Exception):
+                self._call("sync", [], 0.0, seconds)
 
     def heard(self) -> None:
         """Take the announcements that came on the connection (before a decision
@@ -152,6 +186,17 @@ class Direct:
         :func:`time.monotonic` time until which the caller holds messages claimed ahead
         of their due time (None: none to hold), which it gives back
         (:meth:`give_back`) if it gives up before."""
+        try:
+            return self._call(op, args, wait)
+        except Refused as exc:
+            raise exc.reason from exc.reason.__cause__
+
+    def _call(
+        self, op: str, args: list[Any], wait: float | None, within: float | None = None
+    ) -> tuple[Any, float | None]:
+        """:meth:`call`; ``within``: the seconds it waits for a reply (None: the request
+        timeout)."""
+        request_timeout = self._request_timeout if within is None else within
         reserve = op == "reserve"
         waits = reserve and (wait is None or wait > 0)
         give_up = None if wait is None else time.monotonic() + wait
@@ -173,12 +218,16 @@ class Direct:
                 elections = self._elections
                 if time.monotonic() >= resend_until:
                     raise self._no_reply(op, may_have_run, True, self._ttl / 1000)
-                deadline = min(unanswered_since + self._request_timeout, resend_until)
-                timeout: float | None = self._request_timeout
+                deadline = min(unanswered_since + request_timeout, resend_until)
+                timeout: float | None = request_timeout
                 sent = False
                 try:
                     if self._closed:
                         raise QueueClosed("the queue was closed")
+                    self.connect(deadline)
+                    asks = self._core.asks_who_stands(left_once, self._standing())
+                    if asks and self.transport.candidates(deadline) == 0:
+                        raise self._core.not_running()  # nothing was sent: nothing ran
                     may_have_run = may_have_run or op not in READS
                     if may_have_run and resend_until == float("inf"):
                         resend_until = time.monotonic() + self._ttl / 1000
@@ -197,9 +246,11 @@ class Direct:
                         timeout = (
                             None
                             if give_up is None
-                            else max(give_up - unanswered_since, 0.0) + self._request_timeout
+                            else max(give_up - unanswered_since, 0.0) + request_timeout
                         )
                     self._wait(call, elections, timeout)
+                except SchedulerNotRunning:
+                    raise
                 except (ConnectionError, OSError) as exc:
                     # Resent on a new connection, until the request timeout.
                     if self._closed:
@@ -353,6 +404,7 @@ class Direct:
             # both schedulers served), gives back what no caller received.
             releases = self._core.give_back(request_id, kind, body)
         elif call.reply is None:
+            self._core.served = True
             self._core.replied(request_id)
             call.kind = kind
             call.reply = body
@@ -365,6 +417,7 @@ class Direct:
                 self._giving += releases
 
     def _on_elected(self) -> None:
+        self._core.served = True
         self._elections += 1
         self._core.elected(self)
 

@@ -10,11 +10,10 @@ import contextlib
 from collections.abc import Coroutine
 from typing import Any
 
-from ...._redact import redact_url
-from ....errors import QueueClosed, SchedulerNotRunning
+from ....errors import QueueClosed
 from .._constants import REJOIN_FIRST_PAUSE, REJOIN_MAX_PAUSE
 from .._scheduler import Scheduler
-from .._transport import Refused, ServerRefused, Transport
+from .._transport import Refused, Transport
 from ._state import LinkState
 
 __all__ = ["Election"]
@@ -62,7 +61,7 @@ class Election(LinkState):
                     f"no connection to the broker in {self._request_timeout:g} s"
                 ) from None
             self._transport = transport
-            self._declared = True
+            self._core.declared = True
             if self._candidacy == "on":
                 await self._campaign(transport)
         except BaseException as exc:
@@ -70,26 +69,18 @@ class Election(LinkState):
                 self._transport = None
             with contextlib.suppress(Exception):
                 await transport.close()
-            if not self._declared and isinstance(exc, (ConnectionError, OSError)):
+            if not self._core.declared and isinstance(exc, (ConnectionError, OSError)):
                 # No connection ever opened: a mistake of the URL more likely than an
                 # outage, said at once rather than ridden out (each call tries again).
-                raise Refused(self._refused(exc)) from exc
+                raise Refused(self._core.refused(exc)) from exc
             raise
         return transport
-
-    def _refused(self, exc: BaseException) -> ServerRefused:
-        """``exc``, a first connection's failure, as a :class:`ServerRefused`."""
-        if isinstance(exc, ServerRefused):
-            return exc
-        error = ServerRefused(f"cannot use the queue at {redact_url(self._url)}: {exc}")
-        error.__cause__ = exc
-        return error
 
     async def _stands(self, transport: Transport, seconds: float) -> bool:
         """Whether a process stands for election (True once a scheduler answered this
         link), asked of the broker by one task for every call that asks meanwhile;
         ConnectionError when it did not answer within ``seconds``."""
-        if self._served:
+        if self._core.served:
             return True
         counting = self._counting
         if counting is None or counting[0] is not transport or counting[1].done():
@@ -102,14 +93,6 @@ class Election(LinkState):
             raise ConnectionError("the broker did not say who stands in time") from None
         return found > 0
 
-    def _not_running(self) -> SchedulerNotRunning:
-        return SchedulerNotRunning(
-            f"cannot use the queue at {redact_url(self._url)}: no scheduler runs for its "
-            "namespace (no delayq process stands for election): start one with `delayq "
-            "scheduler --url URL` (a `delayq worker`, or a consumer waiting in a reserve, "
-            "stands too)"
-        )
-
     async def _connected_within(self, seconds: float) -> Transport:
         """:meth:`_connected`, or ConnectionError after ``seconds`` (the opening goes
         on, for the next call); while no connection ever opened, a Refused of a
@@ -117,9 +100,9 @@ class Election(LinkState):
         try:
             return await asyncio.wait_for(self._connected(), max(seconds, 0.001))
         except asyncio.TimeoutError:
-            if not self._declared:  # as the opening itself would say
+            if not self._core.declared:  # as the opening itself would say
                 late = ConnectionError(f"no connection to the broker in {seconds:.3g} s")
-                raise Refused(self._refused(late)) from None
+                raise Refused(self._core.refused(late)) from None
             raise ConnectionError("no connection to the broker in time") from None
 
     async def _stand(self) -> None:
@@ -131,6 +114,7 @@ class Election(LinkState):
     async def _campaign(self, transport: Transport) -> None:
         if not self._candidate:
             self._candidate = True
+            self._stood = True
             try:
                 await transport.campaign(lambda: self._on_token(transport))
             except BaseException:
@@ -238,7 +222,7 @@ class Election(LinkState):
             standby.stop()
 
     def _on_elected(self) -> None:
-        self._served = True
+        self._core.served = True
         self._core.elected()
         self._next_turn()
 

@@ -121,30 +121,6 @@ class FastPuts(LinkState):
             if not put.appended.done():
                 put.appended.set_exception(QueueClosed("the queue was closed"))
 
-    def intake_ready(self, queues: list[str]) -> bool:
-        """Whether a fast put into ``queues`` may be appended from a caller's thread
-        (a connection opened once and each queue configured): else
-        :meth:`prepare_intake` first."""
-        return self._declared and (
-            self._deliver is None or all(queue in self._configured for queue in queues)
-        )
-
-    async def prepare_intake(self, queues: list[str]) -> None:
-        """Open a connection (declaring the namespace) and configure ``queues``, with
-        the errors a fast put on this loop would raise."""
-        if self._closed:
-            raise QueueClosed("the queue is closed")
-        try:
-            for queue in queues:
-                await self._configure(queue)
-            await self._connected_within(self._request_timeout)
-        except Refused as exc:
-            raise exc.reason from exc.reason.__cause__
-        except NoScheduler:
-            raise
-        except (ConnectionError, OSError) as exc:
-            raise self._no_reply("put", False, "no intake append") from exc
-
     async def _settle(self) -> None:
         """Before a close: wait, for up to CLOSE_SETTLE s, until this link's fast puts
         are appended and folded (so that what a process put before it closed is seen by

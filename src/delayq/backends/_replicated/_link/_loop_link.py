@@ -22,14 +22,15 @@ CLOSE_WAIT = 3.0
 class LoopLink(Election, Calls, Ahead, Outbox, FastPuts):
     """Requests and replies over one transport, on the loop of its first call."""
 
-    async def close(self) -> None:
+    async def close(self, *, settle: bool = True) -> None:
         """Fail every call in flight with QueueClosed and close the connection (a
-        scheduler so hands over to the next candidate)."""
+        scheduler so hands over to the next candidate). ``settle``: first let this
+        link's fast puts be folded (False: its caller did)."""
         if self._closed:
             return
         if self._ahead or self._giving:
             await self._give_back_all()
-        if self._intake or self._core.unfolded:
+        if settle and (self._intake or self._core.unfolded):
             await self._settle()
         self._closed = True
         if self._closed_signal is not None and not self._closed_signal.done():
@@ -60,6 +61,10 @@ class LoopLink(Election, Calls, Ahead, Outbox, FastPuts):
             await asyncio.wait(set(self._closing), timeout=CLOSE_WAIT)
         for task in [*self._tasks, *self._closing]:
             task.cancel()
+
+    def close_idle(self) -> None:
+        """Close a link that never ran (no loop: nothing of it to end)."""
+        self._closed = True
 
     async def _give_back_all(self) -> None:
         """Before a close: give back what was claimed for this link's callers and will

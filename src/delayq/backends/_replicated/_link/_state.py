@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, NamedTuple, TypeVar
 
-from ....errors import QueueClosed, SchedulerNotRunning
+from ....errors import QueueClosed
 from .._constants import CLOSE_SETTLE
 from .._scheduler import Scheduler
 from .._transport import BlockingTransport, NoScheduler, OnReply, Refused, ReplyLost, Transport
@@ -69,26 +70,18 @@ class LinkState(abc.ABC):
         standby: bool = False,
     ) -> None:
         self._make_transport = make_transport
-        self._url = url
-        self._deliver = deliver
-        #: What the link decides without I/O: its intake numbering and barriers, the
-        #: announcements, late answers, the reserve sent ahead.
-        self._core = LinkCore(fast_put=fast_put)
+        #: What the link decides without I/O: a first call's errors, whether it asks who
+        #: stands, its intake numbering and barriers, the announcements, late answers,
+        #: the reserve sent ahead.
+        self._core = LinkCore(fast_put=fast_put, url=url, deliver=deliver)
         self._intake: list[FastPut] = []
         self._appending = False
-        self._configured: set[str] = set()
-        #: Whether a connection of this link opened once (the namespace's objects are
-        #: declared: a ThreadLink may append from its callers' threads).
-        self._declared = False
         self._candidacy = scheduler
+        #: Whether this link stood for election once (``on``: it stands at its first
+        #: connection, which a ThreadLink's first call opens before it goes).
+        self._stood = False
         self._request_timeout = request_timeout
         self._transport: Transport | None = None
-        #: Whether a scheduler answered this link once (or announced itself). Until
-        #: then, a call from a process that does not stand first asks the broker
-        #: whether any process does: if none, none would answer it. After, a scheduler
-        #: that does not answer is an outage, ridden out as ever (a broker's restart:
-        #: the candidates come back, a moment after the clients).
-        self._served = False
         self._counting: tuple[Transport, asyncio.Task[int]] | None = None
         self._opening: asyncio.Task[Transport] | None = None
         #: Done once this link is closed (made on its loop by the first connect).
@@ -152,9 +145,9 @@ class LinkState(abc.ABC):
         return min(CLOSE_SETTLE, self._request_timeout)
 
     @property
-    def served(self) -> bool:
-        """Whether a scheduler answered this link once (or announced itself)."""
-        return self._served
+    def standing(self) -> bool:
+        """Whether this process stands for election on this link's connection now."""
+        return self._candidate
 
     def blocking(
         self, on_reply: OnReply, on_elected: Callable[[], None]
@@ -165,24 +158,46 @@ class LinkState(abc.ABC):
 
     def direct_ready(self, op: str, args: list[Any]) -> bool:
         """Whether the call ``op`` of ``args`` may go from its caller's thread
-        (:mod:`._direct`): once a scheduler answered this link, and its queue is
-        configured; not an ``ack_many`` that sends the next reserve ahead, nor a call
-        while a reserve sent ahead waits to be taken (:mod:`._ahead`: a timer of the
-        loop gives its answer back when no caller takes it)."""
+        (:mod:`._direct`): not an ``ack_many`` that sends the next reserve ahead (once
+        this link's connection is open: see :meth:`opens_for_ahead`), nor a call while
+        a reserve sent ahead waits to be taken (:mod:`._ahead`: a timer of the loop
+        gives its answer back when no caller takes it)."""
         return (
-            self._served
-            and not self._closed
+            not self._closed
             and not self._ahead
-            and not (args and op == "ack_many" and args[0] in self._core.reserving)
-            and (not args or self._deliver is None or args[0] in self._configured)
+            and not (self._sends_ahead(op, args) and self._transport is not None)
         )
 
+    def opens_for_ahead(self, op: str, args: list[Any]) -> bool:
+        """Whether the call ``op`` of ``args`` would send the next reserve ahead but
+        this link's connection is not open: it goes from its thread without one (it
+        would wait out a handshake), and the connection opens meanwhile
+        (:meth:`open_soon`), for the next."""
+        return self._sends_ahead(op, args) and self._transport is None
+
+    def _sends_ahead(self, op: str, args: list[Any]) -> bool:
+        return bool(args) and op == "ack_many" and args[0] in self._core.reserving
+
     def stands_first(self, op: str, wait: float | None) -> bool:
-        """Whether this process stands for election before the call ``op`` goes (a
-        waiting reserve, with the ``auto`` candidacy, not standing yet): see
-        :meth:`stand_for`."""
+        """Whether this process stands for election before the call ``op`` goes: with
+        the ``on`` candidacy, before its first call; with ``auto``, before a waiting
+        reserve while it does not stand. See :meth:`stand_for`."""
+        if self._candidacy == "on":
+            return not self._stood
         waits = op == "reserve" and (wait is None or wait > 0)
         return waits and self._candidacy == "auto" and not self._candidate
+
+    def open_soon(self) -> None:
+        """Open this link's connection in a task of its own, unless it is open or
+        opening (on the link's loop); a failure is the next call's to meet."""
+        opening = self._opening
+        if self._closed or self._transport is not None or (opening and not opening.done()):
+            return
+        self._spawn(self._open_quietly())
+
+    async def _open_quietly(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._connected()
 
     async def stand_for(self) -> None:
         """Stand for election on this link's connection, as a waiting reserve of the
@@ -229,6 +244,10 @@ class LinkState(abc.ABC):
     # _election.py
 
     @abc.abstractmethod
+    async def _connected(self) -> Transport:
+        raise NotImplementedError
+
+    @abc.abstractmethod
     async def _connected_within(self, seconds: float) -> Transport:
         raise NotImplementedError
 
@@ -238,10 +257,6 @@ class LinkState(abc.ABC):
 
     @abc.abstractmethod
     async def _stand(self) -> None:
-        raise NotImplementedError
-
-    @abc.abstractmethod
-    def _not_running(self) -> SchedulerNotRunning:
         raise NotImplementedError
 
     @abc.abstractmethod

@@ -1,9 +1,9 @@
 """The link of the sync face: its calls made in the caller's thread (:class:`~._direct.
-Direct`, on a :class:`~.._transport.BlockingTransport`), reserves and their hold, and
-fast puts appended there too; a :class:`~._loop_link.LoopLink` on a private event-loop
-thread for the rest (a first call, the candidacy and the scheduler, the reserve sent
-with a sequential consumer's acks, a queue's ``configure``: ``LinkState.direct_ready``
-decides)."""
+Direct`, on a :class:`~.._transport.BlockingTransport`), a first call too, reserves and
+their hold, and fast puts appended there too; a :class:`~._loop_link.LoopLink` on a
+private event-loop thread for the rest (the candidacy and the scheduler, the reserve
+sent with a sequential consumer's acks: ``LinkState.direct_ready`` and
+``stands_first`` decide), that thread started by the first call that needs it."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Any
 from ...._fork import generation
 from ....errors import QueueClosed
 from .._constants import RESEND_FOR
-from .._transport import Transport
+from .._transport import Refused, Transport
 from ._core import take_group
 from ._direct import Direct
 from ._fast_put import soon
@@ -52,7 +52,9 @@ class ThreadLink:
     there (:class:`Direct`), and a fast put appended there, when the transport offers a
     :class:`~.._transport.BlockingTransport`; what needs the loop (see
     :mod:`._direct`) runs on a :class:`LoopLink` on a private event loop thread, each
-    such call blocking its thread until the loop has its outcome.
+    such call blocking its thread until the loop has its outcome. That thread starts
+    with the first call that needs it: a process that only puts and reads never has
+    it.
 
     A forked child has no such thread (only the forking thread survives a fork), and
     the connection it would find is its parent's. Its first call starts afresh: a new
@@ -94,16 +96,14 @@ class ThreadLink:
             url=url,
             standby=standby,
         )
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="delayq-amqp-link", daemon=True
-        )
-        self._thread.start()
+        #: The loop and its thread, once a call needed them (:meth:`_started`).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._loop_lock = threading.Lock()
         self._fork = generation()
         # Fast puts (put_fast): those waiting, whether a thread leads (appends the next
-        # message of them). The calls from the callers' threads (made once the loop's
-        # link declared the namespace; None after the transport offered none: every
-        # call goes through the loop).
+        # message of them). The calls from the callers' threads (None after the
+        # transport offered none: every call goes through the loop).
         self._intake_lock = threading.Lock()
         self._waiting: list[_Waiting] = []
         self._leading = False
@@ -120,13 +120,31 @@ class ThreadLink:
             self._after_fork()
         return self._link
 
-    def _run(self, coro: Coroutine[Any, Any, T], meanwhile: Callable[[], None] | None = None) -> T:
-        """Run ``coro`` on the loop thread and block until its outcome (``meanwhile``
-        called in this thread first). One wake-up each way: the coroutine's own task
-        releases a plain lock as it ends (no concurrent future, no done callback a
-        loop turn later), and the caller holds the task, so a pending one is not
-        collected."""
-        if self._loop.is_closed():
+    def _started(self) -> asyncio.AbstractEventLoop | None:
+        """The loop, made and its thread started unless it runs; None once this link
+        is closed."""
+        loop = self._loop
+        if loop is None:
+            with self._loop_lock:
+                if self._link.closed:
+                    return None
+                loop = self._loop
+                if loop is None:
+                    loop = asyncio.new_event_loop()
+                    thread = threading.Thread(
+                        target=loop.run_forever, name="delayq-amqp-link", daemon=True
+                    )
+                    thread.start()
+                    self._loop, self._thread = loop, thread
+        return None if loop.is_closed() else loop
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop thread (started if need be) and block until its
+        outcome. One wake-up each way: the coroutine's own task releases a plain lock
+        as it ends (no concurrent future, no done callback a loop turn later), and the
+        caller holds the task, so a pending one is not collected."""
+        loop = self._started()
+        if loop is None:
             coro.close()
             raise QueueClosed("the queue is closed")
         done = threading.Lock()
@@ -146,9 +164,7 @@ class ThreadLink:
                 done.release()
 
         tasks: list[asyncio.Task[None]] = []
-        self._loop.call_soon_threadsafe(lambda: tasks.append(self._loop.create_task(hop())))
-        if meanwhile is not None:
-            meanwhile()
+        loop.call_soon_threadsafe(lambda: tasks.append(loop.create_task(hop())))
         done.acquire()
         raised, value = outcome[0]
         if raised:
@@ -161,7 +177,7 @@ class ThreadLink:
                 return  # another thread of the child started afresh meanwhile
             # The lock may have been held by a thread of the parent at the fork.
             self._lock = threading.Lock()
-            if self._loop.is_closed() or self._link.closed:
+            if self._link.closed or (self._loop is not None and self._loop.is_closed()):
                 self._fork = generation()  # closed before the fork: it stays closed
                 return
             self._start()
@@ -176,19 +192,30 @@ class ThreadLink:
             if direct is not None:
                 if link.stands_first(op, wait):
                     self._run(link.stand_for())  # the candidacy is the loop's
+                elif link.opens_for_ahead(op, args):
+                    self._soon(link.open_soon)
+                if args:
+                    direct.configure(args[0])
                 outcome, until = direct.call(op, args, wait)
                 if until is not None:
                     self._hold(link, until, lambda: direct.give_back(args[0], outcome))
                 return outcome
-        outcome, until = self._run(link.call_held(op, args, wait), self._open_meanwhile)
+        outcome, until = self._run(link.call_held(op, args, wait))
         if until is not None:
 
             def give_back() -> None:
-                if not self._loop.is_closed():
-                    self._loop.call_soon_threadsafe(link.give_back, args[0], outcome)
+                loop = self._loop
+                if loop is not None and not loop.is_closed():
+                    loop.call_soon_threadsafe(link.give_back, args[0], outcome)
 
             self._hold(link, until, give_back)
         return outcome
+
+    def _soon(self, callback: Callable[[], None]) -> None:
+        """Have the loop (started if need be) run ``callback``, without waiting."""
+        loop = self._started()
+        if loop is not None:
+            loop.call_soon_threadsafe(callback)
 
     @staticmethod
     def _hold(link: LoopLink, until: float, give_back: Callable[[], None]) -> None:
@@ -203,26 +230,15 @@ class ThreadLink:
         if link.closed:
             raise QueueClosed("the queue was closed")
 
-    def _open_meanwhile(self) -> None:
-        """While a first call goes through the loop (its link opens its connection,
-        declares the namespace), open this thread's connection too, at the same time:
-        the calls after it go from their threads at once (a slow link would make the
-        first of them wait out a second handshake). A failure is the next call's to
-        meet (the loop's call says what is wrong)."""
-        link = self._link
-        if self._by_loop or link.served or (self._direct and self._direct.connected):
-            return
-        direct = self._direct or self._make_direct(link)
-        if direct is not None:
-            direct.open_quietly(time.monotonic() + link.request_timeout)
-
     def _make_direct(self, link: LoopLink) -> Direct | None:
         """The calls from the callers' threads, made on the first (None, and every call
         through the loop from then on, when the transport offers none)."""
         with self._intake_lock:
             if self._direct is None and not self._by_loop:
                 timeout = link.request_timeout
-                self._direct = Direct.over(link.blocking, link.core, timeout, link.no_answer)
+                self._direct = Direct.over(
+                    link.blocking, link.core, timeout, link.no_answer, lambda: link.standing
+                )
                 self._by_loop = self._direct is None
             return self._direct
 
@@ -305,14 +321,15 @@ class ThreadLink:
         """Append ``batch`` as this link's next intake message, on a new connection when
                 one fails, for up to the request timeout or RESEND_FOR, the shorter (as
         :meth:`LoopLink._append` does)."""
-        queues = [put.queue for put in batch]
-        if not link.intake_ready(queues):
-            self._run(link.prepare_intake(queues))
         direct = self._direct or self._make_direct(link)
         if direct is None:  # none offered: through the loop
             for put in batch:
                 self._run(link.put_fast(put.queue, put.requests))
             return
+        if link.stands_first("put", 0.0):
+            self._run(link.stand_for())  # the candidacy is the loop's
+        for queue in dict.fromkeys(put.queue for put in batch):
+            direct.configure(queue)  # a request, if any: it needs a scheduler
         transport = direct.transport
         core = link.core
         direct.heard()  # a ``quiet`` or ``nudge`` that came decides the copy
@@ -322,11 +339,13 @@ class ThreadLink:
         may_have_run = False
         while True:
             try:
-                transport.connect(deadline)
+                direct.connect(deadline)  # a first one's failure: said at once
                 may_have_run = True
                 body = core.intake_body(seq, parts, time.time())
                 transport.append(body, nudge=nudge, deadline=deadline)
                 break
+            except Refused as exc:
+                raise exc.reason from exc.reason.__cause__
             except (ConnectionError, OSError) as exc:
                 if time.monotonic() >= deadline:
                     raise link.no_reply("put", may_have_run, "no intake append") from exc
@@ -340,20 +359,27 @@ class ThreadLink:
         appended (for up to CLOSE_SETTLE s); then the loop thread ends."""
         link = self._current()
         with self._lock:
-            if self._loop.is_closed():
+            if self._link.closed and (self._loop is None or self._loop.is_closed()):
                 return
             with self._intake_lock:
                 self._closing = True
             until = time.monotonic() + link.close_settle
             while self._leading and time.monotonic() < until:
                 time.sleep(0.005)
-            if self._direct is not None:
-                self._direct.close()
-            self._run(link.close())
+            direct = self._direct
+            if direct is not None:
+                direct.settle(link.close_settle)
+                direct.close()
+            with self._loop_lock:
+                loop, thread = self._loop, self._thread
+                if loop is None or thread is None:  # never needed: nothing of it runs
+                    link.close_idle()
+                    return
+            self._run(link.close(settle=direct is None))
             self._run(_settle_loop(CLOSE_WAIT))
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(5)
-            self._loop.close()
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(5)
+            loop.close()
 
 
 async def _settle_loop(seconds: float) -> None:
