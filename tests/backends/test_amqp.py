@@ -39,6 +39,13 @@ from delayq.backends.amqp import NOT_GUARANTEED, NoScheduler, ServerRefused
 from ._amqp_mistakes import mute_candidate
 from ._redis_server import free_port
 
+#: The request timeout of a call that waits it out (a candidate that never answers):
+#: short, yet long enough for a loaded broker to open the first connection and say who
+#: stands, which the timeout covers too (past it: ServerRefused, or nothing sent).
+MUTE_TIMEOUT = 3.0
+#: The request timeout of a call refused at once (nothing stands): never waited out.
+REFUSED_TIMEOUT = 10.0
+
 
 @pytest.fixture
 def url(tmp_path: Path) -> Iterator[str]:
@@ -81,7 +88,7 @@ def test_the_clock_is_declared_not_guaranteed() -> None:
 def test_a_pure_producer_does_not_stand_and_a_consumer_does(url: str) -> None:
     # put_outcome: a request to the scheduler (a put() would be kept in the intake
     # with no scheduler to answer: test_amqp_fastput.py).
-    with Queue(url, name="jobs", scheduler="auto", request_timeout=0.3) as producer:
+    with Queue(url, name="jobs", scheduler="auto", request_timeout=REFUSED_TIMEOUT) as producer:
         with pytest.raises(NoScheduler):
             producer.put_outcome("lost")
         got: list[object] = []
@@ -111,7 +118,7 @@ def test_a_change_without_a_reply_is_reported_unknown_and_a_read_as_no_scheduler
     Here a candidate stands and never answers (a scheduler that hangs)."""
     with (
         mute_candidate(url),
-        Queue(url, name="jobs", scheduler="off", request_timeout=0.3) as producer,
+        Queue(url, name="jobs", scheduler="off", request_timeout=MUTE_TIMEOUT) as producer,
     ):
         with pytest.raises(OutcomeUnknown) as raised:
             producer.put_outcome("maybe")  # a request (put() goes to the intake)
@@ -780,11 +787,11 @@ def test_a_close_fails_a_call_waiting_for_a_connection_before_its_cleanup(
 
 
 def test_a_call_no_scheduler_answers_says_how_to_run_one(url: str) -> None:
-    """A pure client on a namespace where no scheduler runs: its call fails after the
-    request timeout with NoScheduler, whose message says how to run a scheduler."""
+    """A pure client on a namespace where no scheduler runs: its call fails with
+    NoScheduler, whose message says how to run a scheduler."""
     client = url.replace("scheduler=on", "scheduler=off")
     with (
-        Queue(client, name="jobs", request_timeout=0.5) as queue,
+        Queue(client, name="jobs", request_timeout=REFUSED_TIMEOUT) as queue,
         pytest.raises(NoScheduler, match="delayq scheduler"),
     ):
         queue.stats()

@@ -11,6 +11,7 @@ On the shared RabbitMQ, each test under a namespace of its own (deleted afterwar
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -121,6 +122,12 @@ def stream_messages(url: str, stream: str) -> list[tuple[str, bytes]]:
         connection.close()
 
 
+def pointed_into_the_log(url: str) -> bool:
+    """Whether the last pointer published names an offset the log still holds."""
+    pointers = [msgpack.unpackb(body) for kind, body in meta_messages(url) if kind == "pointer"]
+    return bool(pointers) and pointers[-1][1] >= first_log_offset(url)
+
+
 def first_log_offset(url: str) -> int:
     prefix = prefix_of(url)
     connection = pika.BlockingConnection(pika.URLParameters(url.split("?", 1)[0]))
@@ -211,6 +218,13 @@ def test_a_log_several_times_its_retention_loses_no_live_message(
             ]
         )
     assert first_log_offset(url) > 0  # retention dropped the log's first segments
+    if pointer == "kept":
+        # A pointer is published once its checkpoint's begin is read back (up to
+        # LOCATE_TIMEOUT each, one at a time): on a loaded machine, seconds after the
+        # last put returned. What is tested is a replay from one the log still holds.
+        deadline = time.monotonic() + 30
+        while not pointed_into_the_log(url):
+            assert time.monotonic() < deadline, "no pointer into the log"
     if pointer == "lost":
         # Stopped first: a scheduler publishes a checkpoint's pointer once it has
         # found its offset, which may be after the last put returned.
@@ -231,6 +245,45 @@ def test_a_log_several_times_its_retention_loses_no_live_message(
             assert message.payload == "39 " + "y" * 1000
         assert events(caplog, "scheduler_elected")[-1]["start"] > 0
         assert bool(events(caplog, "checkpoint_gone")) == (pointer == "lost")
+        second.purge()
+
+
+def test_checkpoints_go_on_while_a_pointer_is_slow_to_find(
+    base: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A checkpoint's begin whose offset is read slowly (a loaded broker: up to
+    LOCATE_TIMEOUT) holds back no later checkpoint: while it is read, the next ones
+    begin as the log grows, so a backlog of puts several times the retention still
+    leaves a complete checkpoint in the log, and a new scheduler takes over with every
+    message. (The second checkpoint used to wait for the first one's read before the
+    next could begin: the log outgrew its retention with none in it, and no scheduler
+    could take over.)"""
+    caplog.set_level(logging.INFO, logger="delayq")
+    locate = _checkpoints.Checkpoints._locate
+
+    async def slow(self: _checkpoints.Checkpoints, appended: int, mark: str) -> int:
+        await asyncio.sleep(3)
+        return await locate(self, appended, mark)
+
+    monkeypatch.setattr(_checkpoints.Checkpoints, "_locate", slow)
+    url = f"{base}&retention_bytes={2 * SMALL}"
+    churn = [f"churn-{n}" for n in range(200)]
+    with Queue(url, name="jobs") as first:
+        for round in range(40):  # ~8 MB of log: four times the retention
+            first.put_many(
+                [
+                    {"id": id, "payload": f"{round} " + "y" * 1000, "on_conflict": "replace"}
+                    for id in churn
+                ]
+            )
+        assert first.stats().ready == 200  # every put folded into the log
+        assert first_log_offset(url) > 0  # retention dropped the log's first segments
+    with Queue(url, name="jobs") as second:
+        assert second.stats().ready == 200
+        for id in churn:
+            message = second.get(id)
+            assert message is not None
+            assert message.payload == "39 " + "y" * 1000
         second.purge()
 
 

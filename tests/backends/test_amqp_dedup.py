@@ -130,6 +130,7 @@ def test_the_table_follows_the_request_rate_not_a_fixed_count(
     about the window's worth once the window has passed, not every request since the
     scheduler started; those in the window are answered once when resent."""
     window = 1.0
+    windows = 6  # how long it runs
     monkeypatch.setattr(_dedup, "DEDUP_WINDOW", window)
     monkeypatch.setattr(_dedup, "DEDUP_PRUNE_EVERY", 0.1)
     schedulers: list[Any] = []
@@ -148,7 +149,7 @@ def test_the_table_follows_the_request_rate_not_a_fixed_count(
             started = time.monotonic()
             sizes: list[tuple[float, int]] = []
             done = 0
-            while (elapsed := time.monotonic() - started) < 4 * window:
+            while (elapsed := time.monotonic() - started) < windows * window:
                 await q.put_outcome(str(done), id=f"m{done}", delay=3600)
                 done += 1
                 await asyncio.sleep(0.005)
@@ -157,10 +158,12 @@ def test_the_table_follows_the_request_rate_not_a_fixed_count(
             return done, sizes
 
     done, sizes = asyncio.run(main())
-    late = [size for elapsed, size in sizes if elapsed >= 2.5 * window]
-    rate = done / (4 * window)
+    late = [size for elapsed, size in sizes if elapsed >= (windows - 1.5) * window]
+    rate = done / (windows * window)
     assert done > 100, done
     # The window, a round and the marker's trip, with a wide margin: never all of them.
+    # Six windows, not four: on a loaded machine (33 puts a second) the table held 2.5
+    # windows' worth, the marker's trip late, which a run of four made over half of all.
     assert max(late) < 2 * rate * window + 50, (max(late), rate, done)
     assert max(late) < done / 2, (max(late), done)
 

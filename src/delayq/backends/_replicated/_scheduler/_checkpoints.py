@@ -118,15 +118,19 @@ class Checkpoints(SchedulerState):
                     await asyncio.get_running_loop().create_future()  # forever (tests)
         floor = self._now().floor
         await self._logged([END, "", f"end:{checkpoint}", floor, 0, [], [], "", b""])
-        # Complete in the log: the next checkpoint may start while this one's pointer
-        # is found (up to LOCATE_TIMEOUT). The log must never outgrow its retention
-        # with no complete checkpoint in it, and a backlog of fast puts folds that
-        # fast (tests/backends/test_amqp_checkpoint.py).
+        # Complete in the log: the next checkpoint may start now, while this one's
+        # pointer waits for an earlier one's and is found (each up to LOCATE_TIMEOUT).
+        # The log must never outgrow its retention with no complete checkpoint in it,
+        # and a backlog of fast puts folds that fast (tests/backends/
+        # test_amqp_checkpoint.py).
+        self._checkpointing = False
+        self._completed = checkpoint
+        self._maybe_checkpoint()
         async with self._pointing:
-            self._checkpointing = False
-            self._maybe_checkpoint()
-            offset = await self._locate(self._begins.pop(checkpoint), f"begin:{checkpoint}")
-            await self._transport.point(pack([self._reign, offset, checkpoint]))
+            appended = self._begins.pop(checkpoint)
+            if self._completed == checkpoint:  # else a later one points past it
+                offset = await self._locate(appended, f"begin:{checkpoint}")
+                await self._transport.point(pack([self._reign, offset, checkpoint]))
         log_event(
             logging.INFO,
             "checkpoint_written",

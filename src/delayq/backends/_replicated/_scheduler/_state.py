@@ -202,8 +202,10 @@ class SchedulerState(abc.ABC):
         # Checkpoint id -> how many appends of this reign its begin entry came after
         # (its offset is at least the reign entry's, _reign_offset, plus that).
         self._begins: dict[str, int] = {}
-        # One checkpoint's pointer published at a time, in the checkpoints' order.
+        # One checkpoint's pointer published at a time, in the checkpoints' order; one
+        # whose successor is complete before its turn is skipped (the last complete).
         self._pointing = asyncio.Lock()
+        self._completed = ""
         # The intake: the next offset to fold (None: its first), each client's last
         # folded message, the requests held until a client's message is folded
         # (client -> [(its seq, reply_to, the request's parts)]), the last ``full``.
