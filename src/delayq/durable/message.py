@@ -35,12 +35,13 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, NoReturn
 
 from ..errors import DuplicateId, LeaseLost
 from .build import builder
 
 __all__ = [
+    "EMPTY_HEADERS",
     "LEASE_EXPIRED_ERROR",
     "Claimed",
     "HeadersTooLarge",
@@ -84,6 +85,29 @@ __all__ = [
 #: The ``last_error`` of a message whose lease expired.
 LEASE_EXPIRED_ERROR = "lease expired"
 
+
+class _NoHeaders(dict[str, str]):
+    """The type of :data:`EMPTY_HEADERS`: an empty dict that refuses every write (a
+    dict still, so that reading it, ``dict()`` of it and msgpack cost what an empty
+    dict's do), copied and pickled as the one instance."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("EMPTY_HEADERS is shared by every record without headers: read-only")
+
+    __setitem__ = __delitem__ = setdefault = pop = popitem = clear = update = _refuse
+    __ior__ = _refuse
+
+    def __reduce__(self) -> str:
+        return "EMPTY_HEADERS"
+
+
+#: The headers of every record that has none, one mapping shared by all (a new empty
+#: dict each took 64 bytes a scheduled message in the replicated scheduler): it
+#: refuses writes, so that none can change another record's headers through it.
+EMPTY_HEADERS: Mapping[str, str] = _NoHeaders()
+
 OnConflict = Literal["ignore", "replace", "error"]
 #: A place in a peek's order (:func:`~delayq.durable.inspection.peek_order`):
 #: ``(due_at, seq)``, ``(lease_until, seq)`` for active messages, ``(seq,)`` for dead ones.
@@ -112,7 +136,7 @@ def load_headers(text: str | bytes | None) -> Mapping[str, str]:
     :class:`UnreadableHeaders`, so that one record spoils nothing but itself; what
     is not names and values is left to :func:`read_headers`."""
     if not text:
-        return {}
+        return EMPTY_HEADERS
     try:
         headers: Mapping[str, str] = json.loads(text)
     except RecursionError:
@@ -127,7 +151,7 @@ def read_headers(headers: object) -> tuple[dict[str, str], str | None]:
     be given back: undecodable (:class:`UnreadableHeaders`), or not names and values
     that are strings (written below the checks of a put). Never raises, and never
     looks inside a value that is not a string."""
-    if type(headers) is dict and not headers:  # the common case: none (a new dict each)
+    if headers is EMPTY_HEADERS or (type(headers) is dict and not headers):  # none
         return {}, None
     if isinstance(headers, UnreadableHeaders):
         return {}, headers.error
@@ -428,7 +452,7 @@ def apply_put(existing: Record | None, request: PutRequest, now: Now, seq: int) 
         attempts=0,
         max_attempts=request.max_attempts,
         state=State.SCHEDULED,
-        headers=dict(request.headers),
+        headers=dict(request.headers) if request.headers else EMPTY_HEADERS,
     )
 
 

@@ -4,16 +4,30 @@ request, the outcome of its reply, and the log's entries.
 A record is a 12-item array in the order of :class:`~delayq.durable.message.Record`'s
 fields, a put request an 8-item array in the order of
 :class:`~delayq.durable.message.PutRequest`'s; ``State`` travels as its value.
+
+What a decoded record keeps is shared where it can be, as the scheduler holds a
+million of them: the encoding is interned (msgpack makes a new str of each; one that
+is not a str, which no client sends, is kept as it came), and no headers are
+:data:`~delayq.durable.message.EMPTY_HEADERS`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from sys import intern
 from typing import Any
 
 import msgpack
 
-from ...durable.message import PutRequest, Record, State, Stats, new_record, put_request
+from ...durable.message import (
+    EMPTY_HEADERS,
+    PutRequest,
+    Record,
+    State,
+    Stats,
+    new_record,
+    put_request,
+)
 from ...errors import DuplicateId, LeaseLost, QueueClosed
 from ._transport import LogFull
 
@@ -50,7 +64,7 @@ def encode_record(r: Record) -> list[Any]:
         r.attempts,
         r.max_attempts,
         r.state.value,
-        dict(r.headers),
+        dict(r.headers) if r.headers else {},
         r.last_error,
         r.lease,
         r.lease_until,
@@ -63,13 +77,13 @@ def decode_record(item: Sequence[Any]) -> Record:
     return new_record(
         id=id,
         payload=payload,
-        encoding=encoding,
+        encoding=intern(encoding) if type(encoding) is str else encoding,
         due_at=due_at,
         seq=seq,
         attempts=attempts,
         max_attempts=max_attempts,
         state=State(state),
-        headers=headers,
+        headers=headers or EMPTY_HEADERS,
         last_error=last_error,
         lease=lease,
         lease_until=lease_until,
@@ -97,7 +111,7 @@ def decode_requests(items: Sequence[Sequence[Any]]) -> list[PutRequest]:
         put_request(
             id=id,
             payload=payload,
-            encoding=encoding,
+            encoding=intern(encoding) if type(encoding) is str else encoding,
             max_attempts=max_attempts,
             headers=headers,
             delay_ms=delay_ms,

@@ -23,6 +23,7 @@ from importlib import resources
 from typing import Any
 
 from ...durable.message import (
+    EMPTY_HEADERS,
     LEASE_EXPIRED_ERROR,
     PutRequest,
     Record,
@@ -389,7 +390,7 @@ def _text(value: bytes | None) -> str | None:
 def decode_record(row: Sequence[Any]) -> Record:
     """A record from ``reply()`` of ``lib.lua``."""
     # The common case inline (no headers, no error): no call of load_headers or _text.
-    headers = load_headers(row[8]) if row[8] else {}
+    headers = load_headers(row[8]) if row[8] else EMPTY_HEADERS
     error, lease, until = row[9], row[10], row[11]
     return new_record(
         id=unpack_id(row[0]),
@@ -458,7 +459,7 @@ def decode_claim(token: str, lease_ms: int, reply: Sequence[Any]) -> Claim:
                 attempts=attempts,
                 max_attempts=max_attempts,
                 state=_ACTIVE,
-                headers=load_headers(headers) if headers else {},
+                headers=load_headers(headers) if headers else EMPTY_HEADERS,
                 last_error=None if error is None else _text(error),
                 lease=f"{token}{position}",
                 lease_until=due + lease_ms if until is None else until,

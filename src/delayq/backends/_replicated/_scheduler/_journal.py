@@ -16,8 +16,9 @@ __all__ = ["Journal", "image_bytes", "unclaim_each"]
 def image_bytes(id: str, payload: bytes, headers: Any, last_error: str | None) -> int:
     """About what a record's image takes in the log (the live bytes are their sum)."""
     size = len(id) + len(payload) + IMAGE_OVERHEAD + len(last_error or "")
-    for key, value in headers.items():
-        size += len(key) + len(str(value)) + 2
+    if headers:
+        for key, value in headers.items():
+            size += len(key) + len(str(value)) + 2
     return size
 
 
