@@ -253,9 +253,10 @@ class JSONSerializer:
 
 # A C encoder without the dict of the containers it is inside: stateless, so every
 # thread shares it. It does not refuse a circular container, which it recurses into
-# until RecursionError: only a template's values use it, and any error sends them the
-# dict's own way (_encode), which refuses each as it always did. Where that interface
-# is missing or differs, a stand-in whose output the same join reads.
+# until RecursionError: only Codec.encode uses it (a plain payload, a template's
+# values), and any error sends the payload the dict's own way (_encode), which refuses
+# it as it always did. Where that interface is missing or differs, a stand-in whose
+# output the same join reads.
 def _make_unchecked() -> Any:
     def stand_in(obj: Any, _indent: int) -> tuple[str]:
         return (_ENCODER.encode(obj),)
@@ -393,13 +394,19 @@ class Codec:
             data, encoding = bytes(payload), RAW_ENCODING
         elif self._json:
             try:
-                # delayq's JSON without its dumps() around it: a put_many pays this
-                # per item (the same function, the same errors).
-                data = _encode(payload).encode()
-            except RecursionError:
-                raise self._too_deep(payload) from None
-            except (TypeError, ValueError, OverflowError) as exc:
-                raise self._unencodable(payload, exc) from exc
+                # delayq's JSON without its dumps() around it, and without the table of
+                # the containers it is inside (a put_many pays this per item). Any
+                # error, RecursionError for a circular value included, sends the
+                # payload through dumps()' own function, which refuses it as it
+                # always did.
+                data = "".join(_write_unchecked(payload, 0)).encode()
+            except Exception:
+                try:
+                    data = _encode(payload).encode()
+                except RecursionError:
+                    raise self._too_deep(payload) from None
+                except (TypeError, ValueError, OverflowError) as exc:
+                    raise self._unencodable(payload, exc) from exc
             encoding = self.encoding
             # JSON opens and closes a container in two bytes and counts a value in one
             # at least: a text that short can be neither too deep nor too many.
