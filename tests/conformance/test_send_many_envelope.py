@@ -7,6 +7,7 @@ refuses, with the same exception type and text, storing nothing."""
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import Any
 
 import pytest
@@ -101,3 +102,85 @@ def test_send_many_stores_what_put_many_of_its_items_stores(
         finally:
             app.queue("sent").purge()
             app.queue("put").purge()
+
+
+#: Task.send's options beside the call (each as put() takes it).
+OPTIONS: list[dict[str, Any]] = [
+    {},
+    {"delay": 30},
+    {"id": "fixed-id", "on_conflict": "replace"},
+    {"headers": {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}},
+    {"headers": {}},
+]
+
+
+@pytest.mark.parametrize("bad", [None, *range(len(BAD))])
+def test_send_stores_what_put_of_its_put_item_stores(
+    backend_url: str, face: str, bad: int | None
+) -> None:
+    """``Task.send`` (and ``send_async``) puts the envelope filled in: each call, with
+    each set of options, stores the same payload bytes, encoding, max_attempts and
+    headers as ``put(**task.message(...).put_item())``, and refuses what that refuses
+    with the same exception type and text, storing nothing."""
+    with App(backend_url, max_payload=4096) as app:
+
+        @app.task(name="job", queue="sent", max_attempts=3)
+        def job(*args: Any, **kwargs: Any) -> None: ...
+
+        calls = list(CALLS) if bad is None else [BAD[bad]]
+
+        async def send_async(args: Any, kwargs: Any, options: Any) -> tuple[str, Any]:
+            sent = await _outcome_async(lambda: job.send_async(*args, **options, **kwargs))
+            item = job.message(*args, **options, **kwargs).put_item()
+            put = await _outcome_async(lambda: app.queue_async("put").put(**item))
+            await app.close_async()
+            return sent, put
+
+        try:
+            for args, kwargs in calls:
+                for options in OPTIONS:
+                    if face == "async":
+                        sent, put = asyncio.run(send_async(args, kwargs, options))
+                    else:
+                        sent = _outcome(partial(job.send, *args, **options, **kwargs))
+                        item = job.message(*args, **options, **kwargs).put_item()
+                        put = _outcome(partial(app.queue("put").put, **item))
+                    if bad is not None:
+                        assert sent[0] != "ok"
+                        assert sent == put
+                        continue
+                    assert sent[0] == put[0] == "ok"
+                    stored = [
+                        app.queue(queue).backend.get(queue, id)
+                        for queue, id in (("sent", sent[1]), ("put", put[1]))
+                    ]
+                    sent_record, put_record = (
+                        (r.payload, r.encoding, r.max_attempts, dict(r.headers or {}))
+                        for r in stored
+                    )
+                    assert sent_record == put_record
+                    assert sent_record[2] == 3
+            if bad is not None:
+                assert app.queue("sent").stats().total == app.queue("put").stats().total == 0
+        finally:
+            app.queue("sent").purge()
+            app.queue("put").purge()
+
+
+def test_send_refuses_arguments_its_function_does_not_take_as_before(backend_url: str) -> None:
+    """A call that does not fit the task's signature is refused before anything is
+    stored, as ``message()`` refuses it."""
+    with App(backend_url) as app:
+
+        @app.task(name="two", queue="sent")
+        def two(a: int, b: int) -> None: ...
+
+        try:
+            for args, kwargs in (((1,), {}), ((1, 2, 3), {}), ((1,), {"c": 2})):
+                sent = _outcome(partial(two.send, *args, **kwargs))
+                made = _outcome(partial(two.message, *args, **kwargs))
+                assert sent[0] == "BadArguments"
+                assert sent == made
+            assert app.queue("sent").stats().total == 0
+        finally:
+            app.queue("sent").purge()

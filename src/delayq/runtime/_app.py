@@ -61,6 +61,7 @@ __all__ = [
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 #: Keywords of ``send`` that are options of the message, not arguments of the task.
 SEND_OPTIONS = frozenset(("delay", "at", "id", "on_conflict", "headers"))
@@ -146,6 +147,9 @@ class Task(Generic[P, R]):
         self._signature = _signature(fn)
         self._positional = _positional_range(self._signature)
         functools.update_wrapper(self, fn)
+        #: The task's envelope, its fixed part (the name) written once: a send's and a
+        #: send_many's payload is it filled in (the codec stores the same dict).
+        self.envelope = DictTemplate({"task": name}, ("args", "kwargs"))
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Call the function now, in this process."""
@@ -197,10 +201,9 @@ class Task(Generic[P, R]):
         """Run ``fn(*args, **kwargs)`` on a worker after ``delay`` or at ``at``
         (neither: now); return the message id. ``id``/``on_conflict`` as in
         :meth:`~delayq.Queue.put`: sending the same id twice runs the task once."""
-        msg = self.message(
-            *args, delay=delay, at=at, id=id, on_conflict=on_conflict, headers=headers, **kwargs
-        )
-        return self.app.queue(self.queue).put(**msg.put_item())
+        payload = self._payload(args, kwargs)  # refused before the queue is opened
+        put = self.app.queue(self.queue).put
+        return self._put(put, payload, delay, at, id, on_conflict, headers)
 
     async def send_async(
         self,
@@ -213,10 +216,39 @@ class Task(Generic[P, R]):
         **kwargs: Any,
     ) -> str:
         """:meth:`send`, awaited (for coroutines)."""
-        msg = self.message(
-            *args, delay=delay, at=at, id=id, on_conflict=on_conflict, headers=headers, **kwargs
+        payload = self._payload(args, kwargs)
+        put = self.app.queue_async(self.queue).put
+        return await self._put(put, payload, delay, at, id, on_conflict, headers)
+
+    def _payload(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Filled:
+        """The envelope of the call ``fn(*args, **kwargs)``, checked against the
+        function's signature: put_item()'s payload (the codec stores the same dict)."""
+        bounds = self._positional  # check_arguments' common case, without its call
+        if kwargs or bounds is None or not bounds[0] <= len(args) <= bounds[1]:
+            self.check_arguments(args, kwargs)
+        return Filled((self.envelope, args, kwargs))
+
+    def _put(  # noqa: PLR0917 (send's options, passed on)
+        self,
+        put: Callable[..., T],
+        payload: Filled,
+        delay: Any,
+        at: Any,
+        id: str | None,
+        on_conflict: OnConflict,
+        headers: Mapping[str, str] | None,
+    ) -> T:
+        """``put(payload, ...)`` (a queue's) with send's options: what
+        ``put(**message(...).put_item())`` does."""
+        return put(
+            payload,
+            delay=delay,
+            at=at,
+            id=id,
+            on_conflict=on_conflict,
+            max_attempts=self.max_attempts,
+            headers=headers or None,
         )
-        return await self.app.queue_async(self.queue).put(**msg.put_item())
 
     def cancel(self, id: str) -> bool:
         """Remove the message ``id`` unless it is running: True if it was removed."""
@@ -332,8 +364,6 @@ class App:
         self._queues: dict[str, Queue] = {}
         self._async_queues: dict[str, AsyncQueue] = {}
         self._lock = threading.Lock()
-        #: The envelope of each task name sent by send_many, its fixed part written once.
-        self._envelopes: dict[str, DictTemplate] = {}
 
     def configure(self, url: str | None = None, **options: Any) -> None:
         """Point the app at another backend: ``url`` (None: ``$DELAYQ_URL``, else
@@ -560,7 +590,6 @@ class App:
         """The ``put_many`` items of each queue, in order, and each message's queue."""
         batches: dict[str, list[dict[str, Any]]] = {}
         queues: list[str] = []
-        envelopes = self._envelopes
         for msg in messages:
             if type(msg) is not TaskMessage and not isinstance(msg, TaskMessage):
                 raise TypeError(
@@ -581,17 +610,13 @@ class App:
             ):
                 # put_item()'s dict, inline: the payload read once (put_many encodes it
                 # before it returns), so the arguments need no copy (JSON writes a
-                # tuple as a list). It is the envelope filled in: the queue's codec
-                # stores the same dict, its fixed part written once per task name.
+                # tuple as a list). It is the task's envelope filled in: the queue's
+                # codec stores the same dict.
                 args: Any = msg.args  # a tuple, or what a TaskMessage was made with
                 kwargs = msg.kwargs
-                name = task.name
-                envelope = envelopes.get(name)
-                if envelope is None:
-                    envelope = envelopes[name] = DictTemplate({"task": name}, ("args", "kwargs"))
                 payload = Filled(
                     (
-                        envelope,
+                        task.envelope,
                         args if type(args) is tuple or type(args) is list else list(args),
                         kwargs if type(kwargs) is dict else dict(kwargs),
                     )
