@@ -2,7 +2,9 @@
 its task's fixed text (:class:`delayq.durable.serializer.DictTemplate`): on every
 backend it stores byte for byte what ``put_many`` of the same calls' ``put_item()``
 stores (the payload's bytes, its encoding, max_attempts), and refuses what that
-refuses, with the same exception type and text, storing nothing."""
+refuses, with the same exception type and text, storing nothing. ``Task.send`` (and
+``send_async``), which puts the same envelope with any option: the same against a
+``put`` of its ``put_item()``."""
 
 from __future__ import annotations
 
