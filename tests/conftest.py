@@ -10,6 +10,8 @@ inside a file is unchanged; only the files move.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -48,3 +50,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return len(rank)
 
     items.sort(key=key)  # stable: the rest keep their order
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop the Redis Cluster the session started, if any (an xdist worker may exit
+    without running ``atexit``)."""
+    cluster = sys.modules.get("backends._redis_cluster")
+    if cluster is not None:
+        cluster.stop_shared()

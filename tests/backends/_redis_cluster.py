@@ -2,7 +2,8 @@
 
 :func:`shared_cluster` starts one per test session on free ports of 127.0.0.1 (cluster
 mode, no persistence, its files in a temporary directory), joins the three with
-``redis-cli --cluster create``, waits for ``cluster_state:ok`` and stops it at exit.
+``redis-cli --cluster create``, waits for ``cluster_state:ok`` and stops it at the end
+of the test session (:func:`stop_shared`), or at exit.
 It never touches the shared Redis on port 6379. When it cannot start, it raises
 :class:`ClusterUnavailable`; callers skip, or fail when ``$DELAYQ_REQUIRE`` lists redis.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from _ports import free_ports
 
-__all__ = ["Cluster", "ClusterUnavailable", "shared_cluster"]
+__all__ = ["Cluster", "ClusterUnavailable", "shared_cluster", "stop_shared"]
 
 MASTERS = 3
 #: How long the cluster may take to come up: well under a second on an idle machine, but
@@ -182,3 +183,13 @@ def shared_cluster() -> Cluster:
         atexit.register(cluster.stop)
         _shared = cluster
     return _shared
+
+
+def stop_shared() -> None:
+    """Stop the session's cluster, if one started: called at the end of each test
+    session (tests/conftest.py), since a pytest-xdist worker may end without running
+    ``atexit`` handlers (two CI runs left the three nodes running)."""
+    global _shared
+    cluster, _shared = _shared, None
+    if cluster is not None:
+        cluster.stop()
