@@ -35,6 +35,8 @@ client of the same server does for the same effect:
   sampling nothing: spans made, not recorded), ``spans`` (every span exported to a
   file, BatchSpanProcessor), ``metrics`` (the SDK's meter provider, a periodic reader
   exporting to a file: the Worker's metrics reported through OpenTelemetry).
+  The ``*-logged`` paths: the same with delayq's log lines set up as ``delayq worker``
+  sets them up by default (INFO, text, on a line-buffered stream).
 
 It writes JSON to ``benchmarks/results/client-cost.json``. It never asserts.
 """
@@ -122,6 +124,20 @@ PATHS: dict[str, tuple[str, str | None, str, int, int]] = {
     "memory-fill": ("memory: the worker's jobs put alone (send_many)", None, "job", 500, 2_500),
     "memory-worker-sync-metrics": (
         "memory: worker alone, sync no-op c8, metrics on",
+        "memory-fill",
+        "job",
+        500,
+        2_500,
+    ),
+    "memory-worker-sync-logged": (
+        "memory: worker alone, sync no-op c8, logged as delayq worker logs",
+        "memory-fill",
+        "job",
+        500,
+        2_500,
+    ),
+    "memory-worker-async-logged": (
+        "memory: worker alone, async no-op c32, logged as delayq worker logs",
         "memory-fill",
         "job",
         500,
@@ -311,12 +327,18 @@ def _otel_setup(mode: str) -> None:
 
 
 def _worker_child(
-    kind: str, drain: bool, metrics: bool = False, otel: str | None = None
+    kind: str,
+    drain: bool,
+    metrics: bool = False,
+    otel: str | None = None,
+    logged: bool = False,
 ) -> Callable[[str, int], None]:
     """A child that sends ``count`` due calls of a no-op task (``kind`` "sync",
     "async", or "queue": no worker, the queue alone), then (``drain``) runs a Worker
     (its Prometheus metrics counted with ``metrics``; OpenTelemetry set up as ``otel``
-    says after the puts)
+    says after the puts; with ``logged``, delayq's log lines at the level and in the
+    format ``delayq worker`` writes them by default, to a line-buffered stream as its
+    stderr is, here into ``os.devnull``)
     until they ended (the last one stops it, so no poll adds instructions that grow
     with the time taken), or for "queue" reserves 100 at a time and acks them with
     one ``ack_many``: what any worker of the queue does for its jobs."""
@@ -359,6 +381,8 @@ def _worker_child(
                 elif drain:
                     if otel is not None:
                         _otel_setup(otel)
+                    if logged:
+                        _cli_logging()
                     concurrency = 8 if kind == "sync" else 32
                     options = {"metrics": True} if metrics else {}
                     worker = Worker(app, concurrency=concurrency, **options)
@@ -367,6 +391,15 @@ def _worker_child(
                 app.queue("cost").purge()
 
     return child
+
+
+def _cli_logging() -> None:
+    """delayq's log lines as ``delayq worker`` sets them up (INFO, text), written to
+    ``os.devnull`` through a line-buffered text stream, like a redirected stderr."""
+    from delayq.cli._worker import configure_logging  # noqa: PLC0415
+
+    sys.stderr = open(os.devnull, "w", buffering=1)  # noqa: SIM115 (the child's whole life)
+    configure_logging("info")
 
 
 async def _queue_alone(queue: Any, total: int) -> None:
@@ -408,6 +441,8 @@ CHILDREN: dict[str, Callable[[str, int], None]] = {
     "memory-queue-alone": _worker_child("queue", drain=True),
     "memory-fill": _worker_child("sync", drain=False),
     "memory-worker-sync-metrics": _worker_child("sync", drain=True, metrics=True),
+    "memory-worker-sync-logged": _worker_child("sync", drain=True, logged=True),
+    "memory-worker-async-logged": _worker_child("async", drain=True, logged=True),
     "memory-worker-async-metrics": _worker_child("async", drain=True, metrics=True),
     **{
         f"memory-worker-{kind}-otel-{mode}": _worker_child(kind, drain=True, otel=mode)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from types import TracebackType
@@ -15,6 +17,7 @@ from types import TracebackType
 __all__ = [
     "LOGGER_NAME",
     "JsonFormatter",
+    "TextFormatter",
     "log_enabled",
     "log_event",
     "log_raised",
@@ -27,12 +30,19 @@ LOGGER_NAME = "delayq"
 logger = logging.getLogger(LOGGER_NAME)
 
 
+#: A value written as it is: printable ASCII without a space, ``"``, ``=`` or ``\\``
+#: (one C call for the ids, names and numbers of almost every line).
+_PLAIN = re.compile(r"[!#-<>-\[\]-~]+")
+
+
 def log_value(value: object) -> str:
     """``value`` as one field of a log line: as it is when it is plain printable text
     without spaces, quotes or ``=``; else in double quotes with backslash escapes
     (``\\n``, ``\\"``, ``\\x1b``...), so no value can end the line or forge a field."""
     text = str(value)
-    if text and text.isprintable() and not any(ch in text for ch in ' "=\\'):
+    if _PLAIN.fullmatch(text) or (
+        text and text.isprintable() and not any(ch in text for ch in ' "=\\')
+    ):
         return text
     escaped = text.encode("unicode_escape").decode("ascii").replace('"', '\\"')
     return f'"{escaped}"'
@@ -46,10 +56,21 @@ def _log(
 ) -> None:
     if logger.isEnabledFor(level):
         text = " ".join(
-            f"{key}={log_value(value)}" for key, value in fields.items() if value is not None
+            [f"{key}={log_value(value)}" for key, value in fields.items() if value is not None]
         )
         extra = {"delayq": {"event": event, **fields}}
-        logger.log(level, "%s %s", event, text, exc_info=exc, extra=extra)
+        if isinstance(exc, BaseException):
+            exc = (type(exc), exc, exc.__traceback__)
+        # Made and handled as Logger.log would, less its walk up the stack to find the
+        # caller, which is always this function: the record names it as its place.
+        record = logger.makeRecord(
+            LOGGER_NAME, level, *_PLACE, "%s %s", (event, text), exc, "_log", extra
+        )
+        logger.handle(record)
+
+
+#: The file and line a record of :func:`_log` names as its place (its ``def``).
+_PLACE = (_log.__code__.co_filename, _log.__code__.co_firstlineno)
 
 
 #: ``log_enabled(level)``: whether a line at ``level`` would be logged; a hot path asks
@@ -76,6 +97,41 @@ def log_raised(
     """:func:`log_event`, followed by the traceback of ``exc`` (its whole chain); its
     own frames from ``frames`` (a tail of ``exc.__traceback__``) when given."""
     _log(level, event, fields, exc if frames is None else (type(exc), exc, frames))
+
+
+class TextFormatter(logging.Formatter):
+    """The text line of delayq's commands: ``time level logger: message`` (with
+    ``pid``, the process after the logger), the time as :class:`logging.Formatter`
+    writes it by default. A worker writes a line a job: the date and time of day are
+    written once a second, not once a line (the milliseconds still every line)."""
+
+    def __init__(self, *, pid: bool = False) -> None:
+        process = " [%(process)d]" if pid else ""
+        super().__init__(f"%(asctime)s %(levelname)s %(name)s{process}: %(message)s")
+        self._pid = pid
+        self._second: tuple[int, str] = (-1, "")  # one attribute: threads read it whole
+
+    def format(self, record: logging.LogRecord) -> str:
+        """``record``'s line, as :class:`logging.Formatter` of the same format writes it
+        (a line without a traceback written here directly, in one f-string)."""
+        if record.exc_info or record.exc_text or record.stack_info:
+            return super().format(record)
+        record.message = message = record.getMessage()
+        record.asctime = stamp = self.formatTime(record)
+        if self._pid:
+            return f"{stamp} {record.levelname} {record.name} [{record.process}]: {message}"
+        return f"{stamp} {record.levelname} {record.name}: {message}"
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        """``record``'s time, ``YYYY-mm-dd HH:MM:SS,mmm`` in local time."""
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second, stamp = self._second
+        if int(record.created) != second:
+            second = int(record.created)
+            stamp = time.strftime(self.default_time_format, self.converter(record.created))
+            self._second = (second, stamp)
+        return f"{stamp},{int(record.msecs):03d}"
 
 
 #: The keys a JSON line has whatever its record; a field of the same name logged by a

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import click
 
-from .._log import LOGGER_NAME, JsonFormatter
+from .._log import LOGGER_NAME, JsonFormatter, TextFormatter
 from ..durable.constants import DEFAULT_LEASE
 from ..durable.registry import scheme_of
 from ..runtime import App, Supervisor, Worker
@@ -165,8 +165,7 @@ def log_formatter(log_format: str, *, pid: bool = False) -> logging.Formatter:
     its time, level and logger (and its process with ``pid``)."""
     if log_format == "json":
         return JsonFormatter()
-    process = " [%(process)d]" if pid else ""
-    return logging.Formatter(f"%(asctime)s %(levelname)s %(name)s{process}: %(message)s")
+    return TextFormatter(pid=pid)
 
 
 def configure_logging(level: str, *, log_format: str = "text", pid: bool = False) -> None:
