@@ -1,4 +1,5 @@
-"""The fast constructors make exactly the objects the dataclasses' own __init__ makes."""
+"""The fast constructors make exactly the objects the dataclasses' own __init__ makes,
+and the record replacer exactly what ``dataclasses.replace`` makes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delayq.durable.build import builder
+from delayq.durable.build import builder, replacer
 from delayq.durable.message import (
     Message,
     PutRequest,
@@ -18,6 +19,7 @@ from delayq.durable.message import (
     new_message,
     new_record,
     put_request,
+    replace_record,
 )
 
 values = st.one_of(st.none(), st.integers(), st.text(max_size=5), st.binary(max_size=5))
@@ -61,3 +63,40 @@ def test_a_class_with_a_slot_more_than_its_fields_is_built_the_other_way() -> No
     assert type(built) is _Referenced
     assert "_set_a" in build.__code__.co_names
     assert "_set_id" not in put_request.__code__.co_names  # the twin's plain stores
+
+
+@given(data=st.data())
+def test_a_replaced_record_equals_what_dataclasses_replace_makes(data: Any) -> None:
+    names = [f.name for f in dataclasses.fields(Record)]
+    record = new_record(*(data.draw(values) for _ in names))
+    changes = {name: data.draw(values) for name in data.draw(st.sets(st.sampled_from(names)))}
+    if "state" in changes:
+        changes["state"] = data.draw(st.sampled_from(list(State)))
+    replaced, expected = replace_record(record, **changes), dataclasses.replace(record, **changes)
+    assert replaced == expected
+    assert type(replaced) is Record
+    assert replaced is not record
+    assert all(getattr(replaced, n) is getattr(expected, n) for n in names)  # the same objects
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        replaced.id = "other"
+
+
+def test_a_replacer_refuses_what_dataclasses_replace_refuses() -> None:
+    record = new_record(*range(12))
+    with pytest.raises(TypeError):
+        replace_record(record, nothing=1)
+    with pytest.raises(TypeError):
+        replace_record(record, "positional")
+    with pytest.raises(TypeError):
+        replacer(dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Derived:
+    a: int
+    b: int = dataclasses.field(init=False, default=0)
+
+
+def test_a_class_with_a_field_outside_init_has_no_replacer() -> None:
+    with pytest.raises(TypeError):
+        replacer(_Derived)

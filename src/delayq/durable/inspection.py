@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 
-from .message import Position, Record, State, observe
+from .message import Position, Record, State, observe, replace_record
 
 __all__ = [
     "bucket_width",
@@ -74,7 +73,9 @@ def merge_peek(parts: Iterable[Iterable[Record]], state: State | None, limit: in
     ``lease_until``, the sort key and what a reader wants to know)."""
     merged = (record for part in parts for record in part)
     chosen = heapq.nsmallest(limit, merged, key=peek_order(state))
-    return [record if record.lease is None else replace(record, lease=None) for record in chosen]
+    return [
+        record if record.lease is None else replace_record(record, lease=None) for record in chosen
+    ]
 
 
 def bucket_width(horizon_ms: int, buckets: int) -> int:

@@ -34,11 +34,11 @@ import enum
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, NoReturn
 
 from ..errors import DuplicateId, LeaseLost
-from .build import builder
+from .build import builder, replacer
 
 __all__ = [
     "EMPTY_HEADERS",
@@ -78,6 +78,7 @@ __all__ = [
     "observe",
     "put_request",
     "read_headers",
+    "replace_record",
     "resolve_due",
     "settle",
 ]
@@ -299,6 +300,8 @@ class Record:
 put_request: Callable[..., PutRequest] = builder(PutRequest)
 new_record: Callable[..., Record] = builder(Record)
 new_message: Callable[..., Message] = builder(Message)
+#: ``dataclasses.replace`` of a record, for each transition below (see replacer).
+replace_record: Callable[..., Record] = replacer(Record)
 
 
 class Now(NamedTuple):
@@ -384,14 +387,14 @@ def settle(record: Record, now_ms: int) -> Record:
     if record.lease_until > now_ms:
         return record
     if record.attempts >= record.max_attempts:
-        return replace(
+        return replace_record(
             record,
             state=State.DEAD,
             lease=None,
             lease_until=None,
             last_error=LEASE_EXPIRED_ERROR,
         )
-    return replace(
+    return replace_record(
         record,
         state=State.SCHEDULED,
         due_at=record.lease_until,
@@ -412,9 +415,9 @@ def observe(record: Record, now_ms: int, *, with_lease: bool = True) -> Record:
     an active message's lease expires, never the token that settles it)."""
     record = settle(record, now_ms)
     if is_due(record, now_ms):
-        record = replace(record, state=State.READY)
+        record = replace_record(record, state=State.READY)
     if not with_lease and record.lease is not None:
-        record = replace(record, lease=None)
+        record = replace_record(record, lease=None)
     return record
 
 
@@ -460,7 +463,7 @@ def apply_reserve(record: Record, now: Now, lease_ms: int, token: str) -> Record
     """Claim a due record: ``ACTIVE`` under ``token`` until ``now.ceil + lease_ms`` (a
     lease never ends before ``lease_ms`` has passed), with one more attempt counted.
     The caller has checked :func:`is_due` at ``now.floor``."""
-    return replace(
+    return replace_record(
         record,
         state=State.ACTIVE,
         attempts=record.attempts + 1,
@@ -519,10 +522,10 @@ def apply_nack(
     its ``last_error``. Either way a new ``seq`` and the lease dropped."""
     held = _held(record, token, now.floor)
     if dead or held.attempts >= held.max_attempts:
-        return replace(
+        return replace_record(
             held, state=State.DEAD, lease=None, lease_until=None, last_error=error, seq=seq
         )
-    return replace(
+    return replace_record(
         held,
         state=State.SCHEDULED,
         due_at=resolve_due(delay_ms, None, now),
@@ -538,7 +541,7 @@ def apply_release(record: Record | None, token: str, now: Now) -> Record:
     ``attempts - 1`` and the lease dropped; ``due_at``, ``seq`` and ``last_error``
     unchanged, so it keeps its place (exactly the record before its claim)."""
     held = _held(record, token, now.floor)
-    return replace(
+    return replace_record(
         held, state=State.SCHEDULED, attempts=held.attempts - 1, lease=None, lease_until=None
     )
 
@@ -551,7 +554,7 @@ def apply_unclaim(record: Record | None, token: str) -> Record | None:
     again; the attempt then stays counted."""
     if record is None or record.state is not State.ACTIVE or record.lease != token:
         return None
-    return replace(
+    return replace_record(
         record, state=State.SCHEDULED, attempts=record.attempts - 1, lease=None, lease_until=None
     )
 
@@ -559,7 +562,7 @@ def apply_unclaim(record: Record | None, token: str) -> Record | None:
 def apply_extend(record: Record | None, token: str, now: Now, lease_ms: int) -> Record:
     """Renew a held lease: it now expires at ``now.ceil + lease_ms``."""
     held = _held(record, token, now.floor)
-    return replace(held, lease_until=now.ceil + lease_ms)
+    return replace_record(held, lease_until=now.ceil + lease_ms)
 
 
 def can_cancel(record: Record | None, now: Now) -> bool:
@@ -576,7 +579,7 @@ def apply_reschedule(record: Record | None, now: Now, due_at: int, seq: int) -> 
     record = settle(record, now.floor)
     if record.state is not State.SCHEDULED:
         return None
-    return replace(record, due_at=max(due_at, now.floor), seq=seq)
+    return replace_record(record, due_at=max(due_at, now.floor), seq=seq)
 
 
 def apply_retry_dead(record: Record | None, now: Now, seq: int) -> Record | None:
@@ -587,7 +590,7 @@ def apply_retry_dead(record: Record | None, now: Now, seq: int) -> Record | None
     record = settle(record, now.floor)
     if record.state is not State.DEAD:
         return None
-    return replace(record, state=State.SCHEDULED, due_at=now.floor, seq=seq, attempts=0)
+    return replace_record(record, state=State.SCHEDULED, due_at=now.floor, seq=seq, attempts=0)
 
 
 def lag_of(oldest_ready: int | None, now_ms: int) -> float:
