@@ -18,6 +18,9 @@ local K_MSG, K_DUE, K_LEASE, K_DEAD, K_SEQ, K_WAKE = KEYS[1], KEYS[2], KEYS[3], 
 local SCHEDULED, ACTIVE, DEAD = 1, 2, 3
 local LEASE_EXPIRED = @LEASE_EXPIRED@
 local CHUNK = 500
+-- string.char(b) by byte b, each made when first needed and kept (in the library, for
+-- every later call): a look-up here costs a small part of a call of string.char.
+local CHARS = {}
 
 -- Now.of_seconds(): the server's epoch ms floored, the same rounded up, and the
 -- microseconds past the floor (0 to 999).
