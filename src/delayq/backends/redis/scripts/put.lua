@@ -208,7 +208,7 @@ if #order == 0 then return with_kept({0, 0}) end
 local base = 0
 if mode ~= 's' then base = redis.call('INCRBY', K_SEQ, n) - n end
 local pending, before = known_before()
-local earliest = false
+local earliest, last_due, last_score = false, false, false
 local records, entries = {}, {}
 for _, id in ipairs(order) do
   local r = staged[id]
@@ -216,7 +216,8 @@ for _, id in ipairs(order) do
   r.index, r.fresh = nil, nil
   if original[id] then unindex(original[id]) end
   records[#records + 1], records[#records + 2] = id, pack(r)
-  entries[#entries + 1], entries[#entries + 2] = r.due, due_member(r.seq, id)
+  if r.due ~= last_due then last_due, last_score = r.due, string.format('%d', r.due) end
+  entries[#entries + 1], entries[#entries + 2] = last_score, due_member(r.seq, id)
   if not earliest or r.due < earliest then earliest = r.due end
 end
 add_all(K_MSG, 'HSET', records)
