@@ -836,3 +836,57 @@ def test_a_batch_of_drawn_ids_stores_what_the_plain_path_stores(
     with Queue(shared_url, name="given") as q:
         q.purge()
     client.close()
+
+
+@pytest.mark.parametrize("start", [0, 2**16 - 700, 2**32 - 700])
+@pytest.mark.parametrize("form", ["drawn", "given", "own-due-times", "mixed", "bytes"])
+def test_a_batch_stored_unstaged_is_what_the_staged_path_stores(
+    shared_url: str, form: str, start: int
+) -> None:
+    """A batch all ``"ignore"`` is written straight from ARGV, each seq's bytes packed
+    once per 256 seqs and each chunk of 500 written as it is built; what it stores
+    (records, index entries with their scores, the counter) is byte for byte what the
+    staged path stores for the same requests with ``on_conflict="replace"`` (``pack()``
+    and ``due_member()`` of each). 1,200 requests, three chunks of which the last is
+    partial, with the counter below 256, 2**16 and 2**32, where cmsgpack's form of a
+    seq changes; uniform batches (ids drawn or given, one due time or each its own,
+    JSON or bytes) and one whose requests differ."""
+    prefix = shared_url.split("prefix=")[1]
+    client = redis.Redis.from_url(SHARED)
+    run, ops = Functions(client), Operations(prefix)
+    codec = Codec()
+    requests = []
+    for i in range(1_200):
+        item: dict[str, Any] = {"payload": {"n": i}, "at": 4_000_000_000.5}
+        if form != "drawn":
+            item["id"] = f"m{i}"
+        if form == "own-due-times":
+            item["at"] = 4_000_000_000 + i % 7
+        elif form == "mixed":
+            item["max_attempts"] = 1 + i % 3
+        elif form == "bytes":
+            item["payload"] = b"\x00raw%d" % i
+        requests.append(build_request(codec, 3, **item))
+    replacing = [
+        dataclasses.replace(r, on_conflict="replace", generated_id=False) for r in requests
+    ]
+    for queue, batch in (("unstaged", requests), ("staged", replacing)):
+        client.set(ops.seq_key(queue), start)
+        call = ops.put(queue, batch)
+        assert call.decode(run(*_script_call(call))) == (True, [])
+
+    def stored(queue: str) -> tuple[Any, ...]:
+        msg, due, _, _, seq, _ = ops.keys(queue)
+        return client.hgetall(msg), client.zrange(due, 0, -1, withscores=True), client.get(seq)
+
+    assert stored("unstaged") == stored("staged")
+    records, entries, counter = stored("unstaged")
+    assert (len(records), len(entries), int(counter)) == (1_200, 1_200, start + 1_200)
+    with Queue(shared_url, name="unstaged") as q:
+        got = q.get(requests[-1].id)
+        assert got is not None
+        assert got.seq == start + 1_200
+        q.purge()
+    with Queue(shared_url, name="staged") as q:
+        q.purge()
+    client.close()

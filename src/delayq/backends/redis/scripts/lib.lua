@@ -18,6 +18,9 @@ local K_MSG, K_DUE, K_LEASE, K_DEAD, K_SEQ, K_WAKE = KEYS[1], KEYS[2], KEYS[3], 
 local SCHEDULED, ACTIVE, DEAD = 1, 2, 3
 local LEASE_EXPIRED = @LEASE_EXPIRED@
 local CHUNK = 500
+-- string.char(b) by byte b, each made when first needed and kept (in the library, for
+-- every later call): a look-up here costs a small part of a call of string.char.
+local CHARS = {}
 
 -- Now.of_seconds(): the server's epoch ms floored, the same rounded up, and the
 -- microseconds past the floor (0 to 999).
@@ -165,7 +168,7 @@ local function store(r)
 end
 
 local function wake()
-  if redis.call('LLEN', K_WAKE) == 0 then redis.call('RPUSH', K_WAKE, 1) end
+  if redis.call('LLEN', K_WAKE) == 0 then redis.call('RPUSH', K_WAKE, '1') end
 end
 
 -- settle(): an expired lease makes the message scheduled at lease_until, or dead.
@@ -219,12 +222,13 @@ local function held(r, token)
   return r ~= nil and r.state == ACTIVE and r.lease == token
 end
 
--- The earliest due time or lease expiry (false when there is none).
+-- The earliest due time or lease expiry (false when there is none). Arguments to
+-- redis.call are text: Redis formats a Lua number with snprintf("%.17g").
 local function next_event()
   local best = false
-  local d = redis.call('ZRANGE', K_DUE, 0, 0, 'WITHSCORES')
+  local d = redis.call('ZRANGE', K_DUE, '0', '0', 'WITHSCORES')
   if d[2] then best = tonumber(d[2]) end
-  local l = redis.call('ZRANGE', K_LEASE, 0, 0, 'WITHSCORES')
+  local l = redis.call('ZRANGE', K_LEASE, '0', '0', 'WITHSCORES')
   if l[2] then
     local t = tonumber(l[2])
     if not best or t < best then best = t end
@@ -245,7 +249,7 @@ end
 local function announce(earliest, pending, before)
   if pending then return {0, 1} end
   if not before or earliest < before then
-    redis.call('RPUSH', K_WAKE, 1)
+    redis.call('RPUSH', K_WAKE, '1')
     return {0, 1}
   end
   return {0, 0}

@@ -67,25 +67,36 @@ end
 -- taken by an earlier request of the batch; every other is ignored. Seqs as below: one
 -- per request, in order, taken only when something is stored. A uniform batch whose ids
 -- the client drew (on_conflict 'n': delayq._fork.new_id, which no stored message and no
--- other request has) stores every request without looking.
+-- other request has) stores every request without looking. Each chunk is written as
+-- soon as it is built (its tables then hold the next one), after known_before().
 if all_ignore() then
   local fresh = uniform and ARGV[2] == 'n'
   local base, earliest, count = false, false, 0
   local seen, records, entries = {}, {}, {}
-  local pack_seq, pack_be = cmsgpack.pack, struct.pack
   -- Scores as text, formatted once per distinct due time (most batches share one):
   -- redis.call() would format each number itself, and with digits to spare.
   local last_due, last_score = false, false
   -- What the uniform form shares, worked out once rather than per request: the due time
-  -- (unless each has its own), and the record's bytes after its seq when there is no
-  -- encoding or headers (cmsgpack.pack of several values is their packs end to end).
+  -- (unless each has its own), and the record's flags byte and its bytes after the seq
+  -- (pack_new() of seq 0, whose cmsgpack is the one byte 0: cmsgpack.pack of several
+  -- values is their packs end to end).
   local shared_due = uniform and not own_due and resolve_due(ARGV[3], ARGV[4], now, ceil)
-  local after_seq = uniform and ARGV[6] == '' and ARGV[7] == ''
-    and cmsgpack.pack(0, tonumber(ARGV[5]))
+  local flags, after_seq = false, false
+  if uniform then
+    local zero = pack_new(0, tonumber(ARGV[5]), ARGV[6], ARGV[7], '')
+    flags, after_seq = string.sub(zero, 1, 1), string.sub(zero, 3)
+  end
+  -- A seq's bytes, cmsgpack.pack(seq) in the record and struct.pack('>I8', seq) in its
+  -- entry, both end with seq % 256, and from seq 256 on, the bytes before it are the
+  -- same for the 256 seqs from a multiple of 256 (cmsgpack's forms change at 2^8, 2^16
+  -- and 2^32): they are packed once per 256 seqs, and the last byte is one of CHARS.
+  local block, mp_head, be_head = -1, false, false
   if fresh then base = redis.call('INCRBY', K_SEQ, n) - n end
+  local pending, before = known_before()
   for first = 0, n - 1, CHUNK do
     local last = math.min(first + CHUNK, n) - 1
     local found = false
+    count = 0
     if not fresh then
       local ids = {}
       for i = first, last do ids[i - first + 1] = ARGV[ID + i * STRIDE] end
@@ -104,27 +115,39 @@ if all_ignore() then
           local d = due_at(i)
           due = resolve_due(ARGV[d], ARGV[d + 1], now, ceil)
         end
+        local low = seq % 256
+        if seq - low ~= block or seq < 256 then
+          block = seq - low
+          mp_head = string.sub(cmsgpack.pack(seq), 1, -2)
+          be_head = string.sub(struct.pack('>I8', seq), 1, -2)
+        end
+        local char = CHARS[low]
+        if not char then
+          char = string.char(low)
+          CHARS[low] = char
+        end
         records[count + 1] = id
         if after_seq then
-          records[count + 2] = PACKED_SCHEDULED .. pack_seq(seq) .. after_seq .. payload
+          records[count + 2] = flags .. mp_head .. char .. after_seq .. payload
         else
           local o = opts(i)
           records[count + 2] = pack_new(seq, tonumber(ARGV[o + 4]), ARGV[o + 5], ARGV[o + 6],
             payload)
         end
         if due ~= last_due then last_due, last_score = due, string.format('%d', due) end
-        entries[count + 1], entries[count + 2] = last_score, pack_be('>I8', seq) .. id
+        entries[count + 1], entries[count + 2] = last_score, be_head .. char .. id
         count = count + 2
         if not earliest or due < earliest then earliest = due end
       else
         kept[#kept + 1] = i
       end
     end
+    if count > 0 then
+      redis.call('HSET', K_MSG, unpack(records, 1, count))
+      redis.call('ZADD', K_DUE, unpack(entries, 1, count))
+    end
   end
   if not base then return with_kept({0, 0}) end
-  local pending, before = known_before()
-  add_all(K_MSG, 'HSET', records)
-  add_all(K_DUE, 'ZADD', entries)
   return with_kept(announce(earliest, pending, before))
 end
 
@@ -185,7 +208,7 @@ if #order == 0 then return with_kept({0, 0}) end
 local base = 0
 if mode ~= 's' then base = redis.call('INCRBY', K_SEQ, n) - n end
 local pending, before = known_before()
-local earliest = false
+local earliest, last_due, last_score = false, false, false
 local records, entries = {}, {}
 for _, id in ipairs(order) do
   local r = staged[id]
@@ -193,7 +216,8 @@ for _, id in ipairs(order) do
   r.index, r.fresh = nil, nil
   if original[id] then unindex(original[id]) end
   records[#records + 1], records[#records + 2] = id, pack(r)
-  entries[#entries + 1], entries[#entries + 2] = r.due, due_member(r.seq, id)
+  if r.due ~= last_due then last_due, last_score = r.due, string.format('%d', r.due) end
+  entries[#entries + 1], entries[#entries + 2] = last_score, due_member(r.seq, id)
   if not earliest or r.due < earliest then earliest = r.due end
 end
 add_all(K_MSG, 'HSET', records)

@@ -14,5 +14,5 @@ local record = pack_new(seq, tonumber(ARGV[4]), ARGV[6] or '', ARGV[7] or '', AR
 if redis.call('HSETNX', K_MSG, id, record) == 0 then return {0, 0, 0} end
 local due = resolve_due(ARGV[2], ARGV[3], now, ceil)
 local pending, before = known_before()
-redis.call('ZADD', K_DUE, due, due_member(seq, id))
+redis.call('ZADD', K_DUE, string.format('%d', due), due_member(seq, id))
 return announce(due, pending, before)
