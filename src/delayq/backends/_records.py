@@ -265,9 +265,14 @@ class Records:
         """The positions of the requests that kept a stored message."""
         staged: dict[str, Record | None] = {}
         kept: list[int] = []
+        # Each due time once: a put_many's records due at one time share its int (32 B
+        # a record at a million scheduled).
+        dues: dict[int, int] = {}
         for position, request in enumerate(requests):
             current = staged[request.id] if request.id in staged else self.records.get(request.id)
-            new = apply_put(current, request, now, self.next_seq())
+            due = resolve_due(request.delay_ms, request.at_ms, now)
+            due = dues.setdefault(due, due)
+            new = apply_put(current, request, now, self.next_seq(), due_at=due)
             if new is None:
                 kept.append(position)
             else:
