@@ -67,6 +67,7 @@ class Journal(Records):
             old = self.drop(id)
             if old is not None:
                 self.size -= _record_bytes(old)
+        self.compact()
         self.last_seq = max(self.last_seq, last_seq)
 
     def take_changes(self) -> tuple[list[Any], list[str]]:
