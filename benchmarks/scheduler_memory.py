@@ -15,8 +15,8 @@ messages due in an hour, each with a raw payload of the given size and no header
 It reports per message: the process's resident set growth, the growth tracemalloc
 counts (with ``--tracemalloc``: slower), and the live objects split by kind (the
 ``Record``, its id, payload, encoding, headers dict, its int fields, the records dict's
-slot, the heap entries and the heap's slot, anything else the journal holds), each
-object counted once. It prints a table and writes JSON to
+slot, the heap entries and the heap's slot, the due buckets' slots, anything else the
+journal holds), each object counted once. It prints a table and writes JSON to
 ``benchmarks/results/scheduler-memory.json``; it never asserts.
 """
 
@@ -136,6 +136,12 @@ def _kinds(journal: Any) -> dict[str, int]:
             add("heap entry tuple", entry)
             for item in entry:
                 add("heap entries' own objects", item)
+    later = getattr(journal, "later", {})  # the buckets of later seconds (none before)
+    add("due buckets (dict, lists, per slot)", later)
+    add("due buckets (dict, lists, per slot)", getattr(journal, "buckets", []))
+    for held in later.values():
+        if isinstance(held, list):
+            add("due buckets (dict, lists, per slot)", held)
     add("changed dict (Journal)", journal.changed)
     return kinds
 

@@ -1,7 +1,8 @@
 """What the replicated scheduler's records share (issue 41, point 1): a record without
 headers, put through the codec as a client sends it or folded from the log as a hot
 standby does, holds the one read-only empty mapping, and its encoding the one interned
-str; and no put, reschedule, nack, release, extend or retry of any record, with headers
+str, and the records of one batch their due time (and, folded, their lease expiry and
+last error); and no put, reschedule, nack, release, extend or retry of any record, with headers
 or without, ever changes another record's headers. No broker: the scheduler's
 :class:`Journal` fed through the codec."""
 
@@ -81,6 +82,37 @@ def test_records_without_headers_share_one_empty_mapping_from_a_put_and_from_the
     assert standby.records["m0"].encoding is bare[0].encoding
     assert standby.records["with"].headers == {"k": "v"}
     assert standby.records["m3"] == bare[3]
+
+
+def test_the_records_of_one_batch_share_their_due_time_from_a_put_and_from_the_log() -> None:
+    elected = Journal()
+    _sent(elected, [_request(f"m{n}") for n in range(5)])
+    _sent(elected, [_request(f"late{n}", delay_ms=2 * HOUR) for n in range(3)])
+    for journal in (elected, _folded(elected)):
+        batch = [journal.records[f"m{n}"] for n in range(5)]
+        assert all(r.due_at is batch[0].due_at for r in batch)
+        assert batch[0].due_at == T0 + HOUR
+        late = [journal.records[f"late{n}"] for n in range(3)]
+        assert all(r.due_at is late[0].due_at for r in late)
+        assert late[0].due_at == T0 + 2 * HOUR
+
+
+def test_a_logged_entrys_records_share_their_lease_expiry_and_last_error() -> None:
+    elected = Journal()
+    _sent(elected, [_request(f"m{n}", delay_ms=0) for n in range(6)])
+    claimed = elected.claim(Now(T0 + 1, T0 + 1), 6, 10_000)
+    for record in claimed[3:]:
+        elected.nack(
+            record.id, record.lease or "", NOW, delay_ms=HOUR, error="timed out", dead=False
+        )
+    standby = _folded(elected)
+    held = [standby.records[r.id] for r in claimed[:3]]
+    assert all(r.lease_until is held[0].lease_until for r in held)
+    assert held[0].lease_until == T0 + 1 + 10_000
+    nacked = [standby.records[r.id] for r in claimed[3:]]
+    assert all(r.last_error is nacked[0].last_error for r in nacked)
+    assert all(r.due_at is nacked[0].due_at for r in nacked)
+    assert [standby.records[r.id] for r in claimed] == [elected.records[r.id] for r in claimed]
 
 
 OPS = st.lists(

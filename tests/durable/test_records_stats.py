@@ -49,6 +49,19 @@ OPS = st.lists(
 )
 
 
+#: Which arguments of each operation are times (ms).
+TIMES = {
+    "put": (1,),
+    "replace": (1,),
+    "advance": (0,),
+    "back": (0,),
+    "claim_ahead": (0,),
+    "nack": (1,),
+    "extend": (1,),
+    "reschedule": (1,),
+}
+
+
 def _put(id: str, delay: int, on_conflict: Any = "ignore") -> PutRequest:
     return PutRequest(
         id=id,
@@ -60,7 +73,8 @@ def _put(id: str, delay: int, on_conflict: Any = "ignore") -> PutRequest:
     )
 
 
-def _run(ops: list[tuple[Any, ...]]) -> None:
+def _run(ops: list[tuple[Any, ...]], scale: int = 1) -> None:
+    """Run ``ops``, their times (delays, steps of the clock, leases) times ``scale``."""
     store = Records()
     now_ms = EPOCH
     held: list[tuple[str, str]] = []
@@ -68,7 +82,8 @@ def _run(ops: list[tuple[Any, ...]]) -> None:
     def now() -> Now:
         return Now(now_ms, now_ms)
 
-    for op, *args in ops:
+    for op, *raw in ops:
+        args = [arg * scale if at in TIMES.get(op, ()) else arg for at, arg in enumerate(raw)]
         try:
             if op == "put":
                 store.put([_put(args[0], args[1])], now())
@@ -81,9 +96,10 @@ def _run(ops: list[tuple[Any, ...]]) -> None:
             elif op == "stats":
                 pass
             elif op == "claim":
-                held += [(r.id, r.lease or "") for r in store.claim(now(), args[0], 100)]
+                claimed = store.claim(now(), args[0], 100 * scale)
+                held += [(r.id, r.lease or "") for r in claimed]
             elif op == "claim_ahead":
-                claimed = store.claim_ahead(now(), now_ms + args[0], 2, 100)
+                claimed = store.claim_ahead(now(), now_ms + args[0], 2, 100 * scale)
                 held += [(r.id, r.lease or "") for r in claimed]
             elif held and op == "ack":
                 store.ack(*held.pop(args[0] % len(held)), now())
@@ -157,6 +173,16 @@ def _pages_match(store: Records, now_ms: int) -> None:
 @given(ops=OPS)
 def test_stats_answer_what_counting_every_record_answers(ops: list[tuple[Any, ...]]) -> None:
     _run(ops)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=OPS)
+def test_stats_answer_what_counting_every_record_answers_over_seconds(
+    ops: list[tuple[Any, ...]],
+) -> None:
+    """The same over seconds: messages due in several seconds' buckets, which a claim,
+    a stats call or a page reaches one after the other."""
+    _run(ops, scale=10)
 
 
 def test_a_large_queue_answers_stats_and_pages_without_visiting_every_record() -> None:

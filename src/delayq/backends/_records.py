@@ -3,24 +3,29 @@ them: what ``memory://`` runs under its lock, and what the elected scheduler of 
 replicated backend (``delayq.backends._replicated``) runs on its state.
 
 A :class:`Records` is a dict of records plus heaps with lazy deletion: ``(due_at, seq,
-id)`` of scheduled messages and ``(lease_until, id, token)`` of leases. Every change
-goes through :meth:`Records.write` and :meth:`Records.delete`, so that a subclass sees
-each one (the replicated scheduler logs them). Nothing here locks, waits or reads a
-clock: the caller passes its :class:`~delayq.durable.message.Now`.
+id)`` of scheduled messages and ``(lease_until, id, token)`` of leases. A scheduled
+message due after the earliest second that holds one waits instead in its second's
+bucket (``later``: the record itself, or a list of them, under ``due_at >> 10``, ~1 s),
+with no heap entry of its own (a tuple: 64 B a message at a million scheduled) until its
+bucket is the earliest, when the bucket's records go to the heap. Every change goes
+through :meth:`Records.write` and :meth:`Records.delete`, so that a subclass sees each
+one (the replicated scheduler logs them). Nothing here locks, waits or reads a clock:
+the caller passes its :class:`~delayq.durable.message.Now`.
 
 :meth:`Records.stats` does not visit every record (at a million, that held the
 scheduler 3.7 s a call, and a dashboard asks every few seconds): the stored states are
 counted as records are written and deleted, and the scheduled messages are split at a
 time, ``ripe_at``, that only moves forward: those due by then sit in a heap of their own
-(``ripe``, counted), the later ones in ``due``. A stats call moves ``ripe_at`` up to its
-now, each message crossing once; the leases that expired but were not yet settled are
-counted from the leases heap's part below now. Claims take the ripe ones first: every
-ripe message is due before every one still in ``due``.
+(``ripe``, counted), the later ones in ``due`` and the buckets. A stats call moves
+``ripe_at`` up to its now, each message crossing once; the leases that expired but were
+not yet settled are counted from the leases heap's part below now. Claims take the ripe
+ones first: every ripe message is due before every one still in ``due``, and every one
+in ``due`` before every one in a bucket.
 
 Nor do :meth:`Records.peek` and :meth:`Records.dead`: a page is read by walking a heap
 from its smallest entry (``ripe`` for ready, ``due`` for scheduled, the leases for
-active, ``graves``, ``(seq, id)`` of the dead, for dead), merged with the expired leases
-not yet settled.
+active, ``graves``, ``(seq, id)`` of the dead, for dead; the buckets after ``due``,
+each sorted when the walk reaches it), merged with the expired leases not yet settled.
 """
 
 from __future__ import annotations
@@ -59,13 +64,15 @@ from ..durable.message import (
 
 __all__ = ["Records"]
 
-_Entry = TypeVar("_Entry", bound=tuple[Any, ...])
+_Entry = TypeVar("_Entry", bound=int | tuple[Any, ...])
 
 #: The stored states, read once: an enum member read through its class costs a Python
 #: call's worth of instructions, and :meth:`Records.write` reads them on every change.
 _SCHEDULED, _ACTIVE, _DEAD = State.SCHEDULED, State.ACTIVE, State.DEAD
 #: ``ripe_at`` before any stats call: no scheduled message is ripe.
 _NEVER = -(1 << 62)
+#: A bucket of ``later`` holds the scheduled messages due in 2**_SECOND ms (~1 s).
+_SECOND = 10
 
 
 class Records:
@@ -78,6 +85,14 @@ class Records:
         self.due: list[tuple[int, int, str]] = []
         self.ripe: list[tuple[int, int, str]] = []
         self.ripe_at = _NEVER
+        #: Scheduled messages due at or after ``opened_to`` (those before it are in the
+        #: heaps): bucket number (``due_at >> _SECOND``) -> the record, or a list of the
+        #: records written into it; the bucket numbers as a heap; the records listed
+        #: (some may be stale: written again or deleted since).
+        self.later: dict[int, Record | list[Record]] = {}
+        self.buckets: list[int] = []
+        self.opened_to = _NEVER
+        self._waiting = 0
         self.leases: list[tuple[int, str, str]] = []
         #: ``(seq, id)`` of dead messages (the order ``dead()`` lists them in).
         self.graves: list[tuple[int, str]] = []
@@ -98,12 +113,14 @@ class Records:
         records[record.id] = record
         state = record.state
         if state is _SCHEDULED:
-            entry = (record.due_at, record.seq, record.id)
-            if record.due_at <= self.ripe_at:
+            due_at = record.due_at
+            if due_at >= self.opened_to:
+                self._wait(record)
+            elif due_at <= self.ripe_at:
                 self._ripe_count += 1
-                heapq.heappush(self.ripe, entry)
+                heapq.heappush(self.ripe, (due_at, record.seq, record.id))
             else:
-                heapq.heappush(self.due, entry)
+                heapq.heappush(self.due, (due_at, record.seq, record.id))
         elif state is _ACTIVE:
             self._active += 1
             if record.lease_until is not None:
@@ -111,6 +128,36 @@ class Records:
         elif state is _DEAD:
             self._dead += 1
             heapq.heappush(self.graves, (record.seq, record.id))
+
+    def _wait(self, record: Record) -> None:
+        bucket = record.due_at >> _SECOND
+        held = self.later.get(bucket)
+        if held is None:
+            self.later[bucket] = record
+            heapq.heappush(self.buckets, bucket)
+        elif isinstance(held, list):
+            held.append(record)
+        else:
+            self.later[bucket] = [held, record]
+        self._waiting += 1
+
+    def _open(self) -> bool:
+        """Move the earliest bucket's live records to ``due`` (False: no bucket left)."""
+        if not self.buckets:
+            return False
+        bucket = heapq.heappop(self.buckets)
+        waiting = _listed(self.later.pop(bucket))
+        self._waiting -= len(waiting)
+        self.opened_to = (bucket + 1) << _SECOND
+        records, due = self.records, self.due
+        entries = [(r.due_at, r.seq, r.id) for r in waiting if records.get(r.id) is r]
+        if due:
+            for entry in entries:
+                heapq.heappush(due, entry)
+        else:
+            heapq.heapify(entries)
+            self.due = entries
+        return True
 
     def _uncount(self, record: Record) -> None:
         state = record.state
@@ -155,8 +202,12 @@ class Records:
         """The earliest due time of a scheduled message; the heap whose head it is
         (``ripe`` when that is not empty then, else ``due``) has it at its top."""
         records = self.records
-        heap = self.ripe or self.due
-        while heap:
+        while True:
+            heap = self.ripe or self.due
+            if not heap:
+                if self._open():
+                    continue
+                return None
             due_at, seq, id = heap[0]
             record = records.get(id)
             if (
@@ -167,8 +218,6 @@ class Records:
             ):
                 return due_at
             heapq.heappop(heap)
-            if not heap:
-                heap = self.due  # ``ripe`` held only stale entries (or it was ``due``)
         return None
 
     def _head_lease(self) -> int | None:
@@ -235,19 +284,28 @@ class Records:
             record = apply_reserve(self.records[id], since, lease_ms, new_id())
             self.write(record)
             claimed.append(record)
-        self._compact()
+        self.compact()
         return claimed
 
-    def _compact(self) -> None:
+    def compact(self) -> None:
+        """Rebuild the heaps and buckets whose stale entries (a bucket's: the record
+        itself, payload and all) outnumber twice the records they may stand for: after
+        a claim, a put, a cancel, a reschedule or a purge, and after each logged entry
+        a hot standby folds (it never claims)."""
         live = len(self.records)
-        if len(self.due) + len(self.ripe) > 2 * live + 1024:
-            scheduled = [
-                (r.due_at, r.seq, r.id) for r in self.records.values() if r.state is _SCHEDULED
+        if len(self.due) + len(self.ripe) + self._waiting > 2 * live + 1024:
+            scheduled = [r for r in self.records.values() if r.state is _SCHEDULED]
+            ripe_at, opened_to = self.ripe_at, self.opened_to
+            self.ripe = [(r.due_at, r.seq, r.id) for r in scheduled if r.due_at <= ripe_at]
+            self.due = [
+                (r.due_at, r.seq, r.id) for r in scheduled if ripe_at < r.due_at < opened_to
             ]
-            self.ripe = [entry for entry in scheduled if entry[0] <= self.ripe_at]
-            self.due = [entry for entry in scheduled if entry[0] > self.ripe_at]
             heapq.heapify(self.ripe)
             heapq.heapify(self.due)
+            self.later, self.buckets, self._waiting = {}, [], 0
+            for record in scheduled:
+                if record.due_at >= opened_to:
+                    self._wait(record)
         if len(self.leases) > 2 * live + 1024:
             self.leases = [
                 (r.lease_until, r.id, r.lease or "")
@@ -265,9 +323,14 @@ class Records:
         """The positions of the requests that kept a stored message."""
         staged: dict[str, Record | None] = {}
         kept: list[int] = []
+        # Each due time once: a put_many's records due at one time share its int (32 B
+        # a record at a million scheduled).
+        dues: dict[int, int] = {}
         for position, request in enumerate(requests):
             current = staged[request.id] if request.id in staged else self.records.get(request.id)
-            new = apply_put(current, request, now, self.next_seq())
+            due = resolve_due(request.delay_ms, request.at_ms, now)
+            due = dues.setdefault(due, due)
+            new = apply_put(current, request, now, self.next_seq(), due_at=due)
             if new is None:
                 kept.append(position)
             else:
@@ -275,6 +338,7 @@ class Records:
         for record in staged.values():
             if record is not None:
                 self.write(record)
+        self.compact()
         return kept
 
     def ack(self, id: str, token: str, now: Now) -> None:
@@ -324,6 +388,7 @@ class Records:
         if not can_cancel(self.load(id, now.floor), now):
             return False
         self.delete(id)
+        self.compact()
         return True
 
     def reschedule(self, id: str, now: Now, *, delay_ms: int | None, at_ms: int | None) -> bool:
@@ -332,6 +397,7 @@ class Records:
         if record is None:
             return False
         self.write(record)
+        self.compact()
         return True
 
     def get(self, id: str, now: Now) -> Record | None:
@@ -369,8 +435,11 @@ class Records:
 
     def _ripen(self, now_ms: int) -> None:
         """Move ``ripe_at`` up to ``now_ms``: the scheduled messages due by then go from
-        ``due`` to ``ripe``, each counted once (a record written twice unchanged has two
-        entries, popped together)."""
+        ``due`` (their buckets opened) to ``ripe``, each counted once (a record written
+        twice unchanged has two entries, popped together)."""
+        while self.buckets and self.buckets[0] << _SECOND <= now_ms:
+            self._open()
+        self.opened_to = max(self.opened_to, now_ms + 1)
         due, records = self.due, self.records
         crossed: set[str] = set()
         while due and due[0][0] <= now_ms:
@@ -432,8 +501,12 @@ class Records:
         if state is None:
             self.due.clear()
             self.ripe.clear()
+            self.later.clear()
+            self.buckets.clear()
+            self._waiting = 0
             self.leases.clear()
             self.graves.clear()
+        self.compact()
         return len(doomed)
 
     def peek(
@@ -453,23 +526,39 @@ class Records:
         else:
             found = []
             if state is not _SCHEDULED:
-                found = self._peek_waiting(self.ripe, now_ms, limit, after, expired=True)
+                found = self._peek_waiting(
+                    _ascending(self.ripe), now_ms, limit, after, expired=True
+                )
             if state is not State.READY and len(found) < limit:
-                found += self._peek_waiting(self.due, now_ms, limit - len(found), after)
+                found += self._peek_waiting(
+                    self._scheduled(after), now_ms, limit - len(found), after
+                )
         return [observe(record, now_ms, with_lease=False) for record in found]
+
+    def _scheduled(self, after: Position | None) -> Iterator[tuple[int, int, str]]:
+        """``(due_at, seq, id)`` of the scheduled records not yet ripe, ascending (some
+        stale): ``due``'s, then each bucket's sorted, those wholly before ``after``
+        skipped."""
+        yield from _ascending(self.due)
+        records = self.records
+        for bucket in _ascending(self.buckets):
+            if after is not None and (bucket + 1) << _SECOND <= after[0]:
+                continue
+            waiting = _listed(self.later[bucket])
+            yield from sorted((r.due_at, r.seq, r.id) for r in waiting if records.get(r.id) is r)
 
     def _peek_waiting(
         self,
-        heap: list[tuple[int, int, str]],
+        entries: Iterator[tuple[int, int, str]],
         now_ms: int,
         limit: int,
         after: Position | None,
         *,
         expired: bool = False,
     ) -> list[Record]:
-        """The first ``limit`` scheduled records of ``heap`` by ``(due_at, seq)`` after
-        ``after``; with ``expired``, merged with the leases over by ``now_ms`` but not
-        yet settled (ready again, due at their lease's expiry)."""
+        """The first ``limit`` scheduled records of ``entries`` (ascending) by ``(due_at,
+        seq)`` after ``after``; with ``expired``, merged with the leases over by ``now_ms``
+        but not yet settled (ready again, due at their lease's expiry)."""
         records = self.records
         extra: list[tuple[int, int, Record]] = []
         if expired:
@@ -481,7 +570,7 @@ class Records:
             extra.sort(key=lambda item: item[:2])
         found: list[tuple[int, int, Record]] = []
         seen: set[str] = set()
-        for due_at, seq, id in _ascending(heap):
+        for due_at, seq, id in entries:
             if len(found) >= limit:
                 break
             if after is not None and (due_at, seq) <= after:
@@ -560,6 +649,11 @@ def _live(records: dict[str, Record], entry: tuple[int, int, str]) -> Record | N
     ):
         return None
     return record
+
+
+def _listed(held: Record | list[Record]) -> list[Record]:
+    """The records a bucket of ``later`` holds."""
+    return held if isinstance(held, list) else [held]
 
 
 def _ascending(heap: list[_Entry]) -> Iterator[_Entry]:

@@ -429,12 +429,21 @@ def matches_state(record: Record, state: State | None, now_ms: int) -> bool:
 # -- transitions -------------------------------------------------------------------
 
 
-def apply_put(existing: Record | None, request: PutRequest, now: Now, seq: int) -> Record | None:
+def apply_put(
+    existing: Record | None,
+    request: PutRequest,
+    now: Now,
+    seq: int,
+    *,
+    due_at: int | None = None,
+) -> Record | None:
     """Store ``request`` over ``existing`` (the record with its id, if any).
 
     Returns the record to store, or None when nothing changes (``ignore`` of an
     existing id). ``error`` on an existing id, and ``replace`` of a message in flight,
-    raise :class:`DuplicateId`. A replaced message starts afresh (attempts 0).
+    raise :class:`DuplicateId`. A replaced message starts afresh (attempts 0), due at
+    ``due_at`` when the caller resolved it already (:func:`resolve_due` of the request
+    at ``now``: the records of a batch then share one int), else as the request says.
     """
     if existing is not None:
         existing = settle(existing, now.floor)
@@ -450,7 +459,7 @@ def apply_put(existing: Record | None, request: PutRequest, now: Now, seq: int) 
         id=request.id,
         payload=request.payload,
         encoding=request.encoding,
-        due_at=resolve_due(request.delay_ms, request.at_ms, now),
+        due_at=resolve_due(request.delay_ms, request.at_ms, now) if due_at is None else due_at,
         seq=seq,
         attempts=0,
         max_attempts=request.max_attempts,

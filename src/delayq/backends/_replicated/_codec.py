@@ -7,13 +7,15 @@ fields, a put request an 8-item array in the order of
 
 What a decoded record keeps is shared where it can be, as the scheduler holds a
 million of them: the encoding is interned (msgpack makes a new str of each; one that
-is not a str, which no client sends, is kept as it came), and no headers are
-:data:`~delayq.durable.message.EMPTY_HEADERS`.
+is not a str, which no client sends, is kept as it came), no headers are
+:data:`~delayq.durable.message.EMPTY_HEADERS`, and a record decoded with others
+(:func:`decode_records`: a logged entry's) shares the due time, lease expiry and last
+error of the one before it when they are equal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from sys import intern
 from typing import Any
 
@@ -34,6 +36,7 @@ from ._transport import LogFull
 __all__ = [
     "decode_outcome",
     "decode_record",
+    "decode_records",
     "decode_requests",
     "encode_outcome",
     "encode_record",
@@ -72,22 +75,47 @@ def encode_record(r: Record) -> list[Any]:
 
 
 def decode_record(item: Sequence[Any]) -> Record:
-    (id, payload, encoding, due_at, seq, attempts, max_attempts, state) = item[:8]
-    headers, last_error, lease, lease_until = item[8:12]
-    return new_record(
-        id=id,
-        payload=payload,
-        encoding=intern(encoding) if type(encoding) is str else encoding,
-        due_at=due_at,
-        seq=seq,
-        attempts=attempts,
-        max_attempts=max_attempts,
-        state=State(state),
-        headers=headers or EMPTY_HEADERS,
-        last_error=last_error,
-        lease=lease,
-        lease_until=lease_until,
-    )
+    return decode_records((item,))[0]
+
+
+def decode_records(items: Iterable[Sequence[Any]]) -> list[Record]:
+    """The records ``items`` encode; one that has the due time, lease expiry or last
+    error of the record before it holds that record's object (a logged put_many's
+    records are due at one time: 32 B a record)."""
+    records: list[Record] = []
+    due = until = error = None
+    for item in items:
+        (id, payload, encoding, due_at, seq, attempts, max_attempts, state) = item[:8]
+        headers, last_error, lease, lease_until = item[8:12]
+        if due_at == due:
+            due_at = due
+        else:
+            due = due_at
+        if lease_until == until:
+            lease_until = until
+        else:
+            until = lease_until
+        if last_error == error:
+            last_error = error
+        else:
+            error = last_error
+        records.append(  # in Record's field order (positional: the cheaper call)
+            new_record(
+                id,
+                payload,
+                intern(encoding) if type(encoding) is str else encoding,
+                due_at,
+                seq,
+                attempts,
+                max_attempts,
+                State(state),
+                headers or EMPTY_HEADERS,
+                last_error,
+                lease,
+                lease_until,
+            )
+        )
+    return records
 
 
 def encode_requests(requests: Sequence[PutRequest]) -> list[list[Any]]:
@@ -150,7 +178,7 @@ def reserve_items(kind: str, body: bytes) -> Any:
 def decode_outcome(op: str, data: Any) -> Any:
     """The outcome of ``op`` as the contract returns it, from :func:`encode_outcome`."""
     if op in _RECORD_LISTS:
-        return [decode_record(item) for item in data]
+        return decode_records(data)
     if op == "get":
         return None if data is None else decode_record(data)
     if op == "stats":

@@ -7,7 +7,7 @@ from typing import Any
 
 from ....durable.message import Record
 from ..._records import Records
-from .._codec import decode_record, encode_record
+from .._codec import decode_records, encode_record
 from .._constants import IMAGE_OVERHEAD
 
 __all__ = ["Journal", "image_bytes", "unclaim_each"]
@@ -61,12 +61,13 @@ class Journal(Records):
 
     def restore(self, images: list[Any], deletes: list[str], last_seq: int) -> None:
         """Apply a logged operation (replay: nothing is noted)."""
-        for image in images:
-            self._put(decode_record(image))
+        for record in decode_records(images):
+            self._put(record)
         for id in deletes:
             old = self.drop(id)
             if old is not None:
                 self.size -= _record_bytes(old)
+        self.compact()
         self.last_seq = max(self.last_seq, last_seq)
 
     def take_changes(self) -> tuple[list[Any], list[str]]:
