@@ -114,8 +114,18 @@ class Records:
         state = record.state
         if state is _SCHEDULED:
             due_at = record.due_at
-            if due_at >= self.opened_to:
-                self._wait(record)
+            if due_at >= self.opened_to:  # in its second's bucket (inline: once a put)
+                bucket = due_at >> _SECOND
+                later = self.later
+                held = later.get(bucket)
+                if held is None:
+                    later[bucket] = record
+                    heapq.heappush(self.buckets, bucket)
+                elif isinstance(held, list):
+                    held.append(record)
+                else:
+                    later[bucket] = [held, record]
+                self._waiting += 1
             elif due_at <= self.ripe_at:
                 self._ripe_count += 1
                 heapq.heappush(self.ripe, (due_at, record.seq, record.id))
@@ -128,18 +138,6 @@ class Records:
         elif state is _DEAD:
             self._dead += 1
             heapq.heappush(self.graves, (record.seq, record.id))
-
-    def _wait(self, record: Record) -> None:
-        bucket = record.due_at >> _SECOND
-        held = self.later.get(bucket)
-        if held is None:
-            self.later[bucket] = record
-            heapq.heappush(self.buckets, bucket)
-        elif isinstance(held, list):
-            held.append(record)
-        else:
-            self.later[bucket] = [held, record]
-        self._waiting += 1
 
     def _open(self) -> bool:
         """Move the earliest bucket's live records to ``due`` (False: no bucket left)."""
@@ -302,10 +300,14 @@ class Records:
             ]
             heapq.heapify(self.ripe)
             heapq.heapify(self.due)
-            self.later, self.buckets, self._waiting = {}, [], 0
-            for record in scheduled:
-                if record.due_at >= opened_to:
-                    self._wait(record)
+            later: dict[int, Record | list[Record]] = {}
+            waiting = [r for r in scheduled if r.due_at >= opened_to]
+            for record in waiting:
+                listed = later.setdefault(record.due_at >> _SECOND, [])
+                assert isinstance(listed, list)
+                listed.append(record)
+            self.later, self.buckets, self._waiting = later, list(later), len(waiting)
+            heapq.heapify(self.buckets)
         if len(self.leases) > 2 * live + 1024:
             self.leases = [
                 (r.lease_until, r.id, r.lease or "")
