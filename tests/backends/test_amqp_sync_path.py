@@ -108,7 +108,8 @@ def test_sync_reserves_go_from_the_callers_thread_while_the_loop_thread_is_block
     """Once a scheduler answered, a sync consumer's reserves (waiting, parked at the
     scheduler until a put; without wait; one held until a due time a moment ahead),
     acks and a fast put all go and come back while the link's loop thread cannot run
-    (an ``ack_many`` after a waiting reserve too: test_a_sync_consumers_loop_...)."""
+    (an ``ack_many`` after a waiting reserve, which sends the next reserve ahead, too:
+    the consumer's loop below)."""
     with (
         scheduler(url),
         Queue(client(url), name="jobs", request_timeout=10) as queue,
