@@ -54,7 +54,8 @@ class ThreadLink:
     :mod:`._direct`) run on a :class:`LoopLink` on a private event loop thread, a
     call that stands first blocking its thread until the loop stood. That thread
     starts with the first call that needs it: a process that does not stand for
-    election (``scheduler=off``: one that puts, reads, or consumes) never has it.
+    election (one that puts and reads; one that consumes too, with ``scheduler=off``)
+    never has it.
 
     A forked child has no such thread (only the forking thread survives a fork), and
     the connection it would find is its parent's. Its first call starts afresh: a new
