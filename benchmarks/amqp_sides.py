@@ -13,7 +13,10 @@ d. reserve/ack: ``reserve(max=100, wait=0)`` + ``ack_many`` until the queue is e
    (the messages put first with ``put_many`` by another child process, of this checkout);
 e. first put: a new ``Queue``'s first put (the object made, its connections opened, the
    put confirmed; its close after it not counted), up to 20 objects one after another
-   (not in the default ``--cases``: its items are objects, not puts).
+   (not in the default ``--cases``: its items are objects, not puts);
+f. consumer loop: a sequential consumer's ``reserve(max=1, wait=5)`` + ``ack_many``
+   one message at a time (each ``ack_many`` sends the next reserve ahead, which the
+   next ``reserve`` takes; filled as for ``d``; not in the default ``--cases``).
 
 Wall time per item is shown too (it moves with the machine's load; the CPU much less).
 With ``--callgrind SMALL,LARGE`` each case runs instead under ``valgrind
@@ -50,6 +53,7 @@ CASES = {
     "c": "async put",
     "d": "reserve/ack",
     "e": "first put",
+    "f": "consumer loop",
 }
 #: The most objects case ``e`` makes (each opens connections to the broker).
 FIRST_PUTS = 20
@@ -99,10 +103,11 @@ def child(case: str, url: str, items: int, queue_name: str) -> dict[str, float]:
 
         cpu, wall = asyncio.run(run())
     else:
+        most, wait = (100, 0.0) if case == "d" else (1, 5.0)
         with Queue(url, name=queue_name) as q:
             got = 0
             cpu, wall = time.process_time(), time.perf_counter()
-            while messages := q.reserve(max=100, wait=0):
+            while got < items and (messages := q.reserve(max=most, wait=wait)):
                 q.ack_many(messages)
                 got += len(messages)
             cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
@@ -115,7 +120,7 @@ def command(case: str, url: str, items: int) -> list[str]:
     """The arguments of a child of ``case`` on a queue of its own; that of the
     reserve/ack once another child (of this checkout) filled its queue."""
     line = [__file__, "--url", url, "--items", str(items), "--queue", uuid.uuid4().hex[:8]]
-    if case == "d":
+    if case in ("d", "f"):
         run_side(NEW_SRC, [*line, "--child", "fill"])
     return [*line, "--child", case]
 

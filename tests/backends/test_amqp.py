@@ -32,7 +32,7 @@ from conformance.conftest import AsyncFace, LoopThread, amqp_url
 from delayq.backends._records import Records
 from delayq.backends._replicated import _scheduler
 from delayq.backends._replicated._codec import encode_outcome, pack
-from delayq.backends._replicated._link import _ahead
+from delayq.backends._replicated._link import _core
 from delayq.backends._replicated._scheduler import _waiting
 from delayq.backends.amqp import NOT_GUARANTEED, NoScheduler, ServerRefused
 
@@ -655,7 +655,7 @@ def test_a_close_gives_back_what_the_reserve_sent_ahead_claimed_whenever_it_come
     already (its releases on their way); the scheduler may live in the closing queue
     and go with it. In every case the message it claimed is found at once by another
     consumer, with no attempt charged, rather than after its lease."""
-    monkeypatch.setattr(_ahead, "_AHEAD_KEPT", 0.0)  # given up as soon as answered
+    monkeypatch.setattr(_core, "AHEAD_KEPT", 0.0)  # given up as soon as answered
 
     async def main() -> None:
         for turns in range(6):  # of the loop between the acks and the close
@@ -715,7 +715,7 @@ def test_what_the_reserve_sent_ahead_claimed_is_given_back_uncharged_after_its_l
     comes later, as any call may under load. The message is given back all the same,
     as if never claimed: no attempt charged, no lease expiry noted and, with one
     attempt allowed, not dead (it was dead before: a message no caller received)."""
-    monkeypatch.setattr(_ahead, "_AHEAD_KEPT", 60.0)  # kept until the caller's next call
+    monkeypatch.setattr(_core, "AHEAD_KEPT", 60.0)  # kept until the caller's next call
     runner = LoopThread() if face == "async" else None
 
     def make() -> Any:

@@ -5,10 +5,12 @@ calls leave from their threads, and together: test_amqp_coalesce.py). Checked he
 the sync connection closed by the broker under calls of four threads (each call
 still returns, each put stored once); a new queue's first call and the calls after it
 made from the caller's thread while the link's loop is held (no loop thread starts);
-reserves, waiting ones too, served while the link's loop thread is blocked; a waiting
-reserve interrupted gives back what it
-claimed, whether its answer was on its way or not; the sync connection closed under
-waiting reserves loses and doubles nothing.
+reserves, waiting ones too, served while the link's loop thread is blocked; a sync
+consumer's loop of reserve and ack_many (its next reserve sent with its acks, taken
+by its next call) made from its threads, no loop thread started; what that reserve
+sent ahead claimed and nobody took given back uncharged; a waiting reserve
+interrupted gives back what it claimed, whether its answer was on its way or not;
+the sync connection closed under waiting reserves loses and doubles nothing.
 
 The tests use the shared RabbitMQ under a namespace (``prefix``) of their own, deleted
 afterwards; the schedulers are ``delayq scheduler`` processes of the test's own.
@@ -33,7 +35,8 @@ from backends.test_amqp_fastput import client, scheduler
 from backends.test_amqp_thread_put import calls_under_closes
 from conformance.conftest import amqp_url
 from delayq.backends._replicated._link import ThreadLink
-from delayq.durable import Queue
+from delayq.backends.amqp._blocking import BlockingClient
+from delayq.durable import Queue, State
 
 pytest.importorskip("pika")
 
@@ -105,8 +108,8 @@ def test_sync_reserves_go_from_the_callers_thread_while_the_loop_thread_is_block
     """Once a scheduler answered, a sync consumer's reserves (waiting, parked at the
     scheduler until a put; without wait; one held until a due time a moment ahead),
     acks and a fast put all go and come back while the link's loop thread cannot run
-    (not an ``ack_many`` after a waiting reserve: it sends the next reserve ahead, on
-    the loop)."""
+    (an ``ack_many`` after a waiting reserve, which sends the next reserve ahead, too:
+    the consumer's loop below)."""
     with (
         scheduler(url),
         Queue(client(url), name="jobs", request_timeout=10) as queue,
@@ -119,7 +122,7 @@ def test_sync_reserves_go_from_the_callers_thread_while_the_loop_thread_is_block
             assert not waiting.done()
             id = queue.put("now")  # a fast put, from this thread
             assert [m.id for m in waiting.result(timeout=5)] == [id]
-            queue.ack(waiting.result()[0])  # an ack_many would send a reserve ahead: loop
+            queue.ack(waiting.result()[0])
             later = queue.put("later", delay=0.3)
             started = time.monotonic()
             got = pool.submit(queue.reserve, wait=5).result(timeout=6)
@@ -163,6 +166,116 @@ def test_a_sync_producers_first_call_and_the_rest_go_from_its_thread(
                 first, got = pool.submit(calls).result(timeout=20)
                 assert got == [first]
             assert getattr(link, "_thread", None) is None  # no loop thread ever started
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The operations the sync connections publish (to the scheduler), in order."""
+    ops: list[str] = []
+    request = BlockingClient.request
+
+    def spy(self: BlockingClient, op: str, *args: Any) -> None:
+        ops.append(op)
+        request(self, op, *args)
+
+    monkeypatch.setattr(BlockingClient, "request", spy)
+    return ops
+
+
+def _consume_a_round(queue: Queue, sent: list[str]) -> None:
+    """A sequential consumer's round: put, reserve (waiting), ack_many; the next
+    reserve leaves with the acks."""
+    id = queue.put("x")
+    got = queue.reserve(wait=5, max=10)
+    assert [m.id for m in got] == [id]
+    queue.ack_many(got)
+    assert sent[-1] == "reserve"  # sent ahead, before the caller asks
+
+
+def test_a_sync_consumers_loop_goes_from_its_threads_and_starts_no_loop_thread(
+    url: str, links: list[ThreadLink], sent: list[str]
+) -> None:
+    """A pure client's (``scheduler=off``) reserve and ack_many in a loop, each reserve
+    after the first taking the answer of the one sent with the acks, go on from the
+    caller's thread; then three threads consume on that object (reserve waiting,
+    ack_many) what a fourth puts, while the link's loop could not run: each message
+    is received once, and no loop thread ever started (nor its connection)."""
+    with (
+        scheduler(url),
+        Queue(f"{client(url)}&fast_put=off", name="jobs", request_timeout=10) as queue,
+        ThreadPoolExecutor(4) as pool,
+    ):
+        queue.stats()
+        link = links[-1]
+        for _ in range(3):
+            _consume_a_round(queue, sent)
+        with loop_held(link):
+            received: collections.Counter[str] = collections.Counter()
+            stop = threading.Event()
+
+            def consume() -> None:
+                while not stop.is_set():
+                    messages = queue.reserve(wait=0.2, max=3)
+                    received.update(m.id for m in messages)
+                    assert queue.ack_many(messages) == []
+
+            def put() -> list[str]:
+                return [queue.put(i) for i in range(60)]
+
+            consumers = [pool.submit(consume) for _ in range(3)]
+            put_ids = pool.submit(put).result(timeout=30)
+            deadline = time.monotonic() + 30
+            while sum(received.values()) < len(put_ids) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            stop.set()
+            for consumer in consumers:
+                consumer.result(timeout=10)
+            assert sorted(received) == sorted(put_ids)
+            assert set(received.values()) == {1}
+            _consume_a_round(queue, sent)
+        assert getattr(link, "_thread", None) is None  # no loop thread ever started
+        stats = queue.stats()
+        assert stats.ready == stats.active == 0
+
+
+def test_what_a_sync_reserve_sent_ahead_claimed_and_nobody_took_is_given_back_uncharged(
+    url: str, links: list[ThreadLink], sent: list[str]
+) -> None:
+    """The reserve a sequential sync consumer's ack_many sends ahead claims a message
+    due now; the consumer then does something else (no call) while the link's loop
+    could not run: the message is given back as if never claimed (ready, no attempt
+    charged), and another consumer gets it at its first attempt."""
+    with (
+        scheduler(url),
+        Queue(f"{client(url)}&fast_put=off", name="jobs", request_timeout=10) as queue,
+        Queue(client(url), name="jobs", request_timeout=10) as other,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        queue.stats()
+        other.stats()
+        link = links[-2]  # the first queue's
+        _consume_a_round(queue, sent)
+
+        def round() -> None:
+            queue.put("a", id="a")
+            first = queue.reserve(wait=5, max=10)
+            other.put("b", id="b")  # due now: the reserve sent ahead claims it at once
+            queue.ack_many(first)
+            assert sent[-1] == "reserve"
+
+        with loop_held(link):
+            pool.submit(round).result(timeout=20)
+            # Nobody takes what it claimed: given back, well before its lease (30 s).
+            deadline = time.monotonic() + 10
+            while (seen := other.get("b")) and seen.state != State.READY:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            assert seen is not None
+            assert (seen.state, seen.attempts, seen.last_error) == (State.READY, 0, None)
+            taken = other.reserve(wait=2, max=10, lease=60)
+            assert [(m.id, m.attempts) for m in taken] == [("b", 1)]
+            other.ack_many(taken)
+        assert getattr(link, "_thread", None) is None
 
 
 class _Interrupted(BaseException):
@@ -274,4 +387,44 @@ def test_the_sync_connection_closed_under_waiting_reserves_loses_and_doubles_not
         assert sorted(received) == sorted(put)
         assert set(received.values()) == {1}
         stats = queue.stats()
+        assert stats.ready == stats.active == stats.scheduled == 0
+
+
+def test_the_sync_connection_closed_under_reserves_sent_ahead_loses_and_doubles_nothing(
+    url: str,
+) -> None:
+    """The broker closes the sync connections three times while a sequential consumer
+    (one thread: reserve waiting, then ack_many, which sends its next reserve ahead)
+    takes what three threads of another queue object put: every call returns; every
+    message put is received once and acked (one claimed by a reserve sent ahead whose
+    connection went is given back, or comes back after its lease), none twice."""
+    received: collections.Counter[str] = collections.Counter()
+    lost: list[str] = []
+    with (
+        scheduler(url),
+        Queue(f"{client(url)}&fast_put=off", name="jobs", request_timeout=30) as consumer,
+        Queue(f"{client(url)}&fast_put=off", name="jobs", request_timeout=30) as producer,
+    ):
+        consumer.stats()
+        producer.stats()
+
+        def take() -> None:
+            messages = consumer.reserve(wait=0.5, max=3, lease=LEASE)
+            received.update(m.id for m in messages)
+            lost.extend(consumer.ack_many(messages))
+
+        def put_or_take(k: int, i: int) -> str:
+            if k == 0:
+                take()
+                return ""
+            return producer.put(i, id=f"{k}-{i}")
+
+        put = [id for id in calls_under_closes(url, put_or_take) if id]
+        deadline = time.monotonic() + 4 * LEASE
+        while sum(received.values()) < len(put) and time.monotonic() < deadline:
+            take()
+        assert lost == []
+        assert sorted(received) == sorted(put)
+        assert set(received.values()) == {1}
+        stats = consumer.stats()
         assert stats.ready == stats.active == stats.scheduled == 0

@@ -122,6 +122,12 @@ class BlockingTransport(Protocol):
         """Block until ``done()`` (checked whenever something came) or ``until``;
         ConnectionError once the connection is lost."""
 
+    @property
+    def opened(self) -> int:
+        """How many connections it opened: a reply comes on the connection its request
+        left on, so one awaited while nobody read (a reserve sent ahead) will not come
+        once this has changed."""
+
     def poll(self) -> None:
         """Hand out what came already (to ``on_reply`` / ``on_elected``), without
         waiting and without opening a connection; nothing when a thread is reading

@@ -338,6 +338,7 @@ class BlockingClient:
         self._on_reply = on_reply
         self._on_elected = on_elected
         self._connection: _Connection | None = None
+        self._opened = 0
         self._opening = threading.Lock()
         #: Guards the turn to read (taken as itself: one call less than the
         #: condition's); the threads waiting for it wait on ``_turn``.
@@ -377,6 +378,7 @@ class BlockingClient:
                     continue
                 self._first = index
                 self._connection = connection
+                self._opened += 1
                 return connection
             assert error is not None
             if not isinstance(error, TimeoutError):  # said by the caller, who knows how long
@@ -384,6 +386,11 @@ class BlockingClient:
                 if said is not None:
                     raise said from error
             raise error
+
+    @property
+    def opened(self) -> int:
+        """See :attr:`~.._replicated.BlockingTransport.opened`."""
+        return self._opened
 
     def candidates(self, deadline: float) -> int:
         """See :meth:`~.._replicated.BlockingTransport.candidates`: the consumers of the

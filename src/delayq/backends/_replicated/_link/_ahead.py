@@ -1,6 +1,8 @@
 """A reserve sent with the acks (docs/rabbitmq.md): a sequential consumer's next
 reserve leaves in the same batch as its ``ack_many``, so that a message falling due
-meanwhile finds a reserve waiting at the scheduler."""
+meanwhile finds a reserve waiting at the scheduler. The loop's (the asyncio face's);
+the sync face sends its own from its callers' threads (``_direct``), on the same
+rules (the core's decisions)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,6 @@ from ._core import unclaim
 from ._state import LinkState
 
 __all__ = ["Ahead"]
-
-#: Seconds a reserve sent ahead keeps what it claimed for its caller's next reserve
-#: (given back after: the caller is doing something else).
-_AHEAD_KEPT = 0.05
 
 
 class Ahead(LinkState):
@@ -39,7 +37,7 @@ class Ahead(LinkState):
             return  # nothing was claimed: the caller's reserve goes as usual
         # Claimed, and not taken yet: given back unless the caller takes it soon.
         loop = asyncio.get_running_loop()
-        loop.call_later(_AHEAD_KEPT, self._expire_ahead, queue, task)
+        loop.call_later(self._core.ahead_kept, self._expire_ahead, queue, task)
 
     def _expire_ahead(self, queue: str, task: asyncio.Task[tuple[Any, float | None]]) -> None:
         ahead = self._ahead.get(queue)
@@ -54,8 +52,8 @@ class Ahead(LinkState):
         stands for (same queue, limit and lease); else None, once every reserve sent
         ahead is given up (what it claimed released, logged before this call goes)."""
         queue = args[0] if args else ""
-        ahead = self._ahead.get(queue) if op == "reserve" else None
-        if ahead is None or ahead[:2] != (args[1], args[2]) or wait == 0:
+        ahead = self._ahead.get(queue)
+        if ahead is None or not self._core.takes_ahead(op, args, wait, ahead[:2]):
             await self._drop_ahead()
             return None
         del self._ahead[queue]

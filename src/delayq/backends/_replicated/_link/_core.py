@@ -22,7 +22,15 @@ from .._codec import decode_outcome, decode_record, pack, reserve_items
 from .._constants import MAX_GROUP_BYTES, QUIET_HOLD
 from .._transport import ServerRefused
 
-__all__ = ["ANNOUNCEMENTS", "READS", "LinkCore", "remember", "take_group", "unclaim"]
+__all__ = [
+    "AHEAD_KEPT",
+    "ANNOUNCEMENTS",
+    "READS",
+    "LinkCore",
+    "remember",
+    "take_group",
+    "unclaim",
+]
 
 #: The operations that change nothing: one that got no reply just failed (NoScheduler);
 #: any other may have run (ReplyLost, an OutcomeUnknown).
@@ -35,6 +43,9 @@ _REMEMBERED = 1024
 Reserving = tuple[int, int, float | None]
 #: The scheduler's announcements to every client (no request id).
 ANNOUNCEMENTS = frozenset({"full", "quiet", "nudge"})
+#: Seconds a reserve sent ahead keeps what it claimed for its caller's next reserve
+#: (given back after: the caller is doing something else).
+AHEAD_KEPT = 0.05
 
 
 def remember(table: collections.OrderedDict[str, T], key: str, value: T) -> None:
@@ -151,6 +162,8 @@ class LinkCore:
         #: acks"): per queue, the ``(limit, lease_ms, wait)`` of the last call, when it
         #: was a waiting reserve that got messages.
         self.reserving: dict[str, Reserving] = {}
+        #: How long the answer of a reserve sent ahead waits to be taken (AHEAD_KEPT).
+        self.ahead_kept = AHEAD_KEPT
 
     @property
     def fast(self) -> bool:
@@ -323,6 +336,13 @@ class LinkCore:
         if op != "ack_many" or busy:
             return None
         return self.reserving.get(args[0])
+
+    @staticmethod
+    def takes_ahead(op: str, args: list[Any], wait: float | None, sent: tuple[int, int]) -> bool:
+        """Whether the call ``op`` of ``args`` takes the answer of the reserve sent ahead
+        of its queue with ``sent`` (its ``(limit, lease_ms)``): a waiting reserve with
+        the same ones. Any other call gives that reserve up before it goes."""
+        return op == "reserve" and wait != 0 and (args[1], args[2]) == sent
 
     def called(self, op: str, args: list[Any], wait: float | None, got: Any, busy: bool) -> None:
         """A call is over with ``got``: a waiting reserve that got messages, from a

@@ -18,16 +18,24 @@ back what no caller got. The hold of messages claimed ahead of their due time is
 caller's (:class:`~._thread_link.ThreadLink`), which gives them back here if it is
 interrupted.
 
+So does the reserve a sequential consumer sends with its acks (docs/rabbitmq.md, "A
+reserve sent with the acks"), on the same rules as the loop's (``_ahead``; the
+decisions are the core's): it leaves right after its ``ack_many``, from that thread;
+the caller's next call, if it is the same reserve, takes its answer, reading the
+connection for it; any other call gives it up first. An answer nobody takes within
+AHEAD_KEPT is given back by a watcher thread (started by the first such reserve, one
+a backend object), which reads the connection, in turns as any caller, only once a
+reserve sent ahead was not taken for that long.
+
 A first call goes this way too, with the link core's decisions: while no connection of
 the backend object ever opened, one that fails is said at once (the URL's mistake, a
 :class:`~.._transport.ServerRefused`); while no scheduler ever answered, a process that
 does not stand first asks the broker who does, and nobody: SchedulerNotRunning at once,
 nothing sent; a queue delivered to a user's exchange is ``configure``d before its
-first call. A ThreadLink keeps to its loop what needs one
-(:meth:`~._state.LinkState.direct_ready`): standing for election (a waiting reserve of
-a backend object with ``scheduler=auto``, or the first call of one with ``on``,
-starts it there first), and the reserve a sequential consumer sends with its acks (its
-answer is given back by a timer when no caller takes it).
+first call. A ThreadLink keeps to its loop only standing for election (a waiting
+reserve of a backend object with ``scheduler=auto``, or the first call of one with
+``on``, starts it there first: :meth:`~._state.LinkState.stands_first`) and the
+scheduler.
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ from ....errors import QueueClosed, SchedulerNotRunning
 from .._codec import pack, raise_error, unpack
 from .._constants import RESEND_FOR
 from .._transport import BlockingTransport, NoScheduler, OnReply, Refused
-from ._core import READS, LinkCore, take_group
+from ._core import READS, LinkCore, Reserving, take_group, unclaim
 
 __all__ = ["Direct"]
 
@@ -70,6 +78,28 @@ class _Call:
         self.kind = ""
         self.reply: bytes | None = None
         self.arrived = 0.0
+
+
+class _Ahead:
+    """A reserve sent ahead with a sequential caller's ``ack_many`` (docs/rabbitmq.md, "A
+    reserve sent with the acks"), until a call takes it or gives it up, or the watcher
+    gives back what it got (:meth:`Direct._watch`)."""
+
+    __slots__ = ("call", "elections", "limits", "opened", "queue", "until")
+
+    def __init__(
+        self, queue: str, limits: tuple[int, int], call: _Call, opened: int, elections: int
+    ) -> None:
+        self.queue = queue
+        self.limits = limits
+        self.call = call
+        #: The connection it left on (``BlockingTransport.opened``) and the schedulers
+        #: elected then: its answer comes only from that one, on that connection.
+        self.opened = opened
+        self.elections = elections
+        #: When it is answered at the latest: its wait, and the request timeout (a
+        #: :func:`time.monotonic` time).
+        self.until = float("inf")
 
 
 def _groups(waiting: list[_Call]) -> list[list[_Call]]:
@@ -137,6 +167,13 @@ class Direct:
         #: The releases (``[queue, id, lease]`` each) late answers ask, sent by the
         #: thread that read them once its wait is over (the turn to read released).
         self._giving: list[list[Any]] = []
+        #: The reserve sent ahead (under ``_lock``), and the thread that gives back its
+        #: answer when no call takes it in time, started by the first (it waits on
+        #: ``_watching``, notified when it is ``_idle``: no reserve sent ahead).
+        self._ahead: _Ahead | None = None
+        self._watcher: threading.Thread | None = None
+        self._watching = threading.Condition(self._lock)
+        self._idle = False
 
     def connect(self, deadline: float) -> None:
         """Open the connection unless it is open (it declares the namespace's objects).
@@ -165,11 +202,18 @@ class Direct:
             self._core.configured.add(queue)
 
     def settle(self, seconds: float) -> None:
-        """Before a close: wait, for up to ``seconds``, until this link's fast puts are
-        folded (so that what a process put before it closed is seen by the next one),
-        by a request that waits behind them; with no scheduler running they stay in
-        the intake, folded once one is elected."""
-        if self._core.unfolded and not self._closed:
+        """Before a close: give up the reserve sent ahead (what it claimed goes back
+        rather than wait out its lease), and wait, for up to ``seconds``, until this
+        link's fast puts are folded (so that what a process put before it closed is
+        seen by the next one), by a request that waits behind them (and behind the
+        give-back: the scheduler took it before this link goes, and perhaps the
+        scheduler with it); with no scheduler running they stay in the intake, folded
+        once one is elected."""
+        with self._lock:
+            ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            self._give_up(ahead)
+        if (ahead is not None or self._core.unfolded) and not self._closed:
             with contextlib.suppress(Exception):
                 self._call("sync", [], 0.0, seconds)
 
@@ -185,17 +229,29 @@ class Direct:
         seconds (None: no limit) at the scheduler; with the outcome, the
         :func:`time.monotonic` time until which the caller holds messages claimed ahead
         of their due time (None: none to hold), which it gives back
-        (:meth:`give_back`) if it gives up before."""
+        (:meth:`give_back`) if it gives up before. A sequential caller's ``ack_many``
+        sends its next reserve ahead (:meth:`LinkCore.ahead_of`), whose answer the
+        caller's next call takes, if it is that reserve (:meth:`_take_ahead`)."""
         try:
-            return self._call(op, args, wait)
+            taken = self._take_ahead(op, args, wait) if self._ahead is not None else None
+            if taken is None:
+                ahead = self._core.ahead_of(op, args, bool(self._pending))
+                taken = self._call(op, args, wait, ahead=ahead)
+            self._core.called(op, args, wait, taken[0], bool(self._pending))
+            return taken
         except Refused as exc:
             raise exc.reason from exc.reason.__cause__
 
     def _call(
-        self, op: str, args: list[Any], wait: float | None, within: float | None = None
+        self,
+        op: str,
+        args: list[Any],
+        wait: float | None,
+        within: float | None = None,
+        ahead: Reserving | None = None,
     ) -> tuple[Any, float | None]:
         """:meth:`call`; ``within``: the seconds it waits for a reply (None: the request
-        timeout)."""
+        timeout); ``ahead``: the reserve sent after its first send (:meth:`_send_ahead`)."""
         request_timeout = self._request_timeout if within is None else within
         reserve = op == "reserve"
         waits = reserve and (wait is None or wait > 0)
@@ -237,7 +293,11 @@ class Direct:
                         rest = None if give_up is None else max(0.0, give_up - time.monotonic())
                         call.body = pack([*args, rest])
                     left_once = True
-                    self._send(call, deadline)
+                    sending = [call]
+                    if ahead is not None:  # with its first send only
+                        sending.append(self._send_ahead(args[0], ahead))
+                        ahead = None
+                    self._send(sending, deadline)
                     sent = True
                     unanswered_since = time.monotonic()
                     if waits:
@@ -289,6 +349,12 @@ class Direct:
             self._core.ended(call.request_id)
             if self._giving:
                 self._give_back_waiting()
+        return self._outcome(call, op, args)
+
+    def _outcome(self, call: _Call, op: str, args: list[Any]) -> tuple[Any, float | None]:
+        """The decoded outcome of ``call`` (``op`` of ``args``), answered; and the time
+        until which what it got is held (None: nothing to hold)."""
+        assert call.reply is not None
         kind, body = call.kind, unpack(call.reply)
         if kind not in ("ok", "held"):
             raise_error(kind, body)
@@ -296,23 +362,23 @@ class Direct:
             self._core.put_taken()
         until = None
         if kind == "held":
-            # Claimed ahead of their due time: held until then, by the scheduler's
-            # clock (the reply says how long, counted from when it left: it came later).
+            # Claimed ahead of their due time: held until then, by the scheduler's clock
+            # (the reply says how long, counted from when it left: it came later).
             rest, body = body
             until = call.arrived + rest
-        outcome = self._core.answer(op, args, call.request_id, body)
-        self._core.called(op, args, wait, outcome, bool(self._pending))
-        return outcome, until
+        return self._core.answer(op, args, call.request_id, body), until
 
     def _wait(self, call: _Call, elections: int, timeout: float | None) -> None:
         """Wait for ``call``'s reply (see :meth:`_over`) for up to ``timeout`` seconds
         (None: without limit)."""
-        over = functools.partial(self._over, call, elections)
-        if timeout is not None:
-            self.transport.wait(over, time.monotonic() + timeout)
-            return
-        while not over():
-            self.transport.wait(over, time.monotonic() + _LONG_WAIT)
+        until = float("inf") if timeout is None else time.monotonic() + timeout
+        self._read_until(functools.partial(self._over, call, elections), until)
+
+    def _read_until(self, over: Callable[[], bool], until: float) -> None:
+        """Read the connection in this thread's turns until ``over()`` or ``until`` (a
+        :func:`time.monotonic` time, infinite: no limit)."""
+        while not over() and (now := time.monotonic()) < until:
+            self.transport.wait(over, min(until, now + _LONG_WAIT))
 
     def _over(self, call: _Call, elections: int) -> bool:
         """Whether ``call``'s wait is over: its reply came, a scheduler was elected
@@ -326,8 +392,145 @@ class Direct:
 
     def give_back(self, queue: str, records: list[Any]) -> None:
         """Release ``records``, got by a reserve whose caller gave up while they were
-        held (a failure leaves them to their lease)."""
-        self._quietly([("release", [queue, r.id, r.lease]) for r in records], self._ttl)
+        held, or did not take them (a failure leaves them to their lease)."""
+        self._quietly([("release", unclaim(queue, record)) for record in records], self._ttl)
+
+    # -- a reserve sent with the acks ------------------------------------------------
+
+    def _send_ahead(self, queue: str, reserving: Reserving) -> _Call:
+        """The reserve sent ahead of ``queue`` with ``reserving`` (its previous one's
+        limit, lease and wait): sent after the ``ack_many`` it goes with, as the
+        caller's next reserve, so that a message falling due during their round trips
+        finds a reserve waiting at the scheduler."""
+        limit, lease_ms, wait = reserving
+        call = _Call("reserve", uuid.uuid4().hex, pack([queue, limit, lease_ms, wait]), None)
+        self._pending[call.request_id] = call
+        self._core.reserves[call.request_id] = queue
+        ahead = _Ahead(queue, (limit, lease_ms), call, self.transport.opened, self._elections)
+        if wait is not None:
+            ahead.until = time.monotonic() + wait + self._request_timeout
+        with self._lock:
+            self._ahead = ahead
+            if self._watcher is None:
+                self._watcher = threading.Thread(
+                    target=self._watch, name="delayq-amqp-ahead", daemon=True
+                )
+                self._watcher.start()
+            elif self._idle:
+                self._watching.notify()
+        return call
+
+    def _lost(self, ahead: _Ahead) -> bool:
+        """Whether ``ahead`` will get no answer: it did not leave, or its connection or
+        scheduler is gone since (or this link closed)."""
+        return (
+            not ahead.call.sent
+            or ahead.call.error is not None
+            or self.transport.opened != ahead.opened
+            or self._elections != ahead.elections
+            or self._closed
+        )
+
+    def _take_ahead(
+        self, op: str, args: list[Any], wait: float | None
+    ) -> tuple[Any, float | None] | None:
+        """The answer of the reserve sent ahead, when this call is the reserve it stands
+        for (:meth:`LinkCore.takes_ahead`), read from this thread: at once if it came,
+        else when it comes, within this call's wait (an empty one that came sooner: a
+        reserve of its own for the rest). Else None, once it is given up (before this
+        call goes): then, or when it will get no answer, this call goes as usual."""
+        with self._lock:
+            ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return None
+        if args[:1] != [ahead.queue] or not self._core.takes_ahead(op, args, wait, ahead.limits):
+            self._give_up(ahead)
+            return None
+        call = ahead.call
+        started = time.monotonic()
+        give_up = float("inf") if wait is None else started + wait
+        try:
+            with contextlib.suppress(ConnectionError, OSError):  # lost: checked below
+                self._read_until(
+                    lambda: call.reply is not None or self._lost(ahead),
+                    min(give_up, ahead.until),
+                )
+        except BaseException:
+            self._give_up(ahead)
+            raise
+        if call.reply is None:
+            self._give_up(ahead)
+            if self._closed:
+                raise QueueClosed("the queue was closed")
+            return None if self._lost(ahead) or time.monotonic() < give_up else ([], None)
+        self._pending.pop(call.request_id, None)
+        self._core.ended(call.request_id)
+        try:
+            outcome, until = self._outcome(call, "reserve", args)
+        except Exception:
+            return None  # it failed: the caller's own reserve goes
+        if outcome:
+            return outcome, until
+        if (left := give_up - time.monotonic()) <= 0:
+            return [], None
+        return self._call("reserve", args, None if wait is None else left)
+
+    def _give_up(self, ahead: _Ahead) -> None:
+        """Give up a reserve sent ahead: forgotten at the scheduler if its answer was not
+        read (which there also releases what an answer on its way claimed), else what
+        it got released; either sent before the caller's next request."""
+        call = ahead.call
+        if call.reply is None:
+            self._forget(call.request_id, ahead.queue)
+        self._pending.pop(call.request_id, None)
+        self._core.ended(call.request_id)
+        if call.reply is not None:
+            with contextlib.suppress(Exception):
+                records, _ = self._outcome(call, "reserve", [ahead.queue, *ahead.limits])
+                self.give_back(ahead.queue, records)
+
+    def _watch(self) -> None:
+        """The watcher's thread: a reserve sent ahead that its caller did not take
+        within ``ahead_kept`` s (it does something else) is watched: its answer read
+        from the connection (in turns, as a caller's thread reads) and given back
+        unless a call takes it within ``ahead_kept`` s more; a reserve taken sooner
+        (a consumer's loop) costs it a look every ``ahead_kept`` s, no read."""
+        seen: _Ahead | None = None
+        while True:
+            with self._lock:
+                while self._ahead is None and not self._closed:
+                    self._idle = True
+                    self._watching.wait()
+                self._idle = False
+                ahead = self._ahead
+                if ahead is None:  # closed
+                    return
+                if ahead is not seen:
+                    seen = ahead
+                    self._watching.wait(self._core.ahead_kept)
+                    continue
+            self._expire(ahead)
+
+    def _expire(self, ahead: _Ahead) -> None:
+        """Read the connection until ``ahead`` is answered (or taken, given up, lost),
+        then give it back unless a call takes it within ``ahead_kept`` s."""
+        call = ahead.call
+        with contextlib.suppress(ConnectionError, OSError):  # lost: given up below
+            self._read_until(
+                lambda: call.reply is not None or self._ahead is not ahead or self._lost(ahead),
+                ahead.until,
+            )
+        if self._giving:
+            self._give_back_waiting()
+        with self._lock:
+            if call.reply is not None and self._ahead is ahead:
+                self._watching.wait_for(
+                    lambda: self._ahead is not ahead or self._closed, self._core.ahead_kept
+                )
+            if self._ahead is not ahead:
+                return  # a call took it, or gave it up
+            self._ahead = None
+        self._give_up(ahead)
 
     def _give_back_waiting(self) -> None:
         with self._lock:
@@ -342,38 +545,34 @@ class Direct:
             return
         calls = [_Call(op, uuid.uuid4().hex, pack(args), ttl) for op, args in requests]
         with contextlib.suppress(ConnectionError, OSError):
-            self._send(calls[-1], time.monotonic() + self._request_timeout, calls[:-1])
+            self._send(calls, time.monotonic() + self._request_timeout)
 
-    def _send(self, call: _Call, deadline: float, before: list[_Call] | None = None) -> None:
-        """Publish ``call``'s request (after those ``before``, sent with it). The
+    def _send(self, calls: list[_Call], deadline: float) -> None:
+        """Publish the requests ``calls``, in order (the first's error raised). The
         thread that takes the turn to send publishes every request waiting then (those
         of threads that called meanwhile), as one message up to MAX_GROUP_BYTES a
-        message; a thread whose request it took finds it sent (or its error) once its
-        own turn comes."""
-        call.sent = False
-        call.error = None
+        message; a thread whose requests it took finds them sent (or their error) once
+        its own turn comes."""
+        for call in calls:
+            call.sent = False
+            call.error = None
         with self._lock:
-            if before:
-                self._outbox += before
-            self._outbox.append(call)
+            self._outbox += calls
         with self._sending:
-            if call.sent:
-                if call.error is not None:
-                    raise call.error
-                return
-            with self._lock:
-                waiting, self._outbox = self._outbox, []
-            try:
-                self._publish(waiting, deadline)
-            finally:
-                # Interrupted: the requests of other threads not sent yet wait for the
-                # next thread's turn.
-                left = [item for item in waiting if not item.sent and item is not call]
-                if left:
-                    with self._lock:
-                        self._outbox[:0] = left
-        if call.error is not None:
-            raise call.error
+            if not all(call.sent for call in calls):
+                with self._lock:
+                    waiting, self._outbox = self._outbox, []
+                try:
+                    self._publish(waiting, deadline)
+                finally:
+                    # Interrupted: the requests of other threads not sent yet wait for
+                    # the next thread's turn.
+                    left = [item for item in waiting if not item.sent and item not in calls]
+                    if left:
+                        with self._lock:
+                            self._outbox[:0] = left
+        if calls[0].error is not None:
+            raise calls[0].error
 
     def _publish(self, waiting: list[_Call], deadline: float) -> None:
         """Publish the requests ``waiting``, as few messages as MAX_GROUP_BYTES allows,
@@ -426,5 +625,7 @@ class Direct:
         QueueClosed and drop the connection."""
         if self._giving:
             self._give_back_waiting()
-        self._closed = True
+        with self._lock:
+            self._closed = True
+            self._watching.notify_all()
         self.transport.close()

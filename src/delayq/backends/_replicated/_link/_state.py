@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, NamedTuple, TypeVar
 
@@ -156,28 +155,6 @@ class LinkState(abc.ABC):
         the transport has none)."""
         return self._make_transport().blocking(on_reply, on_elected)
 
-    def direct_ready(self, op: str, args: list[Any]) -> bool:
-        """Whether the call ``op`` of ``args`` may go from its caller's thread
-        (:mod:`._direct`): not an ``ack_many`` that sends the next reserve ahead (once
-        this link's connection is open: see :meth:`opens_for_ahead`), nor a call while
-        a reserve sent ahead waits to be taken (:mod:`._ahead`: a timer of the loop
-        gives its answer back when no caller takes it)."""
-        return (
-            not self._closed
-            and not self._ahead
-            and not (self._sends_ahead(op, args) and self._transport is not None)
-        )
-
-    def opens_for_ahead(self, op: str, args: list[Any]) -> bool:
-        """Whether the call ``op`` of ``args`` would send the next reserve ahead but
-        this link's connection is not open: it goes from its thread without one (it
-        would wait out a handshake), and the connection opens meanwhile
-        (:meth:`open_soon`), for the next."""
-        return self._sends_ahead(op, args) and self._transport is None
-
-    def _sends_ahead(self, op: str, args: list[Any]) -> bool:
-        return bool(args) and op == "ack_many" and args[0] in self._core.reserving
-
     def stands_first(self, op: str, wait: float | None) -> bool:
         """Whether this process stands for election before the call ``op`` goes: with
         the ``on`` candidacy, before its first call; with ``auto``, before a waiting
@@ -186,18 +163,6 @@ class LinkState(abc.ABC):
             return not self._stood
         waits = op == "reserve" and (wait is None or wait > 0)
         return waits and self._candidacy == "auto" and not self._candidate
-
-    def open_soon(self) -> None:
-        """Open this link's connection in a task of its own, unless it is open or
-        opening (on the link's loop); a failure is the next call's to meet."""
-        opening = self._opening
-        if self._closed or self._transport is not None or (opening and not opening.done()):
-            return
-        self._spawn(self._open_quietly())
-
-    async def _open_quietly(self) -> None:
-        with contextlib.suppress(Exception):
-            await self._connected()
 
     async def stand_for(self) -> None:
         """Stand for election on this link's connection, as a waiting reserve of the

@@ -1,9 +1,9 @@
 """The link of the sync face: its calls made in the caller's thread (:class:`~._direct.
 Direct`, on a :class:`~.._transport.BlockingTransport`), a first call too, reserves and
-their hold, and fast puts appended there too; a :class:`~._loop_link.LoopLink` on a
-private event-loop thread for the rest (the candidacy and the scheduler, the reserve
-sent with a sequential consumer's acks: ``LinkState.direct_ready`` and
-``stands_first`` decide), that thread started by the first call that needs it."""
+their hold, the reserve sent with a sequential consumer's acks, and fast puts appended
+there too; a :class:`~._loop_link.LoopLink` on a private event-loop thread for the
+candidacy and the scheduler alone (``LinkState.stands_first`` decides), that thread
+started by the first call that needs it."""
 
 from __future__ import annotations
 
@@ -50,11 +50,12 @@ class _Waiting:
 class ThreadLink:
     """The sync face's link: a call is sent from its caller's thread and its reply read
     there (:class:`Direct`), and a fast put appended there, when the transport offers a
-    :class:`~.._transport.BlockingTransport`; what needs the loop (see
-    :mod:`._direct`) runs on a :class:`LoopLink` on a private event loop thread, each
-    such call blocking its thread until the loop has its outcome. That thread starts
-    with the first call that needs it: a process that only puts and reads never has
-    it.
+    :class:`~.._transport.BlockingTransport`; the candidacy and the scheduler (see
+    :mod:`._direct`) run on a :class:`LoopLink` on a private event loop thread, a
+    call that stands first blocking its thread until the loop stood. That thread
+    starts with the first call that needs it: a process that does not stand for
+    election (one that puts and reads; one that consumes too, with ``scheduler=off``)
+    never has it.
 
     A forked child has no such thread (only the forking thread survives a fork), and
     the connection it would find is its parent's. Its first call starts afresh: a new
@@ -187,13 +188,11 @@ class ThreadLink:
         the calling thread (its sleep is precise to the kernel's timer; the loop's
         timers count whole milliseconds), which so wakes with them."""
         link = self._current()
-        if not self._by_loop and link.direct_ready(op, args):
+        if not self._by_loop and not link.closed:
             direct = self._direct or self._make_direct(link)
             if direct is not None:
                 if link.stands_first(op, wait):
                     self._run(link.stand_for())  # the candidacy is the loop's
-                elif link.opens_for_ahead(op, args):
-                    self._soon(link.open_soon)
                 if args:
                     direct.configure(args[0])
                 outcome, until = direct.call(op, args, wait)
@@ -210,12 +209,6 @@ class ThreadLink:
 
             self._hold(link, until, give_back)
         return outcome
-
-    def _soon(self, callback: Callable[[], None]) -> None:
-        """Have the loop (started if need be) run ``callback``, without waiting."""
-        loop = self._started()
-        if loop is not None:
-            loop.call_soon_threadsafe(callback)
 
     @staticmethod
     def _hold(link: LoopLink, until: float, give_back: Callable[[], None]) -> None:
