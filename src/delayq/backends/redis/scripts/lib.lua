@@ -130,17 +130,21 @@ local function load(id, due)
   return decode(id, redis.call('HGET', K_MSG, id), due)
 end
 
--- load() of every id of ids (nil where unknown), one HMGET per CHUNK ids; dues, when
--- given, holds each one's score in K_DUE.
-local function load_all(ids, dues)
-  local records = {}
+-- The stored record of every id of ids (false where unknown), one HMGET per CHUNK ids.
+local function read_all(ids)
+  local raws = {}
   for first = 1, #ids, CHUNK do
-    local last = math.min(first + CHUNK - 1, #ids)
-    local raws = redis.call('HMGET', K_MSG, unpack(ids, first, last))
-    for i = first, last do
-      records[i] = decode(ids[i], raws[i - first + 1], dues and dues[i])
-    end
+    local got = redis.call('HMGET', K_MSG, unpack(ids, first, math.min(first + CHUNK - 1, #ids)))
+    for i = 1, #got do raws[first + i - 1] = got[i] end
   end
+  return raws
+end
+
+-- load() of every id of ids (nil where unknown); dues, when given, holds each one's
+-- score in K_DUE.
+local function load_all(ids, dues)
+  local raws, records = read_all(ids), {}
+  for i = 1, #ids do records[i] = decode(ids[i], raws[i], dues and dues[i]) end
   return records
 end
 
@@ -266,6 +270,16 @@ end
 -- _held(): true when token holds the unexpired lease of the settled record.
 local function held(r, token)
   return r ~= nil and r.state == ACTIVE and r.lease == token
+end
+
+-- held() of the settled record of id, stored as raw (false when unknown): while its
+-- lease has not expired (settle() leaves it as it is), read without decoding it whole.
+local function held_stored(id, raw, token, now)
+  if raw and string.byte(raw, 1) >= 128 + 16 and string.byte(raw, 1) % 4 == ACTIVE then
+    local _, _, _, _, _, _, _, lease, lu = cmsgpack.unpack_limit(raw, 9, 1)
+    if lu > now then return lease == token end
+  end
+  return held(settled(decode(id, raw), now), token)
 end
 
 -- The earliest due time or lease expiry (false when there is none), and the head of
