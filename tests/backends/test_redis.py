@@ -890,3 +890,84 @@ def test_a_batch_stored_unstaged_is_what_the_staged_path_stores(
     with Queue(shared_url, name="staged") as q:
         q.purge()
     client.close()
+
+
+#: A duration that takes a time of today (~2**40.6 ms) past 2**52 and short of 2**53: a
+#: score there has 16 digits, which Lua's own number to text (14) cannot hold exactly.
+NEAR_2_53 = 2**53 - 2**42
+
+
+def test_the_claim_and_ack_paths_store_their_scores_exactly(shared_url: str) -> None:
+    """The scripts a worker runs per job hand Redis each score as the text of its whole
+    number: a lease expiry from a claim and from an extend, a due time from a nack, all
+    near 2**53, and a dead message's seq (its dead score) near 2**53; a due time kept by
+    a release and one set by a lease expiry (past 2**31, as every time of today). Each
+    is stored as exactly the number the reply gave, in the index and in the record."""
+    prefix = shared_url.split("prefix=")[1]
+    client = redis.Redis.from_url(SHARED)
+    ops = Operations(prefix)
+
+    def scores(queue: str, id: str) -> dict[str, float | None]:
+        _, due, lease, dead, _, _ = ops.keys(queue)
+        member = pack_id(id)
+        entries = client.zrange(due, 0, -1, withscores=True)
+        return {
+            "due": next((s for m, s in entries if m[8:] == member), None),
+            "lease": client.zscore(lease, member),
+            "dead": client.zscore(dead, member),
+        }
+
+    with Queue(shared_url, name="exact") as q:
+        backend = q.backend
+        first = 2**53 - 2**20 + 12_345  # an odd seq, so the dead score's last digit counts
+        client.set(ops.seq_key("exact"), first - 1)
+        put = q.put({"n": 1}, max_attempts=5)
+        [claimed] = backend.reserve("exact", limit=1, lease_ms=NEAR_2_53, wait=0)
+        assert claimed.lease is not None
+        assert claimed.lease_until is not None
+        assert 2**52 < claimed.lease_until < 2**53
+        assert claimed.seq == first
+        assert scores("exact", put) == {"due": None, "lease": claimed.lease_until, "dead": None}
+
+        until = backend.extend("exact", put, claimed.lease, NEAR_2_53 + 1)
+        assert 2**52 < until < 2**53
+        assert scores("exact", put)["lease"] == until
+        assert backend.get("exact", put).lease_until == until  # type: ignore[union-attr]
+
+        assert backend.nack("exact", put, claimed.lease, delay_ms=NEAR_2_53, error=None)
+        record = backend.get("exact", put)
+        assert record is not None
+        assert 2**52 < record.due_at < 2**53
+        assert scores("exact", put) == {"due": record.due_at, "lease": None, "dead": None}
+
+        released = q.put({"n": 2})
+        [held] = backend.reserve("exact", limit=1, lease_ms=60_000, wait=0)
+        assert held.id == released
+        assert held.lease is not None
+        assert held.due_at > 2**31
+        backend.release("exact", released, held.lease)
+        assert scores("exact", released) == {"due": held.due_at, "lease": None, "dead": None}
+
+        [held] = backend.reserve("exact", limit=1, lease_ms=1, wait=0)
+        assert held.lease_until is not None
+        time.sleep(0.01)
+        backend.stats("exact")  # settles the expired lease: scheduled at its expiry
+        assert scores("exact", released) == {"due": held.lease_until, "lease": None, "dead": None}
+
+        [again] = backend.reserve("exact", limit=1, lease_ms=60_000, wait=0)
+        assert again.id == released
+        assert again.lease is not None
+        assert backend.nack("exact", released, again.lease, delay_ms=0, error="x", dead=True)
+        assert scores("exact", released) == {"due": None, "lease": None, "dead": first + 3}
+        q.purge()
+
+        client.set(ops.seq_key("dying"), first - 1)
+        dying = q.named("dying").put({"n": 3}, max_attempts=1)
+        [held] = backend.reserve("dying", limit=1, lease_ms=1, wait=0)
+        assert held.id == dying
+        assert held.seq == first
+        time.sleep(0.01)
+        backend.stats("dying")  # the last attempt's lease expired: dead, its seq the score
+        assert scores("dying", dying) == {"due": None, "lease": None, "dead": first}
+        q.named("dying").purge()
+    client.close()

@@ -4,8 +4,8 @@
 -- Returns 1 when acked, 0 when the lease is lost (nothing changed).
 local now = clock()
 local id = ARGV[1]
-local r = load_settled(id, now)
-if not held(r, ARGV[2]) then return 0 end
+local raw = redis.call('HGET', K_MSG, id)
+if not held_stored(id, raw, ARGV[2], now) then return 0 end
 redis.call('HDEL', K_MSG, id)
 redis.call('ZREM', K_LEASE, id)
 return 1

@@ -8,19 +8,20 @@
 local now = clock()
 local ids = {}
 for i = 1, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
--- Read in one HMGET (per CHUNK) and deleted in one HDEL at the end. An id met again is
--- read again, as the earlier pair may have settled it; if the earlier pair acked it, it
--- is gone for this one.
-local records = load_all(ids)
+-- Read in one HMGET (per CHUNK) and deleted in one HDEL at the end; a record under an
+-- unexpired lease is not decoded (held_stored()). An id met again is read again, as the
+-- earlier pair may have settled it; if the earlier pair acked it, it is gone for this
+-- one.
+local raws = read_all(ids)
 local lost, acked, met = {}, {}, {}
 for n, id in ipairs(ids) do
-  local r
+  local ok = false
   if met[id] == nil then
-    r = settled(records[n], now)
+    ok = held_stored(id, raws[n], ARGV[2 * n], now)
   elseif met[id] == false then
-    r = load_settled(id, now)
+    ok = held(load_settled(id, now), ARGV[2 * n])
   end
-  if held(r, ARGV[2 * n]) then
+  if ok then
     acked[#acked + 1] = id
     met[id] = true
   else

@@ -21,6 +21,9 @@ local CHUNK = 500
 -- string.char(b) by byte b, each made when first needed and kept (in the library, for
 -- every later call): a look-up here costs a small part of a call of string.char.
 local CHARS = {}
+-- The text of each position n of a claimed message in its claim (its lease token's
+-- tail), kept the same way: Lua's own number to text goes through sprintf.
+local POSITIONS = {}
 
 -- Now.of_seconds(): the server's epoch ms floored, the same rounded up, and the
 -- microseconds past the floor (0 to 999).
@@ -31,6 +34,13 @@ local function clock()
   local ceil = now
   if sub > 0 then ceil = now + 1 end
   return now, ceil, sub
+end
+
+-- A whole number (a score, at most 2^53) as the text Redis reads: redis.call() would
+-- format a Lua number itself, with snprintf("%.17g") (~2,000 instructions), and Lua's
+-- own tostring() keeps only 14 digits.
+local function text(n)
+  return string.format('%d', n)
 end
 
 local function due_member(seq, id)
@@ -83,11 +93,6 @@ local function pack_new(seq, max, enc, headers, payload)
     headers = headers, payload = payload})
 end
 
-local function nil_if_false(value)
-  if value == false then return nil end
-  return value
-end
-
 -- The record of id stored as raw (nil when unknown: raw is nil or false); due: its score
 -- in K_DUE when the caller has it.
 local function decode(id, raw, due)
@@ -99,20 +104,21 @@ local function decode(id, raw, due)
       payload = payload, headers = headers, err = err, lease = lease, lease_until = lu}
   end
   flags = flags - 128
-  local r = {id = id, state = flags % 4}
-  local code, off = math.floor(flags / 4) % 4, nil
+  local code = (flags - flags % 4) / 4 % 4
+  local off, seq, att, max, enc, headers, err, lease, lu, d
   if flags >= 16 then
-    local enc, headers, err, lease, lu, d
-    off, r.seq, r.attempts, r.max, enc, headers, err, lease, lu, d =
-      cmsgpack.unpack_limit(raw, 9, 1)
-    if code == 2 then r.enc = enc end
-    r.headers, r.err, r.lease = nil_if_false(headers), nil_if_false(err), nil_if_false(lease)
-    r.lease_until, r.due = nil_if_false(lu), nil_if_false(d)
+    off, seq, att, max, enc, headers, err, lease, lu, d = cmsgpack.unpack_limit(raw, 9, 1)
   else
-    off, r.seq, r.attempts, r.max = cmsgpack.unpack_limit(raw, 3, 1)
+    off, seq, att, max = cmsgpack.unpack_limit(raw, 3, 1)
   end
-  if code == 1 then r.enc = RAW_ENCODING end
-  if off < 0 then r.payload = '' else r.payload = string.sub(raw, off + 1) end
+  if code == 1 then enc = RAW_ENCODING elseif code ~= 2 then enc = nil end
+  local payload = ''
+  if off >= 0 then payload = string.sub(raw, off + 1) end
+  -- One constructor sizes the table for every field (a field added later may grow it,
+  -- rehashing them all). An absent extra is stored as false.
+  local r = {id = id, state = flags % 4, seq = seq, attempts = att, max = max, enc = enc,
+    headers = headers or nil, err = err or nil, lease = lease or nil, lease_until = lu or nil,
+    due = d or nil, payload = payload}
   if r.state == SCHEDULED then
     r.due = due or tonumber(redis.call('ZSCORE', K_DUE, due_member(r.seq, id)))
   end
@@ -124,17 +130,21 @@ local function load(id, due)
   return decode(id, redis.call('HGET', K_MSG, id), due)
 end
 
--- load() of every id of ids (nil where unknown), one HMGET per CHUNK ids; dues, when
--- given, holds each one's score in K_DUE.
-local function load_all(ids, dues)
-  local records = {}
+-- The stored record of every id of ids (false where unknown), one HMGET per CHUNK ids.
+local function read_all(ids)
+  local raws = {}
   for first = 1, #ids, CHUNK do
-    local last = math.min(first + CHUNK - 1, #ids)
-    local raws = redis.call('HMGET', K_MSG, unpack(ids, first, last))
-    for i = first, last do
-      records[i] = decode(ids[i], raws[i - first + 1], dues and dues[i])
-    end
+    local got = redis.call('HMGET', K_MSG, unpack(ids, first, math.min(first + CHUNK - 1, #ids)))
+    for i = 1, #got do raws[first + i - 1] = got[i] end
   end
+  return raws
+end
+
+-- load() of every id of ids (nil where unknown); dues, when given, holds each one's
+-- score in K_DUE.
+local function load_all(ids, dues)
+  local raws, records = read_all(ids), {}
+  for i = 1, #ids do records[i] = decode(ids[i], raws[i], dues and dues[i]) end
   return records
 end
 
@@ -159,12 +169,48 @@ end
 local function store(r)
   redis.call('HSET', K_MSG, r.id, pack(r))
   if r.state == SCHEDULED then
-    redis.call('ZADD', K_DUE, r.due, due_member(r.seq, r.id))
+    redis.call('ZADD', K_DUE, text(r.due), due_member(r.seq, r.id))
   elseif r.state == ACTIVE then
-    redis.call('ZADD', K_LEASE, r.lease_until, r.id)
+    redis.call('ZADD', K_LEASE, text(r.lease_until), r.id)
   else
-    redis.call('ZADD', K_DEAD, r.seq, r.id)
+    redis.call('ZADD', K_DEAD, text(r.seq), r.id)
   end
+end
+
+-- HDEL/ZREM many members, in chunks (unpack() has a stack limit).
+local function remove_all(key, cmd, members)
+  for i = 1, #members, CHUNK do
+    redis.call(cmd, key, unpack(members, i, math.min(i + CHUNK - 1, #members)))
+  end
+end
+
+-- HSET/ZADD many pairs (field, value or score, member) given flat, in chunks of pairs.
+local function add_all(key, cmd, pairs)
+  for i = 1, #pairs, 2 * CHUNK do
+    redis.call(cmd, key, unpack(pairs, i, math.min(i + 2 * CHUNK - 1, #pairs)))
+  end
+end
+
+-- store() of every record of rs, with one HSET and one ZADD per index (per CHUNK); each
+-- score's text made once for a run of records that share it.
+local function store_all(rs)
+  local fields, due, lease, dead = {}, {}, {}, {}
+  local last, score = false, false
+  for _, r in ipairs(rs) do
+    fields[#fields + 1], fields[#fields + 2] = r.id, pack(r)
+    local index, value, member = dead, r.seq, r.id
+    if r.state == SCHEDULED then
+      index, value, member = due, r.due, due_member(r.seq, r.id)
+    elseif r.state == ACTIVE then
+      index, value = lease, r.lease_until
+    end
+    if value ~= last then last, score = value, text(value) end
+    index[#index + 1], index[#index + 2] = score, member
+  end
+  add_all(K_MSG, 'HSET', fields)
+  add_all(K_DUE, 'ZADD', due)
+  add_all(K_LEASE, 'ZADD', lease)
+  add_all(K_DEAD, 'ZADD', dead)
 end
 
 local function wake()
@@ -201,20 +247,24 @@ local function load_settled(id, now)
   return settled(load(id), now)
 end
 
--- settle() for every expired lease of the queue.
+-- settle() for every expired lease of the queue, read in one HMGET and written in one
+-- HSET and one ZADD per index (per CHUNK).
 local function settle_expired(now)
-  local ids = redis.call('ZRANGEBYSCORE', K_LEASE, '-inf', now)
+  local bound = text(now)
+  local ids = redis.call('ZRANGEBYSCORE', K_LEASE, '-inf', bound)
   if #ids == 0 then return end
-  local woke = false
-  for _, id in ipairs(ids) do
-    local r = load(id)
+  local records, settled_all, woke = load_all(ids), {}, false
+  for i = 1, #ids do
+    local r = records[i]
     if r then
       local s = settle(r, now)
-      store(s)
-      if s.state == SCHEDULED and not woke then wake(); woke = true end
+      settled_all[#settled_all + 1] = s
+      woke = woke or s.state == SCHEDULED
     end
   end
-  redis.call('ZREMRANGEBYSCORE', K_LEASE, '-inf', now)
+  store_all(settled_all)
+  if woke then wake() end
+  redis.call('ZREMRANGEBYSCORE', K_LEASE, '-inf', bound)
 end
 
 -- _held(): true when token holds the unexpired lease of the settled record.
@@ -222,8 +272,18 @@ local function held(r, token)
   return r ~= nil and r.state == ACTIVE and r.lease == token
 end
 
--- The earliest due time or lease expiry (false when there is none). Arguments to
--- redis.call are text: Redis formats a Lua number with snprintf("%.17g").
+-- held() of the settled record of id, stored as raw (false when unknown): while its
+-- lease has not expired (settle() leaves it as it is), read without decoding it whole.
+local function held_stored(id, raw, token, now)
+  if raw and string.byte(raw, 1) >= 128 + 16 and string.byte(raw, 1) % 4 == ACTIVE then
+    local _, _, _, _, _, _, _, lease, lu = cmsgpack.unpack_limit(raw, 9, 1)
+    if lu > now then return lease == token end
+  end
+  return held(settled(decode(id, raw), now), token)
+end
+
+-- The earliest due time or lease expiry (false when there is none), and the head of
+-- the due index as ZRANGE WITHSCORES gives it ({member, score}, or empty).
 local function next_event()
   local best = false
   local d = redis.call('ZRANGE', K_DUE, '0', '0', 'WITHSCORES')
@@ -233,7 +293,7 @@ local function next_event()
     local t = tonumber(l[2])
     if not best or t < best then best = t end
   end
-  return best
+  return best, d
 end
 
 -- For a put: whether a marker waits for consumers already (pending), else the earliest
@@ -241,7 +301,7 @@ end
 -- adds its own entries.
 local function known_before()
   if redis.call('LLEN', K_WAKE) > 0 then return true, false end
-  return false, next_event()
+  return false, (next_event())
 end
 
 -- A put's reply {0, woke}: the marker is pushed when the put's earliest due time comes
@@ -283,37 +343,3 @@ local function reply(r, now, with_lease)
   return {r.id, r.payload, r.enc or '', r.due, r.seq, r.attempts, r.max, name,
     r.headers or false, r.err or false, lease, lease_until}
 end
-
--- HDEL/ZREM many members, in chunks (unpack() has a stack limit).
-local function remove_all(key, cmd, members)
-  for i = 1, #members, CHUNK do
-    redis.call(cmd, key, unpack(members, i, math.min(i + CHUNK - 1, #members)))
-  end
-end
-
--- HSET/ZADD many pairs (field, value or score, member) given flat, in chunks of pairs.
-local function add_all(key, cmd, pairs)
-  for i = 1, #pairs, 2 * CHUNK do
-    redis.call(cmd, key, unpack(pairs, i, math.min(i + 2 * CHUNK - 1, #pairs)))
-  end
-end
-
--- store() of every record of rs, with one HSET and one ZADD per index (per CHUNK).
-local function store_all(rs)
-  local fields, due, lease, dead = {}, {}, {}, {}
-  for _, r in ipairs(rs) do
-    fields[#fields + 1], fields[#fields + 2] = r.id, pack(r)
-    if r.state == SCHEDULED then
-      due[#due + 1], due[#due + 2] = r.due, due_member(r.seq, r.id)
-    elseif r.state == ACTIVE then
-      lease[#lease + 1], lease[#lease + 2] = r.lease_until, r.id
-    else
-      dead[#dead + 1], dead[#dead + 2] = r.seq, r.id
-    end
-  end
-  add_all(K_MSG, 'HSET', fields)
-  add_all(K_DUE, 'ZADD', due)
-  add_all(K_LEASE, 'ZADD', lease)
-  add_all(K_DEAD, 'ZADD', dead)
-end
-

@@ -20,28 +20,32 @@
 -- the claimed (1, 2...): what the client knows it need not read (reply() has it all).
 local now, ceil, us = clock()
 settle_expired(now)
-local limit, lease_ms, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local lease_ms, token = tonumber(ARGV[2]), ARGV[3]
 local ahead = tonumber(ARGV[6] or '0') or 0
 -- The bound's seq only matters at its own due time: a bound due after now takes all due.
-local high, edge = now, nil
+local high, edge, upto = now, nil, nil
 if ARGV[4] and ARGV[4] ~= '' and tonumber(ARGV[4]) <= now then
-  high, edge = tonumber(ARGV[4]), struct.pack('>I8', tonumber(ARGV[5]))
+  high, edge, upto = tonumber(ARGV[4]), struct.pack('>I8', tonumber(ARGV[5])), ARGV[4]
 end
-local scored = redis.call('ZRANGEBYSCORE', K_DUE, '-inf', high, 'WITHSCORES', 'LIMIT', 0, limit)
+local scored = redis.call('ZRANGEBYSCORE', K_DUE, '-inf', upto or text(now), 'WITHSCORES', 'LIMIT',
+  '0', ARGV[1])
 local members, dues = {}, {}
+-- Each score read as a number once for a run of messages that share it.
+local last, score = false, false
 for i = 1, #scored, 2 do
-  local member, score = scored[i], tonumber(scored[i + 1])
+  local member = scored[i]
+  if scored[i + 1] ~= last then last, score = scored[i + 1], tonumber(scored[i + 1]) end
   if edge and (score > high or (score == high and string.sub(member, 1, 8) > edge)) then break end
   members[#members + 1], dues[#dues + 1] = member, score
 end
 local held = false  -- claimed ahead: leased from the due time
 if #members == 0 and ahead > 0 then
-  local d = redis.call('ZRANGE', K_DUE, 0, 0, 'WITHSCORES')
+  local d = redis.call('ZRANGE', K_DUE, '0', '0', 'WITHSCORES')
   local at, bound = tonumber(d[2] or ''), tonumber(ARGV[4] or '')
   if at and at <= now + ahead and not (bound and bound < at) then
     local last = nil
     if bound == at then last = struct.pack('>I8', tonumber(ARGV[5])) end
-    scored = redis.call('ZRANGEBYSCORE', K_DUE, at, at, 'WITHSCORES', 'LIMIT', 0, limit)
+    scored = redis.call('ZRANGEBYSCORE', K_DUE, d[2], d[2], 'WITHSCORES', 'LIMIT', '0', ARGV[1])
     for i = 1, #scored, 2 do
       if last and string.sub(scored[i], 1, 8) > last then break end
       members[#members + 1], dues[#dues + 1] = scored[i], at
@@ -51,8 +55,8 @@ if #members == 0 and ahead > 0 then
 end
 local out = {now, us, false, false, false}
 local function head()
-  out[3] = next_event()
-  local d = redis.call('ZRANGE', K_DUE, 0, 0, 'WITHSCORES')
+  local d
+  out[3], d = next_event()
   if d[2] and tonumber(d[2]) == out[3] then out[4] = struct.unpack('>I8', d[1]) end
 end
 if #members == 0 then
@@ -71,9 +75,15 @@ for i = 1, #ids do
   local r = records[i]
   if r then  -- always: an index entry without its record is dropped (it was removed)
     r.state, r.attempts = ACTIVE, r.attempts + 1
-    r.lease, r.lease_until = token .. (#claimed + 1), ceil + lease_ms
+    local k = #claimed + 1
+    local position = POSITIONS[k]
+    if not position then
+      position = text(k)
+      POSITIONS[k] = position
+    end
+    r.lease, r.lease_until = token .. position, ceil + lease_ms
     if held then r.lease_until = dues[i] + lease_ms end
-    claimed[#claimed + 1] = r
+    claimed[k] = r
     local n = #out
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] =
       r.id, r.payload, r.enc or false, r.due, r.seq

@@ -5,8 +5,8 @@
 local now = clock()
 settle_expired(now)
 local waiting = redis.call('ZCARD', K_DUE)
-local ready = redis.call('ZCOUNT', K_DUE, '-inf', now)
-local head = redis.call('ZRANGE', K_DUE, 0, 0, 'WITHSCORES')
+local ready = redis.call('ZCOUNT', K_DUE, '-inf', text(now))
+local head = redis.call('ZRANGE', K_DUE, '0', '0', 'WITHSCORES')
 local next_due = false
 if head[2] then next_due = tonumber(head[2]) end
 return {waiting - ready, ready, redis.call('ZCARD', K_LEASE), redis.call('ZCARD', K_DEAD),
