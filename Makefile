@@ -100,6 +100,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples scripts
 	$(BIN)/ruff format --check src tests benchmarks examples scripts
 	$(BIN)/python scripts/unasync.py --check
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/durable/test_twins.py
 	$(BIN)/python scripts/private_access.py
 	$(BIN)/python scripts/backend_names.py
 	$(BIN)/mypy --strict src
