@@ -31,9 +31,11 @@ def test_callbacks_run_once_in_deadline_order_and_never_early() -> None:
             if len(ran) == 3:
                 done.set_result(None)
 
-        now = time.monotonic()
-        for name, delay in (("late", 0.030), ("first", 0.0032), ("now", 0.0)):
-            call_later_precisely(loop, delay, note, name, now + delay)
+        # Registered latest-first; the deadlines far enough apart that a thread
+        # preempted between two registrations (a loaded machine: 3.2 ms apart once
+        # inverted them) does not reorder them: each deadline counts from its own call.
+        for name, delay in (("late", 0.150), ("first", 0.050), ("now", 0.0)):
+            call_later_precisely(loop, delay, note, name, time.monotonic() + delay)
         await asyncio.wait_for(done, 5.0)
         await asyncio.sleep(0.05)  # nothing runs twice
         return ran
