@@ -249,14 +249,20 @@ def test_an_unknown_task_goes_to_dead_at_once_with_a_clear_error() -> None:
 
     app.queue().put({"task": "renamed_task", "args": [], "kwargs": {}}, id="u")
     app.queue().put({"not": "an envelope"}, id="v")
+    # A known task's name in what is not an envelope: never run, whatever it holds.
+    app.queue().put({"task": "known", "args": None}, id="w")
+    app.queue().put({"task": "known", "kwargs": [1]}, id="x")
 
     async def main() -> None:
         worker = Worker(app)
-        await serve_until(worker, lambda: worker.counts["dead"] == 2)
+        await serve_until(worker, lambda: worker.counts["dead"] == 4)
         assert worker.counts["retried"] == 0
+        assert worker.counts["succeeded"] == 0
 
     asyncio.run(main())
     dead = {m.id: m for m in app.queue().dead()}
+    assert "not a task message" in (dead["w"].last_error or "")
+    assert "not a task message" in (dead["x"].last_error or "")
     assert dead["u"].attempts == 1
     assert dead["u"].last_error is not None
     assert "unknown task 'renamed_task'" in dead["u"].last_error

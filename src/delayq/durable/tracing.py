@@ -49,6 +49,7 @@ __all__ = [
     "provider_set",
     "run_ids",
     "sending",
+    "spans_on",
     "traced",
     "valid_traceparent",
     "with_context",
@@ -105,6 +106,13 @@ def sending(
     otel, tracer = active
     result: AbstractContextManager[None] = otel.send_span(tracer, queue, requests, batch)
     return result
+
+
+def spans_on() -> bool:
+    """Whether spans are made now (an SDK configured): :func:`traced` gives back the
+    function itself while they are not, so a caller of it for many messages at once
+    may look once."""
+    return _active() is not None
 
 
 def traced(

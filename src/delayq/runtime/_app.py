@@ -329,13 +329,10 @@ def _positional_range(signature: inspect.Signature | None) -> tuple[int, float] 
 def decode_envelope(payload: object) -> tuple[str, list[Any], dict[str, Any]]:
     """``(task name, args, kwargs)`` of a task message; :class:`UnknownTask` when
     ``payload`` is not an envelope."""
-    if (
-        isinstance(payload, dict)
-        and isinstance(payload.get("task"), str)
-        and isinstance(payload.get("args", []), list)
-        and isinstance(payload.get("kwargs", {}), dict)
-    ):
-        return payload["task"], payload.get("args", []), payload.get("kwargs", {})
+    if isinstance(payload, dict):
+        name, args, kwargs = payload.get("task"), payload.get("args", []), payload.get("kwargs", {})
+        if isinstance(name, str) and isinstance(args, list) and isinstance(kwargs, dict):
+            return name, args, kwargs
     raise UnknownTask(
         f"not a task message: expected {{'task': name, 'args': [...], 'kwargs': {{...}}}}, "
         f"got {payload!r:.200}"

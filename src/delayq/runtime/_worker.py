@@ -53,7 +53,7 @@ from ..durable.message import Message, State
 from ..durable.queue import AsyncQueue
 from ..durable.retry import RetryPolicy
 from ..durable.traceback import user_frames
-from ..durable.tracing import run_ids, traced
+from ..durable.tracing import run_ids, spans_on, traced
 from ..errors import LeaseLost, QueueClosed
 from ._app import App, BadArguments, CronJob, UnknownTask, decode_envelope
 from ._cron import plan_tick, tick_id
@@ -267,6 +267,7 @@ class Worker:
         prefetch = check_prefetch(prefetch, concurrency)
         self._handler = handler
         self._handler_is_async = handler is not None and _is_async(handler)
+        self._handler_label = getattr(handler, "__name__", "handler")
         self.concurrency = concurrency
         self.prefetch = prefetch
         self.lease = _positive("lease", lease)
@@ -658,13 +659,14 @@ class Worker:
         loop = asyncio.get_running_loop()
         renew_at = loop.time() + self.lease / WORKER_EXTEND_DIVISOR
         debug = _log_enabled(_DEBUG)
+        spans = spans_on()  # looked at once a claim: traced() is the call's own fn without
         context = contextvars.copy_context()  # each call runs in a copy of its own
         acker = self._ackers[queue.name]
         left: list[Message] = []
         calls: list[_Held] = []
         for msg in msgs:
             try:
-                call = self._resolve(msg)
+                call = self._resolve(msg) if spans else self._call_of(msg)
             except Exception:  # an unknown task: its job sends it to dead
                 left.append(msg)
                 continue
@@ -1012,10 +1014,9 @@ class Worker:
         if self._app is None:
             assert self._handler is not None
             assert self._queue is not None
-            label = getattr(self._handler, "__name__", "handler")
             return _Call(
-                self._handler, (msg,), {}, self._handler_is_async, label, self.timeout,
-                self._queue.retry,
+                self._handler, (msg,), {}, self._handler_is_async, self._handler_label,
+                self.timeout, self._queue.retry,
             )  # fmt: skip
         name, arguments, kwargs = decode_envelope(msg.payload)
         task = self._app.tasks.get(name)

@@ -348,7 +348,7 @@ class SyncLane:
             for fn in calls:
                 done(fn, NotStarted("the lane is closed"), None, None, 0.0)
             return
-        self._queue(*(_Run(fn, None, done, not_before=not_before) for fn in calls))
+        self._queue(*[_Run(fn, None, done, None, not_before) for fn in calls])
 
     def _queue(self, *runs: _Run) -> None:
         with self._lock:
