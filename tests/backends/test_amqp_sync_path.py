@@ -34,7 +34,7 @@ import pytest
 from backends.test_amqp_fastput import client, scheduler
 from backends.test_amqp_thread_put import calls_under_closes
 from conformance.conftest import amqp_url
-from delayq.backends._replicated._link import ThreadLink
+from delayq.backends._replicated._link import ThreadLink, _core, _direct
 from delayq.backends.amqp._blocking import BlockingClient
 from delayq.durable import Queue, State
 
@@ -428,3 +428,39 @@ def test_the_sync_connection_closed_under_reserves_sent_ahead_loses_and_doubles_
         assert set(received.values()) == {1}
         stats = consumer.stats()
         assert stats.ready == stats.active == stats.scheduled == 0
+
+
+@pytest.mark.parametrize("where", ["decoding its answer", "after its answer"])
+def test_a_sync_reserve_interrupted_once_its_answer_was_read_gives_it_back(
+    url: str, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interruption that lands after a waiting reserve's answer was read, as it is
+    decoded or once it is (a timeout's exception at any bytecode: the CI run that found
+    it hit one), still gives back what the answer claimed: another consumer gets it at
+    once, its first attempt, not after the abandoned reserve's 60 s lease."""
+    owner, name = (
+        (_direct.Direct, "_outcome")
+        if where == "decoding its answer"
+        else (_core.LinkCore, "called")
+    )
+    original = getattr(owner, name)
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        if args[1] == "reserve" or (len(args) > 2 and args[2] == "reserve"):
+            raise _Interrupted
+        return original(*args, **kwargs)
+
+    with (
+        scheduler(url),
+        Queue(client(url), name="jobs", request_timeout=10) as queue,
+        Queue(client(url), name="jobs", request_timeout=10) as other,
+    ):
+        queue.stats()
+        other.stats()
+        queue.put("m", id="m")
+        monkeypatch.setattr(owner, name, interrupted)
+        with pytest.raises(_Interrupted):
+            queue.reserve(wait=1, lease=60)
+        monkeypatch.setattr(owner, name, original)
+        taken = other.reserve(wait=5, lease=60)
+        assert [(m.id, m.attempts) for m in taken] == [("m", 1)]

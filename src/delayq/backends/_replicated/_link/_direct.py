@@ -237,10 +237,15 @@ class Direct:
             if taken is None:
                 ahead = self._core.ahead_of(op, args, bool(self._pending))
                 taken = self._call(op, args, wait, ahead=ahead)
-            self._core.called(op, args, wait, taken[0], bool(self._pending))
-            return taken
         except Refused as exc:
             raise exc.reason from exc.reason.__cause__
+        try:
+            self._core.called(op, args, wait, taken[0], bool(self._pending))
+        except BaseException:
+            if op == "reserve" and taken[0]:  # interrupted: its caller never gets them
+                self.give_back(args[0], taken[0])
+            raise
+        return taken
 
     def _call(
         self,
@@ -336,6 +341,9 @@ class Direct:
                         self._core.forget(call.request_id, args[0])
                     raise self._no_reply(op, may_have_run, True, timeout)
                 unanswered_since = time.monotonic()  # a new scheduler: sent again
+            # Decoded here, where an interruption still forgets it (and so gives back
+            # what it claimed): after the return, its caller would never get them.
+            return self._outcome(call, op, args)
         except BaseException as exc:
             if reserve and left_once and not isinstance(exc, Exception):
                 # Interrupted (KeyboardInterrupt, a timeout's exception): forgotten at
@@ -349,7 +357,6 @@ class Direct:
             self._core.ended(call.request_id)
             if self._giving:
                 self._give_back_waiting()
-        return self._outcome(call, op, args)
 
     def _outcome(self, call: _Call, op: str, args: list[Any]) -> tuple[Any, float | None]:
         """The decoded outcome of ``call`` (``op`` of ``args``), answered; and the time
