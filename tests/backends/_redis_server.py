@@ -60,6 +60,10 @@ def wait_ready(process: subprocess.Popen[bytes], url: str, log_tail: Callable[[]
         client.close()
 
 
+#: How far above a Redis Cluster node's port its cluster bus listens.
+CLUSTER_BUS = 10000
+
+
 class RedisProcess:
     """One private ``redis-server``: ``start``, ``kill`` (SIGKILL), ``start`` again.
 
@@ -75,7 +79,9 @@ class RedisProcess:
         self.binary = binary
         self.directory = directory
         self.options = list(options)
-        self.port = free_port()
+        # A cluster node also binds its bus, its port + 10000: drawn free and below the
+        # ephemeral range too (a bus port there was once taken by an outgoing connection).
+        self.port = free_port(companion=CLUSTER_BUS if "--cluster-enabled" in options else 0)
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.log = directory / "redis.log"
         self.process: subprocess.Popen[bytes] | None = None
