@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -251,6 +253,83 @@ def test_ack_many_acks_held_leases_in_order_and_reports_the_lost() -> None:
     # Once the leases expired nothing is acked.
     assert apply_ack_many(records, [("a", "ta"), ("b", "tb")], at(NOW + 100)) == ([], ["a", "b"])
     assert apply_ack_many(records, [], at(NOW)) == ([], [])
+
+
+_STATES = st.sampled_from([State.SCHEDULED, State.ACTIVE, State.DEAD])
+
+
+@st.composite
+def _records(draw: st.DrawFn, id: str) -> Record:
+    """A stored record of ``id`` in any stored state, leased or not, its lease ending
+    around NOW."""
+    state = draw(_STATES)
+    leased = state is State.ACTIVE and draw(st.booleans())
+    return Record(
+        id=id,
+        payload=draw(st.binary(max_size=4)),
+        encoding=draw(st.sampled_from(["json", "bytes"])),
+        due_at=draw(st.integers(NOW - 5, NOW + 5)),
+        seq=draw(st.integers(1, 9)),
+        attempts=draw(st.integers(0, 3)),
+        max_attempts=draw(st.integers(1, 3)),
+        state=state,
+        headers=draw(st.sampled_from([{}, {"h": "v"}])),
+        last_error=draw(st.sampled_from([None, "boom"])),
+        lease=draw(st.sampled_from(["t1", "t2"])) if state is State.ACTIVE else None,
+        lease_until=draw(st.one_of(st.none(), st.integers(NOW - 3, NOW + 3)))
+        if leased or state is State.ACTIVE
+        else None,
+    )
+
+
+@given(
+    stored=st.lists(st.sampled_from("abc"), unique=True).flatmap(
+        lambda ids: st.tuples(*(_records(id) for id in ids))
+    ),
+    items=st.lists(st.tuples(st.sampled_from("abcd"), st.sampled_from(["t1", "t2"])), max_size=8),
+    now_ms=st.integers(NOW - 4, NOW + 4),
+)
+def test_ack_many_is_ack_of_each_item_in_turn(
+    stored: tuple[Record, ...], items: list[tuple[str, str]], now_ms: int
+) -> None:
+    """apply_ack_many's outcome is apply_ack's for each item in order, an id acked
+    earlier in the batch gone for the later ones (what it computes inline)."""
+    records = {record.id: record for record in stored}
+    now = at(now_ms)
+    model = dict(records)
+    acked, lost = [], []
+    for id, token in items:
+        try:
+            apply_ack(model.get(id), token, now)
+        except LeaseLost:
+            lost.append(id)
+            continue
+        del model[id]
+        acked.append(id)
+    assert apply_ack_many(records, items, now) == (acked, lost)
+
+
+@given(record=_records("a"), now_ms=st.integers(NOW - 4, NOW + 4), lease_ms=st.integers(1, 9))
+def test_a_claim_changes_only_what_a_claim_changes(
+    record: Record, now_ms: int, lease_ms: int
+) -> None:
+    """apply_reserve's record is dataclasses.replace's with the claim's four fields,
+    holding the very same objects for the others."""
+    now = at(now_ms, sub_ms=True)
+    claimed = apply_reserve(record, now, lease_ms, "tok")
+    expected = dataclasses.replace(
+        record,
+        state=State.ACTIVE,
+        attempts=record.attempts + 1,
+        lease="tok",
+        lease_until=now.ceil + lease_ms,
+    )
+    assert claimed == expected
+    assert type(claimed) is Record
+    for name in ("id", "payload", "encoding", "headers", "last_error"):
+        assert getattr(claimed, name) is getattr(record, name)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        claimed.state = State.DEAD  # type: ignore[misc]
 
 
 def test_matches_state_observes_the_settled_record() -> None:

@@ -538,21 +538,22 @@ class QueueBase:
     def _message(self, record: Record) -> Message:
         payload, payload_error = self._codec.read(record.payload, record.encoding)
         headers, headers_error = read_headers(record.headers)
+        # Every field in the order of Message's (one a reserved message: no keywords).
         return new_message(
-            id=record.id,
-            queue=self._name,
-            payload=payload,
-            due_at=record.due_at,
-            attempts=record.attempts,
-            max_attempts=record.max_attempts,
-            state=record.state,
-            headers=headers,
-            headers_error=headers_error,
-            last_error=record.last_error,
-            lease=record.lease,
-            lease_expires_at=record.lease_until,
-            payload_error=payload_error,
-            seq=record.seq,
+            record.id,
+            self._name,
+            payload,
+            record.due_at,
+            record.attempts,
+            record.max_attempts,
+            record.state,
+            headers,
+            record.last_error,
+            record.lease,
+            record.lease_until,
+            payload_error,
+            record.seq,
+            headers_error,
         )
 
     def __repr__(self) -> str:

@@ -180,6 +180,12 @@ class State(str, enum.Enum):
         return self.value
 
 
+#: The states read once: a member read through the class goes through the enum
+#: type's ``__getattr__`` hook (about a Python call), and the transitions read them
+#: on every claim and ack.
+_SCHEDULED, _READY, _ACTIVE, _DEAD = State.SCHEDULED, State.READY, State.ACTIVE, State.DEAD
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """A durable message as a user sees it.
@@ -382,21 +388,21 @@ def settle(record: Record, now_ms: int) -> Record:
     An expired lease makes the message scheduled again, due at the lease expiry, with
     the attempt counted; or dead once ``attempts`` has reached ``max_attempts``.
     """
-    if record.state is not State.ACTIVE or record.lease_until is None:
+    if record.state is not _ACTIVE or record.lease_until is None:
         return record
     if record.lease_until > now_ms:
         return record
     if record.attempts >= record.max_attempts:
         return replace_record(
             record,
-            state=State.DEAD,
+            state=_DEAD,
             lease=None,
             lease_until=None,
             last_error=LEASE_EXPIRED_ERROR,
         )
     return replace_record(
         record,
-        state=State.SCHEDULED,
+        state=_SCHEDULED,
         due_at=record.lease_until,
         lease=None,
         lease_until=None,
@@ -406,7 +412,7 @@ def settle(record: Record, now_ms: int) -> Record:
 
 def is_due(record: Record, now_ms: int) -> bool:
     """True when a settled record may be reserved at ``now_ms``."""
-    return record.state is State.SCHEDULED and record.due_at <= now_ms
+    return record.state is _SCHEDULED and record.due_at <= now_ms
 
 
 def observe(record: Record, now_ms: int, *, with_lease: bool = True) -> Record:
@@ -415,7 +421,7 @@ def observe(record: Record, now_ms: int, *, with_lease: bool = True) -> Record:
     an active message's lease expires, never the token that settles it)."""
     record = settle(record, now_ms)
     if is_due(record, now_ms):
-        record = replace_record(record, state=State.READY)
+        record = replace_record(record, state=_READY)
     if not with_lease and record.lease is not None:
         record = replace_record(record, lease=None)
     return record
@@ -451,7 +457,7 @@ def apply_put(
             return None
         if request.on_conflict == "error":
             raise DuplicateId(f"a message with id {request.id!r} exists", request.id)
-        if existing.state is State.ACTIVE:
+        if existing.state is _ACTIVE:
             raise DuplicateId(
                 f"message {request.id!r} is in flight: it cannot be replaced", request.id
             )
@@ -463,7 +469,7 @@ def apply_put(
         seq=seq,
         attempts=0,
         max_attempts=request.max_attempts,
-        state=State.SCHEDULED,
+        state=_SCHEDULED,
         headers=dict(request.headers) if request.headers else EMPTY_HEADERS,
     )
 
@@ -472,12 +478,20 @@ def apply_reserve(record: Record, now: Now, lease_ms: int, token: str) -> Record
     """Claim a due record: ``ACTIVE`` under ``token`` until ``now.ceil + lease_ms`` (a
     lease never ends before ``lease_ms`` has passed), with one more attempt counted.
     The caller has checked :func:`is_due` at ``now.floor``."""
-    return replace_record(
-        record,
-        state=State.ACTIVE,
-        attempts=record.attempts + 1,
-        lease=token,
-        lease_until=now.ceil + lease_ms,
+    # Every field in order (the claim's copy, once a message: no keywords to match).
+    return new_record(
+        record.id,
+        record.payload,
+        record.encoding,
+        record.due_at,
+        record.seq,
+        record.attempts + 1,
+        record.max_attempts,
+        _ACTIVE,
+        record.headers,
+        record.last_error,
+        token,
+        now.ceil + lease_ms,
     )
 
 
@@ -485,7 +499,7 @@ def _held(record: Record | None, token: str, now_ms: int) -> Record:
     """The settled record if ``token`` still holds its lease; :class:`LeaseLost` if not."""
     if record is not None:
         record = settle(record, now_ms)
-        if record.state is State.ACTIVE and record.lease == token:
+        if record.state is _ACTIVE and record.lease == token:
             return record
     raise LeaseLost("the lease expired or the message was reserved, acked or removed since")
 
@@ -505,14 +519,22 @@ def apply_ack_many(
     acked: list[str] = []
     lost: list[str] = []
     gone: set[str] = set()
+    get, now_ms = records.get, now.floor
     for id, token in items:
-        try:
-            apply_ack(None if id in gone else records.get(id), token, now)
-        except LeaseLost:
+        # _held's test, inline: a record still holds the lease when, settled at now_ms,
+        # it is active under ``token``; settling changes only a record whose lease
+        # expired by then, which is no longer active.
+        record = None if id in gone else get(id)
+        if (
+            record is not None
+            and record.state is _ACTIVE
+            and record.lease == token
+            and (record.lease_until is None or record.lease_until > now_ms)
+        ):
+            gone.add(id)
+            acked.append(id)
+        else:
             lost.append(id)
-            continue
-        gone.add(id)
-        acked.append(id)
     return acked, lost
 
 
@@ -532,11 +554,11 @@ def apply_nack(
     held = _held(record, token, now.floor)
     if dead or held.attempts >= held.max_attempts:
         return replace_record(
-            held, state=State.DEAD, lease=None, lease_until=None, last_error=error, seq=seq
+            held, state=_DEAD, lease=None, lease_until=None, last_error=error, seq=seq
         )
     return replace_record(
         held,
-        state=State.SCHEDULED,
+        state=_SCHEDULED,
         due_at=resolve_due(delay_ms, None, now),
         seq=seq,
         lease=None,
@@ -551,7 +573,7 @@ def apply_release(record: Record | None, token: str, now: Now) -> Record:
     unchanged, so it keeps its place (exactly the record before its claim)."""
     held = _held(record, token, now.floor)
     return replace_record(
-        held, state=State.SCHEDULED, attempts=held.attempts - 1, lease=None, lease_until=None
+        held, state=_SCHEDULED, attempts=held.attempts - 1, lease=None, lease_until=None
     )
 
 
@@ -561,10 +583,10 @@ def apply_unclaim(record: Record | None, token: str) -> Record | None:
     lease has run out, so long as the stored record still carries it (nothing settled
     the expiry since). None when it does not: acked, or settled and perhaps claimed
     again; the attempt then stays counted."""
-    if record is None or record.state is not State.ACTIVE or record.lease != token:
+    if record is None or record.state is not _ACTIVE or record.lease != token:
         return None
     return replace_record(
-        record, state=State.SCHEDULED, attempts=record.attempts - 1, lease=None, lease_until=None
+        record, state=_SCHEDULED, attempts=record.attempts - 1, lease=None, lease_until=None
     )
 
 
@@ -576,7 +598,7 @@ def apply_extend(record: Record | None, token: str, now: Now, lease_ms: int) -> 
 
 def can_cancel(record: Record | None, now: Now) -> bool:
     """True when the record exists and is not in flight (the caller then deletes it)."""
-    return record is not None and settle(record, now.floor).state is not State.ACTIVE
+    return record is not None and settle(record, now.floor).state is not _ACTIVE
 
 
 def apply_reschedule(record: Record | None, now: Now, due_at: int, seq: int) -> Record | None:
@@ -586,7 +608,7 @@ def apply_reschedule(record: Record | None, now: Now, due_at: int, seq: int) -> 
     if record is None:
         return None
     record = settle(record, now.floor)
-    if record.state is not State.SCHEDULED:
+    if record.state is not _SCHEDULED:
         return None
     return replace_record(record, due_at=max(due_at, now.floor), seq=seq)
 
@@ -597,9 +619,9 @@ def apply_retry_dead(record: Record | None, now: Now, seq: int) -> Record | None
     if record is None:
         return None
     record = settle(record, now.floor)
-    if record.state is not State.DEAD:
+    if record.state is not _DEAD:
         return None
-    return replace_record(record, state=State.SCHEDULED, due_at=now.floor, seq=seq, attempts=0)
+    return replace_record(record, state=_SCHEDULED, due_at=now.floor, seq=seq, attempts=0)
 
 
 def lag_of(oldest_ready: int | None, now_ms: int) -> float:
@@ -616,18 +638,16 @@ def compute_stats(records: Iterable[Record], now_ms: int) -> Stats:
     for stored in records:
         record = observe(stored, now_ms)
         counts[record.state] += 1
-        if record.state is State.SCHEDULED or record.state is State.READY:
+        if record.state is _SCHEDULED or record.state is _READY:
             if next_due is None or record.due_at < next_due:
                 next_due = record.due_at
-            if record.state is State.READY and (
-                oldest_ready is None or record.due_at < oldest_ready
-            ):
+            if record.state is _READY and (oldest_ready is None or record.due_at < oldest_ready):
                 oldest_ready = record.due_at
     return Stats(
-        scheduled=counts[State.SCHEDULED],
-        ready=counts[State.READY],
-        active=counts[State.ACTIVE],
-        dead=counts[State.DEAD],
+        scheduled=counts[_SCHEDULED],
+        ready=counts[_READY],
+        active=counts[_ACTIVE],
+        dead=counts[_DEAD],
         next_due_at=next_due,
         lag=lag_of(oldest_ready, now_ms),
     )
