@@ -130,3 +130,77 @@ def test_an_empty_container_counts_at_the_depth_limit_beside_many_others(wrap: A
     assert not too_deep(wrap(many))
     assert too_deep(_lists(65))
     assert not too_deep(_lists(64))
+
+
+class _OtherJSON:
+    """A serializer that is not delayq's JSON (read through its own loads, then walked
+    for the limits)."""
+
+    name = "other-json"
+
+    def dumps(self, obj: Any) -> bytes:
+        return json.dumps(obj).encode()
+
+    def loads(self, data: bytes) -> Any:
+        return json.loads(data)
+
+
+def _nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+_READ_CASES = [
+    b"{}",
+    b'{"task":"job","args":[1,2],"kwargs":{}}',
+    b"not json",
+    b"\xff\xfe",
+    b"[1] [2]",
+    _nested(64),
+    _nested(65),
+    _nested(65) + b" " * 10,
+    _nested(200),
+    json.dumps([0] * 99_999, separators=(",", ":")).encode(),
+    json.dumps([0] * 100_000).encode(),
+    json.dumps([[]] * 60_000, separators=(",", ":")).encode(),
+]
+
+
+@pytest.mark.parametrize("serializer", [None, _OtherJSON()])
+@pytest.mark.parametrize("encoding", ["json", "other-json", "bytes"])
+@pytest.mark.parametrize("data", _READ_CASES, ids=range(len(_READ_CASES)))
+def test_read_gives_what_each_limit_and_failure_decides(
+    serializer: Any, encoding: str, data: bytes
+) -> None:
+    """Codec.read, for delayq's JSON and for another serializer, gives back the payload,
+    or None with why: raw bytes as they are, an undecodable text, too deep, too many
+    values (each checked in that order), whatever short cut it takes."""
+    codec = Codec(serializer)
+    payload, error = codec.read(data, encoding)
+    if encoding == "bytes":
+        assert (payload, error) == (data, None)
+        return
+    try:
+        value = json.loads(data)
+    except ValueError as exc:
+        why = " ".join(str(exc).split())[:200]
+        value = None
+    else:
+        why = None
+    if why is not None:
+        assert payload is None
+        assert error == (
+            f"the payload (encoding {encoding!r}) cannot be decoded by this queue's "
+            f"serializer ({codec.encoding}): {why}"
+        )
+        return
+    if too_deep(value):
+        assert (payload, error) == (
+            None,
+            "the payload nests more than 64 dicts/lists one inside the other: it cannot be shown",
+        )
+    elif data.count(b",") >= 99_999:
+        assert payload is None
+        assert error is not None
+        assert "more than 100000 values" in error
+    else:
+        assert (payload, error) == (value, None)

@@ -8,6 +8,7 @@ nothing. ``TypeError`` means a wrong kind of value, ``ValueError`` a wrong value
 from __future__ import annotations
 
 import copy
+import itertools
 import random
 import traceback
 from collections.abc import Iterable, Iterator, Mapping, Sized
@@ -463,16 +464,17 @@ class QueueBase:
             raise TypeError(
                 f"ack_many takes a list of Messages from reserve(), not {type(msgs).__name__}"
             )
-        items: list[tuple[str, str]] = []
-        name = self._name
-        for msg in msgs:
-            if len(items) == MAX_ACK_MANY:
-                raise ValueError(f"ack_many takes at most {MAX_ACK_MANY} messages per call")
-            # What _held checks, inline for the common case (a worker's batches).
-            if type(msg) is Message and msg.queue == name and msg.lease is not None:
-                items.append((msg.id, msg.lease))
-            else:
-                items.append(self._held(msg))
+        name, held, taken = self._name, self._held, iter(msgs)
+        # Each message checked in turn (what _held checks, inline for the common case: a
+        # worker's batches); one more after the most is refused before it is looked at.
+        items = [
+            (msg.id, msg.lease)
+            if type(msg) is Message and msg.queue == name and msg.lease is not None
+            else held(msg)
+            for msg in itertools.islice(taken, MAX_ACK_MANY)
+        ]
+        for _ in taken:
+            raise ValueError(f"ack_many takes at most {MAX_ACK_MANY} messages per call")
         return items
 
     def _nack_arguments(

@@ -332,6 +332,14 @@ class Filled(tuple[Any, ...]):
 _NOT_SERIALIZED = (bytes, bytearray, memoryview, Filled)
 
 
+#: A JSON text this short nests too few containers to be too deep (each opens and closes).
+_SHALLOW = 2 * MAX_PAYLOAD_DEPTH
+_TOO_DEEP_TO_SHOW = (
+    f"the payload nests more than {MAX_PAYLOAD_DEPTH} dicts/lists one inside "
+    "the other: it cannot be shown"
+)
+
+
 class Codec:
     """A queue's payload rules: a serializer plus a size limit, in both directions."""
 
@@ -475,34 +483,40 @@ class Codec:
         Never raises, so one such record spoils nothing but itself."""
         if encoding == RAW_ENCODING:
             return bytes(data), None
-        # As in write: a JSON text holds at most one value per byte, and opens at most
-        # one container per two (each closes too), so a short one is counted in nothing.
+        if not self._json:
+            try:
+                payload = self.serializer.loads(data)
+            except Exception as exc:  # whatever a serializer raises on bytes it cannot read
+                return None, self._unreadable(encoding, exc)
+            if too_deep(payload):
+                return None, _TOO_DEEP_TO_SHOW
+            if too_many_values(payload):
+                return None, self._too_many_to_show()
+            return payload, None
+        # delayq's JSON. As in write: a JSON text holds at most one value per byte, and
+        # opens at most one container per two (each closes too), so a short one is
+        # counted in nothing.
         size = len(data)
         if (
-            self._json
-            and size >= MAX_PAYLOAD_VALUES
+            size >= MAX_PAYLOAD_VALUES
             and not _json_few(data, _json_opened(data))
             and _json_values(data) > MAX_PAYLOAD_VALUES
         ):
             return None, self._too_many_to_show()
         try:
-            payload = _decode(data) if self._json else self.serializer.loads(data)
-        except Exception as exc:  # whatever a serializer raises on bytes it cannot read
-            text = " ".join(str(exc).split())[:200] or type(exc).__name__
-            return None, (
-                f"the payload (encoding {encoding!r}) cannot be decoded by this queue's "
-                f"serializer ({self.encoding}): {text}"
-            )
-        if not (self._json and (size <= 2 * MAX_PAYLOAD_DEPTH or _json_fits(data))) and too_deep(
-            payload
-        ):
-            return None, (
-                f"the payload nests more than {MAX_PAYLOAD_DEPTH} dicts/lists one inside "
-                "the other: it cannot be shown"
-            )
-        if not self._json and too_many_values(payload):
-            return None, self._too_many_to_show()
-        return payload, None
+            payload = _decode(data)
+        except Exception as exc:
+            return None, self._unreadable(encoding, exc)
+        if size <= _SHALLOW or _json_fits(data) or not too_deep(payload):
+            return payload, None
+        return None, _TOO_DEEP_TO_SHOW
+
+    def _unreadable(self, encoding: str, exc: Exception) -> str:
+        text = " ".join(str(exc).split())[:200] or type(exc).__name__
+        return (
+            f"the payload (encoding {encoding!r}) cannot be decoded by this queue's "
+            f"serializer ({self.encoding}): {text}"
+        )
 
     @staticmethod
     def _too_many_to_show() -> str:

@@ -449,20 +449,21 @@ def decode_claim(token: str, lease_ms: int, reply: Sequence[Any]) -> Claim:
         id, payload, encoding, due, seq, attempts, max_attempts, headers, error = reply[
             start : start + CLAIMED
         ]
+        # Record's fields in order (no keywords to match, once a message).
         append(
             new_record(
-                id=id[1:].hex() if len(id) == 17 and id[0] == 0 else unpack_id(id),
-                payload=payload,
-                encoding=_DEFAULT_ENCODING if encoding is None else encoding.decode(),
-                due_at=due,
-                seq=seq,
-                attempts=attempts,
-                max_attempts=max_attempts,
-                state=_ACTIVE,
-                headers=load_headers(headers) if headers else EMPTY_HEADERS,
-                last_error=None if error is None else _text(error),
-                lease=f"{token}{position}",
-                lease_until=due + lease_ms if until is None else until,
+                id[1:].hex() if len(id) == 17 and id[0] == 0 else unpack_id(id),
+                payload,
+                _DEFAULT_ENCODING if encoding is None else encoding.decode(),
+                due,
+                seq,
+                attempts,
+                max_attempts,
+                _ACTIVE,
+                load_headers(headers) if headers else EMPTY_HEADERS,
+                None if error is None else _text(error),
+                f"{token}{position}",
+                due + lease_ms if until is None else until,
             )
         )
     return Claim(

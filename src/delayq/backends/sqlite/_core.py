@@ -26,6 +26,7 @@ from ...durable.message import (
     Stats,
     lag_of,
     load_headers,
+    new_record,
     observe,
     resolve_due,
 )
@@ -47,20 +48,20 @@ _LEASE_LOST = "the lease expired or the message was reserved, acked or removed s
 
 
 def _record(row: Sequence[Any]) -> Record:
-    headers = row[8]
-    return Record(
-        id=row[0],
-        payload=row[1],
-        encoding=row[2],
-        due_at=row[3],
-        seq=row[4],
-        attempts=row[5],
-        max_attempts=row[6],
-        state=_STATES[row[7]],
-        headers=load_headers(headers),
-        last_error=row[9],
-        lease=row[10],
-        lease_until=row[11],
+    # Record's fields in order, without its frozen __init__ (once a claimed message).
+    return new_record(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        _STATES[row[7]],
+        load_headers(row[8]),
+        row[9],
+        row[10],
+        row[11],
     )
 
 
