@@ -159,38 +159,54 @@ def amqp_url(tmp_path: Path) -> Iterator[str]:
 
 
 class _KafkaNamespace:
-    """One namespace on a private Tansu broker (tests/backends/_tansu.py) for every
-    kafka test of this process, its scheduler a backend object held open for them all.
+    """One namespace on a private Tansu broker (tests/backends/_tansu.py) for the kafka
+    tests of a test file, its scheduler a backend object held open for them all.
 
     A consumer group's join takes seconds on Tansu (a pause of its group coordinator,
     docs/kafka.md), so electing a scheduler per test would cost the suite minutes: the
     tests' own backend objects do not stand (``scheduler=off``) and are answered by
-    this one. Each test's queues have names of their own and are purged after it."""
+    this one. Each test's queues have names of their own and are purged after it. The
+    namespace closes with its file (:func:`_kafka_per_file`), as its scheduler's readers
+    poll the broker while it lives; the broker lives as long as the process."""
+
+    broker: Any = None
 
     def __init__(self) -> None:
         from backends._tansu import TansuBroker  # noqa: PLC0415
 
-        self.broker = TansuBroker("memory")
+        if _KafkaNamespace.broker is None:
+            _KafkaNamespace.broker = TansuBroker("memory")
+            atexit.register(_KafkaNamespace.broker.close)
         prefix = f"delayq-test-{uuid.uuid4().hex[:12]}"
         # Tansu's departures: no InitProducerId, and a waiting fetch answered only
         # when its wait ends (docs/kafka.md).
         self.url = (
-            f"kafka://{self.broker.bootstrap}?prefix={prefix}&idempotence=off&fetch_wait_ms=5"
+            f"kafka://{_KafkaNamespace.broker.bootstrap}?prefix={prefix}"
+            "&idempotence=off&fetch_wait_ms=5"
         )
         self.keeper = Queue(f"{self.url}&scheduler=on", name="keeper")
         self.keeper.stats()  # returns once the keeper is elected
 
     def close(self) -> None:
         self.keeper.close()
-        self.broker.close()
 
 
 _kafka: _KafkaNamespace | None = None
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _kafka_per_file() -> Iterator[None]:
+    """Close the file's kafka namespace (if its tests opened one) after them."""
+    global _kafka
+    yield
+    if _kafka is not None:
+        namespace, _kafka = _kafka, None
+        namespace.close()
+
+
 def kafka_url(tmp_path: Path) -> Iterator[str]:
-    """The shared namespace of :class:`_KafkaNamespace` (started at the first kafka
-    test of the process, stopped at its exit); required by ``DELAYQ_REQUIRE=kafka``."""
+    """The shared namespace of :class:`_KafkaNamespace` (opened by the first kafka test
+    of a file); required by ``DELAYQ_REQUIRE=kafka``."""
     global _kafka
     try:
         import aiokafka  # noqa: F401, PLC0415 (optional: the backend is skipped without it)
@@ -203,7 +219,6 @@ def kafka_url(tmp_path: Path) -> Iterator[str]:
             _kafka = _KafkaNamespace()
         except TansuUnavailable as exc:
             unavailable("kafka", str(exc))
-        atexit.register(_kafka.close)
     yield f"{_kafka.url}&scheduler=off"
 
 

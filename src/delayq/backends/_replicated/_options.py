@@ -4,11 +4,18 @@
 from __future__ import annotations
 
 import math
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from ._link import Candidacy
 
-__all__ = ["candidacy", "hot_standby", "request_timeout", "retention"]
+__all__ = [
+    "LinkSettings",
+    "candidacy",
+    "hot_standby",
+    "link_options",
+    "request_timeout",
+    "retention",
+]
 
 _CANDIDACIES = ("auto", "on", "off")
 _STANDBYS = ("hot", "cold")
@@ -51,3 +58,32 @@ def hot_standby(value: Any) -> bool:
     if value not in _STANDBYS:
         raise ValueError(f"standby must be hot or cold, not {value!r}")
     return bool(value == "hot")
+
+
+class LinkSettings(Protocol):
+    """What a broker's parsed URL holds for the link (each broker's ``Settings``)."""
+
+    @property
+    def scheduler(self) -> Candidacy: ...
+    @property
+    def request_timeout(self) -> float: ...
+    @property
+    def deliver(self) -> tuple[str, str] | None: ...
+    @property
+    def fast_put(self) -> bool: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def standby(self) -> bool: ...
+
+
+def link_options(settings: LinkSettings) -> dict[str, Any]:
+    """The keyword options of a ``LoopLink`` / ``ThreadLink`` from ``settings``."""
+    return {
+        "scheduler": settings.scheduler,
+        "request_timeout": settings.request_timeout,
+        "deliver": settings.deliver,
+        "fast_put": settings.fast_put,
+        "url": settings.url,
+        "standby": settings.standby,
+    }
