@@ -122,6 +122,7 @@ def test_an_unreachable_broker_is_said_at_once() -> None:
 # -- the election -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_candidate_that_joins_leaves_the_scheduler_in_place(memory_broker: TansuBroker) -> None:
     """The group's rebalance at a join gives the lock back to its holder (a plain
     assignor would hand it to whichever member sorts first): the first scheduler goes on
@@ -177,6 +178,7 @@ async def _create(bootstrap: str, topic: str) -> None:
         await admin.close()
 
 
+@pytest.mark.slow
 def test_due_messages_are_produced_to_the_users_topic(memory_broker: TansuBroker) -> None:
     """A queue with ``deliver_topic`` produces each message at its time to the user's
     topic, keyed by ``deliver_key``: a plain consumer reads the payload, the message's
