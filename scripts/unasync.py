@@ -96,9 +96,10 @@ RULES: dict[str, str] = {
     "drive_async": "drive",
     "wait_ready_async": "wait_ready",
     "enqueue_async": "enqueue",
-    # the replicated backends (amqp://): their faces, and the link each face calls
+    # the replicated backends (amqp://, kafka://): their faces, and the link each face calls
     "AsyncReplicatedBackend": "ReplicatedBackend",
     "AsyncAmqpBackend": "AmqpBackend",
+    "AsyncKafkaBackend": "KafkaBackend",
     "LoopLink": "ThreadLink",
 }
 

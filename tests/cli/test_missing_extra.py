@@ -24,6 +24,7 @@ BACKENDS = {
         "postgres",
     ),
     "amqp": ("amqp://guest:guest@127.0.0.1:5672/", ("aiormq", "pamqp", "msgpack"), "amqp"),
+    "kafka": ("kafka://127.0.0.1:9092", ("aiokafka", "msgpack"), "kafka"),
 }
 
 _WITHOUT = """

@@ -52,8 +52,13 @@ FAILING_URLS = {
     "redis down, password parameter": f"redis://127.0.0.1:{_PORT}/0?password={PASSWORD}",
     "postgres down": f"postgresql://u:{PASSWORD}@127.0.0.1:{_PORT}/test?pool_timeout=0.5",
     "amqp down": f"amqp://u:{PASSWORD}@127.0.0.1:{_PORT}/?request_timeout=0.5",
+    "kafka, unknown parameter": f"kafka://u:{PASSWORD}@127.0.0.1:{_PORT}?bogus=1",
+    "kafka down": (
+        f"kafka://u:{PASSWORD}@127.0.0.1:{_PORT}"
+        "?security_protocol=SASL_PLAINTEXT&request_timeout=0.5"
+    ),
 }
-_NEEDS = {"redis": "redis", "postgres": "psycopg", "amqp": "aiormq"}
+_NEEDS = {"redis": "redis", "postgres": "psycopg", "amqp": "aiormq", "kafka": "aiokafka"}
 
 # The arguments of every command of `delayq` that opens a queue; a command added
 # without an entry here fails test_every_command_is_covered.

@@ -18,6 +18,7 @@ event loop in a helper thread, so each test is written once against the sync API
 from __future__ import annotations
 
 import asyncio
+import atexit
 import inspect
 import itertools
 import os
@@ -157,10 +158,75 @@ def amqp_url(tmp_path: Path) -> Iterator[str]:
         connection.close()
 
 
+class _KafkaNamespace:
+    """One namespace on a private Tansu broker (tests/backends/_tansu.py) for the kafka
+    tests of a test file, its scheduler a backend object held open for them all.
+
+    A consumer group's join takes seconds on Tansu (a pause of its group coordinator,
+    docs/kafka.md), so electing a scheduler per test would cost the suite minutes: the
+    tests' own backend objects do not stand (``scheduler=off``) and are answered by
+    this one. Each test's queues have names of their own and are purged after it. The
+    namespace closes with its file (:func:`_kafka_per_file`), as its scheduler's readers
+    poll the broker while it lives; the broker lives as long as the process."""
+
+    broker: Any = None
+
+    def __init__(self) -> None:
+        from backends._tansu import TansuBroker  # noqa: PLC0415
+
+        if _KafkaNamespace.broker is None:
+            _KafkaNamespace.broker = TansuBroker("memory")
+            atexit.register(_KafkaNamespace.broker.close)
+        prefix = f"delayq-test-{uuid.uuid4().hex[:12]}"
+        # Tansu's departures: no InitProducerId, and a waiting fetch answered only
+        # when its wait ends (docs/kafka.md).
+        self.url = (
+            f"kafka://{_KafkaNamespace.broker.bootstrap}?prefix={prefix}"
+            "&idempotence=off&fetch_wait_ms=5"
+        )
+        self.keeper = Queue(f"{self.url}&scheduler=on", name="keeper")
+        self.keeper.stats()  # returns once the keeper is elected
+
+    def close(self) -> None:
+        self.keeper.close()
+
+
+_kafka: _KafkaNamespace | None = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _kafka_per_file() -> Iterator[None]:
+    """Close the file's kafka namespace (if its tests opened one) after them."""
+    global _kafka
+    yield
+    if _kafka is not None:
+        namespace, _kafka = _kafka, None
+        namespace.close()
+
+
+def kafka_url(tmp_path: Path) -> Iterator[str]:
+    """The shared namespace of :class:`_KafkaNamespace` (opened by the first kafka test
+    of a file); required by ``DELAYQ_REQUIRE=kafka``."""
+    global _kafka
+    try:
+        import aiokafka  # noqa: F401, PLC0415 (optional: the backend is skipped without it)
+
+        from backends._tansu import TansuUnavailable  # noqa: PLC0415
+    except ImportError as exc:
+        unavailable("kafka", f"cannot run a Kafka broker: {exc}")
+    if _kafka is None:
+        try:
+            _kafka = _KafkaNamespace()
+        except TansuUnavailable as exc:
+            unavailable("kafka", str(exc))
+    yield f"{_kafka.url}&scheduler=off"
+
+
 # One entry per backend; e.g. sqlite joins with ``"sqlite": sqlite_url`` where
 # ``def sqlite_url(tmp_path): yield f"sqlite:///{tmp_path / 'q.db'}"``.
 BACKENDS: dict[str, Callable[[Path], Iterator[str]]] = {
     "amqp": amqp_url,
+    "kafka": kafka_url,
     "memory": memory_url,
     "postgres": postgres_url,
     "redis": redis_url,

@@ -17,20 +17,21 @@ from ._scripts import ROOT, load_script
 
 backend_names = load_script("backend_names")
 
-SCHEMES = ("memory", "sqlite", "redis", "rediss", "amqp", "amqps", "postgresql")
+SCHEMES = ("memory", "sqlite", "redis", "rediss", "amqp", "amqps", "postgresql", "kafka")
 CLIENTS = ("sqlite3", "redis", "psycopg", "aiormq")
 
 
 def test_every_backend_package_exports_its_descriptor() -> None:
     found = registry.descriptors()
-    assert [d.name for d in found] == ["memory", "sqlite", "redis", "postgres", "amqp"]
+    assert [d.name for d in found] == ["memory", "sqlite", "redis", "postgres", "amqp", "kafka"]
     for module, descriptor in zip(registry.BACKENDS, found, strict=True):
         assert importlib.import_module(module).DESCRIPTOR is descriptor
-    assert {d.name for d in found if d.replicated} == {"amqp"}
+    assert {d.name for d in found if d.replicated} == {"amqp", "kafka"}
     assert {d.name: d.extra for d in found if d.extra} == {
         "redis": "redis",
         "postgres": "postgres",
         "amqp": "amqp",
+        "kafka": "kafka",
     }
 
 
@@ -40,7 +41,7 @@ def test_a_backend_package_imports_no_client_until_a_url_of_it_is_opened() -> No
         "from delayq.durable.registry import descriptors, scheme_of\n"
         "assert [d.name for d in descriptors()]\n"
         "assert scheme_of('redis://h/0') == 'redis'\n"
-        "clients = ('redis', 'psycopg', 'psycopg_pool', 'aiormq', 'pamqp', 'msgpack')\n"
+        "clients = ('redis', 'psycopg', 'psycopg_pool', 'aiormq', 'pamqp', 'msgpack', 'aiokafka')\n"
         "assert not [m for m in clients if m in sys.modules], sorted(sys.modules)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

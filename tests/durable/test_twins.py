@@ -68,6 +68,11 @@ PAIRS = [
         "delayq.backends.amqp:AmqpBackend",
         "delayq.backends.amqp:AsyncAmqpBackend",
     ),
+    (
+        "kafka",
+        "delayq.backends.kafka:KafkaBackend",
+        "delayq.backends.kafka:AsyncKafkaBackend",
+    ),
     ("queue", "delayq.durable.queue:Queue", "delayq.durable.queue:AsyncQueue"),
 ]
 BACKEND_PAIRS = [pair for pair in PAIRS if pair[0] not in ("protocol", "queue")]
@@ -150,6 +155,8 @@ def _load(spec: str) -> type[Any]:
         pytest.importorskip("redis", reason="redis-py is not installed")
     if module_name.startswith("delayq.backends.amqp"):
         pytest.importorskip("aiormq", reason="aiormq is not installed")
+    if module_name.startswith("delayq.backends.kafka"):
+        pytest.importorskip("aiokafka", reason="aiokafka is not installed")
     cls: type[Any] = getattr(importlib.import_module(module_name), class_name)
     return cls
 

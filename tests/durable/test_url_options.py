@@ -35,6 +35,7 @@ CASES = {
         "pool_timeout, schema, and libpq's connection parameters (sslmode, ",
     ),
     "amqp": (f"{_AMQP}?bogus=1&prefix=p", "heartbeat, keyfile, no_verify_ssl, prefix, "),
+    "kafka": ("kafka://127.0.0.1:9?bogus=1&prefix=p", "sasl_mechanism, scheduler, "),
 }
 
 

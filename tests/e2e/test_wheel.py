@@ -67,7 +67,7 @@ def test_the_wheel_carries_every_file_of_the_package(wheel: zipfile.ZipFile) -> 
 def test_the_wheel_declares_the_command_and_the_extras(wheel: zipfile.ZipFile) -> None:
     [metadata] = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
     text = wheel.read(metadata).decode()
-    for extra in ("redis", "postgres", "amqp", "serve", "otel", "dev"):
+    for extra in ("redis", "postgres", "amqp", "kafka", "serve", "otel", "dev"):
         assert f"Provides-Extra: {extra}" in text
     [entry_points] = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     assert "delayq = delayq.cli:main" in wheel.read(entry_points).decode()

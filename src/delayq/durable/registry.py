@@ -54,6 +54,7 @@ BACKENDS: tuple[str, ...] = (
     "delayq.backends.redis",
     "delayq.backends.postgres",
     "delayq.backends.amqp",
+    "delayq.backends.kafka",
 )
 
 #: scheme -> its backend, built at the first look-up (None until then).

@@ -3,16 +3,16 @@ takes from its URL and keyword options."""
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..._switch import switch
 from ...durable.descriptor import check_url_options
 from ...errors import UnsupportedURL
 from .._replicated import Candidacy
+from .._replicated._options import candidacy, hot_standby, request_timeout, retention
 from ._constants import (
     DEFAULT_HEARTBEAT,
     DEFAULT_PREFIX,
@@ -24,8 +24,6 @@ from ._constants import (
 __all__ = ["URL_OPTIONS", "Settings", "parse"]
 
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,100}")
-_CANDIDACIES = ("auto", "on", "off")
-_STANDBYS = ("hot", "cold")
 _OPTIONS = frozenset(
     {
         "prefix",
@@ -73,31 +71,6 @@ class Settings:
     election (``cold``)."""
 
 
-def _timeout(value: Any) -> float:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"request_timeout must be a number of seconds, not {value!r}") from None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"request_timeout must be a positive number of seconds, not {value!r}")
-    return seconds
-
-
-def _retention(value: Any) -> int:
-    try:
-        size = int(value)
-    except (TypeError, ValueError):
-        size = -1
-    if isinstance(value, (bool, float)) or (
-        size != 0 and not (MIN_RETENTION_BYTES <= size < 1 << 62)
-    ):
-        raise ValueError(
-            f"retention_bytes must be 0 (no retention) or a whole number of bytes of at "
-            f"least {MIN_RETENTION_BYTES}, not {value!r}"
-        )
-    return size
-
-
 def parse(url: str, options: dict[str, Any]) -> Settings:
     """The settings of ``url`` and the keyword options (a keyword wins over the URL);
     UnsupportedURL or ValueError, naming it, for anything it cannot take."""
@@ -123,29 +96,27 @@ def parse(url: str, options: dict[str, Any]) -> Settings:
             f"prefix must be 1-101 letters, digits or _.:- (not starting with one of "
             f"_.:-), not {prefix!r}"
         )
-    scheduler = merged.get("scheduler", "auto")
-    if scheduler not in _CANDIDACIES:
-        raise ValueError(f"scheduler must be one of auto, on, off, not {scheduler!r}")
-    standby = merged.get("standby", "cold")
-    if standby not in _STANDBYS:
-        raise ValueError(f"standby must be hot or cold, not {standby!r}")
-    timeout = _timeout(merged.get("request_timeout", DEFAULT_REQUEST_TIMEOUT))
+    scheduler = candidacy(merged.get("scheduler", "auto"))
+    standby = hot_standby(merged.get("standby", "cold"))
+    timeout = request_timeout(merged.get("request_timeout", DEFAULT_REQUEST_TIMEOUT))
     passed.setdefault("heartbeat", str(DEFAULT_HEARTBEAT))
     query = urlencode(passed)
     brokers = tuple(
         urlunsplit((scheme, f"{userinfo}{at}{host}", parts.path, query, "")) for host in hosts
     )
-    retention = _retention(merged.get("retention_bytes", DEFAULT_RETENTION_BYTES))
+    retention_bytes = retention(
+        merged.get("retention_bytes", DEFAULT_RETENTION_BYTES), MIN_RETENTION_BYTES
+    )
     return Settings(
         brokers,
         prefix,
-        cast(Candidacy, scheduler),
+        scheduler,
         timeout,
         _deliver(merged),
-        retention,
+        retention_bytes,
         switch("fast_put", merged.get("fast_put", True)),
         url=url,
-        standby=standby == "hot",
+        standby=standby,
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..._replicated import AsyncReplicatedBackend, LoopLink
+from ..._replicated._options import link_options
 from .._transport import AmqpTransport, Hosts
 from .._url import parse
 
@@ -20,17 +21,7 @@ class AsyncAmqpBackend(AsyncReplicatedBackend):
     def __init__(self, url: str, **options: Any) -> None:
         settings = parse(url, options)
         hosts = Hosts(settings.broker_urls, settings.prefix)
-        super().__init__(
-            LoopLink(
-                lambda: AmqpTransport(settings, hosts),
-                scheduler=settings.scheduler,
-                request_timeout=settings.request_timeout,
-                deliver=settings.deliver,
-                fast_put=settings.fast_put,
-                url=url,
-                standby=settings.standby,
-            )
-        )
+        super().__init__(LoopLink(lambda: AmqpTransport(settings, hosts), **link_options(settings)))
 
 
 def open_async_backend(url: str, **options: Any) -> AsyncAmqpBackend:

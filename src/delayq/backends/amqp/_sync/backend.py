@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..._replicated import ReplicatedBackend, ThreadLink
+from ..._replicated._options import link_options
 from .._transport import AmqpTransport, Hosts
 from .._url import parse
 
@@ -23,15 +24,7 @@ class AmqpBackend(ReplicatedBackend):
         settings = parse(url, options)
         hosts = Hosts(settings.broker_urls, settings.prefix)
         super().__init__(
-            ThreadLink(
-                lambda: AmqpTransport(settings, hosts),
-                scheduler=settings.scheduler,
-                request_timeout=settings.request_timeout,
-                deliver=settings.deliver,
-                fast_put=settings.fast_put,
-                url=url,
-                standby=settings.standby,
-            )
+            ThreadLink(lambda: AmqpTransport(settings, hosts), **link_options(settings))
         )
 
 

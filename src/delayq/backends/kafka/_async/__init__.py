@@ -1,0 +1,1 @@
+"""The asyncio face of ``kafka://``, written by hand: the source of :mod:`.._sync`."""

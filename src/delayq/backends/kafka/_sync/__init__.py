@@ -1,0 +1,1 @@
+"""The sync face of ``kafka://``, GENERATED from :mod:`.._async` by ``scripts/unasync.py``."""
