@@ -22,12 +22,11 @@ pytest.importorskip("aiokafka")
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from _ports import free_port
-from delayq import Queue
-from delayq.backends.kafka import ServerRefused
+from delayq import AsyncQueue, Queue
 from delayq.backends.kafka._url import parse
 from delayq.errors import UnsupportedURL
 
+from ._kafka_mistakes import NAMES, mistakes
 from ._tansu import TansuBroker
 
 
@@ -111,12 +110,29 @@ def test_the_url_gives_the_brokers_the_credentials_and_the_tls_files() -> None:
     assert parse("kafka://h?deliver_topic=orders.timeouts", {}).deliver == ("orders.timeouts", "")
 
 
-def test_an_unreachable_broker_is_said_at_once() -> None:
-    url = f"kafka://127.0.0.1:{free_port()}?request_timeout=5"
+@pytest.mark.parametrize("face", ["sync", "async"])
+@pytest.mark.parametrize("mistake", NAMES)
+def test_a_first_connection_that_fails_says_why_in_one_line(
+    mistake: str, face: str, memory_broker: TansuBroker
+) -> None:
+    """Each way the first connection fails is one line, the same on both faces, within
+    the request timeout, the password never shown."""
+    url, error, says = mistakes(memory_broker.bootstrap)[mistake]
+
+    def sync() -> None:
+        with Queue(url, name="jobs") as queue:
+            queue.stats()
+
+    async def call() -> None:
+        async with AsyncQueue(url, name="jobs") as queue:
+            await queue.stats()
+
     started = time.monotonic()
-    with Queue(url, name="jobs") as queue, pytest.raises(ServerRefused, match="no Kafka broker"):
-        queue.stats()
-    assert time.monotonic() - started < 30
+    with pytest.raises(error) as raised:
+        sync() if face == "sync" else asyncio.run(call())
+    assert str(raised.value).startswith(says)
+    assert "hunter2" not in str(raised.value)
+    assert time.monotonic() - started < 15
 
 
 # -- the election -------------------------------------------------------------------------

@@ -45,7 +45,7 @@ def test_usage_errors_exit_2(cli: Cli, args: list[str], expected: str) -> None:
 
 @pytest.mark.parametrize(
     "bad_url",
-    ["kafka://localhost", "not a url", "sqlite:///x.db?cache=shared", "redis://host:99999"],
+    ["mqtt://localhost", "not a url", "sqlite:///x.db?cache=shared", "redis://host:99999"],
 )
 def test_a_bad_url_is_a_usage_error(cli: Cli, bad_url: str, tmp_path: Path) -> None:
     result = cli("put", "q", "1", "--url", bad_url, url=False)

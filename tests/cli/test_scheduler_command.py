@@ -39,7 +39,7 @@ def plain_url(tmp_path: Path) -> Iterator[str]:
 def test_only_a_replicated_backend_has_a_scheduler(tmp_path: Path) -> None:
     result = Cli(f"sqlite:///{tmp_path / 'q.db'}")("scheduler")
     assert result.exit_code == 2
-    assert "only amqp:// and amqps:// have an elected scheduler" in one_error_line(result)
+    assert "only amqp://, amqps:// and kafka:// have an elected scheduler" in one_error_line(result)
 
 
 def test_a_scheduler_process_serves_clients_that_never_stand(plain_url: str) -> None:

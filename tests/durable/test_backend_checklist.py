@@ -24,6 +24,17 @@ else:  # pragma: no cover
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 DESCRIPTORS = {descriptor.name: descriptor for descriptor in registry.descriptors()}
+#: Steps a backend being built has not reached yet, each with where it is planned: its
+#: test is an expected failure (strict: once the step is done, the entry must go).
+PENDING = {
+    ("kafka", "suites"): "issue 40, slice 2: the server suite and the e2e worker processes",
+}
+
+
+def _pending(request: pytest.FixtureRequest, backend: BackendDescriptor, step: str) -> None:
+    reason = PENDING.get((backend.name, step))
+    if reason is not None:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
 
 
 def _module_of(descriptor: BackendDescriptor) -> str:
@@ -89,7 +100,10 @@ def test_step_3_its_line_in_the_lint_contract_and_its_extra(backend: BackendDesc
     assert backend.extra in bundled.group(1).split(","), "the dev extra installs it"
 
 
-def test_tested_1_the_conformance_and_server_suites_take_it(backend: BackendDescriptor) -> None:
+def test_tested_1_the_conformance_and_server_suites_take_it(
+    backend: BackendDescriptor, request: pytest.FixtureRequest
+) -> None:
+    _pending(request, backend, "suites")
     assert backend.name in _dict_keys(TESTS / "conformance" / "conftest.py", "BACKENDS")
     assert backend.name in _dict_keys(TESTS / "server" / "conftest.py", "BACKENDS")
     assert backend.name in _dict_keys(TESTS / "durable" / "test_url_options.py", "CASES")
@@ -106,8 +120,9 @@ def test_tested_2_and_3_a_missing_extra_and_ci_require_it(backend: BackendDescri
 
 
 def test_tested_5_and_6_its_own_tests_mistakes_and_worker_processes(
-    backend: BackendDescriptor,
+    backend: BackendDescriptor, request: pytest.FixtureRequest
 ) -> None:
+    _pending(request, backend, "suites")
     if backend.name == "memory":  # no server, no file: the conformance suite is all of it
         return
     own = sorted((TESTS / "backends").glob(f"test_{backend.name}*.py"))

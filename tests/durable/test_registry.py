@@ -55,7 +55,7 @@ def test_unsupported_url_is_a_value_error() -> None:
         Queue("nope://")
 
 
-@pytest.mark.parametrize("url", ["mysql://localhost/db", "kafka://localhost"])
+@pytest.mark.parametrize("url", ["mysql://localhost/db", "mqtt://localhost"])
 def test_a_backend_delayq_does_not_have_is_an_unsupported_scheme(url: str) -> None:
     with pytest.raises(UnsupportedURL, match=r"unsupported queue URL .*memory://"):
         Queue(url)

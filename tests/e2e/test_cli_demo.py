@@ -166,7 +166,7 @@ def test_inproc_demo_settles_every_order_and_fires_nothing_early(store: str) -> 
         (["--orders", "0"], "--orders"),
         (["--engine", "inproc", "--store", "list"], "--store"),
         (["--engine", "kafka"], "--engine"),
-        (["--url", "kafka://localhost"], "--url"),  # a scheme delayq has no backend for
+        (["--url", "mqtt://localhost"], "--url"),  # a scheme delayq has no backend for
         (["--url", "not a url"], "--url"),
         (["--store", "heap"], "--store"),  # the durable engine has no store
         (["--engine", "inproc", "--url", "memory://"], "--url"),

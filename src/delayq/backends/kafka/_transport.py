@@ -29,6 +29,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.helpers import create_ssl_context
 
+from ..._redact import redact_url
 from ...durable.message import Record
 from .._replicated import Delivery, LogEntry, Refused, ServerRefused
 from ._constants import (
@@ -105,7 +106,11 @@ class KafkaTransport:
             **settings.security,
         }
         if settings.security["security_protocol"] in ("SSL", "SASL_SSL"):
-            common["ssl_context"] = create_ssl_context(**settings.tls)
+            try:
+                common["ssl_context"] = create_ssl_context(**settings.tls)
+            except (OSError, ValueError) as exc:
+                files = ", ".join(f"ssl_{key}={path}" for key, path in settings.tls.items())
+                raise ValueError(f"cannot use the TLS files ({files or 'none'}): {exc}") from exc
         return common
 
     # -- the connection ---------------------------------------------------------------
@@ -130,7 +135,10 @@ class KafkaTransport:
         """What an open that failed with ``exc`` raises (see Transport.open)."""
         where = ",".join(self._settings.bootstrap)
         if isinstance(exc, KafkaConnectionError):
-            return ServerRefused(f"no Kafka broker of {where} answered: {exc}")
+            return ServerRefused(
+                f"cannot use the queue at {redact_url(self._settings.url)}: "
+                f"no Kafka broker answers at {where}"
+            )
         if isinstance(exc, KafkaError) and not exc.retriable:
             return Refused(exc)
         if isinstance(exc, (OSError, ValueError)) and not isinstance(exc, ConnectionError):
