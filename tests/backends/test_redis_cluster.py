@@ -243,8 +243,10 @@ def single_url(prefix: str) -> Iterator[str]:
 
 def test_sharded_single_node_keeps_due_then_put_order(single_url: str, prefix: str) -> None:
     with Queue(single_url, name="single") as q:
-        at = time.time() + 0.2
-        late = q.put_many([{"payload": f"late{i}", "at": at + 0.1} for i in range(20)])
+        # Far enough ahead that both batches are written before either falls due, even
+        # on a loaded machine (a due time already past is the put's own time).
+        at = time.time() + 1.0
+        late = q.put_many([{"payload": f"late{i}", "at": at + 0.5} for i in range(20)])
         early = q.put_many([{"payload": f"early{i}", "at": at} for i in range(20)])
         client = redis.Redis.from_url(SHARED)
         try:
