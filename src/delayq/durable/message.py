@@ -33,7 +33,7 @@ from __future__ import annotations
 import enum
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, NoReturn
 
@@ -80,6 +80,7 @@ __all__ = [
     "read_headers",
     "replace_record",
     "resolve_due",
+    "row_record",
     "settle",
 ]
 
@@ -308,6 +309,32 @@ new_record: Callable[..., Record] = builder(Record)
 new_message: Callable[..., Message] = builder(Message)
 #: ``dataclasses.replace`` of a record, for each transition below (see replacer).
 replace_record: Callable[..., Record] = replacer(Record)
+
+
+#: Each state by its value (a SQL row's state column).
+_STATE_OF = {state.value: state for state in State}
+
+
+def row_record(row: Sequence[Any], payload: bytes) -> Record:
+    """The record of a SQL row of a message: its columns in Record's field order, the
+    state as its value, the headers as the JSON :func:`load_headers` reads, ``payload``
+    as the caller reads its column (SQLite's and PostgreSQL's drivers give them as
+    ``bytes`` and ``memoryview``). Built without Record's frozen ``__init__``, with
+    every field in order: once a claimed message."""
+    return new_record(
+        row[0],
+        payload,
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        _STATE_OF[row[7]],
+        load_headers(row[8]),
+        row[9],
+        row[10],
+        row[11],
+    )
 
 
 class Now(NamedTuple):

@@ -25,10 +25,9 @@ from ...durable.message import (
     State,
     Stats,
     lag_of,
-    load_headers,
-    new_record,
     observe,
     resolve_due,
+    row_record,
 )
 from ...errors import DuplicateId, LeaseLost, QueueClosed
 from . import _inspect
@@ -48,21 +47,7 @@ _LEASE_LOST = "the lease expired or the message was reserved, acked or removed s
 
 
 def _record(row: Sequence[Any]) -> Record:
-    # Record's fields in order, without its frozen __init__ (once a claimed message).
-    return new_record(
-        row[0],
-        row[1],
-        row[2],
-        row[3],
-        row[4],
-        row[5],
-        row[6],
-        _STATES[row[7]],
-        load_headers(row[8]),
-        row[9],
-        row[10],
-        row[11],
-    )
+    return row_record(row, row[1])
 
 
 def _headers(headers: Mapping[str, str]) -> str | None:

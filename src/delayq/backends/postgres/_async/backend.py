@@ -34,9 +34,8 @@ from ....durable.message import (
     State,
     Stats,
     lag_of,
-    load_headers,
-    new_record,
     observe,
+    row_record,
 )
 from ....durable.reserves import AsyncReserves
 from ....errors import DuplicateId, LeaseLost, QueueClosed
@@ -88,21 +87,7 @@ Params = Mapping[str, Any] | Sequence[Any]
 
 
 def _record(row: Row) -> Record:
-    # Record's fields in order, without its frozen __init__ (once a claimed message).
-    return new_record(
-        row[0],
-        bytes(row[1]),
-        row[2],
-        row[3],
-        row[4],
-        row[5],
-        row[6],
-        _STATES[row[7]],
-        load_headers(row[8]),
-        row[9],
-        row[10],
-        row[11],
-    )
+    return row_record(row, bytes(row[1]))
 
 
 def _headers(headers: Mapping[str, str]) -> str | None:
