@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("aiokafka")
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from delayq import AsyncQueue, Queue
@@ -158,6 +158,44 @@ def test_a_candidate_that_joins_leaves_the_scheduler_in_place(memory_broker: Tan
     first.close()
     assert second.get("m1") is not None
     assert second.stats().scheduled == 21
+    second.purge()
+    second.close()
+
+
+async def _usurp(bootstrap: str, prefix: str) -> None:
+    """A ``reign`` entry of another reign appended to the namespace's log, as a
+    successor elected while the scheduler did not yet notice would append it."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        headers = [("kind", b"reign"), ("reign", b"usurper")]
+        await producer.send_and_wait(f"{prefix}.log", b"", partition=0, headers=headers)
+    finally:
+        await producer.stop()
+
+
+@pytest.mark.slow
+def test_a_deposed_scheduler_acknowledges_nothing_a_replay_skips(
+    memory_broker: TansuBroker,
+) -> None:
+    """A scheduler that still believes it is elected after a successor's ``reign``
+    entry is in the log (cut off from the group's coordinator, not from the log's
+    leader) answers no put from then on: the put is answered once a scheduler whose
+    entries every replay keeps holds it, and after a failover every put that returned
+    is there (on Tansu a failover takes some 15 s, docs/kafka.md)."""
+    url = _url(memory_broker, scheduler="on", request_timeout="90")
+    prefix = parse(url, {}).prefix
+    first = Queue(url, name="jobs")
+    first.put("before", delay=600, id="m1", on_conflict="replace")  # once elected
+    asyncio.run(_usurp(memory_broker.bootstrap, prefix))
+    acknowledged = ["m1"]
+    for n in range(2, 5):  # the scheduler's own answers (a fast put is the intake's)
+        first.put(n, delay=600, id=f"m{n}", on_conflict="replace")
+        acknowledged.append(f"m{n}")
+    first.close()
+    second = Queue(url, name="jobs")
+    assert [mid for mid in acknowledged if second.get(mid) is None] == []
+    assert second.stats().scheduled == len(acknowledged)
     second.purge()
     second.close()
 

@@ -40,6 +40,7 @@ from ._constants import (
     Names,
     log_config,
 )
+from ._fence import Deposed, ReignFence
 from ._lock import LockListener, lock_assignor
 from ._url import Settings
 
@@ -89,6 +90,7 @@ class KafkaTransport:
         self._tasks: set[asyncio.Task[None]] = set()
         self._lock: LockListener | None = None
         self._on_lost: Callable[[], None] | None = None
+        self._fence: ReignFence | None = None
         self._closed = False
 
     @property
@@ -300,14 +302,14 @@ class KafkaTransport:
         *,
         key: bytes | None = None,
         partition: int = 0,
-    ) -> None:
-        """Produce one record and wait for the brokers' acknowledgement (``acks=all``);
-        ConnectionError when it was not given."""
+    ) -> int:
+        """Produce one record and wait for the brokers' acknowledgement (``acks=all``):
+        its offset; ConnectionError when it was not given."""
         producer = self._producer
         if producer is None:
             raise ConnectionError("the Kafka clients are closed")
         try:
-            await producer.send_and_wait(
+            sent = await producer.send_and_wait(
                 topic,
                 value,
                 key=key,
@@ -316,6 +318,7 @@ class KafkaTransport:
             )
         except KafkaError as exc:
             raise ConnectionError(f"the Kafka {what} was not acknowledged: {exc!r}") from exc
+        return int(sent.offset)
 
     # -- requests and replies ----------------------------------------------------------
 
@@ -437,11 +440,37 @@ class KafkaTransport:
     # -- the log ------------------------------------------------------------------------
 
     async def append(self, kind: str, reign: str, body: bytes, mark: str = "") -> None:
-        """See :meth:`~.._replicated.Transport.append`."""
+        """See :meth:`~.._replicated.Transport.append`: returns once the entry is
+        acknowledged and the log, read back up to it, holds no other reign's ``reign``
+        entry between this reign's and it (:mod:`._fence`); :class:`~._fence.Deposed`
+        when one is there (no replay keeps the entry)."""
         headers = {"kind": kind, "reign": reign}
         if mark:
             headers["mark"] = mark
-        await self._produce("log append", self._names.log, body, headers)
+        offset = await self._produce("log append", self._names.log, body, headers)
+        fence = self._fence
+        if kind == "reign":
+            if fence is not None:
+                raise Deposed(f"a second reign ({reign}) began on one connection")
+            self._fence = ReignFence(reign, offset)
+            consumer = await self._reader([TopicPartition(self._names.log, 0)], offset + 1)
+
+            def take(record: Any) -> None:
+                headers = _headers(record)
+                assert self._fence is not None
+                self._fence.seen(record.offset, headers.get("kind", ""), headers.get("reign", ""))
+
+            self._spawn(self._follow(consumer, take))
+            return
+        if fence is None or fence.reign != reign:
+            raise Deposed(f"an entry of reign {reign}, which this connection did not begin")
+        try:
+            await asyncio.wait_for(fence.passed(offset), self._settings.request_timeout)
+        except asyncio.TimeoutError:
+            raise ConnectionError(
+                f"the log was not read back up to offset {offset} in time"
+            ) from None
+        fence.check(offset)
 
     async def read_log(self, start: int | None, *, few: bool = False) -> AsyncIterator[LogEntry]:
         """See :meth:`~.._replicated.Transport.read_log`: an offset the log no longer
