@@ -48,6 +48,11 @@ FILE_COMMENT = re.compile(r"^#\s*(?P<name>[A-Za-z_]\w*\.py)\b")
 DEFINES_VERIFIED = re.compile(r"^(?:def|function) verified\(", re.MULTILINE)
 LONG_RUNNING = re.compile(r"\bdelayq\s+(?:serve|worker)\b|\s--watch\b")
 SERVE = re.compile(r"\bdelayq\s+serve\b")
+#: A worker is ready once each of its processes said ``worker.started``: a SIGTERM to
+#: the group while a child still imports is a stop the supervisor reads as a failed
+#: start (exit 1), which a loaded machine made of the README's ``--processes 2``.
+WORKER = re.compile(r"\bdelayq\s+worker\b")
+PROCESSES = re.compile(r"--processes[ =](\d+)")
 REDIS_URL = re.compile(r"\bredis://(?:localhost|127\.0\.0\.1):6379\b")
 
 LANGUAGES = ("python", "sh", "js")
@@ -214,6 +219,10 @@ class Background:
                 return f"exited with {self.process.returncode} before it was ready"
             if SERVE.search(self.command):
                 if _accepts(SERVE_PORT):
+                    return ""
+            elif WORKER.search(self.command):
+                wanted = int(m.group(1)) if (m := PROCESSES.search(self.command)) else 1
+                if sum(part.count("worker.started") for part in self.output()) >= wanted:
                     return ""
             elif any(self.output()):
                 return ""
