@@ -277,3 +277,40 @@ def test_children_that_cannot_start_make_it_exit_non_zero(project: Project) -> N
     assert failed[0]["exitcode"] == "1"
     assert "RuntimeError: crash at start-up" in project.stderr.read_text()
     assert not project.events("supervisor.child_died")  # not restarted
+
+
+@pytest.mark.parametrize("url", ["sqlite"], indirect=True)
+def test_a_child_stopped_by_a_signal_while_it_starts_is_restarted_not_a_failed_start(
+    project: Project,
+) -> None:
+    """A SIGTERM from outside that ends a child still importing its app says nothing of
+    whether the app can start: the child is started again (it was not a failed start,
+    which would make the supervisor give up and exit 1), and the workers serve."""
+    project.send(1)
+    supervisor = project.worker("--processes", "2", job_seconds=0.0)
+    project.wait(lambda: len(project.events("supervisor.child_started")) == 2)
+    for fields in project.events("supervisor.child_started"):
+        os.kill(int(fields["pid"]), signal.SIGTERM)
+    project.wait(lambda: len(project.events("worker.started")) == 2, timeout=30)
+    assert not project.events("supervisor.start_failed"), project.stderr.read_text()
+    died = project.events("supervisor.child_died")
+    assert [(d["signal"], d["ready"]) for d in died] == [("SIGTERM", "False")] * 2
+    assert len(project.events("supervisor.child_started")) == 4
+    project.wait(lambda: project.lines("done") != [])
+    supervisor.send_signal(signal.SIGTERM)
+    assert project.exit_status() == 0, project.stderr.read_text()
+
+
+@pytest.mark.parametrize("url", ["sqlite"], indirect=True)
+def test_a_sigterm_to_the_group_while_the_children_start_is_a_stop(project: Project) -> None:
+    """A service manager stops the unit while its children still import the app: each
+    child dies of its SIGTERM, the supervisor takes its own as the stop it is, and
+    exits 0 (not 1, a failed start), starting nothing again."""
+    supervisor = project.worker("--processes", "2")
+    project.wait(lambda: len(project.events("supervisor.child_started")) == 2)
+    for fields in project.events("supervisor.child_started"):
+        os.kill(int(fields["pid"]), signal.SIGTERM)
+    supervisor.send_signal(signal.SIGTERM)
+    assert project.exit_status() == 0, project.stderr.read_text()
+    assert not project.events("supervisor.start_failed")
+    assert len(project.events("supervisor.child_started")) == 2

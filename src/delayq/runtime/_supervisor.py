@@ -37,8 +37,10 @@ that slot that lived less than ``SUPERVISOR_STABLE`` seconds (from
 crashes at start-up does not spin. A child that dies before it is ready (its
 ``make_worker()`` raised or exited) while no child has ever been ready means the
 workers cannot start at all: the supervisor stops the others and :meth:`run`
-returns non-zero. Every start, death and restart is a log line on the ``delayq``
-logger.
+returns non-zero; unless a stop signal from outside ended it (SIGTERM, SIGINT,
+SIGHUP, SIGKILL): that is a death like any other, and a SIGTERM to the whole group
+while the children import is a stop, exit status 0. Every start, death and restart
+is a log line on the ``delayq`` logger.
 
 Health. With ``health`` (a listening socket), a thread of the supervisor answers
 ``/healthz`` and ``/readyz`` for all its children: each child's loop beats every
@@ -97,6 +99,10 @@ __all__ = ["Supervisor"]
 
 _INFO, _WARNING, _ERROR = logging.INFO, logging.WARNING, logging.ERROR
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: A child ended by one of these was stopped from outside (a service manager, an
+#: operator, the OOM killer), which says nothing of whether it can start: it is a
+#: death (restarted after its pause), never a failed start.
+_STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL})
 _READY = b"ready"
 
 #: Exit status of :meth:`Supervisor.run` when the children could not start.
@@ -303,6 +309,9 @@ class Supervisor:
             ready = wait(watched, timeout)
             if self._wake_r in ready:
                 os.read(self._wake_r, 512)
+            # A stop that arrived with the exits it caused (a SIGTERM to the whole
+            # process group) is taken first: those children were stopped, not failed.
+            self._take_requests()
             for slot, child in enumerate(self._children):
                 if child is None:
                     continue
@@ -431,7 +440,7 @@ class Supervisor:
         if self._stopping or self._failed is not None:
             log_event(_INFO if code == 0 else _WARNING, "supervisor.child_stopped", **fields)
             return
-        if not child.ready and not self._ever_ready:
+        if not child.ready and not self._ever_ready and -(code or 0) not in _STOP_SIGNALS:
             log_event(_ERROR, "supervisor.start_failed", **fields)
             self._failed = code if code is not None and code > 0 else START_FAILED
             self.stop(graceful=True)
