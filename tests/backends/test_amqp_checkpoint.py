@@ -100,8 +100,14 @@ def meta_messages(url: str) -> list[tuple[str, bytes]]:
     return stream_messages(url, "meta")
 
 
+#: How long a stream's first message may take to arrive (a stream consumer's start, on
+#: a loaded machine, took more than a second), and the quiet that ends the reading after it.
+FIRST_DELIVERY, QUIET = 10.0, 1.0
+
+
 def stream_messages(url: str, stream: str) -> list[tuple[str, bytes]]:
-    """``(type, body)`` of every message of the namespace's stream ``stream``."""
+    """``(type, body)`` of every message of the namespace's stream ``stream`` (an empty
+    stream costs :data:`FIRST_DELIVERY`)."""
     prefix = prefix_of(url)
     base = url.split("?", 1)[0]
     connection = pika.BlockingConnection(pika.URLParameters(base))
@@ -109,10 +115,13 @@ def stream_messages(url: str, stream: str) -> list[tuple[str, bytes]]:
         channel = connection.channel()
         channel.basic_qos(prefetch_count=1000)
         found: list[tuple[str, bytes]] = []
+        give_up = time.monotonic() + FIRST_DELIVERY
         for method, properties, body in channel.consume(
-            f"{prefix}.{stream}", arguments={"x-stream-offset": "first"}, inactivity_timeout=1
+            f"{prefix}.{stream}", arguments={"x-stream-offset": "first"}, inactivity_timeout=QUIET
         ):
             if method is None:
+                if not found and time.monotonic() < give_up:
+                    continue
                 break
             channel.basic_ack(method.delivery_tag)
             found.append((properties.type, body))
