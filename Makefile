@@ -51,15 +51,17 @@ $(CONTRACT_STAMP): $(CONTRACT)/package-lock.json
 contract-deps: $(CONTRACT_STAMP)
 
 # The suite runs in TEST_JOBS processes (pytest-xdist), each test file in one of them, so
-# a file's module fixtures (a private cluster, a server) start once; TEST_JOBS=0 runs it in
-# this process. Four, even on two cores: most of a test's time is spent waiting (a
-# server, a subprocess, a lease or a deadline), so while one process waits another
-# computes. The 25 slowest tests are listed at the end: the suite must stay under 15
+# a file's module fixtures (a private cluster, a server) start once, the longest files
+# first (tests/conftest.py; xdist's own order, most tests first, is turned off);
+# TEST_JOBS=0 runs it in this process. Four, even on two cores: most of a test's time
+# is spent waiting (a server, a subprocess, a lease or a deadline), so while one process
+# waits another computes. The 25 slowest tests are listed at the end: the suite must stay under 15
 # minutes.
 TEST_JOBS ?= 4
 
 test: $(STAMP) $(CONTRACT_STAMP)
-	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile --durations=25 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder \
+	  --durations=25 $(PYTEST_ARGS)
 
 # The Redis suites against the lowest redis-py of pyproject.toml's range (REDIS_LOW), in
 # a venv of their own inside .venv (made once, again when pyproject.toml changes).

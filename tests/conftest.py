@@ -1,11 +1,13 @@
 """The suite's order: the longest files first.
 
 `make test` runs the files in pytest-xdist processes (``--dist loadfile``), each file
-whole in one of them, handed out in the order they were collected. A long file that
-comes last runs alone at the end while the other processes idle, so the files that take
-longest (each is a minute or more of mostly waiting: real servers, real processes, real
-time) are put first and the many short ones fill in around them. The order of the tests
-inside a file is unchanged; only the files move.
+whole in one of them, handed out in the order they were collected
+(``--no-loadscope-reorder``: xdist would otherwise hand out the files with the most
+tests first, whatever their time, and the two-minute soak, one test, came last). A long
+file that comes last runs alone at the end while the other processes idle, so the files
+that take longest (each is half a minute or more of mostly waiting: real servers, real
+processes, real time) are put first and the many short ones fill in around them. The
+order of the tests inside a file is unchanged; only the files move.
 """
 
 from __future__ import annotations
@@ -23,18 +25,49 @@ settings.register_profile("delayq", deadline=None, suppress_health_check=[Health
 settings.load_profile("delayq")
 
 #: Files by their share of the suite's time, longest first (`make test` prints the
-#: slowest tests; a file's time is the sum of its tests').
+#: slowest tests; a file's time is the sum of its tests'; `PYTEST_ARGS=--durations=0`
+#: prints them all).
 LONGEST_FIRST = (
-    "e2e/test_soak.py",
-    "conformance/test_concurrency.py",
     "conformance/test_model.py",
+    "conformance/test_concurrency.py",
+    "backends/test_amqp_sync_path.py",
+    "e2e/test_soak.py",
+    "conformance/test_bad_input.py",
+    "conformance/test_inspect.py",
+    "conformance/test_bounds.py",
+    "conformance/test_send_many_envelope.py",
+    "conformance/test_leases.py",
+    "conformance/test_payload.py",
+    "conformance/test_ack_many.py",
+    "faults/test_amqp_network.py",
+    "conformance/test_ordering.py",
+    "conformance/test_never_early.py",
+    "e2e/test_docs.py",
+    "backends/test_amqp_fastput.py",
+    "conformance/test_retry.py",
+    "conformance/test_cancel_reschedule.py",
+    "conformance/test_put_outcome.py",
+    "e2e/test_worker_processes.py",
+    "backends/test_amqp_faults.py",
+    "backends/test_kafka.py",
+    "conformance/test_put.py",
+    "backends/test_amqp_checkpoint.py",
+    "conformance/test_put_many_batch.py",
+    "backends/test_redis_cluster.py",
+    "server/test_dispatch_prefetch.py",
+    "cli/test_server_refused.py",
+    "cli/test_output.py",
+    "backends/test_postgres_faults.py",
+    "backends/test_amqp.py",
     "server/test_bounds.py",
     "e2e/test_readme.py",
-    "backends/test_amqp_faults.py",
-    "e2e/test_docs.py",
-    "server/test_dispatch_prefetch.py",
-    "faults/test_amqp_network.py",
-    "backends/test_amqp_fastput.py",
+    "faults/test_postgres_network.py",
+    "cli/test_secrets.py",
+    "conformance/test_fire_ahead.py",
+    "backends/test_amqp_thread_put.py",
+    "server/test_outage.py",
+    "worker/test_worker.py",
+    "server/test_budget.py",
     "contract/test_contract.py",
 )
 

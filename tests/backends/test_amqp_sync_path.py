@@ -123,8 +123,8 @@ def test_sync_reserves_go_from_the_callers_thread_while_the_loop_thread_is_block
             id = queue.put("now")  # a fast put, from this thread
             assert [m.id for m in waiting.result(timeout=5)] == [id]
             queue.ack(waiting.result()[0])
+            started = time.monotonic()  # before the put: its due time counts from it
             later = queue.put("later", delay=0.3)
-            started = time.monotonic()
             got = pool.submit(queue.reserve, wait=5).result(timeout=6)
             assert [m.id for m in got] == [later]
             assert time.monotonic() - started >= 0.25  # held until its due time

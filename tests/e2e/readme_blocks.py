@@ -63,7 +63,7 @@ SIGNING_SECRET = "readme-signing-secret-0123456789"
 SIGNED_BODY = b'{"order": 42}'
 CHANGED_BODY = b'{"order": 43}'
 COMMAND_TIMEOUT = 60.0
-READY_TIMEOUT = 20.0
+READY_TIMEOUT = 60.0  # a wait for readiness (spawned children import the app), not a measure
 STOP_TIMEOUT = 20.0
 
 
