@@ -86,8 +86,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Stop the Redis Cluster the session started, if any (an xdist worker may exit
-    without running ``atexit``)."""
+    """Stop the Redis Cluster the session started, if any, and drop the PostgreSQL
+    schemas kept for reuse (an xdist worker may exit without running ``atexit``)."""
     cluster = sys.modules.get("backends._redis_cluster")
     if cluster is not None:
         cluster.stop_shared()
+    conformance = sys.modules.get("conformance.conftest")
+    if conformance is not None:
+        conformance.drop_spare()
