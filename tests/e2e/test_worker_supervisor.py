@@ -223,7 +223,7 @@ def test_a_second_stop_reaches_a_child_that_was_not_running_when_both_were_sent(
     with Queue(project.url, name="jobs") as queue:
         held = queue.get("j0")
     assert held is not None
-    assert (held.state.value, held.attempts) == ("ready", 0)
+    assert (held.state.value, held.attempts) == ("ready", 0), project.stderr.read_text()
 
 
 @pytest.mark.parametrize("url", ["sqlite"], indirect=True)
