@@ -670,24 +670,27 @@ class Worker:
             except Exception:  # an unknown task: its job sends it to dead
                 left.append(msg)
                 continue
-            is_async = call.is_async
-            if (
-                call.cron is not None
-                or call.timeout is not None
-                # async: held by the reserve loop, then an inbox's; or stopping (its
-                # job gives it back). sync, of a mixed app: the pool.
-                or ((not_before or self._inbox_closed) if is_async else lane is None)
-            ):
+            if call.cron is not None or call.timeout is not None:
                 left.append(msg)
                 continue
-            held = _Held(queue, msg, call, renew_at, acker, None if is_async else context)
+            if not call.is_async and lane is None:  # a sync call of a mixed app: the pool
+                left.append(msg)
+                continue
+            if call.is_async and not_before:  # held by the reserve loop, then an inbox's
+                left.append(msg)
+                continue
+            if call.is_async and self._inbox_closed:  # stopping: its job gives it back
+                left.append(msg)
+                continue
+            held = _Held(queue, msg, call, renew_at, acker)
             self._held[held] = None
             if debug:
                 log_event(_DEBUG, "job.reserved", queue=queue.name, id=msg.id, attempt=msg.attempts)
-            if is_async:
+            if call.is_async:
                 self._inbox.append(held)
-            else:
-                calls.append(held)
+                continue
+            held.context = context
+            calls.append(held)
         if self._held:
             assert self._held_empty is not None
             self._held_empty.clear()

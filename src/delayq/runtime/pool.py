@@ -236,12 +236,12 @@ class _Run:
     finished: bool = False
     dropped: bool = False  # never to start (the lane closed, or its caller gave up)
     abandoned: bool = False  # timed out: its thread ends when it returns
-    # Its outcome, set by the thread that ended it: what it raised (or None), what it
-    # returned, and how long it ran (seconds; None: it never started, the lane closed
-    # while its thread held it until its ``not_before``).
-    error: BaseException | None = None
-    result: Any = None
-    took: float | None = None
+
+
+#: A call a lane thread ended: the call, what it raised (or None), what it returned,
+#: and how long it ran (seconds; None: it never started, the lane closed while its
+#: thread held it until its ``not_before``).
+_Ended = tuple[_Run, BaseException | None, Any, float | None]
 
 
 class SyncLane:
@@ -284,7 +284,7 @@ class SyncLane:
         self._runs: deque[_Run] = deque()  # under _lock, as are the four below
         self._sleeping = 0  # threads waiting for a ring of the bell
         self._ringing = False  # a ring on its way: the woken thread wakes the next
-        self._ended: list[_Run] = []  # calls ended, their outcomes not yet delivered
+        self._ended: list[_Ended] = []
         self._waking = False  # a delivery to the loop on its way
         self._bell: SimpleQueue[None] = SimpleQueue()
         self._closed = False
@@ -374,35 +374,19 @@ class SyncLane:
             self._spawn()  # its thread runs on: another one takes its place
         return True
 
-    def _next(self, ended: _Run | None) -> _Run | None:
-        """On a lane thread: hand over the outcome of the call it ``ended`` (if any,
-        set on it), then the next call to run (marked started); None once closed, or
-        when the call it ended was abandoned (its thread ends). One lock section for
-        both: a thread that blocks on the lock gives the GIL away."""
+    def _next(self, ended: _Ended | None) -> _Run | None:
+        """On a lane thread: hand over the outcome of the call it ``ended`` (if any),
+        then the next call to run (marked started); None once closed, or when the call
+        it ended was abandoned (its thread ends). One lock section for both: a thread
+        that blocks on the lock gives the GIL away."""
         wake = ring = False
         woken = False
         while True:
             with self._lock:
                 abandoned = False
                 if ended is not None:
-                    # Note its outcome, and whether to wake the loop for those held.
-                    took = ended.took
-                    if took is not None:
-                        mean = self.mean_call
-                        self.mean_call = took if mean is None else mean + (took - mean) / 16
-                    ended.finished = True
-                    abandoned = ended.abandoned
-                    held = self._ended
-                    held.append(ended)
+                    wake, abandoned = self._ended_locked(ended)
                     ended = None
-                    if not self._waking and (
-                        len(held) >= self.batch
-                        or len(self._runs) < self._round
-                        or took is None
-                        or took >= LONG_CALL
-                        or self._closed
-                    ):
-                        self._waking = wake = True
                 if woken:
                     self._ringing = False
                 run = None
@@ -433,9 +417,30 @@ class SyncLane:
             self._bell.get()
             woken = True
 
+    def _ended_locked(self, ended: _Ended) -> tuple[bool, bool]:
+        """Under the lock: note a call's outcome; whether to wake the loop for the
+        outcomes held, and whether the call was abandoned (timed out)."""
+        run, _, _, took = ended
+        if took is not None:
+            mean = self.mean_call
+            self.mean_call = took if mean is None else mean + (took - mean) / 16
+        run.finished = True
+        held = self._ended
+        held.append(ended)
+        wake = not self._waking and (
+            len(held) >= self.batch
+            or len(self._runs) < self._round
+            or took is None
+            or took >= LONG_CALL
+            or self._closed
+        )
+        if wake:
+            self._waking = True
+        return wake, run.abandoned
+
     def _serve(self) -> None:
         precise_thread()  # its hold of a call until its due time ends on time
-        ended: _Run | None = None
+        ended: _Ended | None = None
         while True:
             run = self._next(ended)
             del ended
@@ -443,18 +448,18 @@ class SyncLane:
                 return
             if run.not_before and not self._hold(run):
                 run.started = None
-                run.error = NotStarted("the lane closed while it held the call")
-                ended = run  # took stays None: it never started
+                ended = (run, NotStarted("the lane closed while it held the call"), None, None)
                 del run
                 continue
+            error: BaseException | None = None
+            result: Any = None
             try:
-                run.result = run.fn()
+                result = run.fn()
             except BaseException as exc:
-                run.error = exc
+                error = exc
             assert run.started is not None
-            run.took = time.monotonic() - run.started
-            ended = run
-            del run
+            ended = (run, error, result, time.monotonic() - run.started)
+            del run, error, result
 
     def _hold(self, run: _Run) -> bool:
         """On the thread that took ``run``: wait until its ``not_before`` (a wait on the
@@ -478,12 +483,12 @@ class SyncLane:
     def _deliver(self) -> None:
         with self._lock:
             ended, self._ended, self._waking = self._ended, [], False
-        for run in ended:
-            error, future = run.error, run.future
+        for run, error, result, took in ended:
+            future = run.future
             if future is None:
                 assert run.done is not None
                 try:
-                    run.done(run.fn, error, run.result, run.started, run.took or 0.0)
+                    run.done(run.fn, error, result, run.started, took or 0.0)
                 except Exception as exc:  # a bug of done(): the others still get theirs
                     self._loop.call_exception_handler(
                         {"message": "SyncLane done", "exception": exc}
@@ -491,7 +496,7 @@ class SyncLane:
             elif future.done():
                 continue
             elif error is None:
-                future.set_result(run.result)
+                future.set_result(result)
             else:
                 future.set_exception(error)
 
