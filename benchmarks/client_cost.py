@@ -6,7 +6,12 @@ Run ``.venv/bin/python benchmarks/client_cost.py`` (``--paths`` chooses among
 under ``valgrind --tool=callgrind`` twice, with ``--small`` and ``--large``
 operations after the same set-up and warm-up; the difference of the two runs'
 instruction counts, divided by the difference of the operations, is the client's cost
-of one operation: start-up, imports, connecting and warming up cancel out. Valgrind
+of one operation: start-up, imports, connecting and warming up cancel out
+(``--scale N``: N times both counts, so that what happens a few times a run, one
+more or less in either (a collection of the garbage collector's older generations,
+millions of instructions), weighs N times less a job: the memory sync worker path
+moved by 4,000 a job between runs of the same code at 1, by at most 1,150 at 4, the
+async one and the queue alone by at most 750). Valgrind
 counts the instructions of the client process only (the server's work and the time
 spent waiting for it are not in them), and the count hardly depends on what else the
 machine runs, unlike a rate. The table sets each path beside its floor, the least a
@@ -480,10 +485,12 @@ def instructions(path: str, url: str, count: int) -> int:
         return int(match.group(1))
 
 
-def per_operation(path: str, url: str) -> float:
+def per_operation(path: str, url: str, scale: int = 1) -> float:
     """Instructions of one operation of ``path``: the difference of a large and a
-    small run over the difference of their operations."""
+    small run (each ``scale`` times its operations) over the difference of their
+    operations."""
     _, _, _, small, large = PATHS[path]
+    small, large = small * scale, large * scale
     return (instructions(path, url, large) - instructions(path, url, small)) / (large - small)
 
 
@@ -503,6 +510,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pg", default=os.environ.get("DELAYQ_BENCH_PG", DEFAULT_PG))
     parser.add_argument("--redis", default=os.environ.get("DELAYQ_BENCH_REDIS", DEFAULT_REDIS))
     parser.add_argument("--json", type=Path, help="where to write the JSON results")
+    parser.add_argument(
+        "--scale",
+        type=int,
+        default=1,
+        help="times the operations of each run: what happens a few times a run (a "
+        "collection of the garbage collector's older generations) weighs that much "
+        "less a job",
+    )
     parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
@@ -524,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in wanted:
             url = _url(name, args.pg, args.redis, scratch)
             print(f"{name} ...", file=sys.stderr, flush=True)
-            costs[name] = per_operation(name, url)
+            costs[name] = per_operation(name, url, args.scale)
     measures: list[Measure] = []
     for name in wanted:
         about, floor, unit, _, _ = PATHS[name]
@@ -538,11 +553,18 @@ def main(argv: list[str] | None = None) -> int:
         measures.append(Measure(name, about, cost, f"instructions/{unit}", note=note))
     total = time.perf_counter() - started
     print_table(
-        f"delayq client cost, callgrind instructions per operation ({total:.0f} s)", measures
+        f"delayq client cost, callgrind instructions per operation, scale {args.scale} "
+        f"({total:.0f} s)",
+        measures,
     )
     write_json(
         args.json or RESULTS_DIR / "client-cost.json",
-        {"benchmark": "client_cost", "environment": env, "total_seconds": total},
+        {
+            "benchmark": "client_cost",
+            "environment": env,
+            "total_seconds": total,
+            "scale": args.scale,
+        },
         measures,
     )
     return 0

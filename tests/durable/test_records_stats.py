@@ -11,42 +11,49 @@ import time
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from delayq import DuplicateId, LeaseLost
 from delayq.backends._records import Records
 from delayq.durable.inspection import peek_order, select_peek
-from delayq.durable.message import Now, PutRequest, State, compute_stats
+from delayq.durable.message import Now, PutRequest, Record, State, compute_stats, settle
 
 IDS = [f"m{n}" for n in range(8)]
 EPOCH = 1_700_000_000_000
 
-OPS = st.lists(
-    st.one_of(
-        st.tuples(st.just("put"), st.sampled_from(IDS), st.integers(-50, 400)),
-        st.tuples(st.just("replace"), st.sampled_from(IDS), st.integers(-50, 400)),
-        st.tuples(st.just("advance"), st.integers(0, 300)),
-        st.tuples(st.just("back"), st.integers(1, 100)),  # a clock that went back
-        st.tuples(st.just("stats"), st.integers(0, 0)),
-        st.tuples(st.just("claim"), st.integers(1, 3)),
-        st.tuples(st.just("claim_ahead"), st.integers(0, 200)),
-        st.tuples(st.just("ack"), st.integers(0, 7)),
-        st.tuples(st.just("ack_many"), st.integers(0, 7)),
-        st.tuples(st.just("nack"), st.integers(0, 7), st.integers(0, 200)),
-        st.tuples(st.just("dead"), st.integers(0, 7)),
-        st.tuples(st.just("release"), st.integers(0, 7)),
-        st.tuples(st.just("unclaim"), st.integers(0, 7)),  # a claim no caller received
-        st.tuples(st.just("extend"), st.integers(0, 7), st.integers(1, 300)),
-        st.tuples(st.just("cancel"), st.sampled_from(IDS)),
-        st.tuples(st.just("reschedule"), st.sampled_from(IDS), st.integers(-50, 400)),
-        st.tuples(st.just("retry_dead"), st.integers(0, 0)),
-        st.tuples(st.just("purge"), st.sampled_from([None, *State])),
-        st.tuples(st.just("rewrite"), st.sampled_from(IDS)),  # the same record again
-        st.tuples(st.just("drop"), st.sampled_from(IDS)),  # a replayed delete
-    ),
-    max_size=80,
-)
+#: Each operation's arguments (``claim``: how many; ``ack``...: which held message).
+STEPS = {
+    "put": st.tuples(st.sampled_from(IDS), st.integers(-50, 400)),
+    "replace": st.tuples(st.sampled_from(IDS), st.integers(-50, 400)),
+    "advance": st.tuples(st.integers(0, 300)),
+    "back": st.tuples(st.integers(1, 100)),  # a clock that went back
+    "stats": st.tuples(st.integers(0, 0)),
+    "claim": st.tuples(st.integers(1, 3)),
+    "claim_ahead": st.tuples(st.integers(0, 200)),
+    "ack": st.tuples(st.integers(0, 7)),
+    "ack_many": st.tuples(st.integers(0, 7)),
+    "nack": st.tuples(st.integers(0, 7), st.integers(0, 200)),
+    "dead": st.tuples(st.integers(0, 7)),
+    "release": st.tuples(st.integers(0, 7)),
+    "unclaim": st.tuples(st.integers(0, 7)),  # a claim no caller received
+    "extend": st.tuples(st.integers(0, 7), st.integers(1, 300)),
+    "cancel": st.tuples(st.sampled_from(IDS)),
+    "reschedule": st.tuples(st.sampled_from(IDS), st.integers(-50, 400)),
+    "retry_dead": st.tuples(st.integers(0, 0)),
+    "purge": st.tuples(st.sampled_from([None, *State])),
+    "rewrite": st.tuples(st.sampled_from(IDS)),  # the same record again
+    "drop": st.tuples(st.sampled_from(IDS)),  # a replayed delete
+}
+
+
+def _ops(steps: dict[str, Any], **lists: int) -> Any:
+    """Lists of ``(name, *arguments)`` of the operations ``steps`` names."""
+    one = st.one_of(*(args.map(lambda a, name=name: (name, *a)) for name, args in steps.items()))
+    return st.lists(one, **lists)
+
+
+OPS = _ops(STEPS, max_size=80)
 
 
 #: Which arguments of each operation are times (ms).
@@ -96,10 +103,14 @@ def _run(ops: list[tuple[Any, ...]], scale: int = 1) -> None:
             elif op == "stats":
                 pass
             elif op == "claim":
+                expected = _plain_claim(store, now_ms, now_ms, args[0])
                 claimed = store.claim(now(), args[0], 100 * scale)
+                _check_claim(store, claimed, expected)
                 held += [(r.id, r.lease or "") for r in claimed]
             elif op == "claim_ahead":
+                expected = _plain_claim(store, now_ms, now_ms + args[0], 2, ahead=True)
                 claimed = store.claim_ahead(now(), now_ms + args[0], 2, 100 * scale)
+                _check_claim(store, claimed, expected)
                 held += [(r.id, r.lease or "") for r in claimed]
             elif held and op == "ack":
                 store.ack(*held.pop(args[0] % len(held)), now())
@@ -140,6 +151,35 @@ def _run(ops: list[tuple[Any, ...]], scale: int = 1) -> None:
         scheduled = [r for r in store.records.values() if r.state is State.SCHEDULED]
         earliest = min((r.due_at for r in scheduled), default=None)
         assert store.next_due() == earliest
+
+
+def _plain_claim(
+    store: Records, now_ms: int, last: int, limit: int, *, ahead: bool = False
+) -> list[str]:
+    """The ids a claim takes, found by visiting every record: the scheduled ones (an
+    expired lease settled) due by ``last``, by ``(due_at, seq)``, up to ``limit``; ahead,
+    only when none is due at ``now_ms``, those of the earliest due time."""
+    scheduled = sorted(
+        (r.due_at, r.seq, r.id)
+        for r in (settle(r, now_ms) for r in store.records.values())
+        if r.state is State.SCHEDULED
+    )
+    if ahead:
+        if not scheduled or scheduled[0][0] <= now_ms:
+            return []
+        last = min(last, scheduled[0][0])
+    return [id for due_at, _, id in scheduled if due_at <= last][:limit]
+
+
+def _check_claim(store: Records, claimed: list[Record], expected: list[str]) -> None:
+    """A claim took the messages visiting every record finds, in order, each stored as
+    claimed under a lease token of its own."""
+    assert [r.id for r in claimed] == expected
+    assert len({r.lease for r in claimed}) == len(claimed)
+    for record in claimed:
+        assert record.lease is not None
+        assert store.records[record.id] is record
+        assert record.state is State.ACTIVE
 
 
 def _pages_match(store: Records, now_ms: int) -> None:
@@ -183,6 +223,28 @@ def test_stats_answer_what_counting_every_record_answers_over_seconds(
     """The same over seconds: messages due in several seconds' buckets, which a claim,
     a stats call or a page reaches one after the other."""
     _run(ops, scale=10)
+
+
+#: The operations around a claim, several messages at a time (each claim of ``_run``
+#: is checked against visiting every record, ``_plain_claim``).
+CLAIMS = _ops(
+    {
+        **{name: STEPS[name] for name in ("put", "advance", "stats", "claim_ahead", "rewrite")},
+        **{name: STEPS[name] for name in ("ack_many", "nack", "unclaim")},
+        "claim": st.tuples(st.integers(1, 8)),
+    },
+    min_size=4,
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=CLAIMS)
+@example(ops=[("put", "m0", 0), ("put", "m1", 0), ("rewrite", "m0"), ("claim", 3)])
+def test_a_claim_takes_what_visiting_every_record_finds(ops: list[tuple[Any, ...]]) -> None:
+    """Each claim takes the messages due, earliest first, each once (a record written
+    twice unchanged has two heap entries), each under a lease token of its own."""
+    _run(ops, scale=3)
 
 
 def test_a_large_queue_answers_stats_and_pages_without_visiting_every_record() -> None:

@@ -5,6 +5,7 @@ round of calls wait, on :meth:`SyncLane.deliver` and when the lane closes."""
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -306,3 +307,55 @@ def test_a_call_held_until_its_not_before_starts_at_or_after_it_and_a_close_drop
     assert outcomes["due"] is None
     assert "far" not in ran
     assert isinstance(outcomes["far"], NotStarted)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+@pytest.mark.parametrize("batch", [1, 2, 5])
+def test_every_call_of_submit_many_gets_its_own_outcome_once(threads: int, batch: int) -> None:
+    """Whatever the threads and the batch: each call's outcome (what it returned, or
+    what it raised: None here stands for a raise) comes to ``done`` once, with its own
+    call, its start and how long it ran."""
+    draw = random.Random(threads * 10 + batch)
+    calls = [None if draw.random() < 0.3 else draw.randrange(1000) for _ in range(40)]
+    got: dict[int, tuple[Any, BaseException | None, Any, float | None, float]] = {}
+    came: list[int] = []
+
+    def call(n: int, value: int | None) -> Callable[[], Any]:
+        def fn() -> Any:
+            if value is None:
+                raise ValueError(n)
+            return (n, value)
+
+        return fn
+
+    fns = [call(n, value) for n, value in enumerate(calls)]
+    index = {id(fn): n for n, fn in enumerate(fns)}
+
+    def done(
+        fn: Any, error: BaseException | None, result: Any, started: float | None, took: float
+    ) -> None:
+        n = index[id(fn)]
+        came.append(n)  # (an assert here would go to the loop's exception handler)
+        got[n] = (fn, error, result, started, took)
+
+    async def main() -> None:
+        lane = SyncLane(threads, batch=batch)
+        lane.submit_many(fns, done)
+        try:
+            await wait_for(lambda: len(got) == len(fns))
+        finally:
+            lane.close()
+
+    asyncio.run(main())
+    assert sorted(came) == list(range(len(calls)))  # each once
+    for n, value in enumerate(calls):
+        fn, error, result, started, took = got[n]
+        assert fn is fns[n]
+        if value is None:
+            assert isinstance(error, ValueError)
+            assert error.args == (n,)
+            assert result is None
+        else:
+            assert (error, result) == (None, (n, value))
+        assert started is not None
+        assert took >= 0.0

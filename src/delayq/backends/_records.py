@@ -34,7 +34,7 @@ import heapq
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
-from .._fork import new_id
+from .._fork import new_ids
 from ..durable.inspection import count_due, select_peek
 from ..durable.message import (
     Now,
@@ -108,7 +108,8 @@ class Records:
     def write(self, record: Record) -> None:
         records = self.records
         old = records.get(record.id)
-        if old is not None:
+        # A scheduled record not yet ripe (a claim's, unless stats ran) counts nowhere.
+        if old is not None and (old.state is not _SCHEDULED or old.due_at <= self.ripe_at):
             self._uncount(old)
         records[record.id] = record
         state = record.state
@@ -168,9 +169,11 @@ class Records:
             self._dead -= 1
 
     def delete(self, id: str) -> None:
-        records = self.records
-        self._uncount(records[id])
-        del records[id]
+        old = self.records.pop(id)
+        if old.state is _ACTIVE:  # an ack's, inline: counted as active only
+            self._active -= 1
+        else:
+            self._uncount(old)
 
     def drop(self, id: str) -> Record | None:
         """Remove the record of ``id`` if there is one, as :meth:`delete` but unseen by
@@ -206,15 +209,9 @@ class Records:
                 if self._open():
                     continue
                 return None
-            due_at, seq, id = heap[0]
-            record = records.get(id)
-            if (
-                record is not None
-                and record.state is _SCHEDULED
-                and record.seq == seq
-                and record.due_at == due_at
-            ):
-                return due_at
+            entry = heap[0]
+            if _live(records, entry) is not None:
+                return entry[0]
             heapq.heappop(heap)
         return None
 
@@ -271,17 +268,41 @@ class Records:
 
     def _take(self, limit: int, lease_ms: int, last: int, at: Now | None) -> list[Record]:
         """Claim up to ``limit`` scheduled records due at or before ``last``, earliest
-        first, each leased from ``at`` (None: from its own due time)."""
-        claimed: list[Record] = []
-        while len(claimed) < limit:
-            head = self._head_due()
-            if head is None or head > last:
+        first, each leased from ``at`` (None: from its own due time, ``last``: a claim
+        ahead takes one due time). One walk of the heads (a stale entry dropped where
+        it is met, as :meth:`_head_due` drops it) collects them, then one draw of
+        their lease tokens (:func:`~delayq._fork.new_ids`) and one write each."""
+        records = self.records
+        taken: list[Record] = []
+        while len(taken) < limit:
+            heap = self.ripe or self.due
+            if not heap:
+                if self._open():
+                    continue
                 break
-            _, _, id = heapq.heappop(self.ripe or self.due)
-            since = Now(head, head) if at is None else at
-            record = apply_reserve(self.records[id], since, lease_ms, new_id())
-            self.write(record)
-            claimed.append(record)
+            due_at, seq, id = heap[0]
+            if due_at > last:  # every entry of this heap, and of those after it, is later
+                break
+            heapq.heappop(heap)
+            record = records.get(id)
+            if (
+                record is not None
+                and record.state is _SCHEDULED
+                and record.seq == seq
+                and record.due_at == due_at
+                # A record written twice unchanged has two equal entries, popped one
+                # after the other: it is taken once.
+                and not (taken and taken[-1] is record)
+            ):
+                taken.append(record)
+        claimed: list[Record] = []
+        if taken:
+            since = Now(last, last) if at is None else at
+            write = self.write
+            for record, token in zip(taken, new_ids(len(taken)), strict=True):
+                active = apply_reserve(record, since, lease_ms, token)
+                write(active)
+                claimed.append(active)
         self.compact()
         return claimed
 
@@ -639,8 +660,8 @@ class Records:
 
 def _live(records: dict[str, Record], entry: tuple[int, int, str]) -> Record | None:
     """The scheduled record a due heap's ``entry`` stands for; None when the entry is
-    stale (the record went, changed state, or was written again since). The claim's
-    path (``_head_due``) keeps this test inline: a call there costs every claim."""
+    stale (the record went, changed state, or was written again since). A claim's walk
+    (``Records._take``) keeps this test inline: a call there costs every message."""
     due_at, seq, id = entry
     record = records.get(id)
     if (
