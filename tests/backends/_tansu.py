@@ -35,7 +35,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal, NoReturn
 
@@ -85,12 +85,12 @@ def tansu_binary() -> Path:
     return path
 
 
-def _request(port: int, api_key: int, version: int, body: bytes) -> bytes:
+def _request(host: str, port: int, api_key: int, version: int, body: bytes) -> bytes:
     """One Kafka request (header v1: key, version, correlation id, client id) and its
     response's body (after the size and the correlation id)."""
     header = struct.pack(">hhih", api_key, version, 1, len(CLIENT_ID)) + CLIENT_ID
     frame = header + body
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
+    with socket.create_connection((host, port), timeout=2) as sock:
         sock.sendall(struct.pack(">i", len(frame)) + frame)
         size = struct.unpack(">i", _read(sock, 4))[0]
         answer = _read(sock, size)
@@ -109,14 +109,14 @@ def _read(sock: socket.socket, count: int) -> bytes:
     return data
 
 
-def _answers(port: int) -> bool:
+def _answers(host: str, port: int) -> bool:
     """ApiVersions v0 answers with error code 0, then Metadata v1 for no topic
     (an empty array) names at least one broker."""
     try:
-        versions = _request(port, 18, 0, b"")
+        versions = _request(host, port, 18, 0, b"")
         if struct.unpack(">h", versions[:2])[0] != 0:
             return False
-        metadata = _request(port, 3, 1, struct.pack(">i", 0))
+        metadata = _request(host, port, 3, 1, struct.pack(">i", 0))
         return struct.unpack(">i", metadata[:4])[0] >= 1
     except (OSError, struct.error):
         return False
@@ -172,12 +172,20 @@ def _end(process: subprocess.Popen[bytes]) -> None:
 
 
 class TansuBroker:
-    """One private Tansu broker (and, with ``s3`` storage, its S3 server)."""
+    """One private Tansu broker (and, with ``s3`` storage, its S3 server).
 
-    def __init__(self, storage: Storage = "memory") -> None:
+    By default on 127.0.0.1. ``wrap`` runs it under a command prefix (``ip netns exec
+    NAME``: the fault tests' host of tests/faults/_netns.py), listening on every address
+    there and advertising ``host``, the address its clients reach it at."""
+
+    def __init__(
+        self, storage: Storage = "memory", *, host: str = "127.0.0.1", wrap: Sequence[str] = ()
+    ) -> None:
         if storage not in ("memory", "s3"):
             raise ValueError(f"storage must be 'memory' or 's3', not {storage!r}")
         self.storage = storage
+        self.host = host
+        self.wrap = list(wrap)
         self.binary = tansu_binary()
         self.root = Path(tempfile.mkdtemp(prefix="delayq-tansu-"))
         self.log = self.root / "tansu.log"
@@ -195,7 +203,7 @@ class TansuBroker:
     @property
     def bootstrap(self) -> str:
         """``host:port``, what a Kafka client's ``bootstrap_servers`` takes."""
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -217,11 +225,13 @@ class TansuBroker:
         if self.process is not None:
             raise RuntimeError("the broker is already running")
         engine = f"s3://{BUCKET}/" if self.storage == "s3" else "memory://tansu/"
-        url = f"tcp://127.0.0.1:{self.port}"
+        advertised = f"tcp://{self.host}:{self.port}"
+        listener = f"tcp://0.0.0.0:{self.port}" if self.wrap else advertised
         command = [
+            *self.wrap,
             str(self.binary),
             "broker",
-            *("--listener-url", url, "--advertised-listener-url", url),
+            *("--listener-url", listener, "--advertised-listener-url", advertised),
             *("--storage-engine", engine),
         ]
         with self.log.open("ab") as log:
@@ -229,7 +239,7 @@ class TansuBroker:
                 command, stdout=log, stderr=subprocess.STDOUT, env=self._environment()
             )
         deadline = time.monotonic() + READY_TIMEOUT
-        while not _answers(self.port):
+        while not _answers(self.host, self.port):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise TansuUnavailable(f"tansu did not start:\n{self.log_tail()}")

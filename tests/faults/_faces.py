@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 import time
 from collections.abc import Awaitable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from delayq.durable import AsyncQueue, Queue
 from delayq.errors import OutcomeUnknown
 
 from ._history import History, Op
-from ._netns import CONNECT_TIMEOUT, READ_TIMEOUT, NsPostgres
+from ._netns import CONNECT_TIMEOUT, READ_TIMEOUT, NsPostgres, enter
 
 __all__ = [
     "BOUND",
@@ -77,20 +78,56 @@ async def fails(
 
 class Face:
     """A queue of ``url`` named ``name`` on the ``face`` ("sync" or "async"); closed by
-    :meth:`close`, or at the end of an ``async with`` block."""
+    :meth:`close`, or at the end of an ``async with`` block. With ``netns``, every
+    connection of the queue is opened in that network namespace (_netns.enter): the
+    sync face's thread enters it, the asyncio face runs on a loop of its own in a thread
+    that entered it (its calls awaited from the test's loop)."""
 
-    def __init__(self, face: str, url: str, name: str) -> None:
+    def __init__(self, face: str, url: str, name: str, netns: str | None = None) -> None:
         self.face = face
         self._pool: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         if face == "sync":
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="delayq-test-face")
-            self._queue: Any = Queue(url, name=name)
+            self._pool = ThreadPoolExecutor(
+                1,
+                thread_name_prefix="delayq-test-face",
+                initializer=None if netns is None else enter,
+                initargs=() if netns is None else (netns,),
+            )
+            # Made in its thread: the threads it starts are in that thread's namespace.
+            self._queue: Any = self._pool.submit(Queue, url, name=name).result()
+        elif netns is None:
+            self._queue = AsyncQueue(url, name=name)
         else:
+            self._loop = asyncio.new_event_loop()
+            entered: Future[None] = Future()
+
+            def run(loop: asyncio.AbstractEventLoop) -> None:
+                try:
+                    enter(netns)
+                except BaseException as exc:
+                    entered.set_exception(exc)
+                    return
+                entered.set_result(None)
+                asyncio.set_event_loop(loop)
+                loop.run_forever()
+
+            self._thread = threading.Thread(target=run, args=(self._loop,), daemon=True)
+            self._thread.start()
+            entered.result()
             self._queue = AsyncQueue(url, name=name)
 
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """``queue.<method>(*args, **kwargs)`` on this face."""
         bound = getattr(self._queue, method)
+        if self._loop is not None:
+            done = asyncio.run_coroutine_threadsafe(bound(*args, **kwargs), self._loop)
+            try:
+                return await asyncio.wrap_future(done)
+            except asyncio.CancelledError:
+                done.cancel()
+                raise
         if self._pool is None:
             return await bound(*args, **kwargs)
         loop = asyncio.get_running_loop()
@@ -103,12 +140,17 @@ class Face:
         await self.close()
 
     async def close(self) -> None:
-        """Close the queue (and the sync face's thread)."""
+        """Close the queue (and the sync face's thread, or the asyncio face's loop)."""
         try:
             await self.call("close")
         finally:
             if self._pool is not None:
                 self._pool.shutdown(wait=False)
+            if self._loop is not None and self._thread is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 10)
+                if not self._thread.is_alive():
+                    self._loop.close()
 
 
 async def reserve(q: Face, history: History, **options: Any) -> list[Any]:

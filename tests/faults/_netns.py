@@ -28,6 +28,7 @@ stops it by PID; :class:`NsPostgres` a private PostgreSQL (``initdb``, run as th
 
 from __future__ import annotations
 
+import ctypes
 import ipaddress
 import os
 import re
@@ -52,6 +53,7 @@ __all__ = [
     "NsRabbit",
     "NsRedis",
     "ServerHost",
+    "enter",
     "namespaces_refused",
     "unavailable",
 ]
@@ -62,6 +64,8 @@ _SLOTS = _POOL.num_addresses // 4
 _PREFIX = "dqf"
 _NAME = re.compile(rf"^{_PREFIX}(\d+)s\d+$")
 _counter = 0
+#: setns(2)'s flag of a network namespace.
+_CLONE_NEWNET = 0x40000000
 #: The socket and connect timeouts (s) of the tests' URLs (the defaults are 10 and 5).
 READ_TIMEOUT = 1.0
 CONNECT_TIMEOUT = 0.5
@@ -102,6 +106,17 @@ def namespaces_refused() -> str:
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         return str(exc)
     return ""
+
+
+def enter(name: str) -> None:
+    """Move the calling thread into the network namespace ``name`` (setns(2) through
+    libc: what ``ip netns exec`` does for a process). The sockets the thread opens
+    from then on, and the threads it starts, are that namespace's."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open(f"/var/run/netns/{name}") as handle:
+        if libc.setns(handle.fileno(), _CLONE_NEWNET) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"setns into {name}: {os.strerror(errno)}")
 
 
 def _sweep() -> None:
@@ -149,28 +164,34 @@ class Link:
     """One veth pair between the root namespace and a host: ``address`` is the host's
     end, ``peer`` the root namespace's."""
 
-    def __init__(self, host: ServerHost, index: int) -> None:
+    def __init__(self, host: ServerHost, index: int, client: ServerHost | None = None) -> None:
         self.host = host
-        self.outer = f"{host.name}o{index}"  # in the root namespace
+        #: The namespace of the link's outer end: the root's (None), or a client host's
+        #: (a process's threads that enter it reach the server through this link alone).
+        self.client = client
+        self.outer = f"{host.name}o{index}"  # in the root namespace, or the client's
         self.inner = f"{host.name}i{index}"  # in the host's namespace
         self.subnet = _free_subnet([link.subnet for link in host.links])
         peer, address = list(self.subnet.hosts())
         self.peer, self.address = str(peer), str(address)
         ns = host.name
+        outer = self._outer_ip
         _run(["ip", "link", "add", self.outer, "type", "veth", "peer", "name", self.inner])
         try:
             _run(["ip", "link", "set", self.inner, "netns", ns])
-            _run(["ip", "addr", "add", f"{self.peer}/30", "dev", self.outer])
-            _run(["ip", "link", "set", self.outer, "up"])
+            if client is not None:
+                _run(["ip", "link", "set", self.outer, "netns", client.name])
+            _run([*outer, "addr", "add", f"{self.peer}/30", "dev", self.outer])
+            _run([*outer, "link", "set", self.outer, "up"])
             _run(["ip", "-n", ns, "addr", "add", f"{self.address}/30", "dev", self.inner])
             _run(["ip", "-n", ns, "link", "set", self.inner, "up"])
             # Permanent neighbours: no ARP, so a cut stays silent (a failed ARP
             # lookup would answer "no route to host") and a heal is immediate.
-            outer_mac = _mac(["ip", "link", "show", self.outer])
+            outer_mac = _mac([*outer, "link", "show", self.outer])
             inner_mac = _mac(["ip", "-n", ns, "link", "show", self.inner])
             _run(
                 [
-                    "ip",
+                    *outer,
                     "neigh",
                     "replace",
                     self.address,
@@ -204,11 +225,27 @@ class Link:
         self._outer_dropping = self._inner_dropping = False
         self._losing = False
 
+    @property
+    def _outer_ip(self) -> list[str]:
+        """``ip`` in the namespace of the link's outer end."""
+        return ["ip"] if self.client is None else ["ip", "-n", self.client.name]
+
+    def route(self, address: str) -> None:
+        """From the client host (the outer end's namespace), ``address`` (another of
+        the server's) through this link: a broker that advertises one address to every
+        client is reached through this link by the client host's threads."""
+        if self.client is None:
+            raise RuntimeError("only a client host's link routes an address of its own")
+        _run([*self._outer_ip, "route", "replace", f"{address}/32", "via", self.address])
+
     def _drop(self, inner: bool, on: bool) -> None:
         """Start or stop dropping what one end sends (a ``blackhole`` root qdisc)."""
         if (self._inner_dropping if inner else self._outer_dropping) == on:
             return
-        where = ["ip", "netns", "exec", self.host.name] if inner else []
+        if inner:
+            where = self.host.exec_argv([])
+        else:
+            where = [] if self.client is None else self.client.exec_argv([])
         device = self.inner if inner else self.outer
         verb = "add" if on else "del"
         _run([*where, "tc", "qdisc", verb, "dev", device, "root", *(["blackhole"] if on else [])])
@@ -271,7 +308,8 @@ class Link:
 
     def remove(self) -> None:
         """Delete the pair (deleting one end deletes both)."""
-        subprocess.run(["ip", "link", "del", self.outer], capture_output=True, check=False)
+        argv = [*self._outer_ip, "link", "del", self.outer]
+        subprocess.run(argv, capture_output=True, check=False)
 
 
 class ServerHost:
@@ -291,9 +329,9 @@ class ServerHost:
             self.close()
             raise
 
-    def link(self) -> Link:
-        """A new link from the root namespace to this host."""
-        link = Link(self, len(self.links))
+    def link(self, client: ServerHost | None = None) -> Link:
+        """A new link from the root namespace (or from ``client``'s) to this host."""
+        link = Link(self, len(self.links), client)
         self.links.append(link)
         return link
 

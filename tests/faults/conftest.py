@@ -8,8 +8,12 @@ import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
+
+from backends._tansu import TansuBroker, TansuUnavailable, s3_broker  # noqa: F401
+from backends._tansu import unavailable as kafka_unavailable
 
 from ._netns import Link, NsRabbit, NsRedis, ServerHost, namespaces_refused, unavailable
 
@@ -120,3 +124,50 @@ def rabbit_link(rabbit_host: ServerHost, ns_rabbit: NsRabbit) -> Iterator[Callab
             link.heal()
             link.remove()
             rabbit_host.links.remove(link)
+
+
+# -- Kafka (kafka://) --------------------------------------------------------------------
+
+
+class KafkaNet(NamedTuple):
+    """A private Tansu broker (memory storage) in a host's namespace, advertising the
+    address of ``direct`` (a link from the root namespace), and a client host (a
+    namespace, ``clients``) whose one route to that address is ``cut_off``: a thread
+    that enters ``clients`` (_netns.enter, ``Face(netns=...)``) reaches the broker
+    through ``cut_off``, every other through ``direct``. A broker advertises one
+    address to all its clients, so two clients of one process cannot otherwise be cut
+    apart."""
+
+    broker: TansuBroker
+    direct: Link
+    cut_off: Link
+    clients: str
+
+
+@pytest.fixture(scope="module")
+def kafka_net(namespaces: None) -> Iterator[KafkaNet]:
+    """:class:`KafkaNet`, once a module (tests use a namespace of their own on it: a
+    fresh ``prefix``); the links healed after each test by :func:`kafka_links`."""
+    pytest.importorskip("aiokafka")
+    with ServerHost() as host, ServerHost() as clients:
+        direct = host.link()
+        cut_off = host.link(client=clients)
+        cut_off.route(direct.address)
+        try:
+            broker = TansuBroker("memory", host=direct.address, wrap=host.exec_argv([]))
+        except TansuUnavailable as exc:
+            kafka_unavailable(str(exc))
+        try:
+            yield KafkaNet(broker, direct, cut_off, clients.name)
+        finally:
+            broker.close()
+
+
+@pytest.fixture
+def kafka_links(kafka_net: KafkaNet) -> Iterator[KafkaNet]:
+    """:func:`kafka_net`, its links healed at the end of the test, even on failure."""
+    try:
+        yield kafka_net
+    finally:
+        kafka_net.direct.heal()
+        kafka_net.cut_off.heal()

@@ -304,18 +304,31 @@ class KafkaTransport:
         partition: int = 0,
     ) -> int:
         """Produce one record and wait for the brokers' acknowledgement (``acks=all``):
-        its offset; ConnectionError when it was not given."""
+        its offset; ConnectionError when it was not given within the request timeout.
+
+        Bounded here: through a link that hangs (packets dropped, no reset) the
+        producer's own timeouts add up, a wait for the partition's leader and then
+        for the produce's answer, each ``request_timeout_ms``, so a call's request
+        took twice its timeout to fail."""
         producer = self._producer
         if producer is None:
             raise ConnectionError("the Kafka clients are closed")
+        timeout = self._settings.request_timeout
         try:
-            sent = await producer.send_and_wait(
-                topic,
-                value,
-                key=key,
-                partition=partition,
-                headers=[(name, text.encode()) for name, text in headers.items()],
+            sent = await asyncio.wait_for(
+                producer.send_and_wait(
+                    topic,
+                    value,
+                    key=key,
+                    partition=partition,
+                    headers=[(name, text.encode()) for name, text in headers.items()],
+                ),
+                timeout,
             )
+        except asyncio.TimeoutError:
+            raise ConnectionError(
+                f"the Kafka {what} was not acknowledged in {timeout:g} s"
+            ) from None
         except KafkaError as exc:
             raise ConnectionError(f"the Kafka {what} was not acknowledged: {exc!r}") from exc
         return int(sent.offset)
