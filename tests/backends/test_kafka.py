@@ -23,6 +23,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from delayq import AsyncQueue, Queue
+from delayq.backends.kafka import OUTAGE_ERRORS
 from delayq.backends.kafka._url import parse
 from delayq.errors import UnsupportedURL
 
@@ -160,6 +161,28 @@ def test_a_candidate_that_joins_leaves_the_scheduler_in_place(memory_broker: Tan
     assert second.stats().scheduled == 21
     second.purge()
     second.close()
+
+
+@pytest.mark.slow
+def test_a_candidate_whose_request_timeout_is_shorter_than_an_election_is_elected(
+    memory_broker: TansuBroker,
+) -> None:
+    """A candidate's calls get no reply until it is elected (3 to 5 s on Tansu). Each
+    call left without a reply gave up the connection, and with it the candidacy being
+    elected, so with a request timeout shorter than an election it never was: now a
+    link that no scheduler ever answered keeps its connection, and the election ends."""
+    url = _url(memory_broker, scheduler="on", request_timeout="2")
+    with Queue(url, name="jobs") as queue:
+        give_up = time.monotonic() + 40
+        while True:
+            try:
+                queue.stats()
+                break
+            except OUTAGE_ERRORS:
+                assert time.monotonic() < give_up, "never elected"
+        queue.put("kept", id="m1", on_conflict="replace")
+        assert queue.get("m1") is not None
+        queue.purge()
 
 
 async def _usurp(bootstrap: str, prefix: str) -> None:

@@ -32,6 +32,7 @@ __all__ = [
     "PG_BOUND",
     "PG_OUTAGE",
     "Face",
+    "drain",
     "fails",
     "reserve",
     "settle",
@@ -165,3 +166,11 @@ async def settle(q: Face, history: History, kind: str, message: Any, **options: 
     """``q.<kind>(message, **options)`` (ack, nack, release), recorded in ``history``."""
     with history.call(kind, message.id, token=message.lease, delay=options.get("delay", 0.0)):
         await q.call(kind, message, **options)
+
+
+async def drain(q: Face, history: History, lease: float) -> None:
+    """Reserve and ack on ``q`` until a reserve waiting past ``lease`` gets nothing
+    (the messages of a lease that ran out meanwhile included), each call recorded."""
+    while messages := await reserve(q, history, lease=lease, wait=lease + 2):
+        for message in messages:
+            await settle(q, history, "ack", message)

@@ -80,10 +80,11 @@ def check_partition(
     cut_off: Link,
     outage: Outage,
     ready: Callable[[Face, Face], Awaitable[None]] | None = None,
+    netns: str | None = None,
 ) -> None:
     """:func:`partition` of 5 messages, then its history checked: nothing lost or
     early; each message delivered twice, its first lease expired in between."""
-    history = asyncio.run(partition(face, urls, cut_off, outage, 5, ready))
+    history = asyncio.run(partition(face, urls, cut_off, outage, 5, ready, netns))
     report = check(history)
     report.assert_ok()
     assert report.messages == 5 + 1
@@ -164,12 +165,14 @@ async def partition(
     outage: Outage,
     count: int,
     ready: Callable[[Face, Face], Awaitable[None]] | None = None,
+    netns: str | None = None,
 ) -> History:
     """Scenario 1: the consumer on ``urls[0]`` (through ``cut_off``) holds ``count``
     messages and is cut off past their lease; its ack fails; the one on ``urls[1]``
     gets them after the lease; after the heal the first one's acks and nacks raise
     LeaseLost and change nothing, and its next reserve works. ``ready(first,
-    second)`` runs first (amqp:// elects one of them there)."""
+    second)`` runs first (amqp:// elects one of them there). ``netns``: the network
+    namespace the first one's connections are opened in (kafka://'s client host)."""
     history = History(unknown=[OutcomeUnknown])
     ids = [f"job-{n}" for n in range(count)]
 
@@ -180,7 +183,7 @@ async def partition(
         await _settle(q, history, kind, message, **options)
 
     async with (
-        Face(face, urls[0], "partition") as first,
+        Face(face, urls[0], "partition", netns) as first,
         Face(face, urls[1], "partition") as second,
     ):
         if ready is not None:

@@ -31,7 +31,7 @@ import pytest
 from delayq.durable import Queue
 from delayq.errors import OutcomeUnknown
 
-from ._faces import FACES, Face
+from ._faces import FACES, Face, drain
 from ._faces import reserve as _reserve
 from ._faces import settle as _settle
 from ._history import History, check
@@ -231,9 +231,7 @@ def test_a_silenced_scheduler_fails_its_calls_in_bounded_time_and_is_replaced(
                 await client.call("put", "c", id="c")
             silent.heal()
             await first.call("stats")  # back, on a new connection
-            while messages := await _reserve(client, history, lease=LEASE, wait=LEASE + 2):
-                for message in messages:
-                    await _settle(client, history, "ack", message)
+            await drain(client, history, LEASE)
 
     asyncio.run(main())
     report = check(history)

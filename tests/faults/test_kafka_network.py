@@ -29,11 +29,11 @@ import pytest
 
 from delayq.errors import OutcomeUnknown
 
-from ._faces import FACES, Face
+from ._faces import FACES, Face, drain
 from ._faces import reserve as _reserve
 from ._faces import settle as _settle
 from ._history import History, check
-from ._scenarios import Outage
+from ._scenarios import Outage, check_partition
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -130,3 +130,72 @@ def test_calls_through_a_hung_link_fail_in_bounded_time_and_the_client_resumes(
     report = check(history)
     report.assert_ok()
     assert report.messages == 4  # a, b, c, d
+
+
+@pytest.mark.parametrize(
+    ("face", "victim"),
+    # One face each: a failover takes some 15 s on Tansu, and the scheduler and the
+    # transport are the same code under both faces.
+    [("sync", "client"), ("async", "scheduler")],
+)
+def test_a_consumer_partitioned_past_its_leases_loses_them_and_comes_back(
+    face: str, victim: str, kafka_links: KafkaNet
+) -> None:
+    """When the partitioned consumer is the elected scheduler, the other candidate takes
+    over once the group's coordinator has dropped the cut-off member (its heartbeats
+    stop: a session timeout), and replays the leases."""
+    net = kafka_links
+    prefix = _fresh()
+    urls = (_url(net, prefix, "on"), _url(net, prefix, "on", ELECTION))
+
+    async def elect(first: Face, second: Face) -> None:
+        """The first of them to call is elected (a first election takes longer than the
+        short request timeout on Tansu: its first calls are tried again)."""
+        for q in (first, second) if victim == "scheduler" else (second, first):
+            await _answers_again(q)
+
+    check_partition(face, urls, net.cut_off, KAFKA, ready=elect, netns=net.clients)
+
+
+def test_a_hung_scheduler_fails_its_calls_in_bounded_time_and_is_replaced(
+    kafka_links: KafkaNet,
+) -> None:
+    """The elected scheduler's link hangs (the broker's packets dropped: what it sends
+    still arrives): its own calls raise OutcomeUnknown within its request timeout; its
+    appends go unanswered, so it steps down, and the other candidate takes over: a
+    client on the link that stays up goes on (nothing lost, nothing early); the hung
+    process comes back once its link heals."""
+    net = kafka_links
+    prefix = _fresh()
+    history = History(unknown=[OutcomeUnknown])
+
+    async def main() -> None:
+        async with (
+            Face("sync", _url(net, prefix, "on"), "hung", net.clients) as first,
+            Face("sync", _url(net, prefix, "on", ELECTION), "hung") as second,
+            Face("sync", _url(net, prefix, "off", ELECTION), "hung") as client,
+        ):
+            for q in (first, second, client):
+                await _answers_again(q)  # the first is elected
+            for id in ("a", "b"):
+                with history.call("put", id, delay=0.5):
+                    await client.call("put", id, id=id, delay=0.5, on_conflict="replace")
+            [held] = await _reserve(first, history, lease=LEASE, wait=5)
+            net.cut_off.silence()
+            # One after the other: the sync face's calls of one thread are.
+            with history.call("put", "s") as put_op:
+                lost = [await outage(first.call("put", "s", id="s", on_conflict="replace"), put_op)]
+            with history.call("ack", held.id, token=held.lease) as ack_op:
+                lost.append(await outage(first.call("ack", held), ack_op))
+            assert all(isinstance(exc, OutcomeUnknown) for exc in lost), lost
+            # The other candidate takes over: the client's put goes through.
+            with history.call("put", "c"):
+                await client.call("put", "c", id="c", on_conflict="replace")
+            net.cut_off.heal()
+            await _answers_again(first)  # back
+            await drain(client, history, LEASE)
+
+    asyncio.run(main())
+    report = check(history)
+    report.assert_ok()
+    assert report.messages >= 3  # a, b, c (and s, of unknown fate, if it ran)

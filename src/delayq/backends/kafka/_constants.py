@@ -8,8 +8,10 @@ __all__ = [
     "DEFAULT_REQUEST_TIMEOUT",
     "DEFAULT_RETENTION_BYTES",
     "HEARTBEAT_MS",
+    "JOIN_TIMEOUT_MS",
     "MAX_RECORD_BYTES",
     "MIN_RETENTION_BYTES",
+    "REBALANCE_TIMEOUT_MS",
     "REPLY_PARTITIONS",
     "SESSION_TIMEOUT_MS",
     "Names",
@@ -44,6 +46,15 @@ REPLY_PARTITIONS = 8
 SESSION_TIMEOUT_MS = 10_000
 #: How often a candidate heartbeats the group.
 HEARTBEAT_MS = 1_000
+#: The election group's rebalance timeout (``max.poll.interval.ms`` of a candidate's
+#: member): how long the coordinator waits for the members to join again at a
+#: rebalance, holding each one's JoinGroup request meanwhile.
+REBALANCE_TIMEOUT_MS = 30_000
+#: The least request timeout of a candidate's member: a JoinGroup request is answered
+#: once the rebalance is done (as Kafka's Java client does, the rebalance timeout and
+#: 5 s). With a shorter one, every join that a rebalance held longer was given up (on
+#: Tansu a join is held 1 to 3 s), and the candidate was never elected.
+JOIN_TIMEOUT_MS = REBALANCE_TIMEOUT_MS + 5_000
 
 
 def log_config(retention_bytes: int) -> dict[str, str]:

@@ -34,7 +34,9 @@ from ...durable.message import Record
 from .._replicated import Delivery, LogEntry, Refused, ServerRefused
 from ._constants import (
     HEARTBEAT_MS,
+    JOIN_TIMEOUT_MS,
     MAX_RECORD_BYTES,
+    REBALANCE_TIMEOUT_MS,
     REPLY_PARTITIONS,
     SESSION_TIMEOUT_MS,
     Names,
@@ -428,9 +430,14 @@ class KafkaTransport:
         lock = self._names.lock
         listener = LockListener(lock, on_token, self._lost)
         self._lock = listener
+        common = self._common()
+        # Its JoinGroup requests wait for the rebalance (JOIN_TIMEOUT_MS).
+        common["request_timeout_ms"] = max(common["request_timeout_ms"], JOIN_TIMEOUT_MS)
         consumer = AIOKafkaConsumer(
-            **self._common(),
+            **common,
             group_id=lock,
+            max_poll_interval_ms=REBALANCE_TIMEOUT_MS,
+            rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
             enable_auto_commit=False,
             session_timeout_ms=SESSION_TIMEOUT_MS,
             heartbeat_interval_ms=HEARTBEAT_MS,

@@ -174,7 +174,16 @@ class Election(LinkState):
         without a reset (a link that went silent: TCP then holds every later send
         behind its retransmissions, and the heartbeats notice only after 3 x (heartbeat
         + 1) s), so the next call opens a new one. A scheduler so stops being one, as
-        its clients are not being answered either."""
+        its clients are not being answered either.
+
+        Kept while this link stands and no scheduler ever answered it: the likelier
+        cause is that none is elected yet, and this candidacy may be the one being
+        elected (on Kafka a group's join takes seconds: a request timeout shorter than
+        an election gave the candidacy up at each call, and it never was elected). A
+        connection that is dead all the same is found by the broker client itself
+        (heartbeats, timeouts), as for any candidate that does not call."""
+        if self._candidate and self._scheduler is None and not self._core.served:
+            return
         if transport is self._transport:
             self._on_lost(transport)
             self._close_later(self._close(transport))
