@@ -6,7 +6,8 @@ namespace has messages scheduled, some falling due during the outage and some af
 What a user relies on: every put that returned is delivered once, none before its
 time; the scheduler reconnects and goes on by itself (nobody reopens anything); a put
 made while the broker is down either returns once it is back or fails with an error
-that says so (an outage, or an unknown outcome), never returns and is lost.
+that says so (an outage, or an unknown outcome), never returns and is lost; the elected
+scheduler killed (SIGKILL) across the restart is replaced by another candidate.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import asyncio
 import contextlib
 import secrets
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,6 +33,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 pytest.importorskip("aiokafka")
 from backends._tansu import TansuBroker  # noqa: E402
+from backends.test_amqp_standby import Scheduler, schedulers  # noqa: E402
 from delayq.backends.kafka import OUTAGE_ERRORS  # noqa: E402 (needs aiokafka)
 
 #: A call rides an outage out for this long (s) before it fails: longer than the
@@ -122,3 +126,47 @@ def test_every_acknowledged_message_is_delivered_once_across_a_broker_restart(
     report.assert_ok()
     assert report.duplicates == 0
     assert report.messages >= 2 * EACH
+
+
+def test_a_scheduler_killed_across_a_broker_restart_is_replaced(
+    s3_broker: TansuBroker, tmp_path: Path
+) -> None:
+    """The elected scheduler, a ``delayq scheduler`` process, killed (SIGKILL) and the
+    broker restarted right after: the other candidate, another such process, is
+    elected by itself and every acknowledged message comes out once, none early."""
+    prefix = f"delayq-test-{secrets.token_hex(4)}"
+    history = History(unknown=[OutcomeUnknown])
+    ids = [f"soon-{n}" for n in range(EACH)] + [f"later-{n}" for n in range(EACH)]
+    url = _url(s3_broker, prefix, "off").replace("&scheduler=off", "")
+
+    async def main(first: Scheduler, start: Callable[[str], Scheduler]) -> None:
+        loop = asyncio.get_running_loop()
+        client_url = _url(s3_broker, prefix, "off").replace(
+            f"request_timeout={REQUEST_TIMEOUT:g}", "request_timeout=60"
+        )
+        async with Face("sync", client_url, "killed") as client:
+            for n in range(EACH):
+                for id, delay in ((f"soon-{n}", 0.5), (f"later-{n}", LATER)):
+                    with history.call("put", id, delay=delay):
+                        await client.call("put", id, id=id, delay=delay, on_conflict="replace")
+            second = start(url)
+            await loop.run_in_executor(None, second.wait_for, "scheduler_standing")
+            first.kill()
+            await loop.run_in_executor(None, s3_broker.restart)
+            await loop.run_in_executor(None, second.wait_for, "scheduler_elected")
+            got: set[str] = set()
+            while not set(ids) <= got:
+                messages = await _reserve(client, history, wait=5, max=20, lease=60)
+                assert messages or set(ids) <= got, f"missing: {sorted(set(ids) - got)}"
+                for message in messages:
+                    got.add(message.id)
+                    await _settle(client, history, "ack", message)
+
+    with schedulers(tmp_path) as start:
+        first = start(url)
+        first.wait_for("scheduler_elected")
+        asyncio.run(main(first, start))
+    report = check(history)
+    report.assert_ok()
+    assert report.duplicates == 0
+    assert report.messages == 2 * EACH
