@@ -72,6 +72,20 @@ LONGEST_FIRST = (
 )
 
 
+#: The files with a test run on kafka (a parameter ``"kafka"``), read at the first
+#: teardown from the session's tests.
+KAFKA_FILES: set[str] = set()
+
+
+def _kafka_files(items: list[pytest.Item]) -> set[str]:
+    found = set()
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "kafka" in callspec.params.values():
+            found.add(str(item.path))
+    return found
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
 
@@ -85,12 +99,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=key)  # stable: the rest keep their order
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Close the kafka namespace of tests/conformance/conftest.py (its scheduler held
+    open, an election costs seconds on Tansu) after a file's last test, unless the
+    next file has kafka tests too: consecutive files with kafka tests share it. Last,
+    once the test's fixtures (which purge its queues through that scheduler) are torn
+    down."""
+    if not KAFKA_FILES:
+        KAFKA_FILES.update(_kafka_files(item.session.items) or {""})
+    if nextitem is not None and (nextitem.path == item.path or str(nextitem.path) in KAFKA_FILES):
+        return
+    conformance = sys.modules.get("conformance.conftest")
+    if conformance is not None:
+        conformance.close_kafka_namespace()
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Stop the Redis Cluster the session started, if any, and drop the PostgreSQL
-    schemas kept for reuse (an xdist worker may exit without running ``atexit``)."""
+    """Stop the Redis Cluster and the Tansu broker the session started, if any, and
+    drop the PostgreSQL schemas kept for reuse (an xdist worker may exit without running
+    ``atexit``)."""
     cluster = sys.modules.get("backends._redis_cluster")
     if cluster is not None:
         cluster.stop_shared()
     conformance = sys.modules.get("conformance.conftest")
     if conformance is not None:
         conformance.drop_spare()
+        conformance.close_kafka_namespace(broker=True)

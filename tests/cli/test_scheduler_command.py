@@ -1,6 +1,6 @@
-"""``delayq scheduler``: a process that is only the scheduler of an amqp:// namespace,
-so producers and consumers that never stand get served; and the startup check of the
-long-running commands on an amqp:// namespace that has no scheduler yet."""
+"""``delayq scheduler``: a process that is only the scheduler of an amqp:// or kafka://
+namespace, so producers and consumers that never stand get served; and the startup
+check of the long-running commands on a namespace that has no scheduler yet."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.conftest import amqp_url
+from conformance.conftest import amqp_url, kafka_fresh_url
 from delayq import Queue
 from delayq.cli._common import check_backend
 from delayq.durable.registry import redact_url
@@ -26,12 +26,16 @@ from ._helpers import Cli, one_error_line
 pytest.importorskip("aiormq")
 pytest.importorskip("pika")
 
-from backends._amqp_mistakes import mute_candidate
+from backends import _amqp_mistakes, _kafka_mistakes
 
 
-@pytest.fixture
-def plain_url(tmp_path: Path) -> Iterator[str]:
-    """A fresh amqp:// namespace, its URL as a user writes it (no scheduler option)."""
+@pytest.fixture(params=["amqp", "kafka"])
+def plain_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh amqp:// or kafka:// namespace, its URL as a user writes it (no scheduler
+    option)."""
+    if request.param == "kafka":
+        yield from kafka_fresh_url(tmp_path)
+        return
     for url in amqp_url(tmp_path):
         yield url.replace("&scheduler=on", "")
 
@@ -82,7 +86,8 @@ def test_a_scheduler_whose_startup_check_fails_exits_1_with_nothing_left_running
     command exits 1 with its error; the candidacy it was renewing on a new connection
     ends with the queue's close, quietly (no "Task exception was never retrieved")."""
     url = f"{plain_url}&request_timeout=0.5"
-    with mute_candidate(url):
+    mistakes = _kafka_mistakes if url.startswith("kafka:") else _amqp_mistakes
+    with mistakes.mute_candidate(url):
         run = subprocess.run(
             [sys.executable, "-m", "delayq.cli", "scheduler", "--url", url],
             capture_output=True,
@@ -142,6 +147,8 @@ def test_a_scheduler_logs_its_start_election_hand_over_and_stop(plain_url: str) 
         first.wait_for("scheduler_elected")
         second = _Logged(plain_url)
         second.wait_for("scheduler_standing")
+        if plain_url.startswith("kafka:"):
+            _kafka_mistakes.wait_for_members(plain_url, 2)  # its join done
         assert "scheduler_elected" not in second.events()  # the first leads
         assert first.stop() == 0
         assert first.events() == [

@@ -221,32 +221,36 @@ def amqp_url(tmp_path: Path) -> Iterator[str]:
 
 class _KafkaNamespace:
     """One namespace on a private Tansu broker (tests/backends/_tansu.py) for the kafka
-    tests of a test file, its scheduler a backend object held open for them all.
+    tests of the test files that run one after the other in a process, its scheduler a
+    backend object held open for them all.
 
     A consumer group's join takes seconds on Tansu (a pause of its group coordinator,
     docs/kafka.md), so electing a scheduler per test would cost the suite minutes: the
     tests' own backend objects do not stand (``scheduler=off``) and are answered by
-    this one. Each test's queues have names of their own and are purged after it. The
-    namespace closes with its file (:func:`_kafka_per_file`), as its scheduler's readers
+    this one. Each test's queues are purged after it. The namespace closes before a
+    file without kafka tests (:func:`close_kafka_namespace`), as its scheduler's readers
     poll the broker while it lives; the broker lives as long as the process."""
 
     broker: Any = None
 
     def __init__(self) -> None:
+        self.url = self.fresh_url()
+        self.keeper = Queue(f"{self.url}&scheduler=on", name="keeper")
+        self.keeper.stats()  # returns once the keeper is elected
+
+    @classmethod
+    def fresh_url(cls) -> str:
+        """The URL of a new namespace on the process's Tansu broker (started at the
+        first call), without a scheduler option."""
         from backends._tansu import TansuBroker  # noqa: PLC0415
 
-        if _KafkaNamespace.broker is None:
-            _KafkaNamespace.broker = TansuBroker("memory")
-            atexit.register(_KafkaNamespace.broker.close)
+        if cls.broker is None:
+            cls.broker = TansuBroker("memory")
+            atexit.register(cls.broker.close)
         prefix = f"delayq-test-{uuid.uuid4().hex[:12]}"
         # Tansu's departures: no InitProducerId, and a waiting fetch answered only
         # when its wait ends (docs/kafka.md).
-        self.url = (
-            f"kafka://{_KafkaNamespace.broker.bootstrap}?prefix={prefix}"
-            "&idempotence=off&fetch_wait_ms=5"
-        )
-        self.keeper = Queue(f"{self.url}&scheduler=on", name="keeper")
-        self.keeper.stats()  # returns once the keeper is elected
+        return f"kafka://{cls.broker.bootstrap}?prefix={prefix}&idempotence=off&fetch_wait_ms=5"
 
     def close(self) -> None:
         self.keeper.close()
@@ -255,19 +259,24 @@ class _KafkaNamespace:
 _kafka: _KafkaNamespace | None = None
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _kafka_per_file() -> Iterator[None]:
-    """Close the file's kafka namespace (if its tests opened one) after them."""
+def close_kafka_namespace(*, broker: bool = False) -> None:
+    """Close the process's kafka namespace, if one is open, and with ``broker`` its
+    Tansu broker too. The root conftest calls it after a test whose next test is in a
+    file without kafka tests (or at the session's end): files with kafka tests that
+    run one after the other in a process share the namespace and its election, and
+    while no kafka test runs no scheduler polls the broker."""
     global _kafka
-    yield
     if _kafka is not None:
         namespace, _kafka = _kafka, None
         namespace.close()
+    if broker and _KafkaNamespace.broker is not None:
+        running, _KafkaNamespace.broker = _KafkaNamespace.broker, None
+        running.close()
 
 
 def kafka_url(tmp_path: Path) -> Iterator[str]:
     """The shared namespace of :class:`_KafkaNamespace` (opened by the first kafka test
-    of a file); required by ``DELAYQ_REQUIRE=kafka``."""
+    after a file without any); required by ``DELAYQ_REQUIRE=kafka``."""
     global _kafka
     try:
         import aiokafka  # noqa: F401, PLC0415 (optional: the backend is skipped without it)
@@ -281,6 +290,37 @@ def kafka_url(tmp_path: Path) -> Iterator[str]:
         except TansuUnavailable as exc:
             unavailable("kafka", str(exc))
     yield f"{_kafka.url}&scheduler=off"
+
+
+def kafka_fresh_url(tmp_path: Path) -> Iterator[str]:
+    """A namespace of its own on the process's Tansu broker, no scheduler in it and no
+    scheduler option in its URL (for the tests of an election: each costs seconds on
+    Tansu, so the suites share :func:`kafka_url`'s instead); required by
+    ``DELAYQ_REQUIRE=kafka``."""
+    try:
+        import aiokafka  # noqa: F401, PLC0415 (optional: the backend is skipped without it)
+
+        from backends._tansu import TansuUnavailable  # noqa: PLC0415
+    except ImportError as exc:
+        unavailable("kafka", f"cannot run a Kafka broker: {exc}")
+    try:
+        url = _KafkaNamespace.fresh_url()
+    except TansuUnavailable as exc:
+        unavailable("kafka", str(exc))
+    yield url
+
+
+def kafka_purged_url(tmp_path: Path) -> Iterator[str]:
+    """:func:`kafka_url` for tests that name their queues alike (the server suite's
+    ``q``, the worker processes' ``jobs``): every queue of the namespace is purged after
+    each test, so the next test of the file starts on an empty namespace."""
+    for url in kafka_url(tmp_path):
+        try:
+            yield url
+        finally:
+            with Queue(url, name="purge") as queue:
+                for name in queue.queues():
+                    queue.named(name).purge()
 
 
 # One entry per backend; e.g. sqlite joins with ``"sqlite": sqlite_url`` where

@@ -26,9 +26,7 @@ TESTS = ROOT / "tests"
 DESCRIPTORS = {descriptor.name: descriptor for descriptor in registry.descriptors()}
 #: Steps a backend being built has not reached yet, each with where it is planned: its
 #: test is an expected failure (strict: once the step is done, the entry must go).
-PENDING = {
-    ("kafka", "suites"): "issue 40, slice 2: the server suite and the e2e worker processes",
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 def _pending(request: pytest.FixtureRequest, backend: BackendDescriptor, step: str) -> None:

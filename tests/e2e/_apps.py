@@ -47,6 +47,7 @@ STORES: dict[str, Callable[[Path], Iterator[str]]] = {
     "redis": redis_url,
     "postgres": conformance.postgres_url,
     "amqp": conformance.amqp_url,
+    "kafka": conformance.kafka_purged_url,
 }
 
 

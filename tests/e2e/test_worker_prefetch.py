@@ -1,6 +1,6 @@
 """A worker process killed with -9 while it holds prefetched messages (reserved, not
 started) loses none of them: their leases run out and another worker runs each once.
-On sqlite:// and redis://, with the app of test_worker_processes (_apps.py)."""
+On sqlite://, redis:// and kafka://, with the app of test_worker_processes (_apps.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from delayq.durable import Queue
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "kafka"])
 def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Workers]:
     yield from workers_on(request.param, tmp_path)
 

@@ -1,7 +1,9 @@
-"""Real worker processes on sqlite://, redis://, postgresql:// and amqp:// : kill -9,
-SIGTERM drain, cron across three processes, and retries with backoff into dead. On amqp://
-every process is a candidate for the namespace's scheduler, so the worker killed with -9
-may be the scheduler too: its successor rebuilds the leases from the log.
+"""Real worker processes on sqlite://, redis://, postgresql://, amqp:// and kafka:// :
+kill -9, SIGTERM drain, cron across three processes, and retries with backoff into dead.
+On amqp:// every process is a candidate for the namespace's scheduler, so the worker
+killed with -9 may be the scheduler too: its successor rebuilds the leases from the log.
+On kafka:// the workers never stand: the scheduler is held open in the test process
+(_apps.py).
 
 The app (_apps.WORKER_APP) and the stores are those of _apps.py: each a private one,
 cleaned up afterwards; without a reachable server a case is skipped, or fails when

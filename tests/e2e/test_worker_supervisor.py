@@ -1,5 +1,6 @@
-"""``delayq worker --processes N`` in real processes, with real signals, on sqlite://
-and redis:// (each redis case under its own key prefix, deleted afterwards): the
+"""``delayq worker --processes N`` in real processes, with real signals, on sqlite://,
+redis:// (each redis case under its own key prefix, deleted afterwards) and kafka:// (its
+scheduler held open in the test process, _apps.py): the
 children share the jobs; a child killed with -9 is started again and its jobs are
 run; SIGTERM stops them all gracefully (a second SIGTERM at once) and the supervisor
 exits 0; a child that crashes at start-up is restarted after a growing pause; children
@@ -56,7 +57,7 @@ if __name__ == "__main__":
 """
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "kafka"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield from STORES[request.param](tmp_path)
 

@@ -3,7 +3,8 @@ Starlette's TestClient (requests go through the real ASGI stack, middleware incl
 
 ``client`` serves a fresh ``memory://`` namespace; ``any_client`` runs the test once
 per backend (memory, sqlite in ``tmp_path``, redis under a key prefix of its own,
-postgres in a schema of its own; a server that is unreachable is skipped unless
+postgres in a schema of its own, amqp in a namespace of its own, kafka in the test
+file's namespace, its queues purged after each test; a server that is unreachable is skipped unless
 ``$DELAYQ_REQUIRE`` lists it). A test marked ``guarantee(name)`` is skipped on a
 backend whose descriptor says it cannot give it.
 """
@@ -24,6 +25,7 @@ import pytest
 from conformance.conftest import (
     _declared_guarantees,  # noqa: F401
     amqp_url,
+    kafka_purged_url,
     memory_url,
     postgres_url,
     redis_url,
@@ -37,6 +39,7 @@ with warnings.catch_warnings():  # starlette's note about httpx, at import
 
 BACKENDS: dict[str, Callable[[Path], Iterator[str]]] = {
     "amqp": amqp_url,
+    "kafka": kafka_purged_url,
     "memory": memory_url,
     "postgres": postgres_url,
     "redis": redis_url,

@@ -1,4 +1,4 @@
-"""The callback dispatcher end to end: real backends (memory, sqlite, redis), a real
+"""The callback dispatcher end to end: real backends (memory, sqlite, redis, kafka), a real
 HTTP receiver on a free local port, the dispatcher over a real ServerState."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from conformance._helpers import stored_request
-from conformance.conftest import memory_url, redis_url, sqlite_url
+from conformance.conftest import kafka_purged_url, memory_url, redis_url, sqlite_url
 from delayq import __version__
 from delayq._duration import seconds_to_ms
 from delayq.durable import AsyncQueue, State
@@ -58,7 +58,12 @@ from delayq.server._state import ServerState
 
 SECRET = "test-signing-secret"
 QUEUE = "callbacks"
-BACKENDS = {"memory": memory_url, "sqlite": sqlite_url, "redis": redis_url}
+BACKENDS = {
+    "memory": memory_url,
+    "sqlite": sqlite_url,
+    "redis": redis_url,
+    "kafka": kafka_purged_url,
+}
 
 
 @pytest.fixture(params=sorted(BACKENDS))
