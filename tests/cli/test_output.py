@@ -87,11 +87,22 @@ def test_json_of_every_reading_command_has_the_http_field_names(cli: Cli, queue:
     assert (row["name"], row["scheduled"], row["dead"]) == ("jobs", 1, 1)
 
 
+#: ``delayq`` with Ctrl-C's signal at its default, as in a user's terminal: a suite
+#: started in the background of a shell without job control (``cmd &`` in a script, as
+#: CI may) ignores SIGINT, every child inherits that, and the watch never saw the Ctrl-C
+#: these tests send (each waited 20 s, then killed it).
+_CTRL_C_AT_DEFAULT = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'delayq'; runpy.run_module('delayq.cli', run_name='__main__')"
+)
+
+
 def _start_watch(url: str, tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     """``delayq stats jobs --watch ARGS`` in a process of its own, stdout and stderr
     on pipes."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "DELAYQ_URL")}
-    command = [sys.executable, "-m", "delayq.cli", "stats", "jobs", "--watch", "--interval", "0.05"]
+    command = [sys.executable, "-c", _CTRL_C_AT_DEFAULT, "stats", "jobs", "--watch"]
+    command += ["--interval", "0.05"]
     return subprocess.Popen(
         [*command, *args, "--url", url],
         stdout=subprocess.PIPE,

@@ -46,6 +46,19 @@ def test_only_a_replicated_backend_has_a_scheduler(tmp_path: Path) -> None:
     assert "only amqp://, amqps:// and kafka:// have an elected scheduler" in one_error_line(result)
 
 
+def test_a_scheduler_that_ends_gives_its_caller_back_the_signal_handlers_it_found(
+    tmp_path: Path,
+) -> None:
+    """Run in a caller's process (click's runner, an app that embeds the CLI), the
+    command sets its SIGTERM / SIGINT handlers while it runs and puts back what it found
+    when it ends, here on a broker that is down."""
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    down = "amqp://guest:guest@127.0.0.1:1/?request_timeout=0.5"
+    result = Cli(down)("scheduler")
+    assert result.exit_code == 1, result.output
+    assert {signum: signal.getsignal(signum) for signum in before} == before
+
+
 def test_a_scheduler_process_serves_clients_that_never_stand(plain_url: str) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "delayq.cli", "scheduler", "--url", plain_url],

@@ -27,6 +27,8 @@ from ._worker import configure_logging, log_format_option, log_level_option
 
 __all__ = ["scheduler"]
 
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
 
 def _replicated_schemes() -> str:
     """The schemes of the backends that have an elected scheduler, as a sentence lists
@@ -69,10 +71,9 @@ def scheduler(*, log_level: str, log_format: str, url: str | None) -> None:
         stopped_by.append(signum)
         stop.set()
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, on_signal)
     configure_logging(log_level, log_format=log_format)
     log_event(logging.INFO, "scheduler_process_started", url=redact_url(url), pid=os.getpid())
+    previous = {signum: signal.signal(signum, on_signal) for signum in _STOP_SIGNALS}
     try:
         with translate_errors(url):
             queue.stats()  # connects and stands; fails fast when the broker is unreachable
@@ -82,5 +83,7 @@ def scheduler(*, log_level: str, log_format: str, url: str | None) -> None:
             pass
     finally:
         queue.close()  # an elected scheduler hands over (logged: scheduler_stepped_down)
+        for signum, handler in previous.items():  # as it found them (a caller in-process)
+            signal.signal(signum, handler)
         signame = signal.Signals(stopped_by[0]).name if stopped_by else None
         log_event(logging.INFO, "scheduler_process_stopped", signal=signame)
