@@ -442,39 +442,43 @@ def floor_of(url: str) -> Iterator[Floor | None]:
                 times,
             )
     elif scheme in ("amqp", "amqps"):
-        loop = asyncio.new_event_loop()
-        try:
-            publish, close = loop.run_until_complete(_confirm_floor(url))
-            try:
-                yield Floor(
-                    "floor 1: quorum publish one by one, confirm awaited",
-                    "broker's floor 1",
-                    "aiormq",
-                    lambda count: loop.run_until_complete(publish(count)),
-                    [],
-                )
-            finally:
-                loop.run_until_complete(close())
-        finally:
-            loop.close()
+        with _broker_floor(_confirm_floor(url)) as publish:
+            yield Floor(
+                "floor 1: quorum publish one by one, confirm awaited",
+                "broker's floor 1",
+                "aiormq",
+                publish,
+                [],
+            )
     elif scheme == "kafka":
-        loop = asyncio.new_event_loop()
-        try:
-            produce, close = loop.run_until_complete(_kafka_floor(url))
-            try:
-                yield Floor(
-                    "floor 1: produce acks=all one by one, each acknowledged",
-                    "broker's floor 1",
-                    "aiokafka, one partition",
-                    lambda count: loop.run_until_complete(produce(count)),
-                    [],
-                )
-            finally:
-                loop.run_until_complete(close())
-        finally:
-            loop.close()
+        with _broker_floor(_kafka_floor(url)) as produce:
+            yield Floor(
+                "floor 1: produce acks=all one by one, each acknowledged",
+                "broker's floor 1",
+                "aiokafka, one partition",
+                produce,
+                [],
+            )
     else:
         yield None
+
+
+@contextlib.contextmanager
+def _broker_floor(
+    opening: Awaitable[tuple[Callable[[int], Awaitable[float]], Callable[[], Awaitable[None]]]],
+) -> Iterator[Callable[[int], float]]:
+    """A broker's floor 1 on an event loop of its own: ``opening`` gives the coroutine
+    function that sends ``count`` messages one by one and the one that closes; the
+    block gets the former as a plain function."""
+    loop = asyncio.new_event_loop()
+    try:
+        send, close = loop.run_until_complete(opening)
+        try:
+            yield lambda count: loop.run_until_complete(send(count))
+        finally:
+            loop.run_until_complete(close())
+    finally:
+        loop.close()
 
 
 async def _kafka_floor(

@@ -32,6 +32,7 @@ __all__ = [
     "PG_BOUND",
     "PG_OUTAGE",
     "Face",
+    "answers_again",
     "drain",
     "fails",
     "reserve",
@@ -174,3 +175,16 @@ async def drain(q: Face, history: History, lease: float) -> None:
     while messages := await reserve(q, history, lease=lease, wait=lease + 2):
         for message in messages:
             await settle(q, history, "ack", message)
+
+
+async def answers_again(q: Face, errors: tuple[type[BaseException], ...], within: float) -> None:
+    """``q.stats()`` until it answers; an outage meanwhile (one of ``errors``) is
+    retried until ``within`` seconds have passed."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        try:
+            await q.call("stats")
+            return
+        except errors:
+            if asyncio.get_running_loop().time() > deadline:
+                raise

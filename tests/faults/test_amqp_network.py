@@ -31,7 +31,7 @@ import pytest
 from delayq.durable import Queue
 from delayq.errors import OutcomeUnknown
 
-from ._faces import FACES, Face, drain
+from ._faces import FACES, Face, answers_again, drain
 from ._faces import reserve as _reserve
 from ._faces import settle as _settle
 from ._history import History, check
@@ -83,17 +83,8 @@ AMQP = Outage(errors=OUTAGE_ERRORS, bound=BOUND)
 outage = AMQP.fails
 
 
-async def _answers_again(q: Face, within: float = 20.0) -> None:
-    """``q.stats()`` until it answers; an outage meanwhile is retried until ``within``
-    seconds have passed."""
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        try:
-            await q.call("stats")
-            return
-        except OUTAGE_ERRORS:
-            if asyncio.get_running_loop().time() > deadline:
-                raise
+async def _answers_again(q: Face) -> None:
+    await answers_again(q, OUTAGE_ERRORS, 20.0)
 
 
 @pytest.mark.parametrize("face", FACES)

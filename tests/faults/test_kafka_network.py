@@ -29,7 +29,7 @@ import pytest
 
 from delayq.errors import OutcomeUnknown
 
-from ._faces import FACES, Face, drain
+from ._faces import FACES, Face, answers_again, drain
 from ._faces import reserve as _reserve
 from ._faces import settle as _settle
 from ._history import History, check
@@ -69,17 +69,8 @@ def _fresh() -> str:
     return f"delayq-test-{secrets.token_hex(4)}"
 
 
-async def _answers_again(q: Face, within: float = 30.0) -> None:
-    """``q.stats()`` until it answers; an outage meanwhile is retried until ``within``
-    seconds have passed."""
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        try:
-            await q.call("stats")
-            return
-        except OUTAGE_ERRORS:
-            if asyncio.get_running_loop().time() > deadline:
-                raise
+async def _answers_again(q: Face) -> None:
+    await answers_again(q, OUTAGE_ERRORS, 30.0)
 
 
 @pytest.mark.parametrize("face", FACES)
