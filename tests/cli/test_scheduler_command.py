@@ -124,7 +124,8 @@ class _Logged:
             [sys.executable, "-m", "delayq.cli", "scheduler"],
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "COLUMNS": "200", "DELAYQ_URL": url},
+            # PYTHONFAULTHANDLER: one that hangs prints its threads' stacks on SIGABRT.
+            env={**os.environ, "COLUMNS": "200", "DELAYQ_URL": url, "PYTHONFAULTHANDLER": "1"},
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -148,7 +149,13 @@ class _Logged:
 
     def stop(self) -> int:
         self.process.send_signal(signal.SIGTERM)
-        code = self.process.wait(30)
+        try:
+            code = self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGABRT)
+            self.process.wait(10)
+            self._reader.join(10)
+            pytest.fail("still running 30 s after SIGTERM:\n" + "".join(self.lines))
         self._reader.join(10)
         return code
 

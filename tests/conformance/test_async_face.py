@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,3 +95,46 @@ def test_many_tasks_share_one_queue(url: str) -> None:
             return got
 
     assert sorted(asyncio.run(main())) == list(range(200))
+
+
+def test_a_task_cancelled_while_it_puts_ends_cancelled(url: str) -> None:
+    """A task cancelled in the middle of its calls ends with CancelledError, wherever in
+    a call the cancellation lands, and leaves nothing for asyncio to complain about.
+    Before Python 3.12, ``asyncio.wait_for`` dropped a cancellation that came as what it
+    awaited ended: on kafka:// one put in 20 returned as if never cancelled, and a
+    Worker whose cron producer was cancelled so at its stop never ended."""
+
+    async def main() -> tuple[list[str], list[dict[str, Any]]]:
+        loop = asyncio.get_running_loop()
+        complaints: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _, context: complaints.append(context))
+        rng = random.Random(5)
+        endings: list[str] = []
+        async with AsyncQueue(url, name="cancelled") as q:
+            await q.stats()  # connected: every cancellation lands in a call
+
+            async def putting(trial: int) -> None:
+                for i in itertools.count():
+                    # A cron producer's put: an id, kept if there (a fast put where
+                    # the backend has one), and a plain one.
+                    await q.put(i, id=f"t{trial}-{i}", delay=60, on_conflict="ignore")
+                    await q.put(i, delay=60, on_conflict="error")
+                    await asyncio.sleep(0)  # a call that never waits (memory://) yields here
+
+            for trial in range(60):
+                task = asyncio.create_task(putting(trial))
+                await asyncio.sleep(rng.uniform(0.005, 0.03))
+                task.cancel()
+                done, _ = await asyncio.wait({task}, timeout=10)
+                if not done:
+                    endings.append("still running 10 s after its cancel")
+                    task.cancel()
+                    await asyncio.wait({task}, timeout=10)
+                elif not task.cancelled():
+                    endings.append(f"ended without CancelledError: {task.exception()!r}")
+            await q.purge()
+        return endings, complaints
+
+    endings, complaints = asyncio.run(main())
+    assert endings == []
+    assert complaints == []

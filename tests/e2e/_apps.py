@@ -87,6 +87,7 @@ class AppDir:
         """``python *argv`` in the directory, ``env`` added to its environment."""
         environ = {key: value for key, value in os.environ.items() if key != "FORCE_COLOR"}
         environ.update(WURL=self.url, WLOG=str(self.log), JOB_SECONDS=str(job_seconds), **env)
+        environ["PYTHONFAULTHANDLER"] = "1"  # a process that hangs shows its threads (hung)
         path = self.root / f"stderr-{len(self.procs)}.txt"
         with path.open("w") as err:
             proc = subprocess.Popen(
@@ -103,6 +104,21 @@ class AppDir:
     def stderr_of(self, proc: subprocess.Popen[str]) -> str:
         """What ``proc`` wrote to its stderr so far."""
         return self._stderr[proc.pid].read_text()
+
+    def hung(self, proc: subprocess.Popen[str], *, tasks: bool = False) -> str:
+        """The stderr of ``proc``, a process that hangs, with the stack of each of its
+        threads (its fault handler prints them on SIGABRT, and it ends); with ``tasks``,
+        first those of its event loop's tasks (an app that prints them on SIGUSR1)."""
+        if tasks:
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+        proc.send_signal(signal.SIGABRT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        return self.stderr_of(proc)
 
     def lines(self, kind: str) -> list[list[str]]:
         """The fields of each ``kind`` line of the log."""
@@ -150,7 +166,7 @@ class AppDir:
 
 #: The app of :class:`Workers`: ``python wapp.py QUEUES LEASE GRACE`` runs one Worker.
 WORKER_APP = """
-import os, sys, time
+import asyncio, os, signal, sys, time
 from delayq.runtime import App
 from delayq.durable.retry import RetryPolicy
 from delayq.runtime import Worker, current_message
@@ -177,6 +193,16 @@ def beat():
     record("tick", current_message().id, os.getpid())
 
 
+# On SIGUSR1 (a test's ``hung``): where each task of the loop waits.
+def print_tasks(*_):
+    for task in asyncio.all_tasks(asyncio.get_running_loop()):
+        print("task", task, file=sys.stderr)
+        task.print_stack(file=sys.stderr)
+    sys.stderr.flush()
+
+
+signal.signal(signal.SIGUSR1, print_tasks)
+
 if __name__ == "__main__":
     queues, lease, grace = sys.argv[1].split(","), float(sys.argv[2]), float(sys.argv[3])
     Worker(app, queues=queues, lease=lease, grace=grace, concurrency=4).run()
@@ -202,7 +228,11 @@ class Workers(AppDir):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         for proc in self.procs:
-            proc.wait(timeout=30)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                hung = self.hung(proc, tasks=True)
+                pytest.fail(f"{proc.args} still running 30 s after SIGTERM:\n{hung}")
             assert proc.returncode in (0, -signal.SIGKILL), self.stderr_of(proc)
 
 

@@ -20,6 +20,7 @@ import json
 import socket
 from collections.abc import Callable
 
+from .._timeout import within
 from ._metrics import METRICS_CONTENT_TYPE
 
 __all__ = ["HEALTH_PATHS", "METRICS_PATH", "start_health"]
@@ -95,7 +96,7 @@ def _answer(
 async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
     """The request line, once the whole head arrived (None: too long, or cut)."""
     try:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _HEAD_DEADLINE)
+        head = await within(reader.readuntil(b"\r\n\r\n"), _HEAD_DEADLINE)
     except (asyncio.LimitOverrunError, asyncio.IncompleteReadError, ValueError):
         return None
     return head.split(b"\r\n", 1)[0]
@@ -120,7 +121,7 @@ async def start_health(
                 writer.write(_response(400, {"error": "bad request"}, head_only=False))
             else:
                 writer.write(_answer(line, not_ready, not_alive, metrics))
-            await asyncio.wait_for(writer.drain(), _HEAD_DEADLINE)
+            await within(writer.drain(), _HEAD_DEADLINE)
         except (OSError, TimeoutError):
             pass  # the client went, or did not read: nothing to tell it
         finally:

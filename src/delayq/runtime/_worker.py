@@ -48,6 +48,7 @@ from .._clock import SYSTEM_CLOCK, Clock
 from .._duration import delay_to_seconds
 from .._log import log_enabled as _log_enabled
 from .._log import log_event, log_raised
+from .._timeout import within
 from ..durable.constants import DEFAULT_LEASE
 from ..durable.message import Message, State
 from ..durable.queue import AsyncQueue
@@ -1085,7 +1086,7 @@ class Worker:
             await awaitable
             return
         try:
-            await asyncio.wait_for(awaitable, call.timeout)
+            await within(awaitable, call.timeout)
         except asyncio.TimeoutError:
             raise HandlerTimeout(f"timed out after {call.timeout:g}s") from None
 

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 
 from .._duration import seconds_to_ms
 from .._log import log_event
+from .._timeout import within
 from ..durable import AsyncQueue, Message, State, Stats
 from ..durable.constants import DEFAULT_QUEUE_NAME
 from ..runtime.outage import error_kind
@@ -245,7 +246,7 @@ async def healthz(state: StateDep) -> Any:
     """200 when the backend answers (no token needed), else 503. The answer names
     the kind of failure only; its detail (addresses, paths) goes to the log."""
     try:
-        await asyncio.wait_for(state.queue(DEFAULT_QUEUE_NAME).stats(), SERVE_HEALTH_TIMEOUT)
+        await within(state.queue(DEFAULT_QUEUE_NAME).stats(), SERVE_HEALTH_TIMEOUT)
     except Exception as exc:
         kind = error_kind(exc)
         log_event(logging.WARNING, "health.failed", error=kind, detail=str(exc))
@@ -277,7 +278,7 @@ async def metrics(request: Request, state: StateDep) -> Response:
     gauges are left out: the scrape still succeeds."""
     everything: dict[str, Stats] | None = None
     try:
-        everything = await asyncio.wait_for(_all_stats(state), SERVE_HEALTH_TIMEOUT)
+        everything = await within(_all_stats(state), SERVE_HEALTH_TIMEOUT)
     except Exception as exc:
         if not isinstance(exc, request.app.state.delayq_outages):
             raise

@@ -69,6 +69,7 @@ import httpx
 
 from .. import __version__
 from .._log import log_event
+from .._timeout import within
 from ..durable import AsyncQueue, Message
 from ..durable.message import State
 from ..durable.serializer import JSONSerializer
@@ -555,7 +556,7 @@ class Dispatcher:
             url=shown, late_ms=round(sent_ms - msg.due_at, 3),
         )  # fmt: skip
         try:
-            status = await asyncio.wait_for(self._request(request), timeout)
+            status = await within(self._request(request), timeout)
         except (asyncio.TimeoutError, httpx.TimeoutException):
             return "timeout", f"timeout after {timeout:g}s calling {shown}"
         except CallbackRefused as exc:

@@ -27,6 +27,7 @@ from aiormq.abc import AbstractChannel, AbstractConnection, DeliveredMessage
 from pamqp.commands import Basic
 from pamqp.common import FieldTable
 
+from ..._timeout import within
 from ...durable.message import Record
 from .._replicated import Delivery, LogEntry
 from ._blocking import BlockingClient
@@ -484,7 +485,7 @@ class AmqpTransport:
         """The offset of the first message ``stream`` holds (it holds one at least)."""
         channel, arrived = await self._subscribe(stream, "first", "peek", 1)
         try:
-            message = await asyncio.wait_for(arrived.get(), DEFAULT_REQUEST_TIMEOUT)
+            message = await within(arrived.get(), DEFAULT_REQUEST_TIMEOUT)
         except asyncio.TimeoutError:
             raise ConnectionError(f"no message read from {stream} in time") from None
         finally:
@@ -529,7 +530,7 @@ class AmqpTransport:
                 properties=Basic.Properties(delivery_mode=2, message_type="marker"),
             )
             while True:
-                message = await asyncio.wait_for(arrived.get(), DEFAULT_REQUEST_TIMEOUT)
+                message = await within(arrived.get(), DEFAULT_REQUEST_TIMEOUT)
                 await channel.basic_ack(message.delivery_tag or 0)
                 kind = message.header.properties.message_type
                 if kind == "pointer":

@@ -30,6 +30,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.helpers import create_ssl_context
 
 from ..._redact import redact_url
+from ..._timeout import within
 from ...durable.message import Record
 from .._replicated import Delivery, LogEntry, Refused, ServerRefused
 from ._constants import (
@@ -317,7 +318,7 @@ class KafkaTransport:
             raise ConnectionError("the Kafka clients are closed")
         timeout = self._settings.request_timeout
         try:
-            sent = await asyncio.wait_for(
+            sent = await within(
                 producer.send_and_wait(
                     topic,
                     value,
@@ -485,7 +486,7 @@ class KafkaTransport:
         if fence is None or fence.reign != reign:
             raise Deposed(f"an entry of reign {reign}, which this connection did not begin")
         try:
-            await asyncio.wait_for(fence.passed(offset), self._settings.request_timeout)
+            await within(fence.passed(offset), self._settings.request_timeout)
         except asyncio.TimeoutError:
             raise ConnectionError(
                 f"the log was not read back up to offset {offset} in time"
@@ -621,7 +622,7 @@ class KafkaTransport:
         if producer is None:
             return "the Kafka clients are closed"
         try:
-            await asyncio.wait_for(
+            await within(
                 producer.send_and_wait(
                     exchange,
                     record.payload,

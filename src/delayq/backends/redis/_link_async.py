@@ -50,6 +50,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from ..._timeout import within
 from ._functions import AsyncFunctions, function_missing, functions_unsupported
 from ._io._async.retry import call_async
 from ._link import LinkBase
@@ -339,7 +340,7 @@ class AsyncLink(LinkBase[AsyncFunctions]):
                 return quiet
         connection = self._connection_class(**self._connection_kwargs)
         try:  # the handshake's replies are read without redis-py's timeout: bound it
-            await asyncio.wait_for(connection.connect(), self._timeout)
+            await within(connection.connect(), self._timeout)
         except asyncio.TimeoutError:
             with contextlib.suppress(Exception):
                 await connection.disconnect()

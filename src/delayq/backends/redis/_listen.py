@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from ..._log import LOGGER_NAME
+from ..._timeout import within
 from ..._timer import call_later_precisely
 from ...errors import QueueClosed
 from ._settings import REDIS_LISTEN_TIMEOUT, REDIS_RECONNECT_FIRST, REDIS_RECONNECT_MAX
@@ -322,7 +323,7 @@ class AsyncListener:
         if not self._active and not self._closed:
             parked = self._parked = asyncio.get_running_loop().create_future()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(parked, REDIS_LISTEN_TIMEOUT)
+                await within(parked, REDIS_LISTEN_TIMEOUT)
             self._parked = None
         return self._stop_if(not self._active)
 

@@ -29,6 +29,7 @@ import redis
 
 from ... import errors
 from ..._redact import redact_url
+from ..._timeout import within
 from ._settings import REDIS_CONNECT_TIMEOUT
 from ._url import Settings
 
@@ -201,14 +202,14 @@ class AsyncFirstUse(_FirstUseBase):
             return
         host, port, timeout = self._probe
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+            reader, writer = await within(asyncio.open_connection(host, port), timeout)
         except (TimeoutError, asyncio.TimeoutError) as exc:
             raise self._silent() from exc
         except OSError:
             return  # the TLS connection will say what is wrong
         try:
             writer.write(b"PING\r\n")
-            answer = await asyncio.wait_for(reader.read(_ANSWER_BYTES), min(timeout, _ANSWER_WAIT))
+            answer = await within(reader.read(_ANSWER_BYTES), min(timeout, _ANSWER_WAIT))
         except (OSError, asyncio.TimeoutError):  # a TLS server waiting for more
             answer = b""
         finally:

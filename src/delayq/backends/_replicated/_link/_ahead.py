@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ...._timeout import within
 from ._core import unclaim
 from ._state import LinkState
 
@@ -61,7 +62,7 @@ class Ahead(LinkState):
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
-            await asyncio.wait_for(asyncio.shield(task), wait)
+            await within(asyncio.shield(task), wait)
         except asyncio.TimeoutError:
             await self._give_up(queue, task)
             return [], None

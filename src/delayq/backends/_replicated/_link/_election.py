@@ -10,6 +10,7 @@ import contextlib
 from collections.abc import Coroutine
 from typing import Any
 
+from ...._timeout import within
 from ....errors import QueueClosed
 from .._constants import REJOIN_FIRST_PAUSE, REJOIN_MAX_PAUSE
 from .._scheduler import Scheduler
@@ -55,7 +56,7 @@ class Election(LinkState):
                 self._on_reply, self._on_elected, lambda: self._on_lost(transport)
             )
             try:
-                await asyncio.wait_for(opening, self._request_timeout)
+                await within(opening, self._request_timeout)
             except asyncio.TimeoutError:
                 raise ConnectionError(
                     f"no connection to the broker in {self._request_timeout:g} s"
@@ -88,7 +89,7 @@ class Election(LinkState):
             task.add_done_callback(lambda done: done.cancelled() or done.exception())
             counting = self._counting = (transport, task)
         try:
-            found = await asyncio.wait_for(asyncio.shield(counting[1]), max(seconds, 0.001))
+            found = await within(asyncio.shield(counting[1]), max(seconds, 0.001))
         except asyncio.TimeoutError:
             raise ConnectionError("the broker did not say who stands in time") from None
         return found > 0
@@ -98,7 +99,7 @@ class Election(LinkState):
         on, for the next call); while no connection ever opened, a Refused of a
         ServerRefused instead (as the opening itself raises)."""
         try:
-            return await asyncio.wait_for(self._connected(), max(seconds, 0.001))
+            return await within(self._connected(), max(seconds, 0.001))
         except asyncio.TimeoutError:
             if not self._core.declared:  # as the opening itself would say
                 late = ConnectionError(f"no connection to the broker in {seconds:.3g} s")

@@ -15,6 +15,7 @@ import time
 import uuid
 from typing import Any
 
+from ...._timeout import timeout_at, within
 from ....errors import QueueClosed
 from .._constants import FIRE_AHEAD_MS, RESEND_FOR
 from .._transport import NoScheduler, Refused, Transport
@@ -67,6 +68,11 @@ class FastPuts(LinkState):
             self._appending = True
             try:
                 await self._send_intake([put])
+            except BaseException:
+                # Cancelled: the put's outcome is this raise (none awaits it any more).
+                if appended.done() and not appended.cancelled():
+                    appended.exception()
+                raise
             finally:
                 if self._intake and not self._closed:
                     self._spawn(self._drain_intake())
@@ -133,7 +139,7 @@ class FastPuts(LinkState):
                 await asyncio.sleep(0.005)
         if self._core.unfolded:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._call("sync", [], 0.0), until - loop.time())
+                await within(self._call("sync", [], 0.0), until - loop.time())
 
     async def _append(self, seq: int, parts: list[Any], *, nudge: bool) -> None:
         """Append the intake message ``seq`` of ``parts`` (puts), on a new connection
@@ -167,28 +173,12 @@ class FastPuts(LinkState):
         self, deadline: float, transport: Transport, body: bytes, nudge: bool
     ) -> None:
         """``transport.append_intake(body)``, or ReplyLost at ``deadline`` (the loop's
-        time), the connection then given up (it may be dead without a reset). Bounded by
-        a timer that cancels this task, not by wait_for (a task per put)."""
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        expired = False
-
-        def expire() -> None:
-            nonlocal expired
-            expired = True
-            self._abandon(transport)
-            if task is not None:
-                task.cancel()
-
-        timer = loop.call_at(deadline, expire)
+        time), the connection then given up (it may be dead without a reset). Bounded in
+        the caller's own task (no task per put), its cancellation kept (:mod:`delayq.
+        _timeout`)."""
         try:
-            await transport.append_intake(body, nudge=nudge)
-        except asyncio.CancelledError:
-            if not expired:
-                raise
-            uncancel = getattr(task, "uncancel", None)  # Python 3.11+
-            if uncancel is not None:
-                uncancel()
+            async with timeout_at(deadline):
+                await transport.append_intake(body, nudge=nudge)
+        except asyncio.TimeoutError:
+            self._abandon(transport)
             raise self._no_reply("put", True, "no confirm from the intake") from None
-        finally:
-            timer.cancel()

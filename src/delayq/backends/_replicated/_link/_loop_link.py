@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from ...._timeout import within
 from ....errors import QueueClosed
 from ._ahead import Ahead
 from ._calls import Calls
@@ -77,8 +78,8 @@ class LoopLink(Election, Calls, Ahead, Outbox, FastPuts):
         loop = asyncio.get_running_loop()
         until = loop.time() + self.close_settle
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._drop_ahead(), until - loop.time())
-            await asyncio.wait_for(self._call("sync", [], 0.0), until - loop.time())
+            await within(self._drop_ahead(), until - loop.time())
+            await within(self._call("sync", [], 0.0), until - loop.time())
         while self._giving and loop.time() < until:
             # The late answers the round trip let in give back what they claimed.
             await asyncio.wait(set(self._giving), timeout=until - loop.time())

@@ -29,6 +29,7 @@ import uuid
 from pathlib import Path
 
 from ...._log import log_event
+from ...._timeout import within
 from .._codec import encode_record, pack
 from .._constants import CHECKPOINT_CHUNK, CHECKPOINT_ENTRIES, DEDUP_CHUNK, LOCATE_TIMEOUT
 from ._state import BEGIN, DEDUP, END, IMAGES, Op, Reply, SchedulerState
@@ -159,7 +160,7 @@ class Checkpoints(SchedulerState):
             return lower
 
         try:
-            found = await asyncio.wait_for(find(), LOCATE_TIMEOUT)
+            found = await within(find(), LOCATE_TIMEOUT)
         except (asyncio.TimeoutError, ConnectionError):
             found = lower
         finally:
