@@ -57,6 +57,9 @@ def _url(broker: TansuBroker, **options: str) -> str:
         ("kafka://h?idempotence=2", ValueError, "idempotence must be"),
         ("kafka://h?fetch_wait_ms=-1", ValueError, "fetch_wait_ms must be"),
         ("kafka://h?fetch_wait_ms=1.5", ValueError, "fetch_wait_ms must be"),
+        ("kafka://h?session_timeout=5", ValueError, "session_timeout must be seconds from 6"),
+        ("kafka://h?session_timeout=1801", ValueError, "session_timeout must be"),
+        ("kafka://h?session_timeout=soon", ValueError, "session_timeout must be"),
         ("kafka://h?security_protocol=TLS", ValueError, "security_protocol must be"),
         ("kafka://h?sasl_mechanism=PLAIN", ValueError, "sasl_mechanism needs"),
         (
@@ -95,12 +98,13 @@ def test_the_url_gives_the_brokers_the_credentials_and_the_tls_files() -> None:
     settings = parse(
         "kafka://svc%40corp:p%3Ass@k1,k2:9093,[::1]:9094?prefix=orders"
         "&security_protocol=SASL_SSL&sasl_mechanism=SCRAM-SHA-512&ssl_cafile=/etc/ca.pem",
-        {"fetch_wait_ms": 20},
+        {"fetch_wait_ms": 20, "session_timeout": 7.5},
     )
     assert settings.bootstrap == ("k1:9092", "k2:9093", "[::1]:9094")
     assert settings.prefix == "orders"
     assert settings.fetch_wait_ms == 20  # a keyword wins over the URL
     assert settings.idempotence is True  # Kafka's default for the log
+    assert settings.session_timeout_ms == 7_500
     assert settings.security == {
         "security_protocol": "SASL_SSL",
         "sasl_mechanism": "SCRAM-SHA-512",
@@ -205,8 +209,9 @@ def test_a_deposed_scheduler_acknowledges_nothing_a_replay_skips(
     entry is in the log (cut off from the group's coordinator, not from the log's
     leader) answers no put from then on: the put is answered once a scheduler whose
     entries every replay keeps holds it, and after a failover every put that returned
-    is there (on Tansu a failover takes some 15 s, docs/kafka.md)."""
-    url = _url(memory_broker, scheduler="on", request_timeout="90")
+    is there (on Tansu a failover takes some 15 s, 9 s at the least session timeout a
+    Kafka broker takes: docs/kafka.md)."""
+    url = _url(memory_broker, scheduler="on", request_timeout="90", session_timeout="6")
     prefix = parse(url, {}).prefix
     first = Queue(url, name="jobs")
     first.put("before", delay=600, id="m1", on_conflict="replace")  # once elected

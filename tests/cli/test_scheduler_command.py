@@ -64,7 +64,7 @@ def test_a_scheduler_process_serves_clients_that_never_stand(plain_url: str) -> 
         [sys.executable, "-m", "delayq.cli", "scheduler", "--url", plain_url],
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": "200", "PYTHONFAULTHANDLER": "1"},
     )
     try:
         with Queue(plain_url, name="jobs", scheduler="off", request_timeout=1) as client:
@@ -82,7 +82,12 @@ def test_a_scheduler_process_serves_clients_that_never_stand(plain_url: str) -> 
             client.ack(message)
     finally:
         process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=30)
+        try:
+            _, err = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGABRT)  # its fault handler prints its stacks
+            _, err = process.communicate(timeout=10)
+            pytest.fail(f"still running 30 s after SIGTERM:\n{err}")
     assert process.returncode == 0, err
     assert "scheduler_elected" in err
 

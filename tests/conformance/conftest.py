@@ -249,8 +249,12 @@ class _KafkaNamespace:
             atexit.register(cls.broker.close)
         prefix = f"delayq-test-{uuid.uuid4().hex[:12]}"
         # Tansu's departures: no InitProducerId, and a waiting fetch answered only
-        # when its wait ends (docs/kafka.md).
-        return f"kafka://{cls.broker.bootstrap}?prefix={prefix}&idempotence=off&fetch_wait_ms=5"
+        # when its wait ends; a candidate's leave is seen once its session would have
+        # ended, so the least session a Kafka broker takes (docs/kafka.md).
+        return (
+            f"kafka://{cls.broker.bootstrap}?prefix={prefix}&idempotence=off&fetch_wait_ms=5"
+            "&session_timeout=6"
+        )
 
     def close(self) -> None:
         self.keeper.close()

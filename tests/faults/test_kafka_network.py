@@ -49,8 +49,12 @@ REQUEST_TIMEOUT = 4.0
 BOUND = REQUEST_TIMEOUT + 2.5
 LEASE = 1.5
 #: The request timeout of a process on the link that stays up, riding out a first
-#: election (3 to 5 s on Tansu) or a failover (some 15 s).
+#: election (3 to 5 s on Tansu) or a failover (some 9 s at SESSION_TIMEOUT).
 ELECTION = 40.0
+#: Every candidate's ``session_timeout`` (s): the least a Kafka broker takes by
+#: default. A failover waits out the dead scheduler's session: on Tansu 9 s (15 s at
+#: the default 10 s).
+SESSION_TIMEOUT = 6
 #: How a call through a hung link fails on kafka://.
 KAFKA = Outage(errors=OUTAGE_ERRORS, bound=BOUND)
 outage = KAFKA.fails
@@ -62,6 +66,7 @@ def _url(
     return (
         f"kafka://{net.broker.bootstrap}?prefix={prefix}&scheduler={scheduler}"
         f"&idempotence=off&fetch_wait_ms=5&request_timeout={request_timeout:g}"
+        f"&session_timeout={SESSION_TIMEOUT}"
     )
 
 

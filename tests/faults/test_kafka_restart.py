@@ -56,6 +56,7 @@ def _url(broker: TansuBroker, prefix: str, scheduler: str) -> str:
     return (
         f"kafka://{broker.bootstrap}?prefix={prefix}&scheduler={scheduler}"
         f"&idempotence=off&fetch_wait_ms={FETCH_WAIT_MS}&request_timeout={REQUEST_TIMEOUT:g}"
+        "&session_timeout=6"  # a killed scheduler's session: the least Kafka takes
     )
 
 

@@ -10,7 +10,9 @@ __all__ = [
     "HEARTBEAT_MS",
     "JOIN_TIMEOUT_MS",
     "MAX_RECORD_BYTES",
+    "MAX_SESSION_TIMEOUT",
     "MIN_RETENTION_BYTES",
+    "MIN_SESSION_TIMEOUT",
     "REBALANCE_TIMEOUT_MS",
     "REPLY_PARTITIONS",
     "SESSION_TIMEOUT_MS",
@@ -42,8 +44,12 @@ MAX_RECORD_BYTES = 64 * 1024 * 1024
 #: The partitions of the replies topic: a client reads the one its inbox names.
 REPLY_PARTITIONS = 8
 #: The election's consumer group: a candidate that misses its heartbeats for this
-#: long is taken out of the group, and another is elected.
+#: long is taken out of the group, and another is elected (``session_timeout``).
 SESSION_TIMEOUT_MS = 10_000
+#: The bounds of ``session_timeout`` (s): a Kafka broker's defaults for them
+#: (``group.min.session.timeout.ms``, ``group.max.session.timeout.ms``).
+MIN_SESSION_TIMEOUT = 6.0
+MAX_SESSION_TIMEOUT = 1800.0
 #: How often a candidate heartbeats the group.
 HEARTBEAT_MS = 1_000
 #: The election group's rebalance timeout (``max.poll.interval.ms`` of a candidate's

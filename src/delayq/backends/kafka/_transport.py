@@ -39,7 +39,6 @@ from ._constants import (
     MAX_RECORD_BYTES,
     REBALANCE_TIMEOUT_MS,
     REPLY_PARTITIONS,
-    SESSION_TIMEOUT_MS,
     Names,
     log_config,
 )
@@ -440,7 +439,7 @@ class KafkaTransport:
             max_poll_interval_ms=REBALANCE_TIMEOUT_MS,
             rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
             enable_auto_commit=False,
-            session_timeout_ms=SESSION_TIMEOUT_MS,
+            session_timeout_ms=self._settings.session_timeout_ms,
             heartbeat_interval_ms=HEARTBEAT_MS,
             partition_assignment_strategy=(lock_assignor(lock, lambda: listener.held),),
             # Nothing is ever written to the lock: its fetches only wait.

@@ -3,6 +3,7 @@ URL and keyword options (a keyword wins over the URL)."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,10 @@ from ._constants import (
     DEFAULT_PREFIX,
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_RETENTION_BYTES,
+    MAX_SESSION_TIMEOUT,
     MIN_RETENTION_BYTES,
+    MIN_SESSION_TIMEOUT,
+    SESSION_TIMEOUT_MS,
 )
 
 __all__ = ["DEFAULT_PORT", "URL_OPTIONS", "Settings", "parse"]
@@ -44,6 +48,7 @@ _OPTIONS = frozenset(
         "fast_put",
         "standby",
         "fetch_wait_ms",
+        "session_timeout",
         "idempotence",
         "security_protocol",
         "sasl_mechanism",
@@ -74,6 +79,9 @@ class Settings:
     """``fetch.max.wait.ms`` of the readers that tail a topic."""
     idempotence: bool = True
     """Whether the producer is idempotent (Kafka's ``enable.idempotence``)."""
+    session_timeout_ms: int = SESSION_TIMEOUT_MS
+    """``session.timeout.ms`` of a candidate's member of the election's group: how long
+    an elected scheduler that stopped heartbeating holds the election."""
     security: dict[str, str] = field(default_factory=dict)
     """``security_protocol``, ``sasl_mechanism`` and the SASL user and password, as
     aiokafka's clients take them."""
@@ -113,6 +121,9 @@ def parse(url: str, options: dict[str, Any]) -> Settings:
         url=url,
         standby=hot_standby(merged.get("standby", "cold")),
         fetch_wait_ms=_fetch_wait(merged.get("fetch_wait_ms", DEFAULT_FETCH_WAIT_MS)),
+        session_timeout_ms=_session_timeout(
+            merged.get("session_timeout", SESSION_TIMEOUT_MS / 1000)
+        ),
         idempotence=switch("idempotence", merged.get("idempotence", True)),
         security=_security(merged, userinfo if at else None, url),
         tls=_tls(merged, url),
@@ -145,6 +156,22 @@ def _fetch_wait(value: Any) -> int:
             f"fetch_wait_ms must be a whole number of milliseconds from 0 to 60000, not {value!r}"
         )
     return wait
+
+
+def _session_timeout(value: Any) -> int:
+    """``session_timeout`` (seconds) in whole milliseconds, within the bounds a Kafka
+    broker takes by default (``group.min.session.timeout.ms`` 6 s, ``group.max...`` 30
+    min): one it refused would leave the candidate unelected, its joins failing."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if isinstance(value, bool) or not MIN_SESSION_TIMEOUT <= seconds <= MAX_SESSION_TIMEOUT:
+        raise ValueError(
+            f"session_timeout must be seconds from {MIN_SESSION_TIMEOUT:g} to "
+            f"{MAX_SESSION_TIMEOUT:g}, not {value!r}"
+        )
+    return round(seconds * 1000)
 
 
 def _security(merged: dict[str, Any], userinfo: str | None, url: str) -> dict[str, str]:
