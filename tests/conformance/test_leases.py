@@ -168,11 +168,12 @@ def test_dead_message_lease_is_lost(q: Any) -> None:
 
 def test_extend_keeps_the_lease(q: Any) -> None:
     msg_id = q.put("x")
-    [msg] = q.reserve(wait=0, lease=0.2)
+    # 1 s: on a loaded machine the extend came more than 0.2 s after the reserve.
+    [msg] = q.reserve(wait=0, lease=1.0)
     before = now_ms()
-    expires = q.extend(msg, 2)
-    assert before + 2000 <= expires <= ceil_ms() + 2000
-    time.sleep(0.3)
+    expires = q.extend(msg, 3)
+    assert before + 3000 <= expires <= ceil_ms() + 3000
+    time.sleep(1.2)  # past the first lease, within the extended one
     assert q.reserve(wait=0) == []
     assert q.get(msg_id).state is State.ACTIVE
     q.ack(msg)
