@@ -42,10 +42,11 @@ def test_cancel_in_every_state(q: Any) -> None:
 def test_cancel_after_a_lease_expired(q: Any) -> None:
     msg_id = q.put("x")
     # A lease long enough for the cancel's round trip on every backend (kafka's on its
-    # test broker is ~10 ms, several times that under load), short enough to wait out.
-    [_msg] = q.reserve(wait=0, lease=0.3)
+    # test broker is ~10 ms, several times that under load; a loaded CI run saw more
+    # than 0.2 s between two calls), short enough to wait out.
+    [_msg] = q.reserve(wait=0, lease=1.0)
     assert q.cancel(msg_id) is False
-    time.sleep(0.4)
+    time.sleep(1.1)
     assert q.cancel(msg_id) is True
     assert q.get(msg_id) is None
     assert q.reserve(wait=0) == []
