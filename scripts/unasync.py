@@ -92,7 +92,7 @@ RULES: dict[str, str] = {
     "AsyncConnectionPool": "ConnectionPool",
     "AsyncConnection": "Connection",
     "AsyncLock": "Lock",
-    "guarded_async": "guarded",
+    "AsyncGuard": "Guard",
     "drive_async": "drive",
     "wait_ready_async": "wait_ready",
     "enqueue_async": "enqueue",

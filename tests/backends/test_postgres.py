@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from backends._given_back import given_back_by_the_close
 from conformance.conftest import unavailable
 from delayq import UnsupportedURL
 from delayq.durable import AsyncQueue, Queue, State
@@ -1045,3 +1046,25 @@ def test_the_cli_works_on_a_postgresql_url(schema: str) -> None:
     delayq("cancel", "jobs", "o-42")
     with Queue(url, name="jobs") as q:
         assert q.get("o-42") is None
+
+
+def test_an_async_claim_cancelled_just_before_a_close_is_given_back(schema: str) -> None:
+    """A reserve cancelled while its claim is on the wire, and the queue closed at
+    once: the close waits for the claim's reply and gives back what it took, so the
+    next consumer finds the message ready, not held until its lease runs out."""
+    from delayq.backends.postgres import AsyncPostgresBackend  # noqa: PLC0415
+
+    def linger(backend: Any, claimed: threading.Event) -> None:
+        assert isinstance(backend, AsyncPostgresBackend)
+        read = backend._read
+
+        async def claim_then_linger(statement: str, params: Any, change: Any = None) -> Any:
+            rows = await read(statement, params, change)
+            if change == "reserve":
+                claimed.set()
+                await asyncio.sleep(0.3)  # the close comes before this reply
+            return rows
+
+        backend._read = claim_then_linger  # type: ignore[method-assign]
+
+    given_back_by_the_close(url_of(schema), linger)

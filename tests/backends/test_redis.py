@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 import pytest
 
 from _ports import free_port
+from backends._given_back import given_back_by_the_close
 from delayq import UnsupportedURL
 from delayq.durable import AsyncQueue, Queue, State
 
@@ -786,6 +787,28 @@ def test_async_reserve_cancelled_mid_claim_gives_the_claim_back(shared_url: str)
             await q.purge()
 
     asyncio.run(main())
+
+
+def test_async_claim_cancelled_just_before_a_close_is_given_back(shared_url: str) -> None:
+    """A reserve cancelled while its claim is on the wire, and the queue closed at
+    once: the close waits for the claim's reply and gives back what it took, so the
+    next consumer finds the message ready, not held until its lease runs out."""
+    from delayq.backends.redis import AsyncRedisBackend  # noqa: PLC0415
+
+    def linger(backend: Any, claimed: threading.Event) -> None:
+        assert isinstance(backend, AsyncRedisBackend)
+        run = backend._run
+
+        async def claim_then_linger(call: Any) -> Any:
+            reply = await run(call)
+            if call.script == "reserve":
+                claimed.set()
+                await asyncio.sleep(0.3)  # the close comes before this reply
+            return reply
+
+        backend._run = claim_then_linger  # type: ignore[method-assign]
+
+    given_back_by_the_close(shared_url, linger)
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from backends._given_back import given_back_by_the_close
 from backends._window import woken_after_the_window
 from delayq import DuplicateId, QueueClosed, UnsupportedURL
 from delayq.backends.sqlite import AsyncSQLiteBackend, SQLiteBackend, _wakeup
@@ -696,6 +697,26 @@ def test_async_reserve_cancelled_mid_claim_gives_the_claim_back(url: str) -> Non
             assert (message.state, message.attempts) == (State.READY, 0)
 
     asyncio.run(main())
+
+
+def test_async_claim_cancelled_just_before_a_close_is_given_back(url: str) -> None:
+    """A reserve cancelled while its claim runs in the pool, and the queue closed at
+    once: the close waits for the claim and gives back what it took, so the message
+    is ready for the next process, not held until its lease runs out."""
+
+    def linger(backend: Any, claimed: threading.Event) -> None:
+        assert isinstance(backend, AsyncSQLiteBackend)
+        claim = backend._core.claim
+
+        def claim_then_linger(*args: Any) -> Any:
+            result = claim(*args)
+            claimed.set()
+            time.sleep(0.3)  # the close comes while this claim has not returned
+            return result
+
+        backend._core.claim = claim_then_linger  # type: ignore[method-assign]
+
+    given_back_by_the_close(url, linger)
 
 
 def test_async_operations_never_block_the_loop(url: str, tmp_path: Path) -> None:

@@ -10,46 +10,71 @@ import asyncio
 import select
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ._libpq import READ, WRITE
 
-__all__ = ["AsyncLock", "Lock", "guarded", "guarded_async", "wait_ready", "wait_ready_async"]
+__all__ = ["AsyncGuard", "AsyncLock", "Guard", "Lock", "wait_ready", "wait_ready_async"]
 
 T = TypeVar("T")
 
 AsyncLock = asyncio.Lock
 Lock = threading.Lock
 
-# The give-back tasks of cancelled claims, referenced until they finish.
-_PENDING: set[asyncio.Task[None]] = set()
+
+class Guard:
+    """On the sync face nothing can interrupt a call half way: nothing to guard."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        """Nothing to keep."""
+
+    def run(self, call: Callable[[], T], give_back: Callable[[T], object]) -> T:
+        """``call()``."""
+        return call()
+
+    def settle(self) -> None:
+        """Nothing is ever in flight here."""
 
 
-def guarded(call: Callable[[], T], give_back: Callable[[T], object]) -> T:
-    """``call()`` (on the sync face nothing can interrupt it half way)."""
-    return call()
+class AsyncGuard:
+    """Claims whose awaiting task was cancelled, kept until what they took is given
+    back (a claim nobody receives is released at once instead of waiting out its
+    lease); a backend's close waits for them first (:meth:`settle`)."""
 
+    __slots__ = ("_in_flight",)
 
-async def guarded_async(
-    call: Callable[[], Awaitable[T]], give_back: Callable[[T], Awaitable[None]]
-) -> T:
-    """``await call()`` in a task of its own: when the awaiting task is cancelled, the
-    call still finishes, and what it returned is handed to ``give_back`` (a claim
-    nobody receives is released at once instead of waiting out its lease)."""
-    task = asyncio.ensure_future(call())
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
+    def __init__(self) -> None:
+        self._in_flight: set[asyncio.Future[Any]] = set()
 
-        def done(finished: asyncio.Future[T]) -> None:
-            if finished.cancelled() or finished.exception() is not None:
-                return
-            back = asyncio.ensure_future(give_back(finished.result()))
-            _PENDING.add(back)
-            back.add_done_callback(_PENDING.discard)
+    async def run(
+        self, call: Callable[[], Awaitable[T]], give_back: Callable[[T], Awaitable[None]]
+    ) -> T:
+        """``await call()`` in a task of its own: when the awaiting task is cancelled,
+        the call still finishes, and what it returned is handed to ``give_back``."""
+        task = asyncio.ensure_future(call())
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
 
-        task.add_done_callback(done)
-        raise
+            def done(finished: asyncio.Future[T]) -> None:
+                if finished.cancelled() or finished.exception() is not None:
+                    return
+                self._keep(asyncio.ensure_future(give_back(finished.result())))
+
+            task.add_done_callback(done)  # before the task leaves the set
+            self._keep(task)
+            raise
+
+    def _keep(self, future: asyncio.Future[Any]) -> None:
+        self._in_flight.add(future)
+        future.add_done_callback(self._in_flight.discard)
+
+    async def settle(self) -> None:
+        """Wait for the cancelled claims still on their way, then their give-backs."""
+        while self._in_flight:
+            await asyncio.wait(list(self._in_flight))
 
 
 def wait_ready(fd: int, wanted: int) -> int:

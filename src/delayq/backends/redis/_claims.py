@@ -41,7 +41,7 @@ class AsyncClaims:
 
     def __init__(self, give_back: Callable[[str, list[Record]], Awaitable[None]]) -> None:
         self._give_back = give_back
-        self._background: set[asyncio.Task[Any]] = set()
+        self._background: set[asyncio.Future[Any]] = set()
 
     async def claim(self, claiming: Awaitable[Claim], queue: str) -> Claim:
         """Await ``claiming`` (a claim on ``queue``); if the caller is cancelled
@@ -51,6 +51,7 @@ class AsyncClaims:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
             task.add_done_callback(lambda done: self._give_back_later(queue, done))
+            self._keep(task)  # after the callback: the give-back is kept before it leaves
             raise
 
     async def claim_all(
@@ -66,6 +67,7 @@ class AsyncClaims:
         except asyncio.CancelledError:
             stop[0] = True
             task.add_done_callback(lambda done: self._give_back_all_later(queue, done))
+            self._keep(task)
             raise
 
     def _give_back_later(self, queue: str, done: asyncio.Future[Claim]) -> None:
@@ -79,11 +81,14 @@ class AsyncClaims:
         self._giving(queue, done.result())
 
     def _giving(self, queue: str, records: list[Record]) -> None:
-        giving = asyncio.ensure_future(self._give_back(queue, records))
-        self._background.add(giving)
-        giving.add_done_callback(self._background.discard)
+        self._keep(asyncio.ensure_future(self._give_back(queue, records)))
+
+    def _keep(self, task: asyncio.Future[Any]) -> None:
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def settle(self) -> None:
-        """Wait for the claims being given back."""
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+        """Wait for the cancelled claims still on the wire, then their give-backs (a
+        close that came first would leave what they took leased until it expired)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)

@@ -51,13 +51,16 @@ class Runner:
 class AsyncRunner:
     """Runs on a thread pool of its own. Does no I/O until the first call."""
 
-    __slots__ = ("_core", "_executor")
+    __slots__ = ("_core", "_executor", "_giving_back")
 
     def __init__(self, core: Core) -> None:
         self._core = core
         self._executor = ThreadPoolExecutor(
             max_workers=SQLITE_ASYNC_THREADS, thread_name_prefix="delayq-sqlite"
         )
+        # One future a cancelled claim, done once what it claimed is given back:
+        # ``close`` waits for them before it closes the connections.
+        self._giving_back: set[Future[None]] = set()
 
     async def call(self, function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """``function(*args, **kwargs)`` on the pool; :class:`QueueClosed` once closed.
@@ -75,22 +78,37 @@ class AsyncRunner:
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
-            future.add_done_callback(lambda done: self._unclaim(queue, done))
+            given_back: Future[None] = Future()
+            self._giving_back.add(given_back)
+            given_back.add_done_callback(self._giving_back.discard)
+            future.add_done_callback(lambda done: self._unclaim(queue, done, given_back))
             raise
 
-    def _unclaim(self, queue: str, done: Future[_Claimed]) -> None:
-        """After a cancelled claim finished anyway: give back what it claimed."""
-        if done.cancelled() or done.exception() is not None:
+    def _unclaim(self, queue: str, done: Future[_Claimed], given_back: Future[None]) -> None:
+        """After a cancelled claim finished anyway: give back what it claimed (on the
+        pool: this may run on the event loop's thread), then resolve ``given_back``."""
+        records = [] if done.cancelled() or done.exception() is not None else done.result()[0]
+        if not records:
+            given_back.set_result(None)
             return
-        records = done.result()[0]
-        if records:
+        try:
+            self._executor.submit(self._core.unclaim, queue, records).add_done_callback(
+                lambda _: given_back.set_result(None)
+            )
+        except RuntimeError:  # the executor is shut down: give them back here
             try:
-                self._executor.submit(self._core.unclaim, queue, records)
-            except RuntimeError:  # the executor is shut down: give them back here
                 self._core.unclaim(queue, records)
+            finally:
+                given_back.set_result(None)
 
     async def close(self) -> None:
-        """Close the connections, then the pool."""
+        """Wait for the give-backs of cancelled claims, close the connections, then the
+        pool."""
+        # A claim cancelled just before a close may still be running, its give-back
+        # not yet submitted: closing first would leave its messages leased until
+        # their lease ran out.
+        while self._giving_back:
+            await asyncio.wait([asyncio.wrap_future(f) for f in list(self._giving_back)])
         # Closing the last connection checkpoints the WAL: not on the event loop.
         await asyncio.wrap_future(self._executor.submit(self._core.pool.close))
         self._executor.shutdown(wait=False)

@@ -43,7 +43,7 @@ from .. import _schema
 from .._connect import refused
 from .._libpq import checked, exchange
 from .._outcome import QUICK_FAILURE, raise_lost
-from .._runner import AsyncLock, guarded_async
+from .._runner import AsyncGuard, AsyncLock
 from .._url import SAFETY_INTERVAL, parse_url
 from .._wakeup import Wakeup
 from ..statements import Prepared, Statements, put_kind
@@ -247,6 +247,7 @@ class AsyncPostgresBackend(AsyncReserves):
         self._ready_lock = AsyncLock()
         self._ready = False
         self._closed = False
+        self._guard = AsyncGuard()  # the claims of cancelled reserves, until given back
         # The connection kept for a caller alone (see _fetch), and who has it: a
         # thread's lock on both faces, only ever tried (a task never waits for it).
         self._kept: psycopg.AsyncConnection[Any] | None = None
@@ -510,7 +511,7 @@ class AsyncPostgresBackend(AsyncReserves):
                 try:
                     await self._open()
                     sent = time.monotonic()
-                    rows = await guarded_async(
+                    rows = await self._guard.run(
                         lambda: self._read(self.sql.CLAIM, params, "reserve"),
                         lambda rows: self._give_back(queue, rows),
                     )
@@ -732,6 +733,11 @@ class AsyncPostgresBackend(AsyncReserves):
 
     async def close(self) -> None:
         """See :meth:`~delayq.durable.backend.AsyncBackend.close`; the messages stay."""
+        if self._closed:
+            return
+        # A reserve cancelled just before may still be claiming: what it took goes
+        # back before the pool closes, not when its lease runs out.
+        await self._guard.settle()
         if self._closed:
             return
         self._closed = True

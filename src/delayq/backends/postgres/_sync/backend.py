@@ -45,7 +45,7 @@ from .. import _schema
 from .._connect import refused
 from .._libpq import checked, exchange
 from .._outcome import QUICK_FAILURE, raise_lost
-from .._runner import Lock, guarded
+from .._runner import Guard, Lock
 from .._url import SAFETY_INTERVAL, parse_url
 from .._wakeup import Wakeup
 from ..statements import Prepared, Statements, put_kind
@@ -249,6 +249,7 @@ class PostgresBackend(Reserves):
         self._ready_lock = Lock()
         self._ready = False
         self._closed = False
+        self._guard = Guard()  # the claims of cancelled reserves, until given back
         # The connection kept for a caller alone (see _fetch), and who has it: a
         # thread's lock on both faces, only ever tried (a task never waits for it).
         self._kept: psycopg.Connection[Any] | None = None
@@ -510,7 +511,7 @@ class PostgresBackend(Reserves):
                 try:
                     self._open()
                     sent = time.monotonic()
-                    rows = guarded(
+                    rows = self._guard.run(
                         lambda: self._read(self.sql.CLAIM, params, "reserve"),
                         lambda rows: self._give_back(queue, rows),
                     )
@@ -728,6 +729,11 @@ class PostgresBackend(Reserves):
 
     def close(self) -> None:
         """See :meth:`~delayq.durable.backend.Backend.close`; the messages stay."""
+        if self._closed:
+            return
+        # A reserve cancelled just before may still be claiming: what it took goes
+        # back before the pool closes, not when its lease runs out.
+        self._guard.settle()
         if self._closed:
             return
         self._closed = True
