@@ -14,6 +14,7 @@ afterwards; the schedulers are ``delayq scheduler`` processes of the test's own.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import itertools
@@ -39,7 +40,8 @@ from delayq.backends._replicated import _scheduler as scheduler_module
 from delayq.backends._replicated._link import _core
 from delayq.backends._replicated._scheduler import _group_commit, _intake
 from delayq.backends.amqp._transport import AmqpTransport
-from delayq.durable import Queue
+from delayq.durable import AsyncQueue, Queue
+from delayq.errors import NoScheduler
 
 pika = pytest.importorskip("pika")
 
@@ -503,3 +505,79 @@ def test_a_put_due_now_is_copied_to_the_scheduler_only_while_a_reserve_waits(
             now = queue.put("now")
             assert [m.id for m in waiting.result()] == [now]
         assert len(nudges) == 2
+
+
+def _slow_fold(monkeypatch: pytest.MonkeyPatch, every: float | None) -> None:
+    """Make the scheduler of this process take each intake message ``every`` s after
+    the one before it (None: never), markers included, in the intake's order: as a
+    scheduler whose fold lags behind a burst of fast puts or a slow broker."""
+    last = [0.0]
+
+    def slowed(take: Any) -> Any:
+        def slow(self: scheduler_module.Scheduler, *message: Any) -> None:
+            if every is None:
+                return
+            loop = asyncio.get_running_loop()
+            last[0] = max(last[0], loop.time()) + every
+            loop.call_at(last[0], take, self, *message)
+
+        return slow
+
+    for name in ("_on_intake", "_on_marker"):
+        monkeypatch.setattr(
+            scheduler_module.Scheduler, name, slowed(getattr(scheduler_module.Scheduler, name))
+        )
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_request_behind_a_long_fold_waits_while_the_fold_advances(
+    url: str, monkeypatch: pytest.MonkeyPatch, face: str
+) -> None:
+    """A request made after fast puts waits until the scheduler folded them (read
+    your writes). A fold that takes longer than the client's request timeout but
+    advances (one intake message every 0.5 s: six puts, 3 s; a request timeout of
+    1.5 s) is said to the client every second, and the request is answered once the
+    fold reaches it, every put seen, instead of failing at its timeout."""
+    _slow_fold(monkeypatch, 0.5)
+    with Queue(url, name="jobs", request_timeout=10) as elected:
+        elected.stats()  # this process's scheduler is elected
+        if face == "sync":
+            with Queue(client(url), name="jobs", request_timeout=1.5) as queue:
+                for i in range(6):
+                    queue.put(i)
+                started = time.monotonic()
+                purged = queue.purge()
+                took = time.monotonic() - started
+        else:
+
+            async def puts_then_purge() -> tuple[int, float]:
+                async with AsyncQueue(client(url), name="jobs", request_timeout=1.5) as queue:
+                    for i in range(6):
+                        await queue.put(i)
+                    started = time.monotonic()
+                    purged = await queue.purge()
+                    return purged, time.monotonic() - started
+
+            purged, took = asyncio.run(puts_then_purge())
+    assert purged == 6
+    assert took > 1.5  # it waited past its request timeout, for the fold
+
+
+def test_a_request_behind_a_fold_that_does_not_advance_still_times_out(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait past the request timeout lasts only while the fold advances: a
+    scheduler whose fold is stuck says nothing, and the request fails at its
+    timeout as any request that gets no answer."""
+    _slow_fold(monkeypatch, None)
+    with (
+        Queue(url, name="jobs", request_timeout=10) as elected,
+        Queue(client(url), name="jobs", request_timeout=1.5) as queue,
+    ):
+        elected.stats()
+        queue.put("never folded")
+        started = time.monotonic()
+        with pytest.raises(NoScheduler):
+            queue.stats()
+        took = time.monotonic() - started
+    assert 1.4 < took < 6.0

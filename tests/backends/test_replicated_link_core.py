@@ -150,3 +150,20 @@ def test_a_sequential_consumers_next_reserve_goes_with_its_acks() -> None:
     assert core.ahead_of("ack_many", ["jobs", []], False) is None  # did not wait
     core.called("reserve", ["jobs", 10, 30_000], 5.0, [], False)
     assert core.ahead_of("ack_many", ["jobs", []], False) is None  # got nothing
+
+
+def test_the_word_that_a_fold_advances_counts_for_calls_in_flight_until_they_end() -> None:
+    """The scheduler's ``folding`` word keeps a request waiting past its timeout: it
+    is noted for the ids of calls in flight only, and forgotten when a call ends;
+    bytes that are no list of ids change nothing."""
+    core = LinkCore(fast_put=False)
+    core.told_folding(pack(["r1", "gone", 7]), 10.0, {"r1", "r2"})
+    assert core.folding_since("r1", 9.0) == 10.0
+    assert core.folding_since("r1", 10.0) is None  # nothing said since
+    assert core.folding_since("r2", 0.0) is None
+    assert core.folding_since("gone", 0.0) is None
+    core.told_folding(b"\xc1 not msgpack", 11.0, {"r1"})
+    core.told_folding(pack({"r1": 1}), 11.0, {"r1"})
+    assert core.folding_since("r1", 9.0) == 10.0
+    core.ended("r1")
+    assert core.folding_since("r1", 0.0) is None

@@ -17,6 +17,8 @@ __all__ = [
     "DELIVER_IN_FLIGHT",
     "DELIVER_LEASE_MS",
     "FIRE_AHEAD_MS",
+    "FOLDING",
+    "FOLDING_EVERY",
     "FOLLOW_STALL",
     "FULL_EVERY",
     "HELD_REPLY_AHEAD_MS",
@@ -122,6 +124,13 @@ STANDBY_SWEEP_BYTES = 1_000_000
 #: kept): a request of a client it does not know waits for a marker appended to the
 #: intake to be read back (a sweep) instead.
 CLIENTS_KEPT = 100_000
+#: While requests wait for their clients' intake messages to be folded (read your
+#: writes), the scheduler tells each such client every FOLDING_EVERY s in which the fold
+#: advanced, in a reply of kind FOLDING with no request id (its body the ids of those
+#: requests): the client then waits a request timeout more from that word instead of
+#: giving up (a client before it ignores the reply, as one of no request it knows).
+FOLDING = "folding"
+FOLDING_EVERY = 1.0
 #: Seconds between two ``full`` announcements while fast puts come past the live
 #: bytes' limit.
 FULL_EVERY = 0.1

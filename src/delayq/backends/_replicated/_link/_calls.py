@@ -16,7 +16,7 @@ from typing import Any
 
 from ....errors import QueueClosed, SchedulerNotRunning
 from .._codec import pack, raise_error, unpack
-from .._constants import RESEND_FOR
+from .._constants import FOLDING, RESEND_FOR
 from .._transport import NoScheduler, Refused
 from ._core import READS, unclaim
 from ._state import NO_REPLY_HINT, LinkState
@@ -31,6 +31,9 @@ class Calls(LinkState):
         if kind == "batch":  # the replies to several requests of this link, in order
             for part_id, part_kind, part_body in unpack(body):
                 self._on_reply(part_id, part_kind, part_body)
+            return
+        if kind == FOLDING and not request_id:
+            self._core.told_folding(body, time.monotonic(), self._pending)
             return
         if self._core.announced(request_id, kind, time.monotonic()):
             return
@@ -173,9 +176,18 @@ class Calls(LinkState):
                     wait_left = None if give_up is None else give_up - loop.time()
                     timeout = None if wait_left is None else wait_left + self._request_timeout
                 either: set[asyncio.Future[Any]] = {future, turn}
+                waited_from = time.monotonic()
                 done, _ = await asyncio.wait(
                     either, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                 )
+                # Held behind this link's intake messages while the scheduler's fold of
+                # them advances (it said so meanwhile): a request timeout more.
+                while not done and (told := self._core.folding_since(request_id, waited_from)):
+                    waited_from = told
+                    timeout = max(told + self._request_timeout - time.monotonic(), 0.0)
+                    done, _ = await asyncio.wait(
+                        either, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                    )
                 if future.done():
                     break
                 if not done:

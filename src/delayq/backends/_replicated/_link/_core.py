@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from ...._redact import redact_url
 from ....durable.message import Now, Record
 from ....errors import SchedulerNotRunning
-from .._codec import decode_outcome, decode_record, pack, reserve_items
+from .._codec import decode_outcome, decode_record, pack, reserve_items, unpack
 from .._constants import MAX_GROUP_BYTES, QUIET_HOLD
 from .._transport import ServerRefused
 
@@ -137,6 +137,10 @@ class LinkCore:
         self.confirmed_seq = 0
         self.folded_seq = 0
         self._barriers: dict[str, int] = {}
+        #: Request id -> when (a monotonic time) the scheduler last said that the fold
+        #: of the intake it waits behind advances (FOLDING): it waits for its reply a
+        #: request timeout more from then.
+        self.folding: dict[str, float] = {}
         #: Set by the scheduler's ``full`` announcement: puts take the plain path (which
         #: may refuse them) until one of them is taken.
         self.full = False
@@ -274,6 +278,27 @@ class LinkCore:
         """A call is over (answered or not): its barrier is forgotten."""
         self._barriers.pop(request_id, None)
         self.reserves.pop(request_id, None)
+        self.folding.pop(request_id, None)
+
+    def told_folding(self, body: bytes, now: float, pending: Container[str]) -> None:
+        """The scheduler's FOLDING word (``body``: the ids of requests it holds behind
+        this link's intake messages while its fold of them advances), at ``now``, a
+        monotonic time: noted for those of ``pending`` (calls in flight); a body that is
+        no list of ids (no scheduler of delayq sends it) is ignored."""
+        try:
+            ids = unpack(body)
+        except Exception:
+            return
+        if isinstance(ids, list):
+            for request_id in ids:
+                if isinstance(request_id, str) and request_id in pending:
+                    self.folding[request_id] = now
+
+    def folding_since(self, request_id: str, since: float) -> float | None:
+        """When the scheduler last said, after ``since``, that ``request_id`` waits
+        behind a fold that advances (None: it did not)."""
+        told = self.folding.get(request_id)
+        return told if told is not None and told > since else None
 
     def put_taken(self) -> None:
         """The scheduler took a plain put: there is room again for fast ones."""

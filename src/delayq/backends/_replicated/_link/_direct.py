@@ -50,7 +50,7 @@ from typing import Any
 
 from ....errors import QueueClosed, SchedulerNotRunning
 from .._codec import pack, raise_error, unpack
-from .._constants import RESEND_FOR
+from .._constants import FOLDING, RESEND_FOR
 from .._transport import BlockingTransport, NoScheduler, OnReply, Refused
 from ._core import READS, LinkCore, Reserving, take_group, unclaim
 
@@ -313,7 +313,19 @@ class Direct:
                             if give_up is None
                             else max(give_up - unanswered_since, 0.0) + request_timeout
                         )
+                    waited_from = time.monotonic()
                     self._wait(call, elections, timeout)
+                    # Held behind this link's intake messages while the scheduler's
+                    # fold of them advances (it said so meanwhile): a request timeout
+                    # more (not for a call bounded ``within`` its own time: a close's).
+                    while (
+                        within is None
+                        and not self._over(call, elections)
+                        and (told := self._core.folding_since(call.request_id, waited_from))
+                    ):
+                        waited_from = told
+                        timeout = max(told + request_timeout - time.monotonic(), 0.0)
+                        self._wait(call, elections, timeout)
                 except SchedulerNotRunning:
                     raise
                 except (ConnectionError, OSError) as exc:
@@ -601,6 +613,9 @@ class Direct:
         if kind == "batch":  # the replies to several requests of this link, in order
             for part_id, part_kind, part_body in unpack(body):
                 self._on_reply(part_id, part_kind, part_body)
+            return
+        if kind == FOLDING and not request_id:
+            self._core.told_folding(body, time.monotonic(), self._pending)
             return
         if self._core.announced(request_id, kind, time.monotonic(), self):
             return

@@ -5,8 +5,11 @@ is stored once), then logs an ``intake`` operation ``[offset, client, seq]``: th
 intake is folded up to there (a new scheduler resumes after it) and that client's
 messages up to ``seq``. A request that starts with an ``after`` part (its client's last
 confirmed intake message) waits until that message is folded, with the client's later
-requests behind it (read-your-writes). Nudges (copies of a put due soon) and the sweeps
-that release the requests of a client not known yet are here too."""
+requests behind it (read-your-writes); while it waits, its client is told every
+FOLDING_EVERY s in which the fold advanced, so that a long fold (a burst of fast puts,
+a slow broker) does not make it give up at its request timeout. Nudges (copies of a
+put due soon) and the sweeps that release the requests of a client not known yet are
+here too."""
 
 from __future__ import annotations
 
@@ -17,7 +20,14 @@ from typing import Any
 from ...._log import log_event
 from ....durable.message import Now
 from .._codec import decode_requests, encode_outcome, pack, unpack
-from .._constants import CLIENTS_KEPT, FULL_EVERY, QUIET_AFTER, QUIET_EVERY
+from .._constants import (
+    CLIENTS_KEPT,
+    FOLDING,
+    FOLDING_EVERY,
+    FULL_EVERY,
+    QUIET_AFTER,
+    QUIET_EVERY,
+)
 from ._state import INTAKE, SchedulerState
 
 __all__ = ["Intake"]
@@ -59,6 +69,37 @@ class Intake(SchedulerState):
             self._sweeping, self._unknown = self._unknown, set()
             body = pack([self._reign, sorted(self._sweeping)])
             self._spawn(self._transport.mark_intake(body))
+
+    def _holding(self) -> None:
+        """A request is held behind its client's intake message: tell the clients of
+        the held requests about the fold, every FOLDING_EVERY s while any is held."""
+        if self._folding_timer is None and not self._stopped:
+            self._folding_from = self._intake_next
+            loop = asyncio.get_running_loop()
+            self._folding_timer = loop.call_later(FOLDING_EVERY, self._tell_folding)
+
+    def _tell_folding(self) -> None:
+        """When the fold advanced since the last time (the intake's next offset moved),
+        send each client with held requests a FOLDING reply with no request id, their
+        ids its body: the client waits a request timeout more from it. A fold that
+        does not advance says nothing: its clients give up at their request timeout,
+        as for any request that gets no answer."""
+        self._folding_timer = None
+        if self._stopped or not self._held:
+            return
+        if self._intake_next != self._folding_from:
+            self._folding_from = self._intake_next
+            waiting: dict[str, list[str]] = {}
+            for held in self._held.values():
+                for _, reply_to, parts in held:
+                    ids = waiting.setdefault(reply_to, [])
+                    ids += [request_id for _, request_id, _ in parts if request_id]
+            for reply_to, ids in waiting.items():
+                if ids:
+                    body = pack(ids)
+                    self._spawn(self._transport.reply(reply_to, "", FOLDING, body, confirm=False))
+        loop = asyncio.get_running_loop()
+        self._folding_timer = loop.call_later(FOLDING_EVERY, self._tell_folding)
 
     def _on_marker(self, body: bytes) -> None:
         """A sweep's marker was read: release its clients' held requests."""

@@ -143,6 +143,7 @@ class Requests(SchedulerState):
                     if held is None:
                         held = self._held[client] = collections.deque()
                     held.append((seq, reply_to, parts[at + 1 :]))
+                    self._holding()
                     if client not in self._clients:
                         self._sweep(client)
                     return

@@ -212,6 +212,10 @@ class SchedulerState(abc.ABC):
         self._intake_next: int | None = None
         self._clients: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._held: dict[str, collections.deque[tuple[int, str, list[Any]]]] = {}
+        # While any is held: the timer of the next word to their clients that the fold
+        # advances, and the intake's offset at the last one (_tell_folding).
+        self._folding_timer: asyncio.TimerHandle | None = None
+        self._folding_from: int | None = None
         self._full_told = -FULL_EVERY
         # Nudges (_weigh_nudge): when a reserve last parked, when clients were last
         # told ``quiet`` (the loop's times), and whether they were told ``nudge`` since.
@@ -242,6 +246,8 @@ class SchedulerState(abc.ABC):
             self._renewal.cancel()
         if self._prune_timer is not None:
             self._prune_timer.cancel()
+        if self._folding_timer is not None:
+            self._folding_timer.cancel()
         for task in self._tasks:
             task.cancel()
         self._on_stopped()
@@ -414,6 +420,10 @@ class SchedulerState(abc.ABC):
 
     @abc.abstractmethod
     def _on_nudge(self, body: bytes) -> None:
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def _holding(self) -> None:
         raise NotImplementedError
 
     @abc.abstractmethod
