@@ -93,6 +93,7 @@ RULES: dict[str, str] = {
     "AsyncConnection": "Connection",
     "AsyncLock": "Lock",
     "AsyncGuard": "Guard",
+    "getconn_async": "getconn",
     "drive_async": "drive",
     "wait_ready_async": "wait_ready",
     "enqueue_async": "enqueue",

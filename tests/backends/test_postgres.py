@@ -1068,3 +1068,50 @@ def test_an_async_claim_cancelled_just_before_a_close_is_given_back(schema: str)
         backend._read = claim_then_linger  # type: ignore[method-assign]
 
     given_back_by_the_close(url_of(schema), linger)
+
+
+def test_a_task_cancelled_as_the_pool_hands_it_a_connection_ends_cancelled() -> None:
+    """A waiting client of psycopg_pool waits with ``asyncio.wait_for``, which before
+    Python 3.12 drops a cancellation that comes as the connection is handed over: the
+    task got the connection and ran on (here, with the pool's own getconn, about one in
+    two of these cancellations). The backend takes its connections through
+    ``getconn_async``: every task cancelled while it waited ends cancelled, and the
+    connection is back in the pool."""
+    from psycopg_pool import AsyncConnectionPool  # noqa: PLC0415
+
+    from delayq.backends.postgres._runner import getconn_async  # noqa: PLC0415
+
+    async def main() -> tuple[int, int]:
+        cancelled = ran_on = 0
+        async with AsyncConnectionPool(BASE, min_size=1, max_size=1, open=False) as pool:
+            await pool.open(wait=True, timeout=10)
+            for trial in range(300):
+                held = await pool.getconn()
+
+                async def take() -> None:
+                    await pool.putconn(await getconn_async(pool, 10))
+
+                task = asyncio.create_task(take())
+                for _ in range(3):
+                    await asyncio.sleep(0)  # waiting in the pool's queue
+                await pool.putconn(held)  # handed over to the waiting task...
+                for _ in range(trial % 6):
+                    await asyncio.sleep(0)
+                if not task.cancel():  # ...which is cancelled on its way back
+                    continue
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    cancelled += 1
+                else:
+                    ran_on += 1
+            async with pool.connection(timeout=5) as conn:  # none was lost
+                await conn.execute("SELECT 1")
+        return cancelled, ran_on
+
+    try:
+        cancelled, ran_on = asyncio.run(main())
+    except psycopg.OperationalError as exc:
+        unavailable("postgres", f"{BASE}: {exc}")
+    assert cancelled > 0
+    assert ran_on == 0

@@ -188,7 +188,7 @@ def always_fails():
     raise RuntimeError("always")
 
 
-@app.every("500ms", queue="cron")
+@app.every("1s", queue="cron")
 def beat():
     record("tick", current_message().id, os.getpid())
 

@@ -1290,11 +1290,23 @@ def test_a_localhost_name_reaches_a_receiver_on_ipv6_loopback_only() -> None:
     reached too (no resolver asked)."""
 
     async def scenario() -> None:
-        receiver = Receiver(host="::1")
-        try:
-            await receiver.start()
-        except OSError:
-            pytest.skip("no IPv6 loopback here")
+        # Its port held on 127.0.0.1 too, bound and not listening, so that a server of
+        # another test there cannot take the connection meant for ::1 (a refusal).
+        v4 = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        for _ in range(20):
+            receiver = Receiver(host="::1")
+            try:
+                await receiver.start()
+            except OSError:
+                v4.close()
+                pytest.skip("no IPv6 loopback here")
+            try:
+                v4.bind(("127.0.0.1", receiver.port))
+                break
+            except OSError:
+                await receiver.stop()
+        else:
+            raise AssertionError("no port free on both loopbacks in 20 tries")
         try:
             resolver = FixedResolver(PUBLIC_ADDRESS)
             network = _GuardedNetwork(serve_config("memory://guard"), resolver)
@@ -1306,5 +1318,6 @@ def test_a_localhost_name_reaches_a_receiver_on_ipv6_loopback_only() -> None:
             assert resolver.asked == []
         finally:
             await receiver.stop()
+            v4.close()
 
     asyncio.run(scenario())

@@ -14,7 +14,16 @@ from typing import Any, TypeVar
 
 from ._libpq import READ, WRITE
 
-__all__ = ["AsyncGuard", "AsyncLock", "Guard", "Lock", "wait_ready", "wait_ready_async"]
+__all__ = [
+    "AsyncGuard",
+    "AsyncLock",
+    "Guard",
+    "Lock",
+    "getconn",
+    "getconn_async",
+    "wait_ready",
+    "wait_ready_async",
+]
 
 T = TypeVar("T")
 
@@ -75,6 +84,33 @@ class AsyncGuard:
         """Wait for the cancelled claims still on their way, then their give-backs."""
         while self._in_flight:
             await asyncio.wait(list(self._in_flight))
+
+
+def getconn(pool: Any, timeout: float | None = None) -> Any:
+    """``pool.getconn(timeout)`` (a thread is not cancelled)."""
+    return pool.getconn(timeout)
+
+
+async def getconn_async(pool: Any, timeout: float | None = None) -> Any:
+    """``await pool.getconn(timeout)``, and a cancellation the pool lost raised: a
+    waiting client of psycopg_pool waits with ``asyncio.wait_for``, which before Python
+    3.12 returns the connection and drops a cancellation that comes as the connection
+    is handed over, so that the cancelled task ran on (seen: a task cancelled as it
+    put, still putting 10 s later). The task's count of cancel requests tells: grown
+    meanwhile, the connection goes back and the cancellation is raised."""
+    task = asyncio.current_task()
+    before = _cancel_requests(task)
+    conn = await pool.getconn(timeout)
+    if _cancel_requests(task) > before:
+        await pool.putconn(conn)
+        raise asyncio.CancelledError
+    return conn
+
+
+def _cancel_requests(task: asyncio.Task[Any] | None) -> int:
+    """``task.cancelling()`` (Python 3.11+; before, 0: nothing to tell by)."""
+    cancelling = getattr(task, "cancelling", None)
+    return 0 if cancelling is None else int(cancelling())
 
 
 def wait_ready(fd: int, wanted: int) -> int:

@@ -43,7 +43,7 @@ from .. import _schema
 from .._connect import refused
 from .._libpq import checked, exchange
 from .._outcome import QUICK_FAILURE, raise_lost
-from .._runner import AsyncGuard, AsyncLock
+from .._runner import AsyncGuard, AsyncLock, getconn_async
 from .._url import SAFETY_INTERVAL, parse_url
 from .._wakeup import Wakeup
 from ..statements import Prepared, Statements, put_kind
@@ -332,7 +332,7 @@ class AsyncPostgresBackend(AsyncReserves):
         conn = self._kept if alone else None
         if conn is None:
             try:
-                conn = await self._pool.getconn()
+                conn = await getconn_async(self._pool)
             except BaseException as exc:
                 if alone:  # none to keep: the next caller alone takes one from the pool
                     self._kept_lock.release()
@@ -468,13 +468,15 @@ class AsyncPostgresBackend(AsyncReserves):
             return _kept(rows[0][0], 0, len(requests))
         await self._open()
         try:
-            async with self._pool.connection() as conn:
-                try:
-                    kept, earliest = await put_on(conn, self.sql, queue, requests)
-                except psycopg.OperationalError as exc:
-                    raise_lost(conn, exc, "put")
+            conn = await getconn_async(self._pool)
         except PoolClosed as exc:
             self._pool_closed(exc)
+        try:
+            kept, earliest = await put_on(conn, self.sql, queue, requests)
+        except psycopg.OperationalError as exc:
+            raise_lost(conn, exc, "put")
+        finally:
+            await self._pool.putconn(conn)
         self._wake.notify(queue, earliest)
         return kept
 

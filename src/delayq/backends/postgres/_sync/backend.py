@@ -45,7 +45,7 @@ from .. import _schema
 from .._connect import refused
 from .._libpq import checked, exchange
 from .._outcome import QUICK_FAILURE, raise_lost
-from .._runner import Guard, Lock
+from .._runner import Guard, Lock, getconn
 from .._url import SAFETY_INTERVAL, parse_url
 from .._wakeup import Wakeup
 from ..statements import Prepared, Statements, put_kind
@@ -334,7 +334,7 @@ class PostgresBackend(Reserves):
         conn = self._kept if alone else None
         if conn is None:
             try:
-                conn = self._pool.getconn()
+                conn = getconn(self._pool)
             except BaseException as exc:
                 if alone:  # none to keep: the next caller alone takes one from the pool
                     self._kept_lock.release()
@@ -468,13 +468,15 @@ class PostgresBackend(Reserves):
             return _kept(rows[0][0], 0, len(requests))
         self._open()
         try:
-            with self._pool.connection() as conn:
-                try:
-                    kept, earliest = put_on(conn, self.sql, queue, requests)
-                except psycopg.OperationalError as exc:
-                    raise_lost(conn, exc, "put")
+            conn = getconn(self._pool)
         except PoolClosed as exc:
             self._pool_closed(exc)
+        try:
+            kept, earliest = put_on(conn, self.sql, queue, requests)
+        except psycopg.OperationalError as exc:
+            raise_lost(conn, exc, "put")
+        finally:
+            self._pool.putconn(conn)
         self._wake.notify(queue, earliest)
         return kept
 
