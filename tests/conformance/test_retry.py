@@ -44,8 +44,10 @@ def test_nack_with_delay(q: Any) -> None:
     msg_id = q.put("x")
     [msg] = q.reserve(wait=0)
     before = now_ms()
-    q.nack(msg, delay="2s")
-    assert before + 2000 <= q.get(msg_id).due_at <= ceil_ms() + 2000
+    # Long enough that the two calls after it never reach its due time (a slow broker
+    # on a loaded machine took more than 2 s for them); the reschedule ends it.
+    q.nack(msg, delay="30s")
+    assert before + 30_000 <= q.get(msg_id).due_at <= ceil_ms() + 30_000
     assert q.reserve(wait=0) == []
     assert q.reschedule(msg_id, delay=0)
     [msg] = q.reserve(wait=0)
