@@ -296,7 +296,7 @@ HAND_PAIRS = [
     ("delayq.backends.sqlite._runner", "Runner", "AsyncRunner", "this thread vs a pool"),
     ("delayq.backends.sqlite._wakeup", "Wakeup.wait", "Wakeup.wait_async", "Condition vs future"),
     ("delayq.backends.postgres._runner", "Lock", "AsyncLock", "threading vs asyncio lock"),
-    ("delayq.backends.postgres._runner", "Guard", "AsyncGuard", "cancel gives back a claim"),
+    ("delayq.backends._guard", "Guard", "AsyncGuard", "cancel gives back a claim"),
     ("delayq.backends.postgres._runner", "getconn", "getconn_async", "a lost cancel raised"),
     ("delayq.backends.postgres._runner", "wait_ready", "wait_ready_async", "poll vs add_reader"),
     ("delayq.backends.postgres._wakeup", "Wakeup.wait", "Wakeup.wait_async", "Event vs future"),

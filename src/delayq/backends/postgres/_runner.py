@@ -1,23 +1,21 @@
 """The hand-written I/O pairs behind the face written once in :mod:`._async.backend`:
-the lock of its first use, how a claim is kept from being lost when the task
-awaiting it is cancelled (the sync face cannot be cancelled mid-call), and the wait
-for a socket to be ready that drives a libpq exchange (:mod:`._async.drive`).
-Listed, with why each pair differs, in ``tests/durable/test_twins.py``."""
+the lock of its first use, the pool's hand-over of a connection (a cancellation it
+dropped raised again), and the wait for a socket to be ready that drives a libpq
+exchange (:mod:`._async.drive`). How a claim survives a cancelled caller is shared with
+``redis://`` (:mod:`.._guard`). Listed, with why each pair differs, in
+``tests/durable/test_twins.py``."""
 
 from __future__ import annotations
 
 import asyncio
 import select
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from ._libpq import READ, WRITE
 
 __all__ = [
-    "AsyncGuard",
     "AsyncLock",
-    "Guard",
     "Lock",
     "getconn",
     "getconn_async",
@@ -25,65 +23,8 @@ __all__ = [
     "wait_ready_async",
 ]
 
-T = TypeVar("T")
-
 AsyncLock = asyncio.Lock
 Lock = threading.Lock
-
-
-class Guard:
-    """On the sync face nothing can interrupt a call half way: nothing to guard."""
-
-    __slots__ = ()
-
-    def __init__(self) -> None:
-        """Nothing to keep."""
-
-    def run(self, call: Callable[[], T], give_back: Callable[[T], object]) -> T:
-        """``call()``."""
-        return call()
-
-    def settle(self) -> None:
-        """Nothing is ever in flight here."""
-
-
-class AsyncGuard:
-    """Claims whose awaiting task was cancelled, kept until what they took is given
-    back (a claim nobody receives is released at once instead of waiting out its
-    lease); a backend's close waits for them first (:meth:`settle`)."""
-
-    __slots__ = ("_in_flight",)
-
-    def __init__(self) -> None:
-        self._in_flight: set[asyncio.Future[Any]] = set()
-
-    async def run(
-        self, call: Callable[[], Awaitable[T]], give_back: Callable[[T], Awaitable[None]]
-    ) -> T:
-        """``await call()`` in a task of its own: when the awaiting task is cancelled,
-        the call still finishes, and what it returned is handed to ``give_back``."""
-        task = asyncio.ensure_future(call())
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-
-            def done(finished: asyncio.Future[T]) -> None:
-                if finished.cancelled() or finished.exception() is not None:
-                    return
-                self._keep(asyncio.ensure_future(give_back(finished.result())))
-
-            task.add_done_callback(done)  # before the task leaves the set
-            self._keep(task)
-            raise
-
-    def _keep(self, future: asyncio.Future[Any]) -> None:
-        self._in_flight.add(future)
-        future.add_done_callback(self._in_flight.discard)
-
-    async def settle(self) -> None:
-        """Wait for the cancelled claims still on their way, then their give-backs."""
-        while self._in_flight:
-            await asyncio.wait(list(self._in_flight))
 
 
 def getconn(pool: Any, timeout: float | None = None) -> Any:

@@ -3,16 +3,17 @@
 A sync call cannot be cut off halfway, so :class:`Claims` has nothing to guard: it
 hands back the claim the face has run. An asyncio task can be cancelled while its claim
 is on the wire; :class:`AsyncClaims` runs the claim in a task of its own, and when the
-caller is cancelled, gives back (``give_back``) what the claim took once its reply is in.
+caller is cancelled, gives back (``give_back``) what the claim took once its reply is in
+(:mod:`.._guard`, which ``postgresql://`` shares).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from ...durable.message import Record
+from .._guard import AsyncGuard
 from ._scripts import Claim
 
 __all__ = ["AsyncClaims", "Claims"]
@@ -37,22 +38,19 @@ class Claims:
 
 
 class AsyncClaims:
-    """The asyncio face's claims: one cancelled on the wire is given back."""
+    """The asyncio face's claims: one cancelled on the wire is given back, through the
+    guard ``postgresql://`` shares (:class:`~.._guard.AsyncGuard`)."""
 
     def __init__(self, give_back: Callable[[str, list[Record]], Awaitable[None]]) -> None:
         self._give_back = give_back
-        self._background: set[asyncio.Future[Any]] = set()
+        self._guard = AsyncGuard()
 
     async def claim(self, claiming: Awaitable[Claim], queue: str) -> Claim:
         """Await ``claiming`` (a claim on ``queue``); if the caller is cancelled
         meanwhile, what it claimed is given back once its reply is in."""
-        task = asyncio.ensure_future(claiming)
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            task.add_done_callback(lambda done: self._give_back_later(queue, done))
-            self._keep(task)  # after the callback: the give-back is kept before it leaves
-            raise
+        return await self._guard.run(
+            lambda: claiming, lambda claim: self._giving(queue, claim.records)
+        )
 
     async def claim_all(
         self, claiming: Awaitable[list[Record]], queue: str, stop: list[bool]
@@ -61,34 +59,19 @@ class AsyncClaims:
         with :meth:`claim`); if the caller is cancelled meanwhile, ``stop[0]`` is set,
         so that no further claim is sent, and what the earlier ones took is given back
         once the last reply is in."""
-        task = asyncio.ensure_future(claiming)
         try:
-            return await asyncio.shield(task)
+            return await self._guard.run(
+                lambda: claiming, lambda records: self._giving(queue, records)
+            )
         except asyncio.CancelledError:
-            stop[0] = True
-            task.add_done_callback(lambda done: self._give_back_all_later(queue, done))
-            self._keep(task)
+            stop[0] = True  # before the claims' task runs again: nothing is sent
             raise
 
-    def _give_back_later(self, queue: str, done: asyncio.Future[Claim]) -> None:
-        if done.cancelled() or done.exception() is not None or not done.result().records:
-            return
-        self._giving(queue, done.result().records)
-
-    def _give_back_all_later(self, queue: str, done: asyncio.Future[list[Record]]) -> None:
-        if done.cancelled() or done.exception() is not None or not done.result():
-            return
-        self._giving(queue, done.result())
-
-    def _giving(self, queue: str, records: list[Record]) -> None:
-        self._keep(asyncio.ensure_future(self._give_back(queue, records)))
-
-    def _keep(self, task: asyncio.Future[Any]) -> None:
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+    async def _giving(self, queue: str, records: list[Record]) -> None:
+        if records:
+            await self._give_back(queue, records)
 
     async def settle(self) -> None:
         """Wait for the cancelled claims still on the wire, then their give-backs (a
         close that came first would leave what they took leased until it expired)."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+        await self._guard.settle()

@@ -39,11 +39,12 @@ from ....durable.message import (
 )
 from ....durable.reserves import AsyncReserves
 from ....errors import DuplicateId, LeaseLost, QueueClosed
+from ..._guard import AsyncGuard
 from .. import _schema
 from .._connect import refused
 from .._libpq import checked, exchange
 from .._outcome import QUICK_FAILURE, raise_lost
-from .._runner import AsyncGuard, AsyncLock, getconn_async
+from .._runner import AsyncLock, getconn_async
 from .._url import SAFETY_INTERVAL, parse_url
 from .._wakeup import Wakeup
 from ..statements import Prepared, Statements, put_kind

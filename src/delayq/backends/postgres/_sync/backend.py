@@ -41,11 +41,12 @@ from ....durable.message import (
 )
 from ....durable.reserves import Reserves
 from ....errors import DuplicateId, LeaseLost, QueueClosed
+from ..._guard import Guard
 from .. import _schema
 from .._connect import refused
 from .._libpq import checked, exchange
 from .._outcome import QUICK_FAILURE, raise_lost
-from .._runner import Guard, Lock, getconn
+from .._runner import Lock, getconn
 from .._url import SAFETY_INTERVAL, parse_url
 from .._wakeup import Wakeup
 from ..statements import Prepared, Statements, put_kind
