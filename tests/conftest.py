@@ -106,16 +106,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """Close the kafka namespace of tests/conformance/conftest.py (its scheduler held
     open, an election costs seconds on Tansu) after a file's last test, unless the
-    next file has kafka tests too: consecutive files with kafka tests share it. Last,
-    once the test's fixtures (which purge its queues through that scheduler) are torn
-    down."""
+    next file has kafka tests too: consecutive files with kafka tests share it, until
+    it is worn (a fresh one then, see ``renew_worn_kafka_namespace``). Last, once the
+    test's fixtures (which purge its queues through that scheduler) are torn down."""
     if not KAFKA_FILES:
         KAFKA_FILES.update(_kafka_files(item.session.items) or {""})
-    if nextitem is not None and (nextitem.path == item.path or str(nextitem.path) in KAFKA_FILES):
-        return
     conformance = sys.modules.get("conformance.conftest")
-    if conformance is not None:
-        conformance.close_kafka_namespace()
+    if conformance is None:
+        return
+    if nextitem is not None and (nextitem.path == item.path or str(nextitem.path) in KAFKA_FILES):
+        if _kafka_files([item]):  # this test ran on kafka: did it wear the namespace out?
+            conformance.renew_worn_kafka_namespace()
+        return
+    conformance.close_kafka_namespace()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

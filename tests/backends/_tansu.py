@@ -21,6 +21,7 @@ each file needs only one).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib.resources
 import importlib.util
@@ -32,6 +33,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -264,6 +266,37 @@ class TansuBroker:
             self._s3.stop()
             self._s3 = None
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def fullest(self, topics: Sequence[str]) -> int:
+        """How many records the fullest partition of ``topics`` (those that exist)
+        holds: its end offset, asked of the broker with a plain Kafka client."""
+
+        async def ask() -> int:
+            from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: PLC0415
+
+            consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap)
+            await consumer.start()
+            try:
+                known = await consumer.topics()
+                partitions = [
+                    TopicPartition(topic, partition)
+                    for topic in topics
+                    if topic in known
+                    for partition in consumer.partitions_for_topic(topic) or ()
+                ]
+                ends = await consumer.end_offsets(partitions) if partitions else {}
+                return max(ends.values(), default=0)
+            finally:
+                await consumer.stop()
+
+        found: list[int] = []
+        # A thread of its own: the caller may be inside a running event loop.
+        thread = threading.Thread(target=lambda: found.append(asyncio.run(ask())))
+        thread.start()
+        thread.join()
+        if not found:
+            raise RuntimeError("could not read the end offsets of the broker's partitions")
+        return found[0]
 
     def log_tail(self, chars: int = 4000) -> str:
         """The end of the broker's log."""

@@ -235,8 +235,15 @@ class _KafkaNamespace:
 
     def __init__(self) -> None:
         self.url = self.fresh_url()
+        self.prefix = self.url.split("prefix=", 1)[1].split("&", 1)[0]
         self.keeper = Queue(f"{self.url}&scheduler=on", name="keeper")
         self.keeper.stats()  # returns once the keeper is elected
+
+    def worn(self) -> bool:
+        """Whether a topic its readers tail (the scheduler's requests and intake, the
+        clients' replies) holds :data:`KAFKA_WORN_AT` records or more."""
+        topics = [f"{self.prefix}.{topic}" for topic in ("requests", "intake", "replies")]
+        return bool(self.broker.fullest(topics) >= KAFKA_WORN_AT)
 
     @classmethod
     def fresh_url(cls) -> str:
@@ -261,6 +268,19 @@ class _KafkaNamespace:
 
 
 _kafka: _KafkaNamespace | None = None
+#: A shared namespace is left for a fresh one once a topic its readers tail holds this
+#: many records: on Tansu (memory storage) a fetch from a partition of one-record
+#: batches slows as the partition grows; measured, at 4,500 records a fetch returned
+#: 1-11 records where 141 came at 3,000, and at 10,000 none within 2 s (docs/kafka.md).
+KAFKA_WORN_AT = 2_000
+
+
+def renew_worn_kafka_namespace() -> None:
+    """Close the process's kafka namespace if it is worn (:meth:`_KafkaNamespace.worn`):
+    the next kafka test opens a fresh one, with its own election (seconds on Tansu).
+    The root conftest calls it after each test, its fixtures torn down."""
+    if _kafka is not None and _kafka.worn():
+        close_kafka_namespace()
 
 
 def close_kafka_namespace(*, broker: bool = False) -> None:
