@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -59,6 +60,8 @@ class RabbitNodes:
         *,
         netns: str | None = None,
         host: str = "127.0.0.1",
+        config: Sequence[str] = (),
+        advanced: str = "",
     ) -> None:
         if not Path(SERVER).exists() or shutil.which("erl") is None:
             unavailable(f"{SERVER} (and erl) are needed to run private RabbitMQ nodes")
@@ -76,6 +79,10 @@ class RabbitNodes:
         self.netns = netns
         #: Where clients reach the nodes.
         self.host = host
+        #: Further lines of each node's rabbitmq.conf (``consumer_timeout = 3000``), and
+        #: its advanced.config (Erlang terms, for settings rabbitmq.conf does not take).
+        self.config = list(config)
+        self.advanced = advanced
 
     def url(self, node: int, query: str = "") -> str:
         return f"amqp://guest:guest@{self.host}:{self.ports[node]}/%2F{query}"
@@ -95,8 +102,11 @@ class RabbitNodes:
                 f"cluster_formation.classic_config.nodes.{n + 1} = {name}"
                 for n, name in enumerate(self.names)
             ),
+            *self.config,
         ]
         (home / "rabbitmq.conf").write_text("\n".join(lines) + "\n")
+        if self.advanced:
+            (home / "advanced.config").write_text(self.advanced + "\n")
         (home / "enabled_plugins").write_text("[].\n")
         cookie = home / ".erlang.cookie"
         cookie.write_text(self.cookie)

@@ -10,6 +10,7 @@ __all__ = [
     "DEFAULT_PREFIX",
     "DEFAULT_REQUEST_TIMEOUT",
     "DEFAULT_RETENTION_BYTES",
+    "INTAKE_ACK_WITHIN",
     "LOCK_ARGUMENTS",
     "LOG_PREFETCH",
     "LOG_PREFETCH_FEW",
@@ -64,6 +65,11 @@ LOCK_ARGUMENTS: FieldTable = {
 LOG_PREFETCH = 1000
 #: The same for a reader that looks for one entry a few entries on.
 LOG_PREFETCH_FEW = 8
+#: The intake's reader acks every half prefetch, and at most this many seconds after a
+#: delivery: RabbitMQ closes the channel of a consumer that leaves a delivery
+#: unacknowledged for ``consumer_timeout`` (30 minutes by default), and the intake may
+#: hold only the scheduler's markers, a few a minute.
+INTAKE_ACK_WITHIN = 1.0
 #: Pauses, in seconds, between tries of publishing the election's token when the broker
 #: nacks it (a lock queue declared a moment ago may not take it yet).
 TOKEN_RETRIES = (0.05, 0.1, 0.2, 0.4, 0.8)

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from datetime import datetime, timezone
 from typing import Any, cast
 
@@ -27,6 +28,7 @@ from aiormq.abc import AbstractChannel, AbstractConnection, DeliveredMessage
 from pamqp.commands import Basic
 from pamqp.common import FieldTable
 
+from ..._log import log_event
 from ..._timeout import within
 from ...durable.message import Record
 from .._replicated import Delivery, LogEntry
@@ -35,6 +37,7 @@ from ._connect import connect_error, final, quiet_connect_errors
 from ._constants import (
     CONTENT_TYPES,
     DEFAULT_REQUEST_TIMEOUT,
+    INTAKE_ACK_WITHIN,
     LOCK_ARGUMENTS,
     LOG_PREFETCH,
     LOG_PREFETCH_FEW,
@@ -283,6 +286,7 @@ class AmqpTransport:
                 on_token()
 
         await lock.basic_consume(self._names.lock, token)
+        self._watch("lock", lock)
 
     async def _put_token(self, lock: AbstractChannel) -> None:
         # A quorum queue declared a moment ago by several candidates at once may nack
@@ -379,14 +383,7 @@ class AmqpTransport:
     def _unsubscribe_soon(self, name: str, channel: AbstractChannel) -> None:
         if self._channels.get(name) is channel:
             del self._channels[name]
-        task = asyncio.get_running_loop().create_task(self._close_channel(channel))
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
-
-    @staticmethod
-    async def _close_channel(channel: AbstractChannel) -> None:
-        with contextlib.suppress(Exception):
-            await channel.close()
+        self._background(self._quietly(channel.close()))
 
     async def append_intake(self, body: bytes, *, nudge: bool = False) -> None:
         """See :meth:`~.._replicated.Transport.append_intake`: persistent, on a confirm
@@ -443,12 +440,33 @@ class AmqpTransport:
                 offset = first
         channel = await self._open_channel("tail", confirms=False)
         await channel.basic_qos(prefetch_count=LOG_PREFETCH)
-        reached: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        reached: asyncio.Future[None] = loop.create_future()
         unacked = 0
+        last_tag = 0
+        acking: asyncio.TimerHandle | None = None
         expected = offset if isinstance(offset, int) else None  # the next offset
 
+        async def ack() -> None:
+            nonlocal unacked, acking
+            if acking is not None:
+                acking.cancel()
+                acking = None
+            if unacked and not channel.is_closed:
+                unacked = 0
+                await channel.basic_ack(last_tag, multiple=True)
+
+        def ack_late() -> None:
+            # A delivery left unacknowledged for the broker's consumer_timeout (30
+            # min by default) closes the channel: the intake's messages come a few a
+            # minute when it holds only markers, so acks go out within a second too,
+            # not only every half prefetch.
+            nonlocal acking
+            acking = None
+            self._background(self._quietly(ack()))
+
         async def deliver(message: DeliveredMessage) -> None:
-            nonlocal unacked, expected
+            nonlocal unacked, expected, last_tag, acking
             properties = message.header.properties
             headers: dict[str, Any] = dict(properties.headers or {})
             at = _stream_offset(headers)
@@ -464,9 +482,11 @@ class AmqpTransport:
             else:
                 on_put(at, message.body)
             unacked += 1
+            last_tag = message.delivery_tag or 0
             if unacked >= LOG_PREFETCH // 2:
-                unacked = 0
-                await channel.basic_ack(message.delivery_tag or 0, multiple=True)
+                await ack()
+            elif acking is None:
+                acking = loop.call_later(INTAKE_ACK_WITHIN, ack_late)
 
         try:
             await channel.basic_consume(
@@ -480,6 +500,39 @@ class AmqpTransport:
             raise ConnectionError(f"could not read the intake to its end: {exc!r}") from exc
         if not reached.done():
             raise ConnectionError("the connection closed while the intake was read")
+        self._watch("tail", channel)
+
+    def _watch(self, name: str, channel: AbstractChannel) -> None:
+        """The channel ``name`` must live as long as the connection (the election's
+        consumer, the intake's reader): one the broker closes under it (an error of the
+        broker's, such as a consumer_timeout) takes the connection down with it, so
+        that the lost-connection path takes over (the scheduler steps down and stands
+        again), rather than serving on while it no longer holds the election or
+        nothing folds the intake."""
+
+        def closed(done: asyncio.Future[Any]) -> None:
+            why = None if done.cancelled() else done.exception()
+            connection = self._connection
+            if (
+                connection is None
+                or connection.is_closed
+                or self._channels.get(name) is not channel
+            ):
+                return  # closed with the connection, or by the transport's own close
+            log_event(logging.WARNING, "channel_closed_by_broker", channel=name, error=repr(why))
+            self._background(self._quietly(connection.close()))
+
+        channel.closing.add_done_callback(closed)
+
+    def _background(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    @staticmethod
+    async def _quietly(coro: Coroutine[Any, Any, Any]) -> None:
+        with contextlib.suppress(Exception):
+            await coro
 
     async def _first_offset(self, stream: str) -> int:
         """The offset of the first message ``stream`` holds (it holds one at least)."""
