@@ -114,7 +114,8 @@ class AmqpTransport:
         self._inbox = ""
         self._lock_tag: int | None = None
         self._reopening = asyncio.Lock()
-        # Channels being closed (_unsubscribe_soon): held until they are.
+        # Work of its own in the background (_background: a channel's close, a late
+        # ack of the intake's reader): held until it ends.
         self._closing: set[asyncio.Task[None]] = set()
 
     def _channel(self, name: str) -> AbstractChannel:
