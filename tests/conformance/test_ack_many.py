@@ -51,11 +51,12 @@ def test_stale_leases_are_returned_in_order_and_left_unchanged(make_queue: Any) 
     name = "ack-many-mixed"
     q, other = make_queue(name=name), make_queue(name=name)
     q.put_many([{"payload": n, "id": f"m{n}"} for n in range(6)])
-    # A lease long enough for the first reserve of a sharded queue on a cluster, which
-    # starts a listener per shard (it took up to 0.25 s under load).
-    first = {m.id: m for m in reserve_all(q, 6, lease=1.0)}
+    # A lease long enough for the first reserves of a sharded queue on a cluster, which
+    # start a listener per shard, and the ack after them (over 1 s on a loaded CI
+    # machine, four test processes on two cores).
+    first = {m.id: m for m in reserve_all(q, 6, lease=3.0)}
     q.ack(first["m1"])  # acked already
-    time.sleep(1.2)  # every other lease has expired by now
+    time.sleep(3.2)  # every other lease has expired by now
     second = {m.id: m for m in reserve_all(other, 5, lease=30)}
     batch = [second["m0"], first["m3"], second["m2"], first["m1"], second["m4"], first["m5"]]
 
