@@ -40,6 +40,10 @@ PAYLOAD = b"x" * 100
 SETTLE_SECONDS = 5.0
 #: The target of issue 41 with a hot standby.
 TARGET_SECONDS = 1.0
+#: The largest backlog purged after its run: a purge is one log entry naming every id
+#: (about 34 B each), which past a few million outgrows RabbitMQ's largest message (128
+#: MiB by default); the private node and its data go at the end anyway.
+PURGE_UP_TO = 2_000_000
 
 
 def wait_standing(log: Path, process: subprocess.Popen[bytes]) -> None:
@@ -109,7 +113,8 @@ def failover(nodes: RabbitNodes, work: Path, count: int, standby: str) -> dict[s
             first.wait()
             elected = elected_line(log_b)
             scheduled = q.stats().scheduled
-            q.purge()
+            if count <= PURGE_UP_TO:
+                q.purge()
         return {
             "answered": answered,
             "live": live,

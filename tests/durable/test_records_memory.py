@@ -8,10 +8,23 @@ from __future__ import annotations
 import sys
 import tracemalloc
 
+from delayq.backends._far import Far
 from delayq.backends._records import Records
-from delayq.durable.message import Now, State, put_request
+from delayq.backends._replicated._codec import decode_records, encode_record, pack, unpack
+from delayq.durable.message import Now, Record, State, put_request
 
 EPOCH = 1_700_000_000_000
+
+
+def _encode(record: Record) -> bytes:
+    """A far record's image, as the replicated scheduler writes it."""
+    return pack(encode_record(record))
+
+
+def _decode(images: list[bytes]) -> list[Record]:
+    return decode_records([unpack(image) for image in images])
+
+
 HOUR = 3_600_000
 COUNT = 20_000
 
@@ -57,3 +70,57 @@ def test_a_message_waiting_past_the_next_second_costs_no_ordering_entry() -> Non
     assert claimed == [f"m{n}" for n in range(COUNT)]
     assert store.stats(later).active == COUNT
     assert all(r.state is State.ACTIVE for r in store.records.values())
+
+
+def _far_store() -> Records:
+    """Records that send what waits past 1,000 far, as the replicated scheduler's do."""
+    return Records(
+        Far(_encode, _decode),
+        far_above=1000,
+        far_take=500,
+    )
+
+
+def _traced_growth(store: Records, start: int, stop: int, payload: bytes) -> int:
+    """The Python memory ``store`` grows by while it takes messages ``start`` to
+    ``stop`` (due 10 ms apart from an hour on), their put requests let go of."""
+    now = Now(EPOCH, EPOCH)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for at in range(start, stop, 500):
+            batch = [
+                put_request(
+                    f"m{n:06d}", payload, "bytes", 5, {}, HOUR + 10 * n, None, "ignore", True
+                )
+                for n in range(at, min(at + 500, stop))
+            ]
+            store.put(batch, now)
+            del batch
+        assert store.far is not None
+        store.far.flush()  # the writes waiting for their batch: a bounded few
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_with_far_a_backlog_past_the_first_thousand_costs_no_memory_of_its_own() -> None:
+    """Issue 41, point 1: past the records kept in memory, a scheduled message costs
+    the Python heap nothing, whatever its payload (what SQLite's page cache holds is
+    bounded by its size, not the backlog); and the store is whole: stats count every
+    message, claims take each at its time, earliest first."""
+    payload = b"x" * 4000  # forty times a 100-byte payload: held, it would show
+    store = _far_store()
+    _traced_growth(store, 0, 5_000, payload)
+    # (What memory holds moves between 500 and 1,000 records meanwhile: over 40,000
+    # messages, under 7 B a message of them.)
+    grown = _traced_growth(store, 5_000, 45_000, payload)
+    assert grown / 40_000 < 16, grown / 40_000
+    assert store.far is not None
+    assert store.far.count > 40_000
+    assert len(store.records) < 2_000
+    later = Now(EPOCH + 2 * HOUR, EPOCH + 2 * HOUR)
+    assert store.stats(Now(EPOCH, EPOCH)).scheduled == 45_000
+    claimed = [r.id for r in store.claim(later, 45_000, 1000)]
+    assert claimed == [f"m{n:06d}" for n in range(45_000)]
+    assert store.far.count == 0

@@ -61,6 +61,7 @@ from ..durable.message import (
     resolve_due,
     settle,
 )
+from ._far import Far
 
 __all__ = ["Records"]
 
@@ -73,14 +74,32 @@ _SCHEDULED, _ACTIVE, _DEAD = State.SCHEDULED, State.ACTIVE, State.DEAD
 _NEVER = -(1 << 62)
 #: A bucket of ``later`` holds the scheduled messages due in 2**_SECOND ms (~1 s).
 _SECOND = 10
+#: ``far_from`` while nothing is far: no due time reaches it.
+_FOREVER = 1 << 62
+#: With a :class:`~._far.Far`: the messages waiting in buckets past which the latest
+#: buckets go to it (down to half that), and a 50th of it is brought back at a time,
+#: once fewer than a quarter wait or none is left here.
+FAR_ABOVE = 50_000
 
 
 class Records:
     """One queue's messages and the contract's operations on them (no lock held here:
     the caller serializes them)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, far: Far | None = None, far_above: int | None = None, far_take: int | None = None
+    ) -> None:
         self.records: dict[str, Record] = {}
+        #: Scheduled messages due at or after ``far_from`` are in ``far`` (not in
+        #: ``records``), every one due later than every scheduled message here.
+        self.far = far
+        self.far_from = _FOREVER
+        self._far_above = FAR_ABOVE if far_above is None else far_above
+        self._far_take = max(self._far_above // 50, 1) if far_take is None else far_take
+        self._sending = False  # moving records far, down to half of far_above
+        #: The ids brought back from ``far`` while a walk of every record is under way
+        #: (a checkpoint's: :meth:`watch`), None when none is.
+        self.surfaced: set[str] | None = None
         #: Scheduled messages due after ``ripe_at``, and those due at or before it.
         self.due: list[tuple[int, int, str]] = []
         self.ripe: list[tuple[int, int, str]] = []
@@ -105,13 +124,27 @@ class Records:
         self.last_seq += 1
         return self.last_seq
 
-    def write(self, record: Record) -> None:
+    def write(self, record: Record, fresh: bool = False) -> Record | None:
+        """Store ``record`` in place of the record of its id; the one it replaced.
+        ``fresh``: the caller knows that ``far`` holds none of its id."""
         records = self.records
         old = records.get(record.id)
+        if old is None and not fresh and self.far is not None and self.far.count:
+            old = self.far.pop(record.id)
         # A scheduled record not yet ripe (a claim's, unless stats ran) counts nowhere.
         if old is not None and (old.state is not _SCHEDULED or old.due_at <= self.ripe_at):
             self._uncount(old)
-        records[record.id] = record
+        if record.state is _SCHEDULED and record.due_at >= self.far_from:
+            if old is not None:
+                records.pop(record.id, None)
+            self.far.add(record)  # type: ignore[union-attr]
+            return old
+        self._place(record)
+        return old
+
+    def _place(self, record: Record) -> None:
+        """Hold ``record``, not due at or after ``far_from``, in memory (counted)."""
+        self.records[record.id] = record
         state = record.state
         if state is _SCHEDULED:
             due_at = record.due_at
@@ -141,9 +174,13 @@ class Records:
             heapq.heappush(self.graves, (record.seq, record.id))
 
     def _open(self) -> bool:
-        """Move the earliest bucket's live records to ``due`` (False: no bucket left)."""
+        """Move the earliest bucket's live records to ``due``, or when no bucket is
+        left, the earliest of ``far`` here (False: nothing left to move)."""
         if not self.buckets:
-            return False
+            if self.far is None or not self.far.count:
+                return False
+            self._bring_back()
+            return True
         bucket = heapq.heappop(self.buckets)
         waiting = _listed(self.later.pop(bucket))
         self._waiting -= len(waiting)
@@ -168,12 +205,19 @@ class Records:
         elif state is _DEAD:
             self._dead -= 1
 
-    def delete(self, id: str) -> None:
-        old = self.records.pop(id)
+    def delete(self, id: str) -> Record:
+        """Remove the stored record of ``id`` (a KeyError when there is none)."""
+        old = self.records.pop(id, None)
+        if old is None:
+            old = None if self.far is None else self.far.pop(id)
+            if old is None:
+                raise KeyError(id)
+            return old  # scheduled, not ripe: counted nowhere
         if old.state is _ACTIVE:  # an ack's, inline: counted as active only
             self._active -= 1
         else:
             self._uncount(old)
+        return old
 
     def drop(self, id: str) -> Record | None:
         """Remove the record of ``id`` if there is one, as :meth:`delete` but unseen by
@@ -181,11 +225,105 @@ class Records:
         old = self.records.pop(id, None)
         if old is not None:
             self._uncount(old)
+        elif self.far is not None and self.far.count:
+            old = self.far.pop(id)
         return old
+
+    def find(self, id: str) -> Record | None:
+        """The stored record of ``id``, as stored (None: none)."""
+        record = self.records.get(id)
+        if record is None and self.far is not None and self.far.count:
+            record = self.far.get(id)
+        return record
+
+    def __len__(self) -> int:
+        """How many records are stored."""
+        return len(self.records) + (0 if self.far is None else self.far.count)
+
+    def __bool__(self) -> bool:
+        return True  # a store is a store, empty or not: len() says how full
+
+    def _everything(self) -> Iterator[Record]:
+        yield from self.records.values()
+        if self.far is not None and self.far.count:
+            yield from self.far
+
+    def watch(self) -> None:
+        """Note the ids :meth:`_bring_back` moves from ``far`` from now on, until
+        :meth:`unwatch` (a walk of every record: memory's ids taken first, then
+        ``far``'s by id, misses only those)."""
+        self.surfaced = set()
+
+    def unwatch(self) -> set[str]:
+        surfaced, self.surfaced = self.surfaced or set(), None
+        return surfaced
+
+    def far_by_id(self, after: str, limit: int) -> list[Record]:
+        """:meth:`~._far.Far.by_id` (none without ``far``)."""
+        return [] if self.far is None else self.far.by_id(after, limit)
+
+    def _send_far(self) -> None:
+        """Move the latest waiting records to ``far``, a step at a time (the loop a
+        scheduler serves from is held a few milliseconds, not for a whole backlog):
+        ``far_take`` records, or as many as ``far_above`` is exceeded by, from the
+        latest bucket down, the earliest bucket never; the last bucket reached is split
+        at a due time when only part of it is needed. ``far_from`` becomes the earliest
+        due time moved (every bucket but the earliest starts after ``opened_to``)."""
+        far, later, records = self.far, self.later, self.records
+        assert far is not None
+        goal = max(self._far_take, self._waiting - self._far_above)
+        buckets = sorted(later)
+        moved = 0
+        whole: int | None = None  # the earliest bucket moved whole
+        while len(buckets) > 1 and moved < goal and self._waiting > self._far_above // 2:
+            bucket = buckets.pop()
+            held = _listed(later[bucket])
+            live = [r for r in held if records.get(r.id) is r]
+            at = 0
+            if len(live) > goal - moved:  # its latest part: whole due times
+                live.sort(key=_due_order)
+                at = len(live) - (goal - moved)
+                while at > 0 and live[at - 1].due_at == live[at].due_at:
+                    at -= 1
+            if at:
+                later[bucket] = live[:at]
+                self._waiting -= len(held) - at
+            else:
+                del later[bucket]
+                self._waiting -= len(held)
+                whole = bucket
+            going = live[at:]
+            for record in going:
+                del records[record.id]
+                far.add(record)
+            moved += len(going)
+            if going:
+                self.far_from = min(self.far_from, going[0].due_at if at else bucket << _SECOND)
+            if at:
+                break
+        if whole is not None:
+            self.buckets = [bucket for bucket in self.buckets if bucket < whole]
+            heapq.heapify(self.buckets)
+        if self._waiting <= self._far_above // 2:
+            self._sending = False
+
+    def _bring_back(self) -> None:
+        """Move the earliest of ``far`` here (a 50th of ``far_above``, whole due times)."""
+        far = self.far
+        assert far is not None
+        taken, left = far.take(self._far_take)
+        self.far_from = _FOREVER if left is None else left
+        place = self._place
+        for record in taken:
+            place(record)
+        if self.surfaced is not None:
+            self.surfaced.update(record.id for record in taken)
 
     def load(self, id: str, now_ms: int) -> Record | None:
         """The record with a lease expiry already applied (and written back)."""
         record = self.records.get(id)
+        if record is None and self.far is not None and self.far.count:
+            return self.far.get(id)  # scheduled: nothing to settle
         if record is not None:
             settled = settle(record, now_ms)
             if settled is not record:
@@ -339,6 +477,12 @@ class Records:
         if len(self.graves) > 2 * self._dead + 1024:
             self.graves = [(r.seq, r.id) for r in self.records.values() if r.state is _DEAD]
             heapq.heapify(self.graves)
+        if self.far is not None:
+            if self._sending or self._waiting > self._far_above:
+                self._sending = True
+                self._send_far()
+            elif self.far.count and self._waiting < self._far_above // 4:
+                self._bring_back()
 
     # -- the contract's operations: each returns its outcome; a raise changed nothing --
 
@@ -349,18 +493,29 @@ class Records:
         # Each due time once: a put_many's records due at one time share its int (32 B
         # a record at a million scheduled).
         dues: dict[int, int] = {}
+        records = self.records
+        # The far records of these ids, looked up at once (a generated id is new).
+        far: dict[str, Record] = {}
+        if self.far is not None and self.far.count:
+            far = self.far.get_many(
+                [r.id for r in requests if not r.generated_id and r.id not in records]
+            )
         for position, request in enumerate(requests):
-            current = staged[request.id] if request.id in staged else self.records.get(request.id)
+            id = request.id
+            current = staged[id] if id in staged else records.get(id) or far.get(id)
             due = resolve_due(request.delay_ms, request.at_ms, now)
             due = dues.setdefault(due, due)
-            new = apply_put(current, request, now, self.next_seq(), due_at=due)
+            self.last_seq += 1  # next_seq, inline: a call a message
+            new = apply_put(current, request, now, self.last_seq, due_at=due)
             if new is None:
                 kept.append(position)
             else:
                 staged[request.id] = new
+        write = self.write
         for record in staged.values():
             if record is not None:
-                self.write(record)
+                # Fresh: nothing of its id is stored, in memory or far.
+                write(record, record.id not in far)
         self.compact()
         return kept
 
@@ -424,16 +579,16 @@ class Records:
         return True
 
     def get(self, id: str, now: Now) -> Record | None:
-        record = self.records.get(id)
+        record = self.find(id)
         return None if record is None else observe(record, now.floor, with_lease=False)
 
     def stats(self, now: Now) -> Stats:
         now_ms = now.floor
         if now_ms < self.ripe_at:  # a clock that went back: count them one by one
-            return compute_stats(self.records.values(), now_ms)
+            return compute_stats(self._everything(), now_ms)
         self._ripen(now_ms)
         ready, active, dead = self._ripe_count, self._active, self._dead
-        scheduled = len(self.records) - active - dead - ready
+        scheduled = len(self) - active - dead - ready
         head = self._head_due()
         oldest_ready = head if head is not None and head <= now_ms else None
         next_due = head
@@ -460,6 +615,7 @@ class Records:
         """Move ``ripe_at`` up to ``now_ms``: the scheduled messages due by then go from
         ``due`` (their buckets opened) to ``ripe``, each counted once (a record written
         twice unchanged has two entries, popped together)."""
+        self._surface(now_ms)
         while self.buckets and self.buckets[0] << _SECOND <= now_ms:
             self._open()
         self.opened_to = max(self.opened_to, now_ms + 1)
@@ -473,6 +629,16 @@ class Records:
                 heapq.heappush(self.ripe, entry)
         self._ripe_count += len(crossed)
         self.ripe_at = now_ms
+
+    def _purged_far(self, purged: list[tuple[str, int]]) -> None:
+        """The far records of ``purged`` (id, weight) were purged (taken out of ``far``
+        already): for a subclass that notes each deletion (:meth:`delete` is the
+        one-by-one way)."""
+
+    def _surface(self, now_ms: int) -> None:
+        """Bring back from ``far`` every record due by ``now_ms``."""
+        while self.far is not None and self.far.count and self.far_from <= now_ms:
+            self._bring_back()
 
     def _expired(self, now_ms: int) -> list[Record]:
         """The records whose lease has expired by ``now_ms`` but which are still stored
@@ -518,9 +684,15 @@ class Records:
         return revived
 
     def purge(self, state: State | None, now: Now) -> int:
+        self._surface(now.floor)
         doomed = [r.id for r in self.records.values() if matches_state(r, state, now.floor)]
         for id in doomed:
             self.delete(id)
+        far = self.far
+        if far is not None and state in (None, _SCHEDULED):  # each not due: scheduled
+            while page := far.take_by_id(1000):
+                self._purged_far(page)
+                doomed += [id for id, _ in page]
         if state is None:
             self.due.clear()
             self.ripe.clear()
@@ -540,7 +712,7 @@ class Records:
         its cost follows the page and what lies before ``after``, not the queue."""
         now_ms = now.floor
         if now_ms < self.ripe_at or limit <= 0:  # a clock that went back
-            return select_peek(self.records.values(), state, now_ms, limit, after)
+            return select_peek(self._everything(), state, now_ms, limit, after)
         self._ripen(now_ms)  # ripe: due by now (ready); due: later (scheduled)
         if state is _ACTIVE:
             found = self._peek_active(now_ms, limit, after)
@@ -556,6 +728,8 @@ class Records:
                 found += self._peek_waiting(
                     self._scheduled(after), now_ms, limit - len(found), after
                 )
+                if self.far is not None and len(found) < limit:  # each later than these
+                    found += self.far.after(after, limit - len(found))
         return [observe(record, now_ms, with_lease=False) for record in found]
 
     def _scheduled(self, after: Position | None) -> Iterator[tuple[int, int, str]]:
@@ -654,7 +828,7 @@ class Records:
             yield record
 
     def due_counts(self, horizon_ms: int, buckets: int, now: Now) -> tuple[int, list[int]]:
-        scheduled = (r.due_at for r in self.records.values() if r.state is _SCHEDULED)
+        scheduled = (r.due_at for r in self._everything() if r.state is _SCHEDULED)
         return now.floor, count_due(scheduled, now.floor, horizon_ms, buckets)
 
 
@@ -672,6 +846,10 @@ def _live(records: dict[str, Record], entry: tuple[int, int, str]) -> Record | N
     ):
         return None
     return record
+
+
+def _due_order(record: Record) -> tuple[int, int]:
+    return record.due_at, record.seq
 
 
 def _listed(held: Record | list[Record]) -> list[Record]:

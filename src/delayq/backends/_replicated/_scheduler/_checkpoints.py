@@ -30,8 +30,10 @@ from pathlib import Path
 
 from ...._log import log_event
 from ...._timeout import within
+from ....durable.message import Record
 from .._codec import encode_record, pack
 from .._constants import CHECKPOINT_CHUNK, CHECKPOINT_ENTRIES, DEDUP_CHUNK, LOCATE_TIMEOUT
+from ._journal import Journal
 from ._state import BEGIN, DEDUP, END, IMAGES, Op, Reply, SchedulerState
 
 __all__ = ["Checkpoints"]
@@ -84,6 +86,8 @@ class Checkpoints(SchedulerState):
             [self._intake_next, list(self._clients.items())],
         ]
         live = [(queue, list(store.records)) for queue, store in self._queues.items()]
+        for store in self._queues.values():
+            store.watch()
         remembered = list(self._dedup)
         self._grown_bytes = self._grown_entries = 0
         floor = self._now().floor
@@ -100,23 +104,42 @@ class Checkpoints(SchedulerState):
                 floor = self._now().floor
                 await self._logged([DEDUP, "", mark, floor, 0, [], [], "", pack(part)])
         chunks = images = 0
-        for queue, ids in live:
-            for at in range(0, len(ids), CHECKPOINT_CHUNK):
-                store = self._store(queue)
-                chunk = [store.records.get(id) for id in ids[at : at + CHECKPOINT_CHUNK]]
-                encoded = [encode_record(r) for r in chunk if r is not None]
-                if not encoded:
-                    continue  # every one of them changed meanwhile, and was logged then
-                chunks += 1
-                images += len(encoded)
-                mark = f"images:{checkpoint}:{chunks}"
-                floor = self._now().floor
-                await self._logged(
-                    [IMAGES, queue, mark, floor, store.last_seq, encoded, [], "", b""]
-                )
-                if _FAULT is not None and _FAULT[:2] == (number, chunks):
-                    _FAULT[2].touch()
-                    await asyncio.get_running_loop().create_future()  # forever (tests)
+
+        async def log_images(queue: str, store: Journal, chunk: list[Record | None]) -> None:
+            nonlocal chunks, images
+            encoded = [encode_record(r) for r in chunk if r is not None]
+            if not encoded:
+                return  # every one of them changed meanwhile, and was logged then
+            chunks += 1
+            images += len(encoded)
+            mark = f"images:{checkpoint}:{chunks}"
+            floor = self._now().floor
+            await self._logged([IMAGES, queue, mark, floor, store.last_seq, encoded, [], "", b""])
+            if _FAULT is not None and _FAULT[:2] == (number, chunks):
+                _FAULT[2].touch()
+                await asyncio.get_running_loop().create_future()  # forever (tests)
+
+        try:
+            for queue, ids in live:
+                # The ids that were in memory at the begin (a record sent far since is
+                # found there), then the far ones by id, then those brought back from
+                # far since the begin (in neither walk: _records.py, Records.watch).
+                for at in range(0, len(ids), CHECKPOINT_CHUNK):
+                    store = self._store(queue)
+                    chunk = [store.find(id) for id in ids[at : at + CHECKPOINT_CHUNK]]
+                    await log_images(queue, store, chunk)
+                after = ""
+                while page := self._store(queue).far_by_id(after, CHECKPOINT_CHUNK):
+                    after = page[-1].id
+                    await log_images(queue, self._store(queue), list(page))
+                surfaced = sorted(self._store(queue).unwatch())
+                for at in range(0, len(surfaced), CHECKPOINT_CHUNK):
+                    store = self._store(queue)
+                    chunk = [store.find(id) for id in surfaced[at : at + CHECKPOINT_CHUNK]]
+                    await log_images(queue, store, chunk)
+        finally:
+            for store in self._queues.values():
+                store.unwatch()
         floor = self._now().floor
         await self._logged([END, "", f"end:{checkpoint}", floor, 0, [], [], "", b""])
         # Complete in the log: the next checkpoint may start now, while this one's

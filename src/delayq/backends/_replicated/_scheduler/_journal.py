@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from ....durable.message import Record
+from ..._far import Far
 from ..._records import Records
-from .._codec import decode_records, encode_record
+from .._codec import decode_records, encode_record, pack, unpack
 from .._constants import IMAGE_OVERHEAD
 
 __all__ = ["Journal", "image_bytes", "unclaim_each"]
@@ -26,6 +27,14 @@ def _record_bytes(record: Record) -> int:
     return image_bytes(record.id, record.payload, record.headers, record.last_error)
 
 
+def _encode(record: Record) -> bytes:
+    return pack(encode_record(record))
+
+
+def _decode(images: list[bytes]) -> list[Record]:
+    return decode_records([unpack(image) for image in images])
+
+
 def unclaim_each(store: Records, records: list[Record]) -> None:
     """Give back each of ``records``, claimed for a caller that did not receive them,
     as if never claimed, even if its lease has run out since (:meth:`Records.unclaim`;
@@ -39,30 +48,48 @@ class Journal(Records):
     images take."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(Far(_encode, _decode, _record_bytes))
         self.changed: dict[str, Record | None] = {}
         self.size = 0
 
-    def _put(self, record: Record) -> None:
-        old = self.records.get(record.id)
+    def _put(self, record: Record, fresh: bool = False) -> Record | None:
+        old = Records.write(self, record, fresh)
         if old is not None:
             self.size -= _record_bytes(old)
         self.size += _record_bytes(record)
-        Records.write(self, record)
+        return old
 
-    def write(self, record: Record) -> None:
-        self._put(record)
+    def write(self, record: Record, fresh: bool = False) -> Record | None:
+        old = self._put(record, fresh)
         self.changed[record.id] = record
+        return old
 
-    def delete(self, id: str) -> None:
-        self.size -= _record_bytes(self.records[id])
-        super().delete(id)
+    def _purged_far(self, purged: list[tuple[str, int]]) -> None:
+        changed = self.changed
+        for id, weight in purged:
+            self.size -= weight
+            changed[id] = None
+
+    def delete(self, id: str) -> Record:
+        old = super().delete(id)
+        self.size -= _record_bytes(old)
         self.changed[id] = None
+        return old
+
+    def close(self) -> None:
+        """Let go of the records held out of memory (the scheduler stopped)."""
+        assert self.far is not None
+        self.far.close()
 
     def restore(self, images: list[Any], deletes: list[str], last_seq: int) -> None:
         """Apply a logged operation (replay: nothing is noted)."""
-        for record in decode_records(images):
-            self._put(record)
+        decoded = decode_records(images)
+        far: dict[str, Record] = {}
+        if self.far is not None and self.far.count:  # looked up at once
+            records = self.records
+            far = self.far.get_many([r.id for r in decoded if r.id not in records])
+        for record in decoded:
+            self._put(record, record.id not in far)
         for id in deletes:
             old = self.drop(id)
             if old is not None:

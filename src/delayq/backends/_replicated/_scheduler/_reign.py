@@ -84,7 +84,7 @@ class Reign(SchedulerState):
             "standby_caught_up",
             reign=self._reign,
             entries=self._entries,
-            messages=sum(len(store.records) for store in self._queues.values()),
+            messages=sum(len(store) for store in self._queues.values()),
             collected_in=collected,
         )
 

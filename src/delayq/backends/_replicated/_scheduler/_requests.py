@@ -81,7 +81,7 @@ class Requests(SchedulerState):
             self._commit(None, Reply(reply_to, request_id, "ok", pack(None)))
             return
         if op == "queues":
-            names = sorted(name for name, store in self._queues.items() if store.records)
+            names = sorted(name for name, store in self._queues.items() if len(store))
             self._commit(None, Reply(reply_to, request_id, "ok", pack(names)))
             return
         queue = args[0]
@@ -116,7 +116,7 @@ class Requests(SchedulerState):
                 deadline = None if wait is None else asyncio.get_running_loop().time() + wait
                 self._park(queue, Parked(request_id, reply_to, limit, lease_ms, deadline))
                 self._decided(store, op, queue, "", now=now, reply=None)
-                if store.records:
+                if len(store):
                     self._service(queue)  # something due soon is claimed ahead for it
                 return
         reply = Reply(
@@ -128,7 +128,7 @@ class Requests(SchedulerState):
             claimed=outcome if op == "reserve" else None,
         )
         self._decided(store, op, queue, request_id, now=now, reply=reply)
-        if retracted or (store.records and (self._parked.get(queue) or queue in self._targets)):
+        if retracted or (len(store) and (self._parked.get(queue) or queue in self._targets)):
             self._service(queue)
 
     def _take_parts(self, reply_to: str, parts: list[Any]) -> None:

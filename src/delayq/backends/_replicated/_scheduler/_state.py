@@ -250,6 +250,8 @@ class SchedulerState(abc.ABC):
             self._folding_timer.cancel()
         for task in self._tasks:
             task.cancel()
+        for store in self._queues.values():
+            store.close()
         self._on_stopped()
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:

@@ -1,0 +1,229 @@
+"""Scheduled messages due far ahead, kept out of process memory: the replicated
+scheduler's records (``delayq.backends._replicated``) beyond the earliest few tens of
+thousands waiting, in a private SQLite database of the process (issue 41, point 1).
+
+:class:`~delayq.backends._records.Records` holds in memory every message due before
+its ``far_from`` and hands those due at or after it to a :class:`Far`, which keeps each
+as one row: the id, the due time and sequence (the order claims take), the record's
+encoded image. Nothing here is durable, nor needs to be: the log is the truth, and a
+scheduler that restarts folds it again. The database is SQLite's anonymous one (an
+empty file name): a file in the temporary directory that SQLite unlinks as it opens it
+(nothing is left behind by a ``kill -9``), whose pages stay in a bounded cache.
+
+Writes wait in a dict (``pending``, by id: the record, or None for a row to delete)
+and go to the table a batch at a time; a read by id looks there first, a read in order
+writes them first.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from typing import Final
+
+from ..durable.message import Record
+
+__all__ = ["Far"]
+
+#: Pending writes that go to the table in one batch.
+_FLUSH_AT: Final = 2048
+#: The ids of one look-up (SQLite takes at most 32,766 parameters).
+_IN_AT_ONCE: Final = 500
+#: The page cache of the database (KiB): what it holds in memory at most.
+_CACHE_KIB: Final = 8192
+
+_SCHEMA = """
+CREATE TABLE far (
+    id TEXT PRIMARY KEY,
+    due_at INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    weight INTEGER NOT NULL,
+    image BLOB NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX far_due ON far (due_at, seq);
+"""
+
+
+class Far:
+    """Scheduled records kept in a private SQLite database: by id, and in ``(due_at,
+    seq)`` order; each with its weight (``weigh``: what the owner counts it for, read
+    back without decoding it). The caller holds each id in one place at a time: :meth:`add` is
+    given a record whose id is not here (it took the old one with :meth:`pop`)."""
+
+    def __init__(
+        self,
+        encode: Callable[[Record], bytes],
+        decode: Callable[[list[bytes]], list[Record]],
+        weigh: Callable[[Record], int] = lambda record: 0,
+    ) -> None:
+        self._encode = encode
+        self._decode = decode
+        self._weigh = weigh
+        self._db: sqlite3.Connection | None = None
+        self.pending: dict[str, Record | None] = {}
+        #: How many records are here.
+        self.count = 0
+
+    def _connection(self) -> sqlite3.Connection:
+        db = self._db
+        if db is None:
+            # Opened at the first record: a scheduler that never holds many pays nothing.
+            db = sqlite3.connect("", isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode = OFF")
+            db.execute("PRAGMA synchronous = OFF")
+            db.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
+            db.executescript(_SCHEMA)
+            self._db = db
+        return db
+
+    def close(self) -> None:
+        """Drop every record and the database (its file goes with it)."""
+        db, self._db = self._db, None
+        self.pending.clear()
+        self.count = 0
+        if db is not None:
+            db.close()
+
+    def add(self, record: Record) -> None:
+        self.pending[record.id] = record
+        self.count += 1
+        if len(self.pending) >= _FLUSH_AT:
+            self.flush()
+
+    def get(self, id: str) -> Record | None:
+        pending = self.pending
+        if id in pending:
+            return pending[id]
+        if not self.count:
+            return None
+        row = self._connection().execute("SELECT image FROM far WHERE id = ?", (id,)).fetchone()
+        return None if row is None else self._decode([row[0]])[0]
+
+    def get_many(self, ids: list[str]) -> dict[str, Record]:
+        """The records here of ``ids``, by id (one look-up a few hundred at a time)."""
+        found: dict[str, Record] = {}
+        if not self.count or not ids:
+            return found
+        pending = self.pending
+        asked: list[str] = []
+        for id in ids:
+            if id in pending:
+                record = pending[id]
+                if record is not None:
+                    found[id] = record
+            else:
+                asked.append(id)
+        db = self._connection()
+        for at in range(0, len(asked), _IN_AT_ONCE):
+            part = asked[at : at + _IN_AT_ONCE]
+            marks = ",".join("?" * len(part))
+            images = [
+                image
+                for (image,) in db.execute(f"SELECT image FROM far WHERE id IN ({marks})", part)
+            ]
+            for record in self._decode(images):
+                found[record.id] = record
+        return found
+
+    def pop(self, id: str) -> Record | None:
+        """Take the record of ``id`` out (None: not here)."""
+        record = self.get(id)
+        if record is not None:
+            self.pending[id] = None
+            self.count -= 1
+            if len(self.pending) >= _FLUSH_AT:
+                self.flush()
+        return record
+
+    def flush(self) -> None:
+        pending = self.pending
+        if not pending:
+            return
+        encode, weigh = self._encode, self._weigh
+        rows = [
+            (r.id, r.due_at, r.seq, weigh(r), encode(r)) for r in pending.values() if r is not None
+        ]
+        gone = [(id,) for id, r in pending.items() if r is None]
+        pending.clear()
+        db = self._connection()
+        db.execute("BEGIN")
+        try:
+            if gone:
+                db.executemany("DELETE FROM far WHERE id = ?", gone)
+            if rows:
+                db.executemany("INSERT OR REPLACE INTO far VALUES (?, ?, ?, ?, ?)", rows)
+        finally:
+            db.execute("COMMIT")
+
+    def take(self, limit: int) -> tuple[list[Record], int | None]:
+        """Take out the earliest records, about ``limit`` of them and every one of each
+        due time taken (all of the earliest due time when more than ``limit`` share it),
+        in ``(due_at, seq)`` order; and the earliest due time of those left (None: none
+        left)."""
+        if not self.count:
+            return [], None
+        self.flush()
+        db = self._connection()
+        row = db.execute(
+            "SELECT due_at FROM far ORDER BY due_at LIMIT 1 OFFSET ?", (limit,)
+        ).fetchone()
+        args: tuple[int, ...] = ()
+        where = ""  # every one
+        if row is not None:
+            cut = row[0]
+            (first,) = db.execute("SELECT MIN(due_at) FROM far").fetchone()
+            where = "WHERE due_at < ?" if cut > first else "WHERE due_at <= ?"
+            args = (cut,)
+        images = [
+            image
+            for (image,) in db.execute(f"SELECT image FROM far {where} ORDER BY due_at, seq", args)
+        ]
+        db.execute(f"DELETE FROM far {where}", args)
+        self.count -= len(images)
+        (left,) = db.execute("SELECT MIN(due_at) FROM far").fetchone()
+        return self._decode(images), left
+
+    def after(self, position: tuple[int, ...] | None, limit: int) -> list[Record]:
+        """Up to ``limit`` records after ``position`` (``(due_at, seq)``), in that order."""
+        if not self.count or limit <= 0:
+            return []
+        self.flush()
+        due_at, seq = (-(1 << 62), 0) if position is None else position[:2]
+        cursor = self._connection().execute(
+            "SELECT image FROM far WHERE (due_at, seq) > (?, ?) ORDER BY due_at, seq LIMIT ?",
+            (due_at, seq, limit),
+        )
+        return self._decode([image for (image,) in cursor])
+
+    def by_id(self, after: str, limit: int) -> list[Record]:
+        """Up to ``limit`` records whose id comes after ``after``, in the ids' order (a
+        walk of every record that records added or taken meanwhile do not upset)."""
+        if not self.count:
+            return []
+        self.flush()
+        cursor = self._connection().execute(
+            "SELECT image FROM far WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
+        )
+        return self._decode([image for (image,) in cursor])
+
+    def take_by_id(self, limit: int) -> list[tuple[str, int]]:
+        """Take out the first ``limit`` records by id (a purge's, a page at a time):
+        their ids and weights, not decoded."""
+        if not self.count:
+            return []
+        self.flush()
+        db = self._connection()
+        page: list[tuple[str, int]] = db.execute(
+            "SELECT id, weight FROM far ORDER BY id LIMIT ?", (limit,)
+        ).fetchall()
+        if page:
+            db.execute("DELETE FROM far WHERE id <= ?", (page[-1][0],))
+            self.count -= len(page)
+        return page
+
+    def __iter__(self) -> Iterator[Record]:
+        """Every record, a page at a time."""
+        after = ""
+        while page := self.by_id(after, 1000):
+            yield from page
+            after = page[-1].id

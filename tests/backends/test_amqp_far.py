@@ -1,0 +1,150 @@
+"""``amqp://`` with most of its backlog far (issue 41, point 1): the scheduler keeps the
+earliest messages in memory and the later ones in a private SQLite database of its
+process (``delayq.backends._far``), here past 20 waiting instead of 50,000. Everything a
+user sees is as if all were in memory: stats, pages, gets, cancels and reschedules by
+id, claims at their time in their order, once each; and a hot standby that folds the
+same log far as well takes over with the same state, from a checkpoint that walked the
+far records too.
+
+On the shared RabbitMQ, each test under a namespace of its own (deleted afterwards).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import pytest
+
+from delayq.backends import _far, _records
+from delayq.durable import Message, Queue
+
+pytest.importorskip("pika")
+pytest.importorskip("aiormq")
+
+from . import test_amqp_checkpoint as checkpoint
+from .test_amqp_checkpoint import SMALL, events, state_of
+
+#: A namespace of its own on the shared RabbitMQ (the checkpoint tests' fixture).
+base = checkpoint.base
+
+COUNT = 300
+
+
+@pytest.fixture
+def far_adds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Records go far past 20 waiting; the count of those sent there, by every
+    scheduler of this process."""
+    monkeypatch.setattr(_records, "FAR_ABOVE", 20)
+    added = [0]
+    add = _far.Far.add
+
+    def counted(self: _far.Far, record: Any) -> None:
+        added[0] += 1
+        add(self, record)
+
+    monkeypatch.setattr(_far.Far, "add", counted)
+    return added
+
+
+def test_a_backlog_mostly_far_is_seen_and_claimed_as_if_in_memory(
+    base: str, far_adds: list[int], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="delayq")
+    url = f"{base}&retention_bytes={SMALL}"
+    with Queue(url, name="far") as queue:
+        # Due over six seconds from two seconds on, 20 ms apart: seven one-second buckets.
+        ids = queue.put_many(
+            [{"payload": f"m{n} " + "x" * 200, "delay": 2.0 + 0.02 * n} for n in range(COUNT)]
+        )
+        assert far_adds[0] >= COUNT // 2  # most went far
+        assert queue.stats().scheduled == COUNT
+        pages: list[Message] = []
+        after = None
+        while page := queue.peek(limit=37, after=after):
+            pages += page
+            after = (page[-1].due_at, page[-1].seq or 0)
+        assert [m.id for m in pages] == ids
+        for n in range(0, COUNT, 10):
+            got = queue.get(ids[n])
+            assert got is not None
+            assert got.payload == f"m{n} " + "x" * 200
+        # The latest ones: far, found there by id.
+        cancelled = set(ids[-30:-15])
+        assert all(queue.cancel(id) for id in cancelled)
+        moved = ids[-15:]
+        assert all(queue.reschedule(id, delay=0) for id in moved)
+        stats = queue.stats()
+        assert stats.scheduled + stats.ready == COUNT - len(cancelled)
+        order = [m.id for m in pages if m.id not in cancelled and m.id not in moved]
+        assert order == [id for id in ids if id not in cancelled and id not in moved]
+        # Claimed at their time, each once, in due order: the rescheduled ones first.
+        received: list[Message] = []
+        give_up = time.monotonic() + 60
+        while len(received) < COUNT - len(cancelled):
+            assert time.monotonic() < give_up, len(received)
+            for message in queue.reserve(max=25, wait=1, lease=60):
+                assert message.due_at <= time.time() * 1000 + 1
+                received.append(message)
+                queue.ack(message)
+        # (Unless the machine is slow enough that the first ones fell due before the
+        # reschedules: then in due order all the same.)
+        assert sorted(m.id for m in received) == sorted(moved + order)
+        assert [(m.due_at, m.seq) for m in received] == sorted((m.due_at, m.seq) for m in received)
+        assert [m.id for m in received if m.id in moved] == moved
+        assert queue.stats().scheduled == queue.stats().ready == 0
+        assert queue.get(ids[-20]) is None
+    assert not events(caplog, "scheduler_stopped")
+
+
+@pytest.mark.parametrize("standby", ["hot", "cold"])
+def test_the_next_scheduler_takes_over_with_the_same_state(
+    base: str, standby: str, far_adds: list[int], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Hot: it folded the log as it grew, far as well. Cold: it replays from the last
+    checkpoint's pointer, whose images the scheduler walked out of memory and far."""
+    caplog.set_level(logging.INFO, logger="delayq")
+    url = f"{base}&retention_bytes={SMALL}"
+    first = Queue(url, name="far")
+    with Queue(f"{url}&standby={standby}", name="far") as second:
+        ids: list[str] = []
+        for round in range(8):
+            # An hour ahead, each round over 50 seconds; some replaced, cancelled and
+            # rescheduled once far, and puts that fill the log past checkpoints.
+            ids += first.put_many(
+                [
+                    {"payload": f"{round}-{n} " + "y" * 300, "delay": 3600 + round * 60 + n}
+                    for n in range(50)
+                ]
+            )
+            for again in range(3):  # the log grows past the live records: checkpoints
+                first.put_many(
+                    [
+                        {
+                            "id": id,
+                            "payload": f"{round}-{n}-{again} " + "y" * 300,
+                            "delay": 3600 + round * 60 + n,
+                            "on_conflict": "replace",
+                        }
+                        for n, id in enumerate(ids[-50:])
+                    ]
+                )
+            first.put({"replaced": round}, id=ids[-1], on_conflict="replace", delay=7200)
+            assert first.cancel(ids[-2])
+            assert first.reschedule(ids[-3], delay=1800)
+        assert far_adds[0] > 0
+        before = state_of(first, ids)
+        assert events(caplog, "checkpoint_written")
+        second.stats()  # the standby is caught up
+        first.close()
+        assert state_of(second, ids) == before
+        elected = events(caplog, "scheduler_elected")[-1]
+        assert elected["standby"] == standby
+        if standby == "cold":
+            assert elected["start"] > 0  # from a checkpoint, not the log's first entry
+        page = second.peek(limit=1000)
+        assert len(page) == 8 * 49
+        assert page[0].id == ids[47]  # the first round's, rescheduled to half an hour
+        second.purge()
+        assert second.stats().scheduled == 0
