@@ -67,8 +67,9 @@ def test_reserve_returns_at_most_max(q: Any) -> None:
 def test_never_early(q: Any) -> None:
     started = time.monotonic()  # before the put: the delay starts inside the put
     q.put("x", delay=0.2)
-    assert q.reserve(wait=0) == []
-    [msg] = q.reserve(wait=5)
+    # Nothing yet, unless the put and this reserve took the whole 0.2 s (a loaded
+    # machine): what it took must then be due all the same.
+    [msg] = q.reserve(wait=0) or q.reserve(wait=5)
     assert now_ms() >= msg.due_at
     assert time.monotonic() - started >= 0.2 - 0.001  # 1 ms: wall and monotonic rates
     assert msg.state is State.ACTIVE
