@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 
 from delayq.backends import _far, _records
-from delayq.durable import Message, Queue
+from delayq.backends._replicated._scheduler._journal import Journal, image_bytes
+from delayq.durable import Message, Queue, State
+from delayq.durable.message import Now, put_request
 
 pytest.importorskip("pika")
 pytest.importorskip("aiormq")
@@ -148,3 +150,36 @@ def test_the_next_scheduler_takes_over_with_the_same_state(
         assert page[0].id == ids[47]  # the first round's, rescheduled to half an hour
         second.purge()
         assert second.stats().scheduled == 0
+
+
+def test_the_live_bytes_stay_those_of_the_records_far_or_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the scheduler weighs a put against (a quarter of the retention) and starts
+    checkpoints by: the images' bytes of every live record, through records sent far,
+    brought back, replaced, cancelled, and a purge that takes far's rows unread."""
+    monkeypatch.setattr(_records, "FAR_ABOVE", 20)
+    store = Journal()
+    now = Now(1_700_000_000_000, 1_700_000_000_000)
+
+    def weighed() -> int:
+        every = [*store.records.values(), *(store.far or ())]
+        return sum(image_bytes(r.id, r.payload, r.headers, r.last_error) for r in every)
+
+    requests = [
+        put_request(f"w{n}", b"p" * (n % 50), "bytes", 5, {}, 1000 * n, None, "replace", False)
+        for n in range(200)
+    ]
+    store.put(requests, now)
+    assert store.far is not None
+    assert store.far.count > 100
+    assert store.size == weighed()
+    store.put(requests[::3], now)  # replaced, far ones among them
+    for n in range(0, 200, 7):
+        store.cancel(f"w{n}", now)
+    assert store.size == weighed()
+    store.claim(Now(now.floor + 60_000, now.floor + 60_000), 30, 1000)  # brought back
+    assert store.size == weighed()
+    store.purge(State.SCHEDULED, now)
+    assert store.far.count == 0
+    assert store.size == weighed()

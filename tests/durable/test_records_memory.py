@@ -124,3 +124,26 @@ def test_with_far_a_backlog_past_the_first_thousand_costs_no_memory_of_its_own()
     claimed = [r.id for r in store.claim(later, 45_000, 1000)]
     assert claimed == [f"m{n:06d}" for n in range(45_000)]
     assert store.far.count == 0
+
+
+def test_with_far_a_backlog_due_at_one_time_goes_far_too() -> None:
+    """Reminders at 09:45 tomorrow: 20,000 messages due at the same millisecond are
+    split between memory and far by their sequence, and claimed in put order."""
+    store = _far_store()
+    now = Now(EPOCH, EPOCH)
+    for at in range(0, 20_000, 500):
+        store.put(
+            [
+                put_request(f"r{n:05d}", b"x", "bytes", 5, {}, None, EPOCH + HOUR, "ignore", True)
+                for n in range(at, at + 500)
+            ],
+            now,
+        )
+    assert store.far is not None
+    assert store.far.count > 18_000
+    assert store.stats(now).scheduled == 20_000
+    page = store.peek(State.SCHEDULED, 20_000, None, now)
+    assert [r.id for r in page] == [f"r{n:05d}" for n in range(20_000)]
+    later = Now(EPOCH + 2 * HOUR, EPOCH + 2 * HOUR)
+    claimed = [r.id for r in store.claim(later, 20_000, 1000)]
+    assert claimed == [f"r{n:05d}" for n in range(20_000)]

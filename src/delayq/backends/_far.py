@@ -37,7 +37,6 @@ CREATE TABLE far (
     id TEXT PRIMARY KEY,
     due_at INTEGER NOT NULL,
     seq INTEGER NOT NULL,
-    weight INTEGER NOT NULL,
     image BLOB NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX far_due ON far (due_at, seq);
@@ -46,19 +45,16 @@ CREATE INDEX far_due ON far (due_at, seq);
 
 class Far:
     """Scheduled records kept in a private SQLite database: by id, and in ``(due_at,
-    seq)`` order; each with its weight (``weigh``: what the owner counts it for, read
-    back without decoding it). The caller holds each id in one place at a time: :meth:`add` is
+    seq)`` order. The caller holds each id in one place at a time: :meth:`add` is
     given a record whose id is not here (it took the old one with :meth:`pop`)."""
 
     def __init__(
         self,
         encode: Callable[[Record], bytes],
         decode: Callable[[list[bytes]], list[Record]],
-        weigh: Callable[[Record], int] = lambda record: 0,
     ) -> None:
         self._encode = encode
         self._decode = decode
-        self._weigh = weigh
         self._db: sqlite3.Connection | None = None
         self.pending: dict[str, Record | None] = {}
         #: How many records are here.
@@ -139,10 +135,8 @@ class Far:
         pending = self.pending
         if not pending:
             return
-        encode, weigh = self._encode, self._weigh
-        rows = [
-            (r.id, r.due_at, r.seq, weigh(r), encode(r)) for r in pending.values() if r is not None
-        ]
+        encode = self._encode
+        rows = [(r.id, r.due_at, r.seq, encode(r)) for r in pending.values() if r is not None]
         gone = [(id,) for id, r in pending.items() if r is None]
         pending.clear()
         db = self._connection()
@@ -151,37 +145,25 @@ class Far:
             if gone:
                 db.executemany("DELETE FROM far WHERE id = ?", gone)
             if rows:
-                db.executemany("INSERT OR REPLACE INTO far VALUES (?, ?, ?, ?, ?)", rows)
+                db.executemany("INSERT OR REPLACE INTO far VALUES (?, ?, ?, ?)", rows)
         finally:
             db.execute("COMMIT")
 
-    def take(self, limit: int) -> tuple[list[Record], int | None]:
-        """Take out the earliest records, about ``limit`` of them and every one of each
-        due time taken (all of the earliest due time when more than ``limit`` share it),
-        in ``(due_at, seq)`` order; and the earliest due time of those left (None: none
-        left)."""
+    def take(self, limit: int) -> tuple[list[Record], tuple[int, int] | None]:
+        """Take out the first ``limit`` records in ``(due_at, seq)`` order; and the
+        ``(due_at, seq)`` of the first one left (None: none left)."""
         if not self.count:
             return [], None
         self.flush()
         db = self._connection()
-        row = db.execute(
-            "SELECT due_at FROM far ORDER BY due_at LIMIT 1 OFFSET ?", (limit,)
-        ).fetchone()
-        args: tuple[int, ...] = ()
-        where = ""  # every one
-        if row is not None:
-            cut = row[0]
-            (first,) = db.execute("SELECT MIN(due_at) FROM far").fetchone()
-            where = "WHERE due_at < ?" if cut > first else "WHERE due_at <= ?"
-            args = (cut,)
-        images = [
-            image
-            for (image,) in db.execute(f"SELECT image FROM far {where} ORDER BY due_at, seq", args)
-        ]
-        db.execute(f"DELETE FROM far {where}", args)
-        self.count -= len(images)
-        (left,) = db.execute("SELECT MIN(due_at) FROM far").fetchone()
-        return self._decode(images), left
+        rows = db.execute(
+            "SELECT due_at, seq, image FROM far ORDER BY due_at, seq LIMIT ?", (limit,)
+        ).fetchall()
+        if rows:
+            db.execute("DELETE FROM far WHERE (due_at, seq) <= (?, ?)", rows[-1][:2])
+            self.count -= len(rows)
+        left = db.execute("SELECT due_at, seq FROM far ORDER BY due_at, seq LIMIT 1").fetchone()
+        return self._decode([row[2] for row in rows]), None if left is None else (left[0], left[1])
 
     def after(self, position: tuple[int, ...] | None, limit: int) -> list[Record]:
         """Up to ``limit`` records after ``position`` (``(due_at, seq)``), in that order."""
@@ -195,29 +177,31 @@ class Far:
         )
         return self._decode([image for (image,) in cursor])
 
-    def by_id(self, after: str, limit: int) -> list[Record]:
-        """Up to ``limit`` records whose id comes after ``after``, in the ids' order (a
-        walk of every record that records added or taken meanwhile do not upset)."""
+    def raw_by_id(self, after: str, limit: int) -> list[tuple[str, bytes]]:
+        """:meth:`by_id`'s ids and images, not decoded."""
         if not self.count:
             return []
         self.flush()
         cursor = self._connection().execute(
-            "SELECT image FROM far WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
+            "SELECT id, image FROM far WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
         )
-        return self._decode([image for (image,) in cursor])
+        return cursor.fetchall()
 
-    def take_by_id(self, limit: int) -> list[tuple[str, int]]:
+    def by_id(self, after: str, limit: int) -> list[Record]:
+        """Up to ``limit`` records whose id comes after ``after``, in the ids' order (a
+        walk of every record that records added or taken meanwhile do not upset)."""
+        return self._decode([image for _, image in self.raw_by_id(after, limit)])
+
+    def take_ids(self, limit: int) -> list[str]:
         """Take out the first ``limit`` records by id (a purge's, a page at a time):
-        their ids and weights, not decoded."""
+        their ids, nothing decoded."""
         if not self.count:
             return []
         self.flush()
         db = self._connection()
-        page: list[tuple[str, int]] = db.execute(
-            "SELECT id, weight FROM far ORDER BY id LIMIT ?", (limit,)
-        ).fetchall()
+        page = [id for (id,) in db.execute("SELECT id FROM far ORDER BY id LIMIT ?", (limit,))]
         if page:
-            db.execute("DELETE FROM far WHERE id <= ?", (page[-1][0],))
+            db.execute("DELETE FROM far WHERE id <= ?", (page[-1],))
             self.count -= len(page)
         return page
 

@@ -90,10 +90,12 @@ class Records:
         self, far: Far | None = None, far_above: int | None = None, far_take: int | None = None
     ) -> None:
         self.records: dict[str, Record] = {}
-        #: Scheduled messages due at or after ``far_from`` are in ``far`` (not in
-        #: ``records``), every one due later than every scheduled message here.
+        #: The scheduled messages at or after ``(far_from, far_seq)`` in ``(due_at, seq)``
+        #: order are in ``far`` (not in ``records``): every one of them is claimed after
+        #: every scheduled message here (a due time shared by many may be split).
         self.far = far
         self.far_from = _FOREVER
+        self.far_seq = 0
         self._far_above = FAR_ABOVE if far_above is None else far_above
         self._far_take = max(self._far_above // 50, 1) if far_take is None else far_take
         self._sending = False  # moving records far, down to half of far_above
@@ -134,7 +136,11 @@ class Records:
         # A scheduled record not yet ripe (a claim's, unless stats ran) counts nowhere.
         if old is not None and (old.state is not _SCHEDULED or old.due_at <= self.ripe_at):
             self._uncount(old)
-        if record.state is _SCHEDULED and record.due_at >= self.far_from:
+        if (
+            record.state is _SCHEDULED
+            and record.due_at >= self.far_from
+            and (record.due_at > self.far_from or record.seq >= self.far_seq)
+        ):
             if old is not None:
                 records.pop(record.id, None)
             self.far.add(record)  # type: ignore[union-attr]
@@ -143,7 +149,7 @@ class Records:
         return old
 
     def _place(self, record: Record) -> None:
-        """Hold ``record``, not due at or after ``far_from``, in memory (counted)."""
+        """Hold ``record``, not far, in memory (counted)."""
         self.records[record.id] = record
         state = record.state
         if state is _SCHEDULED:
@@ -266,40 +272,42 @@ class Records:
         """Move the latest waiting records to ``far``, a step at a time (the loop a
         scheduler serves from is held a few milliseconds, not for a whole backlog):
         ``far_take`` records, or as many as ``far_above`` is exceeded by, from the
-        latest bucket down, the earliest bucket never; the last bucket reached is split
-        at a due time when only part of it is needed. ``far_from`` becomes the earliest
-        due time moved (every bucket but the earliest starts after ``opened_to``)."""
+        latest bucket down; the last bucket reached is split in ``(due_at, seq)`` order
+        when only part of it is needed, and the earliest is never moved whole. The far
+        boundary becomes the first record moved (a whole bucket's: its start; every
+        bucket starts after ``opened_to``)."""
         far, later, records = self.far, self.later, self.records
         assert far is not None
         goal = max(self._far_take, self._waiting - self._far_above)
         buckets = sorted(later)
         moved = 0
         whole: int | None = None  # the earliest bucket moved whole
-        while len(buckets) > 1 and moved < goal and self._waiting > self._far_above // 2:
+        while buckets and moved < goal and self._waiting > self._far_above // 2:
             bucket = buckets.pop()
             held = _listed(later[bucket])
             live = [r for r in held if records.get(r.id) is r]
-            at = 0
-            if len(live) > goal - moved:  # its latest part: whole due times
+            at = len(live) - (goal - moved)  # how many of it stay
+            if not buckets and live:
+                at = max(at, 1)
+            if at > 0:
                 live.sort(key=_due_order)
-                at = len(live) - (goal - moved)
-                while at > 0 and live[at - 1].due_at == live[at].due_at:
-                    at -= 1
-            if at:
                 later[bucket] = live[:at]
-                self._waiting -= len(held) - at
+                self._waiting -= len(held) - len(live[:at])
+                going = live[at:]
+                start = (going[0].due_at, going[0].seq) if going else None
             else:
                 del later[bucket]
                 self._waiting -= len(held)
                 whole = bucket
-            going = live[at:]
+                going = live
+                start = (bucket << _SECOND, 0)
             for record in going:
                 del records[record.id]
                 far.add(record)
             moved += len(going)
-            if going:
-                self.far_from = min(self.far_from, going[0].due_at if at else bucket << _SECOND)
-            if at:
+            if going and start is not None and start < (self.far_from, self.far_seq):
+                self.far_from, self.far_seq = start
+            if at > 0:
                 break
         if whole is not None:
             self.buckets = [bucket for bucket in self.buckets if bucket < whole]
@@ -308,11 +316,11 @@ class Records:
             self._sending = False
 
     def _bring_back(self) -> None:
-        """Move the earliest of ``far`` here (a 50th of ``far_above``, whole due times)."""
+        """Move the earliest ``far_take`` records of ``far`` here."""
         far = self.far
         assert far is not None
         taken, left = far.take(self._far_take)
-        self.far_from = _FOREVER if left is None else left
+        self.far_from, self.far_seq = (_FOREVER, 0) if left is None else left
         place = self._place
         for record in taken:
             place(record)
@@ -630,10 +638,9 @@ class Records:
         self._ripe_count += len(crossed)
         self.ripe_at = now_ms
 
-    def _purged_far(self, purged: list[tuple[str, int]]) -> None:
-        """The far records of ``purged`` (id, weight) were purged (taken out of ``far``
-        already): for a subclass that notes each deletion (:meth:`delete` is the
-        one-by-one way)."""
+    def _purged_far(self, ids: list[str]) -> None:
+        """The far records of ``ids`` were purged (taken out of ``far`` already): for a
+        subclass that notes each deletion (:meth:`delete` is the one-by-one way)."""
 
     def _surface(self, now_ms: int) -> None:
         """Bring back from ``far`` every record due by ``now_ms``."""
@@ -690,9 +697,9 @@ class Records:
             self.delete(id)
         far = self.far
         if far is not None and state in (None, _SCHEDULED):  # each not due: scheduled
-            while page := far.take_by_id(1000):
+            while page := far.take_ids(1000):
                 self._purged_far(page)
-                doomed += [id for id, _ in page]
+                doomed += page
         if state is None:
             self.due.clear()
             self.ripe.clear()

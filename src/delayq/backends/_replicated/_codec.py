@@ -15,7 +15,7 @@ error of the one before it when they are equal.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from sys import intern
 from typing import Any
 
@@ -43,9 +43,11 @@ __all__ = [
     "encode_requests",
     "error_reply",
     "pack",
+    "packer",
     "raise_error",
     "reserve_items",
     "unpack",
+    "unpack_each",
 ]
 
 
@@ -55,6 +57,21 @@ def pack(value: Any) -> bytes:
 
 def unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
+
+
+def packer() -> Callable[[Any], bytes]:
+    """:func:`pack` for one caller that packs many small values, one at a time: a
+    packer of its own (``packb`` makes one a call, most of a small value's cost; one
+    is not to be shared between threads)."""
+    return msgpack.Packer(use_bin_type=True).pack  # type: ignore[no-any-return]
+
+
+def unpack_each(blobs: list[bytes]) -> list[Any]:
+    """:func:`unpack` of each of ``blobs``, read by one unpacker (the many small values
+    of a far page: ``unpackb`` makes an unpacker a call)."""
+    unpacker = msgpack.Unpacker(raw=False, use_list=True, strict_map_key=False)
+    unpacker.feed(b"".join(blobs))
+    return list(unpacker)
 
 
 def encode_record(r: Record) -> list[Any]:

@@ -27,6 +27,7 @@ import os
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from ...._log import log_event
 from ...._timeout import within
@@ -106,10 +107,12 @@ class Checkpoints(SchedulerState):
         chunks = images = 0
 
         async def log_images(queue: str, store: Journal, chunk: list[Record | None]) -> None:
-            nonlocal chunks, images
             encoded = [encode_record(r) for r in chunk if r is not None]
-            if not encoded:
-                return  # every one of them changed meanwhile, and was logged then
+            if encoded:  # else every one of them changed meanwhile, and was logged then
+                await log_encoded(queue, store, encoded)
+
+        async def log_encoded(queue: str, store: Journal, encoded: list[Any]) -> None:
+            nonlocal chunks, images
             chunks += 1
             images += len(encoded)
             mark = f"images:{checkpoint}:{chunks}"
@@ -129,9 +132,12 @@ class Checkpoints(SchedulerState):
                     chunk = [store.find(id) for id in ids[at : at + CHECKPOINT_CHUNK]]
                     await log_images(queue, store, chunk)
                 after = ""
-                while page := self._store(queue).far_by_id(after, CHECKPOINT_CHUNK):
-                    after = page[-1].id
-                    await log_images(queue, self._store(queue), list(page))
+                while True:
+                    store = self._store(queue)
+                    encoded, after = store.far_images(after, CHECKPOINT_CHUNK)
+                    if not encoded:
+                        break
+                    await log_encoded(queue, store, encoded)
                 surfaced = sorted(self._store(queue).unwatch())
                 for at in range(0, len(surfaced), CHECKPOINT_CHUNK):
                     store = self._store(queue)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ....durable.message import Record
+from ....durable.message import Now, Record, State
 from ..._far import Far
 from ..._records import Records
-from .._codec import decode_records, encode_record, pack, unpack
+from .._codec import decode_records, encode_record, packer, unpack_each
 from .._constants import IMAGE_OVERHEAD
 
 __all__ = ["Journal", "image_bytes", "unclaim_each"]
@@ -27,12 +27,8 @@ def _record_bytes(record: Record) -> int:
     return image_bytes(record.id, record.payload, record.headers, record.last_error)
 
 
-def _encode(record: Record) -> bytes:
-    return pack(encode_record(record))
-
-
 def _decode(images: list[bytes]) -> list[Record]:
-    return decode_records([unpack(image) for image in images])
+    return decode_records(unpack_each(images))
 
 
 def unclaim_each(store: Records, records: list[Record]) -> None:
@@ -48,7 +44,8 @@ class Journal(Records):
     images take."""
 
     def __init__(self) -> None:
-        super().__init__(Far(_encode, _decode, _record_bytes))
+        pack = packer()  # this journal's own: its scheduler's thread only
+        super().__init__(Far(lambda record: pack(encode_record(record)), _decode))
         self.changed: dict[str, Record | None] = {}
         self.size = 0
 
@@ -64,17 +61,30 @@ class Journal(Records):
         self.changed[record.id] = record
         return old
 
-    def _purged_far(self, purged: list[tuple[str, int]]) -> None:
+    def _purged_far(self, ids: list[str]) -> None:
         changed = self.changed
-        for id, weight in purged:
-            self.size -= weight
+        for id in ids:
             changed[id] = None
+
+    def purge(self, state: State | None, now: Now) -> int:
+        far = self.far is not None and self.far.count
+        purged = super().purge(state, now)
+        if far and self.far is not None and not self.far.count:
+            # Every far record went (unread): what is left is all in memory.
+            self.size = sum(_record_bytes(record) for record in self.records.values())
+        return purged
 
     def delete(self, id: str) -> Record:
         old = super().delete(id)
         self.size -= _record_bytes(old)
         self.changed[id] = None
         return old
+
+    def far_images(self, after: str, limit: int) -> tuple[list[Any], str]:
+        """The images of up to ``limit`` far records whose id comes after ``after``, as
+        the log encodes them (read, not decoded into records), and the last id."""
+        rows = [] if self.far is None else self.far.raw_by_id(after, limit)
+        return unpack_each([image for _, image in rows]), rows[-1][0] if rows else after
 
     def close(self) -> None:
         """Let go of the records held out of memory (the scheduler stopped)."""
