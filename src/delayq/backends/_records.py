@@ -77,7 +77,7 @@ _SECOND = 10
 #: ``far_from`` while nothing is far: no due time reaches it.
 _FOREVER = 1 << 62
 #: With a :class:`~._far.Far`: the messages waiting in buckets past which the latest
-#: buckets go to it (down to half that), and a 50th of it is brought back at a time,
+#: buckets go to it (down to half that), and a 200th of it is brought back at a time,
 #: once fewer than a quarter wait or none is left here.
 FAR_ABOVE = 50_000
 
@@ -97,7 +97,7 @@ class Records:
         self.far_from = _FOREVER
         self.far_seq = 0
         self._far_above = FAR_ABOVE if far_above is None else far_above
-        self._far_take = max(self._far_above // 50, 1) if far_take is None else far_take
+        self._far_take = max(self._far_above // 200, 1) if far_take is None else far_take
         self._sending = False  # moving records far, down to half of far_above
         #: The ids brought back from ``far`` while a walk of every record is under way
         #: (a checkpoint's: :meth:`watch`), None when none is.
