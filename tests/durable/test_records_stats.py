@@ -446,7 +446,8 @@ def test_records_with_far_answer_what_records_in_memory_answer(
 ) -> None:
     """The same operations on records that keep everything in memory and on records
     that send all but the earliest bucket far: every answer the same (puts that find an id
-    far, cancels and reschedules of far messages, claims, stats, pages, gets)."""
+    far, cancels and reschedules of far messages, claims, stats, pages, gets, the counts
+    of what falls due)."""
     plain, far = Records(), _far_records(1)
     now_ms = EPOCH
     held: list[str] = []
@@ -486,3 +487,5 @@ def test_records_with_far_answer_what_records_in_memory_answer(
         assert _seen(plain.peek(None, 1000, None, at)) == _seen(far.peek(None, 1000, None, at))
         for id in IDS:
             assert _seen(plain.get(id, at)) == _seen(far.get(id, at))
+        for horizon, buckets in ((4000, 4), (997, 7)):  # what the dashboard's chart asks
+            assert plain.due_counts(horizon, buckets, at) == far.due_counts(horizon, buckets, at)

@@ -177,6 +177,22 @@ class Far:
         )
         return self._decode([image for (image,) in cursor])
 
+    def due_counts(self, now_ms: int, width: int, buckets: int) -> list[tuple[int, int]]:
+        """``(i, n)``: ``n`` records due after ``now_ms`` whose ``(due_at - now_ms) //
+        width`` is ``i``, for each ``i`` below ``buckets`` that has any (the buckets of
+        :func:`~delayq.durable.inspection.count_due`): a range of the due index,
+        grouped by SQLite, nothing decoded."""
+        if not self.count:
+            return []
+        self.flush()
+        cursor = self._connection().execute(
+            "SELECT (due_at - :now) / :width, COUNT(*) FROM far"
+            " WHERE due_at > :now AND due_at < :now + :width * :buckets"
+            " GROUP BY (due_at - :now) / :width",
+            {"now": now_ms, "width": width, "buckets": buckets},
+        )
+        return cursor.fetchall()
+
     def raw_by_id(self, after: str, limit: int) -> list[tuple[str, bytes]]:
         """:meth:`by_id`'s ids and images, not decoded."""
         if not self.count:

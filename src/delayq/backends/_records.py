@@ -35,7 +35,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
 from .._fork import new_ids
-from ..durable.inspection import count_due, select_peek
+from ..durable.inspection import bucket_width, count_due, select_peek
 from ..durable.message import (
     Now,
     Position,
@@ -835,8 +835,13 @@ class Records:
             yield record
 
     def due_counts(self, horizon_ms: int, buckets: int, now: Now) -> tuple[int, list[int]]:
-        scheduled = (r.due_at for r in self._everything() if r.state is _SCHEDULED)
-        return now.floor, count_due(scheduled, now.floor, horizon_ms, buckets)
+        scheduled = (r.due_at for r in self.records.values() if r.state is _SCHEDULED)
+        counts = count_due(scheduled, now.floor, horizon_ms, buckets)
+        if self.far is not None and self.far.count:  # counted by SQLite, nothing read
+            width = bucket_width(horizon_ms, buckets)
+            for index, count in self.far.due_counts(now.floor, width, buckets):
+                counts[index] += count
+        return now.floor, counts
 
 
 def _live(records: dict[str, Record], entry: tuple[int, int, str]) -> Record | None:
