@@ -394,7 +394,8 @@ def test_a_walk_of_every_record_meets_each_one_left_unchanged(
                 seen.update(id for id in chunk if store.find(id) is not None)
                 phase += not ids
             elif phase == 1:
-                page = store.far_by_id(after, 2)
+                assert store.far is not None
+                page = store.far.by_id(after, 2)
                 seen.update(r.id for r in page)
                 if page:
                     after = page[-1].id

@@ -246,9 +246,6 @@ class Records:
         """How many records are stored."""
         return len(self.records) + (0 if self.far is None else self.far.count)
 
-    def __bool__(self) -> bool:
-        return True  # a store is a store, empty or not: len() says how full
-
     def _everything(self) -> Iterator[Record]:
         yield from self.records.values()
         if self.far is not None and self.far.count:
@@ -263,10 +260,6 @@ class Records:
     def unwatch(self) -> set[str]:
         surfaced, self.surfaced = self.surfaced or set(), None
         return surfaced
-
-    def far_by_id(self, after: str, limit: int) -> list[Record]:
-        """:meth:`~._far.Far.by_id` (none without ``far``)."""
-        return [] if self.far is None else self.far.by_id(after, limit)
 
     def _send_far(self) -> None:
         """Move the latest waiting records to ``far``, a step at a time (the loop a
@@ -330,14 +323,12 @@ class Records:
     def load(self, id: str, now_ms: int) -> Record | None:
         """The record with a lease expiry already applied (and written back)."""
         record = self.records.get(id)
-        if record is None and self.far is not None and self.far.count:
-            return self.far.get(id)  # scheduled: nothing to settle
-        if record is not None:
-            settled = settle(record, now_ms)
-            if settled is not record:
-                self.write(settled)
-            record = settled
-        return record
+        if record is None:
+            return self.find(id)  # far, if anywhere: scheduled, nothing to settle
+        settled = settle(record, now_ms)
+        if settled is not record:
+            self.write(settled)
+        return settled
 
     def expire(self, now_ms: int) -> None:
         leases = self.leases
@@ -695,11 +686,12 @@ class Records:
         doomed = [r.id for r in self.records.values() if matches_state(r, state, now.floor)]
         for id in doomed:
             self.delete(id)
+        purged = len(doomed)
         far = self.far
         if far is not None and state in (None, _SCHEDULED):  # each not due: scheduled
             while page := far.take_ids(1000):
                 self._purged_far(page)
-                doomed += page
+                purged += len(page)
         if state is None:
             self.due.clear()
             self.ripe.clear()
@@ -709,7 +701,7 @@ class Records:
             self.leases.clear()
             self.graves.clear()
         self.compact()
-        return len(doomed)
+        return purged
 
     def peek(
         self, state: State | None, limit: int, after: Position | None, now: Now

@@ -10,7 +10,7 @@ from ....durable.message import Record
 from .._codec import pack, unpack
 from .._constants import LINGER_ENTRIES, LINGER_MS, MAX_GROUP_BYTES
 from ._journal import unclaim_each
-from ._state import BEGIN, CHECKPOINT_OPS, END, Op, Reply, SchedulerState
+from ._state import BEGIN, CHECKPOINT_OPS, END, Op, Reply, SchedulerState, entry_bytes
 
 __all__ = ["GroupCommit"]
 
@@ -30,7 +30,7 @@ class GroupCommit(SchedulerState):
             if not self._group:
                 self._group_since = asyncio.get_running_loop().time()
             self._group.append(entry)
-            size = sum(len(image[1]) + 128 for image in entry[5]) + 64
+            size = entry_bytes(entry)
             self._group_bytes += size
             if entry[0] not in CHECKPOINT_OPS:  # a checkpoint's own bytes do not count
                 self._grown_bytes += size
@@ -112,9 +112,7 @@ class GroupCommit(SchedulerState):
         # queued before the first operation left behind stay with what follows.
         half = max(1, len(self._group) // 2)
         group, self._group = self._group[:half], self._group[half:]
-        self._group_bytes = sum(
-            sum(len(image[1]) + 128 for image in entry[5]) + 64 for entry in self._group
-        )
+        self._group_bytes = sum(entry_bytes(entry) for entry in self._group)
         # Replies keep their order; those of operations still pending wait for them.
         logged = {entry[2] for entry in self._group if entry[2]}
         cut = next(

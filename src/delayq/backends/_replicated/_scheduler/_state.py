@@ -27,7 +27,14 @@ from typing import Any
 
 from ...._log import log_event
 from ....durable.message import Now, Record
-from .._constants import CHECKPOINT_BYTES, DEDUP_SIZE, FULL_EVERY, QUIET_AFTER, QUIET_EVERY
+from .._constants import (
+    CHECKPOINT_BYTES,
+    DEDUP_SIZE,
+    FULL_EVERY,
+    MAX_GROUP_BYTES,
+    QUIET_AFTER,
+    QUIET_EVERY,
+)
 from .._transport import Delivery, Transport
 from ._journal import Journal, image_bytes
 
@@ -47,6 +54,47 @@ __all__ = [
 
 #: What an operation of the log is made of, before packing.
 Op = list[Any]
+#: The operations that may touch a whole queue and whose changes are logged in pieces
+#: of at most PIECE_BYTES when larger (a purge or a retry of millions would outgrow
+#: the broker's largest message): each piece is an entry of its own and only the last
+#: carries the request id and its reply, so that a scheduler killed between two pieces
+#: leaves a queue partly purged (retried), and the resent request does the rest.
+PIECEWISE = frozenset({"purge", "retry_dead"})
+#: The most bytes of images and ids in one piece: half an append (MAX_GROUP_BYTES).
+PIECE_BYTES = MAX_GROUP_BYTES // 2
+
+
+def entry_bytes(entry: Op) -> int:
+    """About what an operation takes in an append: its images, its deleted ids."""
+    size = 64
+    for image in entry[5]:
+        size += len(image[1]) + 128
+    for id in entry[6]:
+        size += len(id) + 2
+    return size
+
+
+def pieces(images: list[Any], deletes: list[str], most: int) -> list[tuple[list[Any], list[str]]]:
+    """``images`` and ``deletes`` cut into consecutive pieces of about ``most`` bytes
+    each (:func:`entry_bytes`), images first; at least one piece."""
+    out: list[tuple[list[Any], list[str]]] = []
+    piece: tuple[list[Any], list[str]] = ([], [])
+    size = 0
+    for image in images:
+        if size >= most:
+            out.append(piece)
+            piece, size = ([], []), 0
+        piece[0].append(image)
+        size += len(image[1]) + 128
+    for id in deletes:
+        if size >= most:
+            out.append(piece)
+            piece, size = ([], []), 0
+        piece[1].append(id)
+        size += len(id) + 2
+    out.append(piece)
+    return out
+
 
 #: The operations of a checkpoint (their request id field carries the entry's mark):
 #: its begin, the dedup table's entries in chunks after it, the live images, its end.
@@ -319,11 +367,16 @@ class SchedulerState(abc.ABC):
         images, deletes = store.take_changes()
         if not (images or deletes or always):
             return None
-        if request_id:
-            self._remember(request_id, kind, body)
         # The scheduler's last time (a fast put's ``now`` may be its client's, earlier):
         # a replay remembers the request id as decided at that same time.
         floor = max(now.floor, self._last_now)
+        if op in PIECEWISE and len(images) + len(deletes) > 1:
+            *leading, (images, deletes) = pieces(images, deletes, PIECE_BYTES)
+            for piece_images, piece_deletes in leading:
+                piece = [op, queue, "", floor, store.last_seq, piece_images, piece_deletes]
+                self._commit([*piece, "", b""], None)
+        if request_id:
+            self._remember(request_id, kind, body)
         return [op, queue, request_id, floor, store.last_seq, images, deletes, kind, body]
 
     def _decided(
