@@ -183,3 +183,59 @@ def test_the_live_bytes_stay_those_of_the_records_far_or_not(
     store.purge(State.SCHEDULED, now)
     assert store.far.count == 0
     assert store.size == weighed()
+
+
+def test_a_replay_over_far_records_comes_to_the_state_of_one_all_in_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hot standby's fold (``Journal.restore``) of puts, of the same images logged again
+    (a checkpoint's), of replacements and deletes: with most records far, the same
+    records, live bytes and stats as with all in memory; and a far record replaced is
+    read once, not once more by the write that replaces it."""
+    now = Now(1_700_000_000_000, 1_700_000_000_000)
+    scratch = Journal()
+    entries: list[tuple[list[Any], list[str], int]] = []
+    requests = [
+        put_request(f"r{n}", b"p" * (n % 40), "bytes", 5, {}, 1000 * n, None, "replace", False)
+        for n in range(300)
+    ]
+    for at in range(0, 300, 50):
+        scratch.put(requests[at : at + 50], now)
+        entries.append((*scratch.take_changes(), scratch.last_seq))
+    entries += entries[:3]  # logged again, as a checkpoint rolls them forward
+    scratch.put(requests[::7], now)  # replaced
+    entries.append((*scratch.take_changes(), scratch.last_seq))
+    for n in range(0, 300, 11):
+        scratch.cancel(f"r{n}", now)
+    entries.append((*scratch.take_changes(), scratch.last_seq))
+
+    reads = [0]
+    get = _far.Far.get
+
+    def counted(self: _far.Far, id: str) -> Any:
+        reads[0] += 1
+        return get(self, id)
+
+    monkeypatch.setattr(_far.Far, "get", counted)
+
+    def folded(far_above: int) -> Journal:
+        monkeypatch.setattr(_records, "FAR_ABOVE", far_above)
+        journal = Journal()
+        reads[0] = 0
+        for images, deletes, last_seq in entries[:-1]:
+            journal.restore(images, deletes, last_seq)
+        assert reads[0] == 0  # a far record replaced: read once, with its batch
+        journal.restore(*entries[-1])  # the deletes read what they delete, far or not
+        return journal
+
+    far = folded(20)
+    assert far.far is not None
+    assert far.far.count > 100
+    memory = folded(1_000_000)
+    assert memory.far is not None
+    assert memory.far.count == 0
+    ids = [f"r{n}" for n in range(300)]
+    assert [far.find(id) for id in ids] == [memory.find(id) for id in ids]
+    assert far.size == memory.size == scratch.size
+    assert len(far) == len(memory) == len(scratch)
+    assert far.stats(now) == memory.stats(now)

@@ -121,6 +121,13 @@ class Far:
                 found[record.id] = record
         return found
 
+    def discard(self, id: str) -> None:
+        """Take the record of ``id`` out unread: the caller read it (it is here)."""
+        self.pending[id] = None
+        self.count -= 1
+        if len(self.pending) >= _FLUSH_AT:
+            self.flush()
+
     def pop(self, id: str) -> Record | None:
         """Take the record of ``id`` out (None: not here)."""
         record = self.get(id)

@@ -94,12 +94,14 @@ class Journal(Records):
     def restore(self, images: list[Any], deletes: list[str], last_seq: int) -> None:
         """Apply a logged operation (replay: nothing is noted)."""
         decoded = decode_records(images)
-        far: dict[str, Record] = {}
         if self.far is not None and self.far.count:  # looked up at once
             records = self.records
             far = self.far.get_many([r.id for r in decoded if r.id not in records])
+            for id, replaced in far.items():  # read once: taken out unread
+                self.far.discard(id)
+                self.size -= _record_bytes(replaced)
         for record in decoded:
-            self._put(record, record.id not in far)
+            self._put(record, True)
         for id in deletes:
             old = self.drop(id)
             if old is not None:
