@@ -13,9 +13,10 @@ from typing import Any
 
 import msgpack
 import pytest
+from msgpack import unpackb
 
 from delayq.backends import _records
-from delayq.backends._replicated._scheduler import _state
+from delayq.backends._replicated._scheduler import _group_commit, _state
 from delayq.durable import Queue, State
 
 pytest.importorskip("pika")
@@ -26,9 +27,11 @@ from .test_amqp_checkpoint import SMALL, events, state_of, stream_messages
 
 base = checkpoint.base
 
-#: The messages of each queue: many times a piece of PIECE bytes.
+#: The messages of each queue: many times a piece of PIECE bytes, and the pieces of one
+#: request many times an append of GROUP bytes.
 COUNT = 240
 PIECE = 3000
+GROUP = 12_000
 
 
 def logged(url: str, name: str) -> list[list[Any]]:
@@ -46,6 +49,7 @@ def test_a_purge_and_a_retry_larger_than_an_append_go_in_pieces_and_replay_whole
 ) -> None:
     caplog.set_level(logging.INFO, logger="delayq")
     monkeypatch.setattr(_state, "PIECE_BYTES", PIECE)
+    monkeypatch.setattr(_group_commit, "MAX_GROUP_BYTES", GROUP)
     monkeypatch.setattr(_records, "FAR_ABOVE", 20)  # most of the scheduled go far
     url = f"{base}&retention_bytes={SMALL}"
     first = Queue(url, name="big")
@@ -76,6 +80,15 @@ def test_a_purge_and_a_retry_larger_than_an_append_go_in_pieces_and_replay_whole
             assert len(replies) == (1 if name == "retry_dead" else 2)
             assert all(len(msgpack.packb(op)) < 2 * PIECE for op in ops)
         assert sum(len(op[6]) for op in logged(url, "purge")) == 2 * COUNT
+        # The pieces leave in appends of about GROUP bytes, not all at once (the broker
+        # refuses a message past its largest).
+        appends = [
+            body
+            for kind, body in stream_messages(url, "log")
+            if kind == "entry" and any(op[0] in ("purge", "retry_dead") for op in unpackb(body))
+        ]
+        assert len(appends) > 3
+        assert max(len(body) for body in appends) < 2 * GROUP
 
         before = state_of(first, [*ids, after])
         assert before[0][:4] == (1, 0, 0, 0)

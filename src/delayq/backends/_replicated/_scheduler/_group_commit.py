@@ -108,11 +108,19 @@ class GroupCommit(SchedulerState):
             self._group, self._replies, self._group_bytes = [], [], 0
             self._urgent = False
             return group, replies
-        # Too much for one entry: the first half of the operations, and the replies
-        # queued before the first operation left behind stay with what follows.
-        half = max(1, len(self._group) // 2)
-        group, self._group = self._group[:half], self._group[half:]
-        self._group_bytes = sum(entry_bytes(entry) for entry in self._group)
+        # Too much for one entry: the operations that fit in MAX_GROUP_BYTES (at least
+        # one), and the replies queued before the first operation left behind stay with
+        # what follows. (Half the operations, as this was, is still too much for one
+        # message when a purge's pieces pile up: 650 of them at ten million.)
+        size = cut = 0
+        for entry in self._group:
+            weight = entry_bytes(entry)
+            if cut and size + weight > MAX_GROUP_BYTES:
+                break
+            size += weight
+            cut += 1
+        group, self._group = self._group[:cut], self._group[cut:]
+        self._group_bytes -= size
         # Replies keep their order; those of operations still pending wait for them.
         logged = {entry[2] for entry in self._group if entry[2]}
         cut = next(
