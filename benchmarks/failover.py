@@ -136,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="0 and 100,000")
     parser.add_argument("--standby", choices=("hot", "cold", "both"), default="both")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--logs", type=Path, default=None, help="keep the schedulers' logs in this directory"
+    )
     args = parser.parse_args(argv)
     text = args.counts or ("0,100000" if args.quick else "0,200000,1000000")
     counts = [int(count) for count in text.split(",")]
@@ -150,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for count in counts:
                 for standby in kinds:
-                    found = failover(nodes, Path(work), count, standby)
+                    logs = args.logs or Path(work)
+                    logs.mkdir(parents=True, exist_ok=True)
+                    found = failover(nodes, logs, count, standby)
                     raw[f"{standby}-{count}"] = found
                     hot = standby == "hot"
                     measures.append(

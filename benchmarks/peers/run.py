@@ -47,7 +47,7 @@ DEFAULT_JSON = BENCHMARKS / "results" / "peers-redis.json"
 BULLMQ = HERE / "bullmq"
 #: Every peer's variants, in the table's order.
 VARIANTS: dict[str, tuple[str, ...]] = {
-    "delayq": ("defaults", "processes-2", "tuned"),
+    "delayq": ("defaults", "quiet", "processes-2", "tuned"),
     "celery": ("defaults", "tuned"),
     "dramatiq": ("defaults", "tuned"),
     "arq": ("defaults", "tuned"),
