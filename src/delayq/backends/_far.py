@@ -132,10 +132,7 @@ class Far:
         """Take the record of ``id`` out (None: not here)."""
         record = self.get(id)
         if record is not None:
-            self.pending[id] = None
-            self.count -= 1
-            if len(self.pending) >= _FLUSH_AT:
-                self.flush()
+            self.discard(id)
         return record
 
     def flush(self) -> None:

@@ -109,9 +109,8 @@ class GroupCommit(SchedulerState):
             self._urgent = False
             return group, replies
         # Too much for one entry: the operations that fit in MAX_GROUP_BYTES (at least
-        # one), and the replies queued before the first operation left behind stay with
-        # what follows. (Half the operations, as this was, is still too much for one
-        # message when a purge's pieces pile up: 650 of them at ten million.)
+        # one: a purge's pieces pile up in one group), and the replies queued before the
+        # first operation left behind stay with what follows.
         size = cut = 0
         for entry in self._group:
             weight = entry_bytes(entry)

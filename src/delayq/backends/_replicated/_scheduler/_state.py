@@ -64,13 +64,18 @@ PIECEWISE = frozenset({"purge", "retry_dead"})
 PIECE_BYTES = MAX_GROUP_BYTES // 2
 
 
+#: What an image weighs in an append beyond its payload, and a deleted id beyond its
+#: characters (the estimates of :func:`entry_bytes` and :func:`pieces`).
+_IMAGE_BYTES, _ID_BYTES = 128, 2
+
+
 def entry_bytes(entry: Op) -> int:
     """About what an operation takes in an append: its images, its deleted ids."""
     size = 64
     for image in entry[5]:
-        size += len(image[1]) + 128
+        size += len(image[1]) + _IMAGE_BYTES
     for id in entry[6]:
-        size += len(id) + 2
+        size += len(id) + _ID_BYTES
     return size
 
 
@@ -85,13 +90,13 @@ def pieces(images: list[Any], deletes: list[str], most: int) -> list[tuple[list[
             out.append(piece)
             piece, size = ([], []), 0
         piece[0].append(image)
-        size += len(image[1]) + 128
+        size += len(image[1]) + _IMAGE_BYTES
     for id in deletes:
         if size >= most:
             out.append(piece)
             piece, size = ([], []), 0
         piece[1].append(id)
-        size += len(id) + 2
+        size += len(id) + _ID_BYTES
     out.append(piece)
     return out
 
