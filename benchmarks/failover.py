@@ -14,7 +14,9 @@ and times a put with its outcome (``on_conflict="error"``: a request the schedul
 answers, not a fast put) from the kill until it is answered (by B), beside one put
 before the kill. It also reads B's ``scheduler_elected`` line: the entries its fold
 read after its reign began (``at_election``), and the seconds from its token to
-serving. Last, the purge of the whole queue, timed (B logs it in pieces).
+serving. Last, the purge of the whole queue, timed (B logs it in pieces), while
+another client asks for the stats of another queue every PROBE_EVERY s: how many
+were answered meanwhile, the slowest, and whether B stayed elected.
 ``--quick``: 0 and 100,000. It prints a table and writes JSON to
 ``benchmarks/results/failover.json``; it never asserts.
 """
@@ -22,11 +24,13 @@ serving. Last, the purge of the whole queue, timed (B logs it in pieces).
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -41,6 +45,8 @@ PAYLOAD = b"x" * 100
 SETTLE_SECONDS = 5.0
 #: The target of issue 41 with a hot standby.
 TARGET_SECONDS = 1.0
+#: Seconds between two probes of the scheduler while it logs a purge.
+PROBE_EVERY = 0.05
 
 
 def wait_standing(log: Path, process: subprocess.Popen[bytes]) -> None:
@@ -77,6 +83,22 @@ def elected_line(log: Path) -> dict[str, str]:
         time.sleep(0.05)
 
 
+def probe(url: str, ready: threading.Event, running: threading.Event) -> list[float]:
+    """The seconds of each ``stats()`` of another queue, one every PROBE_EVERY s, from
+    its connection's first (``ready`` then set) while ``running`` is (a purge: the
+    scheduler answers meanwhile)."""
+    seconds: list[float] = []
+    with Queue(f"{url}&scheduler=off", name="probe") as other:
+        other.stats()
+        ready.set()
+        while running.is_set():
+            asked = time.perf_counter()
+            other.stats()
+            seconds.append(time.perf_counter() - asked)
+            time.sleep(PROBE_EVERY)
+    return seconds
+
+
 def failover(nodes: RabbitNodes, work: Path, count: int, standby: str) -> dict[str, float]:
     prefix = f"delayq-bench-failover-{standby}-{count}"
     url = nodes.url(0, f"?prefix={prefix}&standby={standby}")
@@ -110,9 +132,17 @@ def failover(nodes: RabbitNodes, work: Path, count: int, standby: str) -> dict[s
             first.wait()
             elected = elected_line(log_b)
             scheduled = q.stats().scheduled
-            asked = time.perf_counter()
-            purged = q.purge()
-            purge_seconds = time.perf_counter() - asked
+            ready, running = threading.Event(), threading.Event()
+            running.set()
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                probing = pool.submit(probe, url, ready, running)
+                ready.wait(60)
+                asked = time.perf_counter()
+                purged = q.purge()
+                purge_seconds = time.perf_counter() - asked
+                running.clear()
+                probes = probing.result()
+            stepped_down = "scheduler_stepped_down" in log_b.read_text(errors="replace")
         return {
             "answered": answered,
             "live": live,
@@ -120,6 +150,9 @@ def failover(nodes: RabbitNodes, work: Path, count: int, standby: str) -> dict[s
             "put_seconds": put_seconds,
             "purged": purged,
             "purge_seconds": purge_seconds,
+            "probes": float(len(probes)),
+            "probe_max": max(probes, default=float("nan")),
+            "stepped_down": float(stepped_down),
             "at_election": float(elected.get("at_election", "nan")),
             "entries": float(elected.get("entries", "nan")),
             "elected_seconds": float(elected.get("seconds", "nan")),
@@ -171,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
                             f"read {found['at_election']:.0f} entries after its reign "
                             f"began ({found['entries']:.0f} in all); "
                             f"{found['scheduled']:,.0f} scheduled after (with the 2 probes), "
-                            f"{found['purged']:,.0f} purged by B in {found['purge_seconds']:.1f} s",
+                            f"{found['purged']:,.0f} purged by B in {found['purge_seconds']:.1f} s "
+                            f"({found['probes']:.0f} stats of another queue answered "
+                            f"meanwhile, the slowest in {found['probe_max'] * 1000:.0f} ms; "
+                            f"B {'stepped down' if found['stepped_down'] else 'stayed elected'})",
                         )
                     )
         finally:

@@ -239,3 +239,51 @@ def test_a_replay_over_far_records_comes_to_the_state_of_one_all_in_memory(
     assert far.size == memory.size == scratch.size
     assert len(far) == len(memory) == len(scratch)
     assert far.stats(now) == memory.stats(now)
+
+
+def test_a_purge_sets_its_far_records_aside_and_keeps_the_newer_ones_when_resumed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A purge's far records leave every read at once, set aside for the scheduler to
+    log their deletion; a purge resumed after a failover (``through``: the sequence
+    number it was decided at) takes only those up to it, and those it keeps are found
+    by a walk of every record under way (a checkpoint's), as any brought back."""
+    monkeypatch.setattr(_records, "FAR_ABOVE", 20)
+    now = Now(1_700_000_000_000, 1_700_000_000_000)
+    store = Journal()
+    old = [
+        put_request(f"o{n}", b"p", "bytes", 5, {}, 3_600_000 + n, None, "replace", False)
+        for n in range(200)
+    ]
+    store.put(old, now)
+    through = store.last_seq
+    new = [
+        put_request(f"n{n}", b"p", "bytes", 5, {}, 7_200_000 + n, None, "replace", False)
+        for n in range(50)
+    ]
+    store.put(new, now)
+    assert store.far is not None
+    assert store.far.count > 200
+    store.take_changes()
+    newer_far = {r.id for r in store.far} & {f"n{n}" for n in range(50)}
+    assert newer_far
+    store.watch()
+    assert store.purge(None, now, through) == 200
+    assert len(store.aside) == 1
+    assert store.aside[0].count > 150  # their deletions to log
+    assert sorted(r.id for r in store.peek(None, 1000, None, now)) == sorted(
+        f"n{n}" for n in range(50)
+    )
+    assert store.unwatch() >= newer_far  # moved out of far: the walk logs them too
+    images, deletes = store.take_changes()
+    assert not images
+    assert len(deletes) == 200 - store.aside[0].count  # those in memory
+    # A put of a purged id whose deletion is not logged yet: never logged deleted.
+    store.put([old[0]], now)
+    store.put([old[199]], now)
+    assert {"o0", "o199"}.isdisjoint(set(store.aside[0].ids_after("", 1000)))
+    assert store.size == sum(
+        image_bytes(r.id, r.payload, r.headers, r.last_error)
+        for r in [*store.records.values(), *(store.far or ())]
+    )
+    store.close()

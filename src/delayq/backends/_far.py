@@ -212,18 +212,41 @@ class Far:
         walk of every record that records added or taken meanwhile do not upset)."""
         return self._decode([image for _, image in self.raw_by_id(after, limit)])
 
-    def take_ids(self, limit: int) -> list[str]:
-        """Take out the first ``limit`` records by id (a purge's, a page at a time):
-        their ids, nothing decoded."""
+    def ids_after(self, after: str, limit: int) -> list[str]:
+        """Up to ``limit`` ids after ``after``, in order, read, not taken out (a purged
+        set's, logged a page at a time)."""
+        if not self.count:
+            return []
+        self.flush()
+        cursor = self._connection().execute(
+            "SELECT id FROM far WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
+        )
+        return [id for (id,) in cursor]
+
+    def forget(self, id: str) -> None:
+        """Take the record of ``id`` out unread, if it is here."""
+        pending = self.pending
+        if id in pending:
+            if pending[id] is not None:
+                self.discard(id)
+        elif (
+            self.count
+            and self._connection().execute("SELECT 1 FROM far WHERE id = ?", (id,)).fetchone()
+        ):
+            self.discard(id)
+
+    def take_newer(self, seq: int) -> list[Record]:
+        """Take out every record of a sequence number after ``seq`` (a whole walk: the
+        rare resumed purge's, _records.py)."""
         if not self.count:
             return []
         self.flush()
         db = self._connection()
-        page = [id for (id,) in db.execute("SELECT id FROM far ORDER BY id LIMIT ?", (limit,))]
-        if page:
-            db.execute("DELETE FROM far WHERE id <= ?", (page[-1],))
-            self.count -= len(page)
-        return page
+        images = [image for (image,) in db.execute("SELECT image FROM far WHERE seq > ?", (seq,))]
+        if images:
+            db.execute("DELETE FROM far WHERE seq > ?", (seq,))
+            self.count -= len(images)
+        return self._decode(images)
 
     def __iter__(self) -> Iterator[Record]:
         """Every record, a page at a time."""

@@ -629,10 +629,6 @@ class Records:
         self._ripe_count += len(crossed)
         self.ripe_at = now_ms
 
-    def _purged_far(self, ids: list[str]) -> None:
-        """The far records of ``ids`` were purged (taken out of ``far`` already): for a
-        subclass that notes each deletion (:meth:`delete` is the one-by-one way)."""
-
     def _surface(self, now_ms: int) -> None:
         """Bring back from ``far`` every record due by ``now_ms``."""
         while self.far is not None and self.far.count and self.far_from <= now_ms:
@@ -681,18 +677,22 @@ class Records:
                 revived += 1
         return revived
 
-    def purge(self, state: State | None, now: Now) -> int:
+    def purge(self, state: State | None, now: Now, through: int | None = None) -> int:
+        """Remove the records in ``state`` (None: every one), those of a sequence number
+        up to ``through`` only when given (a purge resumed: what it had not taken);
+        how many."""
         self._surface(now.floor)
-        doomed = [r.id for r in self.records.values() if matches_state(r, state, now.floor)]
+        doomed = [
+            r.id
+            for r in self.records.values()
+            if matches_state(r, state, now.floor) and (through is None or r.seq <= through)
+        ]
         for id in doomed:
             self.delete(id)
         purged = len(doomed)
-        far = self.far
-        if far is not None and state in (None, _SCHEDULED):  # each not due: scheduled
-            while page := far.take_ids(1000):
-                self._purged_far(page)
-                purged += len(page)
-        if state is None:
+        if self.far is not None and self.far.count and state in (None, _SCHEDULED):
+            purged += self._purge_far(through)  # each far one is scheduled, not due
+        if state is None and through is None:
             self.due.clear()
             self.ripe.clear()
             self.later.clear()
@@ -702,6 +702,25 @@ class Records:
             self.graves.clear()
         self.compact()
         return purged
+
+    def _purge_far(self, through: int | None) -> int:
+        """Take out every far record (up to ``through``: those newer stay); how many."""
+        far = self.far
+        assert far is not None
+        kept = far.take_newer(through) if through is not None and through < self.last_seq else []
+        purged = far.count
+        self._set_aside(far)
+        self.far_from, self.far_seq = _FOREVER, 0
+        for record in kept:
+            Records.write(self, record, True)  # unchanged: back in memory
+        if self.surfaced is not None:  # a walk of every record would miss them
+            self.surfaced.update(record.id for record in kept)
+        return purged
+
+    def _set_aside(self, far: Far) -> None:
+        """Let go of ``far``'s records (a purge took them all): dropped with its
+        database here; a subclass that logs each deletion keeps them to log."""
+        far.close()
 
     def peek(
         self, state: State | None, limit: int, after: Position | None, now: Now

@@ -128,7 +128,8 @@ CLIENTS_KEPT = 100_000
 #: writes), the scheduler tells each such client every FOLDING_EVERY s in which the fold
 #: advanced, in a reply of kind FOLDING with no request id (its body the ids of those
 #: requests): the client then waits a request timeout more from that word instead of
-#: giving up (a client before it ignores the reply, as one of no request it knows).
+#: giving up (a client before it ignores the reply, as one of no request it knows). A
+#: purge whose far records' deletions are logged a piece at a time says the same.
 FOLDING = "folding"
 FOLDING_EVERY = 1.0
 #: Seconds between two ``full`` announcements while fast puts come past the live

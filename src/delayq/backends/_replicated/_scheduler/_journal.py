@@ -3,6 +3,7 @@ change for the log, and what the live images weigh."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from ....durable.message import Now, Record, State
@@ -44,10 +45,14 @@ class Journal(Records):
     images take."""
 
     def __init__(self) -> None:
-        pack = packer()  # this journal's own: its scheduler's thread only
-        super().__init__(Far(lambda record: pack(encode_record(record)), _decode))
+        self._pack = packer()  # this journal's own: its scheduler's thread only
+        super().__init__(self._new_far())
         self.changed: dict[str, Record | None] = {}
         self.size = 0
+        #: The far records purges took, whose deletions are not all logged yet: each
+        #: purge's set, logged a page at a time by the scheduler (_requests.py), which
+        #: takes the newest as its purge's (``aside[-1]``) and drops it once logged.
+        self.aside: list[Far] = []
 
     def _put(self, record: Record, fresh: bool = False) -> Record | None:
         old = Records.write(self, record, fresh)
@@ -56,22 +61,31 @@ class Journal(Records):
         self.size += _record_bytes(record)
         return old
 
+    def _new_far(self) -> Far:
+        pack = self._pack
+        return Far(lambda record: pack(encode_record(record)), _decode)
+
     def write(self, record: Record, fresh: bool = False) -> Record | None:
         old = self._put(record, fresh)
         self.changed[record.id] = record
+        for purged in self.aside:
+            # A new record of an id purged but whose deletion is not logged yet: never
+            # logged, since a replay would delete the new record after its image.
+            purged.forget(record.id)
         return old
 
-    def _purged_far(self, ids: list[str]) -> None:
-        changed = self.changed
-        for id in ids:
-            changed[id] = None
+    def _set_aside(self, far: Far) -> None:
+        self.far = self._new_far()
+        self.aside.append(far)
 
-    def purge(self, state: State | None, now: Now) -> int:
-        far = self.far is not None and self.far.count
-        purged = super().purge(state, now)
-        if far and self.far is not None and not self.far.count:
-            # Every far record went (unread): what is left is all in memory.
-            self.size = sum(_record_bytes(record) for record in self.records.values())
+    def purge(self, state: State | None, now: Now, through: int | None = None) -> int:
+        aside = len(self.aside)
+        purged = super().purge(state, now, through)
+        if len(self.aside) > aside:
+            # Far's records went unread: what is left is in memory, or far again since
+            # (those a resumed purge kept: few).
+            left = itertools.chain(self.records.values(), self.far or ())
+            self.size = sum(_record_bytes(record) for record in left)
         return purged
 
     def delete(self, id: str) -> Record:
@@ -90,6 +104,9 @@ class Journal(Records):
         """Let go of the records held out of memory (the scheduler stopped)."""
         assert self.far is not None
         self.far.close()
+        for purged in self.aside:
+            purged.close()
+        self.aside.clear()
 
     def restore(self, images: list[Any], deletes: list[str], last_seq: int) -> None:
         """Apply a logged operation (replay: nothing is noted)."""

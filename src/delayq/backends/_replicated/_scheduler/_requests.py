@@ -11,10 +11,12 @@ from typing import Any
 from ...._log import log_event
 from ....durable.message import Now, State
 from ....errors import DuplicateId, LeaseLost
+from ..._far import Far
 from .._codec import decode_requests, encode_outcome, error_reply, pack, unpack
+from .._constants import FOLDING, FOLDING_EVERY
 from .._transport import Delivery, LogFull
 from ._journal import Journal
-from ._state import Parked, Reply, SchedulerState
+from ._state import ID_BYTES, PIECE_BYTES, Parked, Reply, SchedulerState
 
 __all__ = ["Requests"]
 
@@ -23,6 +25,15 @@ __all__ = ["Requests"]
 #: (_retract), so that they find it as if it had not been claimed.
 _BY_ID = frozenset({"cancel", "reschedule", "get", "put"})
 _WHOLE_QUEUE = frozenset({"stats", "peek", "purge", "due_counts"})
+#: The reply kind a purge's request id is remembered with while the deletions of the
+#: far records it took are logged a piece at a time, its body ``[through, count]``:
+#: the queue's last sequence number when it was decided and its answer. A resend that
+#: finds it (after a failover) purges only what the purge took and had not logged.
+_PURGING = "purging"
+#: The most ids read at a time from the far records a purge took, and what an id is
+#: taken to weigh in a piece until some are read (a uuid's hex, ID_BYTES).
+_IDS_AT_ONCE = 1000
+_ID_GUESS = 34
 
 
 class Requests(SchedulerState):
@@ -68,6 +79,9 @@ class Requests(SchedulerState):
                 self._service(args[0])
                 return
         known = self._dedup.get(request_id)
+        if known is not None and known[0] == _PURGING:
+            self._purge_again(request_id, reply_to, args, known[1])
+            return
         if known is not None:
             claiming = self._claiming.get(request_id)
             if claiming is not None:
@@ -91,6 +105,7 @@ class Requests(SchedulerState):
             self._configure_request(queue, args[1], request_id, reply_to, now)
             return
         retracted = self._retract(store, queue, op, args, now)
+        aside = len(store.aside)
         try:
             if op == "put" and self._max_live:
                 self._weigh(queue, args[1])
@@ -110,6 +125,13 @@ class Requests(SchedulerState):
             if retracted:
                 self._service(queue)
             raise
+        if op == "purge" and len(store.aside) > aside:
+            self._purge_in_steps(
+                store, queue, request_id, reply_to, now=now, through=store.last_seq, count=outcome
+            )
+            if retracted:
+                self._service(queue)
+            return
         if op == "reserve" and not outcome:
             limit, lease_ms, wait = args[1:4]
             if wait is None or wait > 0:
@@ -129,6 +151,116 @@ class Requests(SchedulerState):
         )
         self._decided(store, op, queue, request_id, now=now, reply=reply)
         if retracted or (len(store) and (self._parked.get(queue) or queue in self._targets)):
+            self._service(queue)
+
+    def _purge_in_steps(
+        self,
+        store: Journal,
+        queue: str,
+        request_id: str,
+        reply_to: str,
+        *,
+        now: Now,
+        through: int,
+        count: int,
+    ) -> None:
+        """Log what a purge changed in memory now, and the deletion of the far records it
+        took (set aside: ``store.aside[-1]``, out of every read already) a piece at a
+        time, letting the loop turn between pieces: a purge of millions holds it for
+        milliseconds at a time, not for the whole queue (RabbitMQ would reset a
+        connection that misses its heartbeats meanwhile). Its reply leaves with the
+        last piece."""
+        marker = pack([through, count])
+        entry = self._entry(
+            store, "purge", queue, request_id, now=now, kind=_PURGING, body=marker, always=True
+        )
+        self._commit(entry, None)
+        if request_id:
+            self._purges[request_id] = reply_to
+        purged = store.aside[-1]
+        self._spawn(
+            self._log_purged(
+                store, queue, purged, request_id=request_id, reply_to=reply_to, count=count
+            )
+        )
+
+    async def _log_purged(
+        self, store: Journal, queue: str, purged: Far, *, request_id: str, reply_to: str, count: int
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        on_their_way: collections.deque[asyncio.Future[None]] = collections.deque()
+        after, told = "", loop.time()
+        try:
+            while True:
+                if request_id and loop.time() - told >= FOLDING_EVERY:
+                    # Its client waits a request timeout more from this word (as for a
+                    # request held behind a fold): a purge of millions outlasts one.
+                    told = loop.time()
+                    word = self._transport.reply(
+                        self._purges.get(request_id, reply_to),
+                        "",
+                        FOLDING,
+                        pack([request_id]),
+                        confirm=False,
+                    )
+                    self._spawn(word)
+                # One piece, read and committed with no turn of the loop between: an id
+                # put again meanwhile (Journal.write) is either logged deleted before
+                # its new image or not at all.
+                ids: list[str] = []
+                size, page, each = 0, [after], _ID_GUESS
+                while page and size < PIECE_BYTES:
+                    most = min(_IDS_AT_ONCE, (PIECE_BYTES - size) // each + 1)
+                    page = purged.ids_after(after, most)
+                    if page:
+                        after = page[-1]
+                        ids += page
+                        size += sum(map(len, page)) + ID_BYTES * len(page)
+                        each = max(each, size // len(ids))
+                if not page:
+                    break
+                done = loop.create_future()
+                piece = ["purge", queue, "", self._now().floor, store.last_seq, [], ids, "", b""]
+                self._commit(piece, Reply("", "", "", b"", done=done))
+                on_their_way.append(done)
+                if len(on_their_way) > 1:  # at most two pieces wait for their append
+                    await on_their_way.popleft()
+                else:
+                    await asyncio.sleep(0)
+            body = pack(encode_outcome("purge", count))
+            if request_id:
+                reply_to = self._purges.pop(request_id, reply_to)
+                self._remember(request_id, "ok", body)
+            last = ["purge", queue, request_id, self._now().floor, store.last_seq, [], ids]
+            self._commit([*last, "ok", body], Reply(reply_to, request_id, "ok", body))
+        finally:
+            purged.close()
+            if purged in store.aside:
+                store.aside.remove(purged)
+
+    def _purge_again(self, request_id: str, reply_to: str, args: list[Any], marker: bytes) -> None:
+        """A purge resent while its far records' deletions are logged: here (its reply
+        goes where the resend came from), or by a scheduler that stopped before the
+        last (after a failover: what it took and had not logged is purged now)."""
+        if request_id in self._purges:
+            self._purges[request_id] = reply_to
+            return
+        through, count = unpack(marker)
+        queue, state = args[0], None if args[1] is None else State(args[1])
+        store = self._store(queue)
+        now = self._now()
+        retracted = self._retract(store, queue, "purge", args, now)
+        aside = len(store.aside)
+        store.purge(state, now, through)
+        if len(store.aside) > aside:
+            self._purge_in_steps(
+                store, queue, request_id, reply_to, now=now, through=through, count=count
+            )
+        else:
+            body = pack(encode_outcome("purge", count))
+            reply = Reply(reply_to, request_id, "ok", body)
+            self._decided(store, "purge", queue, request_id, now=now, reply=reply)
+        if retracted:
             self._service(queue)
 
     def _take_parts(self, reply_to: str, parts: list[Any]) -> None:

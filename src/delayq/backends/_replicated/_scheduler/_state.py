@@ -43,6 +43,7 @@ __all__ = [
     "CHECKPOINT_OPS",
     "DEDUP",
     "END",
+    "ID_BYTES",
     "IMAGES",
     "INTAKE",
     "PRUNE",
@@ -66,7 +67,7 @@ PIECE_BYTES = MAX_GROUP_BYTES // 2
 
 #: What an image weighs in an append beyond its payload, and a deleted id beyond its
 #: characters (the estimates of :func:`entry_bytes` and :func:`pieces`).
-_IMAGE_BYTES, _ID_BYTES = 128, 2
+_IMAGE_BYTES, ID_BYTES = 128, 2
 
 
 def entry_bytes(entry: Op) -> int:
@@ -75,7 +76,7 @@ def entry_bytes(entry: Op) -> int:
     for image in entry[5]:
         size += len(image[1]) + _IMAGE_BYTES
     for id in entry[6]:
-        size += len(id) + _ID_BYTES
+        size += len(id) + ID_BYTES
     return size
 
 
@@ -96,7 +97,7 @@ def pieces(images: list[Any], deletes: list[str], most: int) -> list[tuple[list[
             out.append(piece)
             piece, size = ([], []), 0
         piece[1].append(id)
-        size += len(id) + _ID_BYTES
+        size += len(id) + ID_BYTES
     out.append(piece)
     return out
 
@@ -201,6 +202,9 @@ class SchedulerState(abc.ABC):
         self._prune_timer: asyncio.TimerHandle | None = None
         #: Request id -> a reply that claimed messages, while it is on its way.
         self._claiming: dict[str, Reply] = {}
+        #: Request id -> where its reply goes, of each purge whose far records' ids are
+        #: being logged a page at a time (_requests.py).
+        self._purges: dict[str, str] = {}
         self._parked: dict[str, dict[str, Parked]] = {}
         # queue -> (exchange, routing key): the queues whose messages the scheduler
         # itself publishes at their time (configure), and how many it has in flight
