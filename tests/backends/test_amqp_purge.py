@@ -181,6 +181,10 @@ def test_a_purge_of_many_far_records_lets_the_scheduler_answer_meanwhile(
             assert message.payload == {"again": id}
         kinds = [op[7] for op in logged(url, "purge") if op[2]]
         assert kinds == ["purging", "ok"]
+        said = events(caplog, "purge_logged")[-1]
+        assert said["purged"] == MANY + 50
+        assert said["far"] > MANY - 100  # the rest were in memory
+        assert said["pieces"] > 100
         before = state_of(first, [*ids, *ready])
         second.stats()  # caught up
         first.close()
