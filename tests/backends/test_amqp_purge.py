@@ -152,12 +152,19 @@ def test_a_purge_of_many_far_records_lets_the_scheduler_answer_meanwhile(
     monkeypatch.setattr(_state, "PIECE_BYTES", PIECE)
     monkeypatch.setattr(_requests, "PIECE_BYTES", PIECE)
     monkeypatch.setattr(_records, "FAR_ABOVE", 20)
+    ids_after = Far.ids_after
+
+    def slow(far: Far, after: str, limit: int) -> list[str]:
+        time.sleep(0.01)  # a piece of millions' worth of ids: a put's round trip or more
+        return ids_after(far, after, limit)
+
     url = f"{base}&retention_bytes={SMALL * 40}"
     first = Queue(url, name="big")
     client = Queue(url.replace("scheduler=on", "scheduler=off"), name="big")
     with Queue(f"{url}&standby=hot", name="big") as second:
         ids = fill(first, MANY)
         ready = first.put_many([{"payload": f"r{n}"} for n in range(50)])
+        monkeypatch.setattr(Far, "ids_after", slow)
         running = threading.Event()
         running.set()
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
