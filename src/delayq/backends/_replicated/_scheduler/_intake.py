@@ -22,7 +22,6 @@ from ....durable.message import Now
 from .._codec import decode_requests, encode_outcome, pack, unpack
 from .._constants import (
     CLIENTS_KEPT,
-    FOLDING,
     FOLDING_EVERY,
     FULL_EVERY,
     QUIET_AFTER,
@@ -96,8 +95,7 @@ class Intake(SchedulerState):
                     ids += [request_id for _, request_id, _ in parts if request_id]
             for reply_to, ids in waiting.items():
                 if ids:
-                    body = pack(ids)
-                    self._spawn(self._transport.reply(reply_to, "", FOLDING, body, confirm=False))
+                    self._tell_at_work(reply_to, ids)
         loop = asyncio.get_running_loop()
         self._folding_timer = loop.call_later(FOLDING_EVERY, self._tell_folding)
 

@@ -4,9 +4,10 @@ change for the log, and what the live images weigh."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
-from ....durable.message import Now, Record, State
+from ....durable.message import Now, PutRequest, Record, State
 from ..._far import Far
 from ..._records import Records
 from .._codec import decode_records, encode_record, packer, unpack_each
@@ -68,11 +69,19 @@ class Journal(Records):
     def write(self, record: Record, fresh: bool = False) -> Record | None:
         old = self._put(record, fresh)
         self.changed[record.id] = record
-        for purged in self.aside:
-            # A new record of an id purged but whose deletion is not logged yet: never
-            # logged, since a replay would delete the new record after its image.
-            purged.forget(record.id)
         return old
+
+    def put(self, requests: Sequence[PutRequest], now: Now) -> list[int]:
+        kept = super().put(requests, now)
+        # A put is the one change that brings an id back. One purged whose deletion
+        # is not logged yet is taken out of the purge's set, since a replay would
+        # delete the new record after its image. (A put that kept a stored message
+        # found its id live: in no set.)
+        for purged in self.aside:
+            for request in requests:
+                if not request.generated_id:
+                    purged.forget(request.id)
+        return kept
 
     def _set_aside(self, far: Far) -> None:
         self.far = self._new_far()

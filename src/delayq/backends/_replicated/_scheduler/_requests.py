@@ -13,7 +13,7 @@ from ....durable.message import Now, State
 from ....errors import DuplicateId, LeaseLost
 from ..._far import Far
 from .._codec import decode_requests, encode_outcome, error_reply, pack, unpack
-from .._constants import FOLDING, FOLDING_EVERY
+from .._constants import FOLDING_EVERY
 from .._transport import Delivery, LogFull
 from ._journal import Journal
 from ._state import ID_BYTES, PIECE_BYTES, Parked, Reply, SchedulerState
@@ -196,17 +196,10 @@ class Requests(SchedulerState):
                     # Its client waits a request timeout more from this word (as for a
                     # request held behind a fold): a purge of millions outlasts one.
                     told = loop.time()
-                    word = self._transport.reply(
-                        self._purges.get(request_id, reply_to),
-                        "",
-                        FOLDING,
-                        pack([request_id]),
-                        confirm=False,
-                    )
-                    self._spawn(word)
+                    self._tell_at_work(self._purges.get(request_id, reply_to), [request_id])
                 # One piece, read and committed with no turn of the loop between: an id
-                # put again meanwhile (Journal.write) is either logged deleted before
-                # its new image or not at all.
+                # put again meanwhile (Journal.put) is either logged deleted before its
+                # new image or not at all.
                 ids: list[str] = []
                 size, page, each = 0, [after], _ID_GUESS
                 while page and size < PIECE_BYTES:

@@ -27,9 +27,11 @@ from typing import Any
 
 from ...._log import log_event
 from ....durable.message import Now, Record
+from .._codec import pack
 from .._constants import (
     CHECKPOINT_BYTES,
     DEDUP_SIZE,
+    FOLDING,
     FULL_EVERY,
     MAX_GROUP_BYTES,
     QUIET_AFTER,
@@ -316,6 +318,12 @@ class SchedulerState(abc.ABC):
         self._tasks.add(task)
         task.add_done_callback(self._done)
         return task
+
+    def _tell_at_work(self, reply_to: str, request_ids: list[str]) -> None:
+        """Tell the client at ``reply_to`` that its requests ``request_ids`` are at work
+        (the FOLDING word): it waits a request timeout more for each, from now."""
+        word = self._transport.reply(reply_to, "", FOLDING, pack(request_ids), confirm=False)
+        self._spawn(word)
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
