@@ -8,6 +8,7 @@ async face's promises (the loop never blocks, a cancelled reserve claims nothing
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import shutil
@@ -399,14 +400,35 @@ def _bound_a_socket(wake_dir: Path) -> None:
 
 def _wake_times(url: str, face: str, rounds: int, before: Callable[[], None]) -> list[float]:
     consumer = _consumer(f"{url}?poll_interval={_SLOW_POLL}", face, rounds)
+    times: list[float] = []
     try:
         with Queue(url, name="q0") as q0, Queue(url, name="q1") as q1:
-            times = [_put_and_time((q0, q1)[i % 2], consumer, before) for i in range(rounds)]
+            for i in range(rounds):
+                times.append(_put_and_time((q0, q1)[i % 2], consumer, before))
         assert consumer.wait(30) == 0
         return times
+    except sqlite3.DatabaseError as exc:
+        # Seen once in CI ("file is not a database" at a put's BEGIN IMMEDIATE) and
+        # never since: say what was on disk, should it come again.
+        raise AssertionError(f"round {len(times)}: {exc}; {_on_disk(parse_url(url)[0])}") from exc
     finally:
         consumer.kill()
         consumer.communicate()
+
+
+def _on_disk(path: str) -> str:
+    """The database file's header and sizes, and what a connection of its own finds."""
+    files = {
+        suffix: Path(path + suffix).stat().st_size if Path(path + suffix).exists() else None
+        for suffix in ("", "-wal", "-shm")
+    }
+    header = Path(path).read_bytes()[:100].hex() if Path(path).exists() else None
+    try:
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            check = conn.execute("PRAGMA integrity_check").fetchall()
+    except sqlite3.Error as exc:
+        check = [repr(exc)]
+    return f"SQLite {sqlite3.sqlite_version}, sizes {files}, header {header}, check {check}"
 
 
 @pytest.mark.parametrize("face", ["sync", "async"])
