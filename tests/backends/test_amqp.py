@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import pytest
 
@@ -28,11 +28,12 @@ from delayq.errors import OutcomeUnknown
 pytest.importorskip("aiormq")
 
 from conformance._helpers import in_thread
-from conformance.conftest import AsyncFace, LoopThread, amqp_url
+from conformance.conftest import AsyncFace, LoopThread, amqp_url, drop_amqp_shards
 from delayq.backends._records import Records
 from delayq.backends._replicated import _scheduler
 from delayq.backends._replicated._codec import encode_outcome, pack
 from delayq.backends._replicated._link import _core
+from delayq.backends._replicated._options import shard_of
 from delayq.backends._replicated._scheduler import _waiting
 from delayq.backends.amqp import NOT_GUARANTEED, NoScheduler, ServerRefused
 
@@ -58,7 +59,15 @@ def url(tmp_path: Path) -> Iterator[str]:
         ("amqp://", {}, UnsupportedURL, "names a host"),
         ("amqp://h1:5672,,h2:5672/", {}, UnsupportedURL, "or a list of them"),
         ("amqp://h1:5672,h2:99999/", {}, UnsupportedURL, "bad port: 'h2:99999'"),
-        ("amqp://h/?shards=2", {}, UnsupportedURL, "shards"),
+        ("amqp://h/?shards=0", {}, ValueError, "shards must be a whole number from 1 to 256"),
+        ("amqp://h/?shards=257", {}, ValueError, "shards must be"),
+        ("amqp://h/?shards=2x", {}, ValueError, "shards must be"),
+        ("amqp://h/", {"shards": 2.0}, ValueError, "shards must be"),
+        ("amqp://h/", {"shards": True}, ValueError, "shards must be"),
+        ("amqp://h/?shards=2&scheduler_shards=2", {}, ValueError, "from 0 to 1 .shards=2."),
+        ("amqp://h/?scheduler_shards=", {}, ValueError, "scheduler_shards must list"),
+        ("amqp://h/?shards=3&scheduler_shards=0,x", {}, ValueError, "scheduler_shards"),
+        ("amqp://h/?shards=3", {"scheduler_shards": [True]}, ValueError, "scheduler_shards"),
         ("amqp://h/", {"clock": None}, TypeError, "clock"),
         ("amqp://h/?prefix=", {}, ValueError, "prefix"),
         ("amqp://h/", {"prefix": "a b"}, ValueError, "prefix"),
@@ -800,3 +809,56 @@ def test_a_call_no_scheduler_answers_says_how_to_run_one(url: str) -> None:
         pytest.raises(NoScheduler, match="delayq scheduler"),
     ):
         queue.stats()
+
+
+def test_each_call_of_a_sharded_namespace_goes_to_its_queues_shard(url: str) -> None:
+    """``shards=3``: every operation on a queue is decided by its shard's scheduler and
+    kept in that shard's namespace (``<prefix>.<k>``), where a client of that namespace
+    alone finds it and the other shards know nothing of the queue; ``queues()`` lists the
+    queues of every shard. Both faces."""
+    sharded = f"{url}&shards=3"
+    prefix = dict(parse_qsl(urlsplit(url).query))["prefix"]
+    names = [next(f"q{i}" for i in range(100) if shard_of(f"q{i}", 3) == k) for k in range(3)]
+    try:
+        for name in names:
+            with Queue(sharded, name=name) as q:
+                q.put("a", id="a")
+                q.put("b", id="b", delay=60)
+                q.put("c", id="c", delay=60)
+                [a] = q.reserve(wait=5)
+                assert q.extend(a, lease=60) > 0
+                q.release(a)
+                [a] = q.reserve(wait=5)
+                assert q.nack(a, dead=True) is State.DEAD
+                assert [m.id for m in q.dead()] == ["a"]
+                assert q.retry_dead() == 1
+                [a] = q.reserve(wait=5)
+                q.ack(a)
+                assert q.cancel("b") is True
+                assert q.reschedule("c", delay=0) is True
+                assert [m.id for m in q.peek()] == ["c"]
+                assert q.get("c") is not None
+                q.put("d", id="d", delay=20)
+                assert q.stats().scheduled == 1
+                assert q.due_counts(horizon=60, buckets=2)[1] == [1, 0]
+                got = q.reserve(wait=5, max=10)
+                assert [m.id for m in got] == ["c"]
+                assert q.ack_many(got) == []
+                assert q.purge() == 1
+                q.put("kept", id="kept", delay=60)
+
+        async def on_the_async_face() -> list[str]:
+            async with AsyncQueue(sharded, name=names[2]) as q:
+                await q.put("e", id="e")
+                [e] = await q.reserve(wait=5)
+                await q.ack(e)
+                return await q.queues()
+
+        assert asyncio.run(on_the_async_face()) == sorted(names)
+        for k, name in enumerate(names):
+            alone = url.replace(f"prefix={prefix}", f"prefix={prefix}.{k}")
+            with Queue(alone, name=name) as shard:
+                assert shard.queues() == [name]
+                assert [m.id for m in shard.peek()] == ["kept"]
+    finally:
+        drop_amqp_shards(url, 3)

@@ -202,6 +202,7 @@ class LogTransport:
     log and its pointer, no intake, and the replies kept for the test to read."""
 
     retention_bytes = 0
+    namespace = "replayed"
 
     def __init__(self, log: Log) -> None:
         self.log = log

@@ -13,13 +13,16 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
 
-from conformance.conftest import amqp_url, kafka_fresh_url
+from conformance.conftest import amqp_url, drop_amqp_shards, kafka_fresh_url
 from delayq import Queue
+from delayq.backends._replicated._options import shard_of
 from delayq.cli._common import check_backend
 from delayq.durable.registry import redact_url
+from delayq.errors import NoScheduler
 
 from ._helpers import Cli, one_error_line
 
@@ -201,3 +204,62 @@ def test_a_scheduler_logs_its_start_election_hand_over_and_stop(plain_url: str) 
             if logged is not None and logged.process.poll() is None:
                 logged.process.kill()
                 logged.process.wait(10)
+
+
+def _with(url: str, **options: object) -> str:
+    """``url`` with ``options`` set in its query (replaced where it has them)."""
+    parts = urlsplit(url)
+    query = {**dict(parse_qsl(parts.query)), **{k: str(v) for k, v in options.items()}}
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _elected(logged: _Logged) -> list[str]:
+    """The namespaces ``logged`` was elected for, in order."""
+    found = (re.search(r"scheduler_elected .*namespace=(\S+)", text) for text in logged.lines)
+    return [namespace.group(1) for namespace in found if namespace]
+
+
+def test_a_sharded_namespace_has_an_election_a_shard_and_a_shard_out_stops_only_its_queues(
+    plain_url: str,
+) -> None:
+    """``shards=3``: each shard is a namespace of its own (``<prefix>.<k>``) with its own
+    election. One ``delayq scheduler`` stands for shard 0 (``scheduler_shards=0``),
+    another for shards 1 and 2, and each is elected for exactly those. A client that
+    stands for none is served on a queue of every shard, and ``queues()`` lists them
+    all; a queue's messages are in its shard's namespace, where a client of that
+    namespace alone sees them. Once shard 0's scheduler stops, a call on its queue gets
+    no scheduler, while the queues of the other shards are served as before."""
+    url = _with(plain_url, shards=3)
+    prefix = dict(parse_qsl(urlsplit(url).query))["prefix"]
+    names = [next(f"q{i}" for i in range(100) if shard_of(f"q{i}", 3) == k) for k in range(3)]
+    first = _Logged(_with(url, scheduler_shards=0))
+    second = _Logged(_with(url, scheduler_shards="1,2"))
+    try:
+        first.wait_for("scheduler_elected")
+        second.wait_for("scheduler_elected", 2)
+        assert _elected(first) == [f"{prefix}.0"], first.lines
+        assert sorted(_elected(second)) == [f"{prefix}.1", f"{prefix}.2"], second.lines
+        client = _with(url, scheduler="off", request_timeout=3)
+        for name in names:
+            with Queue(client, name=name) as queue:
+                queue.put(name, id="one")
+                assert queue.get("one") is not None
+        with Queue(client, name=names[0]) as queue:
+            assert queue.queues() == sorted(names)
+        one_shard = _with(plain_url, prefix=f"{prefix}.1", scheduler="off")
+        with Queue(one_shard, name=names[1]) as queue:
+            assert queue.stats().ready == 1
+            assert queue.queues() == [names[1]]
+        assert first.stop() == 0
+        with Queue(client, name=names[0]) as gone, Queue(client, name=names[2]) as served:
+            with pytest.raises(NoScheduler):
+                gone.stats()
+            assert served.stats().ready == 1
+        assert second.stop() == 0
+    finally:
+        for logged in (first, second):
+            if logged.process.poll() is None:
+                logged.process.kill()
+                logged.process.wait(10)
+        if url.startswith("amqp"):
+            drop_amqp_shards(url, 3)

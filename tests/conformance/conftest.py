@@ -28,6 +28,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import pytest
 
@@ -196,7 +197,8 @@ def drop_spare() -> None:
 def amqp_url(tmp_path: Path) -> Iterator[str]:
     """A namespace of its own (``prefix``) on the test RabbitMQ (``$DELAYQ_TEST_AMQP``, by
     default ``amqp://guest:guest@127.0.0.1:5672/%2F``), every backend object a candidate
-    for its scheduler; the namespace's queues and exchanges are deleted afterwards."""
+    for its scheduler (of each of ``$DELAYQ_TEST_AMQP_SHARDS`` shards, when set); the
+    namespace's queues and exchanges are deleted afterwards."""
     try:
         import pika  # noqa: PLC0415 (optional: the backend is skipped without it)
         import pika.exceptions  # noqa: PLC0415
@@ -208,14 +210,39 @@ def amqp_url(tmp_path: Path) -> Iterator[str]:
         connection = pika.BlockingConnection(pika.URLParameters(f"{base}?socket_timeout=2"))
     except pika.exceptions.AMQPError as exc:
         unavailable("amqp", f"{base}: {exc!r}")
+    # DELAYQ_TEST_AMQP_SHARDS=N: every namespace of N shards (docs/rabbitmq.md).
+    shards = int(os.environ.get("DELAYQ_TEST_AMQP_SHARDS", "1"))
     try:
-        yield f"{base}?prefix={prefix}&scheduler=on"
+        yield f"{base}?prefix={prefix}&scheduler=on" + (f"&shards={shards}" if shards > 1 else "")
     finally:
         channel = connection.channel()
-        for queue in (f"{prefix}.log", f"{prefix}.meta", f"{prefix}.lock", f"{prefix}.intake"):
-            channel.queue_delete(queue)
-        for exchange in (f"{prefix}.rpc", f"{prefix}.events"):
-            channel.exchange_delete(exchange)
+        _drop_amqp_namespace(channel, prefix)
+        for k in range(shards if shards > 1 else 0):
+            _drop_amqp_namespace(channel, f"{prefix}.{k}")
+        connection.close()
+
+
+def _drop_amqp_namespace(channel: Any, prefix: str) -> None:
+    """Delete the queues and exchanges of the amqp:// namespace ``prefix``."""
+    for queue in (f"{prefix}.log", f"{prefix}.meta", f"{prefix}.lock", f"{prefix}.intake"):
+        channel.queue_delete(queue)
+    for exchange in (f"{prefix}.rpc", f"{prefix}.events"):
+        channel.exchange_delete(exchange)
+
+
+def drop_amqp_shards(url: str, shards: int) -> None:
+    """Delete what the shards of the amqp:// namespace of ``url`` (one of
+    :func:`amqp_url`) declared: ``amqp_url`` deletes the namespace's own."""
+    import pika  # noqa: PLC0415
+
+    parts = urlsplit(url)
+    prefix = dict(parse_qsl(parts.query))["prefix"]
+    connection = pika.BlockingConnection(pika.URLParameters(urlunsplit(parts._replace(query=""))))
+    try:
+        channel = connection.channel()
+        for k in range(shards):
+            _drop_amqp_namespace(channel, f"{prefix}.{k}")
+    finally:
         connection.close()
 
 

@@ -5,7 +5,8 @@ For deployments where no delayq consumer runs (plain AMQP consumers fed through
 ``deliver_exchange``) or where the scheduler should have a process of its own, away from
 producer and consumer threads (docs/rabbitmq.md, "Measured"). Run two, on two hosts:
 the second takes over when the first goes; it is a hot standby (``standby=hot``) unless
-the URL says ``standby=cold``.
+the URL says ``standby=cold``. A namespace of ``shards=N`` has N elections: the process
+stands for each, or for those its URL lists in ``scheduler_shards``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 import os
 import signal
 import threading
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import parse_qs, urlsplit
 
 import click
@@ -28,6 +29,13 @@ from ._worker import configure_logging, log_format_option, log_level_option
 __all__ = ["scheduler"]
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@runtime_checkable
+class _Stands(Protocol):
+    """A replicated backend's sync face: it stands for the elections of its shards."""
+
+    def stand(self) -> None: ...
 
 
 def _replicated_schemes() -> str:
@@ -76,7 +84,11 @@ def scheduler(*, log_level: str, log_format: str, url: str | None) -> None:
     previous = {signum: signal.signal(signum, on_signal) for signum in _STOP_SIGNALS}
     try:
         with translate_errors(url):
-            queue.stats()  # connects and stands; fails fast when the broker is unreachable
+            # Connects and stands, for each shard it stands for (each its own
+            # election); fails fast when the broker is unreachable.
+            backend = queue.backend
+            assert isinstance(backend, _Stands)  # every replicated backend's face
+            backend.stand()
         log_event(logging.INFO, "scheduler_standing")  # elected now, or when the lead goes
         freeze_startup_heap()
         while not stop.wait(3600):

@@ -169,6 +169,11 @@ class Transport(Protocol):
         """The log's size retention in bytes (0: none): the scheduler keeps the live
         images under a quarter of it and checkpoints often enough."""
 
+    @property
+    def namespace(self) -> str:
+        """The namespace this transport serves (its prefix: a shard's, ``<prefix>.<k>``,
+        when the namespace has shards), as the scheduler's log lines name it."""
+
     async def append(self, kind: str, reign: str, body: bytes, mark: str = "") -> None:
         """Append one entry to the log, returning once the broker has confirmed it
         (replicated); an error when it was not."""

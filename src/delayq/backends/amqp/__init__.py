@@ -18,7 +18,10 @@ moment later: the same backend object sees it at once, another process once fold
 ``off``: every put is a request), ``standby`` (``cold``, the default: a candidate
 rebuilds the state from the log once elected; ``hot``: it folds the log while it waits,
 holding the whole state as the elected scheduler does, so that a failover reads only
-the log's tail; the default of ``delayq scheduler``).
+the log's tail; the default of ``delayq scheduler``), ``shards`` (N namespaces
+``<prefix>.<k>``, each with its own election and scheduler; a queue's name picks its
+shard; default 1) and ``scheduler_shards`` (the shards this object stands for, e.g.
+``0,2``; default every one).
 
 The asyncio face: :mod:`._async.backend`; the sync face, generated from it (its calls
 go from the caller's thread, a reserve through a private event loop thread):

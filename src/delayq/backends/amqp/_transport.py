@@ -129,6 +129,11 @@ class AmqpTransport:
         """See :attr:`~.._replicated.Transport.retention_bytes`."""
         return self._settings.retention_bytes
 
+    @property
+    def namespace(self) -> str:
+        """See :attr:`~.._replicated.Transport.namespace`."""
+        return self._settings.prefix
+
     async def _open_channel(self, name: str, *, confirms: bool) -> AbstractChannel:
         if self._connection is None:
             raise ConnectionError("the AMQP connection is closed")

@@ -12,7 +12,14 @@ from ..._switch import switch
 from ...durable.descriptor import check_url_options
 from ...errors import UnsupportedURL
 from .._replicated import Candidacy
-from .._replicated._options import candidacy, hot_standby, request_timeout, retention
+from .._replicated._options import (
+    candidacy,
+    hot_standby,
+    request_timeout,
+    retention,
+    shard_count,
+    standing_shards,
+)
 from ._constants import (
     DEFAULT_HEARTBEAT,
     DEFAULT_PREFIX,
@@ -34,6 +41,8 @@ _OPTIONS = frozenset(
         "retention_bytes",
         "fast_put",
         "standby",
+        "shards",
+        "scheduler_shards",
     }
 )
 #: TLS parameters of an ``amqps://`` URL, passed to aiormq as they are: the CA that signs
@@ -69,6 +78,11 @@ class Settings:
     """Whether this object, while it stands for election, folds the log as it grows
     (``standby=hot``: a failover then reads only the log's tail) rather than at
     election (``cold``)."""
+    shards: int = 1
+    """The namespace's shards: each a namespace of its own (``<prefix>.<k>`` when there
+    are more than one), with its own scheduler, for the queues whose names fall to it."""
+    scheduler_shards: frozenset[int] | None = None
+    """The shards whose election this object stands for (None: every one)."""
 
 
 def parse(url: str, options: dict[str, Any]) -> Settings:
@@ -107,6 +121,7 @@ def parse(url: str, options: dict[str, Any]) -> Settings:
     retention_bytes = retention(
         merged.get("retention_bytes", DEFAULT_RETENTION_BYTES), MIN_RETENTION_BYTES
     )
+    shards = shard_count(merged.get("shards", 1))
     return Settings(
         brokers,
         prefix,
@@ -117,6 +132,8 @@ def parse(url: str, options: dict[str, Any]) -> Settings:
         switch("fast_put", merged.get("fast_put", True)),
         url=url,
         standby=standby,
+        shards=shards,
+        scheduler_shards=standing_shards(merged.get("scheduler_shards"), shards),
     )
 
 

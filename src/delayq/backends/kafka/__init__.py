@@ -7,7 +7,8 @@ elected scheduler (a delayq process: the member of the consumer group ``<prefix>
 assigned its one partition), which holds the state in memory, appends what each
 operation changed to the topic ``<prefix>.log`` (``acks=all``) and replies once the
 brokers acknowledged it. Options, in the URL or as keywords: ``prefix``, ``scheduler``,
-``request_timeout``, ``retention_bytes``, ``fast_put``, ``standby``,
+``request_timeout``, ``retention_bytes``, ``fast_put``, ``standby``, ``shards``,
+``scheduler_shards``,
 ``deliver_topic`` / ``deliver_key`` (as amqp's, docs/kafka.md), and Kafka's own:
 ``fetch_wait_ms`` (``fetch.max.wait.ms`` of the readers that tail a topic, default
 500), ``idempotence`` (``on``, the default: an idempotent producer; ``off`` for a

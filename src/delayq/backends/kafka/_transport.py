@@ -100,6 +100,11 @@ class KafkaTransport:
         """See :attr:`~.._replicated.Transport.retention_bytes`."""
         return self._settings.retention_bytes
 
+    @property
+    def namespace(self) -> str:
+        """See :attr:`~.._replicated.Transport.namespace`."""
+        return self._settings.prefix
+
     def _common(self) -> dict[str, Any]:
         """The connection settings every client of this transport takes."""
         settings = self._settings

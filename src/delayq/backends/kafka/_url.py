@@ -13,7 +13,14 @@ from ..._switch import switch
 from ...durable.descriptor import check_url_options
 from ...errors import UnsupportedURL
 from .._replicated import Candidacy
-from .._replicated._options import candidacy, hot_standby, request_timeout, retention
+from .._replicated._options import (
+    candidacy,
+    hot_standby,
+    request_timeout,
+    retention,
+    shard_count,
+    standing_shards,
+)
 from ._constants import (
     DEFAULT_FETCH_WAIT_MS,
     DEFAULT_PREFIX,
@@ -47,6 +54,8 @@ _OPTIONS = frozenset(
         "retention_bytes",
         "fast_put",
         "standby",
+        "shards",
+        "scheduler_shards",
         "fetch_wait_ms",
         "session_timeout",
         "idempotence",
@@ -87,6 +96,11 @@ class Settings:
     aiokafka's clients take them."""
     tls: dict[str, str] = field(default_factory=dict)
     """The TLS files (``cafile``, ``certfile``, ``keyfile``) of an SSL connection."""
+    shards: int = 1
+    """The namespace's shards: each a namespace of its own (``<prefix>.<k>`` when there
+    are more than one), with its own scheduler, for the queues whose names fall to it."""
+    scheduler_shards: frozenset[int] | None = None
+    """The shards whose election this object stands for (None: every one)."""
 
 
 def parse(url: str, options: dict[str, Any]) -> Settings:
@@ -110,6 +124,7 @@ def parse(url: str, options: dict[str, Any]) -> Settings:
         raise ValueError(
             f"prefix must be 1-200 letters, digits or _.- (not starting with _.-), not {prefix!r}"
         )
+    shards = shard_count(merged.get("shards", 1))
     return Settings(
         bootstrap,
         prefix,
@@ -127,6 +142,8 @@ def parse(url: str, options: dict[str, Any]) -> Settings:
         idempotence=switch("idempotence", merged.get("idempotence", True)),
         security=_security(merged, userinfo if at else None, url),
         tls=_tls(merged, url),
+        shards=shards,
+        scheduler_shards=standing_shards(merged.get("scheduler_shards"), shards),
     )
 
 

@@ -148,6 +148,12 @@ class LinkState(abc.ABC):
         """Whether this process stands for election on this link's connection now."""
         return self._candidate
 
+    @property
+    def candidacy(self) -> Candidacy:
+        """Whether this link stands for election: ``on``, ``off``, or ``auto`` (once it
+        runs a waiting reserve)."""
+        return self._candidacy
+
     def blocking(
         self, on_reply: OnReply, on_elected: Callable[[], None]
     ) -> BlockingTransport | None:

@@ -116,6 +116,11 @@ class ThreadLink:
     def closed(self) -> bool:
         return self._link.closed
 
+    @property
+    def candidacy(self) -> Candidacy:
+        """See :attr:`LoopLink.candidacy`."""
+        return self._link.candidacy
+
     def _current(self) -> LoopLink:
         if self._fork != generation():
             self._after_fork()

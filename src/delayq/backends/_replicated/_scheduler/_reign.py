@@ -118,6 +118,7 @@ class Reign(SchedulerState):
             logging.INFO,
             "scheduler_elected",
             reign=self._reign,
+            namespace=self._transport.namespace,
             standby="hot" if hot else "cold",
             start=start,
             entries=entries,

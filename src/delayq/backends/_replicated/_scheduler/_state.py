@@ -297,7 +297,12 @@ class SchedulerState(abc.ABC):
         if self._serving:
             # The election goes with this process's connection: the next candidate
             # takes over.
-            log_event(logging.INFO, "scheduler_stepped_down", reign=self._reign)
+            log_event(
+                logging.INFO,
+                "scheduler_stepped_down",
+                reign=self._reign,
+                namespace=self._transport.namespace,
+            )
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..._replicated import ReplicatedBackend, ThreadLink
-from ..._replicated._options import link_options
+from ..._replicated._options import link_options, shard_settings
 from .._transport import AmqpTransport, Hosts
-from .._url import parse
+from .._url import Settings, parse
 
 __all__ = ["AmqpBackend", "open_backend"]
 
@@ -21,16 +21,18 @@ class AmqpBackend(ReplicatedBackend):
     operation is one request to the namespace's elected scheduler."""
 
     def __init__(self, url: str, **options: Any) -> None:
-        settings = parse(url, options)
-        hosts = Hosts(settings.broker_urls, settings.prefix)
-        super().__init__(
-            ThreadLink(lambda: AmqpTransport(settings, hosts), **link_options(settings))
-        )
+        super().__init__(*[_link(shard) for shard in shard_settings(parse(url, options))])
+
+
+def _link(settings: Settings) -> ThreadLink:
+    """The link to one shard's scheduler (a namespace's only one, unless ``shards``)."""
+    hosts = Hosts(settings.broker_urls, settings.prefix)
+    return ThreadLink(lambda: AmqpTransport(settings, hosts), **link_options(settings))
 
 
 def open_backend(url: str, **options: Any) -> AmqpBackend:
     """Open this face of ``amqp://`` (options: ``prefix``, ``scheduler``,
     ``request_timeout``, ``deliver_exchange``, ``deliver_routing_key``,
-    ``retention_bytes``, ``fast_put``, ``standby``; see
+    ``retention_bytes``, ``fast_put``, ``standby``, ``shards``, ``scheduler_shards``; see
     :mod:`delayq.backends.amqp`)."""
     return AmqpBackend(url, **options)

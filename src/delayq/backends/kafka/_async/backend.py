@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..._replicated import AsyncReplicatedBackend, LoopLink
-from ..._replicated._options import link_options
+from ..._replicated._options import link_options, shard_settings
 from .._transport import KafkaTransport
-from .._url import parse
+from .._url import Settings, parse
 
 __all__ = ["AsyncKafkaBackend", "open_async_backend"]
 
@@ -19,8 +19,12 @@ class AsyncKafkaBackend(AsyncReplicatedBackend):
     operation is one request to the namespace's elected scheduler."""
 
     def __init__(self, url: str, **options: Any) -> None:
-        settings = parse(url, options)
-        super().__init__(LoopLink(lambda: KafkaTransport(settings), **link_options(settings)))
+        super().__init__(*[_link(shard) for shard in shard_settings(parse(url, options))])
+
+
+def _link(settings: Settings) -> LoopLink:
+    """The link to one shard's scheduler (a namespace's only one, unless ``shards``)."""
+    return LoopLink(lambda: KafkaTransport(settings), **link_options(settings))
 
 
 def open_async_backend(url: str, **options: Any) -> AsyncKafkaBackend:

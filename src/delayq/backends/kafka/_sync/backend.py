@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..._replicated import ReplicatedBackend, ThreadLink
-from ..._replicated._options import link_options
+from ..._replicated._options import link_options, shard_settings
 from .._transport import KafkaTransport
-from .._url import parse
+from .._url import Settings, parse
 
 __all__ = ["KafkaBackend", "open_backend"]
 
@@ -21,8 +21,12 @@ class KafkaBackend(ReplicatedBackend):
     operation is one request to the namespace's elected scheduler."""
 
     def __init__(self, url: str, **options: Any) -> None:
-        settings = parse(url, options)
-        super().__init__(ThreadLink(lambda: KafkaTransport(settings), **link_options(settings)))
+        super().__init__(*[_link(shard) for shard in shard_settings(parse(url, options))])
+
+
+def _link(settings: Settings) -> ThreadLink:
+    """The link to one shard's scheduler (a namespace's only one, unless ``shards``)."""
+    return ThreadLink(lambda: KafkaTransport(settings), **link_options(settings))
 
 
 def open_backend(url: str, **options: Any) -> KafkaBackend:
