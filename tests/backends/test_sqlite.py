@@ -665,6 +665,74 @@ def test_a_forked_child_opens_its_own_connections(queue: Queue) -> None:
     assert queue.stats().total == 3
 
 
+def _child_after_the_parent(queue: Queue, go: Any) -> None:
+    """In a forked child: put, wait until the parent closed its queue and another
+    process put and closed, put again."""
+    queue.put("first from the child", id="c1")
+    go.wait(30)
+    queue.put("second from the child", id="c2")
+    queue.close()
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")
+def test_a_forked_childs_puts_are_kept_after_the_parent_closed(url: str) -> None:
+    """A child forked from a process that had the file open (a pool connection, the
+    change watcher) keeps every put, even those it makes after the parent closed its
+    queue and another process wrote and closed (which must not checkpoint the WAL away
+    under the child: SQLite's lock table, inherited from the parent, holds no lock of
+    the child's own unless the parent closed its connections before the fork)."""
+    context = multiprocessing.get_context("fork")
+    go = context.Event()
+    with Queue(url, name="jobs") as parent:
+        parent.put("from the parent", id="p")
+        assert [m.id for m in parent.reserve(wait=0.05)] == ["p"]  # the watcher opened
+        child = context.Process(target=_child_after_the_parent, args=(parent, go))
+        child.start()
+        deadline = time.monotonic() + 20
+        while parent.get("c1") is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+    # The parent's queue is closed (its watcher's connection too): another process
+    # writes and closes, the last to hold a lock it can see.
+    run_python(
+        f"from delayq import Queue\nwith Queue({url!r}, name='jobs') as q: q.put('t', id='t')"
+    )
+    go.set()
+    child.join(30)
+    assert child.exitcode == 0
+    with Queue(url, name="jobs") as after:
+        assert sorted(m.id for m in after.peek(limit=10)) == ["c1", "c2", "t"]
+        assert after.get("p") is not None
+
+
+def _child_of_a_busy_parent(queue: Queue) -> None:
+    try:
+        queue.put("unsafe")
+    except RuntimeError as exc:
+        raise SystemExit(0 if "another thread" in str(exc) else 4) from None
+    raise SystemExit(5)
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")
+def test_a_child_forked_while_a_connection_is_in_use_refuses_the_file(queue: Queue) -> None:
+    """A connection lent to another thread at the fork cannot be closed before it: the
+    child refuses the file with a RuntimeError that says why, rather than write without
+    locks; the parent goes on."""
+    queue.put("before")
+    pool = queue.backend._core.pool  # type: ignore[attr-defined]
+    lent = pool._borrow()  # as a call in another thread holds it
+    try:
+        child = multiprocessing.get_context("fork").Process(
+            target=_child_of_a_busy_parent, args=(queue,)
+        )
+        child.start()
+        child.join(30)
+    finally:
+        pool._give_back(lent)
+    assert child.exitcode == 0
+    queue.put("after")
+    assert queue.stats().total == 2
+
+
 # -- the async face ------------------------------------------------------------------
 
 

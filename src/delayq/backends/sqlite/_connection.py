@@ -12,8 +12,17 @@
   ``busy_timeout`` for the lock; should it still report busy (or locked), the whole
   transaction is rolled back and retried after a jittered, growing pause, until
   ``busy_budget`` seconds have passed; only then does a :class:`TimeoutError` say so.
-* **Never across fork.** A child process drops (without closing: that would touch the
-  parent's locks) every connection it inherited and opens its own.
+* **Never across fork.** SQLite keeps the locks a process holds on a file in one table
+  per process, which a forked child inherits without the locks themselves (POSIX locks
+  are not inherited): a connection the child opened on a file its parent had open
+  would take no lock at all, and once the parent closed, another process could
+  checkpoint and delete the WAL under the child, whose later commits were then lost.
+  So before a fork, every pool closes its idle connections (and the change watchers
+  theirs, :mod:`._wakeup`): with none left open, the child starts from a clean table
+  and opens its own. A connection still lent to another thread at the fork cannot be
+  closed; the child then refuses to use that file (:class:`RuntimeError`, saying
+  why) rather than write without locks. A child drops (without closing) every
+  connection it inherited.
 """
 
 from __future__ import annotations
@@ -51,6 +60,8 @@ _MAX_PAUSE = 0.05
 # finalizes (closes) them; closing would release POSIX locks the parent relies on.
 _ORPHANS: list[sqlite3.Connection] = []
 _POOLS: weakref.WeakSet[Pool] = weakref.WeakSet()
+#: The files on which a connection stayed open across the last fork (read by the child).
+_OPEN_AT_FORK: set[str] = set()
 
 
 def is_busy(exc: sqlite3.Error) -> bool:
@@ -84,6 +95,10 @@ class Pool:
         self._busy_budget = busy_budget
         self._synchronous = synchronous
         self._idle: list[sqlite3.Connection] = []
+        #: The connections lent to a thread now (set.add and discard: one step each).
+        self._lent: set[sqlite3.Connection] = set()
+        #: Why this (forked) process may not use the file; None: it may.
+        self._unsafe: str | None = None
         self._fork = generation()
         self._ready = False
         self._ready_lock = threading.Lock()
@@ -120,6 +135,7 @@ class Pool:
             if self._ready:
                 return
             conn = self._open()
+            self._lent.add(conn)  # open across a fork meanwhile: the child must know
             try:
                 mode = self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
                 if mode is None or str(mode[0]).lower() != "wal":
@@ -136,6 +152,7 @@ class Pool:
                         f"newer than this delayq understands ({SCHEMA_VERSION})"
                     )
             finally:
+                self._lent.discard(conn)
                 conn.close()
             self._ready = True
 
@@ -152,23 +169,44 @@ class Pool:
             raise QueueClosed("the queue is closed")
         if self._fork != generation():
             self.after_fork()
+        if self._unsafe is not None:
+            raise RuntimeError(self._unsafe)
         try:
-            return self._idle.pop()
+            conn = self._idle.pop()
         except IndexError:
-            return self.connect()
+            conn = self.connect()
+        self._lent.add(conn)
+        return conn
 
     def _give_back(self, conn: sqlite3.Connection, healthy: bool = True) -> None:
+        self._lent.discard(conn)
         if self.closed or not healthy or conn.in_transaction:
             _close(conn)
         else:
             self._idle.append(conn)
 
+    def before_fork(self) -> bool:
+        """Close the idle connections (the module docstring); True when one is still
+        lent to a thread."""
+        while self._idle:
+            _close(self._idle.pop())
+        return bool(self._lent)
+
     def after_fork(self) -> None:
         """Forget the connections of the parent process (see the module docstring)."""
         _ORPHANS.extend(self._idle)
+        _ORPHANS.extend(self._lent)
         self._idle = []
+        self._lent = set()
         self._fork = generation()
         self._ready_lock = threading.Lock()
+        if self.path in _OPEN_AT_FORK:
+            self._unsafe = (
+                f"the SQLite database {self.path!r} had a connection in use by another "
+                "thread of the parent process when it forked, so this process cannot use "
+                "it safely (SQLite's locks are held per process and a child inherits none): "
+                "open the queue in the child, or fork while no other thread is in a call"
+            )
 
     def close(self) -> None:
         """Close idle connections now and busy ones when they come back. Idempotent."""
@@ -249,10 +287,17 @@ def _close(conn: sqlite3.Connection) -> None:
         conn.close()
 
 
+def _before_fork() -> None:
+    _OPEN_AT_FORK.clear()
+    for pool in list(_POOLS):
+        if pool.before_fork():
+            _OPEN_AT_FORK.add(pool.path)
+
+
 def _after_fork_in_child() -> None:
     for pool in list(_POOLS):
         pool.after_fork()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)

@@ -58,6 +58,10 @@ class Wakeup:
         self._queues: Counter[str] = Counter()  # what the waiters wait for
         self._wanted_queues: set[str] = set()  # what the listener asked writers for
         self._watcher: threading.Thread | None = None
+        #: The watcher's connection (None: not open), and the lock of its every use: a
+        #: fork closes it first and holds the lock through (_before_fork).
+        self._conn: sqlite3.Connection | None = None
+        self._conn_lock = threading.Lock()
         self._stop = threading.Event()
         self._closed = False
         self.generation = 0
@@ -105,6 +109,8 @@ class Wakeup:
         self._queues = Counter()
         self._wanted_queues = set()
         self._watcher = None
+        self._conn = None  # closed before the fork (_before_fork)
+        self._conn_lock = threading.Lock()
         self._listener = None  # the parent's (its thread is not in this process)
         if self._notifier is not None:
             self._notifier.after_fork()
@@ -185,15 +191,36 @@ class Wakeup:
                 not name or name.decode("utf-8", "surrogatepass") in self._queues for name in names
             )
 
+    def _version(self) -> tuple[int, bool]:
+        """``PRAGMA data_version`` on the watcher's connection, and whether it was
+        opened for this reading (first, or again after a fork closed it): then there is
+        no earlier reading to compare it with."""
+        with self._conn_lock:
+            conn, opened = self._conn, self._conn is None
+            if conn is None:
+                conn = self._conn = self._pool.connect()
+            return _data_version(conn), opened
+
+    def close_for_fork(self) -> None:
+        """Before a fork (its lock held from now until after it): close the watcher's
+        connection; the watcher opens another at its next reading."""
+        self._conn_lock.acquire()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+
+    def forked(self) -> None:
+        """In the parent, once the fork :meth:`close_for_fork` preceded is done."""
+        self._conn_lock.release()
+
     def _watch(self) -> None:
         stop = self._stop
-        conn: sqlite3.Connection | None = None
         listener = self._listen()
         wait: Callable[[float], set[bytes]] = _sleep if listener is None else listener.wait
         interval = self._poll_interval
         try:
-            conn = self._pool.connect()
-            version = _data_version(conn)
+            version, _ = self._version()
             # Commits between a waiter's last look and this first reading are not
             # seen as a change: have every waiter look once more.
             self.bump()
@@ -217,8 +244,8 @@ class Wakeup:
                     elif time.monotonic() - idle_since > SQLITE_WATCHER_LINGER:
                         self._watcher = None
                         return
-                current = _data_version(conn)
-                if current != version:
+                current, opened = self._version()
+                if opened or current != version:
                     version = current
                     self.bump()
         except Exception:  # the next waiter starts a new watcher
@@ -227,6 +254,8 @@ class Wakeup:
                 self._watcher = None
             self.bump()
         finally:
+            with self._conn_lock:
+                conn, self._conn = self._conn, None
             if conn is not None:
                 with contextlib.suppress(sqlite3.Error):
                     conn.close()
@@ -271,10 +300,33 @@ def _data_version(conn: sqlite3.Connection) -> int:
     return int(rows[0][0])
 
 
+#: The change watchers whose connection lock a fork under way holds (_before_fork).
+_HELD: list[Wakeup] = []
+
+
+def _before_fork() -> None:
+    # Closed with their locks held through the fork, so that no watcher opens its
+    # connection again before the child is made (a connection open at the fork would
+    # leave the child SQLite's lock table of the parent: _connection.py).
+    for wakeup in list(_WAKEUPS):
+        wakeup.close_for_fork()
+        _HELD.append(wakeup)
+
+
+def _after_fork_in_parent() -> None:
+    while _HELD:
+        _HELD.pop().forked()
+
+
 def _after_fork_in_child() -> None:
+    _HELD.clear()
     for wakeup in list(_WAKEUPS):
         wakeup.after_fork()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
