@@ -188,8 +188,12 @@ class Pool:
     def before_fork(self) -> bool:
         """Close the idle connections (the module docstring); True when one is still
         lent to a thread."""
-        while self._idle:
-            _close(self._idle.pop())
+        while True:
+            try:
+                conn = self._idle.pop()  # another thread may take the last one meanwhile
+            except IndexError:
+                break
+            _close(conn)
         return bool(self._lent)
 
     def after_fork(self) -> None:
