@@ -22,9 +22,24 @@ from backends._rabbitmq_nodes import RabbitNodes  # noqa: E402
 from delayq.backends.amqp import NoScheduler  # noqa: E402
 from delayq.durable import Queue  # noqa: E402
 
-__all__ = ["CTL", "Node", "RabbitNodes", "rss", "start_scheduler", "stop", "tree_bytes"]
+__all__ = [
+    "CTL",
+    "Node",
+    "RabbitNodes",
+    "cpu_seconds",
+    "rss",
+    "start_scheduler",
+    "stop",
+    "tree_bytes",
+]
 
 CTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
+
+
+def cpu_seconds(pid: int) -> float:
+    """The user and system CPU seconds of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss(pid: int) -> int:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from _amqp_node import RabbitNodes, stop
+from _amqp_node import RabbitNodes, cpu_seconds, stop
 from _common import RESULTS_DIR, Measure, environment, print_table, write_json
 from delayq.backends._replicated._options import shard_of
 
@@ -59,12 +59,6 @@ for thread in threads:
     thread.join()
 print(sum(counts), flush=True)
 """
-
-
-def cpu_seconds(pid: int) -> float:
-    """The user and system CPU seconds of process ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start_shard(url: str, shard: int, log: Path) -> subprocess.Popen[bytes]:

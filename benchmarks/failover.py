@@ -36,7 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from _amqp_node import RabbitNodes, start_scheduler, stop
+from _amqp_node import Node, RabbitNodes, cpu_seconds, rss, start_scheduler, stop
 from _common import RESULTS_DIR, Measure, environment, print_table, write_json
 from delayq.durable import Queue
 from delayq.errors import OutcomeUnknown
@@ -131,8 +131,18 @@ def failover(nodes: RabbitNodes, work: Path, count: int, standby: str) -> dict[s
             asked = time.perf_counter()
             q.put(b"before", delay=3600, on_conflict="error")
             live = time.perf_counter() - asked
+            beam = Node(nodes).beam()
+            cpu_at_kill = cpu_seconds(second.pid), cpu_seconds(beam)
+            killed_rss = rss(first.pid)
             killed, killed_at = time.perf_counter(), time.time()
             os.kill(first.pid, signal.SIGKILL)
+            # When the killed process is gone (reaped): the kernel frees its memory
+            # before it closes its sockets, so the broker sees the close no sooner.
+            reaped: list[float] = []
+            reaper = threading.Thread(
+                target=lambda: (first.wait(), reaped.append(time.perf_counter() - killed))
+            )
+            reaper.start()
             while True:
                 try:
                     q.put(b"after", delay=3600, on_conflict="error")
@@ -142,6 +152,11 @@ def failover(nodes: RabbitNodes, work: Path, count: int, standby: str) -> dict[s
                     # (RESEND_FOR): asked again (a new id: a put that ran is counted).
                     continue
             answered = time.perf_counter() - killed
+            reaper.join(60)
+            # Whose CPU the takeover took: the standby's, or the node's (tearing down
+            # the killed connection, handing the lock's token over).
+            standby_cpu = cpu_seconds(second.pid) - cpu_at_kill[0]
+            broker_cpu = cpu_seconds(beam) - cpu_at_kill[1]
             first.wait()
             elected = elected_line(log_b)
             scheduled = q.stats().scheduled
@@ -171,6 +186,10 @@ def failover(nodes: RabbitNodes, work: Path, count: int, standby: str) -> dict[s
             "elected_seconds": float(elected.get("seconds", "nan")),
             # From the kill to the lead taken (the election began): the broker's part.
             "lead_after": float(elected["at"]) - float(elected.get("seconds", "nan")) - killed_at,
+            "reaped_after": reaped[0] if reaped else float("nan"),
+            "killed_rss": float(killed_rss),
+            "standby_cpu": standby_cpu,
+            "broker_cpu": broker_cpu,
         }
     finally:
         for process in (first, second):
@@ -216,7 +235,11 @@ def main(argv: list[str] | None = None) -> int:
                             target=f"<= {TARGET_SECONDS:g} s" if hot else "",
                             passed=found["answered"] <= TARGET_SECONDS if hot else None,
                             note=f"a put took {found['live']:.3f} s before the kill; "
-                            f"B took the lead {found['lead_after']:.3f} s after it and was "
+                            f"the killed A ({found['killed_rss'] / 2**30:.1f} GiB resident) "
+                            f"was reaped {found['reaped_after']:.3f} s after it; "
+                            f"B took the lead {found['lead_after']:.3f} s after it (CPU until "
+                            f"answered: B {found['standby_cpu']:.2f} s, the node "
+                            f"{found['broker_cpu']:.2f} s) and was "
                             f"elected in {found['elected_seconds']:.3f} s, its fold "
                             f"read {found['at_election']:.0f} entries after its reign "
                             f"began ({found['entries']:.0f} in all); "
