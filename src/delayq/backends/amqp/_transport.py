@@ -438,12 +438,13 @@ class AmqpTransport:
         the intake's first offset is looked up first and read from there."""
         marker = uuid.uuid4().hex.encode()
         await self.mark_intake(marker)  # so the intake is not empty
-        offset: int | str = "first" if start is None else start
-        if start is not None:
-            first = await self._first_offset(self._names.intake)
-            if first > start + 1:
-                on_gap(start, first)
-                offset = first
+        # None: no scheduler of the namespace ever folded a message of the intake, which
+        # begins at offset 0; one that begins further on dropped puts nobody folded.
+        offset = 0 if start is None else start
+        first = await self._first_offset(self._names.intake)
+        if first > offset + 1:
+            on_gap(offset, first)
+            offset = first
         channel = await self._open_channel("tail", confirms=False)
         await channel.basic_qos(prefetch_count=LOG_PREFETCH)
         loop = asyncio.get_running_loop()
@@ -451,7 +452,7 @@ class AmqpTransport:
         unacked = 0
         last_tag = 0
         acking: asyncio.TimerHandle | None = None
-        expected = offset if isinstance(offset, int) else None  # the next offset
+        expected = offset  # the next offset
 
         async def ack() -> None:
             nonlocal unacked, acking
@@ -476,9 +477,9 @@ class AmqpTransport:
             properties = message.header.properties
             headers: dict[str, Any] = dict(properties.headers or {})
             at = _stream_offset(headers)
-            if expected is not None and at > expected + 1:
+            if at > expected + 1:
                 on_gap(expected, at)  # dropped while this consumer was behind
-            expected = max(at + 1, expected or 0)
+            expected = max(at + 1, expected)
             if properties.message_type == "marker":
                 if message.body == marker:
                     if not reached.done():

@@ -580,12 +580,14 @@ class KafkaTransport:
         await self.mark_intake(marker)
         consumer = await self._reader([TopicPartition(self._names.intake, 0)], start, end=False)
         reached: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        expected = start
+        # None: no scheduler of the namespace ever folded a record of the intake, which
+        # begins at offset 0; a first record further on follows puts nobody folded.
+        expected = 0 if start is None else start
 
         def take(record: Any) -> None:
             nonlocal expected
             at = record.offset
-            if expected is not None and at > expected:
+            if at > expected:
                 on_gap(expected, at)
             expected = at + 1
             value = record.value or b""
