@@ -47,14 +47,15 @@ class AsyncReplicatedBackend:
         and ``on_conflict="ignore"`` requests, a fast put when the link allows one: it
         returns once the intake confirmed it, the scheduler folds it a moment later
         (docs/rabbitmq.md, "Fast put")."""
+        link = self._of(queue)
         if (
             not outcome
-            and (link := self._of(queue)).fast
+            and link.fast
             and all(request.on_conflict == "ignore" for request in requests)
         ):
             await link.put_fast(queue, encode_requests(requests))
             return []
-        kept: list[int] = await self._of(queue).call("put", [queue, encode_requests(requests)])
+        kept: list[int] = await link.call("put", [queue, encode_requests(requests)])
         return kept
 
     async def reserve(

@@ -47,14 +47,15 @@ class ReplicatedBackend:
         and ``on_conflict="ignore"`` requests, a fast put when the link allows one: it
         returns once the intake confirmed it, the scheduler folds it a moment later
         (docs/rabbitmq.md, "Fast put")."""
+        link = self._of(queue)
         if (
             not outcome
-            and (link := self._of(queue)).fast
+            and link.fast
             and all(request.on_conflict == "ignore" for request in requests)
         ):
             link.put_fast(queue, encode_requests(requests))
             return []
-        kept: list[int] = self._of(queue).call("put", [queue, encode_requests(requests)])
+        kept: list[int] = link.call("put", [queue, encode_requests(requests)])
         return kept
 
     def reserve(self, queue: str, *, limit: int, lease_ms: int, wait: float | None) -> list[Record]:
