@@ -215,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     measures: list[Measure] = []
     raw: dict[str, dict[str, float]] = {}
     with TemporaryDirectory(prefix="delayq-failover-") as work:
+        # The schedulers' far databases: the killed one's file (gigabytes at 10M) is
+        # left by its kill -9 (docs/rabbitmq.md), and goes with this directory.
+        os.environ["TMPDIR"] = work
         nodes = RabbitNodes(Path(work) / "rabbit", 1)
         nodes.start()
         try:

@@ -6,9 +6,18 @@ thousands waiting, in a private SQLite database of the process (issue 41, point 
 its ``far_from`` and hands those due at or after it to a :class:`Far`, which keeps each
 as one row: the id, the due time and sequence (the order claims take), the record's
 encoded image. Nothing here is durable, nor needs to be: the log is the truth, and a
-scheduler that restarts folds it again. The database is SQLite's anonymous one (an
-empty file name): a file in the temporary directory that SQLite unlinks as it opens it
-(nothing is left behind by a ``kill -9``), whose pages stay in a bounded cache.
+scheduler that restarts folds it again. Its pages stay in a bounded cache.
+
+The database is a named file in a directory of the user's own in the temporary
+directory (:func:`far_directory`), held under an exclusive ``flock`` while it is open,
+and removed by :meth:`Far.close`. It is not SQLite's anonymous database (a file
+unlinked as it is opened) because of what a ``kill -9`` costs then: the kernel frees an
+unlinked file's blocks as the dead process's files are closed, before its sockets are
+(gigabytes at ten million records: 0.8 s), and the broker hands the scheduler's lead
+over only once its connection closed. A named file costs its death nothing; the next
+:class:`Far` to open on the host removes the files no living process holds (their lock
+came free with their owner), on a thread of its own. Where the directory cannot be
+made its own (another user's, or none), the anonymous database is used.
 
 Writes wait in a dict (``pending``, by id: the record, or None for a row to delete)
 and go to the table a batch at a time; a read by id looks there first, a read in order
@@ -17,13 +26,25 @@ writes them first.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
 import sqlite3
+import sys
+import tempfile
+import threading
+import time
+import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Final
 
 from ..durable.message import Record
 
-__all__ = ["Far"]
+if sys.platform != "win32":
+    import fcntl
+
+__all__ = ["Far", "far_directory", "remove_left_behind"]
 
 #: Pending writes that go to the table in one batch.
 _FLUSH_AT: Final = 2048
@@ -43,6 +64,84 @@ CREATE INDEX far_due ON far (due_at, seq);
 """
 
 
+#: The name of a far database's file: ``far-<pid>-<random>.db``.
+_PREFIX: Final = "far-"
+_SUFFIX: Final = ".db"
+#: A file younger than this (seconds) is left to its maker: between its creation and
+#: its lock, another process could take it for one left behind.
+_YOUNG: Final = 10.0
+
+
+#: The named files of this process's open far databases: removed at its exit if still
+#: there (an exit that did not close them), as an anonymous database would go.
+_OPEN: set[Path] = set()
+
+
+@atexit.register
+def _remove_open() -> None:
+    for path in list(_OPEN):
+        with contextlib.suppress(OSError):
+            path.unlink()
+    _OPEN.clear()
+
+
+def far_directory() -> Path | None:
+    """The directory of this user's far databases (made if missing, mode 0700), or None
+    when it exists and is not this user's own, or cannot be made (or on Windows)."""
+    if sys.platform == "win32":
+        return None
+    path = Path(tempfile.gettempdir()) / f"delayq-far-{os.getuid()}"
+    try:
+        path.mkdir(mode=0o700, exist_ok=True)
+        status = path.lstat()
+    except OSError:
+        return None
+    if not path.is_dir() or path.is_symlink() or status.st_uid != os.getuid():
+        return None
+    if status.st_mode & 0o077:
+        return None
+    return path
+
+
+def remove_left_behind(directory: Path, *, keep: Path | None = None) -> tuple[list[Path], int]:
+    """Remove the far databases in ``directory`` that no process holds (their owner
+    died, a ``kill -9``), but ``keep`` and those younger than :data:`_YOUNG`: the paths
+    removed, and how many young ones were left. Freeing their blocks happens here (the
+    GIL let go meanwhile)."""
+    removed, young = [], 0
+    if sys.platform == "win32":
+        return removed, young
+    now = time.time()
+    for path in directory.glob(f"{_PREFIX}*{_SUFFIX}"):
+        if path == keep:
+            continue
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # held: its process lives
+                continue
+            if now - os.fstat(fd).st_mtime < _YOUNG:
+                young += 1
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+        finally:
+            os.close(fd)  # the last reference: its blocks are freed here
+    return removed, young
+
+
+def _sweep(directory: Path, keep: Path) -> None:
+    """:func:`remove_left_behind`, again after :data:`_YOUNG` while it left young ones
+    (a scheduler killed just before this one opened its database)."""
+    while remove_left_behind(directory, keep=keep)[1]:
+        time.sleep(_YOUNG)
+
+
 class Far:
     """Scheduled records kept in a private SQLite database: by id, and in ``(due_at,
     seq)`` order. The caller holds each id in one place at a time: :meth:`add` is
@@ -56,6 +155,8 @@ class Far:
         self._encode = encode
         self._decode = decode
         self._db: sqlite3.Connection | None = None
+        self._path: Path | None = None  # its named file, if any
+        self._lock_fd = -1  # holds the flock on it
         self.pending: dict[str, Record | None] = {}
         #: How many records are here.
         self.count = 0
@@ -64,7 +165,7 @@ class Far:
         db = self._db
         if db is None:
             # Opened at the first record: a scheduler that never holds many pays nothing.
-            db = sqlite3.connect("", isolation_level=None, check_same_thread=False)
+            db = sqlite3.connect(self._named(), isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode = OFF")
             db.execute("PRAGMA synchronous = OFF")
             db.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
@@ -72,13 +173,45 @@ class Far:
             self._db = db
         return db
 
+    def _named(self) -> str:
+        """A new named file of its own, locked, and a sweep of those left behind started;
+        "" (SQLite's anonymous database) when there is no directory for it."""
+        directory = far_directory()
+        if directory is None:
+            return ""
+        path = directory / f"{_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}{_SUFFIX}"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except OSError:
+            return ""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a sweep took it for one left behind: it removes it later
+            os.close(fd)
+            return ""
+        self._path, self._lock_fd = path, fd
+        _OPEN.add(path)
+        sweep = threading.Thread(
+            target=_sweep, args=(directory, path), name="delayq-far-sweep", daemon=True
+        )
+        sweep.start()
+        return str(path)
+
     def close(self) -> None:
         """Drop every record and the database (its file goes with it)."""
         db, self._db = self._db, None
+        path, self._path = self._path, None
+        fd, self._lock_fd = self._lock_fd, -1
         self.pending.clear()
         self.count = 0
         if db is not None:
             db.close()
+        if path is not None:
+            _OPEN.discard(path)
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        if fd >= 0:
+            os.close(fd)
 
     def add(self, record: Record) -> None:
         self.pending[record.id] = record
