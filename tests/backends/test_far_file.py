@@ -137,3 +137,21 @@ def test_a_process_that_exits_without_closing_its_far_database_leaves_no_file() 
     path = Path(ended.stdout.strip())
     assert path.parent == _far.far_directory()
     assert not path.exists()
+
+
+@pytest.mark.usefixtures("tmpdir_own")
+def test_a_forked_child_that_exits_leaves_its_parents_far_file() -> None:
+    script = HOLDER.replace("time.sleep(600)", "") + (
+        "import os\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    sys.exit(0)  # a normal exit: atexit runs in the child\n"
+        "os.waitpid(pid, 0)\n"
+        "print(far._path.exists(), flush=True)\n"
+    )
+    ended = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    path, kept = ended.stdout.split()
+    assert kept == "True", "the child's exit removed its parent's far file"
+    assert not Path(path).exists()  # the parent's own exit did

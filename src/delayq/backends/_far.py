@@ -72,17 +72,20 @@ _SUFFIX: Final = ".db"
 _YOUNG: Final = 10.0
 
 
-#: The named files of this process's open far databases: removed at its exit if still
-#: there (an exit that did not close them), as an anonymous database would go.
-_OPEN: set[Path] = set()
+#: The named files of the open far databases, each with the process that made it:
+#: removed at that process's exit if still there (an exit that did not close them), as
+#: an anonymous database would go; a forked child's exit leaves its parent's alone.
+_OPEN: dict[Path, int] = {}
 
 
 @atexit.register
 def _remove_open() -> None:
-    for path in list(_OPEN):
-        with contextlib.suppress(OSError):
-            path.unlink()
-    _OPEN.clear()
+    me = os.getpid()
+    for path, pid in list(_OPEN.items()):
+        if pid == me:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            del _OPEN[path]
 
 
 def far_directory() -> Path | None:
@@ -190,7 +193,7 @@ class Far:
             os.close(fd)
             return ""
         self._path, self._lock_fd = path, fd
-        _OPEN.add(path)
+        _OPEN[path] = os.getpid()
         sweep = threading.Thread(
             target=_sweep, args=(directory, path), name="delayq-far-sweep", daemon=True
         )
@@ -207,7 +210,7 @@ class Far:
         if db is not None:
             db.close()
         if path is not None:
-            _OPEN.discard(path)
+            _OPEN.pop(path, None)
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         if fd >= 0:
