@@ -283,7 +283,9 @@ def test_after_close_getters_still_get_pending_items_then_raise(
     h: Harness, make_store: Any
 ) -> None:
     q = h.make(make_store())
-    item = q.put("pending", delay=0.1)
+    # Due well after the getter starts waiting, even on a loaded machine: at 0.1 s a
+    # getter thread that started late took it at once and never waited (CI, 4 workers).
+    item = q.put("pending", delay=0.5)
     fut = h.get(q)
     h.wait_for_waiters(q)
     h.act(q.close)
